@@ -1,0 +1,55 @@
+# Two commands matter on a fresh machine: `make run` and `make test`.
+# Both create .venv on demand and reinstall only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PG_HOST ?= 127.0.0.1
+PG_PORT ?= 5432
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+
+.PHONY: install run test lint bench synth postgres clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cronledger needs Python >= 3.11, found " + sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/cronledger dev --demo
+
+# PostgreSQL is not optional for the suite: start it if it is installed but down,
+# and stop with a clear message if it still cannot be reached.
+postgres:
+	@if ! pg_isready -q -h $(PG_HOST) -p $(PG_PORT) 2>/dev/null; then \
+		if [ -d /etc/postgresql ] && command -v pg_ctlcluster >/dev/null; then \
+			echo "starting PostgreSQL $$(ls /etc/postgresql)"; \
+			pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || true; \
+		fi; \
+		for i in 1 2 3 4 5 6 7 8 9 10; do pg_isready -q -h $(PG_HOST) -p $(PG_PORT) 2>/dev/null && break; sleep 1; done; \
+	fi
+	@pg_isready -q -h $(PG_HOST) -p $(PG_PORT) 2>/dev/null || \
+		{ echo "ERROR: PostgreSQL is not reachable at $(PG_HOST):$(PG_PORT); the ledger tests cannot run without it." >&2; exit 1; }
+
+test: $(STAMP) postgres
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check functions tests infra
+	$(BIN)/ruff format --check functions tests infra
+	$(BIN)/mypy
+
+bench: $(STAMP) postgres
+	$(BIN)/python -m tests.bench
+
+synth: $(STAMP)
+	$(BIN)/python infra/app.py
+
+clean:
+	rm -rf $(VENV) cdk.out .cronledger .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,39 @@
+"""Instants at the boundary: every datetime that crosses a module boundary is aware UTC.
+
+A naive datetime is refused rather than guessed at, because guessing a zone is exactly
+how a scheduler fires an hour early. RFC 3339 with a `Z` is the only text form.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def require_utc(value: datetime, name: str = "datetime") -> datetime:
+    """Return `value` converted to UTC; refuse a naive datetime with a clear error."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            f"{name} is naive ({value.isoformat()}); pass a timezone-aware datetime, "
+            "e.g. datetime(..., tzinfo=UTC)"
+        )
+    return value.astimezone(UTC)
+
+
+def to_rfc3339(value: datetime) -> str:
+    """`2026-09-01T02:15:00Z`, with microseconds only when there are any."""
+    utc = require_utc(value)
+    text = utc.replace(tzinfo=None).isoformat()
+    return f"{text}Z"
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp that carries an offset (`Z` or `+hh:mm`) into aware UTC."""
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError as exc:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}") from exc
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp {text!r} has no offset; add 'Z' for UTC")
+    return parsed.astimezone(UTC)

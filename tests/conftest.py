@@ -1,0 +1,56 @@
+"""Suite-wide fixtures.
+
+PostgreSQL is required, never skipped: the product's correctness is its SQL under
+concurrency. Each test run (each xdist worker) gets a database of its own, created here and
+dropped at the end, so two runs on one machine never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+PG_SERVER_URL = os.environ.get(
+    "CRONLEDGER_TEST_PG_URL", "postgresql+pg8000://postgres@127.0.0.1:5432/test"
+)
+
+
+def _admin_engine() -> sa.Engine:
+    return sa.create_engine(PG_SERVER_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+
+
+@pytest.fixture(scope="session")
+def pg_database_url(worker_id: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test run (this xdist worker)."""
+    admin = _admin_engine()
+    name = f"cronledger_test_{worker_id}_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # a missing server must stop the run loudly, not skip
+        admin.dispose()
+        pytest.exit(
+            f"PostgreSQL is required and not reachable at {PG_SERVER_URL}: {exc}. "
+            "Run `make test`, which starts it, or set CRONLEDGER_TEST_PG_URL.",
+            returncode=3,
+        )
+    url = sa.engine.make_url(PG_SERVER_URL).set(database=name).render_as_string(
+        hide_password=False
+    )
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def worker_id(request: pytest.FixtureRequest) -> str:
+    """xdist's worker id (`gw0`, …), or `main` without xdist."""
+    workerinput = getattr(request.config, "workerinput", None)
+    return workerinput["workerid"] if workerinput else "main"
