@@ -1,0 +1,152 @@
+"""Metrics: every number the scheduler reports goes through the named functions below.
+
+A sink has one method, shaped like a CloudWatch EMF value: a name, a number, a unit and
+dimensions. Whether a name is a counter (each value adds) or a gauge (the newest value is the
+reading) is fixed here, by the function that records it, so a sink does not have to know.
+The default sink is an in-memory, thread-safe recorder that tests and the local runner read;
+the AWS entry points install an EMF sink instead. Recording never raises: a broken sink must
+not fail a reconcile pass or an attempt, so its errors are logged and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Literal, Protocol
+
+Unit = Literal["Count", "Seconds", "Milliseconds"]
+
+SCHEDULE_LAG = "ScheduleLagSeconds"  # started minus scheduled, one value per started attempt
+OCCURRENCES = "Occurrences"  # counter, dimension Status
+SINGLETON_CONTENTION = "SingletonContention"  # counter: a start refused because the key was held
+RENEWAL_FAILURES = "RenewalFailures"  # counter: a renewal call that failed (not "not yours")
+RECONCILE_DURATION = "ReconcileDurationSeconds"  # one value per reconcile pass
+OLDEST_PENDING_AGE = "OldestPendingAgeSeconds"  # gauge
+PENDING_COUNT = "PendingCount"  # gauge
+DB_UNAVAILABLE = "DbUnavailable"  # counter, dimension Operation
+
+_log = logging.getLogger(__name__)
+Dimensions = tuple[tuple[str, str], ...]
+
+
+class MetricsSink(Protocol):
+    def record(self, name: str, value: float, unit: Unit, dimensions: Mapping[str, str]) -> None:
+        """Take one value. Must be safe to call from several threads at once."""
+
+
+class InMemoryMetrics:
+    """Keeps, per metric name and dimension set, the running total, the newest value and the
+    most recent values (bounded, so a long local run does not grow without limit)."""
+
+    def __init__(self, keep_values: int = 10_000) -> None:
+        self._lock = threading.Lock()
+        self._keep = keep_values
+        self._totals: dict[tuple[str, Dimensions], float] = defaultdict(float)
+        self._values: dict[tuple[str, Dimensions], deque[float]] = {}
+
+    def record(self, name: str, value: float, unit: Unit, dimensions: Mapping[str, str]) -> None:
+        key = (name, _dimension_key(dimensions))
+        with self._lock:
+            self._totals[key] += value
+            self._values.setdefault(key, deque(maxlen=self._keep)).append(value)
+
+    def total(self, name: str, **dimensions: str) -> float:
+        """The sum of every value recorded: the reading of a counter (0 if never recorded)."""
+        with self._lock:
+            return self._totals.get((name, _dimension_key(dimensions)), 0.0)
+
+    def last(self, name: str, **dimensions: str) -> float | None:
+        """The newest value: the reading of a gauge (None if never recorded)."""
+        with self._lock:
+            values = self._values.get((name, _dimension_key(dimensions)))
+            return values[-1] if values else None
+
+    def values(self, name: str, **dimensions: str) -> list[float]:
+        """The most recent values, oldest first, e.g. to take percentiles of schedule lag."""
+        with self._lock:
+            return list(self._values.get((name, _dimension_key(dimensions)), ()))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._totals.clear()
+            self._values.clear()
+
+
+def _dimension_key(dimensions: Mapping[str, str]) -> Dimensions:
+    return tuple(sorted(dimensions.items()))
+
+
+_default = InMemoryMetrics()
+_sink: MetricsSink = _default
+_sink_lock = threading.Lock()
+
+
+def default_recorder() -> InMemoryMetrics:
+    """The process-wide in-memory recorder, the sink until another is installed."""
+    return _default
+
+
+def install_sink(sink: MetricsSink) -> MetricsSink:
+    """Send every later value to `sink`; returns the sink it replaces."""
+    global _sink
+    with _sink_lock:
+        previous, _sink = _sink, sink
+    return previous
+
+
+@contextmanager
+def recording_to(sink: MetricsSink) -> Iterator[MetricsSink]:
+    """Install `sink` for the duration of a block (a test, one Lambda invocation)."""
+    previous = install_sink(sink)
+    try:
+        yield sink
+    finally:
+        install_sink(previous)
+
+
+def _record(
+    name: str, value: float, unit: Unit, dimensions: Mapping[str, str] | None = None
+) -> None:
+    try:
+        _sink.record(name, float(value), unit, dimensions or {})
+    except Exception:
+        _log.warning("metrics sink failed to record %s", name, exc_info=True)
+
+
+def record_schedule_lag(seconds: float) -> None:
+    """How late an attempt started against its `scheduled_for`."""
+    _record(SCHEDULE_LAG, seconds, "Seconds")
+
+
+def record_occurrences(status: str, count: int = 1) -> None:
+    """Occurrences that reached `status` (settled, skipped, cancelled…)."""
+    _record(OCCURRENCES, count, "Count", {"Status": status})
+
+
+def record_singleton_contention(count: int = 1) -> None:
+    _record(SINGLETON_CONTENTION, count, "Count")
+
+
+def record_renewal_failure(count: int = 1) -> None:
+    _record(RENEWAL_FAILURES, count, "Count")
+
+
+def record_reconcile_duration(seconds: float) -> None:
+    _record(RECONCILE_DURATION, seconds, "Seconds")
+
+
+def record_oldest_pending_age(seconds: float) -> None:
+    """Age of the oldest due `pending` row by the DB clock; 0 when there is none."""
+    _record(OLDEST_PENDING_AGE, seconds, "Seconds")
+
+
+def record_pending_count(count: int) -> None:
+    _record(PENDING_COUNT, count, "Count")
+
+
+def record_db_unavailable(operation: str) -> None:
+    """A database call failed; `operation` names the loop or step (`reconcile`, `claim`, …)."""
+    _record(DB_UNAVAILABLE, 1, "Count", {"Operation": operation})

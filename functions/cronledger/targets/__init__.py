@@ -1,0 +1,135 @@
+"""Targets: what an occurrence runs (SPEC §1.2), one module per type behind one interface.
+
+`target_errors` / `validate_target` check a document when a channel is saved, reporting every
+problem at `target.<key>` in the same shape as the schedule's errors. `run_target` runs one
+attempt and always answers with a `TargetOutcome`: whatever goes wrong in the target, including
+an exception, becomes a failed outcome with a message, because the executor must settle the
+occurrence either way. Excerpts in an outcome are already truncated to 64 KiB.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from botocore.exceptions import ReadTimeoutError
+
+from cronledger.errors import FieldError, ValidationFailed
+from cronledger.targets import aws_lambda, eventbridge, http, python, sqs, stepfunctions
+from cronledger.targets.clients import AwsClients, default_clients
+from cronledger.targets.envelope import Envelope, Trigger, build_envelope, envelope_json
+from cronledger.targets.interface import (
+    RESULT_EXCERPT_BYTES,
+    TargetKind,
+    TargetOutcome,
+    timed_out,
+    truncate_excerpt,
+)
+
+__all__ = [
+    "RESULT_EXCERPT_BYTES",
+    "TARGET_TYPES",
+    "AwsClients",
+    "Envelope",
+    "TargetOutcome",
+    "Trigger",
+    "build_envelope",
+    "default_clients",
+    "envelope_json",
+    "run_target",
+    "target_errors",
+    "target_ref",
+    "truncate_excerpt",
+    "validate_target",
+]
+
+_KINDS: dict[str, TargetKind] = {
+    kind.type: kind
+    for kind in (
+        aws_lambda.KIND,
+        http.KIND,
+        stepfunctions.KIND,
+        sqs.KIND,
+        eventbridge.KIND,
+        python.KIND,
+    )
+}
+TARGET_TYPES = tuple(_KINDS)
+ERROR_MESSAGE_BYTES = 4096
+REF_MAX_CHARS = 512
+_EXAMPLE = '{"type": "http", "url": "https://example.com/hooks/nightly"}'
+_log = logging.getLogger(__name__)
+
+
+def target_errors(doc: Any) -> list[FieldError]:
+    """Every problem with a target document, without raising (so the API can merge them with
+    the schedule's into one answer). An empty list means the document is valid."""
+    if not isinstance(doc, Mapping):
+        return [FieldError("target", "type_mismatch", f"target must be an object, e.g. {_EXAMPLE}")]
+    choices = ", ".join(TARGET_TYPES)
+    type_name = doc.get("type")
+    if type_name is None:
+        return [FieldError("target.type", "required", f"type is required: one of {choices}")]
+    if not isinstance(type_name, str):
+        return [
+            FieldError("target.type", "type_mismatch", f"type must be one string: one of {choices}")
+        ]
+    kind = _KINDS.get(type_name)
+    if kind is None:
+        return [
+            FieldError(
+                "target.type", "invalid", f"unknown target type {type_name!r}; use {choices}"
+            )
+        ]
+    allowed = ", ".join(sorted(kind.keys))
+    unknown = [
+        FieldError(f"target.{key}", "invalid", f"unknown key; a {kind.type} target takes {allowed}")
+        for key in sorted(map(str, doc))
+        if key not in kind.keys
+    ]
+    return unknown + kind.errors(doc)
+
+
+def validate_target(doc: Any) -> None:
+    """Raise `ValidationFailed` listing every problem with a target document."""
+    errors = target_errors(doc)
+    if errors:
+        raise ValidationFailed(errors, "invalid target")
+
+
+def target_ref(doc: Mapping[str, Any]) -> str:
+    """A short, secret-free description of a valid target for the ledger's `target_ref` column,
+    e.g. `lambda:arn:aws:lambda:…:function:report` or `http:POST https://example.com/hook`."""
+    text = _KINDS[doc["type"]].ref(doc)
+    return text if len(text) <= REF_MAX_CHARS else text[: REF_MAX_CHARS - 1] + "…"
+
+
+def run_target(
+    doc: Mapping[str, Any],
+    envelope: Envelope,
+    timeout_secs: float,
+    clients: AwsClients | None = None,
+) -> TargetOutcome:
+    """Deliver `envelope` to the target within `timeout_secs` where the service lets a caller
+    bound the wait (HTTP, Lambda, Step Functions with `wait`); see each module for its rule."""
+    errors = target_errors(doc)
+    if errors:
+        # A stored document that no longer validates is refused rather than guessed at.
+        detail = "; ".join(f"{e.path}: {e.message}" for e in errors)
+        return TargetOutcome(ok=False, error=truncate_excerpt(f"invalid target: {detail}"))
+    if timeout_secs <= 0:
+        return timed_out(0)
+    kind = _KINDS[doc["type"]]
+    try:
+        outcome = kind.run(doc, envelope, timeout_secs, clients or default_clients())
+    except ReadTimeoutError:
+        return timed_out(timeout_secs)
+    except Exception as exc:
+        _log.warning("%s target %s failed", kind.type, target_ref(doc), exc_info=True)
+        outcome = TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+    return TargetOutcome(
+        ok=outcome.ok,
+        result=truncate_excerpt(outcome.result),
+        error=truncate_excerpt(outcome.error, ERROR_MESSAGE_BYTES),
+    )

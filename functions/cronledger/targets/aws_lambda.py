@@ -1,0 +1,106 @@
+"""Lambda target: a synchronous invoke, successful when it returns without `FunctionError`.
+
+The attempt's budget is the client's read timeout and the client never retries, because a
+retried synchronous invoke runs the function a second time. A timeout does not stop the
+function (Lambda cannot cancel a running invoke); the envelope's `fencing_token` is how such a
+straggler can tell it was superseded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cronledger.errors import FieldError
+from cronledger.targets.clients import AwsClients
+from cronledger.targets.envelope import Envelope, envelope_json
+from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.interface import TargetKind, TargetOutcome
+
+_ARN = r"arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:function:"
+_QUALIFIER = r"\$LATEST|[A-Za-z0-9_-]{1,128}"
+_FUNCTION = re.compile(rf"({_ARN})?[A-Za-z0-9_-]{{1,64}}(:({_QUALIFIER}))?")
+
+
+def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+    checks = DocumentChecks(doc)
+    function = checks.string(
+        "function_arn",
+        example="arn:aws:lambda:eu-west-1:123456789012:function:nightly-report",
+        max_len=170,
+        pattern=_FUNCTION,
+        pattern_hint="must be a function name or a function ARN",
+    )
+    qualifier = checks.string(
+        "qualifier",
+        example="live",
+        max_len=128,
+        required=False,
+        pattern=re.compile(_QUALIFIER),
+        pattern_hint="must be a version number, an alias name or $LATEST",
+    )
+    if function and qualifier and _inline_qualifier(function):
+        checks.fail(
+            "qualifier",
+            "invalid",
+            "function_arn already ends with a qualifier; give the version or alias in one place",
+        )
+    return checks.errors
+
+
+def ref(doc: Mapping[str, Any]) -> str:
+    qualifier = doc.get("qualifier")
+    return f"lambda:{doc['function_arn']}" + (f":{qualifier}" if qualifier else "")
+
+
+def run(
+    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+) -> TargetOutcome:
+    function = doc["function_arn"]
+    client = clients.lambda_(_region(function), timeout_secs)
+    options = {"Qualifier": doc["qualifier"]} if doc.get("qualifier") else {}
+    response = client.invoke(
+        FunctionName=function,
+        InvocationType="RequestResponse",
+        Payload=envelope_json(envelope).encode("utf-8"),
+        **options,
+    )
+    answer = response["Payload"].read().decode("utf-8", errors="replace")
+    function_error = response.get("FunctionError")
+    if function_error:
+        return TargetOutcome(
+            ok=False, result=answer, error=f"{function_error} function error: {_reason(answer)}"
+        )
+    return TargetOutcome(ok=True, result=answer)
+
+
+def _inline_qualifier(function: str) -> bool:
+    parts = function.split(":")
+    return len(parts) == 8 if function.startswith("arn:") else len(parts) == 2
+
+
+def _region(function: str) -> str | None:
+    return function.split(":")[3] if function.startswith("arn:") else None
+
+
+def _reason(answer: str) -> str:
+    """`errorType: errorMessage` from Lambda's error document, or the raw answer's start."""
+    try:
+        document = json.loads(answer)
+    except ValueError:
+        return answer[:500]
+    if isinstance(document, dict) and "errorMessage" in document:
+        kind = document.get("errorType")
+        return f"{kind}: {document['errorMessage']}" if kind else str(document["errorMessage"])
+    return answer[:500]
+
+
+KIND = TargetKind(
+    type="lambda",
+    keys=frozenset({"type", "function_arn", "qualifier"}),
+    errors=errors,
+    ref=ref,
+    run=run,
+)

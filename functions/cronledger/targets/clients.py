@@ -1,0 +1,102 @@
+"""boto3 clients for the targets and the Lambda invoker, made once and reused.
+
+A Lambda execution environment serves many invocations; building a client costs more than most
+calls made with it, so clients are cached per (service, region, read timeout). The read
+timeout is how a synchronous call honours an attempt's time budget, so it is part of the key,
+rounded up to 100 ms to keep the number of distinct clients small; the cache is bounded too.
+Nothing is created until first use, so importing this needs no region or credentials.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, cast
+
+import boto3
+from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+_CACHE_SIZE = 32
+_CONNECT_TIMEOUT_SECS = 5.0
+
+
+class AwsClients:
+    """A small client factory. `endpoint_url` points every client at one endpoint (LocalStack,
+    or a test double speaking the service's wire protocol)."""
+
+    def __init__(
+        self, session: boto3.session.Session | None = None, endpoint_url: str | None = None
+    ) -> None:
+        self._session = session
+        self._endpoint_url = endpoint_url
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[tuple[str, str | None, float | None], Any] = OrderedDict()
+
+    def lambda_(self, region: str | None = None, timeout_secs: float | None = None) -> LambdaClient:
+        return cast("LambdaClient", self._client("lambda", region, timeout_secs))
+
+    def sqs(self, region: str | None = None, timeout_secs: float | None = None) -> SQSClient:
+        return cast("SQSClient", self._client("sqs", region, timeout_secs))
+
+    def stepfunctions(
+        self, region: str | None = None, timeout_secs: float | None = None
+    ) -> SFNClient:
+        return cast("SFNClient", self._client("stepfunctions", region, timeout_secs))
+
+    def events(
+        self, region: str | None = None, timeout_secs: float | None = None
+    ) -> EventBridgeClient:
+        return cast("EventBridgeClient", self._client("events", region, timeout_secs))
+
+    def _client(self, service: str, region: str | None, timeout_secs: float | None) -> Any:
+        read_timeout = None if timeout_secs is None else math.ceil(timeout_secs * 10) / 10
+        key = (service, region, read_timeout)
+        with self._lock:
+            client = self._cache.get(key)
+            if client is not None:
+                self._cache.move_to_end(key)
+                return client
+            # A boto3 Session is not thread-safe while it builds clients; the lock covers that.
+            if self._session is None:
+                self._session = boto3.session.Session()
+            client = self._session.client(
+                service,  # type: ignore[call-overload]
+                region_name=region,
+                endpoint_url=self._endpoint_url,
+                config=_config(service, read_timeout),
+            )
+            self._cache[key] = client
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+            return client
+
+
+def _config(service: str, read_timeout: float | None) -> Config:
+    # A retried synchronous Lambda invoke runs the function twice; every other call here is
+    # either idempotent by name/deduplication id or harmless to repeat.
+    attempts = 1 if service == "lambda" else 3
+    options: dict[str, Any] = {"retries": {"mode": "standard", "total_max_attempts": attempts}}
+    if read_timeout is not None:
+        options["read_timeout"] = max(read_timeout, 0.1)
+        options["connect_timeout"] = min(_CONNECT_TIMEOUT_SECS, max(read_timeout, 0.1))
+    return Config(**options)
+
+
+_default: AwsClients | None = None
+_default_lock = threading.Lock()
+
+
+def default_clients() -> AwsClients:
+    """The process-wide factory (region and credentials from the environment, on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = AwsClients()
+        return _default

@@ -1,0 +1,73 @@
+"""EventBridge target: the envelope as the `detail` of one event, successful when the bus
+accepts the entry (`FailedEntryCount` 0). A refused entry arrives as an HTTP 200 with an error
+code on the entry, so the entry, not the call, is the answer."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cronledger.errors import FieldError
+from cronledger.targets.clients import AwsClients
+from cronledger.targets.envelope import Envelope, envelope_json
+from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.interface import TargetKind, TargetOutcome
+
+DEFAULT_BUS = "default"
+_BUS = re.compile(r"(arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,256}")
+
+
+def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+    checks = DocumentChecks(doc)
+    checks.string(
+        "event_bus_name",
+        example="ops-events",
+        max_len=1600,
+        required=False,
+        pattern=_BUS,
+        pattern_hint="must be an event bus name or ARN",
+    )
+    source = checks.string("source", example="com.example.reports", max_len=256)
+    if source and source.startswith("aws."):
+        checks.fail("source", "invalid", "sources starting with 'aws.' are reserved for AWS")
+    checks.string("detail_type", example="nightly-report-due", max_len=128)
+    return checks.errors
+
+
+def ref(doc: Mapping[str, Any]) -> str:
+    return f"eventbridge:{doc.get('event_bus_name') or DEFAULT_BUS}:{doc['source']}"
+
+
+def run(
+    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+) -> TargetOutcome:
+    bus: str = doc.get("event_bus_name") or DEFAULT_BUS
+    region = bus.split(":")[3] if bus.startswith("arn:") else None
+    response = clients.events(region, timeout_secs).put_events(
+        Entries=[
+            {
+                "EventBusName": bus,
+                "Source": doc["source"],
+                "DetailType": doc["detail_type"],
+                "Detail": envelope_json(envelope),
+            }
+        ]
+    )
+    entry = response["Entries"][0]
+    if response.get("FailedEntryCount", 0) or "ErrorCode" in entry:
+        return TargetOutcome(
+            ok=False,
+            error=f"entry refused by {bus}: {entry.get('ErrorCode')}: {entry.get('ErrorMessage')}",
+        )
+    return TargetOutcome(ok=True, result=json.dumps({"EventId": entry.get("EventId")}))
+
+
+KIND = TargetKind(
+    type="eventbridge",
+    keys=frozenset({"type", "event_bus_name", "source", "detail_type"}),
+    errors=errors,
+    ref=ref,
+    run=run,
+)

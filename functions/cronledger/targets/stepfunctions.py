@@ -1,0 +1,101 @@
+"""Step Functions target: start an execution named after the attempt, and with `wait` (the
+default) poll it until it ends or the budget runs out.
+
+The execution name is `<occurrence_id>-<attempt>`: a second delivery of one attempt cannot
+start a second execution, because Step Functions refuses a reused name; it follows the one
+already started instead. Running out of budget does not stop the execution (that would need
+another permission and is rarely what a long workflow wants); the error names it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from cronledger.errors import FieldError
+from cronledger.targets.clients import AwsClients
+from cronledger.targets.envelope import Envelope, delivery_id, envelope_json
+from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
+
+_ARN = re.compile(
+    r"arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[A-Za-z0-9_-]{1,80}(:[A-Za-z0-9_-]{1,80})?"
+)
+_FIRST_POLL_SECS = 0.2
+_MAX_POLL_SECS = 2.0
+
+
+def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+    checks = DocumentChecks(doc)
+    checks.string(
+        "state_machine_arn",
+        example="arn:aws:states:eu-west-1:123456789012:stateMachine:nightly",
+        max_len=256,
+        pattern=_ARN,
+        pattern_hint="must be a state machine ARN",
+    )
+    checks.boolean("wait")
+    return checks.errors
+
+
+def ref(doc: Mapping[str, Any]) -> str:
+    return f"stepfunctions:{doc['state_machine_arn']}"
+
+
+def execution_name(envelope: Envelope) -> str:
+    """Step Functions allows 80 characters of `[A-Za-z0-9_-]` in a name."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", delivery_id(envelope))[:80]
+
+
+def run(
+    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+) -> TargetOutcome:
+    deadline = time.monotonic() + timeout_secs
+    machine: str = doc["state_machine_arn"]
+    client = clients.stepfunctions(machine.split(":")[3], timeout_secs)
+    name = execution_name(envelope)
+    try:
+        execution = client.start_execution(
+            stateMachineArn=machine, name=name, input=envelope_json(envelope)
+        )["executionArn"]
+    except client.exceptions.ExecutionAlreadyExists:
+        execution = _execution_arn(machine, name)
+    if doc.get("wait") is False:
+        return TargetOutcome(ok=True, result=json.dumps({"executionArn": execution}))
+
+    pause = _FIRST_POLL_SECS
+    while True:
+        described = client.describe_execution(executionArn=execution)
+        status = described["status"]
+        if status == "SUCCEEDED":
+            return TargetOutcome(ok=True, result=described.get("output"))
+        if status not in ("RUNNING", "PENDING_REDRIVE"):
+            reason = ": ".join(filter(None, (described.get("error"), described.get("cause"))))
+            return TargetOutcome(
+                ok=False,
+                result=described.get("output"),
+                error=f"execution {execution} ended {status}" + (f": {reason}" if reason else ""),
+            )
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return timed_out(timeout_secs, f"execution {execution} still running")
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, _MAX_POLL_SECS)
+
+
+def _execution_arn(machine: str, name: str) -> str:
+    # arn:aws:states:<region>:<account>:stateMachine:<machine>[:<version or alias>]
+    partition, service, region, account, _, machine_name = machine.split(":")[1:7]
+    return f"arn:{partition}:{service}:{region}:{account}:execution:{machine_name}:{name}"
+
+
+KIND = TargetKind(
+    type="stepfunctions",
+    keys=frozenset({"type", "state_machine_arn", "wait"}),
+    errors=errors,
+    ref=ref,
+    run=run,
+)

@@ -1,0 +1,177 @@
+from __future__ import annotations
+
+import io
+import json
+import threading
+import zipfile
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from cronledger.invokers import DispatchFailed, Invoker, LambdaInvoker, ThreadPoolInvoker
+from tests.unit.fixtures_targets import Answer, RecordingServer
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
+# --- the thread pool ----------------------------------------------------------------------
+
+
+class Attempts:
+    """A stand-in for `run_attempt` that records its ids and can be held at a gate."""
+
+    def __init__(self, hold: bool = False) -> None:
+        self.ran: list[tuple[str, str]] = []
+        self.started = threading.Semaphore(0)
+        self.gate = threading.Event()
+        if not hold:
+            self.gate.set()
+        self._lock = threading.Lock()
+
+    def __call__(self, occurrence_id: str, claimant: str) -> None:
+        self.started.release()
+        self.gate.wait(10)
+        with self._lock:
+            self.ran.append((occurrence_id, claimant))
+        if occurrence_id == "explodes":
+            raise RuntimeError("database went away")
+
+
+def test_each_dispatched_attempt_runs_once_with_its_own_ids() -> None:
+    attempts = Attempts()
+    pool = ThreadPoolInvoker(attempts, max_workers=3)
+    invoker: Invoker = pool
+
+    for n in range(10):
+        invoker.dispatch(f"occ-{n}", f"claim-{n}")
+
+    assert pool.drain(5.0) is True
+    assert sorted(attempts.ran) == sorted((f"occ-{n}", f"claim-{n}") for n in range(10))
+    assert pool.in_flight == 0
+
+
+def test_queued_and_running_attempts_both_count_as_in_flight_until_they_finish() -> None:
+    # Given two workers held busy and a third attempt queued behind them
+    attempts = Attempts(hold=True)
+    pool = ThreadPoolInvoker(attempts, max_workers=2)
+    for n in range(3):
+        pool.dispatch(f"occ-{n}", "claim")
+    assert attempts.started.acquire(timeout=5) and attempts.started.acquire(timeout=5)
+
+    # Then all three are in flight and a drain gives up at its deadline
+    assert pool.in_flight == 3
+    assert pool.drain(0.05) is False
+
+    # When the attempts may finish, the drain completes and nothing is left in flight
+    attempts.gate.set()
+    assert pool.drain(5.0) is True
+    assert pool.in_flight == 0
+    assert len(attempts.ran) == 3
+
+
+def test_an_attempt_that_raises_frees_its_slot_and_later_attempts_still_run() -> None:
+    attempts = Attempts()
+    pool = ThreadPoolInvoker(attempts, max_workers=1)
+
+    pool.dispatch("explodes", "claim-1")
+    pool.dispatch("occ-2", "claim-2")
+
+    assert pool.drain(5.0) is True
+    assert attempts.ran == [("explodes", "claim-1"), ("occ-2", "claim-2")]
+    assert pool.in_flight == 0
+
+
+def test_after_shutdown_a_dispatch_is_refused_and_running_attempts_are_waited_for() -> None:
+    attempts = Attempts(hold=True)
+    pool = ThreadPoolInvoker(attempts, max_workers=1)
+    pool.dispatch("occ-1", "claim-1")
+    assert attempts.started.acquire(timeout=5)
+
+    assert pool.shutdown(0.05) is False  # still running at the deadline
+    with pytest.raises(DispatchFailed):
+        pool.dispatch("occ-2", "claim-2")
+
+    attempts.gate.set()
+    assert pool.drain(5.0) is True
+    assert attempts.ran == [("occ-1", "claim-1")]
+
+
+# --- lambda -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def moto_lambda(aws_env: None) -> Iterator[str]:
+    config: Any = {"lambda": {"use_docker": False}}
+    with mock_aws(config=config):
+        role = boto3.client("iam").create_role(RoleName="executor", AssumeRolePolicyDocument="{}")
+        code = io.BytesIO()
+        with zipfile.ZipFile(code, "w") as archive:
+            archive.writestr("handler.py", "def handle(event, context):\n    return None\n")
+        boto3.client("lambda").create_function(
+            FunctionName="cronledger-execute",
+            Runtime="python3.11",
+            Role=role["Role"]["Arn"],
+            Handler="handler.handle",
+            Code={"ZipFile": code.getvalue()},
+        )
+        yield "cronledger-execute"
+
+
+def test_a_lambda_dispatch_is_an_event_invocation_accepted_with_the_ids_only(
+    moto_lambda: str,
+) -> None:
+    client = boto3.client("lambda")
+    answers: list[dict[str, Any]] = []
+
+    def keep(parsed: dict[str, Any], **_: Any) -> None:
+        # moto's Docker-less Lambda echoes the payload it accepted
+        answers.append({"status": parsed["StatusCode"], "payload": parsed["Payload"].read()})
+
+    client.meta.events.register("after-call.lambda.Invoke", keep)
+
+    LambdaInvoker(moto_lambda, client=client).dispatch("occ-1", "claim-abc")
+
+    assert [a["status"] for a in answers] == [202]
+    assert json.loads(answers[0]["payload"]) == {"occurrence_id": "occ-1", "claimant": "claim-abc"}
+
+
+def test_the_lambda_api_receives_an_asynchronous_invoke_of_the_named_function(
+    aws_env: None,
+) -> None:
+    with RecordingServer(Answer(status=202, body=b"")) as lambda_api:
+        client = boto3.client("lambda", endpoint_url=lambda_api.url)
+        LambdaInvoker("cronledger-execute", client=client).dispatch("occ-1", "claim-abc")
+
+    (request,) = lambda_api.received
+    assert request.path == "/2015-03-31/functions/cronledger-execute/invocations"
+    assert request.headers["X-Amz-Invocation-Type"] == "Event"
+    assert json.loads(request.body) == {"occurrence_id": "occ-1", "claimant": "claim-abc"}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer(status=200, body=b"{}"),  # ran synchronously: not the asynchronous hand-over
+        Answer(
+            status=404,
+            body=b'{"Message": "Function not found"}',
+            headers={"X-Amzn-ErrorType": "ResourceNotFoundException"},
+        ),
+    ],
+)
+def test_anything_but_a_202_is_a_failed_dispatch(aws_env: None, answer: Answer) -> None:
+    with RecordingServer(answer) as lambda_api:
+        client = boto3.client("lambda", endpoint_url=lambda_api.url)
+        with pytest.raises(DispatchFailed, match="cronledger-execute"):
+            LambdaInvoker("cronledger-execute", client=client).dispatch("occ-1", "claim-abc")
