@@ -1,0 +1,30 @@
+"""The pure schedule compiler: `transport_config` in, an immutable `Schedule` out.
+
+`compile_schedule` validates a document and reports every problem at once (`compiler`); a
+`Schedule` says when it fires and plans a reconcile pass with no database and no clock of its
+own (`compiled`); the walk in a zone, DST rules included, is `walk`. Datetimes in and out are
+aware UTC; a naive one is refused.
+"""
+
+from cronledger.errors import FieldError
+from cronledger.schedule.compiled import (
+    WALK_LIMIT,
+    ConcurrencyPolicy,
+    MisfirePolicy,
+    PassPlan,
+    Schedule,
+    SkipSummary,
+)
+from cronledger.schedule.compiler import ScheduleInvalid, compile_schedule
+
+__all__ = [
+    "WALK_LIMIT",
+    "ConcurrencyPolicy",
+    "FieldError",
+    "MisfirePolicy",
+    "PassPlan",
+    "Schedule",
+    "ScheduleInvalid",
+    "SkipSummary",
+    "compile_schedule",
+]

@@ -1,0 +1,173 @@
+"""A compiled `Schedule`: when it fires, and what one reconcile pass should write.
+
+Everything here is pure: no database, no clock. The caller passes `now` (the DB clock) and gets
+back a plan. That is what lets every misfire rule be tested exhaustively and two reconcilers
+planning the same pass agree row for row.
+
+Planning rules (SPEC §1.6), with the one decision the contract leaves open:
+- instants at or after `now - grace` are late and always materialised, under any policy;
+- older ones are misfired: `skip` keeps none, `latest` the newest, `catch_up` the oldest
+  `min(max_catch_up, instance_max_catch_up)`;
+- every dropped instant is counted, exactly, in one `SkipSummary` carried by the newest one;
+- `next_cursor` is the first instant after `now` and never before `cursor`, or `None` when the
+  schedule has none left. If the late instants alone exceed `WALK_LIMIT`, the plan keeps the
+  first `WALK_LIMIT` and `next_cursor` is the first one it did not keep, so the next pass
+  resumes there instead of silently losing them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal
+
+from cronledger.instants import require_utc, to_rfc3339
+from cronledger.schedule.walk import (
+    EPOCH,
+    FIRST_SECOND,
+    LAST_SECOND,
+    Calendar,
+    ceil_seconds,
+    floor_seconds,
+    instant,
+)
+
+MisfirePolicy = Literal["skip", "latest", "catch_up"]
+ConcurrencyPolicy = Literal["allow", "forbid"]
+
+WALK_LIMIT: Final = 200_000
+"""The most instants one walk returns, so a pathological window cannot hang a pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkipSummary:
+    """The misfired instants a pass dropped, as one `skipped_misfire` row carried by `newest`."""
+
+    oldest: datetime
+    newest: datetime
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PassPlan:
+    """What one reconcile pass writes: rows to insert, one summary, where the cursor goes."""
+
+    materialise: list[datetime]
+    skipped: SkipSummary | None
+    next_cursor: datetime | None
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A validated schedule; immutable, so one instance may be shared between threads.
+
+    Built only by `compile_schedule`."""
+
+    channel_id: str
+    expression: str
+    timezone: str
+    payload_json: str
+    misfire_policy: MisfirePolicy
+    max_catch_up: int
+    concurrency_policy: ConcurrencyPolicy
+    concurrency_key: str
+    slots: int
+    config_hash: str
+    _calendar: Calendar = field(repr=False)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """A fresh copy each time: a target that edits its payload cannot edit the schedule."""
+        copy: dict[str, Any] = json.loads(self.payload_json)
+        return copy
+
+    @property
+    def singleton_key(self) -> str | None:
+        """The lock name under `forbid`; `None` when runs may overlap."""
+        return self.concurrency_key if self.concurrency_policy == "forbid" else None
+
+    def fires_in(self, start: datetime, end: datetime, cap: int = WALK_LIMIT) -> list[datetime]:
+        """Every instant in `[start, end]` (both ends inclusive), ascending, at most
+        `min(cap, WALK_LIMIT)` of them, earliest first. An inverted window is empty."""
+        lo = ceil_seconds(require_utc(start, "start"))
+        hi = floor_seconds(require_utc(end, "end"))
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            raise ValueError(f"cap must be a non-negative integer, got {cap!r}")
+        return [instant(s) for s in self._calendar.instants(lo, hi, min(cap, WALK_LIMIT))]
+
+    def next_after(self, t: datetime) -> datetime | None:
+        """The first instant strictly after `t`; `None` if the schedule never fires again."""
+        first = self._calendar.first(floor_seconds(require_utc(t, "t")) + 1, LAST_SECOND)
+        return None if first is None else instant(first)
+
+    def plan_pass(
+        self,
+        cursor: datetime,
+        now: datetime,
+        grace: timedelta,
+        instance_max_catch_up: int,
+    ) -> PassPlan:
+        """Plan the due instants in `[cursor, now]`; see the module docstring for the rules."""
+        cursor_s = ceil_seconds(require_utc(cursor, "cursor"))
+        now_utc = require_utc(now, "now")
+        if not isinstance(grace, timedelta) or grace < timedelta(0):
+            raise ValueError(f"grace must be a non-negative timedelta, got {grace!r}")
+        if (
+            isinstance(instance_max_catch_up, bool)
+            or not isinstance(instance_max_catch_up, int)
+            or instance_max_catch_up < 1
+        ):
+            raise ValueError(
+                f"instance_max_catch_up must be an integer >= 1, got {instance_max_catch_up!r}"
+            )
+        now_s = floor_seconds(now_utc)
+        late_cutoff = ceil_seconds(now_utc - grace) if grace < now_utc - EPOCH else FIRST_SECOND
+        late_from = max(cursor_s, late_cutoff)
+
+        catch_up = min(self.max_catch_up, instance_max_catch_up)
+        misfired = self._calendar.survey(
+            cursor_s,
+            min(late_from - 1, now_s),
+            head=(catch_up if self.misfire_policy == "catch_up" else 0) + 1,
+        )
+        kept: list[int] = []
+        dropped: tuple[int, int, int] | None = None  # oldest, newest, count
+        if misfired.count and self.misfire_policy == "skip":
+            dropped = (misfired.head[0], misfired.tail[-1], misfired.count)
+        elif misfired.count and self.misfire_policy == "latest":
+            kept = misfired.tail[-1:]
+            if misfired.count > 1:
+                dropped = (misfired.head[0], misfired.tail[-2], misfired.count - 1)
+        elif misfired.count:
+            kept = misfired.head[:catch_up]
+            if misfired.count > len(kept):
+                dropped = (misfired.head[len(kept)], misfired.tail[-1], misfired.count - len(kept))
+
+        # Asking for one instant more than there is room for tells a truncated walk apart.
+        room = WALK_LIMIT - len(kept)
+        late = self._calendar.instants(late_from, now_s, room + 1)
+        if len(late) > room:
+            next_cursor: int | None = late[room]
+            late = late[:room]
+        else:
+            next_cursor = self._calendar.first(max(now_s + 1, cursor_s), LAST_SECOND)
+
+        return PassPlan(
+            materialise=[instant(s) for s in kept + late],
+            skipped=None if dropped is None else self._summary(*dropped),
+            next_cursor=None if next_cursor is None else instant(next_cursor),
+        )
+
+    def _summary(self, oldest: int, newest: int, count: int) -> SkipSummary:
+        first, last = instant(oldest), instant(newest)
+        return SkipSummary(
+            oldest=first,
+            newest=last,
+            count=count,
+            reason=(
+                f"skipped {count} missed occurrence(s) between {to_rfc3339(first)} and "
+                f'{to_rfc3339(last)} (misfire_policy "{self.misfire_policy}")'
+            ),
+        )

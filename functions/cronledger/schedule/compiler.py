@@ -1,0 +1,443 @@
+"""`transport_config` in, a `Schedule` out, or every problem with the document at once.
+
+Validation never stops at the first error: each key is checked on its own and all findings are
+raised together in `ScheduleInvalid`, each with its path, a code and a message that says how
+to fix it, because a user should fix a document in one round trip.
+
+Decisions where SPEC §1.1 is silent:
+- `null` for a key is a type mismatch; only leaving the key out means "use the default".
+- A zone name without a `/` is refused as an abbreviation or legacy alias (`IST`, `EST`,
+  `Japan`), except `UTC`.
+- `max_catch_up` is accepted under `skip` and `latest` but does nothing there, so it is hashed
+  only under `catch_up`: editing an inert number must not reset the cursor.
+- Random and hashed fields (croniter's `R`, `H`) are refused: a schedule must fire at the same
+  instants every time it is compiled.
+- A restricted day-of-month together with an nth or last weekday (`1 * SUN#2`, `15 * L5`) is
+  refused: croniter cannot evaluate that combination and would never fire it.
+- "At least one occurrence in the next 5 years" is measured from `now=`, or the wall clock.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any, Final, cast
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from croniter import croniter
+
+from cronledger.errors import FieldError, ValidationFailed
+from cronledger.instants import require_utc
+from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, Schedule
+from cronledger.schedule.walk import LAST_SECOND, Calendar, ceil_seconds, seconds
+
+PAYLOAD_LIMIT_BYTES: Final = 256 * 1024
+MAX_CATCH_UP_LIMIT: Final = 1000
+MAX_SLOTS: Final = 100
+VALIDITY_HORIZON: Final = timedelta(days=5 * 366)
+
+_KEYS: Final = ("schedule", "timezone", "payload", "misfire_policy", "max_catch_up", "concurrency")
+_CONCURRENCY_KEYS: Final = ("policy", "key", "slots")
+_MISFIRE_POLICIES: Final = ("skip", "latest", "catch_up")
+_CONCURRENCY_POLICIES: Final = ("allow", "forbid")
+_LOCK_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_EXAMPLE: Final = "a daily 02:15 is `0 15 2 * * *`"
+_FIELDS: Final = (
+    ("second", "0-59"),
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31, L or nW"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day-of-week", "0-7 or SUN-SAT, with L or #n"),
+)
+_ZONE_HINTS: Final = {
+    "IST": "Asia/Kolkata, Europe/Dublin or Asia/Jerusalem",
+    "EST": "America/New_York",
+    "EDT": "America/New_York",
+    "CST": "America/Chicago or Asia/Shanghai",
+    "PST": "America/Los_Angeles",
+    "BST": "Europe/London",
+    "CET": "Europe/Paris",
+    "GMT": "UTC or Europe/London",
+}
+
+
+class ScheduleInvalid(ValidationFailed):
+    """`transport_config` was refused; `errors` lists every problem, each with its path."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__(errors, "invalid transport_config")
+
+
+class _Missing:
+    """An absent key, told apart from an explicit `null`."""
+
+
+_MISSING: Final = _Missing()
+
+
+def compile_schedule(
+    transport_config: Mapping[str, Any], channel_id: str, *, now: datetime | None = None
+) -> Schedule:
+    """Validate `transport_config` (SPEC §1.1) and compile it for `channel_id`.
+
+    Raises `ScheduleInvalid` listing every problem. `now` anchors the "fires at least once in
+    the next 5 years" check and defaults to the wall clock.
+    """
+    if not isinstance(channel_id, str) or not channel_id:
+        raise ValueError(f"channel_id must be a non-empty string, got {channel_id!r}")
+    anchor = datetime.now(UTC) if now is None else require_utc(now, "now")
+    if not isinstance(transport_config, Mapping):
+        raise ScheduleInvalid(
+            [
+                FieldError(
+                    "transport_config",
+                    "type_mismatch",
+                    f"must be an object, got {_json_type(transport_config)}; "
+                    'e.g. {"schedule": "0 15 2 * * *"}',
+                )
+            ]
+        )
+
+    def get(key: str) -> Any:
+        return transport_config.get(key, _MISSING)
+
+    errors: list[FieldError] = []
+    _refuse_unknown_keys(transport_config, _KEYS, "transport_config", errors)
+    parsed = _expression(get("schedule"), errors)
+    zone = _timezone(get("timezone"), errors)
+    payload_json = _payload(get("payload"), errors)
+    policy = _choice(get("misfire_policy"), "misfire_policy", _MISFIRE_POLICIES, "latest", errors)
+    max_catch_up = _max_catch_up(get("max_catch_up"), policy, errors)
+    concurrency = _concurrency(get("concurrency"), channel_id, errors)
+
+    calendar = None
+    if parsed is not None:
+        expression, cron = parsed
+        # A bad zone does not hide an impossible date: that is impossible in UTC too.
+        calendar = Calendar(cron, expression.split(), zone or "UTC")
+        start = ceil_seconds(anchor)
+        if calendar.first(start, min(start + seconds(VALIDITY_HORIZON), LAST_SECOND)) is None:
+            errors.append(
+                FieldError(
+                    "transport_config.schedule",
+                    "invalid",
+                    f"`{expression}` never fires in the next 5 years in {zone or 'UTC'}; check "
+                    "the day-of-month and month fields (February 30th and April 31st never happen)",
+                )
+            )
+    if errors:
+        raise ScheduleInvalid(errors)
+
+    assert parsed is not None and calendar is not None and zone is not None
+    assert payload_json is not None and policy is not None
+    assert max_catch_up is not None and concurrency is not None
+    misfire_policy = cast(MisfirePolicy, policy)
+    return Schedule(
+        channel_id=channel_id,
+        expression=parsed[0],
+        timezone=zone,
+        payload_json=payload_json,
+        misfire_policy=misfire_policy,
+        max_catch_up=max_catch_up,
+        concurrency_policy=cast(ConcurrencyPolicy, concurrency[0]),
+        concurrency_key=concurrency[1],
+        slots=concurrency[2],
+        config_hash=_config_hash(parsed[0], zone, misfire_policy, max_catch_up),
+        _calendar=calendar,
+    )
+
+
+def _config_hash(expression: str, zone: str, policy: MisfirePolicy, max_catch_up: int) -> str:
+    """SHA-256 over what decides *when* the schedule fires, each part length-prefixed so
+    `("ab", "c")` and `("a", "bc")` cannot collide. Payload and concurrency stay out: editing
+    what a job does must not move when it next runs."""
+    digest = hashlib.sha256()
+    bound = str(max_catch_up) if policy == "catch_up" else ""
+    for part in ("cronledger.schedule/1", expression, zone, policy, bound):
+        raw = part.encode()
+        digest.update(len(raw).to_bytes(8, "big"))
+        digest.update(raw)
+    return digest.hexdigest()
+
+
+def _refuse_unknown_keys(
+    document: Mapping[str, Any], known: tuple[str, ...], prefix: str, errors: list[FieldError]
+) -> None:
+    for key in document:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(known)}"
+        errors.append(FieldError(f"{prefix}.{key}", "invalid", f'unknown key "{key}"; {hint}'))
+
+
+def _expression(value: Any, errors: list[FieldError]) -> tuple[str, croniter] | None:
+    path = "transport_config.schedule"
+    if value is _MISSING:
+        errors.append(FieldError(path, "required", f"a six-field cron expression; {_EXAMPLE}"))
+        return None
+    if not isinstance(value, str):
+        errors.append(
+            FieldError(
+                path, "type_mismatch", f"must be a string, got {_json_type(value)}; {_EXAMPLE}"
+            )
+        )
+        return None
+    fields = value.split()
+    if len(fields) != 6:
+        if len(fields) == 5:
+            fix = f"add the second first: `0 {' '.join(fields)}`"
+        elif len(fields) == 7:
+            fix = f"there is no year field, drop it: `{' '.join(fields[:6])}`"
+        else:
+            fix = _EXAMPLE
+        shape = " ".join(name for name, _ in _FIELDS)
+        errors.append(
+            FieldError(path, "invalid", f"has {len(fields)} field(s), needs six ({shape}); {fix}")
+        )
+        return None
+    for (name, _), text in zip(_FIELDS, fields, strict=True):
+        if any(item[:1].upper() in ("R", "H") for item in text.split(",")):
+            errors.append(
+                FieldError(
+                    path,
+                    "invalid",
+                    f"the {name} field `{text}` is random or hashed (R/H); a schedule must fire "
+                    "at the same instants every time it is read: use fixed values",
+                )
+            )
+            return None
+    day_of_month, _month, day_of_week = fields[3:6]
+    if day_of_month not in ("*", "?") and any(c in day_of_week.upper() for c in "#L"):
+        errors.append(
+            FieldError(
+                path,
+                "invalid",
+                f"a day-of-month (`{day_of_month}`) together with an nth or last weekday "
+                f"(`{day_of_week}`) is not supported; put `*` in one of the two fields",
+            )
+        )
+        return None
+    expression = " ".join(fields)
+    try:
+        cron = croniter(expression, second_at_beginning=True)
+    except Exception as exc:  # croniter reports some malformed input with non-croniter errors
+        errors.append(FieldError(path, "invalid", _explain_parse_error(fields, exc)))
+        return None
+    return expression, cron
+
+
+def _explain_parse_error(fields: list[str], exc: Exception) -> str:
+    """Name the field at fault by parsing each one alone, the others left as `*`."""
+    for i, (name, allowed) in enumerate(_FIELDS):
+        probe = ["*"] * 6
+        probe[i] = fields[i]
+        try:
+            croniter(" ".join(probe), second_at_beginning=True)
+        except Exception:
+            return f"the {name} field `{fields[i]}` is not valid; allowed: {allowed}"
+    return f"`{' '.join(fields)}` does not parse ({exc}); {_EXAMPLE}"
+
+
+def _timezone(value: Any, errors: list[FieldError]) -> str | None:
+    path = "transport_config.timezone"
+    if value is _MISSING:
+        return "UTC"
+    if not isinstance(value, str):
+        errors.append(
+            FieldError(path, "type_mismatch", f"must be a zone name, got {_json_type(value)}")
+        )
+        return None
+    if not value.strip():
+        errors.append(FieldError(path, "invalid", "is empty; leave it out for UTC"))
+        return None
+    if "/" not in value and value != "UTC":
+        hint = _ZONE_HINTS.get(value.upper(), "an Area/Location name such as Europe/London")
+        errors.append(
+            FieldError(
+                path,
+                "invalid",
+                f'"{value}" is an abbreviation or legacy alias, which is ambiguous; '
+                f"use an IANA zone name: {hint}",
+            )
+        )
+        return None
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        close = [z for z in _zone_names() if z.lower() == value.lower()]
+        close = close or difflib.get_close_matches(value, _zone_names(), n=1)
+        hint = f'did you mean "{close[0]}"?' if close else "use an IANA name such as Europe/London"
+        errors.append(FieldError(path, "invalid", f'unknown time zone "{value}"; {hint}'))
+        return None
+    return value
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> list[str]:
+    return sorted(available_timezones())
+
+
+def _payload(value: Any, errors: list[FieldError]) -> str | None:
+    """The payload as compact JSON text, which is also the size that is limited."""
+    path = "transport_config.payload"
+    if value is _MISSING:
+        return "{}"
+    if not isinstance(value, Mapping):
+        errors.append(
+            FieldError(
+                path,
+                "type_mismatch",
+                f'must be a JSON object, got {_json_type(value)}; wrap it: {{"value": ...}}',
+            )
+        )
+        return None
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        errors.append(FieldError(path, "invalid", f"must be plain JSON: {exc}"))
+        return None
+    size = len(text.encode())
+    if size > PAYLOAD_LIMIT_BYTES:
+        errors.append(
+            FieldError(
+                path,
+                "too_long",
+                f"is {size:,} bytes as JSON; the limit is {PAYLOAD_LIMIT_BYTES:,} (256 KiB): "
+                "store large data elsewhere and pass a reference to it",
+            )
+        )
+        return None
+    return text
+
+
+def _choice(
+    value: Any, key: str, choices: tuple[str, ...], default: str, errors: list[FieldError]
+) -> str | None:
+    path = f"transport_config.{key}"
+    allowed = ", ".join(f'"{c}"' for c in choices)
+    if value is _MISSING:
+        return default
+    if not isinstance(value, str):
+        errors.append(
+            FieldError(path, "type_mismatch", f"must be one of {allowed}, got {_json_type(value)}")
+        )
+        return None
+    if value not in choices:
+        errors.append(FieldError(path, "invalid", f'"{value}" is not one of {allowed}'))
+        return None
+    return value
+
+
+def _integer(value: Any, path: str, high: int, errors: list[FieldError]) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors.append(
+            FieldError(
+                path, "type_mismatch", f"must be an integer 1..{high}, got {_json_type(value)}"
+            )
+        )
+        return None
+    if not 1 <= value <= high:
+        errors.append(FieldError(path, "invalid", f"must be 1..{high}, got {value}"))
+        return None
+    return value
+
+
+def _max_catch_up(value: Any, policy: str | None, errors: list[FieldError]) -> int | None:
+    path = "transport_config.max_catch_up"
+    if value is _MISSING and policy == "catch_up":
+        errors.append(
+            FieldError(
+                path,
+                "required",
+                'is required when misfire_policy is "catch_up": how many missed occurrences '
+                f"to run after an outage (1..{MAX_CATCH_UP_LIMIT})",
+            )
+        )
+        return None
+    if value is _MISSING:
+        return 1
+    if value == 0 and not isinstance(value, bool):
+        errors.append(
+            FieldError(path, "invalid", 'is 0, which catches nothing up: use misfire_policy "skip"')
+        )
+        return None
+    return _integer(value, path, MAX_CATCH_UP_LIMIT, errors)
+
+
+def _concurrency(
+    value: Any, channel_id: str, errors: list[FieldError]
+) -> tuple[str, str, int] | None:
+    """`(policy, key, slots)`; the key defaults to the channel's own id."""
+    prefix = "transport_config.concurrency"
+    if value is _MISSING:
+        return "allow", channel_id, 1
+    if not isinstance(value, Mapping):
+        errors.append(
+            FieldError(
+                prefix,
+                "type_mismatch",
+                f'must be an object, got {_json_type(value)}; e.g. {{"policy": "forbid"}}',
+            )
+        )
+        return None
+    found = len(errors)
+    _refuse_unknown_keys(value, _CONCURRENCY_KEYS, prefix, errors)
+
+    policy = value.get("policy", _MISSING)
+    if policy == "queue_one":
+        errors.append(
+            FieldError(
+                f"{prefix}.policy",
+                "invalid",
+                '"queue_one" is not implemented yet; use "forbid" (a contender is recorded as '
+                'skipped) or "allow"',
+            )
+        )
+    else:
+        policy = _choice(policy, "concurrency.policy", _CONCURRENCY_POLICIES, "allow", errors)
+
+    key = value.get("key", _MISSING)
+    if key is _MISSING:
+        key = channel_id
+    elif not isinstance(key, str):
+        errors.append(
+            FieldError(f"{prefix}.key", "type_mismatch", f"must be a string, got {_json_type(key)}")
+        )
+    elif not _LOCK_NAME.fullmatch(key):
+        errors.append(
+            FieldError(
+                f"{prefix}.key",
+                "invalid",
+                f'"{key}" is not a lock name: 1-128 letters, digits, `_`, `.` or `-`, '
+                "starting with a letter or digit",
+            )
+        )
+
+    slots = value.get("slots", 1)
+    _integer(slots, f"{prefix}.slots", MAX_SLOTS, errors)
+    if len(errors) > found:
+        return None
+    return str(policy), str(key), int(slots)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__

@@ -1,0 +1,242 @@
+"""Walking a cron expression in a zone, in integer UTC seconds, without stepping instant by instant.
+
+Cron fields are matched against naive local wall-clock values; the zone is applied one
+*constant-offset segment* at a time. Inside a segment local time and UTC differ by a fixed
+offset, so a local match converts exactly. That one shape gives both DST rules for free:
+- a spring-forward gap lies in no segment, so a local time that does not exist never fires
+  (it is not shifted to the next valid time);
+- a fall-back repeat lies in two segments, so it fires twice, at two UTC instants.
+Segments are visited in UTC order, so every walk is strictly ascending with no duplicates.
+
+Times of day and days are independent in cron, so a day's matching times are one sorted array
+of seconds-of-day and only the *days* need croniter (none at all when every day matches). A
+window is a run of whole days plus two partial ones: counting what a per-second schedule
+missed in a day is a few bisections, not 86,400 croniter steps of ~35 µs each.
+
+zoneinfo does not publish its transition table, so offsets are sampled every 6 hours and each
+change is bisected to the second. A zone that changed its offset and changed it back within 6
+hours would be missed; tzdata has no such zone.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache
+from typing import Final
+from zoneinfo import ZoneInfo
+
+from croniter import CroniterBadDateError, croniter
+
+DAY: Final = 86_400
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_ORDINAL: Final = date(1970, 1, 1).toordinal()
+# The calendar's span, so a walk near either end of `datetime` cannot overflow.
+FIRST_SECOND: Final = 0
+LAST_SECOND: Final = (date(9998, 12, 31).toordinal() - _EPOCH_ORDINAL) * DAY
+_OFFSET_PROBE: Final = 6 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """A window's instants without listing them: how many, the first few and the last two."""
+
+    count: int
+    head: list[int]
+    tail: list[int]
+
+
+class Calendar:
+    """The instants of one six-field expression in one zone, as integer UTC seconds."""
+
+    def __init__(self, cron: croniter, fields: list[str], zone: str) -> None:
+        minutes, hours, *_days, seconds = cron.expanded
+        self._times: tuple[int, ...] = tuple(
+            sorted(
+                h * 3600 + m * 60 + s
+                for h in _field_values(hours, 24)
+                for m in _field_values(minutes, 60)
+                for s in _field_values(seconds, 60)
+            )
+        )
+        day_of_month, month, day_of_week = fields[3:6]
+        every_day = day_of_month in ("*", "?") and month == "*" and day_of_week in ("*", "?")
+        # Midnight of every matching day: the day fields verbatim, so croniter keeps its own
+        # day semantics (L, W, #, and the OR of day-of-month and day-of-week).
+        self._day_expression = None if every_day else f"0 0 0 {day_of_month} {month} {day_of_week}"
+        self._zone = zone
+
+    def instants(self, lo: int, hi: int, cap: int) -> list[int]:
+        """The first `cap` instants in `[lo, hi]`, ascending."""
+        out: list[int] = []
+        if cap <= 0:
+            return out
+        times = self._times
+        for base, i, j in self._runs(lo, hi):
+            stop = min(j, i + cap - len(out))
+            out.extend(base + times[k] for k in range(i, stop))
+            if len(out) >= cap:
+                break
+        return out
+
+    def first(self, lo: int, hi: int) -> int | None:
+        for base, i, _j in self._runs(lo, hi):
+            return base + self._times[i]
+        return None
+
+    def survey(self, lo: int, hi: int, head: int) -> Survey:
+        """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last two."""
+        times = self._times
+        count = 0
+        first: list[int] = []
+        last: list[int] = []
+        for base, i, j in self._runs(lo, hi):
+            count += j - i
+            if len(first) < head:
+                first.extend(base + times[k] for k in range(i, min(j, i + head - len(first))))
+            last = (last + [base + times[k] for k in range(max(i, j - 2), j)])[-2:]
+        return Survey(count, first, last)
+
+    def _runs(self, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
+        """Ascending runs `(base, i, j)`: the instants `base + _times[k]` for `i <= k < j`.
+
+        One run is the part of one local day that lies in one constant-offset segment."""
+        lo, hi = max(lo, FIRST_SECOND), min(hi, LAST_SECOND)
+        if lo > hi or not self._times:
+            return
+        days = _DayFinder(self._day_expression)
+        times = self._times
+        for seg_lo, seg_hi, offset in _segments(self._zone, lo, hi):
+            local_lo, local_hi = seg_lo + offset, seg_hi + offset
+            first_day, last_day = local_lo // DAY, local_hi // DAY
+            day = first_day
+            while True:
+                found = days.at_or_after(day)
+                if found is None:
+                    return  # no day ever matches again
+                if found > last_day:
+                    break
+                midnight = found * DAY
+                i = bisect_left(times, local_lo - midnight) if found == first_day else 0
+                j = bisect_right(times, local_hi - midnight) if found == last_day else len(times)
+                if i < j:
+                    yield midnight - offset, i, j
+                day = found + 1
+
+
+def _field_values(values: list[str], size: int) -> list[int]:
+    return list(range(size)) if values == ["*"] else sorted({int(v) for v in values})
+
+
+class _DayFinder:
+    """Matching local days (days since 1970-01-01) for one walk, via croniter.
+
+    Remembers its last answer: any day between the last question and its answer has the same
+    answer, which lets a walk cross many short segments (or a sparse schedule's empty years)
+    with one croniter step."""
+
+    def __init__(self, expression: str | None) -> None:
+        self._cron = None if expression is None else croniter(expression, second_at_beginning=True)
+        self._asked: int | None = None
+        self._answer: int | None = None
+
+    def at_or_after(self, day: int) -> int | None:
+        if self._cron is None:
+            return day
+        if (
+            self._asked is not None
+            and self._asked <= day
+            and (self._answer is None or day <= self._answer)
+        ):
+            return self._answer
+        midnight = datetime.combine(date.fromordinal(_EPOCH_ORDINAL + day), datetime.min.time())
+        try:
+            found = self._cron.get_next(datetime, midnight - timedelta(seconds=1))
+        except (CroniterBadDateError, OverflowError, ValueError):
+            found = None  # croniter searched its horizon (or the calendar's end) and found none
+        self._asked = day
+        self._answer = None if found is None else found.toordinal() - _EPOCH_ORDINAL
+        return self._answer
+
+
+def _segments(zone: str, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
+    """Split `[lo, hi]` (UTC seconds) into ascending `(start, end, offset)` pieces of constant
+    offset. Pieces also end at every UTC new year, so a walk that stops early never computes
+    transitions for years it does not reach."""
+    start, offset = lo, _offset_at(zone, lo)
+    year = _year_of(lo)
+    while start <= hi:
+        for at, new_offset in _transitions(zone, year):
+            if at <= start:
+                continue
+            if at > hi:
+                break
+            yield start, at - 1, offset
+            start, offset = at, new_offset
+        end = min(hi, _year_start(year + 1) - 1)
+        if start <= end:
+            yield start, end, offset
+            start = end + 1
+        year += 1
+
+
+@lru_cache(maxsize=4096)
+def _transitions(zone: str, year: int) -> tuple[tuple[int, int], ...]:
+    """Every `(utc_second, new_offset)` at which `zone` changes offset, within
+    `(start of year, start of next year]`."""
+    found: list[tuple[int, int]] = []
+    t, end = _year_start(year), _year_start(year + 1)
+    offset = _offset_at(zone, t)
+    while t < end:
+        probe = min(t + _OFFSET_PROBE, end)
+        while _offset_at(zone, probe) != offset:
+            below, above = t, probe  # offset(below) == offset != offset(above)
+            while above - below > 1:
+                middle = (below + above) // 2
+                if _offset_at(zone, middle) == offset:
+                    below = middle
+                else:
+                    above = middle
+            offset = _offset_at(zone, above)
+            found.append((above, offset))
+            t = above
+        t = probe
+    return tuple(found)
+
+
+def _offset_at(zone: str, utc_second: int) -> int:
+    offset = datetime.fromtimestamp(utc_second, ZoneInfo(zone)).utcoffset()
+    assert offset is not None  # a ZoneInfo always has one
+    return seconds(offset)
+
+
+@lru_cache(maxsize=16_384)
+def _year_start(year: int) -> int:
+    return (date(year, 1, 1).toordinal() - _EPOCH_ORDINAL) * DAY
+
+
+def _year_of(utc_second: int) -> int:
+    return date.fromordinal(_EPOCH_ORDINAL + utc_second // DAY).year
+
+
+def seconds(delta: timedelta) -> int:
+    """Whole seconds in `delta`, rounded down."""
+    return delta.days * DAY + delta.seconds
+
+
+def floor_seconds(value: datetime) -> int:
+    """The UTC second at or before an aware `value`."""
+    return seconds(value - EPOCH)
+
+
+def ceil_seconds(value: datetime) -> int:
+    """The UTC second at or after an aware `value`."""
+    delta = value - EPOCH
+    return seconds(delta) + (1 if delta.microseconds else 0)
+
+
+def instant(second: int) -> datetime:
+    """An aware UTC datetime for a UTC second."""
+    return EPOCH + timedelta(seconds=second)
