@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 .PHONY: install run test lint bench synth postgres clean
 

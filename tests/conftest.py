@@ -10,9 +10,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+
+from cronledger.ledger import Ledger
+from tests.ledger.helpers import empty_tables
 
 PG_SERVER_URL = os.environ.get(
     "CRONLEDGER_TEST_PG_URL", "postgresql+pg8000://postgres@127.0.0.1:5432/test"
@@ -38,9 +42,7 @@ def pg_database_url(worker_id: str) -> Iterator[str]:
             "Run `make test`, which starts it, or set CRONLEDGER_TEST_PG_URL.",
             returncode=3,
         )
-    url = sa.engine.make_url(PG_SERVER_URL).set(database=name).render_as_string(
-        hide_password=False
-    )
+    url = sa.engine.make_url(PG_SERVER_URL).set(database=name).render_as_string(hide_password=False)
     try:
         yield url
     finally:
@@ -54,3 +56,34 @@ def worker_id(request: pytest.FixtureRequest) -> str:
     """xdist's worker id (`gw0`, …), or `main` without xdist."""
     workerinput = getattr(request.config, "workerinput", None)
     return workerinput["workerid"] if workerinput else "main"
+
+
+# One parametrised `ledger` fixture: a test that takes it runs on PostgreSQL and on SQLite.
+# PostgreSQL: this run's database, migrated once, every table emptied before each test.
+# SQLite: a fresh file per test. Either way a test sees only its own rows.
+
+
+@pytest.fixture(scope="session")
+def pg_ledger(pg_database_url: str) -> Iterator[Ledger]:
+    ledger = Ledger.connect(pg_database_url)
+    ledger.migrate()
+    yield ledger
+    ledger.dispose()
+
+
+@pytest.fixture
+def sqlite_ledger(tmp_path: Path) -> Iterator[Ledger]:
+    ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.migrate()
+    yield ledger
+    ledger.dispose()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def ledger(request: pytest.FixtureRequest) -> Ledger:
+    if request.param == "sqlite":
+        sqlite: Ledger = request.getfixturevalue("sqlite_ledger")
+        return sqlite
+    pg: Ledger = request.getfixturevalue("pg_ledger")
+    empty_tables(pg)
+    return pg

@@ -1,0 +1,210 @@
+"""Channels: schedule definitions, every edit an immutable version.
+
+`cron_channels` holds the current version for one-read lookups; `cron_channel_versions`
+holds every version ever written, unchanged, because an occurrence records the version it
+was materialised under (`channel_version`) and the one it ran (`executing_version`).
+Status moves draft → active ⇄ paused, and anything → archived, which is final. Pausing or
+archiving pauses the cursor in the same transaction (dropping not-yet-due cron rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from cronledger.errors import Conflict, NotFound
+from cronledger.ids import uuid7
+from cronledger.ledger.cursors import CursorStore
+from cronledger.ledger.models import (
+    CHANNEL_ACTIVE,
+    CHANNEL_ARCHIVED,
+    CHANNEL_DRAFT,
+    CHANNEL_PAUSED,
+    Channel,
+    Page,
+)
+from cronledger.ledger.occurrences import MAX_PAGE_SIZE, OccurrenceStore
+from cronledger.ledger.tables import channel_versions, channels
+
+#: For each status, the statuses a channel may move to it from. Same-status is a no-op.
+_ALLOWED_FROM = {
+    CHANNEL_DRAFT: (CHANNEL_DRAFT,),
+    CHANNEL_ACTIVE: (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED),
+    CHANNEL_PAUSED: (CHANNEL_ACTIVE, CHANNEL_PAUSED),
+    CHANNEL_ARCHIVED: (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED, CHANNEL_ARCHIVED),
+}
+
+
+class ChannelStore(CursorStore, OccurrenceStore):
+    def create_channel(
+        self,
+        name: str,
+        transport_config: dict[str, Any],
+        target: dict[str, Any],
+        timeout_ms: int,
+        status: str = CHANNEL_DRAFT,
+    ) -> Channel:
+        """A new channel at version 1. Conflict when the name is taken."""
+        if status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE):
+            raise ValueError(f"a channel is created draft or active, not {status!r}")
+        now = self._sql.now()
+        document = {
+            "transport_config": transport_config,
+            "target": target,
+            "timeout_ms": timeout_ms,
+        }
+        insert = (
+            self._sql.insert(channels)
+            .values(
+                channel_id=str(uuid7()),
+                name=name,
+                status=status,
+                version=1,
+                created_at=now,
+                updated_at=now,
+                **document,
+            )
+            .on_conflict_do_nothing(index_elements=[channels.c.name])
+            .returning(*channels.c)
+        )
+        with self._write() as conn:
+            row = conn.execute(insert).one_or_none()
+            if row is None:
+                raise Conflict(f"a channel named {name!r} already exists; choose another name")
+            conn.execute(
+                sa.insert(channel_versions).values(
+                    channel_id=row.channel_id, version=1, created_at=now, **document
+                )
+            )
+        return Channel(**row._mapping)
+
+    def new_channel_version(
+        self,
+        channel_id: str,
+        transport_config: dict[str, Any],
+        target: dict[str, Any],
+        timeout_ms: int,
+    ) -> Channel:
+        """Make the given definition the channel's next version; earlier versions stay as
+        they were. NotFound; Conflict for an archived channel."""
+        now = self._sql.now()
+        document = {
+            "transport_config": transport_config,
+            "target": target,
+            "timeout_ms": timeout_ms,
+        }
+        bump = (
+            sa.update(channels)
+            .where(channels.c.channel_id == channel_id)
+            .where(channels.c.status != CHANNEL_ARCHIVED)
+            .values(version=channels.c.version + 1, updated_at=now, **document)
+            .returning(*channels.c)
+        )
+        with self._write() as conn:
+            row = conn.execute(bump).one_or_none()
+            if row is not None:
+                conn.execute(
+                    sa.insert(channel_versions).values(
+                        channel_id=channel_id, version=row.version, created_at=now, **document
+                    )
+                )
+                return Channel(**row._mapping)
+        self.get_channel(channel_id)  # NotFound, if that is why
+        raise Conflict(f"channel {channel_id} is archived; an archived channel cannot be edited")
+
+    def set_channel_status(self, channel_id: str, status: str) -> Channel:
+        """Move a channel along its lifecycle; Conflict for a move it does not allow."""
+        if status not in _ALLOWED_FROM:
+            raise ValueError(f"unknown channel status {status!r}")
+        stmt = (
+            sa.update(channels)
+            .where(channels.c.channel_id == channel_id)
+            .where(channels.c.status.in_(_ALLOWED_FROM[status]))
+            .values(status=status, updated_at=self._sql.now())
+            .returning(*channels.c)
+        )
+        with self._write() as conn:
+            row = conn.execute(stmt).one_or_none()
+            if row is not None:
+                if status in (CHANNEL_PAUSED, CHANNEL_ARCHIVED):
+                    self._pause_cursor(conn, channel_id)
+                return Channel(**row._mapping)
+        current = self.get_channel(channel_id)
+        raise Conflict(
+            f"channel {channel_id} is {current.status!r} and cannot become {status!r}: "
+            "draft → active ⇄ paused, anything → archived, and archived is final"
+        )
+
+    def get_channel(self, channel_id: str, version: int | None = None) -> Channel:
+        """The channel as it is now, or with the definition of an earlier `version`."""
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(channels).where(channels.c.channel_id == channel_id)
+            ).one_or_none()
+            if row is None:
+                raise NotFound(f"channel {channel_id} not found")
+            current = Channel(**row._mapping)
+            if version is None or version == current.version:
+                return current
+            old = conn.execute(
+                sa.select(channel_versions)
+                .where(channel_versions.c.channel_id == channel_id)
+                .where(channel_versions.c.version == version)
+            ).one_or_none()
+        if old is None:
+            raise NotFound(f"channel {channel_id} has no version {version}")
+        return Channel(
+            channel_id=current.channel_id,
+            name=current.name,
+            status=current.status,
+            version=old.version,
+            transport_config=old.transport_config,
+            target=old.target,
+            timeout_ms=old.timeout_ms,
+            created_at=current.created_at,
+            updated_at=old.created_at,
+        )
+
+    def get_channel_by_name(self, name: str) -> Channel:
+        with self._read() as conn:
+            row = conn.execute(sa.select(channels).where(channels.c.name == name)).one_or_none()
+        if row is None:
+            raise NotFound(f"no channel named {name!r}")
+        return Channel(**row._mapping)
+
+    def list_channels(
+        self, status: str | None = None, limit: int = 50, offset: int = 0
+    ) -> Page[Channel]:
+        """Oldest first (creation order); `limit` clamped to 1..1000."""
+        limit = min(max(limit, 1), MAX_PAGE_SIZE)
+        offset = max(offset, 0)
+        conditions = [] if status is None else [channels.c.status == status]
+        page = (
+            sa.select(channels)
+            .where(*conditions)
+            .order_by(channels.c.created_at, channels.c.channel_id)
+            .limit(limit)
+            .offset(offset)
+        )
+        count = sa.select(sa.func.count()).select_from(channels).where(*conditions)
+        with self._read() as conn:
+            total = int(conn.execute(count).scalar_one())
+            data = [Channel(**row._mapping) for row in conn.execute(page)]
+        return Page(data=data, total=total, limit=limit, offset=offset)
+
+    def delete_channel(self, channel_id: str) -> None:
+        """Purge a channel: its versions, cursor and occurrences, and the singleton slots
+        those hold, in one transaction. NotFound when there is no such channel."""
+        with self._write() as conn:
+            self._purge(conn, channel_id)
+            conn.execute(
+                sa.delete(channel_versions).where(channel_versions.c.channel_id == channel_id)
+            )
+            deleted = conn.execute(
+                sa.delete(channels).where(channels.c.channel_id == channel_id)
+            ).rowcount
+            if deleted == 1:
+                return
+            conn.rollback()
+        raise NotFound(f"channel {channel_id} not found")

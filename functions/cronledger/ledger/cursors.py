@@ -1,0 +1,188 @@
+"""Cursors: per channel, the next instant not yet materialised (`cron_schedule_state`).
+
+A cursor only moves by compare-and-set on the value the caller planned from, so two
+reconcilers that planned the same pass insert the same (idempotent) rows and exactly one of
+them advances it; the loser re-plans next pass and finds nothing left to do.
+
+Resetting or pausing a cursor also removes the channel's not-yet-due `pending` cron rows in
+the same transaction: a lookahead pass may have materialised them under the schedule that
+is being replaced or paused, and they must not fire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from cronledger.instants import require_utc
+from cronledger.ledger.models import (
+    CHANNEL_ACTIVE,
+    PENDING,
+    TRIGGER_CRON,
+    Channel,
+    ScheduleState,
+    ScheduleWork,
+)
+from cronledger.ledger.store import Store
+from cronledger.ledger.tables import UtcDateTime, channels, occurrences, schedule_state
+
+
+class CursorStore(Store):
+    def schedule_states(self) -> list[ScheduleState]:
+        """Every cursor, in channel id order."""
+        with self._read() as conn:
+            rows = conn.execute(sa.select(schedule_state).order_by(schedule_state.c.channel_id))
+            return [ScheduleState(**row._mapping) for row in rows]
+
+    def schedules_needing_work(self, horizon: datetime) -> list[ScheduleWork]:
+        """What a reconcile pass must look at, and nothing else, so an idle pass is one read:
+        active channels whose cursor is missing, paused, behind the channel's version, or
+        due by `horizon`; and unpaused cursors whose channel is gone or no longer active."""
+        state_columns = [column.label(f"state_{column.name}") for column in schedule_state.c]
+        joined = channels.outerjoin(
+            schedule_state, schedule_state.c.channel_id == channels.c.channel_id
+        )
+        active = (
+            sa.select(*channels.c, *state_columns)
+            .select_from(joined)
+            .where(channels.c.status == CHANNEL_ACTIVE)
+            .where(
+                sa.or_(
+                    schedule_state.c.channel_id.is_(None),
+                    schedule_state.c.paused_at.is_not(None),
+                    schedule_state.c.channel_version != channels.c.version,
+                    schedule_state.c.next_fire_at <= require_utc(horizon, "horizon"),
+                )
+            )
+        )
+        orphaned = (
+            sa.select(schedule_state)
+            .select_from(
+                schedule_state.outerjoin(
+                    channels, channels.c.channel_id == schedule_state.c.channel_id
+                )
+            )
+            .where(schedule_state.c.paused_at.is_(None))
+            .where(sa.or_(channels.c.channel_id.is_(None), channels.c.status != CHANNEL_ACTIVE))
+        )
+        work: list[ScheduleWork] = []
+        with self._read() as conn:
+            for found in conn.execute(active).mappings():
+                channel = Channel(**{column.name: found[column.name] for column in channels.c})
+                state = None
+                if found["state_channel_id"] is not None:
+                    state = ScheduleState(
+                        **{c.name: found[f"state_{c.name}"] for c in schedule_state.c}
+                    )
+                work.append(ScheduleWork(channel.channel_id, channel, state))
+            for row in conn.execute(orphaned):
+                work.append(ScheduleWork(row.channel_id, None, ScheduleState(**row._mapping)))
+        return sorted(work, key=lambda w: w.channel_id)
+
+    def adopt_channel_version(self, channel_id: str, version: int) -> bool:
+        """Record that the cursor serves `version` now, keeping its place in time: an edit
+        that left the scheduling hash alone must not move when the channel next runs."""
+        stmt = (
+            sa.update(schedule_state)
+            .where(schedule_state.c.channel_id == channel_id)
+            .where(schedule_state.c.channel_version < version)
+            .values(channel_version=version, updated_at=self._sql.now())
+        )
+        with self._write() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def upsert_cursor(
+        self,
+        channel_id: str,
+        channel_version: int,
+        config_hash: str,
+        next_fire_at: datetime | None,
+    ) -> None:
+        """Create or reset a channel's cursor and clear its pause, in one write, so a
+        reactivated channel cannot come back still paused."""
+        values = {
+            "channel_version": channel_version,
+            "config_hash": config_hash,
+            "next_fire_at": _optional_utc(next_fire_at),
+            "paused_at": None,
+            "updated_at": self._sql.now(),
+        }
+        upsert = (
+            self._sql.insert(schedule_state)
+            .values(channel_id=channel_id, **values)
+            .on_conflict_do_update(index_elements=[schedule_state.c.channel_id], set_=values)
+        )
+        with self._write() as conn:
+            conn.execute(upsert)
+            self._drop_future_cron_rows(conn, channel_id)
+
+    def pause_cursor(self, channel_id: str) -> None:
+        """Stop a channel producing occurrences; its history stays. Idempotent: an already
+        paused cursor keeps the instant it was first paused at."""
+        with self._write() as conn:
+            self._pause_cursor(conn, channel_id)
+
+    def advance_cursor(self, channel_id: str, from_: datetime, to: datetime | None) -> bool:
+        """Move the cursor from `from_` to `to` (`None` parks it). False: someone else moved
+        it first, and the caller's plan is stale."""
+        stmt = (
+            sa.update(schedule_state)
+            .where(schedule_state.c.channel_id == channel_id)
+            .where(schedule_state.c.next_fire_at == require_utc(from_, "from_"))
+            .values(next_fire_at=_optional_utc(to), updated_at=self._sql.now())
+        )
+        with self._write() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def advance_cursors(self, moves: Iterable[tuple[str, datetime, datetime | None]]) -> set[str]:
+        """`advance_cursor` for many channels in one statement; answers the channel ids whose
+        compare-and-set won."""
+        moves = list(moves)
+        if not moves:
+            return set()
+        new_value: sa.ColumnElement[datetime | None] = sa.case(
+            {cid: sa.literal(_optional_utc(to), UtcDateTime()) for cid, _, to in moves},
+            value=schedule_state.c.channel_id,
+        )
+        if self._sql.is_postgres:
+            # Every branch of the CASE is an untyped parameter to PostgreSQL; say what it is.
+            new_value = sa.cast(new_value, sa.DateTime(timezone=True))
+        matches = [
+            sa.and_(
+                schedule_state.c.channel_id == cid,
+                schedule_state.c.next_fire_at == require_utc(from_, "from_"),
+            )
+            for cid, from_, _ in moves
+        ]
+        stmt = (
+            sa.update(schedule_state)
+            .where(sa.or_(*matches))
+            .values(next_fire_at=new_value, updated_at=self._sql.now())
+            .returning(schedule_state.c.channel_id)
+        )
+        with self._write() as conn:
+            return set(conn.execute(stmt).scalars())
+
+    def _pause_cursor(self, conn: sa.Connection, channel_id: str) -> None:
+        conn.execute(
+            sa.update(schedule_state)
+            .where(schedule_state.c.channel_id == channel_id)
+            .where(schedule_state.c.paused_at.is_(None))
+            .values(paused_at=self._sql.now(), updated_at=self._sql.now())
+        )
+        self._drop_future_cron_rows(conn, channel_id)
+
+    def _drop_future_cron_rows(self, conn: sa.Connection, channel_id: str) -> None:
+        conn.execute(
+            sa.delete(occurrences)
+            .where(occurrences.c.channel_id == channel_id)
+            .where(occurrences.c.status == PENDING)
+            .where(occurrences.c.trigger == TRIGGER_CRON)
+            .where(occurrences.c.scheduled_for > self._sql.now())
+        )
+
+
+def _optional_utc(value: datetime | None) -> datetime | None:
+    return None if value is None else require_utc(value)

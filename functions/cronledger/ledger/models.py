@@ -1,0 +1,184 @@
+"""What the ledger hands out and takes in: frozen values with aware-UTC datetimes.
+
+Statuses and triggers are plain strings, not an enum, because the column is an open string
+on the wire (a client must tolerate a status it does not know) and the queries compare
+against these same literals, so one table of names serves both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from cronledger.errors import CronledgerError
+from cronledger.ids import new_occurrence_id
+
+PENDING = "pending"
+CLAIMED = "claimed"
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+SKIPPED_MISFIRE = "skipped_misfire"
+SKIPPED_SINGLETON = "skipped_singleton"
+
+#: Statuses a worker may still act on.
+ACTIVE_STATUSES = (PENDING, CLAIMED, RUNNING)
+#: Statuses that hold a claim (and possibly a singleton slot).
+LEASED_STATUSES = (CLAIMED, RUNNING)
+TERMINAL_STATUSES = (COMPLETED, FAILED, CANCELLED, SKIPPED_MISFIRE, SKIPPED_SINGLETON)
+#: An occurrence that ended without doing its work. `completed` is absent on purpose:
+#: running finished work again is a new (manual) occurrence, not a retry of this one.
+RETRYABLE_STATUSES = (FAILED, CANCELLED, SKIPPED_MISFIRE, SKIPPED_SINGLETON)
+#: What an attempt may settle as.
+SETTLED_STATUSES = (COMPLETED, FAILED, SKIPPED_SINGLETON)
+
+TRIGGER_CRON = "cron"
+TRIGGER_MANUAL = "manual"
+TRIGGER_BACKFILL = "backfill"
+
+CHANNEL_DRAFT = "draft"
+CHANNEL_ACTIVE = "active"
+CHANNEL_PAUSED = "paused"
+CHANNEL_ARCHIVED = "archived"
+
+T = TypeVar("T")
+
+
+class DatabaseUnavailable(CronledgerError):
+    """The database could not be reached or dropped the connection. Raised instead of an
+    empty answer: "nothing is due" and "cannot tell" must never look the same."""
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One row of `cron_occurrences`: one scheduled instant (or manual/backfill run)."""
+
+    id: str
+    channel_id: str
+    channel_name: str
+    channel_version: int
+    executing_version: int | None
+    target_ref: str | None
+    trigger: str
+    scheduled_for: datetime
+    status: str
+    attempt: int
+    claimed_by: str | None
+    claimed_until: datetime | None
+    singleton_key: str | None
+    singleton_slot: int | None
+    fencing_token: int | None
+    trace_id: str | None
+    error_message: str | None
+    result: str | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewOccurrence:
+    """An occurrence to materialise. The id is fresh per call on purpose: identity is
+    `(channel_id, scheduled_for)`, so a duplicate loses to the row already there."""
+
+    channel_id: str
+    channel_name: str
+    channel_version: int
+    scheduled_for: datetime
+    trigger: str = TRIGGER_CRON
+    #: `pending` for work to run; a terminal status (e.g. `skipped_misfire`) for a record.
+    status: str = PENDING
+    error_message: str | None = None
+    target_ref: str | None = None
+    id: str = field(default_factory=new_occurrence_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """A channel's cursor: `next_fire_at` is the next instant not yet materialised
+    (`None` when the schedule has no instants left: the cursor is parked)."""
+
+    channel_id: str
+    channel_version: int
+    config_hash: str
+    next_fire_at: datetime | None
+    paused_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleWork:
+    """One channel a reconcile pass has to look at. `channel` is None when the cursor's
+    channel is gone or no longer active (pause the cursor); `state` is None when an active
+    channel has no cursor yet (initialise it)."""
+
+    channel_id: str
+    channel: Channel | None
+    state: ScheduleState | None
+
+
+@dataclass(frozen=True, slots=True)
+class SingletonSpec:
+    """The `forbid` policy for one attempt: at most `slots` holders of `key` at once."""
+
+    key: str
+    slots: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptStart:
+    """What `start_attempt` decided.
+
+    `started`: the occurrence is `running` since `started_at` (the database's clock); under
+    `forbid` it holds `slot` of the key under `fencing_token` (both `None` under `allow`).
+    `singleton_busy`: every slot is held by a live lease of another occurrence; nothing was
+    written. `lost`: the occurrence is no longer this claimant's to start; nothing was written.
+    """
+
+    outcome: Literal["started", "singleton_busy", "lost"]
+    fencing_token: int | None = None
+    slot: int | None = None
+    started_at: datetime | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.outcome == "started"
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    data: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class OccurrenceFilter:
+    """Listing filter; `since` and `until` bound `scheduled_for`, both inclusive."""
+
+    channel_id: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """A schedule definition at one version. `transport_config` and `target` are stored as
+    given: validating them is the API's job, before they get here."""
+
+    channel_id: str
+    name: str
+    status: str
+    version: int
+    transport_config: dict[str, Any]
+    target: dict[str, Any]
+    timeout_ms: int
+    created_at: datetime
+    updated_at: datetime

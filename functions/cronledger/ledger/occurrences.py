@@ -1,0 +1,209 @@
+"""Occurrences as records: materialise, read, list, retry, cancel, retain, purge.
+
+Materialisation is insert-if-absent on `(channel_id, scheduled_for)`. The caller mints a
+fresh id every call, so a duplicate is only detectable by that identity, and it loses to the
+row already there: a retried tick or a second reconciler cannot make a second row.
+Retry and cancel are each one conditional UPDATE whose matched row is the answer; a read
+afterwards only decides between "no such occurrence" (404) and "wrong state" (409).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+
+from cronledger.errors import Conflict, NotFound
+from cronledger.instants import require_utc
+from cronledger.ledger.attempts import release_slots_of
+from cronledger.ledger.models import (
+    ACTIVE_STATUSES,
+    CANCELLED,
+    PENDING,
+    RETRYABLE_STATUSES,
+    TERMINAL_STATUSES,
+    NewOccurrence,
+    Occurrence,
+    OccurrenceFilter,
+    Page,
+)
+from cronledger.ledger.store import Store
+from cronledger.ledger.tables import occurrences, schedule_state
+
+MAX_PAGE_SIZE = 1000
+#: Rows per INSERT statement, well inside both backends' bound-parameter limits.
+INSERT_CHUNK = 1000
+
+
+class OccurrenceStore(Store):
+    def insert_occurrence(self, row: NewOccurrence) -> bool:
+        """Materialise one occurrence; True when this call created it."""
+        return self.insert_occurrences([row]) == 1
+
+    def insert_occurrences(self, rows: Iterable[NewOccurrence]) -> int:
+        """Materialise many occurrences with one INSERT … ON CONFLICT DO NOTHING (per
+        thousand rows, in one transaction); answers how many rows were actually inserted."""
+        values = [self._new_row(row) for row in rows]
+        if not values:
+            return 0
+        inserted = 0
+        with self._write() as conn:
+            for start in range(0, len(values), INSERT_CHUNK):
+                stmt = (
+                    self._sql.insert(occurrences)
+                    .values(values[start : start + INSERT_CHUNK])
+                    .on_conflict_do_nothing(
+                        index_elements=[occurrences.c.channel_id, occurrences.c.scheduled_for]
+                    )
+                    .returning(occurrences.c.id)
+                )
+                inserted += len(conn.execute(stmt).all())
+        return inserted
+
+    def get_occurrence(self, occurrence_id: str) -> Occurrence:
+        with self._read() as conn:
+            return self._fetch(conn, occurrence_id)
+
+    def list_occurrences(self, filter: OccurrenceFilter | None = None) -> Page[Occurrence]:
+        """Newest first (by creation): an operator opening the list asks what happened
+        recently. `limit` is clamped to 1..1000."""
+        f = filter or OccurrenceFilter()
+        limit = min(max(f.limit, 1), MAX_PAGE_SIZE)
+        offset = max(f.offset, 0)
+        conditions: list[sa.ColumnElement[bool]] = []
+        if f.channel_id is not None:
+            conditions.append(occurrences.c.channel_id == f.channel_id)
+        if f.status is not None:
+            conditions.append(occurrences.c.status == f.status)
+        if f.since is not None:
+            conditions.append(occurrences.c.scheduled_for >= require_utc(f.since, "since"))
+        if f.until is not None:
+            conditions.append(occurrences.c.scheduled_for <= require_utc(f.until, "until"))
+        page = (
+            sa.select(occurrences)
+            .where(*conditions)
+            .order_by(occurrences.c.created_at.desc(), occurrences.c.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        count = sa.select(sa.func.count()).select_from(occurrences).where(*conditions)
+        with self._read() as conn:
+            total = conn.execute(count).scalar_one()
+            data = [Occurrence(**row._mapping) for row in conn.execute(page)]
+        return Page(data=data, total=total, limit=limit, offset=offset)
+
+    def requeue(self, occurrence_id: str) -> Occurrence:
+        """Put a failed, cancelled or skipped occurrence back to `pending`, keeping its id and
+        `scheduled_for`; the next claim makes it `attempt + 1`. NotFound, or Conflict for any
+        other status (`completed` included: running finished work again is a trigger)."""
+        stmt = (
+            sa.update(occurrences)
+            .where(occurrences.c.id == occurrence_id)
+            .where(occurrences.c.status.in_(RETRYABLE_STATUSES))
+            .values(
+                status=PENDING,
+                claimed_by=None,
+                claimed_until=None,
+                singleton_key=None,
+                singleton_slot=None,
+                fencing_token=None,
+                trace_id=None,
+                error_message=None,
+                result=None,
+                started_at=None,
+                completed_at=None,
+                updated_at=self._sql.now(),
+            )
+            .returning(*occurrences.c)
+        )
+        with self._write() as conn:
+            row = conn.execute(stmt).one_or_none()
+            if row is not None:
+                return Occurrence(**row._mapping)
+            current = self._fetch(conn, occurrence_id)
+        raise Conflict(
+            f"occurrence {occurrence_id} is {current.status!r} and cannot be retried; retry "
+            f"applies to {', '.join(RETRYABLE_STATUSES)}. To run the schedule again now, "
+            "trigger the channel."
+        )
+
+    def cancel(self, occurrence_id: str) -> Occurrence:
+        """Cancel a pending, claimed or running occurrence: it becomes `cancelled`, loses its
+        claim and gives back any singleton slot, in one transaction. A running attempt
+        finds out at its next renewal, which then matches nothing. NotFound / Conflict."""
+        with self._write() as conn:
+            # Singleton first (the lock order). Rolled back below if the cancel loses.
+            release_slots_of(conn, [occurrence_id])
+            row = conn.execute(
+                sa.update(occurrences)
+                .where(occurrences.c.id == occurrence_id)
+                .where(occurrences.c.status.in_(ACTIVE_STATUSES))
+                .values(
+                    status=CANCELLED,
+                    claimed_by=None,
+                    claimed_until=None,
+                    error_message="cancelled by an operator",
+                    completed_at=self._sql.now(),
+                    updated_at=self._sql.now(),
+                )
+                .returning(*occurrences.c)
+            ).one_or_none()
+            if row is not None:
+                return Occurrence(**row._mapping)
+            conn.rollback()
+        current = self.get_occurrence(occurrence_id)
+        raise Conflict(
+            f"occurrence {occurrence_id} is {current.status!r}; only "
+            f"{', '.join(ACTIVE_STATUSES)} occurrences can be cancelled"
+        )
+
+    def delete_terminal_older_than(self, hours: float) -> int:
+        """Retention: delete terminal rows that reached their end more than `hours` ago.
+        Never `pending` (or any live) row: a backlog is work not yet done, not history."""
+        stmt = (
+            sa.delete(occurrences)
+            .where(occurrences.c.status.in_(TERMINAL_STATUSES))
+            .where(occurrences.c.completed_at < self._sql.now_plus(-hours * 3600))
+        )
+        with self._write() as conn:
+            return conn.execute(stmt).rowcount
+
+    def purge_channel(self, channel_id: str) -> None:
+        """Remove a channel's cursor and occurrences, and free the singleton slots they
+        hold. For a deleted channel; an archived one keeps its history."""
+        with self._write() as conn:
+            self._purge(conn, channel_id)
+
+    def _purge(self, conn: sa.Connection, channel_id: str) -> None:
+        ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
+        release_slots_of(conn, ids)
+        conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
+        conn.execute(sa.delete(schedule_state).where(schedule_state.c.channel_id == channel_id))
+
+    def _fetch(self, conn: sa.Connection, occurrence_id: str) -> Occurrence:
+        row = conn.execute(
+            sa.select(occurrences).where(occurrences.c.id == occurrence_id)
+        ).one_or_none()
+        if row is None:
+            raise NotFound(f"occurrence {occurrence_id} not found")
+        return Occurrence(**row._mapping)
+
+    def _new_row(self, row: NewOccurrence) -> dict[str, Any]:
+        now = self._sql.now()
+        return {
+            "id": row.id,
+            "channel_id": row.channel_id,
+            "channel_name": row.channel_name,
+            "channel_version": row.channel_version,
+            "target_ref": row.target_ref,
+            "trigger": row.trigger,
+            "scheduled_for": require_utc(row.scheduled_for, "scheduled_for"),
+            "status": row.status,
+            "attempt": 0,
+            "error_message": row.error_message,
+            # A row born terminal (a misfire summary) ended when it was written.
+            "completed_at": None if row.status in ACTIVE_STATUSES else now,
+            "created_at": now,
+            "updated_at": now,
+        }

@@ -1,0 +1,115 @@
+"""Reads for the status view, `/health` and the claim loop's in-flight budget, and the job
+heartbeat (`cron_job_runs`) that lets the API report the last successful reconcile and claim.
+
+Ages and lease liveness are measured against the database clock, like every decision in
+the ledger: an age computed on a skewed node would fire an alarm on the wrong node.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from cronledger.ledger.models import LEASED_STATUSES, PENDING, Occurrence
+from cronledger.ledger.store import Store
+from cronledger.ledger.tables import job_runs, occurrences, singletons
+
+
+class ReportingStore(Store):
+    def latest_for_channel(self, channel_id: str) -> Occurrence | None:
+        """The channel's most recent *due* occurrence (latest `scheduled_for` not after now).
+        Rows materialised ahead of time are not "the last run" of anything."""
+        stmt = (
+            sa.select(occurrences)
+            .where(occurrences.c.channel_id == channel_id)
+            .where(occurrences.c.scheduled_for <= self._sql.now())
+            .order_by(occurrences.c.scheduled_for.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            row = conn.execute(stmt).one_or_none()
+        return None if row is None else Occurrence(**row._mapping)
+
+    def pending_count(self, channel_id: str | None = None) -> int:
+        """`pending` rows, for one channel or all (including ones materialised ahead)."""
+        stmt = sa.select(sa.func.count()).where(occurrences.c.status == PENDING)
+        if channel_id is not None:
+            stmt = stmt.where(occurrences.c.channel_id == channel_id)
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    def in_flight_count(self) -> int:
+        """`claimed` or `running` rows whose lease is live: what counts against max-in-flight.
+        An expired lease is reclaimable work, not work in flight."""
+        stmt = (
+            sa.select(sa.func.count())
+            .where(occurrences.c.status.in_(LEASED_STATUSES))
+            .where(occurrences.c.claimed_until >= self._sql.now())
+        )
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    def oldest_pending_age_secs(self) -> float | None:
+        """Seconds the oldest *due* `pending` row has waited; None when nothing is waiting."""
+        now = self._sql.now()
+        stmt = sa.select(sa.func.min(occurrences.c.scheduled_for), now).where(
+            occurrences.c.status == PENDING, occurrences.c.scheduled_for <= now
+        )
+        with self._read() as conn:
+            oldest, db_now = conn.execute(stmt).one()
+        if oldest is None:
+            return None
+        age: float = (db_now - oldest).total_seconds()
+        return max(age, 0.0)
+
+    def seconds_until_next_due(self) -> float | None:
+        """Seconds until the next row becomes claimable (0 when one already is): the
+        earliest pending `scheduled_for` or lease end. None when there is nothing at all, so
+        a claim loop can sleep until then rather than poll."""
+        now = self._sql.now()
+        stmt = sa.select(
+            sa.select(sa.func.min(occurrences.c.scheduled_for))
+            .where(occurrences.c.status == PENDING)
+            .scalar_subquery(),
+            sa.select(sa.func.min(occurrences.c.claimed_until))
+            .where(occurrences.c.status.in_(LEASED_STATUSES))
+            .scalar_subquery(),
+            now,
+        )
+        with self._read() as conn:
+            next_pending, next_expiry, db_now = conn.execute(stmt).one()
+        candidates = [at for at in (next_pending, next_expiry) if at is not None]
+        if not candidates:
+            return None
+        wait: float = (min(candidates) - db_now).total_seconds()
+        return max(wait, 0.0)
+
+    def held_slots(self, key: str) -> int:
+        """How many slots of a singleton key are held by a live lease."""
+        stmt = (
+            sa.select(sa.func.count())
+            .where(singletons.c.singleton_key == key)
+            .where(singletons.c.occurrence_id.is_not(None))
+            .where(singletons.c.lease_until >= self._sql.now())
+        )
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    def record_job_ok(self, job: str) -> None:
+        """Note that `job` (e.g. `reconcile`, `claim`) just completed a pass successfully."""
+        now = self._sql.now()
+        stmt = (
+            self._sql.insert(job_runs)
+            .values(job=job, last_ok_at=now)
+            .on_conflict_do_update(index_elements=[job_runs.c.job], set_={"last_ok_at": now})
+        )
+        with self._write() as conn:
+            conn.execute(stmt)
+
+    def job_heartbeats(self) -> dict[str, datetime]:
+        with self._read() as conn:
+            return {
+                job: at
+                for job, at in conn.execute(sa.select(job_runs.c.job, job_runs.c.last_ok_at))
+            }

@@ -1,0 +1,151 @@
+"""The ledger's tables (SPEC §2), in SQLAlchemy Core.
+
+The migrations in `migrations/versions/` create exactly this; a test compares the two.
+Every timestamp is `UtcDateTime`: `timestamptz` on PostgreSQL, and on SQLite fixed-width
+text (`YYYY-MM-DD HH:MM:SS.ffffff`, always six fractional digits) so that comparing the text
+compares the instants, including against the clock expression in `backend.py`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
+
+from cronledger.instants import require_utc
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """Aware UTC in, aware UTC out, whatever the session's TimeZone; naive is refused."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            # The default storage format already pads microseconds to six digits.
+            return dialect.type_descriptor(sqlite.DATETIME())  # type: ignore[no-untyped-call]
+        return dialect.type_descriptor(sa.DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        utc = require_utc(value)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+JsonDocument = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+metadata = sa.MetaData()
+
+channels = sa.Table(
+    "cron_channels",
+    metadata,
+    sa.Column("channel_id", sa.String, primary_key=True),
+    sa.Column("name", sa.String, nullable=False, unique=True),
+    sa.Column("status", sa.String, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("transport_config", JsonDocument, nullable=False),
+    sa.Column("target", JsonDocument, nullable=False),
+    sa.Column("timeout_ms", sa.Integer, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+)
+
+channel_versions = sa.Table(
+    "cron_channel_versions",
+    metadata,
+    sa.Column("channel_id", sa.String, sa.ForeignKey("cron_channels.channel_id"), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("transport_config", JsonDocument, nullable=False),
+    sa.Column("target", JsonDocument, nullable=False),
+    sa.Column("timeout_ms", sa.Integer, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+)
+
+schedule_state = sa.Table(
+    "cron_schedule_state",
+    metadata,
+    sa.Column("channel_id", sa.String, primary_key=True),
+    sa.Column("channel_version", sa.Integer, nullable=False),
+    sa.Column("config_hash", sa.String, nullable=False),
+    sa.Column("next_fire_at", UtcDateTime, nullable=True),
+    sa.Column("paused_at", UtcDateTime, nullable=True),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+)
+
+occurrences = sa.Table(
+    "cron_occurrences",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("channel_id", sa.String, nullable=False),
+    sa.Column("channel_name", sa.String, nullable=False),
+    sa.Column("channel_version", sa.Integer, nullable=False),
+    sa.Column("executing_version", sa.Integer, nullable=True),
+    sa.Column("target_ref", sa.String, nullable=True),
+    sa.Column("trigger", sa.String, nullable=False),
+    sa.Column("scheduled_for", UtcDateTime, nullable=False),
+    sa.Column("status", sa.String, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("claimed_by", sa.String, nullable=True),
+    sa.Column("claimed_until", UtcDateTime, nullable=True),
+    sa.Column("singleton_key", sa.String, nullable=True),
+    sa.Column("singleton_slot", sa.Integer, nullable=True),
+    sa.Column("fencing_token", sa.BigInteger, nullable=True),
+    sa.Column("trace_id", sa.String, nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("result", sa.Text, nullable=True),
+    sa.Column("started_at", UtcDateTime, nullable=True),
+    sa.Column("completed_at", UtcDateTime, nullable=True),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    # The identity of an occurrence, and what makes materialisation idempotent.
+    sa.UniqueConstraint("channel_id", "scheduled_for", name="uq_cron_occurrences_instant"),
+    # The claim's two arms, the backlog and the in-flight count. Partial on PostgreSQL, so
+    # each stays the size of the live work rather than of the whole history.
+    sa.Index(
+        "ix_cron_occurrences_pending",
+        "status",
+        "scheduled_for",
+        postgresql_where=sa.text("status = 'pending'"),
+    ),
+    sa.Index(
+        "ix_cron_occurrences_leased",
+        "status",
+        "claimed_until",
+        postgresql_where=sa.text("status IN ('claimed', 'running')"),
+    ),
+    # Newest-first listing, overall and per channel.
+    sa.Index("ix_cron_occurrences_created", "created_at", "id"),
+    sa.Index("ix_cron_occurrences_channel_created", "channel_id", "created_at"),
+)
+
+singletons = sa.Table(
+    "cron_singletons",
+    metadata,
+    sa.Column("singleton_key", sa.String, primary_key=True),
+    sa.Column("slot", sa.Integer, primary_key=True),
+    # NULL when released. The row itself stays, so the token keeps climbing.
+    sa.Column("occurrence_id", sa.String, nullable=True),
+    sa.Column("holder", sa.String, nullable=True),
+    sa.Column("fencing_token", sa.BigInteger, nullable=False),
+    sa.Column("lease_until", UtcDateTime, nullable=True),
+    sa.Index("ix_cron_singletons_occurrence", "occurrence_id"),
+)
+
+job_runs = sa.Table(
+    "cron_job_runs",
+    metadata,
+    sa.Column("job", sa.String, primary_key=True),
+    sa.Column("last_ok_at", UtcDateTime, nullable=False),
+)

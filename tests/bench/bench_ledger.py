@@ -1,0 +1,176 @@
+"""Ledger benchmark: how fast the claim leases due rows on the local PostgreSQL, next to what
+pgbench's TPC-B does on the same server, so the figure means something on any machine.
+
+Claim: 20,000 due rows drained with batch 100 by 1 and then 4 concurrent claimers (separate
+processes, as separate Lambda invocations would be); every row must be claimed exactly once.
+pgbench: `-i -s 10`, then 4 clients for 15 s. Each runs in a scratch database of its own,
+dropped afterwards. The server: CRONLEDGER_BENCH_PG_URL, else CRONLEDGER_TEST_PG_URL, else
+postgres@127.0.0.1:5432.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cronledger.ledger import CLAIMED, Ledger, NewOccurrence
+from cronledger.ledger.tables import occurrences
+
+SERVER_URL = os.environ.get(
+    "CRONLEDGER_BENCH_PG_URL",
+    os.environ.get(
+        "CRONLEDGER_TEST_PG_URL", "postgresql+pg8000://postgres@127.0.0.1:5432/postgres"
+    ),
+)
+ROWS = 20_000
+BATCH = 100
+LEASE_SECS = 600.0
+PGBENCH_SCALE = 10
+PGBENCH_CLIENTS = 4
+PGBENCH_SECS = 15
+
+
+def main() -> None:
+    rates: dict[int, float] = {}
+    with scratch_database("claims") as url:
+        ledger = Ledger.connect(url)
+        ledger.migrate()
+        for claimers in (1, 4):
+            seed(ledger)
+            rates[claimers] = drain(url, claimers)
+            leased = count_claimed(ledger)
+            assert leased == ROWS, f"{leased} of {ROWS} rows leased"
+            print(
+                f"claim throughput, {claimers} claimer(s), batch {BATCH}, {ROWS:,} due rows: "
+                f"{rates[claimers]:,.0f} rows leased/s",
+                flush=True,
+            )
+        ledger.dispose()
+    with scratch_database("pgbench") as url:
+        tps = pgbench(url)
+    print(
+        f"pgbench TPC-B, scale {PGBENCH_SCALE}, {PGBENCH_CLIENTS} clients, {PGBENCH_SECS} s: "
+        f"{tps:,.0f} tps"
+    )
+    for claimers, rate in rates.items():
+        print(f"ratio, {claimers} claimer(s) rows leased/s ÷ pgbench tps: {rate / tps:.2f}")
+
+
+def seed(ledger: Ledger) -> None:
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.delete(occurrences))
+    now = ledger.db_now()
+    ledger.insert_occurrences(
+        NewOccurrence(
+            channel_id=f"ch-{i % 50}",
+            channel_name="bench",
+            channel_version=1,
+            scheduled_for=now - timedelta(seconds=ROWS - i),
+        )
+        for i in range(ROWS)
+    )
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE cron_occurrences"))
+
+
+def drain(url: str, claimers: int) -> float:
+    """Rows leased per second of wall time, from the moment every claimer is ready."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(claimers)
+    results = context.Queue()
+    workers = [
+        context.Process(target=_claimer, args=(url, f"bench-{n}", ready, results))
+        for n in range(claimers)
+    ]
+    for worker in workers:
+        worker.start()
+    spans = [results.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    claimed = sum(count for count, _, _ in spans)
+    assert claimed == ROWS, f"claimers reported {claimed} rows, expected {ROWS}"
+    started = min(start for _, start, _ in spans)
+    finished = max(end for _, _, end in spans)
+    return claimed / (finished - started)
+
+
+def _claimer(url: str, claimant: str, ready: Any, results: Any) -> None:
+    ledger = Ledger.connect(url)
+    ledger.db_now()  # connect before the clock starts
+    ready.wait()
+    started = time.perf_counter()
+    count = 0
+    while batch := ledger.claim_due(claimant, BATCH, LEASE_SECS):
+        count += len(batch)
+    results.put((count, started, time.perf_counter()))
+    ledger.dispose()
+
+
+def count_claimed(ledger: Ledger) -> int:
+    with ledger.engine.connect() as conn:
+        query = sa.select(sa.func.count()).where(occurrences.c.status == CLAIMED)
+        return int(conn.execute(query).scalar_one())
+
+
+def pgbench(url: str) -> float:
+    target = sa.make_url(url)
+    args = ["-h", target.host or "127.0.0.1", "-p", str(target.port or 5432)]
+    args += ["-U", target.username or "postgres"]
+    env = {**os.environ, **({"PGPASSWORD": target.password} if target.password else {})}
+    database = target.database or ""
+    subprocess.run(
+        ["pgbench", "-i", "-q", "-s", str(PGBENCH_SCALE), *args, database],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    run = subprocess.run(
+        [
+            "pgbench",
+            "-c",
+            str(PGBENCH_CLIENTS),
+            "-j",
+            "2",
+            "-T",
+            str(PGBENCH_SECS),
+            *args,
+            database,
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    match = re.search(r"tps = ([\d.]+)", run.stdout)
+    if match is None:
+        raise RuntimeError(f"no tps in pgbench output:\n{run.stdout}\n{run.stderr}")
+    return float(match.group(1))
+
+
+@contextmanager
+def scratch_database(purpose: str) -> Iterator[str]:
+    server = sa.make_url(SERVER_URL)
+    admin = sa.create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    name = f"cronledger_bench_{purpose}_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Test-side shortcuts: seed rows, and move a row through time by writing it directly.
+
+Time travel writes the database because the clock under test is the database's: a test
+cannot wait out a 60-second lease, so it writes the lease into the past instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cronledger.ledger import AttemptStart, Ledger, NewOccurrence, Occurrence, SingletonSpec
+from cronledger.ledger.tables import metadata, occurrences, singletons
+
+LEASE = 60.0
+
+
+def row(at: datetime, channel_id: str = "ch", **overrides: Any) -> NewOccurrence:
+    """A fresh occurrence of `channel_id` at `at` (a new id every call, like a reconciler)."""
+    return replace(NewOccurrence(channel_id, "nightly", 1, at), **overrides)
+
+
+def empty_tables(ledger: Ledger) -> None:
+    with ledger.engine.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            conn.execute(sa.delete(table))
+
+
+def seed_due(
+    ledger: Ledger, channel_id: str = "ch", ago: timedelta = timedelta(seconds=30)
+) -> NewOccurrence:
+    """Materialise one occurrence that fell due `ago`."""
+    new = row(ledger.db_now() - ago, channel_id)
+    assert ledger.insert_occurrence(new)
+    return new
+
+
+def claim_one(ledger: Ledger, claimant: str) -> Occurrence:
+    claimed = ledger.claim_due(claimant, 1, LEASE)
+    assert len(claimed) == 1, claimed
+    return claimed[0]
+
+
+def start(
+    ledger: Ledger, occurrence: Occurrence, claimant: str, key: str | None = None, slots: int = 1
+) -> AttemptStart:
+    spec = SingletonSpec(key, slots) if key else None
+    return ledger.start_attempt(occurrence, claimant, 1, spec, LEASE)
+
+
+def expire_claim(ledger: Ledger, occurrence_id: str) -> None:
+    _set(ledger, occurrences, occurrences.c.id == occurrence_id, claimed_until=_an_hour_ago(ledger))
+
+
+def expire_singleton(ledger: Ledger, key: str) -> None:
+    _set(ledger, singletons, singletons.c.singleton_key == key, lease_until=_an_hour_ago(ledger))
+
+
+def age_completion(ledger: Ledger, occurrence_id: str, by: timedelta) -> None:
+    _set(ledger, occurrences, occurrences.c.id == occurrence_id, completed_at=ledger.db_now() - by)
+
+
+def status_of(ledger: Ledger, occurrence_id: str) -> str:
+    return ledger.get_occurrence(occurrence_id).status
+
+
+def _an_hour_ago(ledger: Ledger) -> datetime:
+    return ledger.db_now() - timedelta(hours=1)
+
+
+def _set(ledger: Ledger, table: sa.Table, where: sa.ColumnElement[bool], **values: object) -> None:
+    with ledger.engine.begin() as conn:
+        assert conn.execute(sa.update(table).where(where).values(**values)).rowcount >= 1

@@ -1,0 +1,140 @@
+"""Retry puts an unsuccessful end back to `pending` under the same identity; cancel ends a
+live occurrence and frees what it holds. Both answer 404 and 409 apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronledger.errors import Conflict, NotFound
+from cronledger.ledger import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    SKIPPED_MISFIRE,
+    Ledger,
+)
+from tests.ledger.helpers import LEASE, claim_one, row, seed_due, start
+
+
+def test_retry_keeps_the_occurrence_identity(ledger: Ledger) -> None:
+    # Given an occurrence whose first attempt failed while holding the key
+    due = seed_due(ledger)
+    mine = claim_one(ledger, "node-a")
+    token = start(ledger, mine, "node-a", "key").fencing_token
+    assert ledger.settle(due.id, "node-a", FAILED, fencing_token=token, error_message="boom")
+
+    # When it is retried
+    requeued = ledger.requeue(due.id)
+
+    # Then it is the same occurrence, pending again with the last attempt's traces cleared
+    assert requeued.id == due.id
+    assert requeued.scheduled_for == due.scheduled_for, "a retry is the same instant"
+    assert requeued.status == PENDING
+    assert requeued.error_message is None and requeued.completed_at is None
+    assert requeued.claimed_by is None and requeued.fencing_token is None
+    assert ledger.get_occurrence(due.id) == requeued
+    # …and claimable again, as its second attempt
+    assert claim_one(ledger, "node-b").attempt == 2
+
+
+def test_a_completed_occurrence_cannot_be_retried(ledger: Ledger) -> None:
+    due = seed_due(ledger)
+    mine = claim_one(ledger, "node-a")
+    assert start(ledger, mine, "node-a").started
+    assert ledger.settle(due.id, "node-a", COMPLETED)
+
+    with pytest.raises(Conflict, match="trigger"):
+        ledger.requeue(due.id)
+    assert ledger.get_occurrence(due.id).status == COMPLETED
+
+
+def test_live_occurrences_cannot_be_retried_and_unknown_ones_are_not_found(
+    ledger: Ledger,
+) -> None:
+    due = seed_due(ledger)
+    with pytest.raises(Conflict):
+        ledger.requeue(due.id)
+    with pytest.raises(NotFound):
+        ledger.requeue("no-such-occurrence")
+
+
+def test_a_skipped_misfire_and_a_cancelled_occurrence_can_be_retried(ledger: Ledger) -> None:
+    now = ledger.db_now()
+    skipped = row(now, status=SKIPPED_MISFIRE, error_message="skipped 2")
+    assert ledger.insert_occurrence(skipped)
+    cancelled = seed_due(ledger)
+    ledger.cancel(cancelled.id)
+
+    assert ledger.requeue(skipped.id).status == PENDING
+    assert ledger.requeue(cancelled.id).status == PENDING
+
+
+def test_cancelling_a_pending_occurrence_takes_it_out_of_the_queue(ledger: Ledger) -> None:
+    due = seed_due(ledger)
+
+    cancelled = ledger.cancel(due.id)
+
+    assert cancelled.status == CANCELLED
+    assert cancelled.completed_at is not None
+    assert ledger.get_occurrence(due.id) == cancelled
+    assert ledger.claim_due("node-a", 10, LEASE) == []
+
+
+def test_cancelling_a_running_occurrence_frees_its_slot_and_fences_its_attempt(
+    ledger: Ledger,
+) -> None:
+    # Given a running attempt that holds the key
+    due = seed_due(ledger)
+    mine = claim_one(ledger, "node-a")
+    token = start(ledger, mine, "node-a", "key").fencing_token
+    assert ledger.held_slots("key") == 1
+
+    # When an operator cancels it
+    cancelled = ledger.cancel(due.id)
+
+    # Then it is cancelled with no claim, the key is free, and the attempt's next beat,
+    # settle or release finds it has lost ownership
+    assert (cancelled.status, cancelled.claimed_by, cancelled.claimed_until) == (
+        CANCELLED,
+        None,
+        None,
+    )
+    assert ledger.held_slots("key") == 0
+    assert ledger.in_flight_count() == 0
+    assert not ledger.renew(due.id, "node-a", token, LEASE)
+    assert not ledger.settle(due.id, "node-a", COMPLETED, fencing_token=token)
+    assert ledger.get_occurrence(due.id).status == CANCELLED
+
+
+def test_cancelling_a_claimed_occurrence_makes_its_start_lost(ledger: Ledger) -> None:
+    due = seed_due(ledger)
+    mine = claim_one(ledger, "node-a")
+
+    ledger.cancel(due.id)
+
+    assert start(ledger, mine, "node-a", "key").outcome == "lost"
+    assert ledger.held_slots("key") == 0
+
+
+def test_a_finished_occurrence_cannot_be_cancelled_and_an_unknown_one_is_not_found(
+    ledger: Ledger,
+) -> None:
+    # Given a completed occurrence beside a running one that holds the key
+    done = seed_due(ledger)
+    claim_one(ledger, "node-a")
+    assert ledger.settle_skipped(done.id, "node-a", "busy")
+    live = seed_due(ledger, channel_id="other")
+    mine = claim_one(ledger, "node-b")
+    assert start(ledger, mine, "node-b", "key").started
+
+    # When cancelling the finished one, or one that does not exist
+    with pytest.raises(Conflict, match="skipped_singleton"):
+        ledger.cancel(done.id)
+    with pytest.raises(NotFound):
+        ledger.cancel("no-such-occurrence")
+
+    # Then nothing else moved
+    assert ledger.get_occurrence(done.id).status == "skipped_singleton"
+    assert ledger.get_occurrence(live.id).status == "running"
+    assert ledger.held_slots("key") == 1

@@ -1,0 +1,91 @@
+"""The migrations build exactly the tables the repository is written against, on both
+backends, and running them again changes nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from cronledger.ledger import Ledger
+from cronledger.ledger.tables import metadata
+from tests.ledger.helpers import empty_tables, row
+
+VERSION_TABLE = "cronledger_alembic_version"
+
+
+def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger) -> None:
+    ledger.migrate()
+
+    with ledger.engine.connect() as conn:
+        tables = set(sa.inspect(conn).get_table_names())
+        revision = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
+    assert tables == {*metadata.tables, VERSION_TABLE}
+    assert revision == "0001"
+
+
+def test_the_migrated_schema_matches_the_table_definitions(ledger: Ledger) -> None:
+    with ledger.engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"version_table": VERSION_TABLE, "compare_type": True}
+        )
+        differences = compare_metadata(context, metadata)
+
+    assert differences == []
+
+
+def test_postgresql_indexes_only_the_live_work_for_claims(pg_ledger: Ledger) -> None:
+    with pg_ledger.engine.connect() as conn:
+        definitions = dict(
+            conn.execute(
+                sa.text(
+                    "SELECT indexname, indexdef FROM pg_indexes "
+                    "WHERE tablename = 'cron_occurrences' AND indexdef LIKE '%WHERE%'"
+                )
+            ).all()
+        )
+
+    assert set(definitions) == {"ix_cron_occurrences_pending", "ix_cron_occurrences_leased"}
+    assert "'pending'" in definitions["ix_cron_occurrences_pending"]
+    assert "'claimed'" in definitions["ix_cron_occurrences_leased"]
+    assert "'running'" in definitions["ix_cron_occurrences_leased"]
+    assert not any("'completed'" in d for d in definitions.values()), "history is not indexed"
+
+
+def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: Ledger) -> None:
+    # Given a backlog of three thousand due rows
+    empty_tables(pg_ledger)
+    now = pg_ledger.db_now()
+    pg_ledger.insert_occurrences(row(now - timedelta(seconds=i)) for i in range(3000))
+    with pg_ledger.engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE cron_occurrences"))
+    plans: list[str] = []
+
+    def explain(conn, cursor, statement, parameters, context, executemany) -> None:
+        if statement.startswith("UPDATE cron_occurrences SET status"):
+            cursor.execute("EXPLAIN " + statement, parameters)
+            plans.append("\n".join(line for (line,) in cursor.fetchall()))
+
+    # When a claim runs
+    sa.event.listen(pg_ledger.engine, "before_cursor_execute", explain)
+    try:
+        assert len(pg_ledger.claim_due("node-plan", 50, 60)) == 50
+    finally:
+        sa.event.remove(pg_ledger.engine, "before_cursor_execute", explain)
+
+    # Then each arm is a scan of its partial index, the pending one in due order (no sort)
+    [plan] = plans
+    assert "Index Scan using ix_cron_occurrences_pending" in plan, plan
+    assert "using ix_cron_occurrences_leased" in plan, plan
+    assert "Sort Key: cron_occurrences_1.scheduled_for" not in plan, plan
+
+
+def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_ledger: Ledger) -> None:
+    with sqlite_ledger.engine.connect() as conn:
+        mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar_one()
+        timeout_ms = conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one()
+
+    assert mode == "wal", "readers must not block the writer, nor it them"
+    assert timeout_ms >= 10_000, "a writer waits its turn instead of failing at once"
