@@ -1,0 +1,122 @@
+"""Claim and dispatch (SPEC §4): lease due occurrences and hand each to an executor.
+
+A claim is one conditional statement in the ledger (`FOR UPDATE SKIP LOCKED` on PostgreSQL),
+so any number of claimers may run at once and none shares a row. Each round mints a fresh
+claimant id, and the executor starts the attempt only under that id: a duplicate delivery
+of the same dispatch, or a dispatch that arrives after its lease was re-claimed, finds the
+occurrence no longer its own and writes nothing.
+
+The batch is bounded by `min(claim_batch_size, max_in_flight - in flight)`: a lease starts
+ticking at the claim, so claiming more than can run would only age leases in a queue.
+A failed claim (the database is down) records DB unavailability and claims nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cronledger import metrics
+from cronledger.ids import new_claimant_id
+from cronledger.invokers import DispatchFailed, Invoker
+from cronledger.ledger import Ledger
+from cronledger.pacing import Every, sleep_until_next
+from cronledger.settings import Settings
+
+log = logging.getLogger(__name__)
+
+JOB = "claim"
+#: How often a claim loop records that it is alive (the health endpoint reads it).
+HEARTBEAT_EVERY_SECS = 15.0
+
+
+@dataclass
+class ClaimRound:
+    claimant: str | None = None
+    dispatched: list[str] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
+    limit: int = 0
+    failed: bool = False
+
+
+def claim_once(
+    ledger: Ledger, settings: Settings, invoker: Invoker, in_flight: int | None = None
+) -> ClaimRound:
+    """One round: claim what there is room for and dispatch each occurrence. `in_flight`
+    overrides the ledger's count (a local pool knows its own queue better)."""
+    round_ = ClaimRound()
+    try:
+        busy = ledger.in_flight_count() if in_flight is None else in_flight
+        round_.limit = min(settings.claim_batch_size, settings.max_in_flight - busy)
+        if round_.limit <= 0:
+            return round_
+        round_.claimant = new_claimant_id()
+        claimed = ledger.claim_due(round_.claimant, round_.limit, settings.claim_lease_secs)
+    except Exception as exc:
+        metrics.record_db_unavailable(JOB)
+        log.warning("claim failed; nothing claimed: %s", exc)
+        round_.failed = True
+        return round_
+
+    for occurrence in claimed:
+        try:
+            invoker.dispatch(occurrence.id, round_.claimant)
+            round_.dispatched.append(occurrence.id)
+        except DispatchFailed as exc:
+            # Hand it straight back rather than leave it leased to nobody until expiry.
+            log.warning("dispatch of %s failed, returning it to pending: %s", occurrence.id, exc)
+            try:
+                if ledger.release_claim(occurrence.id, round_.claimant):
+                    round_.returned.append(occurrence.id)
+            except Exception as release_exc:
+                log.warning(
+                    "could not return %s; its lease will expire: %s", occurrence.id, release_exc
+                )
+    return round_
+
+
+def run_claim_loop(
+    ledger: Ledger,
+    settings: Settings,
+    invoker: Invoker,
+    until: float,
+    stop: threading.Event | None = None,
+    in_flight: Callable[[], int] | None = None,
+) -> int:
+    """Claim and dispatch until the monotonic deadline `until` (or `stop`), sleeping until the
+    next due instant or the poll interval, whichever is sooner; a full batch goes round again at
+    once. Answers how many occurrences were dispatched."""
+    stop = stop or threading.Event()
+    heartbeat = Every(HEARTBEAT_EVERY_SECS)
+    poll = settings.poll_interval.total_seconds()
+    dispatched = 0
+    while not stop.is_set() and time.monotonic() < until:
+        round_ = claim_once(ledger, settings, invoker, in_flight() if in_flight else None)
+        dispatched += len(round_.dispatched)
+        if round_.failed:
+            sleep_until_next(stop, poll, until)
+            continue
+        if heartbeat.due():
+            _beat(ledger)
+        if round_.limit > 0 and len(round_.dispatched) + len(round_.returned) >= round_.limit:
+            continue  # a full batch: more may be due right now
+        sleep_until_next(stop, _seconds_to_next_due(ledger, poll), until)
+    return dispatched
+
+
+def _seconds_to_next_due(ledger: Ledger, poll: float) -> float:
+    try:
+        wait = ledger.seconds_until_next_due()
+    except Exception:
+        return poll
+    return poll if wait is None else max(0.0, min(poll, wait))
+
+
+def _beat(ledger: Ledger) -> None:
+    try:
+        ledger.record_job_ok(JOB)
+    except Exception as exc:
+        log.warning("could not record the claim heartbeat: %s", exc)

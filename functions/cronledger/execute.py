@@ -1,0 +1,251 @@
+"""Execute one attempt (SPEC §5): resolve, start, run under a heartbeat, settle.
+
+Ownership is the rule of every step. The attempt acts only as the claimant it was dispatched
+under and, under `forbid`, only with the fencing token `start_attempt` gave it; every write is
+conditional on both, so a superseded attempt (a re-claim after its lease ran out, or an
+operator's `cancel`) matches nothing and writes nothing.
+
+While the target runs, the calling thread renews the claim and the slot every
+`heartbeat_interval_secs`. A renewal answering "not yours" stops the attempt at once. A
+renewal that *fails* (the database is unreachable) is not lost ownership, but after
+`claim_lease_secs - heartbeat_interval_secs` without a successful one the attempt stops
+itself: by then a peer may take the lease over, and the two must never run side by side.
+A stopped attempt stops *waiting*: Python cannot kill the target's thread, so the target is
+abandoned and whatever it returns later is discarded, never settled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from cronledger import metrics
+from cronledger.errors import NotFound
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    CLAIMED,
+    COMPLETED,
+    FAILED,
+    SKIPPED_SINGLETON,
+    Channel,
+    Ledger,
+    Occurrence,
+    SingletonSpec,
+)
+from cronledger.reconcile import ScheduleCache
+from cronledger.schedule import Schedule, ScheduleInvalid
+from cronledger.settings import Settings
+from cronledger.targets import AwsClients, TargetOutcome, build_envelope, run_target
+from cronledger.targets.interface import timed_out
+
+log = logging.getLogger(__name__)
+
+#: How long past its own timeout a target is waited for before it is abandoned: the target
+#: modules bound their own waits, this only catches one that does not (a Python callable).
+OVERRUN_GRACE_SECS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptReport:
+    """How an attempt ended. `status` is what was written (`None`: nothing was, because
+    ownership was lost or the attempt stopped itself)."""
+
+    occurrence_id: str
+    outcome: str
+    status: str | None = None
+    fencing_token: int | None = None
+    error: str | None = None
+
+
+class Executor:
+    """Runs attempts against one ledger; safe to share between threads."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        settings: Settings,
+        clients: AwsClients | None = None,
+        schedules: ScheduleCache | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.settings = settings
+        self.clients = clients
+        self.schedules = schedules or ScheduleCache()
+
+    def run_attempt(
+        self,
+        occurrence_id: str,
+        claimant: str,
+        deadline: float | None = None,
+        trace_id: str | None = None,
+    ) -> AttemptReport:
+        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours).
+        `deadline` is the executor's own monotonic end (a Lambda's time left)."""
+        try:
+            occurrence = self.ledger.get_occurrence(occurrence_id)
+        except NotFound:
+            return AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
+        if occurrence.status != CLAIMED or occurrence.claimed_by != claimant:
+            return AttemptReport(occurrence_id, "lost", error="not claimed by this dispatch")
+
+        resolved = self._resolve(occurrence)
+        if isinstance(resolved, str):
+            return self._settle(occurrence, claimant, None, FAILED, error=resolved)
+        channel, schedule = resolved
+
+        singleton = (
+            SingletonSpec(schedule.singleton_key, schedule.slots)
+            if schedule.singleton_key is not None
+            else None
+        )
+        trace_id = trace_id or uuid.uuid4().hex
+        start = self.ledger.start_attempt(
+            occurrence,
+            claimant,
+            channel.version,
+            singleton,
+            self.settings.claim_lease_secs,
+            trace_id=trace_id,
+        )
+        if start.outcome == "singleton_busy":
+            assert singleton is not None
+            metrics.record_singleton_contention()
+            reason = (
+                f"singleton key {singleton.key!r} is held by {singleton.slots} running "
+                f'occurrence(s) (concurrency.policy "forbid", slots {singleton.slots})'
+            )
+            return self._settle(occurrence, claimant, None, SKIPPED_SINGLETON, error=reason)
+        if not start.started or start.started_at is None:
+            return AttemptReport(occurrence_id, "lost", error="lost the claim before starting")
+
+        metrics.record_schedule_lag((start.started_at - occurrence.scheduled_for).total_seconds())
+        envelope = build_envelope(
+            payload=schedule.payload,
+            trigger=occurrence.trigger,  # type: ignore[arg-type]
+            occurrence_id=occurrence.id,
+            channel_id=channel.channel_id,
+            channel_name=channel.name,
+            scheduled_for=occurrence.scheduled_for,
+            started_at=start.started_at,
+            timezone=schedule.timezone,
+            attempt=occurrence.attempt,
+            singleton_key=singleton.key if singleton else None,
+            fencing_token=start.fencing_token,
+        )
+        budget = channel.timeout_ms / 1000 if channel.timeout_ms else self._default_timeout()
+        if deadline is not None:
+            budget = min(budget, deadline - time.monotonic() - self._margin())
+        if budget <= 0:
+            outcome = timed_out(0, "no time left in this executor")
+        else:
+            ran = self._run_with_heartbeat(
+                occurrence, claimant, start.fencing_token, channel, envelope, budget
+            )
+            if isinstance(ran, AttemptReport):
+                return ran
+            outcome = ran
+        return self._settle(
+            occurrence,
+            claimant,
+            start.fencing_token,
+            COMPLETED if outcome.ok else FAILED,
+            error=outcome.error,
+            result=outcome.result,
+        )
+
+    def _resolve(self, occurrence: Occurrence) -> tuple[Channel, Schedule] | str:
+        """The channel by id as it is now, and its compiled schedule; or why it cannot run."""
+        try:
+            channel = self.ledger.get_channel(occurrence.channel_id)
+        except NotFound:
+            return f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
+        if channel.status != CHANNEL_ACTIVE:
+            return f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"
+        try:
+            return channel, self.schedules.get(channel)
+        except ScheduleInvalid as exc:
+            return f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
+
+    def _run_with_heartbeat(
+        self,
+        occurrence: Occurrence,
+        claimant: str,
+        fencing_token: int | None,
+        channel: Channel,
+        envelope: object,
+        budget: float,
+    ) -> TargetOutcome | AttemptReport:
+        """Run the target on its own thread while this one renews the lease. Answers the
+        target's outcome, or an `AttemptReport` when the attempt must stop writing nothing."""
+        done = threading.Event()
+        box: list[TargetOutcome] = []
+
+        def target() -> None:
+            try:
+                box.append(run_target(channel.target, envelope, budget, self.clients))  # type: ignore[arg-type]
+            finally:
+                done.set()
+
+        runner = threading.Thread(target=target, name=f"target-{occurrence.id}", daemon=True)
+        runner.start()
+        beat = self.settings.heartbeat_interval.total_seconds()
+        give_up = self.settings.renewal_give_up.total_seconds()
+        give_up_at = time.monotonic() + budget + OVERRUN_GRACE_SECS
+        last_renewed = time.monotonic()
+        while not done.wait(max(0.0, min(beat, give_up_at - time.monotonic()))):
+            if time.monotonic() >= give_up_at:
+                return timed_out(budget, "the target did not return; abandoned")
+            try:
+                renewed = self.ledger.renew(
+                    occurrence.id, claimant, fencing_token, self.settings.claim_lease_secs
+                )
+            except Exception as exc:
+                metrics.record_renewal_failure()
+                log.warning("renewing %s failed: %s", occurrence.id, exc)
+                if time.monotonic() - last_renewed >= give_up:
+                    return AttemptReport(
+                        occurrence.id,
+                        "stopped",
+                        fencing_token=fencing_token,
+                        error="no successful renewal within the lease; stopped before a peer could take over",
+                    )
+                continue
+            if not renewed:
+                log.warning("attempt %s lost ownership (cancelled or taken over)", occurrence.id)
+                return AttemptReport(
+                    occurrence.id, "lost", fencing_token=fencing_token, error="ownership lost"
+                )
+            last_renewed = time.monotonic()
+        return box[0]
+
+    def _settle(
+        self,
+        occurrence: Occurrence,
+        claimant: str,
+        fencing_token: int | None,
+        status: str,
+        *,
+        error: str | None = None,
+        result: str | None = None,
+    ) -> AttemptReport:
+        settled = self.ledger.settle(
+            occurrence.id,
+            claimant,
+            status,
+            fencing_token=fencing_token,
+            error_message=error,
+            result=result,
+        )
+        if not settled:
+            return AttemptReport(occurrence.id, "lost", fencing_token=fencing_token, error=error)
+        metrics.record_occurrences(status)
+        return AttemptReport(occurrence.id, status, status, fencing_token, error)
+
+    def _default_timeout(self) -> float:
+        return self.settings.default_timeout.total_seconds()
+
+    def _margin(self) -> float:
+        return self.settings.execute_margin.total_seconds()

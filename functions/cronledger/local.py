@@ -1,0 +1,283 @@
+"""The one-process local scheduler: `cronledger dev`.
+
+The same services that run as Lambda functions run here on threads: the API resolver behind
+a plain HTTP server (each request translated into an API Gateway HTTP API v2 event, so the
+resolver cannot tell the difference), the reconcile loop, the claim loop, and executors on a
+thread pool. Ctrl-C stops claiming, waits for in-flight attempts up to a deadline, and leaves
+the leases of any that are still running to expire, so a peer (or the next run) recovers them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TextIO
+from urllib.parse import unquote_plus, urlsplit
+
+from cronledger.claim import run_claim_loop
+from cronledger.errors import NotFound
+from cronledger.execute import AttemptReport, Executor
+from cronledger.instants import to_rfc3339
+from cronledger.invokers import ThreadPoolInvoker
+from cronledger.ledger import CHANNEL_ACTIVE, Ledger
+from cronledger.reconcile import run_reconcile_loop
+from cronledger.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEMO_CHANNEL = {
+    "name": "demo",
+    "transport_config": {
+        "schedule": "*/5 * * * * *",
+        "timezone": "UTC",
+        "payload": {"greeting": "hello from cronledger"},
+    },
+    "target": {"type": "python", "callable": "cronledger.demo:hello"},
+    "timeout_ms": 10_000,
+}
+#: How long Ctrl-C waits for in-flight attempts before leaving their leases to expire.
+DRAIN_SECS = 10.0
+#: The local pool's size: claims never exceed what can start at once.
+MAX_LOCAL_WORKERS = 16
+
+
+def ensure_demo_channel(ledger: Ledger) -> str:
+    """Create the demo channel once (by name) and make sure it is active; answer its id."""
+    try:
+        channel = ledger.get_channel_by_name(DEMO_CHANNEL["name"])  # type: ignore[arg-type]
+    except NotFound:
+        channel = ledger.create_channel(
+            name=DEMO_CHANNEL["name"],  # type: ignore[arg-type]
+            transport_config=DEMO_CHANNEL["transport_config"],  # type: ignore[arg-type]
+            target=DEMO_CHANNEL["target"],  # type: ignore[arg-type]
+            timeout_ms=DEMO_CHANNEL["timeout_ms"],  # type: ignore[arg-type]
+            status=CHANNEL_ACTIVE,
+        )
+    if channel.status != CHANNEL_ACTIVE:
+        channel = ledger.set_channel_status(channel.channel_id, CHANNEL_ACTIVE)
+    return channel.channel_id
+
+
+@dataclass
+class LocalScheduler:
+    """The scheduler's loops and executors in this process (no HTTP)."""
+
+    ledger: Ledger
+    settings: Settings
+    on_settled: Callable[[AttemptReport], None] | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    workers: int = MAX_LOCAL_WORKERS
+
+    def __post_init__(self) -> None:
+        self.executor = Executor(self.ledger, self.settings)
+        self.invoker = ThreadPoolInvoker(self._attempt, max_workers=self.workers)
+        self._threads: list[threading.Thread] = []
+
+    def _attempt(self, occurrence_id: str, claimant: str) -> AttemptReport:
+        report = self.executor.run_attempt(occurrence_id, claimant)
+        if self.on_settled is not None:
+            self.on_settled(report)
+        return report
+
+    def _in_flight(self) -> int:
+        # The pool's own count (queued ones included) plus the ledger's, so a second local
+        # process against the same file cannot push the total past max_in_flight.
+        return self.invoker.in_flight
+
+    def start(self) -> None:
+        forever = float("inf")
+        loops: list[tuple[str, Callable[[], object]]] = [
+            (
+                "reconcile",
+                lambda: run_reconcile_loop(self.ledger, self.settings, forever, self.stop),
+            ),
+            (
+                "claim",
+                lambda: run_claim_loop(
+                    self.ledger,
+                    self.settings,
+                    self.invoker,
+                    forever,
+                    self.stop,
+                    in_flight=self._in_flight,
+                ),
+            ),
+        ]
+        for name, loop in loops:
+            thread = threading.Thread(target=loop, name=f"cronledger-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def shutdown(self, drain_secs: float = DRAIN_SECS) -> bool:
+        """Stop the loops, then wait up to `drain_secs` for in-flight attempts. Answers
+        whether every attempt finished (False: some leases are left to expire)."""
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        return self.invoker.shutdown(drain_secs)
+
+
+def v2_event(method: str, target: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload v2) event for one plain HTTP request."""
+    parts = urlsplit(target)
+    query: dict[str, str] = {}
+    for pair in filter(None, parts.query.split("&")):
+        key, _, value = pair.partition("=")
+        key, value = unquote_plus(key), unquote_plus(value)
+        query[key] = f"{query[key]},{value}" if key in query else value
+    is_text = not body or headers.get("content-type", "").startswith(("application/json", "text/"))
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": parts.path or "/",
+        "rawQueryString": parts.query,
+        "headers": {k.lower(): v for k, v in headers.items()},
+        "queryStringParameters": query or None,
+        "requestContext": {
+            "http": {
+                "method": method,
+                "path": parts.path or "/",
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": headers.get("user-agent", ""),
+            },
+            "requestId": f"local-{time.time_ns()}",
+            "routeKey": "$default",
+            "stage": "$default",
+            "timeEpoch": int(time.time() * 1000),
+        },
+        "body": body.decode("utf-8", "replace") if is_text else base64.b64encode(body).decode(),
+        "isBase64Encoded": not is_text,
+    }
+
+
+class _LocalContext:
+    """The few attributes of a Lambda context anything may read locally."""
+
+    function_name = "cronledger-local"
+    memory_limit_in_mb = 0
+    invoked_function_arn = "arn:aws:lambda:local:000000000000:function:cronledger-local"
+    aws_request_id = "local"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 900_000
+
+
+def serve_api(
+    answer: Callable[[dict[str, Any], Any], dict[str, Any]], host: str, port: int
+) -> ThreadingHTTPServer:
+    """An HTTP server on `host:port` answering every request through `answer(event, context)`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            event = v2_event(self.command, self.path, dict(self.headers.items()), body)
+            try:
+                response = answer(event, _LocalContext())
+            except Exception:  # the resolver maps errors; this is the last line of defence
+                log.exception("unhandled error answering %s %s", self.command, self.path)
+                response = {
+                    "statusCode": 500,
+                    "headers": {"content-type": "application/json"},
+                    "body": json.dumps(
+                        {"error": {"code": "internal", "message": "internal error"}}
+                    ),
+                }
+            raw = response.get("body") or ""
+            payload = base64.b64decode(raw) if response.get("isBase64Encoded") else raw.encode()
+            self.send_response(int(response.get("statusCode", 200)))
+            for name, value in (response.get("headers") or {}).items():
+                if name.lower() not in ("content-length", "connection"):
+                    self.send_header(name, str(value))
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s - " + format, self.address_string(), *args)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="cronledger-http", daemon=True).start()
+    return server
+
+
+def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[AttemptReport], None]:
+    """Print each settled occurrence: status, lag (started - scheduled) and duration."""
+    lock = threading.Lock()
+
+    def show(report: AttemptReport) -> None:
+        if report.status is None:
+            return
+        try:
+            row = ledger.get_occurrence(report.occurrence_id)
+        except Exception:
+            return
+        lag = duration = "-"
+        if row.started_at is not None:
+            lag = f"{(row.started_at - row.scheduled_for).total_seconds() * 1000:.0f} ms"
+            if row.completed_at is not None:
+                duration = f"{(row.completed_at - row.started_at).total_seconds() * 1000:.0f} ms"
+        line = (
+            f"{to_rfc3339(row.scheduled_for)}  {row.channel_name:<16} {row.status:<17} "
+            f"attempt {row.attempt}  lag {lag:>8}  took {duration:>8}  {row.id}"
+        )
+        if row.error_message and row.status != "completed":
+            line += f"\n    {row.error_message}"
+        with lock:
+            print(line, file=out, flush=True)
+
+    return show
+
+
+def run_dev(database_url: str, host: str, port: int, demo: bool, out: TextIO = sys.stdout) -> int:
+    """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C."""
+    from cronledger.api import create_app  # the API pulls in Powertools: only when serving
+
+    settings = replace(Settings.from_env(), database_url=database_url)
+    ledger = Ledger.connect(database_url)
+    ledger.migrate()
+    if demo:
+        ensure_demo_channel(ledger)
+    app = create_app(ledger, settings)
+    server = serve_api(app.resolve, host, port)
+    scheduler = LocalScheduler(ledger, settings, on_settled=console_printer(ledger, out))
+    scheduler.start()
+    print(f"cronledger dev: API on http://{host}:{port}  (database {database_url})", file=out)
+    if demo:
+        print(
+            "demo channel 'demo' fires every 5 seconds; settled occurrences print below.", file=out
+        )
+    print("Ctrl-C to stop.", file=out, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print(
+            f"\nstopping: waiting up to {DRAIN_SECS:.0f} s for running attempts…",
+            file=out,
+            flush=True,
+        )
+    finally:
+        server.shutdown()
+        drained = scheduler.shutdown()
+        ledger.dispose()
+    if not drained:
+        print(
+            "some attempts were still running; their leases will expire and be recovered.", file=out
+        )
+    return 0

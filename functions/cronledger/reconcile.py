@@ -1,0 +1,278 @@
+"""Reconcile: stored schedules in, durable occurrences out (SPEC §3).
+
+A pass decides where each cursor should be, materialises what is due, and moves the cursor;
+it can die between any two of those steps, so every one of them is idempotent:
+
+| dies…                          | next pass                                                   |
+|--------------------------------|-------------------------------------------------------------|
+| before the insert              | the cursor has not moved: the same instants are planned     |
+| after the insert, before the   | the insert loses to UNIQUE(channel_id, scheduled_for), then |
+| cursor moves                   | the cursor moves                                            |
+| beside a peer running the pass | same rows (idempotent); one wins the cursor compare-and-set |
+
+No lease guards a pass: two reconcilers produce the same ledger. Planning is pure
+(`Schedule.plan_pass`); this module only does the writes, batched: the rows of every due
+channel go in one INSERT and every cursor moves in one UPDATE. If a batch fails, the pass falls
+back to one channel at a time, so one bad channel cannot stop the others.
+
+A cursor is (re)initialised at the first instant after *now* when it is new, its scheduling
+hash changed, or it was paused: never back-filled from when the channel was written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from cronledger import metrics
+from cronledger.ledger import (
+    PENDING,
+    SKIPPED_MISFIRE,
+    Channel,
+    Ledger,
+    NewOccurrence,
+    ScheduleState,
+)
+from cronledger.pacing import Every, sleep_until_next
+from cronledger.schedule import Schedule, ScheduleInvalid, compile_schedule
+from cronledger.settings import Settings
+from cronledger.targets import target_ref
+
+log = logging.getLogger(__name__)
+
+JOB = "reconcile"
+#: Retention is housekeeping, not a per-pass duty.
+RETENTION_EVERY_SECS = 600.0
+
+
+@dataclass
+class PassReport:
+    """What one pass did, for logs, metrics and tests."""
+
+    now: datetime | None = None
+    due: int = 0
+    inserted: int = 0
+    initialised: int = 0
+    paused: int = 0
+    advanced: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    duration_secs: float = 0.0
+
+
+class ScheduleCache:
+    """Compiled schedules by (channel id, version): a version is immutable, so compiling it
+    once per process is enough, and a pass over thousands of channels does not re-parse them."""
+
+    def __init__(self, capacity: int = 50_000) -> None:
+        self._capacity = capacity
+        self._compiled: dict[tuple[str, int], Schedule] = {}
+        self._lock = threading.Lock()
+
+    def get(self, channel: Channel) -> Schedule:
+        key = (channel.channel_id, channel.version)
+        with self._lock:
+            found = self._compiled.get(key)
+        if found is not None:
+            return found
+        schedule = compile_schedule(channel.transport_config, channel_id=channel.channel_id)
+        with self._lock:
+            if len(self._compiled) >= self._capacity:
+                self._compiled.clear()
+            self._compiled[key] = schedule
+        return schedule
+
+
+_default_cache = ScheduleCache()
+
+
+@dataclass
+class _Planned:
+    channel_id: str
+    rows: list[NewOccurrence]
+    move: tuple[str, datetime, datetime | None]
+
+
+def reconcile_once(
+    ledger: Ledger, settings: Settings, cache: ScheduleCache | None = None
+) -> PassReport:
+    """One pass over every schedule that needs work. Raises only when the database fails
+    for the whole pass (reading the work or the clock); one channel's failure is recorded in
+    the report and the others go on."""
+    cache = cache or _default_cache
+    started = time.perf_counter()
+    report = PassReport()
+    now = ledger.db_now()
+    report.now = now
+    horizon = now + settings.lookahead
+
+    planned: list[_Planned] = []
+    for work in ledger.schedules_needing_work(horizon):
+        channel, state = work.channel, work.state
+        try:
+            if channel is None:
+                # Archived, paused, drafted back or deleted: stop materialising, keep history.
+                assert state is not None
+                ledger.pause_cursor(state.channel_id)
+                report.paused += 1
+                continue
+            schedule = cache.get(channel)
+            if _needs_reset(channel, schedule, state, ledger, report, now):
+                continue
+            assert state is not None and state.next_fire_at is not None
+            if state.next_fire_at <= horizon:
+                planned.append(_plan(channel, schedule, state, now, horizon, settings))
+        except Exception as exc:  # one channel must not stop the others
+            _record_failure(report, work.channel_id, exc)
+
+    report.due = len(planned)
+    _write_batch(ledger, planned, report)
+    report.duration_secs = time.perf_counter() - started
+    metrics.record_reconcile_duration(report.duration_secs)
+    if report.failed:
+        log.warning("reconcile pass: %d channel(s) failed: %s", len(report.failed), report.failed)
+    return report
+
+
+def _needs_reset(
+    channel: Channel,
+    schedule: Schedule,
+    state: ScheduleState | None,
+    ledger: Ledger,
+    report: PassReport,
+    now: datetime,
+) -> bool:
+    """Initialise the cursor when there is no position this schedule can resume from.
+    Answers whether the channel is done for this pass."""
+    if state is None:
+        reason = "new"
+    elif state.config_hash != schedule.config_hash:
+        reason = "schedule changed"
+    elif state.paused_at is not None:
+        reason = "reactivated"
+    else:
+        if state.channel_version != channel.version:
+            # A new version with the same scheduling hash keeps its place in time.
+            ledger.adopt_channel_version(channel.channel_id, channel.version)
+        return state.next_fire_at is None  # parked: nothing left to plan
+    first = schedule.next_after(now)
+    log.info(
+        "initialising cursor of channel %s (%s): next fire at %s",
+        channel.channel_id,
+        reason,
+        first,
+    )
+    ledger.upsert_cursor(channel.channel_id, channel.version, schedule.config_hash, first)
+    report.initialised += 1
+    return True
+
+
+def _plan(
+    channel: Channel,
+    schedule: Schedule,
+    state: ScheduleState,
+    now: datetime,
+    horizon: datetime,
+    settings: Settings,
+) -> _Planned:
+    assert state.next_fire_at is not None
+    plan = schedule.plan_pass(
+        state.next_fire_at, now, settings.misfire_grace, settings.max_catch_up
+    )
+    instants = list(plan.materialise)
+    next_cursor = plan.next_cursor
+    if next_cursor is not None and next_cursor <= horizon:
+        # Lookahead: rows for instants not yet due, claimable only once they are.
+        ahead = schedule.fires_in(next_cursor, horizon)
+        instants.extend(ahead)
+        next_cursor = schedule.next_after(ahead[-1]) if ahead else next_cursor
+
+    ref = target_ref(channel.target)
+
+    def row(at: datetime, status: str = PENDING, message: str | None = None) -> NewOccurrence:
+        return NewOccurrence(
+            channel_id=channel.channel_id,
+            channel_name=channel.name,
+            channel_version=channel.version,
+            scheduled_for=at,
+            status=status,
+            error_message=message,
+            target_ref=ref,
+        )
+
+    rows = [row(at) for at in instants]
+    if plan.skipped is not None:
+        # One row for the whole gap, carried by the newest missed instant: a day of a
+        # per-second schedule is one visible record, not 86,400 rows.
+        rows.append(row(plan.skipped.newest, SKIPPED_MISFIRE, plan.skipped.reason))
+        metrics.record_occurrences(SKIPPED_MISFIRE, plan.skipped.count)
+    return _Planned(channel.channel_id, rows, (channel.channel_id, state.next_fire_at, next_cursor))
+
+
+def _write_batch(ledger: Ledger, planned: list[_Planned], report: PassReport) -> None:
+    if not planned:
+        return
+    try:
+        report.inserted += ledger.insert_occurrences(r for p in planned for r in p.rows)
+        report.advanced += len(ledger.advance_cursors(p.move for p in planned))
+    except Exception as exc:
+        log.warning("batched reconcile write failed (%s); retrying channel by channel", exc)
+        for p in planned:
+            try:
+                report.inserted += ledger.insert_occurrences(p.rows)
+                report.advanced += ledger.advance_cursor(*p.move)
+            except Exception as channel_exc:
+                _record_failure(report, p.channel_id, channel_exc)
+    pending = sum(1 for p in planned for r in p.rows if r.status == PENDING)
+    metrics.record_occurrences(PENDING, pending)
+
+
+def _record_failure(report: PassReport, channel_id: str, exc: Exception) -> None:
+    if isinstance(exc, ScheduleInvalid):
+        message = f"stored schedule is invalid: {exc}"
+    else:
+        message = f"{type(exc).__name__}: {exc}"
+    report.failed[channel_id] = message
+    log.warning("reconciling channel %s failed: %s", channel_id, message)
+
+
+def after_pass(ledger: Ledger, settings: Settings, retention: Every | None = None) -> None:
+    """Bookkeeping after a successful pass: the backlog gauges, the job heartbeat the health
+    endpoint reads, and (at most every ten minutes) retention."""
+    metrics.record_oldest_pending_age(ledger.oldest_pending_age_secs() or 0.0)
+    metrics.record_pending_count(ledger.pending_count())
+    ledger.record_job_ok(JOB)
+    if retention is not None and retention.due():
+        deleted = ledger.delete_terminal_older_than(settings.retention_hours)
+        if deleted:
+            log.info("retention removed %d terminal occurrence(s)", deleted)
+
+
+def run_reconcile_loop(
+    ledger: Ledger,
+    settings: Settings,
+    until: float,
+    stop: threading.Event | None = None,
+    on_pass: Callable[[PassReport], None] | None = None,
+) -> int:
+    """Run passes every poll interval until the monotonic deadline `until` (or `stop`).
+    A failed pass is recorded as DB unavailability and retried next tick: a database blip must
+    not end the loop. Answers how many passes succeeded."""
+    stop = stop or threading.Event()
+    retention = Every(RETENTION_EVERY_SECS)
+    succeeded = 0
+    while not stop.is_set() and time.monotonic() < until:
+        try:
+            report = reconcile_once(ledger, settings)
+            after_pass(ledger, settings, retention)
+            succeeded += 1
+            if on_pass is not None:
+                on_pass(report)
+        except Exception as exc:
+            metrics.record_db_unavailable(JOB)
+            log.warning("reconcile pass failed; retrying next tick: %s", exc)
+        sleep_until_next(stop, settings.poll_interval.total_seconds(), until)
+    return succeeded

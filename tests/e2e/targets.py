@@ -1,0 +1,61 @@
+"""Python-target callables for the end-to-end tests: each records what it received, keyed by
+occurrence id, so a test can compare the envelope with the ledger row."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+received: dict[str, list[dict[str, Any]]] = {}
+_lock = threading.Lock()
+#: Set by a test to make `slow` take this long.
+slow_secs = 1.5
+#: What `wait_for_release` blocks on: a test sets it to let a blocked target finish.
+release = threading.Event()
+running_now: dict[str, int] = {}
+max_running: dict[str, int] = {}
+
+
+def _record(event: dict[str, Any]) -> None:
+    with _lock:
+        received.setdefault(event["trigger"]["occurrence_id"], []).append(event)
+
+
+def record(event: dict[str, Any]) -> dict[str, Any]:
+    _record(event)
+    return {"ok": True, "occurrence_id": event["trigger"]["occurrence_id"]}
+
+
+def fail(event: dict[str, Any]) -> None:
+    _record(event)
+    raise RuntimeError("the report generator is out of paper")
+
+
+def slow(event: dict[str, Any]) -> str:
+    """Sleep `slow_secs`, counting how many run at once per singleton key."""
+    _record(event)
+    key = event["trigger"]["singleton_key"] or "-"
+    with _lock:
+        running_now[key] = running_now.get(key, 0) + 1
+        max_running[key] = max(max_running.get(key, 0), running_now[key])
+    try:
+        time.sleep(slow_secs)
+    finally:
+        with _lock:
+            running_now[key] -= 1
+    return "slept"
+
+
+def wait_for_release(event: dict[str, Any]) -> str:
+    _record(event)
+    release.wait(timeout=30)
+    return "released"
+
+
+def reset() -> None:
+    with _lock:
+        received.clear()
+        running_now.clear()
+        max_running.clear()
+    release.clear()

@@ -1,0 +1,453 @@
+"""The scheduler core end to end: real reconcile, claim and execute services in this process,
+against PostgreSQL and SQLite, with Python targets that record what they received.
+
+Time is the database's: where a test needs "six hours of downtime" or "the lease ran out", it
+writes the cursor or the lease into the past rather than waiting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from cronledger.claim import claim_once, run_claim_loop
+from cronledger.execute import Executor
+from cronledger.invokers import ThreadPoolInvoker
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    COMPLETED,
+    PENDING,
+    RUNNING,
+    SKIPPED_MISFIRE,
+    SKIPPED_SINGLETON,
+    Channel,
+    Ledger,
+    OccurrenceFilter,
+)
+from cronledger.ledger.tables import occurrences, schedule_state
+from cronledger.local import LocalScheduler
+from cronledger.reconcile import reconcile_once
+from cronledger.settings import Settings
+from tests.e2e import targets
+
+FAST = Settings(
+    poll_interval_ms=100,
+    claim_lease_secs=3,
+    heartbeat_interval_secs=1,
+    misfire_grace_secs=5,
+    default_timeout_ms=20_000,
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_targets() -> Iterator[None]:
+    targets.reset()
+    yield
+    targets.release.set()  # never leave a blocked target thread behind
+
+
+def make_channel(
+    ledger: Ledger,
+    schedule: str = "* * * * * *",
+    target: str = "record",
+    name: str = "job",
+    **config: Any,
+) -> Channel:
+    return ledger.create_channel(
+        name=name,
+        transport_config={"schedule": schedule, "payload": {"report": name}, **config},
+        target={"type": "python", "callable": f"tests.e2e.targets:{target}"},
+        timeout_ms=20_000,
+        status=CHANNEL_ACTIVE,
+    )
+
+
+def rows(ledger: Ledger, channel_id: str | None = None) -> list[Any]:
+    return ledger.list_occurrences(OccurrenceFilter(channel_id=channel_id, limit=1000)).data
+
+
+def wait_until(predicate: Any, timeout: float = 15.0, every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def move_cursor_back(ledger: Ledger, channel_id: str, by: timedelta) -> None:
+    """Simulate downtime: the cursor is where the scheduler left it, `by` ago."""
+    (state,) = [s for s in ledger.schedule_states() if s.channel_id == channel_id]
+    assert state.next_fire_at is not None
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            sa.update(schedule_state)
+            .where(schedule_state.c.channel_id == channel_id)
+            .values(next_fire_at=state.next_fire_at - by)
+        )
+
+
+def run_until_settled(ledger: Ledger, settings: Settings = FAST) -> Executor:
+    """Claim everything due and run it to the end on this thread."""
+    executor = Executor(ledger, settings)
+    while True:
+        round_ = claim_once(ledger, settings, _Inline(executor))
+        if not round_.dispatched:
+            return executor
+
+
+class _Inline:
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+
+    def dispatch(self, occurrence_id: str, claimant: str) -> None:
+        self.executor.run_attempt(occurrence_id, claimant)
+
+
+def test_a_per_second_schedule_produces_occurrences_that_complete(ledger: Ledger) -> None:
+    # Given an active per-second channel and the whole scheduler running in-process
+    channel = make_channel(ledger)
+    scheduler = LocalScheduler(ledger, FAST)
+    scheduler.start()
+    try:
+        # When it runs for a few seconds
+        wait_until(
+            lambda: sum(o.status == COMPLETED for o in rows(ledger, channel.channel_id)) >= 3
+        )
+    finally:
+        scheduler.shutdown(drain_secs=5)
+
+    # Then every completed row matches the envelope its target received
+    completed = [o for o in rows(ledger, channel.channel_id) if o.status == COMPLETED]
+    assert len(completed) >= 3
+    for row in completed:
+        (event,) = targets.received[row.id]
+        trigger = event["trigger"]
+        assert trigger["occurrence_id"] == row.id
+        assert trigger["scheduled_for"] == row.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert trigger["channel_id"] == channel.channel_id
+        assert trigger["type"] == "cron" and trigger["attempt"] == 1
+        assert event["payload"] == {"report": "job"}
+        assert row.executing_version == channel.version
+        assert row.claimed_until is None, "a settled row holds no lease"
+        assert row.trace_id and row.started_at and row.completed_at
+        assert row.started_at >= row.scheduled_for
+
+
+def test_downtime_under_latest_runs_the_newest_and_summarises_the_rest(ledger: Ledger) -> None:
+    # Given an hourly channel whose cursor is six hours behind (the scheduler was down)
+    channel = make_channel(ledger, "0 0 * * * *")
+    reconcile_once(ledger, FAST)
+    move_cursor_back(ledger, channel.channel_id, timedelta(hours=6))
+
+    # When one pass runs
+    report = reconcile_once(ledger, FAST)
+
+    # Then one occurrence is pending and the other five misses are one summary row
+    found = rows(ledger, channel.channel_id)
+    pending = [o for o in found if o.status == PENDING]
+    skipped = [o for o in found if o.status == SKIPPED_MISFIRE]
+    assert len(pending) == 1 and len(skipped) == 1, found
+    assert "skipped 5 missed occurrence(s)" in (skipped[0].error_message or "")
+    assert skipped[0].scheduled_for < pending[0].scheduled_for
+    assert report.inserted == 2
+    state = ledger.schedule_states()[0]
+    assert state.next_fire_at is not None and state.next_fire_at > ledger.db_now()
+
+
+def test_a_schedule_change_resets_the_cursor_without_back_filling(ledger: Ledger) -> None:
+    channel = make_channel(ledger, "0 0 * * * *")
+    reconcile_once(ledger, FAST)
+    move_cursor_back(ledger, channel.channel_id, timedelta(hours=6))
+
+    ledger.new_channel_version(
+        channel.channel_id, {"schedule": "0 15 2 * * *"}, channel.target, channel.timeout_ms
+    )
+    reconcile_once(ledger, FAST)
+
+    assert rows(ledger, channel.channel_id) == [], "the old schedule's gap is not replayed"
+    state = ledger.schedule_states()[0]
+    assert state.next_fire_at is not None and state.next_fire_at > ledger.db_now()
+    assert state.next_fire_at.hour == 2 and state.next_fire_at.minute == 15
+    assert state.channel_version == 2
+
+
+def test_an_unchanged_schedule_hash_keeps_the_cursor(ledger: Ledger) -> None:
+    channel = make_channel(ledger, "0 0 * * * *")
+    reconcile_once(ledger, FAST)
+    before = ledger.schedule_states()[0]
+
+    # A new version that only edits the payload must not move when the job next runs
+    ledger.new_channel_version(
+        channel.channel_id,
+        {"schedule": "0 0 * * * *", "payload": {"report": "edited"}},
+        channel.target,
+        channel.timeout_ms,
+    )
+    reconcile_once(ledger, FAST)
+
+    after = ledger.schedule_states()[0]
+    assert after.next_fire_at == before.next_fire_at
+    assert after.config_hash == before.config_hash
+    assert after.channel_version == 2
+
+
+def test_a_crash_between_insert_and_cursor_advance_converges(ledger: Ledger) -> None:
+    # Given a per-second channel two seconds behind
+    channel = make_channel(ledger)
+    reconcile_once(ledger, FAST)
+    move_cursor_back(ledger, channel.channel_id, timedelta(seconds=3))
+    cursor = ledger.schedule_states()[0].next_fire_at
+    assert cursor is not None
+
+    # When a pass inserted its rows and died before moving the cursor…
+    reconcile_once(ledger, FAST)
+    inserted = {o.scheduled_for for o in rows(ledger)}
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.update(schedule_state).values(next_fire_at=cursor))
+
+    # …then the next pass converges: no duplicate rows, and the cursor moves on
+    reconcile_once(ledger, FAST)
+    after = [o.scheduled_for for o in rows(ledger)]
+    assert len(after) == len(set(after)), "one row per instant"
+    assert inserted <= set(after)
+    state = ledger.schedule_states()[0]
+    assert state.next_fire_at is not None and state.next_fire_at > cursor
+
+
+def test_two_reconcilers_running_at_once_create_one_row_per_instant(ledger: Ledger) -> None:
+    # Given twenty per-second channels, each ten seconds behind
+    channels = [make_channel(ledger, name=f"job-{i}") for i in range(20)]
+    reconcile_once(ledger, FAST)
+    for channel in channels:
+        move_cursor_back(ledger, channel.channel_id, timedelta(seconds=10))
+
+    # When two reconcilers run the same pass concurrently
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def reconcile() -> None:
+        try:
+            barrier.wait()
+            reconcile_once(ledger, FAST)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reconcile) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    # Then each instant of each channel is one row
+    assert not errors
+    with ledger.engine.connect() as conn:
+        duplicates = conn.execute(
+            sa.select(occurrences.c.channel_id, occurrences.c.scheduled_for)
+            .group_by(occurrences.c.channel_id, occurrences.c.scheduled_for)
+            .having(sa.func.count() > 1)
+        ).all()
+    assert duplicates == []
+    assert {o.channel_id for o in rows(ledger)} == {c.channel_id for c in channels}
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_forbid_with_a_slow_target_skips_contenders_and_never_overlaps(
+    ledger: Ledger, slots: int
+) -> None:
+    # Given a per-second forbid channel whose target outlasts `slots` firings
+    targets.slow_secs = slots + 0.5
+    channel = make_channel(ledger, target="slow", concurrency={"policy": "forbid", "slots": slots})
+    scheduler = LocalScheduler(ledger, FAST)
+    scheduler.start()
+    try:
+        # When it has run for a while
+        wait_until(
+            lambda: (
+                sum(o.status == SKIPPED_SINGLETON for o in rows(ledger)) >= 2
+                and sum(o.status == COMPLETED for o in rows(ledger)) >= slots
+            ),
+            timeout=20,
+        )
+    finally:
+        scheduler.shutdown(drain_secs=5)
+
+    # Then contenders were recorded as skipped and at most `slots` ever ran at once
+    assert targets.max_running[channel.channel_id] <= slots
+    skipped = [o for o in rows(ledger) if o.status == SKIPPED_SINGLETON]
+    assert all(channel.channel_id in (o.error_message or "") for o in skipped)
+    assert all(o.claimed_until is None for o in skipped)
+    assert ledger.held_slots(channel.channel_id) <= slots
+
+
+def test_an_executor_that_dies_mid_run_is_recovered_and_the_dead_one_writes_nothing(
+    ledger: Ledger,
+) -> None:
+    # Given a started attempt whose executor "died": it holds the claim and never renews
+    channel = make_channel(ledger, "0 0 0 1 1 *")
+    now = ledger.db_now()
+    from cronledger.ledger import NewOccurrence
+
+    ledger.insert_occurrence(
+        NewOccurrence(channel.channel_id, channel.name, 1, now - timedelta(seconds=1))
+    )
+    (first,) = ledger.claim_due("dead-executor", 1, FAST.claim_lease_secs)
+    dead = ledger.start_attempt(first, "dead-executor", 1, None, FAST.claim_lease_secs)
+    assert dead.started
+
+    # When the lease expires and a peer claims it
+    wait_until(lambda: ledger.claim_due("peer", 1, FAST.claim_lease_secs) != [], timeout=10)
+    peer = Executor(ledger, FAST)
+    report = peer.run_attempt(first.id, "peer")
+
+    # Then the peer completes it as attempt 2, and the dead attempt, waking, writes nothing
+    assert report.status == COMPLETED
+    row = ledger.get_occurrence(first.id)
+    assert (row.status, row.attempt, row.claimed_by) == (COMPLETED, 2, "peer")
+    assert targets.received[first.id][0]["trigger"]["attempt"] == 2
+    assert not ledger.renew(first.id, "dead-executor", None, FAST.claim_lease_secs)
+    assert not ledger.settle(first.id, "dead-executor", "failed", error_message="late")
+    assert ledger.get_occurrence(first.id).status == COMPLETED
+
+
+def test_cancelling_a_running_occurrence_stops_its_attempt_and_frees_its_slot(
+    ledger: Ledger,
+) -> None:
+    # Given a forbid channel whose target blocks until released
+    channel = make_channel(
+        ledger, "0 0 0 1 1 *", target="wait_for_release", concurrency={"policy": "forbid"}
+    )
+    from cronledger.ledger import NewOccurrence
+
+    ledger.insert_occurrence(
+        NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
+    )
+    executor = Executor(ledger, FAST)
+    reports: list[Any] = []
+    invoker = ThreadPoolInvoker(lambda o, c: reports.append(executor.run_attempt(o, c)), 2)
+    claim_once(ledger, FAST, invoker)
+    wait_until(lambda: any(o.status == RUNNING for o in rows(ledger)))
+    (running,) = [o for o in rows(ledger) if o.status == RUNNING]
+    assert ledger.held_slots(channel.channel_id) == 1
+
+    # When an operator cancels it
+    ledger.cancel(running.id)
+
+    # Then the attempt stops at its next beat, writing nothing, and the slot is free
+    wait_until(lambda: reports != [], timeout=5)
+    assert reports[0].outcome == "lost" and reports[0].status is None
+    row = ledger.get_occurrence(running.id)
+    assert row.status == "cancelled" and row.claimed_until is None
+    assert ledger.held_slots(channel.channel_id) == 0
+    invoker.shutdown(1)
+
+
+def test_a_failing_target_settles_failed_with_its_error(ledger: Ledger) -> None:
+    channel = make_channel(ledger, "0 0 0 1 1 *", target="fail")
+    from cronledger.ledger import NewOccurrence
+
+    ledger.insert_occurrence(
+        NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
+    )
+    run_until_settled(ledger)
+    (row,) = rows(ledger)
+    assert row.status == "failed"
+    assert "out of paper" in (row.error_message or "")
+    assert row.claimed_until is None
+
+
+def test_an_occurrence_of_a_paused_channel_fails_as_channel_unavailable(ledger: Ledger) -> None:
+    channel = make_channel(ledger, "0 0 0 1 1 *")
+    from cronledger.ledger import NewOccurrence
+
+    ledger.insert_occurrence(
+        NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
+    )
+    ledger.set_channel_status(channel.channel_id, "paused")
+    run_until_settled(ledger)
+    (row,) = rows(ledger)
+    assert row.status == "failed"
+    assert (row.error_message or "").startswith("channel_unavailable:")
+    assert targets.received == {}
+
+
+class _DeadLedger:
+    """A ledger whose database has gone away: every call raises, as the real one does."""
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            from cronledger.ledger import DatabaseUnavailable
+
+            raise DatabaseUnavailable("connection refused")
+
+        return fail
+
+
+def test_with_the_database_down_the_loops_record_the_failure_and_keep_running() -> None:
+    from cronledger import metrics
+    from cronledger.reconcile import run_reconcile_loop
+
+    recorder = metrics.InMemoryMetrics()
+    with metrics.recording_to(recorder):
+        dead = _DeadLedger()
+        until = time.monotonic() + 0.6
+        passes = run_reconcile_loop(dead, FAST, until)  # type: ignore[arg-type]
+        dispatched = run_claim_loop(
+            dead,  # type: ignore[arg-type]
+            FAST,
+            ThreadPoolInvoker(lambda o, c: None, 1),
+            time.monotonic() + 0.6,
+        )
+    assert passes == 0 and dispatched == 0
+    # several ticks each: the loops kept going after the first failure
+    assert recorder.total("DbUnavailable", Operation="reconcile") >= 3
+    assert recorder.total("DbUnavailable", Operation="claim") >= 3
+
+
+class _RenewalsFail:
+    """The real ledger, except that every renewal fails as if the database were unreachable."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self.renewals = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def renew(self, *args: Any, **kwargs: Any) -> bool:
+        from cronledger.ledger import DatabaseUnavailable
+
+        self.renewals += 1
+        raise DatabaseUnavailable("connection refused")
+
+
+def test_an_attempt_that_cannot_renew_stops_itself_before_its_lease_could_be_taken(
+    ledger: Ledger,
+) -> None:
+    # Given a running attempt whose renewals all fail (lease 3 s, heartbeat 1 s)
+    channel = make_channel(ledger, "0 0 0 1 1 *", target="wait_for_release")
+    from cronledger.ledger import NewOccurrence
+
+    ledger.insert_occurrence(
+        NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
+    )
+    (claimed,) = ledger.claim_due("flaky", 1, FAST.claim_lease_secs)
+    flaky = _RenewalsFail(ledger)
+    started = time.monotonic()
+
+    # When the attempt runs
+    report = Executor(flaky, FAST).run_attempt(claimed.id, "flaky")  # type: ignore[arg-type]
+    took = time.monotonic() - started
+
+    # Then it stopped itself after lease - heartbeat without a renewal, before the lease ran out
+    assert report.outcome == "stopped" and report.status is None
+    assert flaky.renewals >= 1
+    assert FAST.renewal_give_up.total_seconds() <= took < FAST.claim_lease_secs
+    row = ledger.get_occurrence(claimed.id)
+    assert row.status == RUNNING, "it wrote nothing: the lease is left to expire"
