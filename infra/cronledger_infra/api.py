@@ -1,0 +1,82 @@
+"""The operators' HTTP API: API Gateway (HTTP API) in front of the `api` function.
+
+Every route is IAM-authorised (SigV4): whoever calls it needs `execute-api:Invoke` on this API,
+granted in IAM like any other permission; there is no anonymous route, `/health` included.
+The routes are the prefixes the application serves, so a request for anything else is answered
+by API Gateway without waking the function. The one stage is throttled and access-logged.
+"""
+
+from __future__ import annotations
+
+import jsii
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_apigatewayv2_authorizers as authorizers
+from aws_cdk import aws_apigatewayv2_integrations as integrations
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+ROUTES = (
+    ("/api/v1/{proxy+}", apigwv2.HttpMethod.ANY),
+    ("/health", apigwv2.HttpMethod.GET),
+    ("/openapi.json", apigwv2.HttpMethod.GET),
+)
+
+
+class Api(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: lambda_.IFunction,
+        throttle_rate: float,
+        throttle_burst: int,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.http_api = apigwv2.HttpApi(
+            self,
+            "HttpApi",
+            description="cronledger operator API (IAM-authorised)",
+            default_authorizer=authorizers.HttpIamAuthorizer(),
+            create_default_stage=False,
+        )
+        integration = integrations.HttpLambdaIntegration("Handler", handler)
+        for path, method in ROUTES:
+            self.http_api.add_routes(path=path, methods=[method], integration=integration)
+
+        self.stage = apigwv2.HttpStage(
+            self,
+            "DefaultStage",
+            http_api=self.http_api,
+            stage_name="$default",
+            auto_deploy=True,
+            throttle=apigwv2.ThrottleSettings(rate_limit=throttle_rate, burst_limit=throttle_burst),
+            access_log_settings=_AccessLogs(
+                apigwv2.LogGroupLogDestination(
+                    logs.LogGroup(self, "AccessLogs", retention=log_retention)
+                )
+            ),
+        )
+
+    @property
+    def url(self) -> str:
+        return self.http_api.api_endpoint
+
+
+@jsii.implements(apigwv2.IAccessLogSettings)
+class _AccessLogs:
+    """Access-log settings: API Gateway's standard JSON fields, to a log group."""
+
+    def __init__(self, destination: apigwv2.IAccessLogDestination) -> None:
+        self._destination = destination
+
+    @property
+    def destination(self) -> apigwv2.IAccessLogDestination:
+        return self._destination
+
+    @property
+    def format(self) -> apigw.AccessLogFormat | None:
+        return None

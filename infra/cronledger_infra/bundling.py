@@ -1,0 +1,152 @@
+"""The functions' code asset, built on this machine with pip (no Docker).
+
+`pip install --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 --implementation
+cp --python-version 3.13 --only-binary=:all: --target <asset> <project>`: wheels only, for the
+Lambda runtime's CPython and CPU whatever machine synthesizes, so no compiler is needed and a
+package without an arm64 wheel fails the synth instead of the first invocation. Powertools is
+bundled with everything else, at the version pyproject.toml resolves to (not AWS's layer): one
+place decides every version.
+
+The project is staged in a temporary directory first, so pip's build leaves nothing in the
+working tree. Then the asset loses what no function imports: the AWS SDK and its dependency
+closure (the Lambda runtime ships them), console scripts, type stubs, test harnesses, host-Python
+bytecode, and the debug symbols of native modules (when an `llvm-strip` or aarch64 `strip` is on
+PATH). The asset hash is the project's source, pyproject.toml and this recipe, so an unchanged
+project is not rebuilt; resolution is not locked, so a rebuild may pick newer allowed versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling
+from aws_cdk import aws_lambda as lambda_
+
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+ARCHITECTURE = lambda_.Architecture.ARM_64
+
+PIP_TARGET = (
+    "--platform",
+    "manylinux2014_aarch64",
+    "--platform",
+    "manylinux_2_28_aarch64",
+    "--implementation",
+    "cp",
+    "--python-version",
+    "3.13",
+    "--only-binary=:all:",
+)
+# Distributions the Lambda Python runtime ships (boto3 and its dependency closure).
+RUNTIME_PROVIDED = (
+    "boto3",
+    "botocore",
+    "s3transfer",
+    "jmespath",
+    "python_dateutil",
+    "six",
+    "urllib3",
+)
+NEVER_IMPORTED = ("bin", "sqlalchemy/testing", "alembic/testing")
+_STRIPPERS = ("llvm-strip", "aarch64-linux-gnu-strip")
+
+
+def function_code(project_root: Path, *, bundle_dependencies: bool) -> lambda_.Code:
+    """The asset every function runs: the `cronledger` package, with its dependencies or not.
+
+    Without dependencies (tests) the asset is the package source alone: the template has the
+    same shape, and the synth takes seconds instead of a pip resolution.
+    """
+    source = project_root / "functions"
+    if not bundle_dependencies:
+        return lambda_.Code.from_asset(
+            str(source), exclude=["*.egg-info", "**/__pycache__", "**/*.pyc"]
+        )
+    return lambda_.Code.from_asset(
+        str(source),
+        asset_hash_type=AssetHashType.CUSTOM,
+        asset_hash=_source_hash(project_root),
+        bundling=BundlingOptions(
+            image=RUNTIME.bundling_image,  # never pulled: local bundling succeeds or raises
+            local=PipBundling(project_root),
+        ),
+    )
+
+
+@jsii.implements(ILocalBundling)
+class PipBundling:
+    def __init__(self, project_root: Path) -> None:
+        self.project_root = project_root
+
+    def try_bundle(self, output_dir: str, _options: Any) -> bool:
+        build_into(Path(output_dir), self.project_root)
+        return True
+
+
+def build_into(target: Path, project_root: Path) -> None:
+    """Install the project and its dependencies for arm64 CPython 3.13 into `target`, trimmed."""
+    with tempfile.TemporaryDirectory(prefix="cronledger-stage-") as stage:
+        staged = Path(stage)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(project_root / name, staged / name)
+        shutil.copytree(
+            project_root / "functions" / "cronledger",
+            staged / "functions" / "cronledger",
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+        command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile"]
+        command += ["--disable-pip-version-check", *PIP_TARGET, "--target", str(target)]
+        subprocess.run([*command, str(staged)], check=True)
+    _trim(target)
+
+
+def _trim(target: Path) -> None:
+    for distribution in RUNTIME_PROVIDED:
+        for dist_info in target.glob(f"{distribution}-*.dist-info"):
+            _uninstall(target, dist_info)
+    for relative in NEVER_IMPORTED:
+        shutil.rmtree(target / relative, ignore_errors=True)
+    for cache in list(target.rglob("__pycache__")):
+        shutil.rmtree(cache)
+    for stub in target.rglob("*.pyi"):
+        stub.unlink()
+    stripper = next(filter(None, map(shutil.which, _STRIPPERS)), None)
+    if stripper:
+        for library in target.rglob("*.so"):
+            subprocess.run([stripper, "--strip-unneeded", str(library)], check=True)
+    for directory in sorted(target.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()  # left empty by the removals above
+
+
+def _uninstall(target: Path, dist_info: Path) -> None:
+    """Remove exactly the files a distribution's RECORD lists, then its metadata."""
+    record = (dist_info / "RECORD").read_text().splitlines()
+    for line in record:
+        path = target / line.split(",", 1)[0]
+        if path.is_file() and dist_info not in path.parents:
+            path.unlink()
+    shutil.rmtree(dist_info)
+
+
+def _source_hash(project_root: Path) -> str:
+    digest = hashlib.sha256()
+    recipe = Path(__file__).read_bytes()
+    files = sorted(
+        path
+        for path in (project_root / "functions" / "cronledger").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    )
+    for path in [project_root / "pyproject.toml", *files]:
+        relative = path.relative_to(project_root).as_posix().encode()
+        content = path.read_bytes()
+        digest.update(len(relative).to_bytes(4, "big") + relative)
+        digest.update(len(content).to_bytes(8, "big") + content)
+    digest.update(recipe)
+    return digest.hexdigest()

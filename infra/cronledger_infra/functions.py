@@ -1,0 +1,125 @@
+"""The five Lambda functions, made by one helper so they differ only where they must.
+
+Every function runs the same asset (the `cronledger` package) on arm64 Python 3.13 in the `app`
+subnets, with its own role, its own security group, its own log group, active tracing and the
+same environment: where the database is (never a password), the Powertools names, and the
+scheduler settings. What differs is the handler, the timeout and what else it is granted,
+which the other constructs add with `grant_*` calls. Only `claim` learns the executor's name,
+and only `claim` may invoke it.
+
+Timeouts: `reconcile` and `claim` run at most a minute (the next tick is a minute away; `claim`
+loops until close to its deadline); `api` answers within API Gateway's 30 s; `execute` runs as
+long as the operator allows a target to run; `migrate` has five minutes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aws_cdk import Duration
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from cronledger_infra.bundling import ARCHITECTURE, RUNTIME
+from cronledger_infra.nag import acknowledge
+
+SERVICE_NAME = "cronledger"
+HANDLERS = {
+    "reconcile": "cronledger.aws.reconcile.handler",
+    "claim": "cronledger.aws.claim.handler",
+    "execute": "cronledger.aws.execute.handler",
+    "api": "cronledger.aws.api.handler",
+    "migrate": "cronledger.aws.migrate.handler",
+}
+
+
+class Functions(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        code: lambda_.Code,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        environment: Mapping[str, str],
+        metrics_namespace: str,
+        log_level: str,
+        memory_mb: int,
+        execute_timeout: Duration,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._code = code
+        self._vpc = vpc
+        self._subnets = subnets
+        self._memory_mb = memory_mb
+        self._log_retention = log_retention
+        self._environment = {
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": metrics_namespace,
+            "POWERTOOLS_LOG_LEVEL": log_level,
+            # Target results may carry data the operator would not put in a trace.
+            "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+            **environment,
+        }
+
+        minute = Duration.seconds(60)
+        self.reconcile = self._function("reconcile", minute, "Turns schedules into occurrences")
+        self.claim = self._function("claim", minute, "Leases due occurrences, invokes executors")
+        self.execute = self._function("execute", execute_timeout, "Runs one occurrence's target")
+        self.api = self._function("api", Duration.seconds(29), "The operators' HTTP API")
+        self.migrate = self._function("migrate", Duration.minutes(5), "Migrates the ledger schema")
+
+        self.claim.add_environment("CRONLEDGER_EXECUTE_FUNCTION_NAME", self.execute.function_name)
+        self.execute.grant_invoke_latest_version(self.claim)
+
+    @property
+    def all(self) -> dict[str, lambda_.Function]:
+        return {
+            "reconcile": self.reconcile,
+            "claim": self.claim,
+            "execute": self.execute,
+            "api": self.api,
+            "migrate": self.migrate,
+        }
+
+    def _function(self, name: str, timeout: Duration, purpose: str) -> lambda_.Function:
+        construct_id = name.capitalize()
+        function = lambda_.Function(
+            self,
+            construct_id,
+            description=f"cronledger {name}: {purpose}",
+            code=self._code,
+            handler=HANDLERS[name],
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            memory_size=self._memory_mb,
+            timeout=timeout,
+            environment=self._environment,
+            vpc=self._vpc,
+            vpc_subnets=self._subnets,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention),
+        )
+        acknowledge(
+            function,
+            {
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AWSLambdaBasicExecutionRole]": "The AWS-maintained minimum for a function to "
+                "write its own logs; it grants nothing else.",
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AWSLambdaVPCAccessExecutionRole]": "The AWS-maintained minimum for a function "
+                "to attach its network interfaces in the VPC it must run in to reach the "
+                "database; it grants nothing else.",
+                "AwsSolutions-L1": "Python 3.13 is the runtime the asset is built for (pip "
+                "resolves CPython 3.13 wheels, see bundling.py); moving to a newer runtime is "
+                "a deliberate change of RUNTIME and the wheel tags together.",
+                "AwsSolutions-IAM5[Resource::*]": "X-Ray's PutTraceSegments and "
+                "PutTelemetryRecords have no resource-level permissions; the wildcard covers "
+                "only those two actions, added by active tracing.",
+            },
+        )
+        return function

@@ -1,0 +1,173 @@
+"""What an operator may choose about a deployment, with the defaults a small installation wants.
+
+Every choice is one typed field, validated when the props are made, so a bad value stops the
+synth with the field's name instead of surfacing as a failed deploy. From the command line each
+field is a context key `cronledger:<field>` (`cdk deploy -c cronledger:nat_gateways=0`); an
+unknown `cronledger:` key is refused, so a typo cannot silently keep a default.
+
+`CRONLEDGER_*` scheduler settings (SPEC §7) left as `None` are not set in the functions'
+environment, so the application's own defaults apply. `claim_lease_secs` is always set: the
+executor's maximum event age must stay under it (an invocation that waited longer than the lease
+would run an occurrence that another claim may already own).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from aws_cdk import aws_logs as logs
+
+CONTEXT_PREFIX = "cronledger:"
+
+REMOVAL_POLICIES = ("snapshot", "retain", "destroy")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+ENDPOINT_SERVICES = ("secretsmanager", "lambda", "states", "sqs", "events")
+
+
+@dataclass(frozen=True)
+class CronledgerProps:
+    # network
+    nat_gateways: int = 1
+    vpc_endpoints: tuple[str, ...] = ENDPOINT_SERVICES
+    # database
+    min_capacity_acu: float = 0.5
+    max_capacity_acu: float = 4.0
+    deletion_protection: bool = True
+    removal_policy: str = "snapshot"
+    secret_rotation_days: int = 30
+    # functions
+    memory_mb: int = 512
+    execute_timeout_secs: int = 900
+    execute_max_event_age_secs: int = 60
+    log_retention: str = "ONE_MONTH"
+    log_level: str = "INFO"
+    bundle_dependencies: bool = True
+    # what the executor may call besides resources tagged `cronledger:target`
+    target_arns: tuple[str, ...] = ()
+    allow_tagged_targets: bool = True
+    # api
+    api_throttle_rate: float = 50.0
+    api_throttle_burst: int = 100
+    # monitoring
+    metrics_namespace: str = "Cronledger"
+    backlog_age_threshold_secs: int = 300
+    alarm_email: str | None = None
+    # scheduler settings (CRONLEDGER_*)
+    claim_lease_secs: int = 120
+    claim_batch_size: int | None = None
+    max_in_flight: int | None = None
+    poll_interval_ms: int | None = None
+    heartbeat_interval_secs: int | None = None
+    misfire_grace_secs: int | None = None
+    max_catch_up: int | None = None
+    lookahead_secs: int | None = None
+    retention_hours: int | None = None
+    default_timeout_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = list(self._problems())
+        if problems:
+            raise ValueError("invalid cronledger props: " + "; ".join(problems))
+
+    def _problems(self) -> typing.Iterator[str]:
+        if self.nat_gateways < 0:
+            yield "nat_gateways must be 0 or more"
+        unknown = sorted(set(self.vpc_endpoints) - set(ENDPOINT_SERVICES))
+        if unknown:
+            yield f"vpc_endpoints {unknown} unknown; choose from {list(ENDPOINT_SERVICES)}"
+        if "secretsmanager" not in self.vpc_endpoints:
+            yield "vpc_endpoints must include secretsmanager: the proxy reads its secret through it"
+        if not self.nat_gateways and "lambda" not in self.vpc_endpoints:
+            yield "without NAT, vpc_endpoints must include lambda: claim invokes the executor"
+        if not 0 <= self.min_capacity_acu <= self.max_capacity_acu <= 256:
+            yield "need 0 <= min_capacity_acu <= max_capacity_acu <= 256"
+        if self.removal_policy not in REMOVAL_POLICIES:
+            yield f"removal_policy must be one of {list(REMOVAL_POLICIES)}"
+        if not 1 <= self.secret_rotation_days <= 365:
+            yield "secret_rotation_days must be 1..365"
+        if not 60 <= self.execute_max_event_age_secs < self.claim_lease_secs:
+            yield (
+                "need 60 <= execute_max_event_age_secs < claim_lease_secs "
+                f"(got {self.execute_max_event_age_secs} and {self.claim_lease_secs}): "
+                "an invocation older than the lease may find its occurrence re-claimed"
+            )
+        heartbeat = self.heartbeat_interval_secs
+        if heartbeat is not None and not 0 < heartbeat < self.claim_lease_secs:
+            yield "heartbeat_interval_secs must be above 0 and below claim_lease_secs"
+        if not 1 <= self.execute_timeout_secs <= 900:
+            yield "execute_timeout_secs must be 1..900 (the Lambda maximum)"
+        if self.log_retention not in logs.RetentionDays.__members__:
+            yield "log_retention must be a CDK RetentionDays name such as ONE_MONTH"
+        if self.log_level not in LOG_LEVELS:
+            yield f"log_level must be one of {list(LOG_LEVELS)}"
+        if self.api_throttle_rate <= 0 or self.api_throttle_burst <= 0:
+            yield "api_throttle_rate and api_throttle_burst must be positive"
+        if self.backlog_age_threshold_secs <= 0:
+            yield "backlog_age_threshold_secs must be positive"
+
+    def scheduler_environment(self) -> dict[str, str]:
+        """The `CRONLEDGER_*` settings the operator chose, as environment variables."""
+        names = (
+            "claim_lease_secs",
+            "claim_batch_size",
+            "max_in_flight",
+            "poll_interval_ms",
+            "heartbeat_interval_secs",
+            "misfire_grace_secs",
+            "max_catch_up",
+            "lookahead_secs",
+            "retention_hours",
+            "default_timeout_ms",
+        )
+        return {
+            f"CRONLEDGER_{name.upper()}": str(value)
+            for name in names
+            if (value := getattr(self, name)) is not None
+        }
+
+    @classmethod
+    def from_context(cls, context: Mapping[str, Any]) -> CronledgerProps:
+        """Props from CDK context: `cronledger:<field>` keys, strings (`-c`) or JSON values."""
+        known = {f.name: f for f in fields(cls)}
+        hints = typing.get_type_hints(cls)
+        chosen: dict[str, Any] = {}
+        for key, raw in context.items():
+            if not key.startswith(CONTEXT_PREFIX):
+                continue
+            name = key.removeprefix(CONTEXT_PREFIX)
+            if name not in known:
+                raise ValueError(f"unknown context key {key!r}; known: {sorted(known)}")
+            chosen[name] = _coerce(key, raw, hints[name])
+        return cls(**chosen)
+
+
+def _coerce(key: str, raw: Any, hint: Any) -> Any:
+    """Turn a context value (a string from `-c`, or JSON from cdk.json) into the field's type."""
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    if optional:
+        if raw is None or raw == "":
+            return None
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    try:
+        if hint is bool:
+            if isinstance(raw, bool):
+                return raw
+            if str(raw).lower() in ("true", "false"):
+                return str(raw).lower() == "true"
+            raise ValueError("expected true or false")
+        if typing.get_origin(hint) is tuple:
+            if isinstance(raw, str):
+                raw = json.loads(raw) if raw.startswith("[") else raw.split(",")
+            return tuple(str(item).strip() for item in raw if str(item).strip())
+        if hint is int:
+            return int(raw)
+        if hint is float:
+            return float(raw)
+        return str(raw)
+    except ValueError as exc:
+        raise ValueError(f"context key {key!r}: cannot read {raw!r} ({exc})") from None

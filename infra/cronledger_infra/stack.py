@@ -1,0 +1,120 @@
+"""The cronledger stack: composes the constructs, decides nothing of its own.
+
+Each construct owns one concern and its own invariants (see each module's header); the stack
+wires their outputs together, in dependency order, and publishes what an operator needs after
+a deploy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from cronledger_infra.api import Api
+from cronledger_infra.bundling import function_code
+from cronledger_infra.database import Database
+from cronledger_infra.execution import Execution
+from cronledger_infra.functions import Functions
+from cronledger_infra.migration import Migration
+from cronledger_infra.monitoring import Monitoring
+from cronledger_infra.network import Network
+from cronledger_infra.props import CronledgerProps
+from cronledger_infra.scheduling import Scheduling
+from cronledger_infra.target_access import TargetAccess
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class CronledgerStack(Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, props: CronledgerProps, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        retention = logs.RetentionDays[props.log_retention]
+
+        network = Network(
+            self,
+            "Network",
+            nat_gateways=props.nat_gateways,
+            endpoints=props.vpc_endpoints,
+            log_retention=retention,
+        )
+        database = Database(
+            self,
+            "Database",
+            vpc=network.vpc,
+            data_subnets=network.data_subnets,
+            app_subnets=network.app_subnets,
+            min_capacity_acu=props.min_capacity_acu,
+            max_capacity_acu=props.max_capacity_acu,
+            deletion_protection=props.deletion_protection,
+            removal_policy=props.removal_policy,
+            secret_rotation_days=props.secret_rotation_days,
+            log_retention=retention,
+        )
+        functions = Functions(
+            self,
+            "Functions",
+            code=function_code(PROJECT_ROOT, bundle_dependencies=props.bundle_dependencies),
+            vpc=network.vpc,
+            subnets=network.app_subnets,
+            environment={**database.environment, **props.scheduler_environment()},
+            metrics_namespace=props.metrics_namespace,
+            log_level=props.log_level,
+            memory_mb=props.memory_mb,
+            execute_timeout=Duration.seconds(props.execute_timeout_secs),
+            log_retention=retention,
+        )
+        database.admit(functions.all.values())
+
+        Scheduling(self, "Scheduling", reconcile=functions.reconcile, claim=functions.claim)
+        execution = Execution(
+            self,
+            "Execution",
+            execute=functions.execute,
+            max_event_age=Duration.seconds(props.execute_max_event_age_secs),
+        )
+        TargetAccess(
+            self,
+            "TargetAccess",
+            executor=functions.execute,
+            target_arns=props.target_arns,
+            allow_tagged_targets=props.allow_tagged_targets,
+        )
+        api = Api(
+            self,
+            "Api",
+            handler=functions.api,
+            throttle_rate=props.api_throttle_rate,
+            throttle_burst=props.api_throttle_burst,
+            log_retention=retention,
+        )
+        monitoring = Monitoring(
+            self,
+            "Monitoring",
+            functions=functions.all,
+            dead_letters=execution.dead_letters,
+            namespace=props.metrics_namespace,
+            backlog_age_threshold_secs=props.backlog_age_threshold_secs,
+            alarm_email=props.alarm_email,
+        )
+        Migration(
+            self,
+            "Migration",
+            migrate=functions.migrate,
+            after=[database],
+            before=[
+                function.node.default_child
+                for name, function in functions.all.items()
+                if name != "migrate"
+            ],
+        )
+
+        CfnOutput(self, "ApiUrl", value=api.url, description="The operator API (SigV4, IAM)")
+        CfnOutput(self, "AlarmTopicArn", value=monitoring.topic.topic_arn)
+        CfnOutput(self, "ExecutorDeadLetterQueueUrl", value=execution.dead_letters.queue_url)
+        CfnOutput(self, "DatabaseProxyEndpoint", value=database.proxy.endpoint)

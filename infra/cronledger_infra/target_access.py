@@ -1,0 +1,154 @@
+"""What the executor may call: the targets the operator named, or resources tagged for it.
+
+A target is one of the operator's own resources, so the executor gets no standing access to
+the account's functions, queues, state machines or buses. It may reach a resource only when
+either its ARN is in the stack's `target_arns`, granted with the resource type's own `grant_*`
+call, or (with `allow_tagged_targets`) the resource carries a `cronledger:target` tag, whatever
+its value: tagging a resource is how an operator enrols it without redeploying this stack.
+
+Step Functions targets that `wait` need `states:DescribeExecution`, which acts on executions;
+executions carry no tags, so for tagged state machines it is granted on every execution in this
+account and region (read-only status polling), and for named ones on that machine's executions.
+`http` and `python` targets need no IAM permission.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from cronledger_infra.nag import acknowledge
+
+TARGET_TAG = "cronledger:target"
+_TAGGED = {"Null": {f"aws:ResourceTag/{TARGET_TAG}": "false"}}
+
+
+class TargetAccess(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        executor: lambda_.Function,
+        target_arns: tuple[str, ...],
+        allow_tagged_targets: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._executor = executor
+        for index, arn in enumerate(target_arns):
+            self._grant_named(f"Target{index}", arn)
+        if allow_tagged_targets:
+            self._grant_tagged()
+
+    def _grant_named(self, construct_id: str, arn: str) -> None:
+        service = arn.split(":")[2] if arn.count(":") >= 5 else ""
+        if service == "lambda":
+            # The grant is the executor's own policy; a function in another account must
+            # also allow the executor in its resource policy, which this stack cannot edit.
+            target = lambda_.Function.from_function_attributes(
+                self, construct_id, function_arn=arn, skip_permissions=True
+            )
+            target.grant_invoke(self._executor)
+            wildcard = f"{arn}:*"  # the function's versions and aliases (a target `qualifier`)
+            acknowledge(
+                self._executor,
+                {
+                    f"AwsSolutions-IAM5[Resource::{wildcard}]": "Lets a target name a version "
+                    "or alias (its `qualifier`) of a function the operator listed in "
+                    "target_arns; no other function.",
+                },
+            )
+        elif service == "states":
+            machine = sfn.StateMachine.from_state_machine_arn(self, construct_id, arn)
+            machine.grant_start_execution(self._executor)
+            executions = arn.replace(":stateMachine:", ":execution:", 1) + ":*"
+            iam.Grant.add_to_principal(
+                grantee=self._executor,
+                actions=["states:DescribeExecution"],
+                resource_arns=[executions],
+            )
+            acknowledge(
+                self._executor,
+                {
+                    f"AwsSolutions-IAM5[Resource::{executions}]": "Read-only status of the "
+                    "executions of one state machine the operator listed in target_arns, "
+                    "which the executor polls while a `wait` target runs.",
+                },
+            )
+        elif service == "sqs":
+            sqs.Queue.from_queue_arn(self, construct_id, arn).grant_send_messages(self._executor)
+        elif service == "events":
+            events.EventBus.from_event_bus_arn(self, construct_id, arn).grant_put_events_to(
+                self._executor
+            )
+        else:
+            raise ValueError(
+                f"target_arns: {arn!r} is not a Lambda function, Step Functions state machine, "
+                "SQS queue or EventBridge bus ARN"
+            )
+
+    def _grant_tagged(self) -> None:
+        stack = Stack.of(self)
+        tagged = {
+            "lambda:InvokeFunction": stack.format_arn(
+                service="lambda",
+                resource="function",
+                resource_name="*",
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            ),
+            "states:StartExecution": stack.format_arn(
+                service="states",
+                resource="stateMachine",
+                resource_name="*",
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            ),
+            "sqs:SendMessage": stack.format_arn(service="sqs", resource="*"),
+            "events:PutEvents": stack.format_arn(
+                service="events",
+                resource="event-bus",
+                resource_name="*",
+                arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+            ),
+        }
+        for action, resource in tagged.items():
+            self._executor.add_to_role_policy(
+                iam.PolicyStatement(actions=[action], resources=[resource], conditions=_TAGGED)
+            )
+        executions = stack.format_arn(
+            service="states",
+            resource="execution",
+            resource_name="*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        self._executor.add_to_role_policy(
+            iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions])
+        )
+        scoped = "is scoped by the condition that the resource carries the cronledger:target tag"
+        account = "arn:<AWS::Partition>:{}:<AWS::Region>:<AWS::AccountId>:{}"
+        acknowledge(
+            self._executor,
+            {
+                f"AwsSolutions-IAM5[Resource::{account.format('lambda', 'function:*')}]": (
+                    f"lambda:InvokeFunction {scoped}."
+                ),
+                f"AwsSolutions-IAM5[Resource::{account.format('states', 'stateMachine:*')}]": (
+                    f"states:StartExecution {scoped}."
+                ),
+                f"AwsSolutions-IAM5[Resource::{account.format('sqs', '*')}]": (
+                    f"sqs:SendMessage {scoped}."
+                ),
+                f"AwsSolutions-IAM5[Resource::{account.format('events', 'event-bus/*')}]": (
+                    f"events:PutEvents {scoped}."
+                ),
+                f"AwsSolutions-IAM5[Resource::{account.format('states', 'execution:*')}]": (
+                    "states:DescribeExecution (read-only) acts on executions, which carry no "
+                    "tags, so the state machine's tag cannot scope it; the executor polls the "
+                    "status of executions it started for tagged `wait` targets."
+                ),
+            },
+        )

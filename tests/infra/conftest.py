@@ -1,0 +1,15 @@
+"""One synthesis of the stack for the whole infra test session (see `synthesis`).
+
+Importing `synthesis` also puts `infra/` on the import path, for every module here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.infra.synthesis import Synthesized, synthesize
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    return synthesize(tmp_path_factory.mktemp("cdk.out"))

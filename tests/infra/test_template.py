@@ -1,0 +1,264 @@
+"""The synthesized template keeps the promises issue 6 makes about the deployed scheduler.
+
+Each test reads the CloudFormation the stack synthesizes (once per session, see conftest) and
+checks one promise at the resource level: what runs, when, with which permissions, what alarms,
+and that no secret reaches a function's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.infra.synthesis import TARGET_ARNS, Synthesized
+
+pytestmark = pytest.mark.xdist_group(name="infra")
+
+HANDLERS = {
+    "cronledger.aws.reconcile.handler",
+    "cronledger.aws.claim.handler",
+    "cronledger.aws.execute.handler",
+    "cronledger.aws.api.handler",
+    "cronledger.aws.migrate.handler",
+}
+TARGET_ACTIONS = {
+    "lambda:InvokeFunction",
+    "states:StartExecution",
+    "sqs:SendMessage",
+    "events:PutEvents",
+}
+TAGGED = {"Null": {"aws:ResourceTag/cronledger:target": "false"}}
+
+
+def _getatt_id(value: object) -> str | None:
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return value["Fn::GetAtt"][0]
+    return None
+
+
+def _statements(synthesized: Synthesized, role_id: str) -> list[dict]:
+    return [
+        statement
+        for policy in synthesized.resources("AWS::IAM::Policy").values()
+        if {"Ref": role_id} in policy["Roles"]
+        for statement in policy["PolicyDocument"]["Statement"]
+    ]
+
+
+def _alarm_on(synthesized: Synthesized, metric_name: str) -> dict:
+    alarms = [
+        alarm
+        for alarm in synthesized.resources("AWS::CloudWatch::Alarm").values()
+        if alarm.get("MetricName") == metric_name
+    ]
+    assert len(alarms) == 1, f"expected one alarm on {metric_name}, found {len(alarms)}"
+    return alarms[0]
+
+
+def test_every_handler_runs_on_arm64_python_3_13_with_its_own_role(synthesized: Synthesized):
+    functions = synthesized.resources("AWS::Lambda::Function")
+    ours = {logical_id: functions[logical_id] for logical_id in synthesized.functions().values()}
+
+    assert {props["Handler"] for props in ours.values()} == HANDLERS
+    for props in ours.values():
+        assert props["Architectures"] == ["arm64"]
+        assert props["Runtime"] == "python3.13"
+        assert props["VpcConfig"]["SubnetIds"], "every function runs inside the VPC"
+    roles = [_getatt_id(props["Role"]) for props in ours.values()]
+    assert len(set(roles)) == len(HANDLERS)
+
+
+def test_reconcile_and_claim_each_have_a_one_minute_rule(synthesized: Synthesized):
+    functions = synthesized.functions()
+    targeted = {
+        _getatt_id(target["Arn"])
+        for rule in synthesized.resources("AWS::Events::Rule").values()
+        if rule["ScheduleExpression"] == "rate(1 minute)" and rule["State"] == "ENABLED"
+        for target in rule["Targets"]
+    }
+
+    assert targeted == {
+        functions["cronledger.aws.reconcile.handler"],
+        functions["cronledger.aws.claim.handler"],
+    }
+
+
+def test_the_executor_is_invoked_once_within_its_lease_and_failures_go_to_a_queue(
+    synthesized: Synthesized,
+):
+    execute = synthesized.functions()["cronledger.aws.execute.handler"]
+    lease = int(
+        synthesized.resources("AWS::Lambda::Function")[execute]["Environment"]["Variables"][
+            "CRONLEDGER_CLAIM_LEASE_SECS"
+        ]
+    )
+    (config,) = [
+        config
+        for config in synthesized.resources("AWS::Lambda::EventInvokeConfig").values()
+        if config["FunctionName"] == {"Ref": execute}
+    ]
+
+    assert config["MaximumRetryAttempts"] == 0
+    assert config["MaximumEventAgeInSeconds"] < lease
+    destination = _getatt_id(config["DestinationConfig"]["OnFailure"]["Destination"])
+    assert destination in synthesized.resources("AWS::SQS::Queue")
+
+
+def test_only_claim_knows_and_may_invoke_the_executor(synthesized: Synthesized):
+    functions = synthesized.functions()
+    execute = functions["cronledger.aws.execute.handler"]
+    lambdas = synthesized.resources("AWS::Lambda::Function")
+    invokers = {
+        handler
+        for handler, logical_id in functions.items()
+        for statement in _statements(synthesized, _getatt_id(lambdas[logical_id]["Role"]))
+        if "lambda:InvokeFunction" in statement["Action"]
+        and execute in json.dumps(statement["Resource"])
+    }
+    told = {
+        handler
+        for handler, logical_id in functions.items()
+        if "CRONLEDGER_EXECUTE_FUNCTION_NAME" in lambdas[logical_id]["Environment"]["Variables"]
+    }
+
+    assert invokers == told == {"cronledger.aws.claim.handler"}
+
+
+def test_the_executor_reaches_only_named_or_tagged_targets(synthesized: Synthesized):
+    execute = synthesized.functions()["cronledger.aws.execute.handler"]
+    role = _getatt_id(synthesized.resources("AWS::Lambda::Function")[execute]["Role"])
+    dead_letters = set(synthesized.resources("AWS::SQS::Queue"))
+    named = set(TARGET_ARNS) | {f"{arn}:*" for arn in TARGET_ARNS}
+    granted = [
+        s
+        for s in _statements(synthesized, role)
+        if TARGET_ACTIONS & set(s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    ]
+
+    tagged = [s for s in granted if s.get("Condition") == TAGGED]
+    assert len(tagged) == len(TARGET_ACTIONS), "each target action is also open to tagged resources"
+    for statement in granted:
+        if statement in tagged:
+            continue
+        resources = statement["Resource"]
+        for resource in resources if isinstance(resources, list) else [resources]:
+            assert (
+                resource in named
+                if isinstance(resource, str)
+                else (_getatt_id(resource) in dead_letters)
+            ), resource
+    listed = json.dumps(granted)
+    assert all(arn in listed for arn in TARGET_ARNS)
+
+
+def test_every_api_route_requires_iam_and_the_stage_is_throttled(synthesized: Synthesized):
+    routes = synthesized.resources("AWS::ApiGatewayV2::Route").values()
+    (stage,) = synthesized.resources("AWS::ApiGatewayV2::Stage").values()
+
+    assert {route["RouteKey"] for route in routes} == {
+        "ANY /api/v1/{proxy+}",
+        "GET /health",
+        "GET /openapi.json",
+    }
+    assert all(route["AuthorizationType"] == "AWS_IAM" for route in routes)
+    assert stage["DefaultRouteSettings"]["ThrottlingRateLimit"] > 0
+    assert stage["DefaultRouteSettings"]["ThrottlingBurstLimit"] > 0
+
+
+def test_the_backlog_alarm_watches_the_oldest_pending_age(synthesized: Synthesized):
+    alarm = _alarm_on(synthesized, "OldestPendingAgeSeconds")
+    (topic,) = synthesized.resources("AWS::SNS::Topic")
+
+    assert alarm["Namespace"] == "Cronledger"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "cronledger"}]
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["Threshold"] == 300
+    assert alarm["AlarmActions"] == [{"Ref": topic}]
+
+
+def test_a_reconcile_that_reports_nothing_is_alarmed(synthesized: Synthesized):
+    alarm = _alarm_on(synthesized, "ReconcileSucceeded")
+
+    assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["ComparisonOperator"] == "LessThanThreshold"
+    assert alarm["Threshold"] == 1
+
+
+def test_dead_letters_and_each_functions_errors_are_alarmed(synthesized: Synthesized):
+    alarms = list(synthesized.resources("AWS::CloudWatch::Alarm").values())
+    (queue,) = synthesized.resources("AWS::SQS::Queue")
+    errored = {
+        dimension["Value"]["Ref"]
+        for alarm in alarms
+        if alarm.get("MetricName") == "Errors"
+        for dimension in alarm["Dimensions"]
+    }
+    depth = [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
+
+    assert errored == set(synthesized.functions().values())
+    assert [_getatt_id(d["Value"]) for d in depth[0]["Dimensions"]] == [queue]
+
+
+def test_the_database_is_encrypted_private_and_reached_through_a_tls_iam_proxy(
+    synthesized: Synthesized,
+):
+    (cluster,) = synthesized.resources("AWS::RDS::DBCluster").values()
+    (proxy,) = synthesized.resources("AWS::RDS::DBProxy").values()
+
+    assert cluster["StorageEncrypted"] is True
+    assert cluster["EnableIAMDatabaseAuthentication"] is True
+    assert cluster["DeletionProtection"] is True
+    assert cluster["Engine"] == "aurora-postgresql"
+    assert "ServerlessV2ScalingConfiguration" in cluster
+    assert proxy["RequireTLS"] is True
+    assert [auth["IAMAuth"] for auth in proxy["Auth"]] == ["REQUIRED"]
+
+
+def test_no_function_environment_holds_a_password_or_secret(synthesized: Synthesized):
+    secrets = {
+        logical_id
+        for kind in ("AWS::SecretsManager::Secret", "AWS::SecretsManager::SecretTargetAttachment")
+        for logical_id in synthesized.resources(kind)
+    }
+    assert secrets, "the database's master secret exists, so this test can see a leak"
+    suspicious_name = re.compile(r"PASS|PWD|SECRET|TOKEN|CREDENTIAL|PRIVATE", re.IGNORECASE)
+
+    for logical_id in synthesized.functions().values():
+        variables = synthesized.resources("AWS::Lambda::Function")[logical_id]["Environment"][
+            "Variables"
+        ]
+        for name, value in variables.items():
+            rendered = json.dumps(value)
+            assert not suspicious_name.search(name), name
+            assert "resolve:secretsmanager" not in rendered, name
+            assert not any(secret in rendered for secret in secrets), name
+        assert variables["CRONLEDGER_DB_IAM_AUTH"] == "true"
+        assert _getatt_id(variables["CRONLEDGER_DB_HOST"]) in synthesized.resources(
+            "AWS::RDS::DBProxy"
+        )
+
+
+def test_migrations_run_after_the_database_and_before_the_other_functions(
+    synthesized: Synthesized,
+):
+    resources = synthesized.template["Resources"]
+    functions = synthesized.functions()
+    ((trigger_id, trigger),) = [
+        (logical_id, resource)
+        for logical_id, resource in resources.items()
+        if resource["Type"] == "Custom::Trigger"
+    ]
+    version = resources[trigger["Properties"]["HandlerArn"]["Ref"]]
+    database = set(synthesized.resources("AWS::RDS::DBCluster")) | set(
+        synthesized.resources("AWS::RDS::DBProxy")
+    )
+
+    assert version["Properties"]["FunctionName"] == {
+        "Ref": functions["cronledger.aws.migrate.handler"]
+    }
+    assert database <= set(trigger["DependsOn"])
+    for handler, logical_id in functions.items():
+        if handler != "cronledger.aws.migrate.handler":
+            assert trigger_id in resources[logical_id].get("DependsOn", []), handler
