@@ -43,14 +43,15 @@ class ClaimRound:
 
 
 def claim_once(
-    ledger: Ledger, settings: Settings, invoker: Invoker, in_flight: int | None = None
+    ledger: Ledger, settings: Settings, invoker: Invoker, room: int | None = None
 ) -> ClaimRound:
-    """One round: claim what there is room for and dispatch each occurrence. `in_flight`
-    overrides the ledger's count (a local pool knows its own queue better)."""
+    """One round: claim what there is room for and dispatch each occurrence. `room` is how
+    many more attempts this process can start right now (a local pool's free workers); the
+    instance-wide `max_in_flight` is always honoured too."""
     round_ = ClaimRound()
     try:
-        busy = ledger.in_flight_count() if in_flight is None else in_flight
-        round_.limit = min(settings.claim_batch_size, settings.max_in_flight - busy)
+        limit = min(settings.claim_batch_size, settings.max_in_flight - ledger.in_flight_count())
+        round_.limit = limit if room is None else min(limit, room)
         if round_.limit <= 0:
             return round_
         round_.claimant = new_claimant_id()
@@ -84,26 +85,32 @@ def run_claim_loop(
     invoker: Invoker,
     until: float,
     stop: threading.Event | None = None,
-    in_flight: Callable[[], int] | None = None,
+    room: Callable[[], int] | None = None,
+    wake: threading.Event | None = None,
 ) -> int:
     """Claim and dispatch until the monotonic deadline `until` (or `stop`), sleeping until the
     next due instant or the poll interval, whichever is sooner; a full batch goes round again at
-    once. Answers how many occurrences were dispatched."""
+    once. Setting `wake` ends a sleep early: an in-process reconciler sets it when it has just
+    materialised due rows, so they do not wait out a poll interval. Answers how many
+    occurrences were dispatched."""
     stop = stop or threading.Event()
+    nap = wake or stop
     heartbeat = Every(HEARTBEAT_EVERY_SECS)
     poll = settings.poll_interval.total_seconds()
     dispatched = 0
     while not stop.is_set() and time.monotonic() < until:
-        round_ = claim_once(ledger, settings, invoker, in_flight() if in_flight else None)
+        round_ = claim_once(ledger, settings, invoker, room() if room else None)
         dispatched += len(round_.dispatched)
         if round_.failed:
-            sleep_until_next(stop, poll, until)
+            sleep_until_next(nap, poll, until)
             continue
         if heartbeat.due():
             _beat(ledger)
         if round_.limit > 0 and len(round_.dispatched) + len(round_.returned) >= round_.limit:
             continue  # a full batch: more may be due right now
-        sleep_until_next(stop, _seconds_to_next_due(ledger, poll), until)
+        sleep_until_next(nap, _seconds_to_next_due(ledger, poll), until)
+        if wake is not None:
+            wake.clear()
     return dispatched
 
 

@@ -1,7 +1,9 @@
 """The `cronledger` command line.
 
 `cronledger migrate` upgrades a database to the newest schema; `cronledger dev --demo` runs the
-scheduler locally. Every failure exits non-zero with a one-line message, never a traceback.
+scheduler locally; the operator commands (`channels`, `occurrences`, `trigger`, `retry`,
+`cancel`, `status`, `preview`) talk to the HTTP API. Every failure exits non-zero with a
+one-line message, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from cronledger.operator_cli import add_operator_commands
 from cronledger.settings import DEFAULT_DATABASE_URL
 
 
@@ -18,8 +21,6 @@ def _database_url(args: argparse.Namespace) -> str:
     url: str = (
         args.database_url or os.environ.get("CRONLEDGER_DATABASE_URL") or DEFAULT_DATABASE_URL
     )
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        os.makedirs(os.path.dirname(url.removeprefix("sqlite:///")) or ".", exist_ok=True)
     return url
 
 
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=8080)
     dev.set_defaults(func=_cmd_dev)
+
+    add_operator_commands(sub)
     return parser
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -27,7 +28,7 @@ from cronledger.execute import AttemptReport, Executor
 from cronledger.instants import to_rfc3339
 from cronledger.invokers import ThreadPoolInvoker
 from cronledger.ledger import CHANNEL_ACTIVE, Ledger
-from cronledger.reconcile import run_reconcile_loop
+from cronledger.reconcile import PassReport, run_reconcile_loop
 from cronledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ DEMO_CHANNEL = {
 }
 #: How long Ctrl-C waits for in-flight attempts before leaving their leases to expire.
 DRAIN_SECS = 10.0
+#: `cronledger dev` materialises this far ahead unless CRONLEDGER_LOOKAHEAD_SECS says otherwise.
+DEV_LOOKAHEAD_SECS = 3
 #: The local pool's size: claims never exceed what can start at once.
 MAX_LOCAL_WORKERS = 16
 
@@ -79,6 +82,12 @@ class LocalScheduler:
         self.executor = Executor(self.ledger, self.settings)
         self.invoker = ThreadPoolInvoker(self._attempt, max_workers=self.workers)
         self._threads: list[threading.Thread] = []
+        # Set by the reconciler when it materialised rows, and by shutdown: ends a claim nap.
+        self._wake = threading.Event()
+
+    def _reconciled(self, report: PassReport) -> None:
+        if report.inserted:
+            self._wake.set()
 
     def _attempt(self, occurrence_id: str, claimant: str) -> AttemptReport:
         report = self.executor.run_attempt(occurrence_id, claimant)
@@ -86,10 +95,9 @@ class LocalScheduler:
             self.on_settled(report)
         return report
 
-    def _in_flight(self) -> int:
-        # The pool's own count (queued ones included) plus the ledger's, so a second local
-        # process against the same file cannot push the total past max_in_flight.
-        return self.invoker.in_flight
+    def _room(self) -> int:
+        # A claim's lease starts ticking at once: claim no more than there are free workers.
+        return self.invoker.max_workers - self.invoker.in_flight
 
     def start(self) -> None:
         forever = float("inf")
@@ -106,7 +114,8 @@ class LocalScheduler:
                     self.invoker,
                     forever,
                     self.stop,
-                    in_flight=self._in_flight,
+                    room=self._room,
+                    wake=self._wake,
                 ),
             ),
         ]
@@ -119,6 +128,7 @@ class LocalScheduler:
         """Stop the loops, then wait up to `drain_secs` for in-flight attempts. Answers
         whether every attempt finished (False: some leases are left to expire)."""
         self.stop.set()
+        self._wake.set()
         for thread in self._threads:
             thread.join(timeout=5)
         return self.invoker.shutdown(drain_secs)
@@ -246,15 +256,19 @@ def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[Attem
 
 def run_dev(database_url: str, host: str, port: int, demo: bool, out: TextIO = sys.stdout) -> int:
     """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C."""
-    from cronledger.api import create_app  # the API pulls in Powertools: only when serving
+    from cronledger.api import create_app, handle_event  # Powertools: only when serving
 
     settings = replace(Settings.from_env(), database_url=database_url)
+    if "CRONLEDGER_LOOKAHEAD_SECS" not in os.environ:
+        # Rows a moment ahead let the claim loop sleep until exactly when each is due, instead
+        # of finding it up to one reconcile tick late.
+        settings = replace(settings, lookahead_secs=DEV_LOOKAHEAD_SECS)
     ledger = Ledger.connect(database_url)
     ledger.migrate()
     if demo:
         ensure_demo_channel(ledger)
     app = create_app(ledger, settings)
-    server = serve_api(app.resolve, host, port)
+    server = serve_api(lambda event, context: handle_event(app, event, context), host, port)
     scheduler = LocalScheduler(ledger, settings, on_settled=console_printer(ledger, out))
     scheduler.start()
     print(f"cronledger dev: API on http://{host}:{port}  (database {database_url})", file=out)

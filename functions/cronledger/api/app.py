@@ -1,0 +1,74 @@
+"""The resolver: every route of SPEC §6 on one `APIGatewayHttpResolver`, validated both ways.
+
+Requests are checked against the pydantic models before a route runs (a malformed one is a
+422 in the error envelope) and every response is checked against the same models, so
+`/openapi.json` describes exactly what is served; a response that does not match is a bug and
+answers 500. The resolver holds no state of its own besides the ledger it was given, so one
+instance serves a Lambda container or the local runner's threads alike (through
+`handle_event`, which answers one request at a time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from cronledger import __version__
+from cronledger.api.channel_runs import add_channel_run_routes
+from cronledger.api.channels import add_channel_routes
+from cronledger.api.errors import install_error_mapping
+from cronledger.api.occurrences import add_occurrence_routes
+from cronledger.api.status import add_health_routes, add_status_routes
+from cronledger.ledger import Ledger
+from cronledger.settings import Settings
+
+TITLE = "cronledger"
+DESCRIPTION = (
+    "Operate a cronledger scheduler: channels (schedules), the occurrence ledger, manual and "
+    "backfill runs, and health. Errors are "
+    '`{"error": {"code", "message", "details": [{"path", "code", "message"}]}}`.'
+)
+_one_request_at_a_time = threading.Lock()
+
+
+def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHttpResolver:
+    """The API over `ledger`. `settings` supplies the default `timeout_ms` of new versions."""
+    settings = settings or Settings()
+    app = APIGatewayHttpResolver(enable_validation=True)
+    install_error_mapping(app)
+    add_channel_routes(app, ledger, settings)
+    add_channel_run_routes(app, ledger)
+    add_occurrence_routes(app, ledger)
+    add_status_routes(app, ledger)
+    add_health_routes(app, ledger)
+    app.enable_swagger(path="/swagger", title=TITLE, version=__version__, description=DESCRIPTION)
+
+    @cache
+    def document() -> str:
+        return app.get_openapi_json_schema(
+            title=TITLE, version=__version__, description=DESCRIPTION
+        )
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi() -> Response[str]:
+        return Response(200, content_types.APPLICATION_JSON, document())
+
+    return app
+
+
+def handle_event(
+    app: APIGatewayHttpResolver, event: Mapping[str, Any], context: LambdaContext | None = None
+) -> dict[str, Any]:
+    """Answer one API Gateway HTTP API (payload v2) event with its v2 response dict
+    (`statusCode`, `headers`, `body`, `isBase64Encoded`, `cookies`).
+
+    Safe to call from many threads: Powertools keeps the request being resolved in
+    class-level state shared by every resolver, so requests are answered one at a time
+    (a Lambda container only ever has one anyway)."""
+    with _one_request_at_a_time:
+        return app.resolve(event, context)  # type: ignore[arg-type]

@@ -1,0 +1,195 @@
+"""Running a channel outside its schedule, and looking ahead: trigger, backfill, preview.
+
+A manual or backfill run is an occurrence like any other, materialised by the same
+insert-if-absent on `(channel_id, scheduled_for)`: it cannot double an instant that already
+has a row, and the claim loop runs it exactly as it runs a cron row. The instant of a manual
+run is the database's now, never this node's clock.
+
+Decisions where SPEC is silent:
+- Trigger and backfill need an `active` channel (an unknown one included, a 400): the executor
+  settles a run of any other channel as `channel_unavailable`, so accepting it would only
+  queue a failure.
+- Backfill covers the schedule's instants in `[from, to]`, at most 1000 per request; `to`
+  must not be after the database's now. Instants that already have an occurrence keep it and
+  are counted as `already_present`.
+- Preview works in any status, so a draft can be checked before it is activated.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+
+from cronledger.api.errors import BROKEN_RESPONSE, responses
+from cronledger.api.models import (
+    PREFIX,
+    BackfillResult,
+    BackfillWindow,
+    OccurrenceRecord,
+    One,
+    Preview,
+    Text,
+)
+from cronledger.api.views import occurrence_record, preview_instant, safe_target_ref
+from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
+from cronledger.instants import to_rfc3339
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    TRIGGER_BACKFILL,
+    TRIGGER_MANUAL,
+    Channel,
+    Ledger,
+    NewOccurrence,
+)
+from cronledger.schedule import compile_schedule
+
+MAX_BACKFILL: Final = 1000
+MAX_PREVIEW: Final = 100
+
+ChannelId = Annotated[Text, Path(description="the channel's id")]
+
+
+def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
+
+    @app.post(
+        f"{PREFIX}/channels/<channel_id>/trigger",
+        summary="Run an active channel now (a manual occurrence at the database's now)",
+        tags=["channels"],
+        responses=responses(202, "a pending manual occurrence", 400, 409),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+        status_code=202,
+    )
+    def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
+        channel = _active_channel(ledger, channel_id, "triggered")
+        row = NewOccurrence(
+            channel_id=channel.channel_id,
+            channel_name=channel.name,
+            channel_version=channel.version,
+            scheduled_for=ledger.db_now(),
+            trigger=TRIGGER_MANUAL,
+            target_ref=safe_target_ref(channel),
+        )
+        if not ledger.insert_occurrence(row):
+            raise Conflict(
+                f"channel {channel.name} already has an occurrence at "
+                f"{to_rfc3339(row.scheduled_for)}; trigger again"
+            )
+        return One(data=occurrence_record(ledger.get_occurrence(row.id)))
+
+    @app.post(
+        f"{PREFIX}/channels/<channel_id>/backfill",
+        summary=f"Run an active channel's past instants in [from, to] (at most {MAX_BACKFILL})",
+        tags=["channels"],
+        responses=responses(202, "backfill occurrences written", 400, 415),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+        status_code=202,
+    )
+    def backfill(
+        channel_id: ChannelId, body: Annotated[BackfillWindow, Body()]
+    ) -> One[BackfillResult]:
+        channel = _active_channel(ledger, channel_id, "backfilled")
+        now = ledger.db_now()
+        problems = []
+        if body.from_ > body.to:
+            problems.append(FieldError("from", "invalid", "from must not be after to"))
+        if body.to > now:
+            problems.append(
+                FieldError(
+                    "to",
+                    "invalid",
+                    f"to is in the future (the database's now is {to_rfc3339(now)}); backfill "
+                    "covers past instants, use trigger to run now",
+                )
+            )
+        if problems:
+            raise ValidationFailed(problems, "invalid backfill window")
+        schedule = compile_schedule(channel.transport_config, channel.channel_id)
+        instants = schedule.fires_in(body.from_, body.to, cap=MAX_BACKFILL + 1)
+        if len(instants) > MAX_BACKFILL:
+            raise ValidationFailed(
+                [
+                    FieldError(
+                        "to",
+                        "invalid",
+                        f"the window holds more than {MAX_BACKFILL} instants of "
+                        f"`{schedule.expression}`; backfill at most {MAX_BACKFILL} at a time "
+                        "(split the window)",
+                    )
+                ],
+                "backfill window too large",
+            )
+        created = ledger.insert_occurrences(
+            NewOccurrence(
+                channel_id=channel.channel_id,
+                channel_name=channel.name,
+                channel_version=channel.version,
+                scheduled_for=at,
+                trigger=TRIGGER_BACKFILL,
+                target_ref=safe_target_ref(channel),
+            )
+            for at in instants
+        )
+        result = {
+            "channel_id": channel.channel_id,
+            "from": to_rfc3339(body.from_),
+            "to": to_rfc3339(body.to),
+            "instants": len(instants),
+            "created": created,
+            "already_present": len(instants) - created,
+        }
+        return One(data=BackfillResult.model_validate(result))
+
+    @app.get(
+        f"{PREFIX}/channels/<channel_id>/preview",
+        summary="The next instants, in UTC and in the channel's local wall time",
+        tags=["channels"],
+        responses=responses(200, "the next instants", 400, 404),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def preview(
+        channel_id: ChannelId,
+        count: Annotated[int, Query(ge=1, le=MAX_PREVIEW, description="how many, 1..100")] = 10,
+    ) -> One[Preview]:
+        channel = ledger.get_channel(channel_id)
+        schedule = compile_schedule(channel.transport_config, channel.channel_id)
+        instants = []
+        at = ledger.db_now()
+        for _ in range(count):
+            following = schedule.next_after(at)
+            if following is None:
+                break
+            instants.append(preview_instant(following, schedule.timezone))
+            at = following
+        return One(
+            data=Preview(
+                channel_id=channel.channel_id,
+                schedule=schedule.expression,
+                timezone=schedule.timezone,
+                instants=instants,
+            )
+        )
+
+
+def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:
+    try:
+        channel = ledger.get_channel(channel_id)
+    except NotFound:
+        raise ValidationFailed(
+            [FieldError("channel_id", "invalid", f"no channel {channel_id}; check the id")],
+            f"channel {channel_id} cannot be {verb}",
+        ) from None
+    if channel.status != CHANNEL_ACTIVE:
+        raise ValidationFailed(
+            [
+                FieldError(
+                    "channel_id",
+                    "invalid",
+                    f"channel {channel.name} is {channel.status}; only an active channel can be "
+                    f'{verb} (PATCH …/status with {{"status": "active"}})',
+                )
+            ],
+            f"channel {channel.name} cannot be {verb}",
+        )
+    return channel

@@ -1,0 +1,177 @@
+"""Channel routes: create, list, read, new version, status, delete (SPEC §6, §1.3).
+
+Every edit of a definition is a new immutable version, written by the ledger in one
+transaction; this module validates first (every problem in one 400) and never writes a
+document the scheduler could not compile.
+
+Decisions where SPEC is silent:
+- A PUT whose definition equals the current one writes no version and answers the channel
+  as it is, so applying the same file twice (`cronledger channels apply`) is idempotent.
+- Activating a channel re-checks its stored schedule, so a definition that stopped compiling
+  (a zone removed from the tz database) is refused with the reason instead of failing silently
+  in every reconcile pass.
+- The list is oldest first and can be filtered by `status` and by exact `name` (which is how
+  the command line resolves a name to an id).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+
+from cronledger.api.documents import read_new_channel, read_new_version
+from cronledger.api.errors import BROKEN_RESPONSE, responses
+from cronledger.api.models import (
+    PREFIX,
+    ChannelCreate,
+    ChannelUpdate,
+    ChannelView,
+    Limit,
+    Offset,
+    One,
+    Page,
+    StatusChange,
+    Text,
+)
+from cronledger.api.views import channel_view
+from cronledger.errors import NotFound
+from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
+from cronledger.ledger import Page as LedgerPage
+from cronledger.schedule import compile_schedule
+from cronledger.settings import Settings
+
+ChannelId = Annotated[Text, Path(description="the channel's id")]
+ChannelStatusName = Literal["draft", "active", "paused", "archived"]
+
+
+def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Settings) -> None:
+    def view(channel: Channel) -> One[ChannelView]:
+        return One(data=channel_view(channel, _cursor(ledger, channel.channel_id)))
+
+    @app.post(
+        f"{PREFIX}/channels",
+        summary="Create a channel (draft unless status is active)",
+        tags=["channels"],
+        responses=responses(201, "created", 400, 409, 415),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+        status_code=201,
+    )
+    def create_channel(body: Annotated[ChannelCreate, Body()]) -> One[ChannelView]:
+        new = read_new_channel(body.model_dump(exclude_unset=True), settings.default_timeout_ms)
+        channel = ledger.create_channel(
+            new.name,
+            new.definition.transport_config,
+            new.definition.target,
+            new.definition.timeout_ms,
+            status=new.status,
+        )
+        return view(channel)
+
+    @app.get(
+        f"{PREFIX}/channels",
+        summary="List channels, oldest first",
+        tags=["channels"],
+        responses=responses(200, "a page of channels"),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def list_channels(
+        status: Annotated[ChannelStatusName | None, Query()] = None,
+        name: Annotated[Text | None, Query(description="exact name")] = None,
+        limit: Limit = 50,
+        offset: Offset = 0,
+    ) -> Page[ChannelView]:
+        if name is not None:
+            page = _by_name(ledger, name, status, limit, offset)
+        else:
+            page = ledger.list_channels(status=status, limit=limit, offset=offset)
+        states = _cursors(ledger)
+        return Page(
+            data=[channel_view(c, states.get(c.channel_id)) for c in page.data],
+            total=page.total,
+            limit=page.limit,
+            offset=page.offset,
+        )
+
+    @app.get(
+        f"{PREFIX}/channels/<channel_id>",
+        summary="Read a channel",
+        tags=["channels"],
+        responses=responses(200, "the channel", 404),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def get_channel(channel_id: ChannelId) -> One[ChannelView]:
+        return view(ledger.get_channel(channel_id))
+
+    @app.put(
+        f"{PREFIX}/channels/<channel_id>",
+        summary="Write the channel's next version",
+        tags=["channels"],
+        responses=responses(200, "the channel at its new version", 400, 404, 409, 415),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def update_channel(
+        channel_id: ChannelId, body: Annotated[ChannelUpdate, Body()]
+    ) -> One[ChannelView]:
+        current = ledger.get_channel(channel_id)
+        new = read_new_version(
+            body.model_dump(exclude_unset=True), current.name, settings.default_timeout_ms
+        )
+        if (new.transport_config, new.target, new.timeout_ms) == (
+            current.transport_config,
+            current.target,
+            current.timeout_ms,
+        ):
+            return view(current)
+        return view(
+            ledger.new_channel_version(channel_id, new.transport_config, new.target, new.timeout_ms)
+        )
+
+    @app.patch(
+        f"{PREFIX}/channels/<channel_id>/status",
+        summary="Activate, pause or archive a channel",
+        tags=["channels"],
+        responses=responses(200, "the channel", 400, 404, 409, 415),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def set_status(
+        channel_id: ChannelId, body: Annotated[StatusChange, Body()]
+    ) -> One[ChannelView]:
+        if body.status == CHANNEL_ACTIVE:
+            channel = ledger.get_channel(channel_id)
+            compile_schedule(channel.transport_config, channel.channel_id)
+        return view(ledger.set_channel_status(channel_id, body.status))
+
+    @app.delete(
+        f"{PREFIX}/channels/<channel_id>",
+        summary="Delete a channel with its versions, cursor and occurrences",
+        tags=["channels"],
+        responses=responses(204, "deleted", 404),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def delete_channel(channel_id: ChannelId) -> Response[None]:
+        ledger.delete_channel(channel_id)
+        return Response(status_code=204, content_type=None, body=None)
+
+
+def _by_name(
+    ledger: Ledger, name: str, status: str | None, limit: int, offset: int
+) -> LedgerPage[Channel]:
+    try:
+        found = ledger.get_channel_by_name(name)
+    except NotFound:
+        found = None
+    matches = [found] if found is not None and status in (None, found.status) else []
+    return LedgerPage(
+        data=matches[offset : offset + limit], total=len(matches), limit=limit, offset=offset
+    )
+
+
+def _cursors(ledger: Ledger) -> dict[str, ScheduleState]:
+    return {state.channel_id: state for state in ledger.schedule_states()}
+
+
+def _cursor(ledger: Ledger, channel_id: str) -> ScheduleState | None:
+    # The ledger has no one-cursor read yet; every cursor is one indexed read.
+    return _cursors(ledger).get(channel_id)

@@ -1,0 +1,156 @@
+"""The one place an exception becomes an HTTP answer (SPEC §6).
+
+Every error leaves as `{"error": {"code", "message", "details": [{"path", "code", "message"}]}}`:
+
+| raised | status | code |
+|---|---|---|
+| `ValidationFailed` (every field problem) | 400 | `validation_failed` |
+| `NotFound`, or no such route | 404 | `not_found` |
+| `Conflict` | 409 | `conflict` |
+| a body sent as anything but JSON | 415 | `unsupported_media_type` |
+| a malformed query or body (Powertools' request validation), a body that is not UTF-8 or is nested too deep to read | 422 | `malformed_request` |
+| `DatabaseUnavailable` | 503 | `database_unavailable` |
+| anything else: a bug, logged at ERROR with its traceback, never echoed | 500 | `internal` |
+
+Bad input is always one of the 4xx rows: what the resolver's request validation refuses is
+reshaped here, so no client ever sees Powertools' own error shape.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+    ResponseValidationError,
+)
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+
+from cronledger.api.models import ErrorEnvelope
+from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
+from cronledger.ledger import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+MALFORMED = HTTPStatus.UNPROCESSABLE_ENTITY
+#: What a response that does not match the OpenAPI document answers (every route sets it, so
+#: the document shows the error envelope for it rather than Powertools' own shape).
+BROKEN_RESPONSE = HTTPStatus.INTERNAL_SERVER_ERROR
+#: Pydantic error types, in the vocabulary of the field errors (SPEC §1.1).
+_MISSING = {"missing"}
+_TOO_LONG = {"string_too_long", "too_long"}
+
+
+def responses(status: int, description: str, *errors: int) -> dict[int, OpenAPIResponse]:
+    """A route's OpenAPI `responses`: its success (schema from the route's return annotation;
+    none for 204), the given error statuses, and those any route can answer (422, 500, 503),
+    each of them the error envelope."""
+    documented: dict[int, OpenAPIResponse] = {status: {"description": description}}
+    if status == HTTPStatus.NO_CONTENT:
+        documented[status]["content"] = {}
+    for error in sorted({*errors, 422, 500, 503}):
+        documented[error] = {
+            "description": HTTPStatus(error).phrase,
+            "content": {"application/json": {"model": ErrorEnvelope}},
+        }
+    return documented
+
+
+def install_error_mapping(app: APIGatewayHttpResolver) -> None:
+    """Send every exception a route raises, and every unmatched route, through
+    `error_response`."""
+
+    def answer(exc: Exception) -> Response[Any]:
+        event = app.current_event
+        return error_response(exc, f"{event.http_method} {event.path}")
+
+    app.exception_handler_manager.update_exception_handlers({Exception: answer})
+
+
+def error_response(exc: Exception, request: str) -> Response[Any]:
+    """The table above, for `exc` raised while answering `request` (e.g. `GET /health`)."""
+    if isinstance(exc, ValidationFailed):
+        return _answer(HTTPStatus.BAD_REQUEST, "validation_failed", str(exc), exc.errors)
+    if isinstance(exc, NotFound):
+        return _answer(HTTPStatus.NOT_FOUND, "not_found", str(exc))
+    if isinstance(exc, NotFoundError):
+        return _answer(
+            HTTPStatus.NOT_FOUND, "not_found", f"no route for {request}; see /openapi.json"
+        )
+    if isinstance(exc, Conflict):
+        return _answer(HTTPStatus.CONFLICT, "conflict", str(exc))
+    if isinstance(exc, RequestUnsupportedContentType):
+        return _answer(
+            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with Content-Type: application/json",
+        )
+    if isinstance(exc, RequestValidationError):
+        details = [_detail(error) for error in exc.errors()]
+        summary = "; ".join(f"{d.path}: {d.message}" for d in details)
+        return _answer(MALFORMED, "malformed_request", f"malformed request: {summary}", details)
+    if isinstance(exc, RecursionError):
+        return _answer(
+            MALFORMED, "malformed_request", "malformed request: nested too deeply to read"
+        )
+    if isinstance(exc, UnicodeDecodeError):
+        return _answer(
+            MALFORMED, "malformed_request", "malformed request: the body is not UTF-8 text"
+        )
+    if isinstance(exc, DatabaseUnavailable):
+        # The driver's text can name hosts and users: log it, answer in general terms.
+        log.warning("%s: database unavailable: %s", request, exc)
+        return _answer(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "the ledger database is unavailable; try again shortly",
+        )
+    if isinstance(exc, ResponseValidationError):
+        log.error("%s: response does not match the OpenAPI document: %s", request, exc.errors())
+    else:
+        log.error("%s: unhandled error", request, exc_info=exc)
+    return _answer(
+        HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "internal error; see the API's logs"
+    )
+
+
+def _answer(
+    status: HTTPStatus, code: str, message: str, details: Iterable[FieldError] = ()
+) -> Response[Any]:
+    body = {
+        "error": {
+            "code": code,
+            "message": message,
+            "details": [d.as_dict() for d in details],
+        }
+    }
+    return Response(
+        status_code=status.value,
+        content_type=content_types.APPLICATION_JSON,
+        body=json.dumps(body, ensure_ascii=False),
+    )
+
+
+def _detail(error: dict[str, Any]) -> FieldError:
+    loc: Sequence[Any] = error.get("loc") or ()
+    path = ".".join(str(part) for part in loc) or "request"
+    kind = str(error.get("type", ""))
+    if kind in _MISSING:
+        code = "required"
+    elif kind in _TOO_LONG:
+        code = "too_long"
+    elif kind.endswith(("_type", "_parsing")):
+        code = "type_mismatch"
+    else:
+        code = "invalid"
+    message = str(error.get("msg", "is not valid")).removeprefix("Value error, ")
+    if kind == "json_invalid":
+        message = f"the body is not valid JSON: {error.get('ctx', {}).get('error', 'cannot parse')}"
+    return FieldError(path, code, message)

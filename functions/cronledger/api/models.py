@@ -1,0 +1,317 @@
+"""What crosses the wire: request bodies, response shapes, and the error envelope (SPEC §6).
+
+These models are the OpenAPI document; the resolver validates every response against them, so
+the document cannot drift from what is served. Timestamps leave as RFC 3339 UTC text with a
+`Z` (formatted in `views`), never as a serializer's guess.
+
+A request model checks only *shape* (a JSON object with the documented keys); what the fields
+mean is checked by `documents`, which collects every problem into one 400. So a channel body
+declares its fields loosely (`Any` with the documented schema attached): a wrong type is then
+reported beside every other problem of the document instead of as a lone 422.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from cronledger.instants import parse_rfc3339
+
+T = TypeVar("T")
+
+PREFIX = "/api/v1/admin"
+"""Where every admin route lives; `/health` and `/openapi.json` sit at the root."""
+
+MAX_TEXT = 512
+"""The longest id, name or filter value a request may carry."""
+
+
+def _text(value: Any) -> Any:
+    # NUL and lone surrogates cannot be stored (PostgreSQL refuses them): malformed, not a 500.
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("must be valid Unicode text") from None
+    return value
+
+
+def _instant(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError("must be an RFC 3339 timestamp string, e.g. 2026-09-01T02:15:00Z")
+    return parse_rfc3339(value)
+
+
+Text = Annotated[str, BeforeValidator(_text), Field(min_length=1, max_length=MAX_TEXT)]
+"""An id or a filter value from a path or a query string."""
+
+Instant = Annotated[
+    datetime,
+    BeforeValidator(_instant),
+    WithJsonSchema({"type": "string", "format": "date-time", "example": "2026-09-01T02:15:00Z"}),
+]
+"""An RFC 3339 timestamp with an offset in a request; anything else is a 422."""
+
+Timestamp = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "format": "date-time", "example": "2026-09-01T02:15:00Z"}),
+]
+"""An RFC 3339 UTC timestamp with `Z` in a response."""
+
+Limit = Annotated[int, Query(ge=1, le=1000, description="page size, 1..1000")]
+Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
+
+
+# --- request bodies -------------------------------------------------------------------------
+
+_TRANSPORT_CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "When the channel fires (SPEC §1.1). Unknown keys are refused.",
+    "properties": {
+        "schedule": {"type": "string", "example": "0 15 2 * * *"},
+        "timezone": {"type": "string", "example": "Europe/London"},
+        "payload": {"type": "object"},
+        "misfire_policy": {"type": "string", "enum": ["skip", "latest", "catch_up"]},
+        "max_catch_up": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "concurrency": {
+            "type": "object",
+            "properties": {
+                "policy": {"type": "string", "enum": ["allow", "forbid"]},
+                "key": {"type": "string"},
+                "slots": {"type": "integer", "minimum": 1, "maximum": 100},
+            },
+        },
+    },
+    "required": ["schedule"],
+}
+_TARGET_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "What runs (SPEC §1.2): one `type` and that type's keys.",
+    "properties": {
+        "type": {
+            "type": "string",
+            "enum": ["lambda", "http", "stepfunctions", "sqs", "eventbridge", "python"],
+        }
+    },
+    "required": ["type"],
+    "example": {"type": "http", "url": "https://example.com/hooks/nightly"},
+}
+_NAME_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+    "example": "nightly-report",
+}
+_TIMEOUT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 900_000}
+
+
+class _Document(BaseModel):
+    # Extra keys are kept so `documents` can refuse each one by name in the same 400.
+    model_config = ConfigDict(extra="allow")
+
+    name: Annotated[Any, WithJsonSchema(_NAME_SCHEMA)] = None
+    transport_config: Annotated[Any, WithJsonSchema(_TRANSPORT_CONFIG_SCHEMA)] = None
+    target: Annotated[Any, WithJsonSchema(_TARGET_SCHEMA)] = None
+    timeout_ms: Annotated[Any, WithJsonSchema(_TIMEOUT_SCHEMA)] = None
+
+
+class ChannelCreate(_Document):
+    """A new channel: `draft` unless `"status": "active"`."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "required": ["name", "transport_config", "target"],
+            "additionalProperties": False,
+        },
+    )
+
+    status: Annotated[Any, WithJsonSchema({"type": "string", "enum": ["draft", "active"]})] = None
+
+
+class ChannelUpdate(_Document):
+    """The channel's next version. `name`, if given, must be the channel's own name."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "required": ["transport_config", "target"],
+            "additionalProperties": False,
+        },
+    )
+
+
+class StatusChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["active", "paused", "archived"]
+
+
+class BackfillWindow(BaseModel):
+    """Both ends inclusive, on the schedule's instants; `to` must not be in the future."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: Instant = Field(alias="from")
+    to: Instant
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+class One(BaseModel, Generic[T]):
+    data: T
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+class ErrorDetail(BaseModel):
+    path: str
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[ErrorDetail]
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody
+
+
+class CompiledView(BaseModel):
+    """The schedule as the scheduler reads it, with the cursor when one exists.
+    `next_fire_at` is null before the first reconcile and while the channel is paused."""
+
+    schedule: str
+    timezone: str
+    misfire_policy: str
+    max_catch_up: int
+    concurrency_policy: str
+    concurrency_key: str
+    slots: int
+    next_fire_at: Timestamp | None
+    paused_at: Timestamp | None
+
+
+class ChannelView(BaseModel):
+    channel_id: str
+    name: str
+    status: str
+    version: int
+    transport_config: dict[str, Any]
+    target: dict[str, Any]
+    target_ref: str | None
+    timeout_ms: int
+    created_at: Timestamp
+    updated_at: Timestamp
+    compiled: CompiledView | None = Field(
+        description="null when the stored definition no longer compiles"
+    )
+
+
+class OccurrenceSummary(BaseModel):
+    id: str
+    channel_id: str
+    channel_name: str
+    trigger: str
+    scheduled_for: Timestamp
+    status: str
+    attempt: int
+    started_at: Timestamp | None
+    completed_at: Timestamp | None
+    lag_ms: int | None = Field(description="started_at - scheduled_for")
+    duration_ms: int | None = Field(description="completed_at - started_at")
+    error_message: str | None = Field(description="the first 300 characters")
+
+
+class OccurrenceRecord(BaseModel):
+    id: str
+    channel_id: str
+    channel_name: str
+    channel_version: int
+    executing_version: int | None
+    target_ref: str | None
+    trigger: str
+    scheduled_for: Timestamp
+    status: str
+    attempt: int
+    claimed_by: str | None
+    claimed_until: Timestamp | None
+    singleton_key: str | None
+    singleton_slot: int | None
+    fencing_token: int | None
+    trace_id: str | None
+    error_message: str | None
+    result: str | None = Field(description="the target's answer, truncated")
+    started_at: Timestamp | None
+    completed_at: Timestamp | None
+    created_at: Timestamp
+    updated_at: Timestamp
+    lag_ms: int | None
+    duration_ms: int | None
+
+
+class PreviewInstant(BaseModel):
+    utc: Timestamp
+    local: str = Field(
+        description="wall time in the channel's zone with its offset",
+        examples=["2026-10-25T01:30:00+01:00"],
+    )
+
+
+class Preview(BaseModel):
+    channel_id: str
+    schedule: str
+    timezone: str
+    instants: list[PreviewInstant]
+
+
+class BackfillResult(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    channel_id: str
+    from_: Timestamp = Field(alias="from")
+    to: Timestamp
+    instants: int = Field(description="schedule instants in the window")
+    created: int = Field(description="backfill occurrences written")
+    already_present: int = Field(description="instants that already had an occurrence")
+
+
+class ChannelStatus(BaseModel):
+    channel_id: str
+    name: str
+    version: int
+    schedule: str | None
+    timezone: str | None
+    next_fire_at: Timestamp | None
+    paused_at: Timestamp | None
+    last_occurrence_id: str | None
+    last_status: str | None
+    last_scheduled_for: Timestamp | None
+    last_completed_at: Timestamp | None
+    pending: int
+    concurrency_policy: str | None
+    concurrency_key: str | None
+    slots: int | None
+    slots_held: int | None = Field(description='live holders of the key under "forbid"')
+
+
+class Health(BaseModel):
+    database: Literal["reachable"]
+    db_now: Timestamp
+    oldest_pending_secs: float | None
+    pending: int
+    last_reconcile_at: Timestamp | None
+    last_claim_at: Timestamp | None

@@ -1,0 +1,96 @@
+"""The ledger's rows: list, read, retry, cancel (SPEC §6, §2).
+
+Retry and cancel are each one conditional write in the ledger; its answer is the row as
+written, and a refusal (404 / 409) comes from the same write, never from an earlier read.
+`since` and `until` bound `scheduled_for`, both inclusive; a timestamp that is not RFC 3339
+with an offset is a 422.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+
+from cronledger.api.errors import BROKEN_RESPONSE, responses
+from cronledger.api.models import (
+    PREFIX,
+    Instant,
+    Limit,
+    OccurrenceRecord,
+    OccurrenceSummary,
+    Offset,
+    One,
+    Page,
+    Text,
+)
+from cronledger.api.views import occurrence_record, occurrence_summary
+from cronledger.ledger import Ledger, OccurrenceFilter
+
+OccurrenceId = Annotated[Text, Path(description="the occurrence's id")]
+
+
+def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
+
+    @app.get(
+        f"{PREFIX}/cron/occurrences",
+        summary="List occurrences, newest first",
+        tags=["occurrences"],
+        responses=responses(200, "a page of summaries"),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def list_occurrences(
+        channel_id: Annotated[Text | None, Query()] = None,
+        status: Annotated[Text | None, Query(description="e.g. pending, completed, failed")] = None,
+        since: Annotated[Instant | None, Query(description="scheduled_for at or after")] = None,
+        until: Annotated[Instant | None, Query(description="scheduled_for at or before")] = None,
+        limit: Limit = 50,
+        offset: Offset = 0,
+    ) -> Page[OccurrenceSummary]:
+        page = ledger.list_occurrences(
+            OccurrenceFilter(
+                channel_id=channel_id,
+                status=status,
+                since=since,
+                until=until,
+                limit=limit,
+                offset=offset,
+            )
+        )
+        return Page(
+            data=[occurrence_summary(o) for o in page.data],
+            total=page.total,
+            limit=page.limit,
+            offset=page.offset,
+        )
+
+    @app.get(
+        f"{PREFIX}/cron/occurrences/<occurrence_id>",
+        summary="Read one occurrence in full: lease, fencing token, trace id, result excerpt",
+        tags=["occurrences"],
+        responses=responses(200, "the occurrence", 404),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def get_occurrence(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
+        return One(data=occurrence_record(ledger.get_occurrence(occurrence_id)))
+
+    @app.post(
+        f"{PREFIX}/cron/occurrences/<occurrence_id>/retry",
+        summary="Put a failed, cancelled or skipped occurrence back to pending (same id)",
+        tags=["occurrences"],
+        responses=responses(200, "the occurrence, pending again", 404, 409),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def retry(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
+        return One(data=occurrence_record(ledger.requeue(occurrence_id)))
+
+    @app.post(
+        f"{PREFIX}/cron/occurrences/<occurrence_id>/cancel",
+        summary="Cancel a pending, claimed or running occurrence",
+        tags=["occurrences"],
+        responses=responses(200, "the occurrence, cancelled", 404, 409),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def cancel(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
+        return One(data=occurrence_record(ledger.cancel(occurrence_id)))

@@ -1,0 +1,92 @@
+"""What the scheduler is doing: the per-channel status view and `/health`.
+
+Both read only the ledger, with ages on the database's clock, so they tell the truth the
+ledger holds whichever node answers. `/health` reaching the database at all is the check:
+an unreachable database is a 503 (through the one error mapping), never a cheerful 200.
+
+Decisions where SPEC is silent:
+- The status view is a page (`limit`, `offset`) of the active channels, oldest first, like
+  every other list; "last" is the latest occurrence that has fallen due (rows materialised
+  ahead are not a last run).
+- `last_reconcile_at` / `last_claim_at` are the last heartbeats the loops recorded, null until
+  the first one; an alarm compares them with `db_now`.
+"""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+
+from cronledger.api.errors import BROKEN_RESPONSE, responses
+from cronledger.api.models import PREFIX, ChannelStatus, Health, Limit, Offset, One, Page
+from cronledger.api.views import compiled, timestamp
+from cronledger.claim import JOB as CLAIM_JOB
+from cronledger.instants import to_rfc3339
+from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
+from cronledger.reconcile import JOB as RECONCILE_JOB
+
+
+def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
+
+    @app.get(
+        f"{PREFIX}/cron/status",
+        summary="Per active channel: cursor, last run, pending count, concurrency",
+        tags=["status"],
+        responses=responses(200, "a page of active channels"),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def status(limit: Limit = 50, offset: Offset = 0) -> Page[ChannelStatus]:
+        page = ledger.list_channels(status=CHANNEL_ACTIVE, limit=limit, offset=offset)
+        states = {state.channel_id: state for state in ledger.schedule_states()}
+        return Page(
+            data=[_status(ledger, c, states.get(c.channel_id)) for c in page.data],
+            total=page.total,
+            limit=page.limit,
+            offset=page.offset,
+        )
+
+
+def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
+
+    @app.get(
+        "/health",
+        summary="Database reachability, backlog, and the last successful reconcile and claim",
+        tags=["status"],
+        responses=responses(200, "the database answered"),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def health() -> One[Health]:
+        beats = ledger.job_heartbeats()
+        return One(
+            data=Health(
+                database="reachable",
+                db_now=to_rfc3339(ledger.db_now()),
+                oldest_pending_secs=ledger.oldest_pending_age_secs(),
+                pending=ledger.pending_count(),
+                last_reconcile_at=timestamp(beats.get(RECONCILE_JOB)),
+                last_claim_at=timestamp(beats.get(CLAIM_JOB)),
+            )
+        )
+
+
+def _status(ledger: Ledger, channel: Channel, state: ScheduleState | None) -> ChannelStatus:
+    schedule = compiled(channel)
+    last = ledger.latest_for_channel(channel.channel_id)
+    key = None if schedule is None else schedule.singleton_key
+    return ChannelStatus(
+        channel_id=channel.channel_id,
+        name=channel.name,
+        version=channel.version,
+        schedule=None if schedule is None else schedule.expression,
+        timezone=None if schedule is None else schedule.timezone,
+        next_fire_at=None if state is None else timestamp(state.next_fire_at),
+        paused_at=None if state is None else timestamp(state.paused_at),
+        last_occurrence_id=None if last is None else last.id,
+        last_status=None if last is None else last.status,
+        last_scheduled_for=None if last is None else to_rfc3339(last.scheduled_for),
+        last_completed_at=None if last is None else timestamp(last.completed_at),
+        pending=ledger.pending_count(channel.channel_id),
+        concurrency_policy=None if schedule is None else schedule.concurrency_policy,
+        concurrency_key=None if schedule is None else schedule.concurrency_key,
+        slots=None if schedule is None else schedule.slots,
+        slots_held=None if key is None else ledger.held_slots(key),
+    )

@@ -1,0 +1,142 @@
+"""Ledger values in, response models out: the only place the API formats what it serves.
+
+Every instant leaves as RFC 3339 UTC with a `Z`. A listing carries summaries (no result
+excerpt, the error cut short) so a page of a thousand stays small; the full record, lease and
+fencing detail included, is served one occurrence at a time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+from zoneinfo import ZoneInfo
+
+from cronledger.api.models import (
+    ChannelView,
+    CompiledView,
+    OccurrenceRecord,
+    OccurrenceSummary,
+    PreviewInstant,
+)
+from cronledger.errors import ValidationFailed
+from cronledger.instants import to_rfc3339
+from cronledger.ledger import Channel, Occurrence, ScheduleState
+from cronledger.schedule import Schedule, compile_schedule
+from cronledger.targets import target_ref
+
+SUMMARY_ERROR_CHARS: Final = 300
+
+
+def timestamp(value: datetime | None) -> str | None:
+    return None if value is None else to_rfc3339(value)
+
+
+def compiled(channel: Channel) -> Schedule | None:
+    """The channel's schedule, or None when its stored definition no longer compiles (e.g. a
+    zone dropped from the tz database): shown as such rather than failing the whole read."""
+    try:
+        return compile_schedule(channel.transport_config, channel.channel_id)
+    except ValidationFailed:
+        return None
+
+
+def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
+    schedule = compiled(channel)
+    return ChannelView(
+        channel_id=channel.channel_id,
+        name=channel.name,
+        status=channel.status,
+        version=channel.version,
+        transport_config=channel.transport_config,
+        target=channel.target,
+        target_ref=safe_target_ref(channel),
+        timeout_ms=channel.timeout_ms,
+        created_at=to_rfc3339(channel.created_at),
+        updated_at=to_rfc3339(channel.updated_at),
+        compiled=None if schedule is None else _compiled_view(schedule, state),
+    )
+
+
+def _compiled_view(schedule: Schedule, state: ScheduleState | None) -> CompiledView:
+    paused_at = None if state is None else state.paused_at
+    # A paused cursor is re-initialised on resume, so its stale value is no "next" anything.
+    next_fire_at = None if state is None or paused_at is not None else state.next_fire_at
+    return CompiledView(
+        schedule=schedule.expression,
+        timezone=schedule.timezone,
+        misfire_policy=schedule.misfire_policy,
+        max_catch_up=schedule.max_catch_up,
+        concurrency_policy=schedule.concurrency_policy,
+        concurrency_key=schedule.concurrency_key,
+        slots=schedule.slots,
+        next_fire_at=timestamp(next_fire_at),
+        paused_at=timestamp(paused_at),
+    )
+
+
+def safe_target_ref(channel: Channel) -> str | None:
+    try:
+        return target_ref(channel.target)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def occurrence_summary(occurrence: Occurrence) -> OccurrenceSummary:
+    error = occurrence.error_message
+    if error is not None and len(error) > SUMMARY_ERROR_CHARS:
+        error = error[: SUMMARY_ERROR_CHARS - 1] + "…"
+    return OccurrenceSummary(
+        id=occurrence.id,
+        channel_id=occurrence.channel_id,
+        channel_name=occurrence.channel_name,
+        trigger=occurrence.trigger,
+        scheduled_for=to_rfc3339(occurrence.scheduled_for),
+        status=occurrence.status,
+        attempt=occurrence.attempt,
+        started_at=timestamp(occurrence.started_at),
+        completed_at=timestamp(occurrence.completed_at),
+        lag_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
+        duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
+        error_message=error,
+    )
+
+
+def occurrence_record(occurrence: Occurrence) -> OccurrenceRecord:
+    return OccurrenceRecord(
+        id=occurrence.id,
+        channel_id=occurrence.channel_id,
+        channel_name=occurrence.channel_name,
+        channel_version=occurrence.channel_version,
+        executing_version=occurrence.executing_version,
+        target_ref=occurrence.target_ref,
+        trigger=occurrence.trigger,
+        scheduled_for=to_rfc3339(occurrence.scheduled_for),
+        status=occurrence.status,
+        attempt=occurrence.attempt,
+        claimed_by=occurrence.claimed_by,
+        claimed_until=timestamp(occurrence.claimed_until),
+        singleton_key=occurrence.singleton_key,
+        singleton_slot=occurrence.singleton_slot,
+        fencing_token=occurrence.fencing_token,
+        trace_id=occurrence.trace_id,
+        error_message=occurrence.error_message,
+        result=occurrence.result,
+        started_at=timestamp(occurrence.started_at),
+        completed_at=timestamp(occurrence.completed_at),
+        created_at=to_rfc3339(occurrence.created_at),
+        updated_at=to_rfc3339(occurrence.updated_at),
+        lag_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
+        duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
+    )
+
+
+def preview_instant(at: datetime, zone: str) -> PreviewInstant:
+    """The instant in UTC and as the wall clock in `zone` shows it, offset included: on a
+    fall-back day two instants share a wall time and differ only in the offset."""
+    return PreviewInstant(utc=to_rfc3339(at), local=at.astimezone(ZoneInfo(zone)).isoformat())
+
+
+def _millis(start: datetime | None, end: datetime | None) -> int | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds() * 1000)

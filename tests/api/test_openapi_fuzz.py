@@ -1,0 +1,133 @@
+"""A bounded schemathesis run of `/openapi.json` against the resolver over WSGI, on SQLite.
+
+Invariant: no input, whether the document allows it or not, makes the API answer 5xx, and
+every answer matches the document: a documented status, JSON, and the documented schema.
+
+Each operation gets a few cases in three flavours: valid per the document, invalid per the
+document, and valid with its path pointing at a channel and an occurrence that exist (so the
+success paths are fuzzed too, not only the 404s). About 15 x 3 x 8 requests in all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.generation import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from cronledger.api import PREFIX, create_app, handle_event
+from cronledger.ledger import Ledger, NewOccurrence
+from tests.api.helpers import OK_TARGET
+from tests.api.http import call, v2_event, wsgi_app
+
+EXAMPLES_PER_FLAVOUR = 8
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+
+@pytest.fixture
+def fuzz_ledger(tmp_path: Path) -> Iterator[Ledger]:
+    ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.migrate()
+    yield ledger
+    ledger.dispose()
+
+
+def test_no_request_gets_a_5xx_or_an_answer_the_document_does_not_describe(
+    fuzz_ledger: Ledger,
+) -> None:
+    schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app(create_app(fuzz_ledger)))
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == 15  # every route of SPEC §6 but /openapi.json itself
+    failures: dict[str, str] = {}
+
+    for operation in operations:
+        for flavour, mode, seeded in (
+            ("valid", GenerationMode.POSITIVE, False),
+            ("invalid", GenerationMode.NEGATIVE, False),
+            ("valid, existing ids", GenerationMode.POSITIVE, True),
+        ):
+            if mode is GenerationMode.NEGATIVE and not _takes_input(operation):
+                continue  # nothing to get wrong (GET /health)
+            path_parameters = _existing_ids(fuzz_ledger, operation.path) if seeded else None
+            strategy = operation.as_strategy(mode, path_parameters=path_parameters)
+
+            @given(case=strategy)
+            @settings(
+                max_examples=EXAMPLES_PER_FLAVOUR,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            def run(case: schemathesis.Case) -> None:
+                case.call_and_validate(checks=CHECKS)
+
+            try:
+                run()
+            except Exception as exc:  # collect every operation's failure, then report them all
+                failures[f"{operation.label} ({flavour})"] = str(exc)[:2000]
+
+    assert not failures, "\n\n".join(f"{label}:\n{text}" for label, text in failures.items())
+
+
+def _takes_input(operation: Any) -> bool:
+    return bool(operation.path_parameters or operation.query or operation.body)
+
+
+def _existing_ids(ledger: Ledger, path: str) -> dict[str, Any] | None:
+    """A fresh active channel with one occurrence, as the operation's path parameters."""
+    if "{" not in path:
+        return None
+    name = f"fuzz-{len(ledger.list_channels(limit=1000).data)}"
+    channel = ledger.create_channel(name, {"schedule": "* * * * * *"}, OK_TARGET, 1000, "active")
+    occurrence = NewOccurrence(channel.channel_id, name, 1, ledger.db_now())
+    assert ledger.insert_occurrence(occurrence)
+    return {"channel_id": channel.channel_id, "occurrence_id": occurrence.id}
+
+
+def test_the_document_and_swagger_ui_are_served_and_every_error_is_the_envelope(
+    fuzz_ledger: Ledger,
+) -> None:
+    app = create_app(fuzz_ledger)
+
+    document = call(app, "GET", "/openapi.json")
+    swagger = handle_event(app, v2_event("GET", "/swagger"))
+
+    assert document.status == 200
+    paths = document.body["paths"]
+    assert set(paths) == {
+        f"{PREFIX}/channels",
+        f"{PREFIX}/channels/{{channel_id}}",
+        f"{PREFIX}/channels/{{channel_id}}/status",
+        f"{PREFIX}/channels/{{channel_id}}/trigger",
+        f"{PREFIX}/channels/{{channel_id}}/preview",
+        f"{PREFIX}/channels/{{channel_id}}/backfill",
+        f"{PREFIX}/cron/occurrences",
+        f"{PREFIX}/cron/occurrences/{{occurrence_id}}",
+        f"{PREFIX}/cron/occurrences/{{occurrence_id}}/retry",
+        f"{PREFIX}/cron/occurrences/{{occurrence_id}}/cancel",
+        f"{PREFIX}/cron/status",
+        "/health",
+    }
+    for operations in paths.values():
+        for operation in operations.values():
+            for status, response in operation["responses"].items():
+                if int(status) >= 400:
+                    schema = response["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/ErrorEnvelope"}
+    assert swagger["statusCode"] == 200
+    assert swagger["headers"]["Content-Type"].startswith("text/html")
