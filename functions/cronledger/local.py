@@ -13,6 +13,7 @@ import base64
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -268,7 +269,14 @@ def run_dev(database_url: str, host: str, port: int, demo: bool, out: TextIO = s
     if demo:
         ensure_demo_channel(ledger)
     app = create_app(ledger, settings)
-    server = serve_api(lambda event, context: handle_event(app, event, context), host, port)
+    try:
+        server = serve_api(lambda event, context: handle_event(app, event, context), host, port)
+    except OSError as exc:
+        raise OSError(
+            f"cannot serve the API on {host}:{port} ({exc.strerror}); pass --port"
+        ) from exc
+    # SIGTERM (a process manager, `kill`) drains like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     scheduler = LocalScheduler(ledger, settings, on_settled=console_printer(ledger, out))
     scheduler.start()
     print(f"cronledger dev: API on http://{host}:{port}  (database {database_url})", file=out)
@@ -295,3 +303,7 @@ def run_dev(database_url: str, host: str, port: int, demo: bool, out: TextIO = s
             "some attempts were still running; their leases will expire and be recovered.", file=out
         )
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -65,7 +65,9 @@ class CronledgerProps:
     heartbeat_interval_secs: int | None = None
     misfire_grace_secs: int | None = None
     max_catch_up: int | None = None
-    lookahead_secs: int | None = None
+    # Reconcile runs as back-to-back one-minute invocations; rows materialised this far ahead
+    # let the claim loop start each one on time across the gap between two invocations.
+    lookahead_secs: int | None = 15
     retention_hours: int | None = None
     default_timeout_ms: int | None = None
 

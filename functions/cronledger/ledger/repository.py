@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
 from cronledger.ledger.attempts import AttemptStore
 from cronledger.ledger.backend import create_ledger_engine
@@ -37,6 +35,10 @@ class Ledger(ChannelStore, AttemptStore, ReportingStore):
         """Upgrade the database to the newest schema (idempotent)."""
         if not self._sql.is_postgres and self.engine.url.database:
             Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)
+        # Alembic is needed only here: importing it lazily keeps it off every cold start.
+        from alembic import command
+        from alembic.config import Config
+
         config = Config(str(ALEMBIC_INI))
         with self._write() as conn:
             if self._sql.is_postgres:

@@ -1,0 +1,75 @@
+"""`cronledger.metrics` as CloudWatch EMF, in the shape the stack's alarms match.
+
+The alarms (infra/cronledger_infra/monitoring.py) select `OldestPendingAgeSeconds` and
+`ReconcileSucceeded` by exactly one dimension, `service`. In EMF every metric of one document
+shares that document's dimension set, so a value recorded with dimensions of its own (the
+`Status` of `Occurrences`, the `Operation` of `DbUnavailable`) must not join the main
+document: it would move every metric beside it onto a dimension set no alarm selects. So:
+
+- a value without dimensions goes to Powertools' `Metrics` (dimension `service`), which
+  `log_metrics` flushes when the handler returns;
+- a value with dimensions goes to a document of its own per dimension set (plus `service`),
+  flushed when the invocation's `recording()` block ends, so a loop that records
+  `Occurrences{Status=pending}` every second prints one document, not sixty.
+
+Both accumulate values (EMF takes up to 100 per metric; Powertools flushes early past that).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
+    AmazonCloudWatchEMFProvider,
+)
+
+from cronledger import metrics as cronledger_metrics
+from cronledger.metrics import Unit
+
+_DimensionKey = tuple[tuple[str, str], ...]
+
+
+class EmfSink:
+    """A `cronledger.metrics` sink writing EMF through Powertools; safe across threads."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._dimensioned: dict[_DimensionKey, AmazonCloudWatchEMFProvider] = {}
+
+    def record(self, name: str, value: float, unit: Unit, dimensions: Mapping[str, str]) -> None:
+        with self._lock:
+            if not dimensions:
+                self._metrics.add_metric(name=name, unit=unit, value=value)
+                return
+            key = tuple(sorted(dimensions.items()))
+            document = self._dimensioned.get(key)
+            if document is None:
+                document = AmazonCloudWatchEMFProvider(
+                    namespace=self._metrics.namespace,
+                    service=self._metrics.service,
+                    default_dimensions=dict(dimensions),
+                )
+                self._dimensioned[key] = document
+            document.add_metric(name=name, unit=unit, value=value)
+
+    def flush_dimensioned(self) -> None:
+        """Print one EMF document per dimension set recorded since the last flush."""
+        with self._lock:
+            documents, self._dimensioned = self._dimensioned, {}
+        for document in documents.values():
+            if document.metric_set:
+                document.flush_metrics()
+
+    @contextmanager
+    def recording(self) -> Iterator[EmfSink]:
+        """Be the process's metrics sink for one invocation, then flush what is per dimension
+        set; the handler's `log_metrics` flushes the rest after it."""
+        with cronledger_metrics.recording_to(self):
+            try:
+                yield self
+            finally:
+                self.flush_dimensioned()

@@ -1,0 +1,47 @@
+"""`reconcile`: the EventBridge tick (every minute) runs reconcile passes until close to the
+function's deadline, one every poll interval, rather than one pass per tick.
+
+One pass a minute would materialise an instant up to a minute after it fell due; with the
+default misfire grace (5 s) nearly every such instant would count as missed, and a `skip`
+channel would never run. Looping keeps materialisation within a poll interval of due, as the
+local runner does; two overlapping invocations are harmless (a pass is idempotent).
+
+After each successful pass it emits `ReconcileSucceeded` = 1, which the reconcile alarm counts
+(missing data is breaching), beside the pass's own metrics (`OldestPendingAgeSeconds`,
+`PendingCount`, `ReconcileDurationSeconds`, `Occurrences` by status). A failed pass records
+`DbUnavailable` and the loop tries again next tick; an invocation in which none succeeded is
+what the alarm is for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from cronledger.aws import runtime
+from cronledger.aws.runtime import logger, metrics, tracer
+from cronledger.reconcile import PassReport, run_reconcile_loop
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
+    logger.append_keys(tick=event.get("time"))
+    totals = {"passes": 0, "inserted": 0, "initialised": 0, "channel_failures": 0}
+
+    def succeeded(report: PassReport) -> None:
+        metrics.add_metric(name=runtime.RECONCILE_SUCCEEDED, unit=MetricUnit.Count, value=1)
+        totals["passes"] += 1
+        totals["inserted"] += report.inserted
+        totals["initialised"] += report.initialised
+        totals["channel_failures"] += len(report.failed)
+
+    with runtime.emf_sink.recording():
+        run_reconcile_loop(
+            runtime.ledger(), runtime.settings(), runtime.loop_until(context), on_pass=succeeded
+        )
+    logger.info("reconcile finished", extra=totals)
+    return totals

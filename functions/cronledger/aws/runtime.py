@@ -1,0 +1,97 @@
+"""What every Lambda function shares: Powertools' logger, metrics and tracer, and the things a
+container builds once and keeps for its life (settings, the ledger, an executor, the API).
+
+Import time reads only Powertools' own variables (`POWERTOOLS_SERVICE_NAME`, `…_NAMESPACE`,
+`…_LOG_LEVEL`): a container builds the rest on its first invocation, through
+`per_container` getters, so a bad setting fails that invocation naming the variable, and
+nothing connects until the first handler asks. The services log through stdlib loggers under
+`cronledger.*`; Powertools names its logger after the service, which the stack sets to
+`cronledger`, so their lines go through the same JSON handler with the same appended keys.
+
+Loops stop `LOOP_MARGIN_SECS` before the function's deadline, enough for the round in flight
+(a batch of dispatches) and the metrics flush to finish inside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from cronledger.aws.database import ledger_engine
+from cronledger.aws.emf import EmfSink
+from cronledger.ledger import Ledger
+from cronledger.settings import Settings
+
+#: The metric the reconcile alarm counts (infra/cronledger_infra/monitoring.py): one per pass.
+RECONCILE_SUCCEEDED = "ReconcileSucceeded"
+#: Occurrences a claim invocation handed to executors.
+DISPATCHED = "Dispatched"
+LOOP_MARGIN_SECS = 3.0
+#: What X-Ray traces: AWS calls (Lambda, SQS, … targets; dispatches), HTTP targets, and the
+#: database. Naming them (rather than patching everything installed) keeps the import short.
+TRACED_MODULES = ("botocore", "httplib", "pg8000")
+
+# An invocation may record only metrics with dimensions of their own (a pass that failed, an
+# attempt that was no longer its own), leaving `log_metrics` nothing to flush: expected here,
+# so Powertools' warning about it would only be noise in every such invocation's log.
+warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+
+logger = Logger()
+metrics = Metrics()
+tracer = Tracer(patch_modules=TRACED_MODULES)
+emf_sink = EmfSink(metrics)
+
+T = TypeVar("T")
+_built: dict[Callable[[], Any], Any] = {}
+_building = threading.RLock()
+
+
+def per_container(factory: Callable[[], T]) -> Callable[[], T]:
+    """`factory`'s result, built on the first call and kept for the container's life."""
+
+    @functools.wraps(factory)
+    def get() -> T:
+        with _building:
+            if factory not in _built:
+                _built[factory] = factory()
+            return cast(T, _built[factory])
+
+    return get
+
+
+def forget_container() -> None:
+    """Drop everything built so far, closing the ledger's connections: the next call builds
+    afresh, as in a new container. The tests use it between cases."""
+    with _building:
+        built = list(_built.values())
+        _built.clear()
+    for thing in built:
+        if isinstance(thing, Ledger):
+            thing.dispose()
+
+
+@per_container
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@per_container
+def ledger() -> Ledger:
+    return Ledger(ledger_engine())
+
+
+def deadline(context: LambdaContext) -> float:
+    """The function's own end, on the monotonic clock."""
+    return time.monotonic() + context.get_remaining_time_in_millis() / 1000
+
+
+def loop_until(context: LambdaContext) -> float:
+    """When a loop should stop starting rounds, on the monotonic clock."""
+    return deadline(context) - LOOP_MARGIN_SECS

@@ -1,0 +1,105 @@
+"""The claim function: an EventBridge tick leases what is due and hands each occurrence to the
+executor function as an asynchronous invocation carrying ids only."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from cronledger.aws import claim
+from cronledger.errors import CronledgerError
+from cronledger.ledger import CLAIMED, Ledger
+from cronledger.targets.clients import default_clients
+from tests.aws.invocations import FakeContext, scheduled_event
+from tests.ledger.helpers import seed_due
+
+# Pytest resets the warning filters runtime.py sets; an invocation that records only
+# dimensioned metrics (or none) is expected, and Powertools would warn about it.
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+EXECUTOR = "cronledger-execute"
+
+
+@pytest.fixture
+def executor_function(container: Ledger, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The executor function, created in moto, and its name where the stack puts it."""
+    role = boto3.client("iam").create_role(RoleName="execute", AssumeRolePolicyDocument="{}")
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("handler.py", "def handle(event, context):\n    return None\n")
+    boto3.client("lambda").create_function(
+        FunctionName=EXECUTOR,
+        Runtime="python3.13",
+        Role=role["Role"]["Arn"],
+        Handler="handler.handle",
+        Code={"ZipFile": code.getvalue()},
+    )
+    monkeypatch.setenv(claim.EXECUTE_FUNCTION_NAME, EXECUTOR)
+    return EXECUTOR
+
+
+@pytest.fixture
+def invocations() -> Iterator[list[dict[str, Any]]]:
+    """Every Invoke the functions' Lambda client makes: what was asked, and Lambda's status."""
+    client = default_clients().lambda_()
+    made: list[dict[str, Any]] = []
+
+    def asked(params: dict[str, Any], **_: Any) -> None:
+        made.append({"request": dict(params)})
+
+    def answered(parsed: dict[str, Any], **_: Any) -> None:
+        made[-1]["status"] = parsed["StatusCode"]
+
+    client.meta.events.register("provide-client-params.lambda.Invoke", asked, "test-asked")
+    client.meta.events.register("after-call.lambda.Invoke", answered, "test-answered")
+    try:
+        yield made
+    finally:
+        client.meta.events.unregister("provide-client-params.lambda.Invoke", unique_id="test-asked")
+        client.meta.events.unregister("after-call.lambda.Invoke", unique_id="test-answered")
+
+
+def test_a_tick_dispatches_each_due_occurrence_as_an_event_invocation_of_ids_only(
+    container: Ledger, executor_function: str, invocations: list[dict[str, Any]]
+) -> None:
+    # Given two occurrences that fell due half a minute ago
+    due = {seed_due(container, "reports").id, seed_due(container, "backups").id}
+
+    # When the scheduled event arrives, with little time left so the loop is short
+    answer = claim.handler(
+        scheduled_event("Cronledger-Claim"), FakeContext("cronledger-claim", 3_600)
+    )
+
+    # Then each was handed over once, asynchronously, with its ids and nothing else
+    assert answer == {"dispatched": 2}
+    assert [call["status"] for call in invocations] == [202, 202]
+    payloads = [json.loads(call["request"]["Payload"]) for call in invocations]
+    for call in invocations:
+        assert call["request"]["FunctionName"] == executor_function
+        assert call["request"]["InvocationType"] == "Event"
+    assert {p["occurrence_id"] for p in payloads} == due
+    assert all(set(p) == {"occurrence_id", "claimant"} for p in payloads)
+
+    # And each row is leased to the claimant its payload names, for its first attempt
+    for payload in payloads:
+        row = container.get_occurrence(payload["occurrence_id"])
+        assert (row.status, row.claimed_by, row.attempt) == (CLAIMED, payload["claimant"], 1)
+        assert row.claimed_until is not None and row.claimed_until > container.db_now()
+
+
+def test_without_the_executors_name_a_tick_fails_naming_the_variable_and_claims_nothing(
+    container: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(claim.EXECUTE_FUNCTION_NAME, raising=False)
+    occurrence = seed_due(container)
+
+    with pytest.raises(CronledgerError, match=claim.EXECUTE_FUNCTION_NAME):
+        claim.handler(scheduled_event("Cronledger-Claim"), FakeContext("cronledger-claim", 3_600))
+
+    assert container.get_occurrence(occurrence.id).status == "pending"

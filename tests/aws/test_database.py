@@ -1,0 +1,90 @@
+"""How a function reaches the ledger: through RDS Proxy with an IAM token per connection,
+inside verified TLS, never with a password from the environment; or a whole URL, which wins."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+from urllib.parse import parse_qs
+
+import pg8000
+import pytest
+
+from cronledger.aws import database
+from cronledger.aws.database import DatabaseConfigError, ledger_engine
+from cronledger.ledger import Ledger
+
+PROXY = "cronledger-proxy.proxy-c0ffee.us-east-1.rds.amazonaws.com"
+STACK_ENV = {
+    database.DB_HOST: PROXY,
+    database.DB_PORT: "5432",
+    database.DB_NAME: "cronledger",
+    database.DB_USER: "cronledger",
+    database.DB_IAM_AUTH: "true",
+}
+
+
+class NotConnecting(Exception):
+    """Stands in for the network: the test reads what would have been sent."""
+
+
+def test_every_new_connection_to_the_proxy_presents_an_iam_token_inside_verified_tls(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given pg8000 recording what it is asked to connect with, instead of connecting
+    asked: list[dict[str, Any]] = []
+
+    def connect(**parameters: Any) -> None:
+        asked.append(parameters)
+        raise NotConnecting
+
+    monkeypatch.setattr(pg8000, "connect", connect)
+    engine = ledger_engine(STACK_ENV)
+
+    # When the engine opens two connections
+    for _ in range(2):
+        with pytest.raises(NotConnecting):
+            engine.connect()
+
+    # Then each went to the proxy as the IAM user, with a token signed for it as the password
+    assert len(asked) == 2
+    for parameters in asked:
+        assert (parameters["host"], parameters["port"]) == (PROXY, 5432)
+        assert (parameters["user"], parameters["database"]) == ("cronledger", "cronledger")
+        endpoint, _, query = parameters["password"].partition("/?")
+        signed = parse_qs(query)
+        assert endpoint == f"{PROXY}:5432"
+        assert (signed["Action"], signed["DBUser"]) == (["connect"], ["cronledger"])
+        assert signed["X-Amz-Credential"][0].endswith("/us-east-1/rds-db/aws4_request")
+        assert len(signed["X-Amz-Signature"][0]) == 64
+        # and inside TLS that checks the proxy's certificate and name
+        context = parameters["ssl_context"]
+        assert isinstance(context, ssl.SSLContext)
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert engine.url.password is None
+
+
+def test_a_database_url_wins_over_the_stacks_proxy_settings(pg_database_url: str) -> None:
+    engine = ledger_engine({**STACK_ENV, database.DATABASE_URL: pg_database_url})
+    try:
+        assert engine.url.render_as_string(hide_password=False) == pg_database_url
+        assert Ledger(engine).db_now() is not None
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("environment", "named"),
+    [
+        ({}, "CRONLEDGER_DB_HOST, CRONLEDGER_DB_NAME, CRONLEDGER_DB_USER"),
+        ({**STACK_ENV, database.DB_IAM_AUTH: "false"}, "CRONLEDGER_DB_IAM_AUTH must be true"),
+        ({k: v for k, v in STACK_ENV.items() if k != database.DB_IAM_AUTH}, "IAM tokens"),
+        ({**STACK_ENV, database.DB_PORT: "postgres"}, "CRONLEDGER_DB_PORT='postgres'"),
+    ],
+)
+def test_without_a_url_or_the_proxy_with_iam_auth_a_function_refuses_naming_what_to_set(
+    environment: dict[str, str], named: str
+) -> None:
+    with pytest.raises(DatabaseConfigError) as refused:
+        ledger_engine(environment)
+    assert named in str(refused.value)

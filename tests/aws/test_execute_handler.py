@@ -1,0 +1,130 @@
+"""The execute function: an asynchronous invocation of ids runs one attempt to a settled row,
+and every line it logs says which occurrence, channel, attempt and fencing token it is about."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cronledger.aws import execute
+from cronledger.ledger import CHANNEL_ACTIVE, CLAIMED, COMPLETED, FAILED, Ledger, NewOccurrence
+from tests.aws import targets
+from tests.aws.conftest import SERVICE
+from tests.aws.invocations import FakeContext, emf_documents, log_lines, metric_values
+
+# Pytest resets the warning filters runtime.py sets; an invocation that records only
+# dimensioned metrics (or none) is expected, and Powertools would warn about it.
+pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
+
+TRACE_ROOT = "1-67890abc-0123456789abcdef01234567"
+TRACE_HEADER = f"Root={TRACE_ROOT};Parent=53995c3f42cd8ad8;Sampled=1"
+
+
+def claimed_occurrence(ledger: Ledger, target: str = "record", **config: Any) -> tuple[str, str]:
+    """An occurrence of an active Python-target channel, due and claimed as a dispatch would
+    leave it; answers its id and the claimant."""
+    channel = ledger.create_channel(
+        f"ledger-{target}",
+        {"schedule": "0 0 2 * * *", **config},
+        {"type": "python", "callable": f"tests.aws.targets:{target}"},
+        timeout_ms=10_000,
+        status=CHANNEL_ACTIVE,
+    )
+    new = NewOccurrence(
+        channel.channel_id, channel.name, channel.version, ledger.db_now().replace(microsecond=0)
+    )
+    assert ledger.insert_occurrence(new)
+    (claimed,) = ledger.claim_due("claim-7f3a", 1, 60)
+    return claimed.id, "claim-7f3a"
+
+
+def invoke(event: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = execute.handler(event, FakeContext("cronledger-execute", 30_000))
+    return answer
+
+
+def test_a_dispatched_occurrence_runs_its_python_target_to_completed_under_the_xray_trace(
+    container: Ledger, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a claimed occurrence, and Lambda's trace header for this invocation
+    occurrence_id, claimant = claimed_occurrence(container)
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", TRACE_HEADER)
+
+    # When the executor is invoked with the dispatch's ids
+    answer = invoke({"occurrence_id": occurrence_id, "claimant": claimant})
+
+    # Then the row is completed with the target's result, under the invocation's trace
+    row = container.get_occurrence(occurrence_id)
+    assert answer["status"] == row.status == COMPLETED
+    assert row.attempt == 1 and row.completed_at is not None
+    assert row.trace_id == TRACE_ROOT
+    assert row.result is not None and occurrence_id in row.result
+    assert [e["trigger"]["occurrence_id"] for e in targets.received] == [occurrence_id]
+
+    # And the settled status is counted in EMF, by status
+    documents = emf_documents(capsys.readouterr().out)
+    assert metric_values(documents, "Occurrences", {"service": SERVICE, "Status": COMPLETED}) == [
+        1.0
+    ]
+    assert len(metric_values(documents, "ScheduleLagSeconds", {"service": SERVICE})) == 1
+
+
+def test_every_line_of_an_attempt_names_its_occurrence_channel_attempt_and_fencing_token(
+    container: Ledger,
+) -> None:
+    # Given a claimed occurrence of a singleton channel whose target fails
+    occurrence_id, claimant = claimed_occurrence(
+        container, "fail", concurrency={"policy": "forbid"}
+    )
+
+    # When the executor runs it
+    with log_lines() as lines:
+        invoke({"occurrence_id": occurrence_id, "claimant": claimant})
+
+    # Then the target module's warning and the handler's summary both carry the attempt's keys
+    row = container.get_occurrence(occurrence_id)
+    assert row.status == FAILED and row.fencing_token is not None
+    expected = {
+        "occurrence_id": occurrence_id,
+        "claimant": claimant,
+        "channel_id": row.channel_id,
+        "attempt": row.attempt,
+        "fencing_token": row.fencing_token,
+    }
+    messages = [line["message"] for line in lines]
+    assert any("python target" in m and "failed" in m for m in messages), messages
+    assert "attempt finished" in messages
+    for line in lines:
+        assert {key: line.get(key) for key in expected} == expected, line
+        assert line["service"] == SERVICE and line["function_name"] == "cronledger-execute"
+
+
+def test_a_dispatch_whose_claim_has_moved_on_writes_nothing(container: Ledger) -> None:
+    # Given an occurrence claimed under one claimant
+    occurrence_id, claimant = claimed_occurrence(container)
+
+    # When an invocation arrives naming another (a stale or duplicate dispatch)
+    answer = invoke({"occurrence_id": occurrence_id, "claimant": "claim-superseded"})
+
+    # Then the attempt is lost, the row is still the real claimant's, and no target ran
+    row = container.get_occurrence(occurrence_id)
+    assert answer["outcome"] == "lost" and answer["status"] is None
+    assert (row.status, row.claimed_by) == (CLAIMED, claimant)
+    assert targets.received == []
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"occurrence_id": "0190f7a2-0000-7000-8000-000000000001"},
+        {"occurrence_id": "", "claimant": "claim-1"},
+        {"payload": {"report": "nightly"}},
+        ["0190f7a2-0000-7000-8000-000000000001", "claim-1"],
+    ],
+)
+def test_an_event_that_is_not_a_dispatch_of_two_ids_fails_the_invocation(
+    container: Ledger, event: Any
+) -> None:
+    with pytest.raises(execute.MalformedDispatch, match="occurrence_id"):
+        invoke(event)

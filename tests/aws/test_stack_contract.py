@@ -1,0 +1,79 @@
+"""The functions and the stack agree: the handlers it names exist, the metrics and dimension
+its alarms select are the ones emitted, the variables it sets are the ones read; and importing
+a handler, as Lambda does before the first invocation, reads no setting and opens nothing."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+
+import cronledger
+from cronledger import metrics
+from cronledger.aws import claim, database, runtime
+from tests.aws.stack import INFRA, constants, handler_modules, lambda_import_environment
+
+
+def test_every_handler_the_stack_names_is_a_function_of_this_package() -> None:
+    handlers = constants("functions")["HANDLERS"]
+
+    assert set(handlers) == {"reconcile", "claim", "execute", "api", "migrate"}
+    for path in handlers.values():
+        module, name = path.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(module), name)), path
+
+
+def test_the_alarmed_metrics_and_their_one_dimension_are_the_ones_the_handlers_emit() -> None:
+    alarms = constants("monitoring")
+
+    assert alarms["BACKLOG_METRIC"] == metrics.OLDEST_PENDING_AGE
+    assert alarms["RECONCILE_METRIC"] == runtime.RECONCILE_SUCCEEDED
+    # The service name is the Powertools logger's name: the package's loggers must sit under it.
+    assert constants("functions")["SERVICE_NAME"] == cronledger.__name__
+
+
+def test_the_variables_the_stack_sets_are_the_ones_the_functions_read() -> None:
+    stack_database = set(re.findall(r'"(CRONLEDGER_DB_\w+)"', (INFRA / "database.py").read_text()))
+    functions_source = (INFRA / "functions.py").read_text()
+
+    assert stack_database == {
+        database.DB_HOST,
+        database.DB_PORT,
+        database.DB_NAME,
+        database.DB_USER,
+        database.DB_IAM_AUTH,
+    }
+    assert f'"{claim.EXECUTE_FUNCTION_NAME}"' in functions_source
+
+
+IMPORT_WITHOUT_NETWORK = """
+import socket, sys
+
+def refuse(*args, **kwargs):
+    raise AssertionError("a handler module touched the network while being imported")
+
+socket.socket.connect = refuse
+socket.socket.connect_ex = refuse
+socket.create_connection = refuse
+socket.getaddrinfo = refuse
+for module in sys.argv[1:]:
+    __import__(module)
+print("imported", len(sys.argv) - 1)
+"""
+
+
+def test_importing_every_handler_reads_no_setting_and_touches_no_network() -> None:
+    modules = sorted(set(handler_modules().values()))
+
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_WITHOUT_NETWORK, *modules],
+        env=lambda_import_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == f"imported {len(modules)}"
