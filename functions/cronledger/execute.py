@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cronledger import metrics
@@ -69,11 +70,15 @@ class Executor:
         settings: Settings,
         clients: AwsClients | None = None,
         schedules: ScheduleCache | None = None,
+        annotate: Callable[..., object] | None = None,
     ) -> None:
+        """`annotate(**keys)` is told what the attempt learns as it learns it (channel id,
+        attempt, fencing token), so a caller can put them on its log lines."""
         self.ledger = ledger
         self.settings = settings
         self.clients = clients
         self.schedules = schedules or ScheduleCache()
+        self.annotate = annotate or (lambda **keys: None)
 
     def run_attempt(
         self,
@@ -88,6 +93,7 @@ class Executor:
             occurrence = self.ledger.get_occurrence(occurrence_id)
         except NotFound:
             return AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
+        self.annotate(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
         if occurrence.status != CLAIMED or occurrence.claimed_by != claimant:
             return AttemptReport(occurrence_id, "lost", error="not claimed by this dispatch")
 
@@ -110,6 +116,7 @@ class Executor:
             self.settings.claim_lease_secs,
             trace_id=trace_id,
         )
+        self.annotate(fencing_token=start.fencing_token)
         if start.outcome == "singleton_busy":
             assert singleton is not None
             metrics.record_singleton_contention()

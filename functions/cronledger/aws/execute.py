@@ -4,8 +4,7 @@
 Every log line of the attempt (this handler's, the executor's, a target module's) carries the
 occurrence id and claimant from the event and, as soon as the executor learns them, the channel
 id, the attempt number and the fencing token (absent under `allow`, where there is none). The
-executor learns them from the ledger, so the ledger it is given here puts them into the log
-context as it reads the occurrence and starts the attempt.
+executor announces them through its `annotate` hook, which appends them to the log context.
 
 The attempt's trace id is the X-Ray trace of this invocation (`_X_AMZN_TRACE_ID`'s `Root`),
 so the ledger row leads to the trace; without X-Ray the executor mints one. An attempt that
@@ -26,7 +25,6 @@ from cronledger.aws import runtime
 from cronledger.aws.runtime import logger, metrics, tracer
 from cronledger.errors import CronledgerError
 from cronledger.execute import Executor
-from cronledger.ledger import AttemptStart, Ledger, Occurrence, SingletonSpec
 
 TRACE_HEADER = "_X_AMZN_TRACE_ID"
 
@@ -35,35 +33,9 @@ class MalformedDispatch(CronledgerError):
     """The event is not `{"occurrence_id": str, "claimant": str}`."""
 
 
-class AttemptLoggingLedger(Ledger):
-    """The ledger as the executor sees it in Lambda: reading the occurrence puts its channel and
-    attempt into the log context, and starting the attempt adds the fencing token."""
-
-    def get_occurrence(self, occurrence_id: str) -> Occurrence:
-        occurrence = super().get_occurrence(occurrence_id)
-        logger.append_keys(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
-        return occurrence
-
-    def start_attempt(
-        self,
-        occurrence: Occurrence | str,
-        claimant: str,
-        executing_version: int,
-        singleton: SingletonSpec | None,
-        lease_secs: float,
-        *,
-        trace_id: str | None = None,
-    ) -> AttemptStart:
-        start = super().start_attempt(
-            occurrence, claimant, executing_version, singleton, lease_secs, trace_id=trace_id
-        )
-        logger.append_keys(fencing_token=start.fencing_token)
-        return start
-
-
 @runtime.per_container
 def executor() -> Executor:
-    return Executor(AttemptLoggingLedger(runtime.ledger().engine), runtime.settings())
+    return Executor(runtime.ledger(), runtime.settings(), annotate=logger.append_keys)
 
 
 @logger.inject_lambda_context(clear_state=True)
