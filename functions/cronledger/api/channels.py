@@ -87,12 +87,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         else:
             page = ledger.list_channels(status=status, limit=limit, offset=offset)
         states = _cursors(ledger)
-        return Page(
-            data=[channel_view(c, states.get(c.channel_id)) for c in page.data],
-            total=page.total,
-            limit=page.limit,
-            offset=page.offset,
-        )
+        return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
     @app.get(
         f"{PREFIX}/channels/<channel_id>",

@@ -12,6 +12,7 @@ reported beside every other problem of the document instead of as a lone 422.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -19,6 +20,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from cronledger.instants import parse_rfc3339
+from cronledger.ledger import Page as LedgerPage
 
 T = TypeVar("T")
 
@@ -172,6 +174,16 @@ class Page(BaseModel, Generic[T]):
     total: int
     limit: int
     offset: int
+
+    @classmethod
+    def of(cls, page: LedgerPage[Any], view: Callable[[Any], T]) -> Page[T]:
+        """The wire form of a ledger page, each row through `view`."""
+        return cls(
+            data=[view(row) for row in page.data],
+            total=page.total,
+            limit=page.limit,
+            offset=page.offset,
+        )
 
 
 class ErrorDetail(BaseModel):

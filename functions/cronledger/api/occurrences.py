@@ -58,12 +58,7 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
                 offset=offset,
             )
         )
-        return Page(
-            data=[occurrence_summary(o) for o in page.data],
-            total=page.total,
-            limit=page.limit,
-            offset=page.offset,
-        )
+        return Page.of(page, occurrence_summary)
 
     @app.get(
         f"{PREFIX}/cron/occurrences/<occurrence_id>",

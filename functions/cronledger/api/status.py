@@ -37,12 +37,7 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     def status(limit: Limit = 50, offset: Offset = 0) -> Page[ChannelStatus]:
         page = ledger.list_channels(status=CHANNEL_ACTIVE, limit=limit, offset=offset)
         states = {state.channel_id: state for state in ledger.schedule_states()}
-        return Page(
-            data=[_status(ledger, c, states.get(c.channel_id)) for c in page.data],
-            total=page.total,
-            limit=page.limit,
-            offset=page.offset,
-        )
+        return Page.of(page, lambda c: _status(ledger, c, states.get(c.channel_id)))
 
 
 def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
