@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 JOB = "claim"
 #: How often a claim loop records that it is alive (the health endpoint reads it).
 HEARTBEAT_EVERY_SECS = 15.0
+#: How long a loop waits for room once `max_in_flight` is reached, before counting again:
+#: short enough to add little lag, long enough not to spin on the database.
+NO_ROOM_NAP_SECS = 0.05
+#: How often a loop whose local workers are all busy looks at them again (no database call).
+WORKER_WAIT_SECS = 0.005
 
 
 @dataclass
@@ -90,7 +95,9 @@ def run_claim_loop(
 ) -> int:
     """Claim and dispatch until the monotonic deadline `until` (or `stop`), sleeping until the
     next due instant or the poll interval, whichever is sooner; a full batch goes round again at
-    once. Setting `wake` ends a sleep early: an in-process reconciler sets it when it has just
+    once. With no room to claim into, it waits rather than ask again at once: for a local
+    worker to come free (`room`), or `NO_ROOM_NAP_SECS` once `max_in_flight` is reached.
+    Setting `wake` ends a sleep early: an in-process reconciler sets it when it has just
     materialised due rows, so they do not wait out a poll interval. Answers how many
     occurrences were dispatched."""
     stop = stop or threading.Event()
@@ -99,16 +106,27 @@ def run_claim_loop(
     poll = settings.poll_interval.total_seconds()
     dispatched = 0
     while not stop.is_set() and time.monotonic() < until:
-        round_ = claim_once(ledger, settings, invoker, room() if room else None)
+        free = room() if room else None
+        if free is not None and free <= 0:
+            # Every local worker is busy: wait for one without asking the database anything.
+            sleep_until_next(stop, WORKER_WAIT_SECS, until)
+            continue
+        round_ = claim_once(ledger, settings, invoker, free)
         dispatched += len(round_.dispatched)
         if round_.failed:
             sleep_until_next(nap, poll, until)
             continue
         if heartbeat.due():
             _beat(ledger)
-        if round_.limit > 0 and len(round_.dispatched) + len(round_.returned) >= round_.limit:
+        if round_.limit <= 0:
+            # `max_in_flight` is reached. Whatever is due stays due, so sleeping "until the
+            # next due instant" would not sleep at all: wait a moment instead of spinning.
+            wait = min(poll, NO_ROOM_NAP_SECS)
+        elif len(round_.dispatched) + len(round_.returned) >= round_.limit:
             continue  # a full batch: more may be due right now
-        sleep_until_next(nap, _seconds_to_next_due(ledger, poll), until)
+        else:
+            wait = _seconds_to_next_due(ledger, poll)
+        sleep_until_next(nap, wait, until)
         if wake is not None:
             wake.clear()
     return dispatched

@@ -36,7 +36,7 @@ from cronledger.ledger import (
     Occurrence,
     SingletonSpec,
 )
-from cronledger.reconcile import ScheduleCache
+from cronledger.reconcile import SHARED_SCHEDULES, ScheduleCache
 from cronledger.schedule import Schedule, ScheduleInvalid
 from cronledger.settings import Settings
 from cronledger.targets import AwsClients, TargetOutcome, build_envelope, run_target
@@ -77,7 +77,7 @@ class Executor:
         self.ledger = ledger
         self.settings = settings
         self.clients = clients
-        self.schedules = schedules or ScheduleCache()
+        self.schedules = schedules or SHARED_SCHEDULES
         self.annotate = annotate or (lambda **keys: None)
 
     def run_attempt(
@@ -90,14 +90,14 @@ class Executor:
         """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours).
         `deadline` is the executor's own monotonic end (a Lambda's time left)."""
         try:
-            occurrence = self.ledger.get_occurrence(occurrence_id)
+            occurrence, current = self.ledger.get_occurrence_and_channel(occurrence_id)
         except NotFound:
             return AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
         self.annotate(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
         if occurrence.status != CLAIMED or occurrence.claimed_by != claimant:
             return AttemptReport(occurrence_id, "lost", error="not claimed by this dispatch")
 
-        resolved = self._resolve(occurrence)
+        resolved = self._resolve(occurrence, current)
         if isinstance(resolved, str):
             return self._settle(occurrence, claimant, None, FAILED, error=resolved)
         channel, schedule = resolved
@@ -163,11 +163,12 @@ class Executor:
             result=outcome.result,
         )
 
-    def _resolve(self, occurrence: Occurrence) -> tuple[Channel, Schedule] | str:
-        """The channel by id as it is now, and its compiled schedule; or why it cannot run."""
-        try:
-            channel = self.ledger.get_channel(occurrence.channel_id)
-        except NotFound:
+    def _resolve(
+        self, occurrence: Occurrence, channel: Channel | None
+    ) -> tuple[Channel, Schedule] | str:
+        """The channel (read by id with the occurrence, as it is now) and its compiled
+        schedule; or why it cannot run."""
+        if channel is None:
             return f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
         if channel.status != CHANNEL_ACTIVE:
             return f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"

@@ -86,7 +86,9 @@ class ScheduleCache:
         return schedule
 
 
-_default_cache = ScheduleCache()
+#: One per process: reconcile passes and executors in it compile each channel version once
+#: between them (a per-second schedule takes several milliseconds to compile).
+SHARED_SCHEDULES = ScheduleCache()
 
 
 @dataclass
@@ -102,7 +104,7 @@ def reconcile_once(
     """One pass over every schedule that needs work. Raises only when the database fails
     for the whole pass (reading the work or the clock); one channel's failure is recorded in
     the report and the others go on."""
-    cache = cache or _default_cache
+    cache = cache or SHARED_SCHEDULES
     started = time.perf_counter()
     report = PassReport()
     now = ledger.db_now()

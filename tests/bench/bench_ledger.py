@@ -4,20 +4,13 @@ pgbench's TPC-B does on the same server, so the figure means something on any ma
 Claim: 20,000 due rows drained with batch 100 by 1 and then 4 concurrent claimers (separate
 processes, as separate Lambda invocations would be); every row must be claimed exactly once.
 pgbench: `-i -s 10`, then 4 clients for 15 s. Each runs in a scratch database of its own,
-dropped afterwards. The server: CRONLEDGER_BENCH_PG_URL, else CRONLEDGER_TEST_PG_URL, else
-postgres@127.0.0.1:5432.
+dropped afterwards (tests/bench/pg.py).
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import re
-import subprocess
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -25,18 +18,11 @@ import sqlalchemy as sa
 
 from cronledger.ledger import CLAIMED, Ledger, NewOccurrence
 from cronledger.ledger.tables import occurrences
+from tests.bench.pg import PGBENCH_CLIENTS, PGBENCH_SCALE, pgbench, scratch_database
 
-SERVER_URL = os.environ.get(
-    "CRONLEDGER_BENCH_PG_URL",
-    os.environ.get(
-        "CRONLEDGER_TEST_PG_URL", "postgresql+pg8000://postgres@127.0.0.1:5432/postgres"
-    ),
-)
 ROWS = 20_000
 BATCH = 100
 LEASE_SECS = 600.0
-PGBENCH_SCALE = 10
-PGBENCH_CLIENTS = 4
 PGBENCH_SECS = 15
 
 
@@ -57,7 +43,7 @@ def main() -> None:
             )
         ledger.dispose()
     with scratch_database("pgbench") as url:
-        tps = pgbench(url)
+        tps = pgbench(url, PGBENCH_SECS)
     print(
         f"pgbench TPC-B, scale {PGBENCH_SCALE}, {PGBENCH_CLIENTS} clients, {PGBENCH_SECS} s: "
         f"{tps:,.0f} tps"
@@ -120,56 +106,6 @@ def count_claimed(ledger: Ledger) -> int:
     with ledger.engine.connect() as conn:
         query = sa.select(sa.func.count()).where(occurrences.c.status == CLAIMED)
         return int(conn.execute(query).scalar_one())
-
-
-def pgbench(url: str) -> float:
-    target = sa.make_url(url)
-    args = ["-h", target.host or "127.0.0.1", "-p", str(target.port or 5432)]
-    args += ["-U", target.username or "postgres"]
-    env = {**os.environ, **({"PGPASSWORD": target.password} if target.password else {})}
-    database = target.database or ""
-    subprocess.run(
-        ["pgbench", "-i", "-q", "-s", str(PGBENCH_SCALE), *args, database],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
-    run = subprocess.run(
-        [
-            "pgbench",
-            "-c",
-            str(PGBENCH_CLIENTS),
-            "-j",
-            "2",
-            "-T",
-            str(PGBENCH_SECS),
-            *args,
-            database,
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    match = re.search(r"tps = ([\d.]+)", run.stdout)
-    if match is None:
-        raise RuntimeError(f"no tps in pgbench output:\n{run.stdout}\n{run.stderr}")
-    return float(match.group(1))
-
-
-@contextmanager
-def scratch_database(purpose: str) -> Iterator[str]:
-    server = sa.make_url(SERVER_URL)
-    admin = sa.create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    name = f"cronledger_bench_{purpose}_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

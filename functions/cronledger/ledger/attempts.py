@@ -99,17 +99,28 @@ class AttemptStore(Store):
     ) -> AttemptStart:
         """Take a slot of the singleton key (under `forbid`) and move the occurrence to
         `running`, in one transaction. A slot this occurrence still holds from an earlier attempt
-        is given back, then slots `0..slots-1` are tried in order: a free or expired one is
-        taken, a missing one is inserted; every acquisition gets the slot's next fencing
-        token, so the earlier attempt's writes stop matching. `trace_id`, when given, is
+        is given back (under `allow`, pass the `Occurrence` as read after the claim: one that
+        shows no `singleton_key` holds none), then slots `0..slots-1` are tried in order: a free or
+        expired one is taken, a missing one is inserted; every acquisition gets the slot's next
+        fencing token, so the earlier attempt's writes stop matching. `trace_id`, when given, is
         recorded in the same write, so a run that dies is visible as started with its trace."""
         occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
         with self._write() as conn:
             slot: int | None = None
             token: int | None = None
             # An earlier attempt of this occurrence (a crashed one, now re-claimed) may still
-            # hold a slot: give it back first, so one occurrence never holds two.
-            release_slots_of(conn, [occurrence_id])
+            # hold a slot: give it back first, so one occurrence never holds two. Under
+            # `allow`, an occurrence read after its claim with no `singleton_key` holds none
+            # (a slot is only taken together with it), so the statement is spared. Under
+            # `forbid` it always runs: a duplicate delivery that read the row before its twin
+            # started must find its own slot free again, reach the conditional UPDATE below
+            # and come out `lost`, not `singleton_busy`.
+            if (
+                singleton is not None
+                or isinstance(occurrence, str)
+                or occurrence.singleton_key is not None
+            ):
+                release_slots_of(conn, [occurrence_id])
             if singleton is not None:
                 acquired = self._acquire_slot(conn, singleton, occurrence_id, claimant, lease_secs)
                 if acquired is None:

@@ -22,10 +22,11 @@ from cronledger.ledger.models import (
     CHANNEL_DRAFT,
     CHANNEL_PAUSED,
     Channel,
+    Occurrence,
     Page,
 )
 from cronledger.ledger.occurrences import MAX_PAGE_SIZE, OccurrenceStore
-from cronledger.ledger.tables import channel_versions, channels
+from cronledger.ledger.tables import channel_versions, channels, occurrences
 
 #: For each status, the statuses a channel may move to it from. Same-status is a no-op.
 _ALLOWED_FROM = {
@@ -165,6 +166,26 @@ class ChannelStore(CursorStore, OccurrenceStore):
             created_at=current.created_at,
             updated_at=old.created_at,
         )
+
+    def get_occurrence_and_channel(self, occurrence_id: str) -> tuple[Occurrence, Channel | None]:
+        """An occurrence and its channel as the channel is now (None: deleted), in one read:
+        what an attempt needs before it starts. NotFound when there is no such occurrence."""
+        channel_columns = [column.label(f"ch_{column.name}") for column in channels.c]
+        stmt = (
+            sa.select(occurrences, *channel_columns)
+            .select_from(
+                occurrences.outerjoin(channels, channels.c.channel_id == occurrences.c.channel_id)
+            )
+            .where(occurrences.c.id == occurrence_id)
+        )
+        with self._read() as conn:
+            row = conn.execute(stmt).mappings().one_or_none()
+        if row is None:
+            raise NotFound(f"occurrence {occurrence_id} not found")
+        occurrence = Occurrence(**{column.name: row[column.name] for column in occurrences.c})
+        if row["ch_channel_id"] is None:
+            return occurrence, None
+        return occurrence, Channel(**{c.name: row[f"ch_{c.name}"] for c in channels.c})
 
     def get_channel_by_name(self, name: str) -> Channel:
         with self._read() as conn:

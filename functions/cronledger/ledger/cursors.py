@@ -138,17 +138,17 @@ class CursorStore(Store):
 
     def advance_cursors(self, moves: Iterable[tuple[str, datetime, datetime | None]]) -> set[str]:
         """`advance_cursor` for many channels in one statement; answers the channel ids whose
-        compare-and-set won."""
+        compare-and-set won. A channel should appear once: of two moves for one channel, at
+        most one can win."""
         moves = list(moves)
         if not moves:
             return set()
+        if self._sql.is_postgres:
+            return self._advance_batch(moves)
         new_value: sa.ColumnElement[datetime | None] = sa.case(
             {cid: sa.literal(_optional_utc(to), UtcDateTime()) for cid, _, to in moves},
             value=schedule_state.c.channel_id,
         )
-        if self._sql.is_postgres:
-            # Every branch of the CASE is an untyped parameter to PostgreSQL; say what it is.
-            new_value = sa.cast(new_value, sa.DateTime(timezone=True))
         matches = [
             sa.and_(
                 schedule_state.c.channel_id == cid,
@@ -160,6 +160,32 @@ class CursorStore(Store):
             sa.update(schedule_state)
             .where(sa.or_(*matches))
             .values(next_fire_at=new_value, updated_at=self._sql.now())
+            .returning(schedule_state.c.channel_id)
+        )
+        with self._write() as conn:
+            return set(conn.execute(stmt).scalars())
+
+    def _advance_batch(self, moves: list[tuple[str, datetime, datetime | None]]) -> set[str]:
+        """PostgreSQL: the moves as rows joined in one statement (one JSON parameter),
+        so the statement does not grow with the batch."""
+        instant = sa.DateTime(timezone=True)
+        move = self._sql.rows(
+            "move",
+            {"channel_id": sa.String(), "from_": instant, "to_": instant},
+            [
+                (
+                    cid,
+                    require_utc(from_, "from_").isoformat(),
+                    None if to is None else require_utc(to).isoformat(),
+                )
+                for cid, from_, to in moves
+            ],
+        )
+        stmt = (
+            sa.update(schedule_state)
+            .where(schedule_state.c.channel_id == move.c.channel_id)
+            .where(schedule_state.c.next_fire_at == move.c.from_)
+            .values(next_fire_at=move.c.to_, updated_at=self._sql.now())
             .returning(schedule_state.c.channel_id)
         )
         with self._write() as conn:

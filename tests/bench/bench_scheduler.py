@@ -1,0 +1,420 @@
+"""Scheduler benchmark (issue 4): the real services on the local PostgreSQL, each figure in a
+scratch database of its own (tests/bench/pg.py).
+
+Reconcile: one pass over 100, 1,000 and 10,000 due channels (target: 10,000 in at most 1 s).
+Every channel fires each minute at second 0 and its cursor is at the latest such instant, so
+the pass writes one row per channel and advances every cursor. "warm" is a long-lived
+process's pass (schedules already compiled); "cold" is a fresh process's first pass, which
+compiles every schedule. The statement count is what SQLAlchemy sent during the pass: a
+batched pass is a fixed handful, whatever the number of channels.
+
+Lifecycle: claim → start → no-op Python target → settle, through `claim_once` and the
+Executor's real path, by 4 worker threads; occurrences per second, divided by pgbench TPC-B
+tps measured in the same run (target at least 0.4). Commits are counted per occurrence:
+write transactions beyond the batched claim (target at most 2), and read-only ones.
+
+Lag: 200 per-second channels in one `LocalScheduler` with the settings `cronledger dev` uses
+(rows materialised 3 s ahead), twice for about 20 s;
+lag = started_at - scheduled_for read back from the rows, after a warm-up.
+Each figure is the median of several runs (three; two for the cold pass and the lag).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from cronledger.claim import claim_once
+from cronledger.execute import Executor
+from cronledger.ids import uuid7
+from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, NewOccurrence
+from cronledger.ledger.backend import WRITE_OPTION
+from cronledger.ledger.tables import channel_versions, channels, occurrences, schedule_state
+from cronledger.local import DEV_LOOKAHEAD_SECS, LocalScheduler
+from cronledger.reconcile import ScheduleCache, reconcile_once
+from cronledger.schedule import compile_schedule
+from cronledger.settings import Settings
+from tests.bench.pg import (
+    PGBENCH_CLIENTS,
+    PGBENCH_SCALE,
+    pgbench_init,
+    pgbench_run,
+    scratch_database,
+)
+
+RUNS = 3
+#: A cold pass over 10,000 channels compiles 10,000 schedules: twice is enough.
+COLD_RUNS = 2
+VERB = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+TARGET = {"type": "python", "callable": "cronledger.demo:hello"}
+
+RECONCILE_COUNTS = (100, 1_000, 10_000)
+RECONCILE_TARGET_SECS = 1.0
+EVERY_MINUTE = {"schedule": "0 * * * * *", "timezone": "UTC"}
+
+LIFECYCLE_WORKERS = 4
+LIFECYCLE_OCCURRENCES = 1_500
+LIFECYCLE_CHANNELS = 50
+LIFECYCLE_TARGET_RATIO = 0.4
+LIFECYCLE_TARGET_COMMITS = 2
+PGBENCH_SECS = 5
+
+LAG_CHANNELS = 200
+LAG_RUNS = 2
+LAG_WARM_UP_SECS = 5
+LAG_MEASURE_SECS = 12
+LAG_DRAIN_SECS = 2
+
+
+def main() -> None:
+    reconcile_figures()
+    lifecycle_figures()
+    lag_figures()
+
+
+# --- reconcile -------------------------------------------------------------------------------
+
+
+def reconcile_figures() -> None:
+    with scratch_database("reconcile") as url:
+        ledger = Ledger.connect(url)
+        ledger.migrate()
+        settings = Settings(database_url=url)
+        for count in RECONCILE_COUNTS:
+            add_channels(ledger, count, EVERY_MINUTE)
+            statements: Counter[str] = Counter()
+            cold = [timed_pass(ledger, settings, ScheduleCache(), count) for _ in range(COLD_RUNS)]
+            cache = ScheduleCache()
+            timed_pass(ledger, settings, cache, count)  # compile once, as a long-lived process has
+            warm = [timed_pass(ledger, settings, cache, count, statements) for _ in range(RUNS)]
+            median_warm = statistics.median(warm)
+            verdict = ""
+            if count == max(RECONCILE_COUNTS):
+                ok = median_warm <= RECONCILE_TARGET_SECS
+                verdict = f" (target {RECONCILE_TARGET_SECS:.0f} s: {'ok' if ok else 'OVER'})"
+            print(
+                f"reconcile pass, {count:,} due channels: warm {median_warm * 1000:,.0f} ms"
+                f"{verdict}, cold {statistics.median(cold) * 1000:,.0f} ms; "
+                f"{describe(statements)} per pass",
+                flush=True,
+            )
+        ledger.dispose()
+
+
+def add_channels(ledger: Ledger, total: int, transport_config: dict[str, Any]) -> None:
+    """Grow the channels to `total`, each active with a cursor (as a reconcile pass that
+    met it would have left it), written in bulk: seeding is not what is measured."""
+    with ledger.engine.begin() as conn:
+        have = int(conn.execute(sa.select(sa.func.count()).select_from(channels)).scalar_one())
+        if have >= total:
+            return
+        now = ledger.db_now()
+        config_hash = compile_schedule(transport_config, "bench").config_hash
+        ids = [str(uuid7()) for _ in range(total - have)]
+        document = {"transport_config": transport_config, "target": TARGET, "timeout_ms": 10_000}
+        conn.execute(
+            sa.insert(channels),
+            [
+                {
+                    "channel_id": channel_id,
+                    "name": f"bench-{have + n:05d}",
+                    "status": CHANNEL_ACTIVE,
+                    "version": 1,
+                    "created_at": now,
+                    "updated_at": now,
+                    **document,
+                }
+                for n, channel_id in enumerate(ids)
+            ],
+        )
+        conn.execute(
+            sa.insert(channel_versions),
+            [{"channel_id": i, "version": 1, "created_at": now, **document} for i in ids],
+        )
+        conn.execute(
+            sa.insert(schedule_state),
+            [
+                {
+                    "channel_id": i,
+                    "channel_version": 1,
+                    "config_hash": config_hash,
+                    "next_fire_at": now,
+                    "updated_at": now,
+                }
+                for i in ids
+            ],
+        )
+
+
+def timed_pass(
+    ledger: Ledger,
+    settings: Settings,
+    cache: ScheduleCache,
+    count: int,
+    statements: Counter[str] | None = None,
+) -> float:
+    """Make every channel due (cursor at this minute's instant, no rows yet), run one pass
+    (adding the statements it sent to `statements`), check it wrote every channel's row and
+    moved every cursor, and answer its wall time."""
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE cron_occurrences"))
+        conn.execute(
+            sa.update(schedule_state).values(
+                next_fire_at=sa.func.date_trunc("minute", sa.func.statement_timestamp())
+            )
+        )
+    with counting_statements(ledger.engine) as sent:
+        started = time.perf_counter()
+        report = reconcile_once(ledger, settings, cache)
+        elapsed = time.perf_counter() - started
+    if statements is not None:
+        statements.update(sent)
+    assert not report.failed, report.failed
+    # A pass that straddles the minute also writes the new minute's row: two for a channel.
+    assert report.advanced == count and count <= report.inserted <= 2 * count, report
+    return elapsed
+
+
+@contextmanager
+def counting_statements(engine: sa.Engine) -> Iterator[Counter[str]]:
+    """Statements sent to the database while inside, by their first word."""
+    seen: Counter[str] = Counter()
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        found = VERB.search(statement)
+        seen[found.group(0).upper() if found else "SELECT"] += 1
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+
+def describe(statements: Counter[str]) -> str:
+    runs = sum(statements.values()) / RUNS
+    parts = ", ".join(f"{n / RUNS:g} {word}" for word, n in sorted(statements.items()))
+    return f"{runs:g} statements ({parts})"
+
+
+# --- lifecycle -------------------------------------------------------------------------------
+
+
+class _Handover:
+    """An invoker that hands each dispatched occurrence back to the worker that claimed it,
+    so the worker runs the attempt on its own thread (4 workers = 4 attempts at a time)."""
+
+    def __init__(self) -> None:
+        self.batch: list[tuple[str, str]] = []
+
+    def dispatch(self, occurrence_id: str, claimant: str) -> None:
+        self.batch.append((occurrence_id, claimant))
+
+
+def lifecycle_figures() -> None:
+    rates: list[float] = []
+    tps: list[float] = []
+    commits: Counter[str] = Counter()
+    with scratch_database("lifecycle") as url, scratch_database("pgbench") as pgbench_url:
+        pgbench_init(pgbench_url)
+        ledger = Ledger.connect(url)
+        ledger.migrate()
+        settings = Settings(database_url=url)
+        channel_ids = [
+            ledger.create_channel(
+                f"noop-{n}", EVERY_MINUTE, TARGET, 10_000, status=CHANNEL_ACTIVE
+            ).channel_id
+            for n in range(LIFECYCLE_CHANNELS)
+        ]
+        executor = Executor(ledger, settings)
+        for channel_id in channel_ids:  # compiled once, as in a long-lived executor
+            executor.schedules.get(ledger.get_channel(channel_id))
+        for run in range(RUNS):
+            seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
+            with counting_commits(ledger.engine) as counted:
+                rates.append(drain(ledger, settings, executor))
+            commits += counted
+            with ledger.engine.connect() as conn:
+                done = conn.execute(
+                    sa.select(sa.func.count()).where(occurrences.c.status == COMPLETED)
+                ).scalar_one()
+            assert done == LIFECYCLE_OCCURRENCES, f"run {run}: {done} completed"
+            tps.append(pgbench_run(pgbench_url, PGBENCH_SECS))
+        ledger.dispose()
+    rate, yardstick = statistics.median(rates), statistics.median(tps)
+    total = LIFECYCLE_OCCURRENCES * RUNS
+    beyond_claim = (commits["write"] - commits["claim"]) / total
+    ratio = rate / yardstick
+    print(
+        f"lifecycle, {LIFECYCLE_WORKERS} workers, claim → start → no-op → settle: "
+        f"{rate:,.0f} occurrences/s",
+        flush=True,
+    )
+    print(
+        f"pgbench TPC-B, scale {PGBENCH_SCALE}, {PGBENCH_CLIENTS} clients, {PGBENCH_SECS} s: "
+        f"{yardstick:,.0f} tps; ratio {ratio:.2f} "
+        f"(target {LIFECYCLE_TARGET_RATIO}: {'ok' if ratio >= LIFECYCLE_TARGET_RATIO else 'UNDER'})",
+        flush=True,
+    )
+    print(
+        f"commits per occurrence: {beyond_claim:.2f} writing beyond the claim "
+        f"(target ≤ {LIFECYCLE_TARGET_COMMITS}: "
+        f"{'ok' if beyond_claim <= LIFECYCLE_TARGET_COMMITS else 'OVER'}), "
+        f"{commits['claim'] / total:.3f} claiming, {commits['read'] / total:.2f} read-only",
+        flush=True,
+    )
+
+
+def seed_due(ledger: Ledger, channel_ids: list[str], count: int) -> None:
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE cron_occurrences"))
+    now = ledger.db_now()
+    names = {cid: f"noop-{n}" for n, cid in enumerate(channel_ids)}
+    ledger.insert_occurrences(
+        NewOccurrence(
+            channel_id=cid,
+            channel_name=names[cid],
+            channel_version=1,
+            scheduled_for=now - timedelta(milliseconds=count - i),
+            target_ref="python:cronledger.demo:hello",
+        )
+        for i in range(count)
+        for cid in [channel_ids[i % len(channel_ids)]]
+    )
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE cron_occurrences"))
+
+
+def drain(ledger: Ledger, settings: Settings, executor: Executor) -> float:
+    """Occurrences settled per second by the workers, from the first claim to the last settle."""
+    ready = threading.Barrier(LIFECYCLE_WORKERS + 1)
+    settled: list[int] = []
+
+    def work() -> None:
+        invoker = _Handover()
+        done = 0
+        ready.wait()
+        while True:
+            invoker.batch.clear()
+            round_ = claim_once(ledger, settings, invoker)
+            assert not round_.failed
+            if not invoker.batch:
+                break
+            for occurrence_id, claimant in invoker.batch:
+                report = executor.run_attempt(occurrence_id, claimant)
+                assert report.status == COMPLETED, report
+                done += 1
+        settled.append(done)
+
+    workers = [threading.Thread(target=work) for _ in range(LIFECYCLE_WORKERS)]
+    for worker in workers:
+        worker.start()
+    ready.wait()
+    started = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    return sum(settled) / elapsed
+
+
+@contextmanager
+def counting_commits(engine: sa.Engine) -> Iterator[Counter[str]]:
+    """Commits while inside: `write` (every writing transaction), `claim` (the writing ones
+    that were a claim) and `read` (read-only transactions)."""
+    seen: Counter[str] = Counter()
+    claims = threading.local()
+
+    def statement(_conn: Any, _cursor: Any, text: str, *_args: Any) -> None:
+        if "SKIP LOCKED" in text:
+            claims.open = True
+
+    def commit(conn: sa.Connection) -> None:
+        if conn.get_execution_options().get(WRITE_OPTION):
+            seen["write"] += 1
+            if getattr(claims, "open", False):
+                seen["claim"] += 1
+        else:
+            seen["read"] += 1
+        claims.open = False
+
+    event.listen(engine, "before_cursor_execute", statement)
+    event.listen(engine, "commit", commit)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "commit", commit)
+        event.remove(engine, "before_cursor_execute", statement)
+
+
+# --- lag -------------------------------------------------------------------------------------
+
+
+def lag_figures() -> None:
+    """Schedule lag of 200 per-second channels in one process, read back from the rows.
+    Instants of the warm-up (cursors initialised, schedules compiled, pools filling) are left
+    out. An instant of the window that had not started when the scheduler stopped is counted
+    at its lag so far, so a scheduler that falls behind shows it (the figures become lower
+    bounds, printed with "≥")."""
+    runs = [lag_run() for _ in range(LAG_RUNS)]
+    started = sum(r[1] for r in runs)
+    late = sum(r[2] for r in runs)
+    at_least = "≥ " if late else ""
+    p50 = statistics.median(percentile(r[0], 50) for r in runs)
+    p99 = statistics.median(percentile(r[0], 99) for r in runs)
+    print(
+        f"schedule lag, {LAG_CHANNELS} per-second channels, one process "
+        f"(`cronledger dev` settings: lookahead {DEV_LOOKAHEAD_SECS} s), "
+        f"{LAG_MEASURE_SECS} s after {LAG_WARM_UP_SECS} s warm-up: "
+        f"p50 {at_least}{p50:,.0f} ms, p99 {at_least}{p99:,.0f} ms "
+        f"({started:,} started, {late:,} not started by the end)",
+        flush=True,
+    )
+
+
+def lag_run() -> tuple[list[float], int, int]:
+    """One run: the lags in ms of every instant of the window, how many started, how many
+    had not."""
+    with scratch_database("lag") as url:
+        ledger = Ledger.connect(url)
+        ledger.migrate()
+        every_second = {"schedule": "* * * * * *", "timezone": "UTC"}
+        for n in range(LAG_CHANNELS):
+            ledger.create_channel(f"tick-{n}", every_second, TARGET, 10_000, CHANNEL_ACTIVE)
+        settings = Settings(database_url=url, lookahead_secs=DEV_LOOKAHEAD_SECS)
+        scheduler = LocalScheduler(ledger, settings)
+        began = ledger.db_now()
+        scheduler.start()
+        time.sleep(LAG_WARM_UP_SECS + LAG_MEASURE_SECS + LAG_DRAIN_SECS)
+        scheduler.shutdown()
+        stopped = ledger.db_now()
+        since = began + timedelta(seconds=LAG_WARM_UP_SECS)
+        until = since + timedelta(seconds=LAG_MEASURE_SECS)
+        window = sa.and_(occurrences.c.scheduled_for >= since, occurrences.c.scheduled_for < until)
+        with ledger.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(occurrences.c.scheduled_for, occurrences.c.started_at).where(window)
+            ).all()
+        ledger.dispose()
+    lags = [
+        ((started or stopped) - scheduled).total_seconds() * 1000 for scheduled, started in rows
+    ]
+    started_count = sum(1 for _, started in rows if started is not None)
+    # Instants not even materialised by the end: late by at least the time since the window.
+    unmade = LAG_CHANNELS * LAG_MEASURE_SECS - len(rows)
+    lags += [(stopped - until).total_seconds() * 1000] * unmade
+    return lags, started_count, len(lags) - started_count
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]

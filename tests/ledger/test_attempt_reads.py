@@ -1,0 +1,72 @@
+"""What an attempt reads before it starts (the occurrence and its channel, in one read), and
+the start's handling of a slot left by an earlier attempt when the read shows none can exist."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronledger.errors import NotFound
+from cronledger.ledger import CHANNEL_ACTIVE, AttemptStart, Ledger
+from tests.ledger.helpers import claim_one, expire_claim, row, start
+
+SCHEDULE = {"schedule": "0 * * * * *"}
+TARGET = {"type": "python", "callable": "cronledger.demo:hello"}
+
+
+def test_an_occurrence_is_read_with_its_channel_as_the_channel_is_now(ledger: Ledger) -> None:
+    # Given an occurrence materialised under version 1, and a channel edited since
+    channel = ledger.create_channel("nightly", SCHEDULE, TARGET, 1000, status=CHANNEL_ACTIVE)
+    due = row(ledger.db_now(), channel.channel_id)
+    assert ledger.insert_occurrence(due)
+    ledger.new_channel_version(channel.channel_id, SCHEDULE, TARGET, 2000)
+
+    # When an attempt reads it
+    occurrence, current = ledger.get_occurrence_and_channel(due.id)
+
+    # Then it gets the row and the channel's current definition
+    assert occurrence == ledger.get_occurrence(due.id)
+    assert current == ledger.get_channel(channel.channel_id)
+    assert current is not None and (current.version, current.timeout_ms) == (2, 2000)
+
+
+def test_an_occurrence_whose_channel_is_gone_is_read_without_one(ledger: Ledger) -> None:
+    due = row(ledger.db_now(), "deleted-long-ago")
+    assert ledger.insert_occurrence(due)
+
+    occurrence, channel = ledger.get_occurrence_and_channel(due.id)
+
+    assert (occurrence.id, channel) == (due.id, None)
+    with pytest.raises(NotFound):
+        ledger.get_occurrence_and_channel("no-such-occurrence")
+
+
+def test_a_start_under_allow_frees_the_slot_a_crashed_forbid_attempt_left(ledger: Ledger) -> None:
+    # Given attempt 1 ran under `forbid`, took the key's slot, and died
+    assert ledger.insert_occurrence(row(ledger.db_now()))
+    first = claim_one(ledger, "node-a")
+    assert start(ledger, first, "node-a", "key").started
+    expire_claim(ledger, first.id)
+
+    # When the channel now says `allow` and attempt 2 starts from its fresh read
+    second = claim_one(ledger, "node-b")
+    assert second.singleton_key == "key"
+    assert start(ledger, second, "node-b").started
+
+    # Then the slot attempt 1 held is free for the key's next holder
+    assert ledger.held_slots("key") == 0
+
+
+def test_a_duplicate_start_under_allow_is_lost_and_writes_nothing(ledger: Ledger) -> None:
+    # Given one dispatch delivered twice: both copies read the row while it was claimed
+    assert ledger.insert_occurrence(row(ledger.db_now()))
+    read = claim_one(ledger, "node-a")
+    started = start(ledger, read, "node-a")
+    assert started.started
+
+    # When the second copy starts from the same read
+    again = start(ledger, read, "node-a")
+
+    # Then it is lost, and the running attempt is untouched
+    assert again == AttemptStart("lost")
+    stored = ledger.get_occurrence(read.id)
+    assert (stored.status, stored.started_at) == ("running", started.started_at)

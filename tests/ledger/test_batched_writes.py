@@ -1,0 +1,99 @@
+"""A reconcile pass's writes reach PostgreSQL as one statement each however many channels are
+due (one JSON parameter, not a parameter per cell), and every value survives the trip."""
+
+from __future__ import annotations
+
+import socket
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from cronledger.ledger import PENDING, SKIPPED_MISFIRE, Ledger
+from tests.ledger.helpers import empty_tables, row
+
+PASS_SIZE = 10_000
+
+
+@contextmanager
+def statements(ledger: Ledger) -> Iterator[Counter[str]]:
+    """The statements sent while inside, by their verb."""
+    seen: Counter[str] = Counter()
+
+    def count(_conn: object, _cursor: object, text: str, *_args: object) -> None:
+        verb = next((v for v in ("INSERT", "UPDATE", "DELETE") if v in text), "SELECT")
+        seen[verb] += 1
+
+    event.listen(ledger.engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(ledger.engine, "before_cursor_execute", count)
+
+
+def test_ten_thousand_rows_and_cursors_are_one_insert_and_one_update(pg_ledger: Ledger) -> None:
+    # Given ten thousand cursors at t0, as a pass over ten thousand due channels finds them
+    empty_tables(pg_ledger)
+    t0 = pg_ledger.db_now()
+    t1 = t0 + timedelta(minutes=1)
+    ids = [f"ch-{n:05d}" for n in range(PASS_SIZE)]
+    with pg_ledger.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO cron_schedule_state (channel_id, channel_version, config_hash, "
+                "next_fire_at, updated_at) SELECT unnest(CAST(:ids AS text[])), 1, 'h', :t0, :t0"
+            ),
+            {"ids": ids, "t0": t0},
+        )
+
+    # When the pass writes a row per channel and moves every cursor
+    with statements(pg_ledger) as sent:
+        inserted = pg_ledger.insert_occurrences(row(t0, channel_id) for channel_id in ids)
+        won = pg_ledger.advance_cursors((channel_id, t0, t1) for channel_id in ids)
+
+    # Then that took one INSERT and one UPDATE, and every row and cursor is where it should be
+    assert (inserted, len(won)) == (PASS_SIZE, PASS_SIZE)
+    assert (sent["INSERT"], sent["UPDATE"]) == (1, 1)
+    with pg_ledger.engine.connect() as conn:
+        moved = conn.execute(
+            sa.text("SELECT count(*) FROM cron_schedule_state WHERE next_fire_at = :t1"),
+            {"t1": t1},
+        ).scalar_one()
+        pending = conn.execute(
+            sa.text("SELECT count(*) FROM cron_occurrences WHERE status = 'pending'")
+        ).scalar_one()
+    assert (moved, pending) == (PASS_SIZE, PASS_SIZE)
+
+
+def test_every_value_survives_a_batched_insert(ledger: Ledger) -> None:
+    # Given rows whose text needs escaping, with and without optional values
+    at = ledger.db_now().replace(microsecond=123456)
+    awkward = 'quote " backslash \\ newline \n unicode é ✓ and a % sign'
+    pending = row(at, "a", target_ref=None)
+    summary = row(at - timedelta(seconds=1), "b", status=SKIPPED_MISFIRE, error_message=awkward)
+    assert ledger.insert_occurrences([pending, summary]) == 2
+
+    # Then each reads back as it was given
+    first, second = ledger.get_occurrence(pending.id), ledger.get_occurrence(summary.id)
+    assert (first.status, first.target_ref, first.error_message) == (PENDING, None, None)
+    assert first.scheduled_for == at
+    assert first.completed_at is None and first.attempt == 0
+    assert (second.status, second.error_message) == (SKIPPED_MISFIRE, awkward)
+    assert second.completed_at is not None
+
+
+def test_a_batched_insert_with_a_duplicate_instant_inside_it_keeps_one(ledger: Ledger) -> None:
+    at = ledger.db_now()
+    assert ledger.insert_occurrences([row(at), row(at), row(at + timedelta(seconds=1))]) == 2
+
+
+def test_postgresql_connections_send_each_message_at_once(pg_ledger: Ledger) -> None:
+    # Nagle's algorithm would hold the tail of a large message for the server's delayed ACK
+    # (40 ms a statement); the ledger's connections turn it off, as libpq does.
+    with pg_ledger.engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        sock = raw._usock  # type: ignore[union-attr]
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
