@@ -100,10 +100,11 @@ class AttemptStore(Store):
         """Take a slot of the singleton key (under `forbid`) and move the occurrence to
         `running`, in one transaction. A slot this occurrence still holds from an earlier attempt
         is given back (under `allow`, pass the `Occurrence` as read after the claim: one that
-        shows no `singleton_key` holds none), then slots `0..slots-1` are tried in order: a free or
-        expired one is taken, a missing one is inserted; every acquisition gets the slot's next
-        fencing token, so the earlier attempt's writes stop matching. `trace_id`, when given, is
-        recorded in the same write, so a run that dies is visible as started with its trace."""
+        shows no `singleton_key` holds none), then slots `0..slots-1` are tried in order: a
+        free or expired one is taken, a missing one is inserted; every acquisition gets the
+        slot's next fencing token, so the earlier attempt's writes stop matching. `trace_id`,
+        when given, is recorded in the same write, so a run that dies is visible as started
+        with its trace."""
         occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
         with self._write() as conn:
             slot: int | None = None

@@ -12,11 +12,11 @@ precision) padded to the six fractional digits the stored text uses, so text com
 is instant comparison.
 
 A batch (a reconcile pass's rows and cursor moves) reaches PostgreSQL as one JSON parameter
-that the statement turns back into typed rows (`json_array_elements`): the statement's text,
+that the statement turns back into typed rows (`json_to_recordset`): the statement's text,
 its parameter count and its compile stay the same for ten rows or ten thousand, no giant OR
 or CASE reaches the planner (nor its JIT, which can spend many minutes, deaf to cancellation,
-compiling one), and encoding it is one `json.dumps` rather than pg8000 escaping each array
-element in Python. SQLite gets multi-row VALUES and per-row conditions instead.
+compiling one), and encoding it is one `json.dumps` rather than a bound parameter, and
+pg8000's Python, per cell. SQLite gets multi-row VALUES and per-row conditions instead.
 
 SQLite runs in WAL mode with a busy timeout, and every transaction that writes starts with
 `BEGIN IMMEDIATE`: it takes the write lock up front instead of upgrading a read lock halfway,
@@ -140,28 +140,23 @@ class Backend:
         return postgresql.insert(table) if self.is_postgres else sqlite.insert(table)
 
     def rows(
-        self,
-        name: str,
-        columns: Mapping[str, sa.types.TypeEngine[Any]],
-        values: Sequence[Sequence[Any]],
-    ) -> sa.Subquery:
-        """PostgreSQL only: `values` (one sequence per row, in the order of `columns`) as a
-        subquery `name` with those typed columns, to select from or join against in one
-        statement. They travel as one JSON array of arrays, unpacked by position."""
+        self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
+    ) -> sa.TableValuedAlias:
+        """PostgreSQL only: rows `name(column, …)` of the given columns (values of one
+        length per column), to select from or join against in one statement."""
         if not self.is_postgres:
             raise NotImplementedError("a JSON batch is PostgreSQL's; SQLite batches use VALUES")
-        document = json.dumps(values, default=_json_instant, separators=(",", ":"))
+        names = list(columns)
+        records = [
+            dict(zip(names, values, strict=True))
+            for values in zip(*(v for _, v in columns.values()), strict=True)
+        ]
+        document = json.dumps(records, default=_json_instant, separators=(",", ":"))
         source = sa.cast(sa.bindparam(f"{name}_rows", document, type_=sa.Text()), postgresql.JSON())
-        element = sa.func.json_array_elements(source).table_valued("value").alias(f"{name}_json")
         return (
-            sa.select(
-                *(
-                    sa.cast(element.c.value.op("->>")(sa.literal(position)), type_).label(column)
-                    for position, (column, type_) in enumerate(columns.items())
-                )
-            )
-            .select_from(element)
-            .subquery(name)
+            sa.func.json_to_recordset(source)
+            .table_valued(*(sa.column(c, t) for c, (t, _) in columns.items()))
+            .render_derived(name, with_types=True)
         )
 
 

@@ -171,15 +171,11 @@ class CursorStore(Store):
         instant = sa.DateTime(timezone=True)
         move = self._sql.rows(
             "move",
-            {"channel_id": sa.String(), "from_": instant, "to_": instant},
-            [
-                (
-                    cid,
-                    require_utc(from_, "from_").isoformat(),
-                    None if to is None else require_utc(to).isoformat(),
-                )
-                for cid, from_, to in moves
-            ],
+            {
+                "channel_id": (sa.String(), [cid for cid, _, _ in moves]),
+                "from_": (instant, [require_utc(from_, "from_") for _, from_, _ in moves]),
+                "to_": (instant, [_optional_utc(to) for _, _, to in moves]),
+            },
         )
         stmt = (
             sa.update(schedule_state)

@@ -70,32 +70,21 @@ class OccurrenceStore(Store):
         multi-row VALUES would cost a bound parameter, and Python, per cell."""
         if not rows:
             return 0
-        columns: dict[str, sa.types.TypeEngine[Any]] = {
-            "id": sa.String(),
-            "channel_id": sa.String(),
-            "channel_name": sa.String(),
-            "channel_version": sa.Integer(),
-            "target_ref": sa.String(),
-            "trigger": sa.String(),
-            "scheduled_for": sa.DateTime(timezone=True),
-            "status": sa.String(),
-            "error_message": sa.Text(),
+        columns: dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]] = {
+            "id": (sa.String(), [r.id for r in rows]),
+            "channel_id": (sa.String(), [r.channel_id for r in rows]),
+            "channel_name": (sa.String(), [r.channel_name for r in rows]),
+            "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
+            "target_ref": (sa.String(), [r.target_ref for r in rows]),
+            "trigger": (sa.String(), [r.trigger for r in rows]),
+            "scheduled_for": (
+                sa.DateTime(timezone=True),
+                [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
+            ),
+            "status": (sa.String(), [r.status for r in rows]),
+            "error_message": (sa.Text(), [r.error_message for r in rows]),
         }
-        values = [
-            (
-                r.id,
-                r.channel_id,
-                r.channel_name,
-                r.channel_version,
-                r.target_ref,
-                r.trigger,
-                require_utc(r.scheduled_for, "scheduled_for").isoformat(),
-                r.status,
-                r.error_message,
-            )
-            for r in rows
-        ]
-        given = self._sql.rows("new", columns, values)
+        given = self._sql.rows("new", columns)
         now = self._sql.now()
         stmt = (
             self._sql.insert(occurrences)
