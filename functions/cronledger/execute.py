@@ -36,8 +36,8 @@ from cronledger.ledger import (
     Occurrence,
     SingletonSpec,
 )
-from cronledger.reconcile import SHARED_SCHEDULES, ScheduleCache
 from cronledger.schedule import Schedule, ScheduleInvalid
+from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import AwsClients, TargetOutcome, build_envelope, run_target
 from cronledger.targets.interface import timed_out

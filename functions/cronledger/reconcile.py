@@ -38,7 +38,8 @@ from cronledger.ledger import (
     ScheduleState,
 )
 from cronledger.pacing import Every, sleep_until_next
-from cronledger.schedule import Schedule, ScheduleInvalid, compile_schedule
+from cronledger.schedule import Schedule, ScheduleInvalid
+from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import target_ref
 
@@ -61,34 +62,6 @@ class PassReport:
     advanced: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     duration_secs: float = 0.0
-
-
-class ScheduleCache:
-    """Compiled schedules by (channel id, version): a version is immutable, so compiling it
-    once per process is enough, and a pass over thousands of channels does not re-parse them."""
-
-    def __init__(self, capacity: int = 50_000) -> None:
-        self._capacity = capacity
-        self._compiled: dict[tuple[str, int], Schedule] = {}
-        self._lock = threading.Lock()
-
-    def get(self, channel: Channel) -> Schedule:
-        key = (channel.channel_id, channel.version)
-        with self._lock:
-            found = self._compiled.get(key)
-        if found is not None:
-            return found
-        schedule = compile_schedule(channel.transport_config, channel_id=channel.channel_id)
-        with self._lock:
-            if len(self._compiled) >= self._capacity:
-                self._compiled.clear()
-            self._compiled[key] = schedule
-        return schedule
-
-
-#: One per process: reconcile passes and executors in it compile each channel version once
-#: between them (a per-second schedule takes several milliseconds to compile).
-SHARED_SCHEDULES = ScheduleCache()
 
 
 @dataclass

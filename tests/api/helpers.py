@@ -15,7 +15,8 @@ from cronledger.api import PREFIX
 from cronledger.claim import claim_once
 from cronledger.execute import Executor
 from cronledger.ledger import Ledger
-from cronledger.reconcile import ScheduleCache, reconcile_once
+from cronledger.reconcile import reconcile_once
+from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.api.http import Answer
 

@@ -41,8 +41,9 @@ from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, NewOccurrence
 from cronledger.ledger.backend import WRITE_OPTION
 from cronledger.ledger.tables import channel_versions, channels, occurrences, schedule_state
 from cronledger.local import DEV_LOOKAHEAD_SECS, LocalScheduler
-from cronledger.reconcile import ScheduleCache, reconcile_once
+from cronledger.reconcile import reconcile_once
 from cronledger.schedule import compile_schedule
+from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.bench.pg import (
     PGBENCH_CLIENTS,
