@@ -111,6 +111,7 @@ def ledger_engine(
     endpoint = ProxyEndpoint.from_env(environ)
     engine = create_ledger_engine(
         endpoint.url(),
+        prepared_statements=False,  # RDS Proxy would pin every container's session
         connect_args={"ssl_context": ssl.create_default_context()},
         **PROXY_POOL,
     )

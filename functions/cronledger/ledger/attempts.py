@@ -48,10 +48,10 @@ class AttemptStore(Store):
         # would read the whole backlog on every claim: due `pending` rows, and leases that
         # ran out. Each arm locks its own rows, skipping any another claimer holds.
         pending = self._claimable(
-            sa.and_(occurrences.c.status == PENDING, occurrences.c.scheduled_for <= now), limit
+            sa.and_(_status_in(PENDING), occurrences.c.scheduled_for <= now), limit
         )
         expired = self._claimable(
-            sa.and_(occurrences.c.status.in_(LEASED_STATUSES), occurrences.c.claimed_until < now),
+            sa.and_(_status_in(*LEASED_STATUSES), occurrences.c.claimed_until < now),
             limit,
         )
         both = sa.union_all(
@@ -71,7 +71,7 @@ class AttemptStore(Store):
             )
             .returning(*occurrences.c)
         )
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             claimed = [Occurrence(**row._mapping) for row in conn.execute(stmt)]
         # RETURNING promises no order; the caller gets the oldest first.
         return sorted(claimed, key=lambda o: (o.scheduled_for, o.id))
@@ -106,21 +106,22 @@ class AttemptStore(Store):
         when given, is recorded in the same write, so a run that dies is visible as started
         with its trace."""
         occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
-        with self._write() as conn:
+        # An earlier attempt of this occurrence (a crashed one, now re-claimed) may still
+        # hold a slot: give it back first, so one occurrence never holds two. Under `allow`,
+        # an occurrence read after its claim with no `singleton_key` holds none (a slot is
+        # only taken together with it), so the statement is spared and the start is one
+        # statement. Under `forbid` it always runs: a duplicate delivery that read the row
+        # before its twin started must find its own slot free again, reach the conditional
+        # UPDATE below and come out `lost`, not `singleton_busy`.
+        release = (
+            singleton is not None
+            or isinstance(occurrence, str)
+            or occurrence.singleton_key is not None
+        )
+        with self._write(single=not release) as conn:
             slot: int | None = None
             token: int | None = None
-            # An earlier attempt of this occurrence (a crashed one, now re-claimed) may still
-            # hold a slot: give it back first, so one occurrence never holds two. Under
-            # `allow`, an occurrence read after its claim with no `singleton_key` holds none
-            # (a slot is only taken together with it), so the statement is spared. Under
-            # `forbid` it always runs: a duplicate delivery that read the row before its twin
-            # started must find its own slot free again, reach the conditional UPDATE below
-            # and come out `lost`, not `singleton_busy`.
-            if (
-                singleton is not None
-                or isinstance(occurrence, str)
-                or occurrence.singleton_key is not None
-            ):
+            if release:
                 release_slots_of(conn, [occurrence_id])
             if singleton is not None:
                 acquired = self._acquire_slot(conn, singleton, occurrence_id, claimant, lease_secs)
@@ -128,25 +129,17 @@ class AttemptStore(Store):
                     conn.rollback()
                     return AttemptStart("singleton_busy")
                 slot, token = acquired
-            running: dict[str, Any] = {
-                "status": RUNNING,
-                "started_at": self._sql.now(),
-                "executing_version": executing_version,
-                "claimed_until": self._sql.now_plus(lease_secs),
-                "singleton_key": singleton.key if singleton else None,
-                "singleton_slot": slot,
-                "fencing_token": token,
-                "updated_at": self._sql.now(),
-            }
-            if trace_id is not None:
-                running["trace_id"] = trace_id
             started_at = conn.execute(
-                sa.update(occurrences)
-                .where(occurrences.c.id == occurrence_id)
-                .where(occurrences.c.claimed_by == claimant)
-                .where(occurrences.c.status == CLAIMED)
-                .values(running)
-                .returning(occurrences.c.started_at)
+                self._start_statement(lease_secs),
+                {
+                    "p_id": occurrence_id,
+                    "p_claimant": claimant,
+                    "p_version": executing_version,
+                    "p_key": singleton.key if singleton else None,
+                    "p_slot": slot,
+                    "p_token": token,
+                    "p_trace": trace_id,
+                },
             ).scalar_one_or_none()
             if started_at is None:
                 # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
@@ -160,7 +153,7 @@ class AttemptStore(Store):
     ) -> bool:
         """Extend a running attempt's claim and (with a token) its singleton slot, both or
         neither. False: ownership is lost and the attempt must stop without writing."""
-        with self._write() as conn:
+        with self._write(single=fencing_token is None) as conn:
             if fencing_token is not None and not self._renew_slot(
                 conn, occurrence_id, claimant, fencing_token, lease_secs
             ):
@@ -198,28 +191,22 @@ class AttemptStore(Store):
         holder, and nothing was written."""
         if status not in SETTLED_STATUSES:
             raise ValueError(f"cannot settle as {status!r}; use one of {SETTLED_STATUSES}")
-        values: dict[str, Any] = {
-            "status": status,
-            "claimed_until": None,
-            "error_message": _clip(error_message, MAX_ERROR_CHARS),
-            "result": _clip(result, MAX_RESULT_CHARS),
-            "completed_at": self._sql.now(),
-            "updated_at": self._sql.now(),
-        }
-        if trace_id is not None:
-            values["trace_id"] = trace_id
-        with self._write() as conn:
+        with self._write(single=fencing_token is None) as conn:
             if fencing_token is not None and not self._release_slot(
                 conn, occurrence_id, fencing_token, holder=claimant
             ):
                 conn.rollback()
                 return False
             settled = conn.execute(
-                sa.update(occurrences)
-                .where(occurrences.c.id == occurrence_id)
-                .where(occurrences.c.claimed_by == claimant)
-                .where(occurrences.c.status.in_(LEASED_STATUSES))
-                .values(values)
+                self._settle_statement(),
+                {
+                    "p_id": occurrence_id,
+                    "p_claimant": claimant,
+                    "p_status": status,
+                    "p_error": _clip(error_message, MAX_ERROR_CHARS),
+                    "p_result": _clip(result, MAX_RESULT_CHARS),
+                    "p_trace": trace_id,
+                },
             ).rowcount
             if settled != 1:
                 conn.rollback()
@@ -246,13 +233,13 @@ class AttemptStore(Store):
                 updated_at=self._sql.now(),
             )
         )
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             return conn.execute(stmt).rowcount == 1
 
     def release_singleton(self, key: str, occurrence_id: str, fencing_token: int) -> bool:
         """Free the slot of `key` this occurrence holds under `fencing_token`; a superseded
         holder matches nothing, so it cannot free the new holder's slot."""
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             return self._release_slot(conn, occurrence_id, fencing_token, key=key)
 
     def set_trace_id(self, occurrence_id: str, claimant: str, trace_id: str) -> bool:
@@ -262,11 +249,62 @@ class AttemptStore(Store):
             sa.update(occurrences)
             .where(occurrences.c.id == occurrence_id)
             .where(occurrences.c.claimed_by == claimant)
-            .where(occurrences.c.status.in_(LEASED_STATUSES))
+            .where(_status_in(*LEASED_STATUSES))
             .values(trace_id=trace_id, updated_at=self._sql.now())
         )
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             return conn.execute(stmt).rowcount == 1
+
+    def _start_statement(self, lease_secs: float) -> sa.Update:
+        """claimed → running, with the slot (if any) and trace id (kept when not given)."""
+
+        def build() -> sa.Update:
+            return (
+                sa.update(occurrences)
+                .where(occurrences.c.id == _param(occurrences.c.id, "p_id"))
+                .where(occurrences.c.claimed_by == _param(occurrences.c.claimed_by, "p_claimant"))
+                .where(occurrences.c.status == CLAIMED)
+                .values(
+                    status=RUNNING,
+                    started_at=self._sql.now(),
+                    executing_version=_param(occurrences.c.executing_version, "p_version"),
+                    claimed_until=self._sql.now_plus(lease_secs),
+                    singleton_key=_param(occurrences.c.singleton_key, "p_key"),
+                    singleton_slot=_param(occurrences.c.singleton_slot, "p_slot"),
+                    fencing_token=_param(occurrences.c.fencing_token, "p_token"),
+                    trace_id=sa.func.coalesce(
+                        _param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
+                    ),
+                    updated_at=self._sql.now(),
+                )
+                .returning(occurrences.c.started_at)
+            )
+
+        return self._statement(("start", lease_secs), build)
+
+    def _settle_statement(self) -> sa.Update:
+        """A leased occurrence's end, conditional on its claimant; drops the lease."""
+
+        def build() -> sa.Update:
+            return (
+                sa.update(occurrences)
+                .where(occurrences.c.id == _param(occurrences.c.id, "p_id"))
+                .where(occurrences.c.claimed_by == _param(occurrences.c.claimed_by, "p_claimant"))
+                .where(_status_in(*LEASED_STATUSES))
+                .values(
+                    status=_param(occurrences.c.status, "p_status"),
+                    claimed_until=None,
+                    error_message=_param(occurrences.c.error_message, "p_error"),
+                    result=_param(occurrences.c.result, "p_result"),
+                    trace_id=sa.func.coalesce(
+                        _param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
+                    ),
+                    completed_at=self._sql.now(),
+                    updated_at=self._sql.now(),
+                )
+            )
+
+        return self._statement("settle", build)
 
     def _acquire_slot(
         self,
@@ -359,6 +397,18 @@ class AttemptStore(Store):
         if key is not None:
             stmt = stmt.where(singletons.c.singleton_key == key)
         return conn.execute(stmt).rowcount == 1
+
+
+def _status_in(*statuses: str) -> sa.ColumnElement[bool]:
+    """`status` is one of these constants, written into the statement as literals: nothing
+    to expand per execution, and a prepared statement's plan can still use the partial
+    indexes on `status`."""
+    return occurrences.c.status.in_([sa.literal_column(f"'{status}'") for status in statuses])
+
+
+def _param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
+    """A value bound at execution, typed as `column`."""
+    return sa.bindparam(name, type_=column.type)
 
 
 def _clip(text: str | None, limit: int) -> str | None:

@@ -26,7 +26,6 @@ which under concurrent writers fails at once rather than waiting.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
 
+from cronledger.ledger.driver import tune_pg8000_engine
 from cronledger.ledger.tables import UtcDateTime
 
 SQLITE_BUSY_TIMEOUT_SECS = 30.0
@@ -44,23 +44,24 @@ WRITE_OPTION = "cronledger_write"
 PG_POOL_SIZE = 24
 
 
-def create_ledger_engine(url: str | sa.URL, **engine_options: Any) -> sa.Engine:
+def create_ledger_engine(
+    url: str | sa.URL, *, prepared_statements: bool = True, **engine_options: Any
+) -> sa.Engine:
     """An engine for `postgresql+pg8000://…` or `sqlite:///path` (a file: the local runner's
-    threads must share one database, which an in-memory SQLite cannot give them)."""
+    threads must share one database, which an in-memory SQLite cannot give them).
+    `prepared_statements`: see `cronledger.ledger.driver` (PostgreSQL only)."""
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
     if backend == "postgresql":
         if parsed.get_driver_name() != "pg8000":
             raise ValueError(f"use postgresql+pg8000://, not {parsed.drivername}://")
-        # Pre-ping: a Lambda reuses its pool across invocations, and RDS Proxy or Aurora
-        # may have closed a connection in between. The pool keeps as many connections as
+        # The pool keeps as many connections as
         # the busiest caller uses at once (the local runner: its workers, two loops and the
         # API), because a connection beyond it is opened and closed around every transaction,
         # and opening one costs more than the transaction (pg8000 builds a TLS context each
         # time). Connections are only opened when needed: a Lambda still holds one or two.
-        options = {"pool_pre_ping": True, "pool_size": PG_POOL_SIZE, **engine_options}
-        engine = sa.create_engine(parsed, **options)
-        event.listen(engine, "connect", _configure_pg8000_connection)
+        engine = sa.create_engine(parsed, **{"pool_size": PG_POOL_SIZE, **engine_options})
+        tune_pg8000_engine(engine, prepared_statements=prepared_statements)
         return engine
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
@@ -74,31 +75,6 @@ def create_ledger_engine(url: str | sa.URL, **engine_options: Any) -> sa.Engine:
         f"unsupported database URL scheme {parsed.drivername!r}: "
         "use postgresql+pg8000://… or sqlite:///path/to/file.db"
     )
-
-
-def _configure_pg8000_connection(dbapi_connection: Any, _record: Any) -> None:
-    # pg8000 leaves Nagle's algorithm on. A message larger than its write buffer (a batch's
-    # JSON parameter) leaves in several segments, and the last one waits for the server's
-    # delayed ACK: 40 ms per statement on Linux. libpq turns it off the same way.
-    sock = getattr(dbapi_connection, "_usock", None)
-    if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    # pg8000 reads every timestamptz with `strptime` (~15 µs): a pass over ten thousand
-    # channels reads forty thousand of them. The server's text form is ISO 8601, which
-    # `fromisoformat` reads in well under a microsecond; anything else (infinity, BC) goes to
-    # pg8000's own reader.
-    from pg8000.converters import TIMESTAMPTZ  # the driver is loaded by now
-
-    dbapi_connection.register_in_adapter(TIMESTAMPTZ, _timestamptz_in)
-
-
-def _timestamptz_in(text: str) -> Any:
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        from pg8000.converters import timestamptz_in
-
-        return timestamptz_in(text)
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:

@@ -29,6 +29,14 @@ from cronledger.ledger.occurrences import MAX_PAGE_SIZE, OccurrenceStore
 from cronledger.ledger.tables import channel_versions, channels, occurrences
 
 #: For each status, the statuses a channel may move to it from. Same-status is a no-op.
+#: An occurrence's columns, then its channel's (NULL when the channel is gone): built once,
+#: since every attempt sends it.
+_OCCURRENCE_AND_CHANNEL = (
+    sa.select(occurrences, channels)
+    .select_from(occurrences.outerjoin(channels, channels.c.channel_id == occurrences.c.channel_id))
+    .where(occurrences.c.id == sa.bindparam("p_id", type_=occurrences.c.id.type))
+)
+
 _ALLOWED_FROM = {
     CHANNEL_DRAFT: (CHANNEL_DRAFT,),
     CHANNEL_ACTIVE: (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED),
@@ -170,22 +178,16 @@ class ChannelStore(CursorStore, OccurrenceStore):
     def get_occurrence_and_channel(self, occurrence_id: str) -> tuple[Occurrence, Channel | None]:
         """An occurrence and its channel as the channel is now (None: deleted), in one read:
         what an attempt needs before it starts. NotFound when there is no such occurrence."""
-        channel_columns = [column.label(f"ch_{column.name}") for column in channels.c]
-        stmt = (
-            sa.select(occurrences, *channel_columns)
-            .select_from(
-                occurrences.outerjoin(channels, channels.c.channel_id == occurrences.c.channel_id)
-            )
-            .where(occurrences.c.id == occurrence_id)
-        )
         with self._read() as conn:
-            row = conn.execute(stmt).mappings().one_or_none()
+            row = conn.execute(_OCCURRENCE_AND_CHANNEL, {"p_id": occurrence_id}).one_or_none()
         if row is None:
             raise NotFound(f"occurrence {occurrence_id} not found")
-        occurrence = Occurrence(**{column.name: row[column.name] for column in occurrences.c})
-        if row["ch_channel_id"] is None:
+        split = len(occurrences.c)
+        occurrence = Occurrence(**dict(zip(occurrences.c.keys(), row[:split], strict=True)))
+        channel = dict(zip(channels.c.keys(), row[split:], strict=True))
+        if channel["channel_id"] is None:
             return occurrence, None
-        return occurrence, Channel(**{c.name: row[f"ch_{c.name}"] for c in channels.c})
+        return occurrence, Channel(**channel)
 
     def get_channel_by_name(self, name: str) -> Channel:
         with self._read() as conn:

@@ -11,33 +11,50 @@ singleton row first, everywhere, so two such transactions cannot deadlock on eac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from cronledger.ledger.backend import WRITE_OPTION, Backend
 from cronledger.ledger.models import DatabaseUnavailable
 
+S = TypeVar("S", bound=sa.Executable)
+
 
 class Store:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self._sql = Backend(engine.dialect.name)
+        self._statements: dict[Hashable, Any] = {}
+
+    def _statement(self, key: Hashable, build: Callable[[], S]) -> S:
+        """The statement `build` makes, made once per `key` and kept, its values bound by
+        name when it is executed. For the statements every attempt sends: building one and
+        computing its cache key costs SQLAlchemy more than the database takes to run it."""
+        statement = self._statements.get(key)
+        if statement is None:
+            statement = self._statements[key] = build()
+        return statement  # type: ignore[no-any-return]
 
     @contextmanager
-    def _write(self) -> Iterator[sa.Connection]:
-        """A transaction that writes (on SQLite: `BEGIN IMMEDIATE`). Commits on exit."""
-        with self._transaction(write=True) as conn:
+    def _write(self, *, single: bool = False) -> Iterator[sa.Connection]:
+        """A transaction that writes (on SQLite: `BEGIN IMMEDIATE`). Commits on exit.
+        `single`: the block sends one statement, atomic by itself, which PostgreSQL then
+        runs in autocommit, sparing the BEGIN and COMMIT round trips."""
+        with self._transaction(write=True, autocommit=single) as conn:
             yield conn
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
-        with self._transaction(write=False) as conn:
+        """Reads, in autocommit on PostgreSQL: under READ COMMITTED each statement takes its
+        own snapshot anyway, so a read transaction would add only BEGIN and COMMIT."""
+        with self._transaction(write=False, autocommit=True) as conn:
             yield conn
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[sa.Connection]:
+    def _transaction(self, *, write: bool, autocommit: bool = False) -> Iterator[sa.Connection]:
         try:
             conn = self.engine.connect()
         except sa.exc.DBAPIError as exc:
@@ -45,8 +62,12 @@ class Store:
         except sa.exc.TimeoutError as exc:
             raise DatabaseUnavailable(f"no ledger connection available: {exc}") from exc
         try:
-            with conn.execution_options(**{WRITE_OPTION: write}).begin():
-                yield conn
+            if autocommit and self._sql.is_postgres:
+                with _driver_autocommit(conn):
+                    yield conn
+            else:
+                with conn.execution_options(**{WRITE_OPTION: write}).begin():
+                    yield conn
         except sa.exc.DBAPIError as exc:
             lost = isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
             if lost or exc.connection_invalidated:
@@ -54,3 +75,17 @@ class Store:
             raise
         finally:
             conn.close()
+
+
+@contextmanager
+def _driver_autocommit(conn: sa.Connection) -> Iterator[None]:
+    """pg8000 in autocommit for the block: no BEGIN before the first statement, each one
+    committed by the server as it ends, and SQLAlchemy's closing rollback a no-op (pg8000
+    skips it outside a transaction). Switched on the driver, not through SQLAlchemy's
+    `isolation_level`, whose reset on check-in is a round trip of its own."""
+    driver = conn.connection.driver_connection
+    driver.autocommit = True
+    try:
+        yield
+    finally:
+        driver.autocommit = False

@@ -1,0 +1,95 @@
+"""The pg8000 tuning of `cronledger.ledger.driver`, against the run's PostgreSQL: statements
+run as named prepared statements (and give the same answers), a statement the schema
+outgrew is prepared again, an idle dead connection is replaced on checkout, and the
+autocommit used for one-statement writes never leaks into a pooled connection."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from cronledger.ledger import Ledger, driver
+from cronledger.ledger.backend import create_ledger_engine
+
+PREPARED = sa.text("SELECT count(*) FROM pg_prepared_statements")
+ADD = sa.select(sa.bindparam("a", type_=sa.Integer) + sa.bindparam("b", type_=sa.Integer))
+
+
+@pytest.fixture
+def engine(pg_database_url: str) -> Iterator[sa.Engine]:
+    engine = create_ledger_engine(pg_database_url, pool_size=1, max_overflow=0)
+    yield engine
+    engine.dispose()
+
+
+def test_a_repeated_statement_is_prepared_once_and_answers_correctly(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        before = conn.execute(PREPARED).scalar_one()
+        answers = [conn.execute(ADD, {"a": n, "b": 10}).scalar_one() for n in range(5)]
+        after = conn.execute(PREPARED).scalar_one()
+    assert answers == [10, 11, 12, 13, 14]
+    assert after - before == 1  # five executions, one server-side statement
+
+
+def test_without_prepared_statements_nothing_is_prepared(pg_database_url: str) -> None:
+    engine = create_ledger_engine(pg_database_url, prepared_statements=False, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            assert [conn.execute(ADD, {"a": n, "b": 1}).scalar_one() for n in range(3)] == [1, 2, 3]
+            assert conn.execute(PREPARED).scalar_one() == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_statement_the_schema_outgrew_is_prepared_again(engine: sa.Engine) -> None:
+    table = f"driver_{uuid.uuid4().hex[:8]}"
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE TABLE {table} (id int, v int)"))
+        conn.execute(sa.text(f"INSERT INTO {table} VALUES (1, 7)"))
+    stmt = sa.text(f"SELECT * FROM {table} WHERE id = :id")
+    with engine.connect() as conn:
+        assert conn.execute(stmt, {"id": 1}).all() == [(1, 7)]
+        conn.commit()
+        conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN w int DEFAULT 9"))
+        conn.commit()
+        with pytest.raises(sa.exc.DBAPIError, match="cached plan must not change result type"):
+            conn.execute(stmt, {"id": 1})
+        conn.rollback()
+        assert conn.execute(stmt, {"id": 1}).all() == [(1, 7, 9)]
+
+
+def test_an_idle_dead_connection_is_replaced_on_checkout(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid = sa.text("SELECT pg_backend_pid()")
+    with engine.connect() as conn:
+        first = conn.execute(pid).scalar_one()
+    admin = create_ledger_engine(engine.url, pool_size=1)
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": first})
+    finally:
+        admin.dispose()
+    monkeypatch.setattr(driver, "PING_AFTER_IDLE_SECS", 0.0)
+    with engine.connect() as conn:
+        second = conn.execute(pid).scalar_one()
+    assert second != first
+
+
+def test_one_statement_writes_leave_the_pooled_connection_transactional(
+    pg_ledger: Ledger, pg_database_url: str
+) -> None:
+    ledger = Ledger.connect(pg_database_url, pool_size=1, max_overflow=0)  # migrated: pg_ledger
+    try:
+        ledger.claim_due(str(uuid.uuid4()), 10, 60)  # a one-statement write: autocommit
+        with ledger.engine.connect() as conn:
+            assert conn.connection.driver_connection.autocommit is False
+            conn.execute(sa.text("CREATE TEMP TABLE rolled_back (x int)"))
+            conn.rollback()
+            gone = conn.execute(sa.text("SELECT to_regclass('pg_temp.rolled_back')"))
+            assert gone.scalar_one() is None  # the CREATE was inside a transaction
+    finally:
+        ledger.dispose()
