@@ -36,7 +36,7 @@ class Store:
         statement = self._statements.get(key)
         if statement is None:
             statement = self._statements[key] = build()
-        return statement  # type: ignore[no-any-return]
+        return statement
 
     @contextmanager
     def _write(self, *, single: bool = False) -> Iterator[sa.Connection]:
@@ -83,7 +83,7 @@ def _driver_autocommit(conn: sa.Connection) -> Iterator[None]:
     committed by the server as it ends, and SQLAlchemy's closing rollback a no-op (pg8000
     skips it outside a transaction). Switched on the driver, not through SQLAlchemy's
     `isolation_level`, whose reset on check-in is a round trip of its own."""
-    driver = conn.connection.driver_connection
+    driver: Any = conn.connection.driver_connection
     driver.autocommit = True
     try:
         yield
