@@ -89,8 +89,13 @@ class Executor:
     ) -> AttemptReport:
         """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours).
         `deadline` is the executor's own monotonic end (a Lambda's time left)."""
+        trace_id = trace_id or uuid.uuid4().hex
+        lease = self.settings.claim_lease_secs
         try:
-            occurrence, current = self.ledger.get_occurrence_and_channel(occurrence_id)
+            # A plain attempt (overlap allowed, channel active) starts in this same read.
+            occurrence, current, start = self.ledger.open_attempt(
+                occurrence_id, claimant, lease, trace_id
+            )
         except NotFound:
             return AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
         self.annotate(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
@@ -107,15 +112,10 @@ class Executor:
             if schedule.singleton_key is not None
             else None
         )
-        trace_id = trace_id or uuid.uuid4().hex
-        start = self.ledger.start_attempt(
-            occurrence,
-            claimant,
-            channel.version,
-            singleton,
-            self.settings.claim_lease_secs,
-            trace_id=trace_id,
-        )
+        if start is None:
+            start = self.ledger.start_attempt(
+                occurrence, claimant, channel.version, singleton, lease, trace_id=trace_id
+            )
         self.annotate(fencing_token=start.fencing_token)
         if start.outcome == "singleton_busy":
             assert singleton is not None

@@ -1,13 +1,23 @@
-"""What an attempt reads before it starts (the occurrence and its channel, in one read), and
-the start's handling of a slot left by an earlier attempt when the read shows none can exist."""
+"""What an attempt reads before it starts (the occurrence and its channel, in one read, which
+on PostgreSQL also starts a plain attempt), and the start's handling of a slot left by an earlier attempt when the read shows none can exist."""
 
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from cronledger.errors import NotFound
-from cronledger.ledger import CHANNEL_ACTIVE, AttemptStart, Ledger
-from tests.ledger.helpers import claim_one, expire_claim, row, start
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    CHANNEL_PAUSED,
+    CLAIMED,
+    RUNNING,
+    AttemptStart,
+    Ledger,
+    Occurrence,
+)
+from cronledger.ledger.tables import occurrences
+from tests.ledger.helpers import LEASE, claim_one, expire_claim, row, start
 
 SCHEDULE = {"schedule": "0 * * * * *"}
 TARGET = {"type": "python", "callable": "cronledger.demo:hello"}
@@ -70,3 +80,61 @@ def test_a_duplicate_start_under_allow_is_lost_and_writes_nothing(ledger: Ledger
     assert again == AttemptStart("lost")
     stored = ledger.get_occurrence(read.id)
     assert (stored.status, stored.started_at) == ("running", started.started_at)
+
+
+# `open_attempt`: the read, and on PostgreSQL the start of a plain attempt in the same
+# statement. Whatever stands in the way leaves the row as it was, for `start_attempt`.
+
+FORBID = {**SCHEDULE, "concurrency": {"policy": "forbid"}}
+
+
+def _claimed(ledger: Ledger, transport_config: dict[str, object] = SCHEDULE) -> Occurrence:
+    channel = ledger.create_channel("nightly", transport_config, TARGET, 1000, CHANNEL_ACTIVE)
+    ledger.new_channel_version(channel.channel_id, transport_config, TARGET, 1500)  # version 2
+    assert ledger.insert_occurrence(row(ledger.db_now(), channel.channel_id))
+    return claim_one(ledger, "node-a")
+
+
+def test_a_plain_attempt_is_started_by_its_read_on_postgres(ledger: Ledger) -> None:
+    claimed = _claimed(ledger)
+
+    occurrence, channel, started = ledger.open_attempt(claimed.id, "node-a", LEASE, "trace-1")
+
+    # The read is as it was before the statement: claimed, with the channel's current version
+    assert (occurrence.status, occurrence.claimed_by) == (CLAIMED, "node-a")
+    assert channel is not None and channel.version == 2
+    stored = ledger.get_occurrence(claimed.id)
+    if ledger.engine.dialect.name == "sqlite":  # no start folded into the read there
+        assert started is None and stored.status == CLAIMED
+        return
+    assert started is not None and started.started and started.fencing_token is None
+    assert (stored.status, stored.started_at) == (RUNNING, started.started_at)
+    assert (stored.executing_version, stored.trace_id) == (2, "trace-1")
+    assert stored.claimed_until is not None and stored.claimed_until > started.started_at
+
+
+@pytest.mark.parametrize(
+    "obstacle",
+    ["forbid", "paused channel", "another claimant", "slot from an earlier attempt"],
+)
+def test_anything_in_the_way_of_a_plain_start_leaves_the_row_as_it_was(
+    ledger: Ledger, obstacle: str
+) -> None:
+    claimed = _claimed(ledger, FORBID if obstacle == "forbid" else SCHEDULE)
+    claimant = "node-b" if obstacle == "another claimant" else "node-a"
+    if obstacle == "paused channel":
+        ledger.set_channel_status(claimed.channel_id, CHANNEL_PAUSED)
+    if obstacle == "slot from an earlier attempt":
+        with ledger.engine.begin() as conn:
+            conn.execute(
+                sa.update(occurrences)
+                .where(occurrences.c.id == claimed.id)
+                .values(singleton_key="key", singleton_slot=0, fencing_token=1)
+            )
+
+    occurrence, _, started = ledger.open_attempt(claimed.id, claimant, LEASE, "trace-1")
+
+    assert started is None
+    stored = ledger.get_occurrence(claimed.id)
+    assert (stored.status, stored.started_at, stored.trace_id) == (CLAIMED, None, None)
+    assert occurrence == stored

@@ -21,6 +21,9 @@ from cronledger.ledger.models import (
     CHANNEL_ARCHIVED,
     CHANNEL_DRAFT,
     CHANNEL_PAUSED,
+    CLAIMED,
+    RUNNING,
+    AttemptStart,
     Channel,
     Occurrence,
     Page,
@@ -28,7 +31,6 @@ from cronledger.ledger.models import (
 from cronledger.ledger.occurrences import MAX_PAGE_SIZE, OccurrenceStore
 from cronledger.ledger.tables import channel_versions, channels, occurrences
 
-#: For each status, the statuses a channel may move to it from. Same-status is a no-op.
 #: An occurrence's columns, then its channel's (NULL when the channel is gone): built once,
 #: since every attempt sends it.
 _OCCURRENCE_AND_CHANNEL = (
@@ -37,6 +39,7 @@ _OCCURRENCE_AND_CHANNEL = (
     .where(occurrences.c.id == sa.bindparam("p_id", type_=occurrences.c.id.type))
 )
 
+#: For each status, the statuses a channel may move to it from. Same-status is a no-op.
 _ALLOWED_FROM = {
     CHANNEL_DRAFT: (CHANNEL_DRAFT,),
     CHANNEL_ACTIVE: (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED),
@@ -180,14 +183,62 @@ class ChannelStore(CursorStore, OccurrenceStore):
         what an attempt needs before it starts. NotFound when there is no such occurrence."""
         with self._read() as conn:
             row = conn.execute(_OCCURRENCE_AND_CHANNEL, {"p_id": occurrence_id}).one_or_none()
-        if row is None:
-            raise NotFound(f"occurrence {occurrence_id} not found")
-        split = len(occurrences.c)
-        occurrence = Occurrence(**dict(zip(occurrences.c.keys(), row[:split], strict=True)))
-        channel = dict(zip(channels.c.keys(), row[split:], strict=True))
-        if channel["channel_id"] is None:
-            return occurrence, None
-        return occurrence, Channel(**channel)
+        return _occurrence_and_channel(occurrence_id, row)
+
+    def open_attempt(
+        self, occurrence_id: str, claimant: str, lease_secs: float, trace_id: str
+    ) -> tuple[Occurrence, Channel | None, AttemptStart | None]:
+        """`get_occurrence_and_channel`, and on PostgreSQL, in the same statement, the start
+        of a plain attempt when nothing stands in its way: still claimed by `claimant`, no
+        singleton slot held from an earlier attempt, channel active, and
+        `concurrency.policy` absent or "allow" (so no slot to take). The start is then the
+        `AttemptStart` (`executing_version`: the channel's version); otherwise `None`, and
+        the caller decides from the read, starting with `start_attempt` if it should. The
+        occurrence and channel are as they were just before the statement."""
+        if not self._sql.is_postgres:
+            return (*self.get_occurrence_and_channel(occurrence_id), None)
+        with self._write(single=True) as conn:
+            row = conn.execute(
+                self._open_statement(lease_secs),
+                {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
+            ).one_or_none()
+        occurrence, channel = _occurrence_and_channel(occurrence_id, row)
+        assert row is not None
+        started_at = row[-1]
+        return (
+            occurrence,
+            channel,
+            AttemptStart("started", started_at=started_at) if started_at else None,
+        )
+
+    def _open_statement(self, lease_secs: float) -> sa.Select[Any]:
+        def build() -> sa.Select[Any]:
+            policy = channels.c.transport_config["concurrency"]["policy"].as_string()
+            started = (
+                sa.update(occurrences)
+                .where(occurrences.c.id == sa.bindparam("p_id", type_=sa.String))
+                .where(occurrences.c.claimed_by == sa.bindparam("p_claimant", type_=sa.String))
+                .where(occurrences.c.status == sa.literal_column(f"'{CLAIMED}'"))
+                .where(occurrences.c.singleton_key.is_(None))
+                .where(channels.c.channel_id == occurrences.c.channel_id)
+                .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
+                .where(sa.func.coalesce(policy, "allow") == "allow")
+                .values(
+                    status=RUNNING,
+                    started_at=self._sql.now(),
+                    executing_version=channels.c.version,
+                    claimed_until=self._sql.now_plus(lease_secs),
+                    trace_id=sa.bindparam("p_trace", type_=sa.String),
+                    updated_at=self._sql.now(),
+                )
+                .returning(occurrences.c.started_at)
+                .cte("started")
+            )
+            return _OCCURRENCE_AND_CHANNEL.add_columns(started.c.started_at).outerjoin_from(
+                occurrences, started, sa.true()
+            )
+
+        return self._statement(("open", lease_secs), build)
 
     def get_channel_by_name(self, name: str) -> Channel:
         with self._read() as conn:
@@ -231,3 +282,17 @@ class ChannelStore(CursorStore, OccurrenceStore):
                 return
             conn.rollback()
         raise NotFound(f"channel {channel_id} not found")
+
+
+def _occurrence_and_channel(
+    occurrence_id: str, row: sa.Row[Any] | None
+) -> tuple[Occurrence, Channel | None]:
+    """An occurrence's columns, then its channel's (all NULL when the channel is gone)."""
+    if row is None:
+        raise NotFound(f"occurrence {occurrence_id} not found")
+    split, end = len(occurrences.c), len(occurrences.c) + len(channels.c)
+    occurrence = Occurrence(**dict(zip(occurrences.c.keys(), row[:split], strict=True)))
+    channel = dict(zip(channels.c.keys(), row[split:end], strict=True))
+    if channel["channel_id"] is None:
+        return occurrence, None
+    return occurrence, Channel(**channel)
