@@ -40,12 +40,11 @@ class CursorStore(Store):
         """What a reconcile pass must look at, and nothing else, so an idle pass is one read:
         active channels whose cursor is missing, paused, behind the channel's version, or
         due by `horizon`; and unpaused cursors whose channel is gone or no longer active."""
-        state_columns = [column.label(f"state_{column.name}") for column in schedule_state.c]
         joined = channels.outerjoin(
             schedule_state, schedule_state.c.channel_id == channels.c.channel_id
         )
         active = (
-            sa.select(*channels.c, *state_columns)
+            sa.select(channels, schedule_state)
             .select_from(joined)
             .where(channels.c.status == CHANNEL_ACTIVE)
             .where(
@@ -68,14 +67,14 @@ class CursorStore(Store):
             .where(sa.or_(channels.c.channel_id.is_(None), channels.c.status != CHANNEL_ACTIVE))
         )
         work: list[ScheduleWork] = []
+        channel_keys, state_keys = channels.c.keys(), schedule_state.c.keys()
+        split = len(channel_keys)
         with self._read() as conn:
-            for found in conn.execute(active).mappings():
-                channel = Channel(**{column.name: found[column.name] for column in channels.c})
+            for found in conn.execute(active):
+                channel = Channel(**dict(zip(channel_keys, found[:split], strict=True)))
                 state = None
-                if found["state_channel_id"] is not None:
-                    state = ScheduleState(
-                        **{c.name: found[f"state_{c.name}"] for c in schedule_state.c}
-                    )
+                if found[split] is not None:  # the cursor's channel_id: it has one
+                    state = ScheduleState(**dict(zip(state_keys, found[split:], strict=True)))
                 work.append(ScheduleWork(channel.channel_id, channel, state))
             for row in conn.execute(orphaned):
                 work.append(ScheduleWork(row.channel_id, None, ScheduleState(**row._mapping)))
@@ -167,7 +166,8 @@ class CursorStore(Store):
 
     def _advance_batch(self, moves: list[tuple[str, datetime, datetime | None]]) -> set[str]:
         """PostgreSQL: the moves as rows joined in one statement (one JSON parameter),
-        so the statement does not grow with the batch."""
+        so the statement does not grow with the batch. Only the channels that lost come
+        back: usually none, where every winner would be ten thousand rows to read."""
         instant = sa.DateTime(timezone=True)
         move = self._sql.rows(
             "move",
@@ -177,15 +177,19 @@ class CursorStore(Store):
                 "to_": (instant, [_optional_utc(to) for _, _, to in moves]),
             },
         )
-        stmt = (
+        moved = (
             sa.update(schedule_state)
             .where(schedule_state.c.channel_id == move.c.channel_id)
             .where(schedule_state.c.next_fire_at == move.c.from_)
             .values(next_fire_at=move.c.to_, updated_at=self._sql.now())
             .returning(schedule_state.c.channel_id)
+            .cte("moved")
         )
-        with self._write() as conn:
-            return set(conn.execute(stmt).scalars())
+        lost = sa.select(move.c.channel_id).where(
+            move.c.channel_id.not_in(sa.select(moved.c.channel_id))
+        )
+        with self._write(single=True) as conn:
+            return {cid for cid, _, _ in moves} - set(conn.execute(lost).scalars())
 
     def _pause_cursor(self, conn: sa.Connection, channel_id: str) -> None:
         conn.execute(

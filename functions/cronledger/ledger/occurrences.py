@@ -105,7 +105,7 @@ class OccurrenceStore(Store):
             .returning(occurrences.c.id)
             .cte("inserted")
         )
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             # Counted in the database: ten thousand ids need not cross the wire to be counted.
             return int(conn.execute(sa.select(sa.func.count()).select_from(stmt)).scalar_one())
 

@@ -48,6 +48,10 @@ class Survey:
     tail: list[int]
 
 
+#: The survey of an empty window.
+NOTHING_MISSED = Survey(0, [], [])
+
+
 class Calendar:
     """The instants of one six-field expression in one zone, as integer UTC seconds."""
 
@@ -164,7 +168,10 @@ class _DayFinder:
 def _segments(zone: str, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
     """Split `[lo, hi]` (UTC seconds) into ascending `(start, end, offset)` pieces of constant
     offset. Pieces also end at every UTC new year, so a walk that stops early never computes
-    transitions for years it does not reach."""
+    transitions for years it does not reach. UTC, which never changes, is one piece."""
+    if zone == "UTC":
+        yield lo, hi, 0
+        return
     start, offset = lo, _offset_at(zone, lo)
     year = _year_of(lo)
     while start <= hi:
