@@ -34,7 +34,8 @@ from croniter import croniter
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import require_utc
 from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, Schedule
-from cronledger.schedule.walk import LAST_SECOND, Calendar, ceil_seconds, seconds
+from cronledger.schedule.walk import LAST_SECOND, ceil_seconds, seconds
+from cronledger.schedule.walk import calendar as shared_calendar
 
 PAYLOAD_LIMIT_BYTES: Final = 256 * 1024
 MAX_CATCH_UP_LIMIT: Final = 1000
@@ -118,9 +119,9 @@ def compile_schedule(
 
     calendar = None
     if parsed is not None:
-        expression, cron = parsed
+        expression, _ = parsed
         # A bad zone does not hide an impossible date: that is impossible in UTC too.
-        calendar = Calendar(cron, expression.split(), zone or "UTC")
+        calendar = shared_calendar(expression, zone or "UTC")
         start = ceil_seconds(anchor)
         if calendar.first(start, min(start + seconds(VALIDITY_HORIZON), LAST_SECOND)) is None:
             errors.append(

@@ -52,18 +52,25 @@ class Survey:
 NOTHING_MISSED = Survey(0, [], [])
 
 
+@lru_cache(maxsize=1024)
+def calendar(expression: str, zone: str) -> Calendar:
+    """The calendar of a valid expression in a zone, built once per process: thousands of
+    channels share a handful of expressions, and a per-second one lists 86,400 times."""
+    return Calendar(croniter(expression, second_at_beginning=True), expression.split(), zone)
+
+
 class Calendar:
-    """The instants of one six-field expression in one zone, as integer UTC seconds."""
+    """The instants of one six-field expression in one zone, as integer UTC seconds.
+    Immutable once built, so schedules share them (`calendar`)."""
 
     def __init__(self, cron: croniter, fields: list[str], zone: str) -> None:
         minutes, hours, *_days, seconds = cron.expanded
+        hour_values = _field_values(hours, 24)
+        minute_values = _field_values(minutes, 60)
+        second_values = _field_values(seconds, 60)
+        # Ascending, as each field's values are.
         self._times: tuple[int, ...] = tuple(
-            sorted(
-                h * 3600 + m * 60 + s
-                for h in _field_values(hours, 24)
-                for m in _field_values(minutes, 60)
-                for s in _field_values(seconds, 60)
-            )
+            h * 3600 + m * 60 + s for h in hour_values for m in minute_values for s in second_values
         )
         day_of_month, month, day_of_week = fields[3:6]
         every_day = day_of_month in ("*", "?") and month == "*" and day_of_week in ("*", "?")
