@@ -9,9 +9,9 @@ place decides every version.
 
 The project is staged in a temporary directory first, so pip's build leaves nothing in the
 working tree. Then the asset loses what no function imports: the AWS SDK and its dependency
-closure (the Lambda runtime ships them), console scripts, type stubs, test harnesses, host-Python
-bytecode, and the debug symbols of native modules (when an `llvm-strip` or aarch64 `strip` is on
-PATH). The asset hash is the project's source, pyproject.toml and this recipe, so an unchanged
+closure (the Lambda runtime ships them), what `NEVER_IMPORTED` and `UNUSED_DISTRIBUTIONS` list,
+type stubs, host-Python bytecode, and the debug symbols of native modules (when an
+`llvm-strip` or aarch64 `strip` is on PATH). The asset hash is the project's source, pyproject.toml and this recipe, so an unchanged
 project is not rebuilt; resolution is not locked, so a rebuild may pick newer allowed versions.
 """
 
@@ -53,7 +53,24 @@ RUNTIME_PROVIDED = (
     "six",
     "urllib3",
 )
-NEVER_IMPORTED = ("bin", "sqlalchemy/testing", "alembic/testing")
+#: Distributions no function imports, by the top-level modules they install: PyYAML is the
+#: operator command line's.
+UNUSED_DISTRIBUTIONS = {"pyyaml": ("yaml", "_yaml")}
+#: Parts of installed packages no function imports: SQLAlchemy's ORM, asyncio layer and
+#: other databases' dialects (the ledger is Core on PostgreSQL or SQLite), pydantic's v1
+#: compatibility package, test harnesses and console scripts. tests/infra/test_bundling.py
+#: runs every function with these unimportable.
+NEVER_IMPORTED = (
+    "bin",
+    "sqlalchemy/testing",
+    "alembic/testing",
+    "sqlalchemy/orm",
+    "sqlalchemy/ext/asyncio",
+    "sqlalchemy/dialects/mysql",
+    "sqlalchemy/dialects/mssql",
+    "sqlalchemy/dialects/oracle",
+    "pydantic/v1",
+)
 _STRIPPERS = ("llvm-strip", "aarch64-linux-gnu-strip")
 
 
@@ -106,8 +123,15 @@ def build_into(target: Path, project_root: Path) -> None:
     _trim(target)
 
 
+def dropped_modules() -> list[str]:
+    """The dotted names of everything the asset drops that an import could ask for (the AWS
+    SDK aside: the runtime has it)."""
+    parts = [path.replace("/", ".") for path in NEVER_IMPORTED if path != "bin"]
+    return parts + [name for names in UNUSED_DISTRIBUTIONS.values() for name in names]
+
+
 def _trim(target: Path) -> None:
-    for distribution in RUNTIME_PROVIDED:
+    for distribution in (*RUNTIME_PROVIDED, *UNUSED_DISTRIBUTIONS):
         for dist_info in target.glob(f"{distribution}-*.dist-info"):
             _uninstall(target, dist_info)
     for relative in NEVER_IMPORTED:
