@@ -258,14 +258,11 @@ def lifecycle_shape(
     for run in range(RUNS):
         seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
         first_xid = next_transaction_id(ledger)
-        with counting_statements(ledger.engine) as sent:
-            if shape == "threads":
-                rate, claims = drain_in_threads(url, channel_ids)
-            else:
-                rate, claims = drain_in_processes(url, channel_ids)
+        drain = drain_in_threads if shape == "threads" else drain_in_processes
+        rate, claims, statements = drain(url, channel_ids)
         counts["writes"] += next_transaction_id(ledger) - first_xid
         counts["claims"] += claims
-        counts["statements"] += sum(sent.values())
+        counts["statements"] += statements
         rates.append(rate)
         with ledger.engine.connect() as conn:
             done = conn.execute(
@@ -352,9 +349,9 @@ class _Worker:
                 done += 1
 
 
-def drain_in_threads(url: str, channel_ids: list[str]) -> tuple[float, int]:
+def drain_in_threads(url: str, channel_ids: list[str]) -> tuple[float, int, int]:
     """Occurrences settled per second by 4 threads sharing one worker, from the first claim
-    to the last settle, and how many claims leased rows."""
+    to the last settle; how many claims leased rows; how many statements were sent."""
     worker = _Worker(url, channel_ids)
     ready = threading.Barrier(LIFECYCLE_WORKERS + 1)
     results: list[tuple[int, int]] = []
@@ -364,19 +361,21 @@ def drain_in_threads(url: str, channel_ids: list[str]) -> tuple[float, int]:
         results.append(worker.work())
 
     threads = [threading.Thread(target=run) for _ in range(LIFECYCLE_WORKERS)]
-    for thread in threads:
-        thread.start()
-    ready.wait()
-    started = time.monotonic()
-    for thread in threads:
-        thread.join()
-    elapsed = time.monotonic() - started
+    with counting_statements(worker.ledger.engine) as sent:
+        for thread in threads:
+            thread.start()
+        ready.wait()
+        started = time.monotonic()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
     worker.ledger.dispose()
-    return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
+    settled, claims = (sum(column) for column in zip(*results, strict=True))
+    return settled / elapsed, claims, sum(sent.values())
 
 
-def drain_in_processes(url: str, channel_ids: list[str]) -> tuple[float, int]:
-    """The same with 4 processes of one worker each."""
+def drain_in_processes(url: str, channel_ids: list[str]) -> tuple[float, int, int]:
+    """The same with 4 processes of one worker each (statements not counted: 0)."""
     context = multiprocessing.get_context("spawn")
     go, out = context.Event(), context.Queue()
     processes = [
@@ -393,7 +392,7 @@ def drain_in_processes(url: str, channel_ids: list[str]) -> tuple[float, int]:
     for process in processes:
         process.join()
     elapsed = max(finished for _, _, finished in results) - started
-    return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
+    return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results), 0
 
 
 def _work_in_process(url: str, channel_ids: list[str], go: Any, out: Any) -> None:
