@@ -7,6 +7,7 @@ writes the cursor or the lease into the past rather than waiting.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -159,6 +160,29 @@ def test_downtime_under_latest_runs_the_newest_and_summarises_the_rest(ledger: L
     assert report.inserted == 2
     state = ledger.schedule_states()[0]
     assert state.next_fire_at is not None and state.next_fire_at > ledger.db_now()
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_pass_pauses_the_cycle_collector_and_leaves_it_as_it_was(
+    ledger: Ledger, collecting: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_channel(ledger)
+    reconcile_once(ledger, FAST)  # initialises the cursor
+    during: list[bool] = []
+
+    def db_now() -> Any:  # the pass's first read
+        during.append(gc.isenabled())
+        return Ledger.db_now(ledger)
+
+    monkeypatch.setattr(ledger, "db_now", db_now)
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    try:
+        reconcile_once(ledger, FAST)
+        assert during == [False]
+        assert gc.isenabled() is collecting
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_a_schedule_change_resets_the_cursor_without_back_filling(ledger: Ledger) -> None:
