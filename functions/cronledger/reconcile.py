@@ -1,19 +1,21 @@
 """Reconcile: stored schedules in, durable occurrences out (SPEC §3).
 
-A pass decides where each cursor should be, materialises what is due, and moves the cursor;
-it can die between any two of those steps, so every one of them is idempotent:
+A pass decides where each cursor should be, plans what is due, and writes the rows and the
+cursor moves together (`Ledger.materialise`: one statement on PostgreSQL, one transaction on
+SQLite). A channel gets its rows only if its cursor compare-and-set wins, so:
 
-| dies…                          | next pass                                                   |
+| meanwhile…                     | outcome                                                     |
 |--------------------------------|-------------------------------------------------------------|
-| before the insert              | the cursor has not moved: the same instants are planned     |
-| after the insert, before the   | the insert loses to UNIQUE(channel_id, scheduled_for), then |
-| cursor moves                   | the cursor moves                                            |
-| beside a peer running the pass | same rows (idempotent); one wins the cursor compare-and-set |
+| the pass dies before writing   | the cursor has not moved: the next pass plans the same      |
+| a peer runs the same pass      | one wins each cursor and inserts its rows; the other writes |
+|                                | nothing for that channel (and rows are UNIQUE per instant)  |
+| an edit resets a cursor        | the stale plan loses the compare-and-set: none of its rows  |
+|                                | (planned under the old schedule) land                       |
 
 No lease guards a pass: two reconcilers produce the same ledger. Planning is pure
 (`Schedule.plan_pass`); this module only does the writes, batched: the rows of every due
-channel go in one INSERT and every cursor moves in one UPDATE. If a batch fails, the pass falls
-back to one channel at a time, so one bad channel cannot stop the others.
+channel and every cursor move go in one statement. If a batch fails, the pass falls back to
+one channel at a time, so one bad channel cannot stop the others.
 
 A cursor is (re)initialised at the first instant after *now* when it is new, its scheduling
 hash changed, or it was paused: never back-filled from when the channel was written.
@@ -215,14 +217,18 @@ def _write_batch(ledger: Ledger, planned: list[_Planned], report: PassReport) ->
     if not planned:
         return
     try:
-        report.inserted += ledger.insert_occurrences(r for p in planned for r in p.rows)
-        report.advanced += len(ledger.advance_cursors(p.move for p in planned))
+        inserted, moved = ledger.materialise(
+            (r for p in planned for r in p.rows), (p.move for p in planned)
+        )
+        report.inserted += inserted
+        report.advanced += len(moved)
     except Exception as exc:
         log.warning("batched reconcile write failed (%s); retrying channel by channel", exc)
         for p in planned:
             try:
-                report.inserted += ledger.insert_occurrences(p.rows)
-                report.advanced += ledger.advance_cursor(*p.move)
+                inserted, moved = ledger.materialise(p.rows, [p.move])
+                report.inserted += inserted
+                report.advanced += len(moved)
             except Exception as channel_exc:
                 _record_failure(report, p.channel_id, channel_exc)
     pending = sum(1 for p in planned for r in p.rows if r.status == PENDING)

@@ -199,12 +199,13 @@ def timed_pass(
 
 @contextmanager
 def counting_statements(engine: sa.Engine) -> Iterator[Counter[str]]:
-    """Statements sent to the database while inside, by their first word."""
+    """Statements sent to the database while inside, by the verbs they carry (a
+    statement that updates and inserts is one `UPDATE+INSERT`)."""
     seen: Counter[str] = Counter()
 
     def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        found = VERB.search(statement)
-        seen[found.group(0).upper() if found else "SELECT"] += 1
+        verbs = dict.fromkeys(v.upper() for v in VERB.findall(statement))  # in order, once
+        seen["+".join(verbs) or "SELECT"] += 1
 
     event.listen(engine, "before_cursor_execute", count)
     try:

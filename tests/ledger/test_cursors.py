@@ -44,7 +44,7 @@ def test_a_cursor_with_no_instants_left_is_parked(ledger: Ledger) -> None:
     assert not ledger.advance_cursor("ch", t0, t0), "a parked cursor is not at t0 any more"
 
 
-def test_a_batched_advance_answers_exactly_the_channels_whose_compare_and_set_won(
+def test_materialising_moves_exactly_the_cursors_whose_compare_and_set_won(
     ledger: Ledger,
 ) -> None:
     # Given three cursors, one of which another reconciler has already moved
@@ -54,16 +54,36 @@ def test_a_batched_advance_answers_exactly_the_channels_whose_compare_and_set_wo
         ledger.upsert_cursor(channel_id, 1, "hash", t0)
     assert ledger.advance_cursor("b", t0, later)
 
-    # When one statement advances all three (and a channel with no cursor) from t0
-    won = ledger.advance_cursors(
-        [("a", t0, later), ("b", t0, later), ("c", t0, None), ("absent", t0, later)]
-    )
+    # When one pass moves all three (and a channel with no cursor) from t0, with a row each
+    moves = [("a", t0, later), ("b", t0, later), ("c", t0, None), ("absent", t0, later)]
+    inserted, moved = ledger.materialise([row(t0, cid) for cid, _, _ in moves], moves)
 
-    # Then only the cursors still at t0 moved, each to its own new value
-    assert won == {"a", "c"}
+    # Then only the cursors still at t0 moved, each to its own new value, with their rows
+    assert moved == {"a", "c"}
     cursors = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
     assert cursors == {"a": later, "b": later, "c": None}
-    assert ledger.advance_cursors([]) == set()
+    assert inserted == 2
+    assert {o.channel_id for o in ledger.list_occurrences().data} == {"a", "c"}
+    assert ledger.materialise([], []) == (0, set())
+
+
+def test_a_plan_made_before_an_edit_reset_the_cursor_materialises_nothing(
+    ledger: Ledger,
+) -> None:
+    # Given a pass that planned the next minute's rows from the cursor at t0 (lookahead)
+    t0 = ledger.db_now()
+    ledger.upsert_cursor("ch", 1, "old-hash", t0)
+    planned = [row(t0 + timedelta(seconds=s), "ch") for s in (0, 30)]
+
+    # When the schedule is edited (the cursor reset elsewhere) before the pass writes
+    reset_to = t0 + timedelta(hours=1)
+    ledger.upsert_cursor("ch", 2, "new-hash", reset_to)
+    inserted, moved = ledger.materialise(planned, [("ch", t0, t0 + timedelta(minutes=1))])
+
+    # Then none of the stale plan's rows land, and the edit's cursor stands
+    assert (inserted, moved) == (0, set())
+    assert ledger.list_occurrences().total == 0
+    assert [s.next_fire_at for s in ledger.schedule_states()] == [reset_to]
 
 
 def test_upserting_a_cursor_resets_it_and_clears_a_pause(ledger: Ledger) -> None:

@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
-from cronledger.ledger.cursors import CursorStore
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
@@ -48,7 +47,7 @@ _ALLOWED_FROM = {
 }
 
 
-class ChannelStore(CursorStore, OccurrenceStore):
+class ChannelStore(OccurrenceStore):
     def create_channel(
         self,
         name: str,

@@ -1,8 +1,8 @@
 """Cursors: per channel, the next instant not yet materialised (`cron_schedule_state`).
 
-A cursor only moves by compare-and-set on the value the caller planned from, so two
-reconcilers that planned the same pass insert the same (idempotent) rows and exactly one of
-them advances it; the loser re-plans next pass and finds nothing left to do.
+A cursor only moves by compare-and-set on the value the caller planned from, so of two
+reconcilers that planned the same pass exactly one advances it (and, through
+`materialise`, inserts its rows); the loser re-plans next pass and finds nothing left to do.
 
 Resetting or pausing a cursor also removes the channel's not-yet-due `pending` cron rows in
 the same transaction: a lookahead pass may have materialised them under the schedule that
@@ -11,7 +11,6 @@ is being replaced or paused, and they must not fire.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -135,15 +134,10 @@ class CursorStore(Store):
         with self._write() as conn:
             return conn.execute(stmt).rowcount == 1
 
-    def advance_cursors(self, moves: Iterable[tuple[str, datetime, datetime | None]]) -> set[str]:
-        """`advance_cursor` for many channels in one statement; answers the channel ids whose
-        compare-and-set won. A channel should appear once: of two moves for one channel, at
-        most one can win."""
-        moves = list(moves)
-        if not moves:
-            return set()
-        if self._sql.is_postgres:
-            return self._advance_batch(moves)
+    def _advance_in(
+        self, conn: sa.Connection, moves: list[tuple[str, datetime, datetime | None]]
+    ) -> set[str]:
+        """SQLite: the moves as one UPDATE inside the caller's transaction."""
         new_value: sa.ColumnElement[datetime | None] = sa.case(
             {cid: sa.literal(_optional_utc(to), UtcDateTime()) for cid, _, to in moves},
             value=schedule_state.c.channel_id,
@@ -161,18 +155,19 @@ class CursorStore(Store):
             .values(next_fire_at=new_value, updated_at=self._sql.now())
             .returning(schedule_state.c.channel_id)
         )
-        with self._write() as conn:
-            return set(conn.execute(stmt).scalars())
+        return set(conn.execute(stmt).scalars())
 
-    def _advance_batch(self, moves: list[tuple[str, datetime, datetime | None]]) -> set[str]:
-        """PostgreSQL: the moves as rows joined in one statement (one JSON parameter),
-        so the statement does not grow with the batch. Only the channels that lost come
-        back: usually none, where every winner would be ten thousand rows to read."""
+    def _moves_statement(
+        self, moves: list[tuple[str, datetime, datetime | None]]
+    ) -> tuple[sa.CTE, sa.CTE]:
+        """PostgreSQL: the moves as rows (one JSON parameter, so the statement does not grow
+        with the batch), and the compare-and-set UPDATE of every cursor still where its move
+        starts, answering the channel ids it moved."""
         instant = sa.DateTime(timezone=True)
         move = self._sql.rows(
             "move",
             {
-                "channel_id": (sa.String(), [cid for cid, _, _ in moves]),
+                "channel_id": (sa.String(), moves_of(moves)),
                 "from_": (instant, [require_utc(from_, "from_") for _, from_, _ in moves]),
                 "to_": (instant, [_optional_utc(to) for _, _, to in moves]),
             },
@@ -185,11 +180,7 @@ class CursorStore(Store):
             .returning(schedule_state.c.channel_id)
             .cte("moved")
         )
-        lost = sa.select(move.c.channel_id).where(
-            move.c.channel_id.not_in(sa.select(moved.c.channel_id))
-        )
-        with self._write(single=True) as conn:
-            return {cid for cid, _, _ in moves} - set(conn.execute(lost).scalars())
+        return move, moved
 
     def _pause_cursor(self, conn: sa.Connection, channel_id: str) -> None:
         conn.execute(
@@ -208,6 +199,18 @@ class CursorStore(Store):
             .where(occurrences.c.trigger == TRIGGER_CRON)
             .where(occurrences.c.scheduled_for > self._sql.now())
         )
+
+
+def moves_of(moves: list[tuple[str, datetime, datetime | None]]) -> list[str]:
+    return [channel_id for channel_id, _, _ in moves]
+
+
+def lost_moves(move: sa.CTE, moved: sa.CTE) -> sa.Select[tuple[str]]:
+    """The channels whose move did not happen. Only these come back: usually none, where
+    every winner would be ten thousand rows to read."""
+    return sa.select(move.c.channel_id).where(
+        move.c.channel_id.not_in(sa.select(moved.c.channel_id))
+    )
 
 
 def _optional_utc(value: datetime | None) -> datetime | None:

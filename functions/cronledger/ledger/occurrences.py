@@ -10,6 +10,7 @@ afterwards only decides between "no such occurrence" (404) and "wrong state" (40
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 from cronledger.errors import Conflict, NotFound
 from cronledger.instants import require_utc
 from cronledger.ledger.attempts import release_slots_of
+from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
 from cronledger.ledger.models import (
     ACTIVE_STATUSES,
     CANCELLED,
@@ -28,7 +30,6 @@ from cronledger.ledger.models import (
     OccurrenceFilter,
     Page,
 )
-from cronledger.ledger.store import Store
 from cronledger.ledger.tables import occurrences, schedule_state
 
 MAX_PAGE_SIZE = 1000
@@ -36,7 +37,7 @@ MAX_PAGE_SIZE = 1000
 INSERT_CHUNK = 1000
 
 
-class OccurrenceStore(Store):
+class OccurrenceStore(CursorStore):
     def insert_occurrence(self, row: NewOccurrence) -> bool:
         """Materialise one occurrence; True when this call created it."""
         return self.insert_occurrences([row]) == 1
@@ -45,31 +46,69 @@ class OccurrenceStore(Store):
         """Materialise many occurrences with one INSERT … ON CONFLICT DO NOTHING (on SQLite,
         one per thousand rows, in one transaction); answers how many rows were actually
         inserted."""
-        if self._sql.is_postgres:
-            return self._insert_batch(list(rows))
-        values = [self._new_row(row) for row in rows]
-        if not values:
-            return 0
-        inserted = 0
-        with self._write() as conn:
-            for start in range(0, len(values), INSERT_CHUNK):
-                stmt = (
-                    self._sql.insert(occurrences)
-                    .values(values[start : start + INSERT_CHUNK])
-                    .on_conflict_do_nothing(
-                        index_elements=[occurrences.c.channel_id, occurrences.c.scheduled_for]
-                    )
-                    .returning(occurrences.c.id)
-                )
-                inserted += len(conn.execute(stmt).all())
-        return inserted
-
-    def _insert_batch(self, rows: list[NewOccurrence]) -> int:
-        """PostgreSQL: every row in one statement with one (JSON) parameter, so the
-        statement's text and compile stay the same however many rows a pass plans; a
-        multi-row VALUES would cost a bound parameter, and Python, per cell."""
+        rows = list(rows)
         if not rows:
             return 0
+        if self._sql.is_postgres:
+            with self._write(single=True) as conn:
+                return _count(conn, self._insert_statement(rows))
+        with self._write() as conn:
+            return self._insert_in(conn, rows)
+
+    def materialise(
+        self,
+        rows: Iterable[NewOccurrence],
+        moves: Iterable[tuple[str, datetime, datetime | None]],
+    ) -> tuple[int, set[str]]:
+        """A reconcile pass's writes, all or nothing: move the cursors, each by its own
+        compare-and-set (`advance_cursor`: a move is `(channel_id, from_, to)`; a channel
+        should appear once), and insert the rows of exactly the channels whose cursor moved. A cursor someone
+        else moved meanwhile (a peer's pass, or an edit resetting it) gets none of this
+        pass's rows, so rows planned under a schedule that was just replaced never land.
+        Answers (rows inserted, channel ids moved). PostgreSQL: one statement."""
+        rows, moves = list(rows), list(moves)
+        if not moves:
+            return 0, set()
+        if not self._sql.is_postgres:
+            with self._write() as conn:
+                moved_ids = self._advance_in(conn, moves)
+                mine = [row for row in rows if row.channel_id in moved_ids]
+                return (self._insert_in(conn, mine) if mine else 0), moved_ids
+        move, moved = self._moves_statement(moves)
+        if rows:
+            inserted = sa.select(sa.func.count()).select_from(
+                self._insert_statement(rows, only=sa.select(moved.c.channel_id))
+            )
+        else:
+            inserted = sa.select(sa.literal(0))
+        lost = sa.func.array(lost_moves(move, moved).scalar_subquery())
+        with self._write(single=True) as conn:
+            count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
+        return int(count), set(moves_of(moves)) - set(lost_ids)
+
+    def _insert_in(self, conn: sa.Connection, rows: list[NewOccurrence]) -> int:
+        """SQLite: multi-row INSERTs of a thousand rows, inside the caller's transaction."""
+        values = [self._new_row(row) for row in rows]
+        inserted = 0
+        for start in range(0, len(values), INSERT_CHUNK):
+            stmt = (
+                self._sql.insert(occurrences)
+                .values(values[start : start + INSERT_CHUNK])
+                .on_conflict_do_nothing(
+                    index_elements=[occurrences.c.channel_id, occurrences.c.scheduled_for]
+                )
+                .returning(occurrences.c.id)
+            )
+            inserted += len(conn.execute(stmt).all())
+        return inserted
+
+    def _insert_statement(
+        self, rows: list[NewOccurrence], only: sa.Select[tuple[str]] | None = None
+    ) -> sa.CTE:
+        """PostgreSQL: every row in one INSERT with one (JSON) parameter, so the statement's
+        text and compile stay the same however many rows a pass plans; a multi-row VALUES
+        would cost a bound parameter, and Python, per cell. `only`: the channel ids whose
+        rows go in. Answers the INSERT as a CTE returning the ids it inserted."""
         columns: dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]] = {
             "id": (sa.String(), [r.id for r in rows]),
             "channel_id": (sa.String(), [r.channel_id for r in rows]),
@@ -86,28 +125,25 @@ class OccurrenceStore(Store):
         }
         given = self._sql.rows("new", columns)
         now = self._sql.now()
-        stmt = (
+        chosen = sa.select(
+            *(given.c[name] for name in columns),
+            sa.literal(0),
+            # A row born terminal (a misfire summary) ended when it was written.
+            sa.case((given.c.status.in_(ACTIVE_STATUSES), sa.null()), else_=now),
+            now,
+            now,
+        )
+        if only is not None:
+            chosen = chosen.where(given.c.channel_id.in_(only))
+        return (
             self._sql.insert(occurrences)
-            .from_select(
-                [*columns, "attempt", "completed_at", "created_at", "updated_at"],
-                sa.select(
-                    *(given.c[name] for name in columns),
-                    sa.literal(0),
-                    # A row born terminal (a misfire summary) ended when it was written.
-                    sa.case((given.c.status.in_(ACTIVE_STATUSES), sa.null()), else_=now),
-                    now,
-                    now,
-                ),
-            )
+            .from_select([*columns, "attempt", "completed_at", "created_at", "updated_at"], chosen)
             .on_conflict_do_nothing(
                 index_elements=[occurrences.c.channel_id, occurrences.c.scheduled_for]
             )
             .returning(occurrences.c.id)
             .cte("inserted")
         )
-        with self._write(single=True) as conn:
-            # Counted in the database: ten thousand ids need not cross the wire to be counted.
-            return int(conn.execute(sa.select(sa.func.count()).select_from(stmt)).scalar_one())
 
     def get_occurrence(self, occurrence_id: str) -> Occurrence:
         with self._read() as conn:
@@ -255,3 +291,8 @@ class OccurrenceStore(Store):
             "created_at": now,
             "updated_at": now,
         }
+
+
+def _count(conn: sa.Connection, inserted: sa.CTE) -> int:
+    """Counted in the database: ten thousand ids need not cross the wire to be counted."""
+    return int(conn.execute(sa.select(sa.func.count()).select_from(inserted)).scalar_one())
