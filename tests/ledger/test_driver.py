@@ -34,14 +34,25 @@ def test_a_repeated_statement_is_prepared_once_and_answers_correctly(engine: sa.
     assert after - before == 1  # five executions, one server-side statement
 
 
-def test_without_prepared_statements_nothing_is_prepared(pg_database_url: str) -> None:
-    engine = create_ledger_engine(pg_database_url, prepared_statements=False, pool_size=1)
+@pytest.mark.parametrize("how", ["argument", "url"])
+def test_without_prepared_statements_nothing_is_prepared(pg_database_url: str, how: str) -> None:
+    if how == "argument":
+        engine = create_ledger_engine(pg_database_url, prepared_statements=False, pool_size=1)
+    else:  # as a user behind PgBouncer writes it
+        url = sa.make_url(pg_database_url).update_query_dict({"prepared_statements": "false"})
+        engine = create_ledger_engine(url, pool_size=1)
     try:
         with engine.connect() as conn:
             assert [conn.execute(ADD, {"a": n, "b": 1}).scalar_one() for n in range(3)] == [1, 2, 3]
             assert conn.execute(PREPARED).scalar_one() == 0
     finally:
         engine.dispose()
+
+
+def test_a_bad_prepared_statements_switch_is_refused_by_name(pg_database_url: str) -> None:
+    url = sa.make_url(pg_database_url).update_query_dict({"prepared_statements": "maybe"})
+    with pytest.raises(ValueError, match=r"\?prepared_statements= takes true or false"):
+        create_ledger_engine(url)
 
 
 def test_a_statement_the_schema_outgrew_is_prepared_again(engine: sa.Engine) -> None:

@@ -42,6 +42,8 @@ SQLITE_NOW_FORMAT = "%Y-%m-%d %H:%M:%f000"  # %f is SS.SSS; pad to microseconds
 WRITE_OPTION = "cronledger_write"
 #: Connections a PostgreSQL engine keeps open: the local runner's 16 workers and a few more.
 PG_POOL_SIZE = 24
+#: The database URL's switch for named prepared statements (not passed on to pg8000).
+PREPARED_STATEMENTS_QUERY = "prepared_statements"
 
 
 def create_ledger_engine(
@@ -49,17 +51,24 @@ def create_ledger_engine(
 ) -> sa.Engine:
     """An engine for `postgresql+pg8000://…` or `sqlite:///path` (a file: the local runner's
     threads must share one database, which an in-memory SQLite cannot give them).
-    `prepared_statements`: see `cronledger.ledger.driver` (PostgreSQL only)."""
+    `prepared_statements` (PostgreSQL only; see `cronledger.ledger.driver`): off when the
+    URL says `?prepared_statements=false`, as it must behind a transaction-pooling PgBouncer,
+    which hands each transaction a different server session."""
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
     if backend == "postgresql":
         if parsed.get_driver_name() != "pg8000":
             raise ValueError(f"use postgresql+pg8000://, not {parsed.drivername}://")
-        # The pool keeps as many connections as
-        # the busiest caller uses at once (the local runner: its workers, two loops and the
-        # API), because a connection beyond it is opened and closed around every transaction,
-        # and opening one costs more than the transaction (pg8000 builds a TLS context each
-        # time). Connections are only opened when needed: a Lambda still holds one or two.
+        switch = parsed.query.get(PREPARED_STATEMENTS_QUERY, "true")
+        if switch not in ("true", "false"):
+            raise ValueError(f"?{PREPARED_STATEMENTS_QUERY}= takes true or false, not {switch!r}")
+        prepared_statements = prepared_statements and switch == "true"
+        parsed = parsed.difference_update_query([PREPARED_STATEMENTS_QUERY])
+        # The pool keeps as many connections as the busiest caller uses at once (the local
+        # runner: its workers, two loops and the API), because a connection beyond it is
+        # opened and closed around every transaction, and opening one costs more than the
+        # transaction (pg8000 builds a TLS context each time). Connections are only opened
+        # when needed: a Lambda still holds one or two.
         engine = sa.create_engine(parsed, **{"pool_size": PG_POOL_SIZE, **engine_options})
         tune_pg8000_engine(engine, prepared_statements=prepared_statements)
         return engine
