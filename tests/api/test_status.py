@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from cronledger.api import PREFIX, create_app
 from cronledger.claim import JOB as CLAIM_JOB
@@ -107,3 +108,33 @@ def test_an_unreachable_database_is_a_503_in_the_error_envelope(
     assert answer.status == 503
     assert answer.error["code"] == "database_unavailable"
     assert "nobody" not in answer.error["message"]  # the driver's text stays in the logs
+
+
+def test_the_status_view_costs_the_same_reads_for_two_channels_or_eight(
+    api: Api, ledger: Ledger, scheduler: Scheduler
+) -> None:
+    forbid = {"schedule": "* * * * * *", "concurrency": {"policy": "forbid"}}
+
+    def reads_of_one_status_page() -> int:
+        sent: list[str] = []
+
+        def count(*args: object) -> None:
+            sent.append(str(args[2]))
+
+        event.listen(ledger.engine, "before_cursor_execute", count)
+        try:
+            page = api("GET", STATUS)
+        finally:
+            event.remove(ledger.engine, "before_cursor_execute", count)
+        assert page.status == 200 and page.body["total"] == len(page.data)
+        return len(sent)
+
+    for n in range(2):
+        create_channel(api, name=f"tick-{n}", status="active", transport_config=forbid)
+    scheduler.reconcile()
+    two = reads_of_one_status_page()
+    for n in range(2, 8):
+        create_channel(api, name=f"tick-{n}", status="active", transport_config=forbid)
+    scheduler.reconcile()
+
+    assert reads_of_one_status_page() == two

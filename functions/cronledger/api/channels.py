@@ -86,7 +86,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
             page = _by_name(ledger, name, status, limit, offset)
         else:
             page = ledger.list_channels(status=status, limit=limit, offset=offset)
-        states = _cursors(ledger)
+        states = _cursors(ledger, [c.channel_id for c in page.data])
         return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
     @app.get(
@@ -163,10 +163,9 @@ def _by_name(
     )
 
 
-def _cursors(ledger: Ledger) -> dict[str, ScheduleState]:
-    return {state.channel_id: state for state in ledger.schedule_states()}
+def _cursors(ledger: Ledger, channel_ids: list[str]) -> dict[str, ScheduleState]:
+    return {state.channel_id: state for state in ledger.schedule_states(channel_ids)}
 
 
 def _cursor(ledger: Ledger, channel_id: str) -> ScheduleState | None:
-    # The ledger has no one-cursor read yet; every cursor is one indexed read.
-    return _cursors(ledger).get(channel_id)
+    return _cursors(ledger, [channel_id]).get(channel_id)

@@ -21,8 +21,9 @@ from cronledger.api.models import PREFIX, ChannelStatus, Health, Limit, Offset, 
 from cronledger.api.views import compiled, timestamp
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.instants import to_rfc3339
-from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
+from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, Ledger, ScheduleState
 from cronledger.reconcile import JOB as RECONCILE_JOB
+from cronledger.schedule import Schedule
 
 
 def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
@@ -36,8 +37,16 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     )
     def status(limit: Limit = 50, offset: Offset = 0) -> Page[ChannelStatus]:
         page = ledger.list_channels(status=CHANNEL_ACTIVE, limit=limit, offset=offset)
-        states = {state.channel_id: state for state in ledger.schedule_states()}
-        return Page.of(page, lambda c: _status(ledger, c, states.get(c.channel_id)))
+        ids = [channel.channel_id for channel in page.data]
+        schedules = {channel.channel_id: compiled(channel) for channel in page.data}
+        keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}
+        # A fixed handful of reads for the whole page, whatever its size.
+        states = {state.channel_id: state for state in ledger.schedule_states(ids)}
+        activity = ledger.channel_activity(ids, keys)
+        return Page.of(
+            page,
+            lambda c: _status(c, schedules[c.channel_id], states.get(c.channel_id), activity),
+        )
 
 
 def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
@@ -63,9 +72,13 @@ def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         )
 
 
-def _status(ledger: Ledger, channel: Channel, state: ScheduleState | None) -> ChannelStatus:
-    schedule = compiled(channel)
-    last = ledger.latest_for_channel(channel.channel_id)
+def _status(
+    channel: Channel,
+    schedule: Schedule | None,
+    state: ScheduleState | None,
+    activity: ChannelActivity,
+) -> ChannelStatus:
+    last = activity.latest.get(channel.channel_id)
     key = None if schedule is None else schedule.singleton_key
     return ChannelStatus(
         channel_id=channel.channel_id,
@@ -79,9 +92,9 @@ def _status(ledger: Ledger, channel: Channel, state: ScheduleState | None) -> Ch
         last_status=None if last is None else last.status,
         last_scheduled_for=None if last is None else to_rfc3339(last.scheduled_for),
         last_completed_at=None if last is None else timestamp(last.completed_at),
-        pending=ledger.pending_count(channel.channel_id),
+        pending=activity.pending.get(channel.channel_id, 0),
         concurrency_policy=None if schedule is None else schedule.concurrency_policy,
         concurrency_key=None if schedule is None else schedule.concurrency_key,
         slots=None if schedule is None else schedule.slots,
-        slots_held=None if key is None else ledger.held_slots(key),
+        slots_held=None if key is None else activity.held_slots.get(key, 0),
     )

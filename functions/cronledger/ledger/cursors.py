@@ -11,6 +11,7 @@ is being replaced or paused, and they must not fire.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -29,11 +30,13 @@ from cronledger.ledger.tables import UtcDateTime, channels, occurrences, schedul
 
 
 class CursorStore(Store):
-    def schedule_states(self) -> list[ScheduleState]:
-        """Every cursor, in channel id order."""
+    def schedule_states(self, channel_ids: Collection[str] | None = None) -> list[ScheduleState]:
+        """Every cursor (or those of `channel_ids`), in channel id order."""
+        stmt = sa.select(schedule_state).order_by(schedule_state.c.channel_id)
+        if channel_ids is not None:
+            stmt = stmt.where(schedule_state.c.channel_id.in_(list(channel_ids)))
         with self._read() as conn:
-            rows = conn.execute(sa.select(schedule_state).order_by(schedule_state.c.channel_id))
-            return [ScheduleState(**row._mapping) for row in rows]
+            return [ScheduleState(**row._mapping) for row in conn.execute(stmt)]
 
     def schedules_needing_work(self, horizon: datetime) -> list[ScheduleWork]:
         """What a reconcile pass must look at, and nothing else, so an idle pass is one read:

@@ -182,3 +182,12 @@ class Channel:
     timeout_ms: int
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelActivity:
+    """What the status view shows of a page of channels, by channel id (or key)."""
+
+    latest: dict[str, Occurrence] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+    held_slots: dict[str, int] = field(default_factory=dict)

@@ -7,29 +7,64 @@ the ledger: an age computed on a skewed node would fire an alarm on the wrong no
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 import sqlalchemy as sa
 
-from cronledger.ledger.models import LEASED_STATUSES, PENDING, Occurrence
+from cronledger.ledger.models import LEASED_STATUSES, PENDING, ChannelActivity, Occurrence
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import job_runs, occurrences, singletons
 
 
 class ReportingStore(Store):
-    def latest_for_channel(self, channel_id: str) -> Occurrence | None:
-        """The channel's most recent *due* occurrence (latest `scheduled_for` not after now).
-        Rows materialised ahead of time are not "the last run" of anything."""
-        stmt = (
-            sa.select(occurrences)
-            .where(occurrences.c.channel_id == channel_id)
-            .where(occurrences.c.scheduled_for <= self._sql.now())
+    def channel_activity(
+        self, channel_ids: Collection[str], singleton_keys: Collection[str]
+    ) -> ChannelActivity:
+        """For each channel, its most recent *due* occurrence (latest `scheduled_for` not
+        after now: rows materialised ahead are not "the last run" of anything) and its
+        `pending_count`; for each key, its `held_slots`. Three reads however many channels:
+        one query per channel per figure made a page of fifty channels 150 round trips."""
+        ids, keys = list(channel_ids), list(singleton_keys)
+        if not ids:
+            return ChannelActivity()
+        now = self._sql.now()
+        # The ids as rows (a UNION ALL: SQLite cannot name a VALUES list's columns).
+        wanted = sa.union_all(
+            *(
+                sa.select(sa.literal(channel_id, sa.String).label("channel_id"))
+                for channel_id in ids
+            )
+        ).subquery("wanted")
+        # Per channel, its newest due row through the (channel_id, scheduled_for) index.
+        latest_id = (
+            sa.select(occurrences.c.id)
+            .where(occurrences.c.channel_id == wanted.c.channel_id)
+            .where(occurrences.c.scheduled_for <= now)
             .order_by(occurrences.c.scheduled_for.desc())
             .limit(1)
+            .correlate(wanted)
+            .scalar_subquery()
+        )
+        recent = occurrences.alias("recent")
+        latest = sa.select(recent).where(recent.c.id.in_(sa.select(latest_id).select_from(wanted)))
+        pending = (
+            sa.select(occurrences.c.channel_id, sa.func.count())
+            .where(occurrences.c.channel_id.in_(ids), occurrences.c.status == PENDING)
+            .group_by(occurrences.c.channel_id)
+        )
+        held = (
+            sa.select(singletons.c.singleton_key, sa.func.count())
+            .where(singletons.c.singleton_key.in_(keys))
+            .where(singletons.c.occurrence_id.is_not(None))
+            .where(singletons.c.lease_until >= now)
+            .group_by(singletons.c.singleton_key)
         )
         with self._read() as conn:
-            row = conn.execute(stmt).one_or_none()
-        return None if row is None else Occurrence(**row._mapping)
+            found = [Occurrence(**row._mapping) for row in conn.execute(latest)]
+            counts = {cid: int(n) for cid, n in conn.execute(pending)}
+            slots = {key: int(n) for key, n in conn.execute(held)} if keys else {}
+        return ChannelActivity({o.channel_id: o for o in found}, counts, slots)
 
     def pending_count(self, channel_id: str | None = None) -> int:
         """`pending` rows, for one channel or all (including ones materialised ahead)."""
