@@ -9,10 +9,11 @@ from urllib.parse import parse_qs
 
 import pg8000
 import pytest
+from sqlalchemy import event
 
 from cronledger.aws import database
 from cronledger.aws.database import DatabaseConfigError, ledger_engine
-from cronledger.ledger import Ledger
+from cronledger.ledger import Ledger, driver
 
 PROXY = "cronledger-proxy.proxy-c0ffee.us-east-1.rds.amazonaws.com"
 STACK_ENV = {
@@ -62,6 +63,8 @@ def test_every_new_connection_to_the_proxy_presents_an_iam_token_inside_verified
         assert isinstance(context, ssl.SSLContext)
         assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     assert engine.url.password is None
+    # and no statement is prepared on the session (the proxy would pin it to one backend)
+    assert not event.contains(engine, "do_execute", driver._execute_prepared)
 
 
 def test_a_database_url_wins_over_the_stacks_proxy_settings(pg_database_url: str) -> None:
@@ -69,6 +72,7 @@ def test_a_database_url_wins_over_the_stacks_proxy_settings(pg_database_url: str
     try:
         assert engine.url.render_as_string(hide_password=False) == pg_database_url
         assert Ledger(engine).db_now() is not None
+        assert event.contains(engine, "do_execute", driver._execute_prepared)  # no proxy
     finally:
         engine.dispose()
 
