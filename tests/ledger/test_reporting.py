@@ -79,6 +79,9 @@ def test_the_status_view_reads_the_latest_due_occurrence_and_the_backlog(ledger:
     # the backlog's age is the oldest due row's
     assert ledger.pending_count() == 4
     assert ledger.pending_count("ch") == 3
+    latest = ledger.latest_for_channel("ch")
+    assert latest is not None and latest.id == new.id
+    assert ledger.latest_for_channel("absent") is None
     activity = ledger.channel_activity(["ch", "ch-2", "absent"], [])
     assert {cid: o.id for cid, o in activity.latest.items()} == {"ch": new.id, "ch-2": other.id}
     assert activity.pending == {"ch": 3, "ch-2": 1}

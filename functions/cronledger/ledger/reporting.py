@@ -18,17 +18,35 @@ from cronledger.ledger.tables import job_runs, occurrences, singletons
 
 
 class ReportingStore(Store):
+    def latest_for_channel(self, channel_id: str) -> Occurrence | None:
+        """The channel's most recent *due* occurrence (latest `scheduled_for` not after now).
+        Rows materialised ahead of time are not "the last run" of anything."""
+        with self._read() as conn:
+            return self._latest_due(conn, [channel_id]).get(channel_id)
+
     def channel_activity(
         self, channel_ids: Collection[str], singleton_keys: Collection[str]
     ) -> ChannelActivity:
-        """For each channel, its most recent *due* occurrence (latest `scheduled_for` not
-        after now: rows materialised ahead are not "the last run" of anything) and its
-        `pending_count`; for each key, its `held_slots`. Three reads however many channels:
-        one query per channel per figure made a page of fifty channels 150 round trips."""
+        """`latest_for_channel` and `pending_count` of each channel, and `held_slots` of each
+        key, in three reads however many channels: one query per channel per figure made a
+        page of fifty channels 150 round trips."""
         ids, keys = list(channel_ids), list(singleton_keys)
         if not ids:
             return ChannelActivity()
-        now = self._sql.now()
+        pending = (
+            sa.select(occurrences.c.channel_id, sa.func.count())
+            .where(occurrences.c.channel_id.in_(ids), occurrences.c.status == PENDING)
+            .group_by(occurrences.c.channel_id)
+        )
+        with self._read() as conn:
+            latest = self._latest_due(conn, ids)
+            counts = {cid: int(n) for cid, n in conn.execute(pending)}
+            slots = self._held(conn, keys) if keys else {}
+        return ChannelActivity(latest, counts, slots)
+
+    def _latest_due(self, conn: sa.Connection, ids: list[str]) -> dict[str, Occurrence]:
+        """Per channel, its newest due row, found through the (channel_id, scheduled_for)
+        index one channel at a time."""
         # The ids as rows (a UNION ALL: SQLite cannot name a VALUES list's columns).
         wanted = sa.union_all(
             *(
@@ -36,35 +54,30 @@ class ReportingStore(Store):
                 for channel_id in ids
             )
         ).subquery("wanted")
-        # Per channel, its newest due row through the (channel_id, scheduled_for) index.
         latest_id = (
             sa.select(occurrences.c.id)
             .where(occurrences.c.channel_id == wanted.c.channel_id)
-            .where(occurrences.c.scheduled_for <= now)
+            .where(occurrences.c.scheduled_for <= self._sql.now())
             .order_by(occurrences.c.scheduled_for.desc())
             .limit(1)
             .correlate(wanted)
             .scalar_subquery()
         )
         recent = occurrences.alias("recent")
-        latest = sa.select(recent).where(recent.c.id.in_(sa.select(latest_id).select_from(wanted)))
-        pending = (
-            sa.select(occurrences.c.channel_id, sa.func.count())
-            .where(occurrences.c.channel_id.in_(ids), occurrences.c.status == PENDING)
-            .group_by(occurrences.c.channel_id)
-        )
-        held = (
+        stmt = sa.select(recent).where(recent.c.id.in_(sa.select(latest_id).select_from(wanted)))
+        found = (Occurrence(**row._mapping) for row in conn.execute(stmt))
+        return {occurrence.channel_id: occurrence for occurrence in found}
+
+    def _held(self, conn: sa.Connection, keys: list[str]) -> dict[str, int]:
+        """Per singleton key, how many of its slots a live lease holds (absent: none)."""
+        stmt = (
             sa.select(singletons.c.singleton_key, sa.func.count())
             .where(singletons.c.singleton_key.in_(keys))
             .where(singletons.c.occurrence_id.is_not(None))
-            .where(singletons.c.lease_until >= now)
+            .where(singletons.c.lease_until >= self._sql.now())
             .group_by(singletons.c.singleton_key)
         )
-        with self._read() as conn:
-            found = [Occurrence(**row._mapping) for row in conn.execute(latest)]
-            counts = {cid: int(n) for cid, n in conn.execute(pending)}
-            slots = {key: int(n) for key, n in conn.execute(held)} if keys else {}
-        return ChannelActivity({o.channel_id: o for o in found}, counts, slots)
+        return {key: int(n) for key, n in conn.execute(stmt)}
 
     def pending_count(self, channel_id: str | None = None) -> int:
         """`pending` rows, for one channel or all (including ones materialised ahead)."""
@@ -122,14 +135,8 @@ class ReportingStore(Store):
 
     def held_slots(self, key: str) -> int:
         """How many slots of a singleton key are held by a live lease."""
-        stmt = (
-            sa.select(sa.func.count())
-            .where(singletons.c.singleton_key == key)
-            .where(singletons.c.occurrence_id.is_not(None))
-            .where(singletons.c.lease_until >= self._sql.now())
-        )
         with self._read() as conn:
-            return int(conn.execute(stmt).scalar_one())
+            return self._held(conn, [key]).get(key, 0)
 
     def record_job_ok(self, job: str) -> None:
         """Note that `job` (e.g. `reconcile`, `claim`) just completed a pass successfully."""
