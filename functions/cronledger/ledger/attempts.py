@@ -31,7 +31,7 @@ from cronledger.ledger.models import (
     SingletonSpec,
 )
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import occurrences, singletons
+from cronledger.ledger.tables import occurrences, singletons, status_is
 
 #: Columns are bounded so one chatty target cannot bloat the ledger.
 MAX_RESULT_CHARS = 65536
@@ -48,10 +48,10 @@ class AttemptStore(Store):
         # would read the whole backlog on every claim: due `pending` rows, and leases that
         # ran out. Each arm locks its own rows, skipping any another claimer holds.
         pending = self._claimable(
-            sa.and_(_status_in(PENDING), occurrences.c.scheduled_for <= now), limit
+            sa.and_(status_is(PENDING), occurrences.c.scheduled_for <= now), limit
         )
         expired = self._claimable(
-            sa.and_(_status_in(*LEASED_STATUSES), occurrences.c.claimed_until < now),
+            sa.and_(status_is(*LEASED_STATUSES), occurrences.c.claimed_until < now),
             limit,
         )
         both = sa.union_all(
@@ -249,7 +249,7 @@ class AttemptStore(Store):
             sa.update(occurrences)
             .where(occurrences.c.id == occurrence_id)
             .where(occurrences.c.claimed_by == claimant)
-            .where(_status_in(*LEASED_STATUSES))
+            .where(status_is(*LEASED_STATUSES))
             .values(trace_id=trace_id, updated_at=self._sql.now())
         )
         with self._write(single=True) as conn:
@@ -290,7 +290,7 @@ class AttemptStore(Store):
                 sa.update(occurrences)
                 .where(occurrences.c.id == _param(occurrences.c.id, "p_id"))
                 .where(occurrences.c.claimed_by == _param(occurrences.c.claimed_by, "p_claimant"))
-                .where(_status_in(*LEASED_STATUSES))
+                .where(status_is(*LEASED_STATUSES))
                 .values(
                     status=_param(occurrences.c.status, "p_status"),
                     claimed_until=None,
@@ -397,13 +397,6 @@ class AttemptStore(Store):
         if key is not None:
             stmt = stmt.where(singletons.c.singleton_key == key)
         return conn.execute(stmt).rowcount == 1
-
-
-def _status_in(*statuses: str) -> sa.ColumnElement[bool]:
-    """`status` is one of these constants, written into the statement as literals: nothing
-    to expand per execution, and a prepared statement's plan can still use the partial
-    indexes on `status`."""
-    return occurrences.c.status.in_([sa.literal_column(f"'{status}'") for status in statuses])
 
 
 def _param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:

@@ -26,7 +26,7 @@ from cronledger.ledger.models import (
     ScheduleWork,
 )
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import UtcDateTime, channels, occurrences, schedule_state
+from cronledger.ledger.tables import UtcDateTime, channels, occurrences, schedule_state, status_is
 
 
 class CursorStore(Store):
@@ -128,19 +128,15 @@ class CursorStore(Store):
     def advance_cursor(self, channel_id: str, from_: datetime, to: datetime | None) -> bool:
         """Move the cursor from `from_` to `to` (`None` parks it). False: someone else moved
         it first, and the caller's plan is stale."""
-        stmt = (
-            sa.update(schedule_state)
-            .where(schedule_state.c.channel_id == channel_id)
-            .where(schedule_state.c.next_fire_at == require_utc(from_, "from_"))
-            .values(next_fire_at=_optional_utc(to), updated_at=self._sql.now())
-        )
-        with self._write() as conn:
-            return conn.execute(stmt).rowcount == 1
+        with self._write(single=True) as conn:
+            return channel_id in self._advance_in(conn, [(channel_id, from_, to)])
 
     def _advance_in(
         self, conn: sa.Connection, moves: list[tuple[str, datetime, datetime | None]]
     ) -> set[str]:
-        """SQLite: the moves as one UPDATE inside the caller's transaction."""
+        """The moves as one UPDATE with a condition per move, inside the caller's
+        transaction: SQLite's batch, and a single move anywhere (PostgreSQL's batches join
+        a JSON parameter instead, `_moves_statement`)."""
         new_value: sa.ColumnElement[datetime | None] = sa.case(
             {cid: sa.literal(_optional_utc(to), UtcDateTime()) for cid, _, to in moves},
             value=schedule_state.c.channel_id,
@@ -198,7 +194,7 @@ class CursorStore(Store):
         conn.execute(
             sa.delete(occurrences)
             .where(occurrences.c.channel_id == channel_id)
-            .where(occurrences.c.status == PENDING)
+            .where(status_is(PENDING))
             .where(occurrences.c.trigger == TRIGGER_CRON)
             .where(occurrences.c.scheduled_for > self._sql.now())
         )

@@ -96,8 +96,7 @@ def _execute_prepared(cursor: Any, statement: str, parameters: Any, _context: An
     connection = cursor._c
     if cursor._input_oids or not isinstance(parameters, tuple | list):
         return False
-    from pg8000.converters import make_params
-    from pg8000.dbapi import convert_paramstyle
+    from pg8000.converters import make_params  # loaded by now; not at this module's import
 
     prepared: OrderedDict[str, tuple[Any, ...]] | None = getattr(
         connection, "_cronledger_prepared", None
@@ -108,6 +107,8 @@ def _execute_prepared(cursor: Any, statement: str, parameters: Any, _context: An
         connection.execute_simple("begin transaction")  # as pg8000's own cursor does
     entry = prepared.get(statement)
     if entry is None:
+        from pg8000.dbapi import convert_paramstyle
+
         text, _ = convert_paramstyle("format", statement, ())
         entry = prepared[statement] = (text, *connection.prepare_statement(text, ()))
         if len(prepared) > PREPARED_PER_CONNECTION:

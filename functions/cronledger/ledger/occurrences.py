@@ -30,7 +30,7 @@ from cronledger.ledger.models import (
     OccurrenceFilter,
     Page,
 )
-from cronledger.ledger.tables import occurrences, schedule_state
+from cronledger.ledger.tables import occurrences, schedule_state, status_is
 
 MAX_PAGE_SIZE = 1000
 #: Rows per INSERT statement, well inside both backends' bound-parameter limits.
@@ -184,7 +184,7 @@ class OccurrenceStore(CursorStore):
         stmt = (
             sa.update(occurrences)
             .where(occurrences.c.id == occurrence_id)
-            .where(occurrences.c.status.in_(RETRYABLE_STATUSES))
+            .where(status_is(*RETRYABLE_STATUSES))
             .values(
                 status=PENDING,
                 claimed_by=None,
@@ -222,7 +222,7 @@ class OccurrenceStore(CursorStore):
             row = conn.execute(
                 sa.update(occurrences)
                 .where(occurrences.c.id == occurrence_id)
-                .where(occurrences.c.status.in_(ACTIVE_STATUSES))
+                .where(status_is(*ACTIVE_STATUSES))
                 .values(
                     status=CANCELLED,
                     claimed_by=None,
@@ -247,7 +247,7 @@ class OccurrenceStore(CursorStore):
         Never `pending` (or any live) row: a backlog is work not yet done, not history."""
         stmt = (
             sa.delete(occurrences)
-            .where(occurrences.c.status.in_(TERMINAL_STATUSES))
+            .where(status_is(*TERMINAL_STATUSES))
             .where(occurrences.c.completed_at < self._sql.now_plus(-hours * 3600))
         )
         with self._write() as conn:

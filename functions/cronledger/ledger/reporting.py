@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from cronledger.ledger.models import LEASED_STATUSES, PENDING, ChannelActivity, Occurrence
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import job_runs, occurrences, singletons
+from cronledger.ledger.tables import job_runs, occurrences, singletons, status_is
 
 
 class ReportingStore(Store):
@@ -35,7 +35,7 @@ class ReportingStore(Store):
             return ChannelActivity()
         pending = (
             sa.select(occurrences.c.channel_id, sa.func.count())
-            .where(occurrences.c.channel_id.in_(ids), occurrences.c.status == PENDING)
+            .where(occurrences.c.channel_id.in_(ids), status_is(PENDING))
             .group_by(occurrences.c.channel_id)
         )
         with self._read() as conn:
@@ -81,7 +81,7 @@ class ReportingStore(Store):
 
     def pending_count(self, channel_id: str | None = None) -> int:
         """`pending` rows, for one channel or all (including ones materialised ahead)."""
-        stmt = sa.select(sa.func.count()).where(occurrences.c.status == PENDING)
+        stmt = sa.select(sa.func.count()).where(status_is(PENDING))
         if channel_id is not None:
             stmt = stmt.where(occurrences.c.channel_id == channel_id)
         with self._read() as conn:
@@ -92,7 +92,7 @@ class ReportingStore(Store):
         An expired lease is reclaimable work, not work in flight."""
         stmt = (
             sa.select(sa.func.count())
-            .where(occurrences.c.status.in_(LEASED_STATUSES))
+            .where(status_is(*LEASED_STATUSES))
             .where(occurrences.c.claimed_until >= self._sql.now())
         )
         with self._read() as conn:
@@ -102,7 +102,7 @@ class ReportingStore(Store):
         """Seconds the oldest *due* `pending` row has waited; None when nothing is waiting."""
         now = self._sql.now()
         stmt = sa.select(sa.func.min(occurrences.c.scheduled_for), now).where(
-            occurrences.c.status == PENDING, occurrences.c.scheduled_for <= now
+            status_is(PENDING), occurrences.c.scheduled_for <= now
         )
         with self._read() as conn:
             oldest, db_now = conn.execute(stmt).one()
@@ -118,10 +118,10 @@ class ReportingStore(Store):
         now = self._sql.now()
         stmt = sa.select(
             sa.select(sa.func.min(occurrences.c.scheduled_for))
-            .where(occurrences.c.status == PENDING)
+            .where(status_is(PENDING))
             .scalar_subquery(),
             sa.select(sa.func.min(occurrences.c.claimed_until))
-            .where(occurrences.c.status.in_(LEASED_STATUSES))
+            .where(status_is(*LEASED_STATUSES))
             .scalar_subquery(),
             now,
         )
