@@ -43,7 +43,7 @@ from cronledger.ledger import (
     Ledger,
     NewOccurrence,
 )
-from cronledger.schedule import compile_schedule
+from cronledger.schedule_cache import SHARED_SCHEDULES
 
 MAX_BACKFILL: Final = 1000
 MAX_PREVIEW: Final = 100
@@ -105,7 +105,7 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
             )
         if problems:
             raise ValidationFailed(problems, "invalid backfill window")
-        schedule = compile_schedule(channel.transport_config, channel.channel_id)
+        schedule = SHARED_SCHEDULES.get(channel)
         instants = schedule.fires_in(body.from_, body.to, cap=MAX_BACKFILL + 1)
         if len(instants) > MAX_BACKFILL:
             raise ValidationFailed(
@@ -153,7 +153,7 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         count: Annotated[int, Query(ge=1, le=MAX_PREVIEW, description="how many, 1..100")] = 10,
     ) -> One[Preview]:
         channel = ledger.get_channel(channel_id)
-        schedule = compile_schedule(channel.transport_config, channel.channel_id)
+        schedule = SHARED_SCHEDULES.get(channel)
         instants = []
         at = ledger.db_now()
         for _ in range(count):

@@ -39,7 +39,7 @@ from cronledger.api.views import channel_view
 from cronledger.errors import NotFound
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
 from cronledger.ledger import Page as LedgerPage
-from cronledger.schedule import compile_schedule
+from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
@@ -135,7 +135,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
     ) -> One[ChannelView]:
         if body.status == CHANNEL_ACTIVE:
             channel = ledger.get_channel(channel_id)
-            compile_schedule(channel.transport_config, channel.channel_id)
+            SHARED_SCHEDULES.get(channel)
         return view(ledger.set_channel_status(channel_id, body.status))
 
     @app.delete(

@@ -18,7 +18,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import PREFIX, ChannelStatus, Health, Limit, Offset, One, Page
-from cronledger.api.views import compiled, timestamp
+from cronledger.api.views import compiled, cursor_times, timestamp
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, Ledger, ScheduleState
@@ -80,14 +80,15 @@ def _status(
 ) -> ChannelStatus:
     last = activity.latest.get(channel.channel_id)
     key = None if schedule is None else schedule.singleton_key
+    next_fire_at, paused_at = cursor_times(state)
     return ChannelStatus(
         channel_id=channel.channel_id,
         name=channel.name,
         version=channel.version,
         schedule=None if schedule is None else schedule.expression,
         timezone=None if schedule is None else schedule.timezone,
-        next_fire_at=None if state is None else timestamp(state.next_fire_at),
-        paused_at=None if state is None else timestamp(state.paused_at),
+        next_fire_at=next_fire_at,
+        paused_at=paused_at,
         last_occurrence_id=None if last is None else last.id,
         last_status=None if last is None else last.status,
         last_scheduled_for=None if last is None else to_rfc3339(last.scheduled_for),

@@ -21,7 +21,8 @@ from cronledger.api.models import (
 from cronledger.errors import ValidationFailed
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import Channel, Occurrence, ScheduleState
-from cronledger.schedule import Schedule, compile_schedule
+from cronledger.schedule import Schedule
+from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import target_ref
 
 SUMMARY_ERROR_CHARS: Final = 300
@@ -35,7 +36,7 @@ def compiled(channel: Channel) -> Schedule | None:
     """The channel's schedule, or None when its stored definition no longer compiles (e.g. a
     zone dropped from the tz database): shown as such rather than failing the whole read."""
     try:
-        return compile_schedule(channel.transport_config, channel.channel_id)
+        return SHARED_SCHEDULES.get(channel)
     except ValidationFailed:
         return None
 
@@ -57,10 +58,19 @@ def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
     )
 
 
+def cursor_times(state: ScheduleState | None) -> tuple[str | None, str | None]:
+    """(next_fire_at, paused_at) of a cursor as shown. A paused cursor is re-initialised on
+    resume, so its stale value is no "next" anything, even while its channel is active
+    again and the next pass has not yet re-initialised it."""
+    if state is None:
+        return None, None
+    if state.paused_at is not None:
+        return None, timestamp(state.paused_at)
+    return timestamp(state.next_fire_at), None
+
+
 def _compiled_view(schedule: Schedule, state: ScheduleState | None) -> CompiledView:
-    paused_at = None if state is None else state.paused_at
-    # A paused cursor is re-initialised on resume, so its stale value is no "next" anything.
-    next_fire_at = None if state is None or paused_at is not None else state.next_fire_at
+    next_fire_at, paused_at = cursor_times(state)
     return CompiledView(
         schedule=schedule.expression,
         timezone=schedule.timezone,
@@ -69,8 +79,8 @@ def _compiled_view(schedule: Schedule, state: ScheduleState | None) -> CompiledV
         concurrency_policy=schedule.concurrency_policy,
         concurrency_key=schedule.concurrency_key,
         slots=schedule.slots,
-        next_fire_at=timestamp(next_fire_at),
-        paused_at=timestamp(paused_at),
+        next_fire_at=next_fire_at,
+        paused_at=paused_at,
     )
 
 
