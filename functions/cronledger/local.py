@@ -105,7 +105,9 @@ class LocalScheduler:
         loops: list[tuple[str, Callable[[], object]]] = [
             (
                 "reconcile",
-                lambda: run_reconcile_loop(self.ledger, self.settings, forever, self.stop),
+                lambda: run_reconcile_loop(
+                    self.ledger, self.settings, forever, self.stop, on_pass=self._reconciled
+                ),
             ),
             (
                 "claim",

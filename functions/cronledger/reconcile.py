@@ -37,6 +37,7 @@ from cronledger.ledger import (
     PENDING,
     SKIPPED_MISFIRE,
     Channel,
+    DatabaseUnavailable,
     Ledger,
     NewOccurrence,
     ScheduleState,
@@ -70,9 +71,13 @@ class PassReport:
 
 @dataclass
 class _Planned:
-    channel_id: str
     rows: list[NewOccurrence]
     move: tuple[str, datetime, datetime | None]
+    skipped: int  # missed instants the summary row stands for
+
+    @property
+    def channel_id(self) -> str:
+        return self.move[0]
 
 
 def reconcile_once(
@@ -132,6 +137,8 @@ def _plan_all(
             assert state is not None and state.next_fire_at is not None
             if state.next_fire_at <= horizon:
                 planned.append(_plan(channel, schedule, state, now, horizon, settings))
+        except DatabaseUnavailable:
+            raise  # the whole pass failed: not one channel's problem
         except Exception as exc:  # one channel must not stop the others
             _record_failure(report, work.channel_id, exc)
 
@@ -205,34 +212,42 @@ def _plan(
         )
 
     rows = [row(at) for at in instants]
+    skipped = 0
     if plan.skipped is not None:
         # One row for the whole gap, carried by the newest missed instant: a day of a
         # per-second schedule is one visible record, not 86,400 rows.
         rows.append(row(plan.skipped.newest, SKIPPED_MISFIRE, plan.skipped.reason))
-        metrics.record_occurrences(SKIPPED_MISFIRE, plan.skipped.count)
-    return _Planned(channel.channel_id, rows, (channel.channel_id, state.next_fire_at, next_cursor))
+        skipped = plan.skipped.count
+    move = (channel.channel_id, state.next_fire_at, next_cursor)
+    return _Planned(rows, move, skipped)
 
 
 def _write_batch(ledger: Ledger, planned: list[_Planned], report: PassReport) -> None:
     if not planned:
         return
+    written: set[str] = set()
     try:
-        inserted, moved = ledger.materialise(
+        inserted, written = ledger.materialise(
             (r for p in planned for r in p.rows), (p.move for p in planned)
         )
         report.inserted += inserted
-        report.advanced += len(moved)
+    except DatabaseUnavailable:
+        raise  # the whole pass failed: channel by channel would only wait out each timeout
     except Exception as exc:
         log.warning("batched reconcile write failed (%s); retrying channel by channel", exc)
         for p in planned:
             try:
                 inserted, moved = ledger.materialise(p.rows, [p.move])
                 report.inserted += inserted
-                report.advanced += len(moved)
+                written |= moved
             except Exception as channel_exc:
                 _record_failure(report, p.channel_id, channel_exc)
-    pending = sum(1 for p in planned for r in p.rows if r.status == PENDING)
-    metrics.record_occurrences(PENDING, pending)
+    report.advanced += len(written)
+    # Counted for what this pass wrote: a peer that won a cursor counts its own rows.
+    mine = [p for p in planned if p.channel_id in written]
+    metrics.record_occurrences(PENDING, sum(1 for p in mine for r in p.rows if r.status == PENDING))
+    if skipped := sum(p.skipped for p in mine):
+        metrics.record_occurrences(SKIPPED_MISFIRE, skipped)
 
 
 def _record_failure(report: PassReport, channel_id: str, exc: Exception) -> None:

@@ -475,3 +475,67 @@ def test_an_attempt_that_cannot_renew_stops_itself_before_its_lease_could_be_tak
     assert FAST.renewal_give_up.total_seconds() <= took < FAST.claim_lease_secs
     row = ledger.get_occurrence(claimed.id)
     assert row.status == RUNNING, "it wrote nothing: the lease is left to expire"
+
+
+def test_a_database_failure_while_writing_fails_the_pass_without_retrying_each_channel(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronledger.ledger import DatabaseUnavailable
+
+    for n in range(3):
+        make_channel(ledger, name=f"job-{n}")
+    reconcile_once(ledger, FAST)  # cursors initialised
+    time.sleep(1.1)  # every per-second channel is due
+    calls: list[int] = []
+
+    def down(*_args: object) -> None:
+        calls.append(1)
+        raise DatabaseUnavailable("connection refused")
+
+    monkeypatch.setattr(ledger, "materialise", down)
+    with pytest.raises(DatabaseUnavailable):
+        reconcile_once(ledger, FAST)
+    assert calls == [1]  # the batch only: no channel-by-channel fallback against a dead database
+
+
+def test_a_pass_counts_only_the_rows_it_wrote(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronledger import metrics
+
+    channel = make_channel(ledger)
+    reconcile_once(ledger, FAST)
+    move_cursor_back(ledger, channel.channel_id, timedelta(seconds=30))  # misses to summarise
+    real = ledger.materialise
+
+    def peer_wins_first(rows: Any, moves: Any) -> tuple[int, set[str]]:
+        rows, moves = list(rows), list(moves)
+        real(rows, moves)  # a peer's pass, with the same plan, wins every cursor
+        return real(rows, moves)
+
+    monkeypatch.setattr(ledger, "materialise", peer_wins_first)
+    recorder = metrics.InMemoryMetrics()
+    with metrics.recording_to(recorder):
+        report = reconcile_once(ledger, FAST)
+
+    assert (report.inserted, report.advanced) == (0, 0)
+    assert recorder.total("Occurrences", Status="pending") == 0
+    assert recorder.total("Occurrences", Status="skipped_misfire") == 0
+
+
+def test_the_local_reconciler_wakes_the_claim_loop_when_it_lands_rows(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronledger import local
+    from cronledger.reconcile import PassReport
+
+    def one_pass(*_args: Any, on_pass: Any = None, **_kw: Any) -> int:
+        on_pass(PassReport(inserted=1))
+        return 1
+
+    monkeypatch.setattr(local, "run_reconcile_loop", one_pass)
+    scheduler = LocalScheduler(ledger, FAST)
+    scheduler.stop.set()  # the claim loop returns at once; only the wiring is under test
+    scheduler.start()
+    wait_until(scheduler._wake.is_set, timeout=5)
+    scheduler.shutdown(drain_secs=0)
