@@ -103,6 +103,12 @@ class ThreadPoolInvoker:
         return drained
 
 
+#: An asynchronous invoke is queued by Lambda and answered in milliseconds: one that stalls
+#: is retried (a duplicate dispatch finds its occurrence already started and writes
+#: nothing) rather than allowed to hold the claim loop for botocore's default minute.
+DISPATCH_TIMEOUT_SECS = 5.0
+
+
 class LambdaInvoker:
     """Starts one asynchronous executor invocation per attempt (`InvocationType="Event"`)."""
 
@@ -111,7 +117,9 @@ class LambdaInvoker:
         self._client = client
 
     def dispatch(self, occurrence_id: str, claimant: str) -> None:
-        client = self._client or default_clients().lambda_()
+        client = self._client or default_clients().lambda_(
+            timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True
+        )
         payload = json.dumps({"occurrence_id": occurrence_id, "claimant": claimant})
         try:
             response = client.invoke(

@@ -21,6 +21,7 @@ ROUTES = (
     ("/api/v1/{proxy+}", apigwv2.HttpMethod.ANY),
     ("/health", apigwv2.HttpMethod.GET),
     ("/openapi.json", apigwv2.HttpMethod.GET),
+    ("/swagger", apigwv2.HttpMethod.GET),
 )
 
 

@@ -66,7 +66,7 @@ class TargetAccess(Construct):
         elif service == "states":
             machine = sfn.StateMachine.from_state_machine_arn(self, construct_id, arn)
             machine.grant_start_execution(self._executor)
-            executions = arn.replace(":stateMachine:", ":execution:", 1) + ":*"
+            executions = executions_of(arn)
             iam.Grant.add_to_principal(
                 grantee=self._executor,
                 actions=["states:DescribeExecution"],
@@ -152,3 +152,10 @@ class TargetAccess(Construct):
                 ),
             },
         )
+
+
+def executions_of(machine_arn: str) -> str:
+    """The ARNs of a state machine's executions, as a wildcard. An execution's ARN names the
+    machine without the version or alias a target may qualify it with."""
+    partition, service, region, account, _, machine = machine_arn.split(":")[1:7]
+    return f"arn:{partition}:{service}:{region}:{account}:execution:{machine}:*"

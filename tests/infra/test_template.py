@@ -161,6 +161,7 @@ def test_every_api_route_requires_iam_and_the_stage_is_throttled(synthesized: Sy
         "ANY /api/v1/{proxy+}",
         "GET /health",
         "GET /openapi.json",
+        "GET /swagger",  # the app serves it, so the gateway must route it
     }
     assert all(route["AuthorizationType"] == "AWS_IAM" for route in routes)
     assert stage["DefaultRouteSettings"]["ThrottlingRateLimit"] > 0

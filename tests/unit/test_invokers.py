@@ -11,7 +11,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from cronledger import invokers
 from cronledger.invokers import DispatchFailed, Invoker, LambdaInvoker, ThreadPoolInvoker
+from cronledger.targets.clients import AwsClients
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
 
@@ -175,3 +177,38 @@ def test_anything_but_a_202_is_a_failed_dispatch(aws_env: None, answer: Answer) 
         client = boto3.client("lambda", endpoint_url=lambda_api.url)
         with pytest.raises(DispatchFailed, match="cronledger-execute"):
             LambdaInvoker("cronledger-execute", client=client).dispatch("occ-1", "claim-abc")
+
+
+@pytest.mark.parametrize(("retried", "requests"), [(True, 3), (False, 1)])
+def test_a_dispatch_is_retried_and_a_synchronous_target_invoke_never_is(
+    aws_env: None, retried: bool, requests: int
+) -> None:
+    unavailable = Answer(
+        status=503,
+        body=b'{"Message": "busy"}',
+        headers={"X-Amzn-ErrorType": "ServiceException"},
+    )
+    with RecordingServer(unavailable) as lambda_api:
+        client = AwsClients(endpoint_url=lambda_api.url).lambda_(timeout_secs=5, retried=retried)
+        with pytest.raises(DispatchFailed):
+            LambdaInvoker("cronledger-execute", client=client).dispatch("occ-1", "claim-abc")
+    assert len(lambda_api.received) == requests
+
+
+def test_the_claim_dispatches_through_a_retried_client_with_a_short_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[dict[str, Any]] = []
+
+    class Clients:
+        def lambda_(self, **options: Any) -> Any:
+            asked.append(options)
+            return self
+
+        def invoke(self, **_call: Any) -> dict[str, int]:
+            return {"StatusCode": 202}
+
+    monkeypatch.setattr(invokers, "default_clients", Clients)
+    LambdaInvoker("cronledger-execute").dispatch("occ-1", "claim-abc")
+    assert asked == [{"timeout_secs": invokers.DISPATCH_TIMEOUT_SECS, "retried": True}]
+    assert invokers.DISPATCH_TIMEOUT_SECS <= 10

@@ -37,10 +37,15 @@ class AwsClients:
         self._session = session
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, str | None, float | None], Any] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str | None, float | None, bool], Any] = OrderedDict()
 
-    def lambda_(self, region: str | None = None, timeout_secs: float | None = None) -> LambdaClient:
-        return cast("LambdaClient", self._client("lambda", region, timeout_secs))
+    def lambda_(
+        self, region: str | None = None, timeout_secs: float | None = None, *, retried: bool = False
+    ) -> LambdaClient:
+        """`retried`: let botocore retry the call, for an invocation that is safe to repeat
+        (an asynchronous dispatch, which a duplicate cannot run twice); a synchronous target
+        invoke is never retried."""
+        return cast("LambdaClient", self._client("lambda", region, timeout_secs, retried))
 
     def sqs(self, region: str | None = None, timeout_secs: float | None = None) -> SQSClient:
         return cast("SQSClient", self._client("sqs", region, timeout_secs))
@@ -55,9 +60,11 @@ class AwsClients:
     ) -> EventBridgeClient:
         return cast("EventBridgeClient", self._client("events", region, timeout_secs))
 
-    def _client(self, service: str, region: str | None, timeout_secs: float | None) -> Any:
+    def _client(
+        self, service: str, region: str | None, timeout_secs: float | None, retried: bool = True
+    ) -> Any:
         read_timeout = None if timeout_secs is None else math.ceil(timeout_secs * 10) / 10
-        key = (service, region, read_timeout)
+        key = (service, region, read_timeout, retried)
         with self._lock:
             client = self._cache.get(key)
             if client is not None:
@@ -70,7 +77,7 @@ class AwsClients:
                 service,  # type: ignore[call-overload]
                 region_name=region,
                 endpoint_url=self._endpoint_url,
-                config=_config(service, read_timeout),
+                config=_config(read_timeout, retried),
             )
             self._cache[key] = client
             if len(self._cache) > _CACHE_SIZE:
@@ -78,10 +85,10 @@ class AwsClients:
             return client
 
 
-def _config(service: str, read_timeout: float | None) -> Config:
+def _config(read_timeout: float | None, retried: bool) -> Config:
     # A retried synchronous Lambda invoke runs the function twice; every other call here is
     # either idempotent by name/deduplication id or harmless to repeat.
-    attempts = 1 if service == "lambda" else 3
+    attempts = 3 if retried else 1
     options: dict[str, Any] = {"retries": {"mode": "standard", "total_max_attempts": attempts}}
     if read_timeout is not None:
         options["read_timeout"] = max(read_timeout, 0.1)
