@@ -109,6 +109,11 @@ class ThreadPoolInvoker:
 DISPATCH_TIMEOUT_SECS = 5.0
 
 
+def dispatch_client() -> LambdaClient:
+    """The process's Lambda client for dispatches: short timeout, retried."""
+    return default_clients().lambda_(timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True)
+
+
 class LambdaInvoker:
     """Starts one asynchronous executor invocation per attempt (`InvocationType="Event"`)."""
 
@@ -117,9 +122,7 @@ class LambdaInvoker:
         self._client = client
 
     def dispatch(self, occurrence_id: str, claimant: str) -> None:
-        client = self._client or default_clients().lambda_(
-            timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True
-        )
+        client = self._client or dispatch_client()
         payload = json.dumps({"occurrence_id": occurrence_id, "claimant": claimant})
         try:
             response = client.invoke(

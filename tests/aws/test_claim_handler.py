@@ -14,8 +14,8 @@ import pytest
 
 from cronledger.aws import claim
 from cronledger.errors import CronledgerError
+from cronledger.invokers import dispatch_client
 from cronledger.ledger import CLAIMED, Ledger
-from cronledger.targets.clients import default_clients
 from tests.aws.invocations import FakeContext, scheduled_event
 from tests.ledger.helpers import seed_due
 
@@ -47,7 +47,7 @@ def executor_function(container: Ledger, monkeypatch: pytest.MonkeyPatch) -> str
 @pytest.fixture
 def invocations() -> Iterator[list[dict[str, Any]]]:
     """Every Invoke the functions' Lambda client makes: what was asked, and Lambda's status."""
-    client = default_clients().lambda_()
+    client = dispatch_client()
     made: list[dict[str, Any]] = []
 
     def asked(params: dict[str, Any], **_: Any) -> None:
