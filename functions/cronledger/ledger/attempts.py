@@ -19,6 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cronledger.ledger.backend import Backend
 from cronledger.ledger.models import (
     CLAIMED,
     LEASED_STATUSES,
@@ -259,26 +260,17 @@ class AttemptStore(Store):
         """claimed → running, with the slot (if any) and trace id (kept when not given)."""
 
         def build() -> sa.Update:
-            return (
-                sa.update(occurrences)
-                .where(occurrences.c.id == _param(occurrences.c.id, "p_id"))
-                .where(occurrences.c.claimed_by == _param(occurrences.c.claimed_by, "p_claimant"))
-                .where(occurrences.c.status == CLAIMED)
-                .values(
-                    status=RUNNING,
-                    started_at=self._sql.now(),
-                    executing_version=_param(occurrences.c.executing_version, "p_version"),
-                    claimed_until=self._sql.now_plus(lease_secs),
-                    singleton_key=_param(occurrences.c.singleton_key, "p_key"),
-                    singleton_slot=_param(occurrences.c.singleton_slot, "p_slot"),
-                    fencing_token=_param(occurrences.c.fencing_token, "p_token"),
-                    trace_id=sa.func.coalesce(
-                        _param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
-                    ),
-                    updated_at=self._sql.now(),
-                )
-                .returning(occurrences.c.started_at)
-            )
+            return running_update(
+                self._sql,
+                lease_secs,
+                executing_version=param(occurrences.c.executing_version, "p_version"),
+                singleton_key=param(occurrences.c.singleton_key, "p_key"),
+                singleton_slot=param(occurrences.c.singleton_slot, "p_slot"),
+                fencing_token=param(occurrences.c.fencing_token, "p_token"),
+                trace_id=sa.func.coalesce(
+                    param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
+                ),
+            ).returning(occurrences.c.started_at)
 
         return self._statement(("start", lease_secs), build)
 
@@ -288,16 +280,16 @@ class AttemptStore(Store):
         def build() -> sa.Update:
             return (
                 sa.update(occurrences)
-                .where(occurrences.c.id == _param(occurrences.c.id, "p_id"))
-                .where(occurrences.c.claimed_by == _param(occurrences.c.claimed_by, "p_claimant"))
+                .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
+                .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
                 .where(status_is(*LEASED_STATUSES))
                 .values(
-                    status=_param(occurrences.c.status, "p_status"),
+                    status=param(occurrences.c.status, "p_status"),
                     claimed_until=None,
-                    error_message=_param(occurrences.c.error_message, "p_error"),
-                    result=_param(occurrences.c.result, "p_result"),
+                    error_message=param(occurrences.c.error_message, "p_error"),
+                    result=param(occurrences.c.result, "p_result"),
                     trace_id=sa.func.coalesce(
-                        _param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
+                        param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
                     ),
                     completed_at=self._sql.now(),
                     updated_at=self._sql.now(),
@@ -399,7 +391,25 @@ class AttemptStore(Store):
         return conn.execute(stmt).rowcount == 1
 
 
-def _param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
+def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
+    """claimed → running of occurrence `p_id` under claimant `p_claimant`, with what every
+    start writes; `values` adds the rest (version, slot, trace)."""
+    return (
+        sa.update(occurrences)
+        .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
+        .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
+        .where(status_is(CLAIMED))
+        .values(
+            status=RUNNING,
+            started_at=sql.now(),
+            claimed_until=sql.now_plus(lease_secs),
+            updated_at=sql.now(),
+            **values,
+        )
+    )
+
+
+def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
     """A value bound at execution, typed as `column`."""
     return sa.bindparam(name, type_=column.type)
 

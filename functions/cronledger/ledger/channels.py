@@ -15,13 +15,12 @@ import sqlalchemy as sa
 
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
+from cronledger.ledger.attempts import param, running_update
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
     CHANNEL_DRAFT,
     CHANNEL_PAUSED,
-    CLAIMED,
-    RUNNING,
     AttemptStart,
     Channel,
     Occurrence,
@@ -35,7 +34,7 @@ from cronledger.ledger.tables import channel_versions, channels, occurrences
 _OCCURRENCE_AND_CHANNEL = (
     sa.select(occurrences, channels)
     .select_from(occurrences.outerjoin(channels, channels.c.channel_id == occurrences.c.channel_id))
-    .where(occurrences.c.id == sa.bindparam("p_id", type_=occurrences.c.id.type))
+    .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
 )
 
 #: For each status, the statuses a channel may move to it from. Same-status is a no-op.
@@ -214,22 +213,16 @@ class ChannelStore(OccurrenceStore):
         def build() -> sa.Select[Any]:
             policy = channels.c.transport_config["concurrency"]["policy"].as_string()
             started = (
-                sa.update(occurrences)
-                .where(occurrences.c.id == sa.bindparam("p_id", type_=sa.String))
-                .where(occurrences.c.claimed_by == sa.bindparam("p_claimant", type_=sa.String))
-                .where(occurrences.c.status == sa.literal_column(f"'{CLAIMED}'"))
+                running_update(
+                    self._sql,
+                    lease_secs,
+                    executing_version=channels.c.version,
+                    trace_id=param(occurrences.c.trace_id, "p_trace"),
+                )
                 .where(occurrences.c.singleton_key.is_(None))
                 .where(channels.c.channel_id == occurrences.c.channel_id)
                 .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
                 .where(sa.func.coalesce(policy, "allow") == "allow")
-                .values(
-                    status=RUNNING,
-                    started_at=self._sql.now(),
-                    executing_version=channels.c.version,
-                    claimed_until=self._sql.now_plus(lease_secs),
-                    trace_id=sa.bindparam("p_trace", type_=sa.String),
-                    updated_at=self._sql.now(),
-                )
                 .returning(occurrences.c.started_at)
                 .cte("started")
             )

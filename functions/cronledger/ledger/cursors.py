@@ -91,7 +91,7 @@ class CursorStore(Store):
             .where(schedule_state.c.channel_version < version)
             .values(channel_version=version, updated_at=self._sql.now())
         )
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             return conn.execute(stmt).rowcount == 1
 
     def upsert_cursor(

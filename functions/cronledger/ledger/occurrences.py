@@ -250,7 +250,7 @@ class OccurrenceStore(CursorStore):
             .where(status_is(*TERMINAL_STATUSES))
             .where(occurrences.c.completed_at < self._sql.now_plus(-hours * 3600))
         )
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             return conn.execute(stmt).rowcount
 
     def purge_channel(self, channel_id: str) -> None:

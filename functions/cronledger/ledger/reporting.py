@@ -146,7 +146,7 @@ class ReportingStore(Store):
             .values(job=job, last_ok_at=now)
             .on_conflict_do_update(index_elements=[job_runs.c.job], set_={"last_ok_at": now})
         )
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             conn.execute(stmt)
 
     def job_heartbeats(self) -> dict[str, datetime]:
