@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event
 
 from cronledger.api import PREFIX, create_app
 from cronledger.claim import JOB as CLAIM_JOB
@@ -19,6 +18,7 @@ from cronledger.ledger import Ledger
 from cronledger.reconcile import JOB as RECONCILE_JOB
 from tests.api.helpers import CHANNELS, Scheduler, create_channel
 from tests.api.http import Answer, call
+from tests.ledger.helpers import sent_statements
 
 Api = Callable[..., Answer]
 STATUS = f"{PREFIX}/cron/status"
@@ -116,16 +116,8 @@ def test_the_status_view_costs_the_same_reads_for_two_channels_or_eight(
     forbid = {"schedule": "* * * * * *", "concurrency": {"policy": "forbid"}}
 
     def reads_of_one_status_page() -> int:
-        sent: list[str] = []
-
-        def count(*args: object) -> None:
-            sent.append(str(args[2]))
-
-        event.listen(ledger.engine, "before_cursor_execute", count)
-        try:
+        with sent_statements(ledger.engine) as sent:
             page = api("GET", STATUS)
-        finally:
-            event.remove(ledger.engine, "before_cursor_execute", count)
         assert page.status == 200 and page.body["total"] == len(page.data)
         return len(sent)
 

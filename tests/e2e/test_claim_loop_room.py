@@ -7,12 +7,10 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from sqlalchemy import event
-
 from cronledger.claim import NO_ROOM_NAP_SECS, run_claim_loop
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
-from tests.ledger.helpers import row
+from tests.ledger.helpers import row, sent_statements
 
 RUN_SECS = 0.6
 
@@ -29,12 +27,13 @@ def test_a_claim_loop_with_no_room_waits_instead_of_spinning(ledger: Ledger) -> 
     # Given a backlog of due rows, and a process whose workers are all busy
     now = ledger.db_now()
     ledger.insert_occurrences(row(now - timedelta(seconds=s)) for s in range(1, 6))
-    sent: list[str] = []
-    event.listen(ledger.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
     invoker = Collect()
 
     # When the claim loop runs for a while with no room
-    run_claim_loop(ledger, Settings(), invoker, until=time.monotonic() + RUN_SECS, room=lambda: 0)
+    with sent_statements(ledger.engine) as sent:
+        run_claim_loop(
+            ledger, Settings(), invoker, until=time.monotonic() + RUN_SECS, room=lambda: 0
+        )
 
     # Then it claimed nothing and looked about once per nap, not thousands of times
     assert invoker.dispatched == []

@@ -36,6 +36,7 @@ from cronledger.local import LocalScheduler
 from cronledger.reconcile import reconcile_once
 from cronledger.settings import Settings
 from tests.e2e import targets
+from tests.ledger.helpers import expire_claim
 
 FAST = Settings(
     poll_interval_ms=100,
@@ -325,8 +326,10 @@ def test_an_executor_that_dies_mid_run_is_recovered_and_the_dead_one_writes_noth
     dead = ledger.start_attempt(first, "dead-executor", 1, None, FAST.claim_lease_secs)
     assert dead.started
 
-    # When the lease expires and a peer claims it
-    wait_until(lambda: ledger.claim_due("peer", 1, FAST.claim_lease_secs) != [], timeout=10)
+    # When the lease expires (written into the past: the clock under test is the database's)
+    # and a peer claims it
+    expire_claim(ledger, first.id)
+    assert [o.id for o in ledger.claim_due("peer", 1, FAST.claim_lease_secs)] == [first.id]
     peer = Executor(ledger, FAST)
     report = peer.run_attempt(first.id, "peer")
 

@@ -6,11 +6,14 @@ cannot wait out a 60-second lease, so it writes the lease into the past instead.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import event
 
 from cronledger.ledger import AttemptStart, Ledger, NewOccurrence, Occurrence, SingletonSpec
 from cronledger.ledger.tables import metadata, occurrences, singletons
@@ -63,10 +66,6 @@ def age_completion(ledger: Ledger, occurrence_id: str, by: timedelta) -> None:
     _set(ledger, occurrences, occurrences.c.id == occurrence_id, completed_at=ledger.db_now() - by)
 
 
-def status_of(ledger: Ledger, occurrence_id: str) -> str:
-    return ledger.get_occurrence(occurrence_id).status
-
-
 def _an_hour_ago(ledger: Ledger) -> datetime:
     return ledger.db_now() - timedelta(hours=1)
 
@@ -74,3 +73,19 @@ def _an_hour_ago(ledger: Ledger) -> datetime:
 def _set(ledger: Ledger, table: sa.Table, where: sa.ColumnElement[bool], **values: object) -> None:
     with ledger.engine.begin() as conn:
         assert conn.execute(sa.update(table).where(where).values(**values)).rowcount >= 1
+
+
+@contextmanager
+def sent_statements(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
+    """(statement, parameters) of everything sent to the database while inside; the
+    listener goes away with the block, even on a session-scoped engine."""
+    sent: list[tuple[str, Any]] = []
+
+    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        sent.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)

@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
-import sqlalchemy as sa
 
 from cronledger.ledger import CLAIMED, PENDING, Ledger, OccurrenceFilter
-from tests.ledger.helpers import LEASE, claim_one, expire_claim, row, seed_due, start
+from tests.ledger.helpers import (
+    LEASE,
+    claim_one,
+    expire_claim,
+    row,
+    seed_due,
+    sent_statements,
+    start,
+)
 
 
 def test_a_claim_leases_the_row_and_blocks_a_second_claimant(ledger: Ledger) -> None:
@@ -98,16 +104,8 @@ def test_a_released_claim_returns_to_pending_and_is_claimable_again(ledger: Ledg
 def test_the_postgresql_claim_locks_with_skip_locked_and_binds_its_limit(
     pg_ledger: Ledger,
 ) -> None:
-    statements: list[tuple[str, Sequence[object]]] = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany) -> None:
-        statements.append((statement, parameters))
-
-    sa.event.listen(pg_ledger.engine, "before_cursor_execute", capture)
-    try:
+    with sent_statements(pg_ledger.engine) as statements:
         pg_ledger.claim_due("node-shape", 37, LEASE)
-    finally:
-        sa.event.remove(pg_ledger.engine, "before_cursor_execute", capture)
 
     [(sql, params)] = [s for s in statements if "UPDATE cron_occurrences" in s[0]]
     assert "FOR UPDATE SKIP LOCKED" in sql
