@@ -212,3 +212,11 @@ def test_the_claim_dispatches_through_a_retried_client_with_a_short_timeout(
     LambdaInvoker("cronledger-execute").dispatch("occ-1", "claim-abc")
     assert asked == [{"timeout_secs": invokers.DISPATCH_TIMEOUT_SECS, "retried": True}]
     assert invokers.DISPATCH_TIMEOUT_SECS <= 10
+
+
+def test_budgets_within_one_second_share_a_client(aws_env: None) -> None:
+    clients = AwsClients()
+    first = clients.sqs(timeout_secs=57.3)
+    assert clients.sqs(timeout_secs=57.8) is first  # deadline-cut budgets differ every call
+    assert first.meta.config.read_timeout == 58
+    assert clients.sqs(timeout_secs=58.2) is not first

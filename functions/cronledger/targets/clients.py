@@ -3,7 +3,9 @@
 A Lambda execution environment serves many invocations; building a client costs more than most
 calls made with it, so clients are cached per (service, region, read timeout). The read
 timeout is how a synchronous call honours an attempt's time budget, so it is part of the key,
-rounded up to 100 ms to keep the number of distinct clients small; the cache is bounded too.
+rounded up to a whole second to keep the number of distinct clients small (a budget cut by the
+executor's own deadline differs on every invocation; the executor's margin covers the extra
+fraction); the cache is bounded too.
 Nothing is created until first use, so importing this needs no region or credentials.
 """
 
@@ -63,7 +65,7 @@ class AwsClients:
     def _client(
         self, service: str, region: str | None, timeout_secs: float | None, retried: bool = True
     ) -> Any:
-        read_timeout = None if timeout_secs is None else math.ceil(timeout_secs * 10) / 10
+        read_timeout = None if timeout_secs is None else float(math.ceil(timeout_secs))
         key = (service, region, read_timeout, retried)
         with self._lock:
             client = self._cache.get(key)
