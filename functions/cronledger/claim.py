@@ -23,14 +23,12 @@ from cronledger import metrics
 from cronledger.ids import new_claimant_id
 from cronledger.invokers import DispatchFailed, Invoker
 from cronledger.ledger import Ledger
-from cronledger.pacing import Every, sleep_until_next
+from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Every, sleep_until_next
 from cronledger.settings import Settings
 
 log = logging.getLogger(__name__)
 
 JOB = "claim"
-#: How often a claim loop records that it is alive (the health endpoint reads it).
-HEARTBEAT_EVERY_SECS = 15.0
 #: How long a loop waits for room once `max_in_flight` is reached, before counting again:
 #: short enough to add little lag, long enough not to spin on the database.
 NO_ROOM_NAP_SECS = 0.05
@@ -102,7 +100,7 @@ def run_claim_loop(
     occurrences were dispatched."""
     stop = stop or threading.Event()
     nap = wake or stop
-    heartbeat = Every(HEARTBEAT_EVERY_SECS)
+    heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS)
     poll = settings.poll_interval.total_seconds()
     dispatched = 0
     while not stop.is_set() and time.monotonic() < until:

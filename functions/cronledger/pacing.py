@@ -9,6 +9,9 @@ from __future__ import annotations
 import threading
 import time
 
+#: How often a loop records that it is alive (the health endpoint reads it).
+JOB_HEARTBEAT_EVERY_SECS = 15.0
+
 
 class Every:
     """True at most once per `secs` (and on the first call): housekeeping that must happen

@@ -42,7 +42,7 @@ from cronledger.ledger import (
     NewOccurrence,
     ScheduleState,
 )
-from cronledger.pacing import Every, sleep_until_next
+from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Every, sleep_until_next
 from cronledger.schedule import Schedule, ScheduleInvalid
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
@@ -259,12 +259,20 @@ def _record_failure(report: PassReport, channel_id: str, exc: Exception) -> None
     log.warning("reconciling channel %s failed: %s", channel_id, message)
 
 
-def after_pass(ledger: Ledger, settings: Settings, retention: Every | None = None) -> None:
-    """Bookkeeping after a successful pass: the backlog gauges, the job heartbeat the health
-    endpoint reads, and (at most every ten minutes) retention."""
-    metrics.record_oldest_pending_age(ledger.oldest_pending_age_secs() or 0.0)
-    metrics.record_pending_count(ledger.pending_count())
-    ledger.record_job_ok(JOB)
+def after_pass(
+    ledger: Ledger,
+    settings: Settings,
+    retention: Every | None = None,
+    heartbeat: Every | None = None,
+) -> None:
+    """Bookkeeping after a successful pass: the backlog gauges (one read), the job heartbeat
+    the health endpoint reads (every pass, or when `heartbeat` is due), and (when
+    `retention` is due) retention."""
+    backlog = ledger.backlog()
+    metrics.record_oldest_pending_age(backlog.oldest_pending_age_secs or 0.0)
+    metrics.record_pending_count(backlog.pending)
+    if heartbeat is None or heartbeat.due():
+        ledger.record_job_ok(JOB)
     if retention is not None and retention.due():
         deleted = ledger.delete_terminal_older_than(settings.retention_hours)
         if deleted:
@@ -283,11 +291,12 @@ def run_reconcile_loop(
     not end the loop. Answers how many passes succeeded."""
     stop = stop or threading.Event()
     retention = Every(RETENTION_EVERY_SECS)
+    heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS)
     succeeded = 0
     while not stop.is_set() and time.monotonic() < until:
         try:
             report = reconcile_once(ledger, settings)
-            after_pass(ledger, settings, retention)
+            after_pass(ledger, settings, retention, heartbeat)
             succeeded += 1
             if on_pass is not None:
                 on_pass(report)

@@ -542,3 +542,15 @@ def test_the_local_reconciler_wakes_the_claim_loop_when_it_lands_rows(
     scheduler.start()
     wait_until(scheduler._wake.is_set, timeout=5)
     scheduler.shutdown(drain_secs=0)
+
+
+def test_the_reconcile_loop_records_its_heartbeat_every_few_seconds_not_every_pass(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronledger.reconcile import run_reconcile_loop
+
+    beats: list[str] = []
+    monkeypatch.setattr(ledger, "record_job_ok", beats.append)
+    passes = run_reconcile_loop(ledger, FAST, time.monotonic() + 0.5)
+
+    assert passes >= 3 and beats == ["reconcile"]  # the first pass beats; the next is 15 s on

@@ -16,6 +16,7 @@ from tests.ledger.helpers import (
     expire_claim,
     row,
     seed_due,
+    sent_statements,
     start,
 )
 
@@ -177,3 +178,19 @@ def test_the_wait_until_the_next_claimable_row_follows_the_database_clock(
 
     seed_due(ledger, channel_id="ch-3")
     assert ledger.seconds_until_next_due() == 0.0, "a due row is claimable now"
+
+
+def test_the_backlog_is_read_in_one_statement_on_one_clock(ledger: Ledger) -> None:
+    now = ledger.db_now()
+    assert ledger.insert_occurrences(
+        [row(now - timedelta(minutes=10)), row(now + timedelta(minutes=5))]
+    )
+
+    with sent_statements(ledger.engine) as sent:
+        backlog = ledger.backlog()
+
+    assert [statement for statement, _ in sent if statement != "BEGIN"] == [sent[-1][0]]
+    assert backlog.pending == 2  # the row materialised ahead is pending too…
+    assert backlog.oldest_pending_age_secs is not None  # …but only the due one has an age
+    waited = (backlog.now - (now - timedelta(minutes=10))).total_seconds()
+    assert backlog.oldest_pending_age_secs == pytest.approx(waited)

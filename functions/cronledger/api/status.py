@@ -60,12 +60,13 @@ def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     )
     def health() -> One[Health]:
         beats = ledger.job_heartbeats()
+        backlog = ledger.backlog()
         return One(
             data=Health(
                 database="reachable",
-                db_now=to_rfc3339(ledger.db_now()),
-                oldest_pending_secs=ledger.oldest_pending_age_secs(),
-                pending=ledger.pending_count(),
+                db_now=to_rfc3339(backlog.now),
+                oldest_pending_secs=backlog.oldest_pending_age_secs,
+                pending=backlog.pending,
                 last_reconcile_at=timestamp(beats.get(RECONCILE_JOB)),
                 last_claim_at=timestamp(beats.get(CLAIM_JOB)),
             )

@@ -191,3 +191,13 @@ class ChannelActivity:
     latest: dict[str, Occurrence] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)
     held_slots: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """The queue at one instant of the database's clock: `pending` rows (including ones
+    materialised ahead) and how long the oldest *due* one has waited (None: none waits)."""
+
+    now: datetime
+    pending: int
+    oldest_pending_age_secs: float | None

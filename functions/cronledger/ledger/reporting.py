@@ -12,7 +12,13 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from cronledger.ledger.models import LEASED_STATUSES, PENDING, ChannelActivity, Occurrence
+from cronledger.ledger.models import (
+    LEASED_STATUSES,
+    PENDING,
+    Backlog,
+    ChannelActivity,
+    Occurrence,
+)
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import job_runs, occurrences, singletons, status_is
 
@@ -100,16 +106,26 @@ class ReportingStore(Store):
 
     def oldest_pending_age_secs(self) -> float | None:
         """Seconds the oldest *due* `pending` row has waited; None when nothing is waiting."""
+        return self.backlog().oldest_pending_age_secs
+
+    def backlog(self) -> Backlog:
+        """The pending count and the oldest due row's age, with the clock they were read at,
+        in one read (what every pass reports and `/health` shows)."""
         now = self._sql.now()
-        stmt = sa.select(sa.func.min(occurrences.c.scheduled_for), now).where(
-            status_is(PENDING), occurrences.c.scheduled_for <= now
+        stmt = sa.select(
+            now,
+            sa.select(sa.func.count())
+            .select_from(occurrences)
+            .where(status_is(PENDING))
+            .scalar_subquery(),
+            sa.select(sa.func.min(occurrences.c.scheduled_for))
+            .where(status_is(PENDING), occurrences.c.scheduled_for <= now)
+            .scalar_subquery(),
         )
         with self._read() as conn:
-            oldest, db_now = conn.execute(stmt).one()
-        if oldest is None:
-            return None
-        age: float = (db_now - oldest).total_seconds()
-        return max(age, 0.0)
+            db_now, count, oldest = conn.execute(stmt).one()
+        age = None if oldest is None else max((db_now - oldest).total_seconds(), 0.0)
+        return Backlog(db_now, int(count), age)
 
     def seconds_until_next_due(self) -> float | None:
         """Seconds until the next row becomes claimable (0 when one already is): the
