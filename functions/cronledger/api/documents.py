@@ -28,8 +28,8 @@ from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT
 from cronledger.schedule import ScheduleInvalid, compile_schedule
 from cronledger.targets import target_errors
 
-NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 NAME_MAX: Final = 128
+NAME: Final = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}")
 TIMEOUT_MAX_MS: Final = 900_000
 _CREATE_KEYS: Final = ("name", "transport_config", "target", "timeout_ms", "status")
 _UPDATE_KEYS: Final = ("name", "transport_config", "target", "timeout_ms")
@@ -207,20 +207,21 @@ def _unstorable(value: Any, path: str) -> Iterator[FieldError]:
     if isinstance(value, Mapping):
         for key, item in value.items():
             child = f"{path}.{key}" if path else str(key)
-            if not _storable_text(str(key)):
+            if not storable_text(str(key)):
                 yield FieldError(child, "invalid", "keys must be text without NUL characters")
             else:
                 yield from _unstorable(item, child)
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _unstorable(item, f"{path}[{index}]")
-    elif isinstance(value, str) and not _storable_text(value):
+    elif isinstance(value, str) and not storable_text(value):
         yield FieldError(path, "invalid", "must be text without NUL characters")
     elif isinstance(value, float) and not math.isfinite(value):
         yield FieldError(path, "invalid", "must be a finite number (not NaN or Infinity)")
 
 
-def _storable_text(text: str) -> bool:
+def storable_text(text: str) -> bool:
+    """Text PostgreSQL can store: no NUL, no lone surrogate."""
     if "\x00" in text:
         return False
     try:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from cronledger.api.documents import NAME, TIMEOUT_MAX_MS, storable_text
 from cronledger.instants import parse_rfc3339
 from cronledger.ledger import Page as LedgerPage
 
@@ -33,13 +34,8 @@ MAX_TEXT = 512
 
 def _text(value: Any) -> Any:
     # NUL and lone surrogates cannot be stored (PostgreSQL refuses them): malformed, not a 500.
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValueError("must not contain NUL characters")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("must be valid Unicode text") from None
+    if isinstance(value, str) and not storable_text(value):
+        raise ValueError("must be valid Unicode text without NUL characters")
     return value
 
 
@@ -105,10 +101,10 @@ _TARGET_SCHEMA: dict[str, Any] = {
 }
 _NAME_SCHEMA: dict[str, Any] = {
     "type": "string",
-    "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+    "pattern": f"^{NAME.pattern}$",
     "example": "nightly-report",
 }
-_TIMEOUT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": 900_000}
+_TIMEOUT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": TIMEOUT_MAX_MS}
 
 
 class _Document(BaseModel):
