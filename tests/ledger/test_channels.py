@@ -139,6 +139,10 @@ def test_channels_are_listed_by_status_in_creation_order(ledger: Ledger) -> None
     assert [c.name for c in everything.data] == names
     assert (active.total, [c.name for c in active.data]) == (2, ["b", "c"])
     assert (second_page.total, [c.name for c in second_page.data]) == (4, ["c", "d"])
+    named = ledger.list_channels(name="c")
+    assert (named.total, [c.name for c in named.data]) == (1, ["c"])
+    assert ledger.list_channels(name="c", status=CHANNEL_ACTIVE).total == 1
+    assert ledger.list_channels(name="a", status=CHANNEL_ACTIVE).total == 0
 
 
 def test_deleting_a_channel_purges_its_versions_cursor_occurrences_and_slots(

@@ -36,9 +36,7 @@ from cronledger.api.models import (
     Text,
 )
 from cronledger.api.views import channel_view
-from cronledger.errors import NotFound
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
-from cronledger.ledger import Page as LedgerPage
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 
@@ -82,10 +80,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         limit: Limit = 50,
         offset: Offset = 0,
     ) -> Page[ChannelView]:
-        if name is not None:
-            page = _by_name(ledger, name, status, limit, offset)
-        else:
-            page = ledger.list_channels(status=status, limit=limit, offset=offset)
+        page = ledger.list_channels(status=status, limit=limit, offset=offset, name=name)
         states = _cursors(ledger, [c.channel_id for c in page.data])
         return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
@@ -148,19 +143,6 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
     def delete_channel(channel_id: ChannelId) -> Response[None]:
         ledger.delete_channel(channel_id)
         return Response(status_code=204, content_type=None, body=None)
-
-
-def _by_name(
-    ledger: Ledger, name: str, status: str | None, limit: int, offset: int
-) -> LedgerPage[Channel]:
-    try:
-        found = ledger.get_channel_by_name(name)
-    except NotFound:
-        found = None
-    matches = [found] if found is not None and status in (None, found.status) else []
-    return LedgerPage(
-        data=matches[offset : offset + limit], total=len(matches), limit=limit, offset=offset
-    )
 
 
 def _cursors(ledger: Ledger, channel_ids: list[str]) -> dict[str, ScheduleState]:

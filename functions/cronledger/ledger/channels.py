@@ -240,12 +240,19 @@ class ChannelStore(OccurrenceStore):
         return Channel(**row._mapping)
 
     def list_channels(
-        self, status: str | None = None, limit: int = 50, offset: int = 0
+        self,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        name: str | None = None,
     ) -> Page[Channel]:
-        """Oldest first (creation order); `limit` clamped to 1..1000."""
+        """Oldest first (creation order); `limit` clamped to 1..1000; `name`: that exact
+        name only."""
         limit = min(max(limit, 1), MAX_PAGE_SIZE)
         offset = max(offset, 0)
         conditions = [] if status is None else [channels.c.status == status]
+        if name is not None:
+            conditions.append(channels.c.name == name)
         page = (
             sa.select(channels)
             .where(*conditions)
