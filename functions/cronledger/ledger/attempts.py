@@ -19,6 +19,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ledger.backend import Backend
 from cronledger.ledger.models import (
     CLAIMED,
@@ -33,10 +34,6 @@ from cronledger.ledger.models import (
 )
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import occurrences, singletons, status_is
-
-#: Columns are bounded so one chatty target cannot bloat the ledger.
-MAX_RESULT_CHARS = 65536
-MAX_ERROR_CHARS = 4096
 
 
 class AttemptStore(Store):
@@ -204,8 +201,8 @@ class AttemptStore(Store):
                     "p_id": occurrence_id,
                     "p_claimant": claimant,
                     "p_status": status,
-                    "p_error": _clip(error_message, MAX_ERROR_CHARS),
-                    "p_result": _clip(result, MAX_RESULT_CHARS),
+                    "p_error": truncate_excerpt(error_message, ERROR_MESSAGE_BYTES),
+                    "p_result": truncate_excerpt(result),
                     "p_trace": trace_id,
                 },
             ).rowcount
@@ -412,13 +409,6 @@ def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
 def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
     """A value bound at execution, typed as `column`."""
     return sa.bindparam(name, type_=column.type)
-
-
-def _clip(text: str | None, limit: int) -> str | None:
-    if text is None or len(text) <= limit:
-        return text
-    marker = "… [truncated]"
-    return text[: limit - len(marker)] + marker
 
 
 def release_slots_of(conn: sa.Connection, occurrence_ids: Sequence[str] | sa.Select[Any]) -> None:

@@ -16,15 +16,14 @@ from typing import Any
 from botocore.exceptions import ReadTimeoutError
 
 from cronledger.errors import FieldError, ValidationFailed
+from cronledger.excerpts import ERROR_MESSAGE_BYTES, RESULT_EXCERPT_BYTES, truncate_excerpt
 from cronledger.targets import aws_lambda, eventbridge, http, python, sqs, stepfunctions
 from cronledger.targets.clients import AwsClients, default_clients
 from cronledger.targets.envelope import Envelope, Trigger, build_envelope, envelope_json
 from cronledger.targets.interface import (
-    RESULT_EXCERPT_BYTES,
     TargetKind,
     TargetOutcome,
     timed_out,
-    truncate_excerpt,
 )
 
 __all__ = [
@@ -56,7 +55,6 @@ _KINDS: dict[str, TargetKind] = {
     )
 }
 TARGET_TYPES = tuple(_KINDS)
-ERROR_MESSAGE_BYTES = 4096
 REF_MAX_CHARS = 512
 _EXAMPLE = '{"type": "http", "url": "https://example.com/hooks/nightly"}'
 _log = logging.getLogger(__name__)

@@ -21,15 +21,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 from cronledger import __version__
 from cronledger.errors import FieldError
+from cronledger.excerpts import RESULT_EXCERPT_BYTES
 from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope, envelope_json
 from cronledger.targets.fields import DocumentChecks
-from cronledger.targets.interface import (
-    RESULT_EXCERPT_BYTES,
-    TargetKind,
-    TargetOutcome,
-    timed_out,
-)
+from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
 
 METHODS = ("POST", "PUT", "PATCH")
 _MAX_HEADERS = 50

@@ -16,9 +16,6 @@ from cronledger.errors import FieldError
 from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope
 
-RESULT_EXCERPT_BYTES = 64 * 1024
-_TRUNCATION_MARK = "…[truncated]"
-
 
 @dataclass(frozen=True, slots=True)
 class TargetOutcome:
@@ -37,18 +34,6 @@ class TargetKind:
     errors: Callable[[Mapping[str, Any]], list[FieldError]]
     ref: Callable[[Mapping[str, Any]], str]
     run: Callable[[Mapping[str, Any], Envelope, float, AwsClients], TargetOutcome]
-
-
-def truncate_excerpt(text: str | None, limit_bytes: int = RESULT_EXCERPT_BYTES) -> str | None:
-    """`text` cut to at most `limit_bytes` of UTF-8, never inside a character, with a visible
-    mark when something was cut so nobody mistakes an excerpt for the whole answer."""
-    if text is None:
-        return None
-    encoded = text.encode("utf-8")
-    if len(encoded) <= limit_bytes:
-        return text
-    room = limit_bytes - len(_TRUNCATION_MARK.encode("utf-8"))
-    return encoded[:room].decode("utf-8", errors="ignore") + _TRUNCATION_MARK
 
 
 def timed_out(timeout_secs: float, detail: str | None = None) -> TargetOutcome:
