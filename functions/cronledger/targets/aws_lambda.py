@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cronledger.errors import FieldError
-from cronledger.targets.clients import AwsClients
+from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, envelope_json
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome
@@ -59,7 +59,7 @@ def run(
     doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
 ) -> TargetOutcome:
     function = doc["function_arn"]
-    client = clients.lambda_(_region(function), timeout_secs)
+    client = clients.lambda_(arn_region(function), timeout_secs)
     options = {"Qualifier": doc["qualifier"]} if doc.get("qualifier") else {}
     response = client.invoke(
         FunctionName=function,
@@ -79,10 +79,6 @@ def run(
 def _inline_qualifier(function: str) -> bool:
     parts = function.split(":")
     return len(parts) == 8 if function.startswith("arn:") else len(parts) == 2
-
-
-def _region(function: str) -> str | None:
-    return function.split(":")[3] if function.startswith("arn:") else None
 
 
 def _reason(answer: str) -> str:

@@ -98,6 +98,11 @@ def _config(read_timeout: float | None, retried: bool) -> Config:
     return Config(**options)
 
 
+def arn_region(name_or_arn: str) -> str | None:
+    """The region an ARN names; None for a bare name (the client's own region applies)."""
+    return name_or_arn.split(":")[3] if name_or_arn.startswith("arn:") else None
+
+
 _default: AwsClients | None = None
 _default_lock = threading.Lock()
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cronledger.errors import FieldError
-from cronledger.targets.clients import AwsClients
+from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, envelope_json
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome
@@ -44,7 +44,7 @@ def run(
     doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
 ) -> TargetOutcome:
     bus: str = doc.get("event_bus_name") or DEFAULT_BUS
-    region = bus.split(":")[3] if bus.startswith("arn:") else None
+    region = arn_region(bus)
     response = clients.events(region, timeout_secs).put_events(
         Entries=[
             {

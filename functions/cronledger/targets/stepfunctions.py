@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cronledger.errors import FieldError
-from cronledger.targets.clients import AwsClients
+from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, delivery_id, envelope_json
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
@@ -55,7 +55,7 @@ def run(
 ) -> TargetOutcome:
     deadline = time.monotonic() + timeout_secs
     machine: str = doc["state_machine_arn"]
-    client = clients.stepfunctions(machine.split(":")[3], timeout_secs)
+    client = clients.stepfunctions(arn_region(machine), timeout_secs)
     name = execution_name(envelope)
     try:
         execution = client.start_execution(
