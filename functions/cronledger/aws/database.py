@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import sqlalchemy as sa
 from sqlalchemy import event
 
 from cronledger.errors import CronledgerError
 from cronledger.ledger import create_ledger_engine
+from cronledger.targets.clients import default_clients
 
 if TYPE_CHECKING:
     from mypy_boto3_rds import RDSClient
@@ -101,9 +101,7 @@ class IamAuthToken:
         )
 
 
-def ledger_engine(
-    environ: Mapping[str, str] = os.environ, rds: RDSClient | None = None
-) -> sa.Engine:
+def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
     """The engine for this container's ledger, from the environment (see the module header)."""
     url = environ.get(DATABASE_URL, "").strip()
     if url:
@@ -115,5 +113,5 @@ def ledger_engine(
         connect_args={"ssl_context": ssl.create_default_context()},
         **PROXY_POOL,
     )
-    event.listen(engine, "do_connect", IamAuthToken(endpoint, rds or boto3.client("rds")))
+    event.listen(engine, "do_connect", IamAuthToken(endpoint, default_clients().rds()))
     return engine

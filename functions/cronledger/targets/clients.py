@@ -22,6 +22,7 @@ from botocore.config import Config
 if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_rds import RDSClient
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
@@ -33,10 +34,8 @@ class AwsClients:
     """A small client factory. `endpoint_url` points every client at one endpoint (LocalStack,
     or a test double speaking the service's wire protocol)."""
 
-    def __init__(
-        self, session: boto3.session.Session | None = None, endpoint_url: str | None = None
-    ) -> None:
-        self._session = session
+    def __init__(self, endpoint_url: str | None = None) -> None:
+        self._session: boto3.session.Session | None = None
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str | None, float | None, bool], Any] = OrderedDict()
@@ -61,6 +60,10 @@ class AwsClients:
         self, region: str | None = None, timeout_secs: float | None = None
     ) -> EventBridgeClient:
         return cast("EventBridgeClient", self._client("events", region, timeout_secs))
+
+    def rds(self) -> RDSClient:
+        """For signing IAM database tokens (no call leaves the process)."""
+        return cast("RDSClient", self._client("rds", None, None))
 
     def _client(
         self, service: str, region: str | None, timeout_secs: float | None, retried: bool = True
