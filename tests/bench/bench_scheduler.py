@@ -4,8 +4,9 @@ scratch database of its own (tests/bench/pg.py).
 Reconcile: one pass over 100, 1,000 and 10,000 due channels (target: 10,000 in at most 1 s).
 Every channel fires each minute at second 0 and its cursor is at the latest such instant, so
 the pass writes one row per channel and advances every cursor. "warm" is a long-lived
-process's pass (schedules already compiled); "cold" is a fresh process's first pass, which
-compiles every schedule. The statement count is what SQLAlchemy sent during the pass: a
+process's pass (schedules already compiled); "cold" is a pass that compiles every schedule
+(fresh schedule cache and shared calendars), on a pooled connection whose statements are
+already prepared: the cost of compiling, not of a whole process start. The statement count is what SQLAlchemy sent during the pass: a
 batched pass is a fixed handful, whatever the number of channels.
 
 Lifecycle: claim → start → no-op Python target → settle, through `claim_once` and the
@@ -118,7 +119,7 @@ def reconcile_figures() -> None:
 
 
 def cold_pass(ledger: Ledger, settings: Settings, count: int) -> float:
-    """A fresh process's first pass: nothing compiled, not even the shared calendars."""
+    """A pass with nothing compiled, not even the shared calendars."""
     calendar.cache_clear()
     return timed_pass(ledger, settings, ScheduleCache(), count)
 
