@@ -17,6 +17,7 @@ Decisions where SPEC is silent:
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Final
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
@@ -63,14 +64,7 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     )
     def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
         channel = _active_channel(ledger, channel_id, "triggered")
-        row = NewOccurrence(
-            channel_id=channel.channel_id,
-            channel_name=channel.name,
-            channel_version=channel.version,
-            scheduled_for=ledger.db_now(),
-            trigger=TRIGGER_MANUAL,
-            target_ref=safe_target_ref(channel),
-        )
+        (row,) = _occurrences_of(channel, [ledger.db_now()], TRIGGER_MANUAL)
         if not ledger.insert_occurrence(row):
             raise Conflict(
                 f"channel {channel.name} already has an occurrence at "
@@ -120,17 +114,7 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
                 ],
                 "backfill window too large",
             )
-        created = ledger.insert_occurrences(
-            NewOccurrence(
-                channel_id=channel.channel_id,
-                channel_name=channel.name,
-                channel_version=channel.version,
-                scheduled_for=at,
-                trigger=TRIGGER_BACKFILL,
-                target_ref=safe_target_ref(channel),
-            )
-            for at in instants
-        )
+        created = ledger.insert_occurrences(_occurrences_of(channel, instants, TRIGGER_BACKFILL))
         result = {
             "channel_id": channel.channel_id,
             "from": to_rfc3339(body.from_),
@@ -193,3 +177,21 @@ def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:
             f"channel {channel.name} cannot be {verb}",
         )
     return channel
+
+
+def _occurrences_of(
+    channel: Channel, instants: list[datetime], trigger: str
+) -> list[NewOccurrence]:
+    """New rows of `channel` at `instants`, run by hand (`manual`) or to fill a gap."""
+    ref = safe_target_ref(channel)
+    return [
+        NewOccurrence(
+            channel_id=channel.channel_id,
+            channel_name=channel.name,
+            channel_version=channel.version,
+            scheduled_for=at,
+            trigger=trigger,
+            target_ref=ref,
+        )
+        for at in instants
+    ]
