@@ -51,7 +51,7 @@ class OccurrenceStore(CursorStore):
             return 0
         if self._sql.is_postgres:
             with self._write(single=True) as conn:
-                return _count(conn, self._insert_statement(rows))
+                return int(conn.execute(_counted(self._insert_statement(rows))).scalar_one())
         with self._write() as conn:
             return self._insert_in(conn, rows)
 
@@ -76,9 +76,7 @@ class OccurrenceStore(CursorStore):
                 return (self._insert_in(conn, mine) if mine else 0), moved_ids
         move, moved = self._moves_statement(moves)
         if rows:
-            inserted = sa.select(sa.func.count()).select_from(
-                self._insert_statement(rows, only=sa.select(moved.c.channel_id))
-            )
+            inserted = _counted(self._insert_statement(rows, only=sa.select(moved.c.channel_id)))
         else:
             inserted = sa.select(sa.literal(0))
         lost = sa.func.array(lost_moves(move, moved).scalar_subquery())
@@ -293,6 +291,6 @@ class OccurrenceStore(CursorStore):
         }
 
 
-def _count(conn: sa.Connection, inserted: sa.CTE) -> int:
+def _counted(inserted: sa.CTE) -> sa.Select[tuple[int]]:
     """Counted in the database: ten thousand ids need not cross the wire to be counted."""
-    return int(conn.execute(sa.select(sa.func.count()).select_from(inserted)).scalar_one())
+    return sa.select(sa.func.count()).select_from(inserted)
