@@ -291,6 +291,6 @@ class OccurrenceStore(CursorStore):
         }
 
 
-def _counted(inserted: sa.CTE) -> sa.Select[tuple[int]]:
+def _counted(inserted: sa.CTE) -> sa.Select[Any]:
     """Counted in the database: ten thousand ids need not cross the wire to be counted."""
     return sa.select(sa.func.count()).select_from(inserted)
