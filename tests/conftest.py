@@ -8,8 +8,6 @@ dropped at the end, so two runs on one machine never see each other's rows.
 from __future__ import annotations
 
 import os
-import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,49 +16,25 @@ import sqlalchemy as sa
 
 from cronledger.ledger import Ledger
 from tests.ledger.helpers import empty_tables
+from tests.pg import scratch_database
 
 PG_SERVER_URL = os.environ.get(
     "CRONLEDGER_TEST_PG_URL", "postgresql+pg8000://postgres@127.0.0.1:5432/test"
 )
 
 
-def _admin_engine() -> sa.Engine:
-    return sa.create_engine(PG_SERVER_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
-
-
 @pytest.fixture(scope="session")
 def pg_database_url(worker_id: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for this test run (this xdist worker)."""
-    admin = _admin_engine()
-    name = f"cronledger_test_{worker_id}_{uuid.uuid4().hex[:10]}"
     try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # a missing server must stop the run loudly, not skip
-        admin.dispose()
+        with scratch_database(PG_SERVER_URL, f"test_{worker_id}") as url:
+            yield url
+    except sa.exc.DBAPIError as exc:  # a missing server must stop the run, not skip
         pytest.exit(
             f"PostgreSQL is required and not reachable at {PG_SERVER_URL}: {exc}. "
             "Run `make test`, which starts it, or set CRONLEDGER_TEST_PG_URL.",
             returncode=3,
         )
-    url = sa.engine.make_url(PG_SERVER_URL).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        _drop_database(admin, name)
-        admin.dispose()
-
-
-def _drop_database(admin: sa.Engine, name: str) -> None:
-    """Drop a run's database, but never hang the run on it: a backend that cannot be
-    terminated would otherwise block `DROP … WITH (FORCE)` forever. A database left behind
-    is reported, and harmless (its name is unique)."""
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text("SET statement_timeout = '30s'"))
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    except sa.exc.DBAPIError as exc:
-        warnings.warn(f"could not drop test database {name}: {exc}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ database to the newest schema, and doing it again changes nothing."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +11,7 @@ import sqlalchemy as sa
 from cronledger.aws import migrate, runtime
 from cronledger.ledger.tables import metadata
 from tests.aws.invocations import FakeContext
+from tests.pg import scratch_database
 
 #: Where the ledger's migrations record the schema revision (ledger/migrations/env.py).
 VERSION_TABLE = "cronledger_alembic_version"
@@ -22,20 +22,13 @@ def fresh_database(
     aws: None, function_env: None, pg_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[str]:
     """An empty database on the test server, the function's database for this test."""
-    name = f"cronledger_migrate_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(pg_database_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.make_url(pg_database_url).set(database=name).render_as_string(hide_password=False)
-    monkeypatch.setenv("CRONLEDGER_DATABASE_URL", url)
-    runtime.forget_container()
-    try:
-        yield url
-    finally:
+    with scratch_database(pg_database_url, "migrate") as url:
+        monkeypatch.setenv("CRONLEDGER_DATABASE_URL", url)
         runtime.forget_container()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        try:
+            yield url
+        finally:
+            runtime.forget_container()
 
 
 def tables_and_revision(url: str) -> tuple[set[str], list[str]]:

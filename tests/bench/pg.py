@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
+
+from tests.pg import scratch_database as shared_scratch_database
 
 SERVER_URL = os.environ.get(
     "CRONLEDGER_BENCH_PG_URL",
@@ -25,20 +25,9 @@ PGBENCH_SCALE = 10
 PGBENCH_CLIENTS = 4
 
 
-@contextmanager
-def scratch_database(purpose: str) -> Iterator[str]:
+def scratch_database(purpose: str) -> AbstractContextManager[str]:
     """A fresh, empty database on the bench server (its URL), dropped afterwards."""
-    server = sa.make_url(SERVER_URL)
-    admin = sa.create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    name = f"cronledger_bench_{purpose}_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    return shared_scratch_database(SERVER_URL, f"bench_{purpose}")
 
 
 def pgbench(url: str, secs: int, clients: int = PGBENCH_CLIENTS) -> float:

@@ -8,7 +8,6 @@ beside a live holder.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import sqlalchemy as sa
 
 from cronledger.ledger import DatabaseUnavailable, Ledger, SingletonSpec
 from tests.ledger.helpers import LEASE, seed_due
+from tests.pg import scratch_database
 
 UNREACHABLE_POSTGRES = "postgresql+pg8000://postgres@127.0.0.1:1/cronledger"
 
@@ -53,30 +53,26 @@ def test_a_postgresql_database_that_goes_away_raises_rather_than_reporting_nothi
     pg_database_url: str,
 ) -> None:
     # Given a ledger with work in it, on a database of its own
-    admin = sa.create_engine(
-        sa.make_url(pg_database_url).set(database="postgres"), isolation_level="AUTOCOMMIT"
-    )
-    name = f"cronledger_gone_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    ledger = Ledger.connect(sa.make_url(pg_database_url).set(database=name))
-    try:
-        ledger.migrate()
-        seed_due(ledger)
-        seed_due(ledger, channel_id="other")
-        assert len(ledger.claim_due("node-a", 1, LEASE)) == 1, "there is work"
+    with scratch_database(pg_database_url, "gone") as url:
+        ledger = Ledger.connect(url)
+        try:
+            ledger.migrate()
+            seed_due(ledger)
+            seed_due(ledger, channel_id="other")
+            assert len(ledger.claim_due("node-a", 1, LEASE)) == 1, "there is work"
 
-        # When the database disappears under it
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+            # When the database disappears under it
+            admin = sa.create_engine(
+                sa.make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT"
+            )
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE "{sa.make_url(url).database}" WITH (FORCE)'))
+            admin.dispose()
 
-        # Then the remaining work is not reported as "nothing due"
-        assert_every_decision_raises(ledger)
-    finally:
-        ledger.dispose()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+            # Then the remaining work is not reported as "nothing due"
+            assert_every_decision_raises(ledger)
+        finally:
+            ledger.dispose()
 
 
 def test_a_sqlite_file_that_goes_away_raises_rather_than_reporting_nothing(
