@@ -20,6 +20,9 @@ from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.api.http import Answer
 
+#: The `api` fixture: `api(method, path, query=None, body=None)` → an `Answer`.
+Api = Callable[..., Answer]
+
 CHANNELS = f"{PREFIX}/channels"
 OCCURRENCES = f"{PREFIX}/cron/occurrences"
 OK_TARGET = {"type": "python", "callable": "tests.api.jobs:ok"}
@@ -71,7 +74,7 @@ def channel_document(name: str = "nightly", **overrides: Any) -> dict[str, Any]:
     return document
 
 
-def create_channel(api: Callable[..., Answer], **overrides: Any) -> dict[str, Any]:
+def create_channel(api: Api, **overrides: Any) -> dict[str, Any]:
     answer = api("POST", CHANNELS, body=channel_document(**overrides))
     assert answer.status == 201, answer.body
     channel: dict[str, Any] = answer.data

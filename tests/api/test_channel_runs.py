@@ -7,7 +7,6 @@ run, and nothing is written for a refused request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -15,10 +14,8 @@ import pytest
 from cronledger.api import create_app
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import Ledger, NewOccurrence
-from tests.api.helpers import CHANNELS, OCCURRENCES, Scheduler, create_channel
-from tests.api.http import Answer, call
-
-Api = Callable[..., Answer]
+from tests.api.helpers import CHANNELS, OCCURRENCES, Api, Scheduler, create_channel
+from tests.api.http import call
 
 
 class FrozenClockLedger(Ledger):

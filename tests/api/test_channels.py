@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api import handle_event
 from cronledger.ledger import Ledger
-from tests.api.helpers import CHANNELS, FAIL_TARGET, channel_document, create_channel
+from tests.api.helpers import CHANNELS, FAIL_TARGET, Api, channel_document, create_channel
 from tests.api.http import Answer, call, v2_event
-
-Api = Callable[..., Answer]
 
 
 def test_a_created_channel_is_a_draft_at_version_1_with_its_compiled_schedule(

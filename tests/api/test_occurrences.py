@@ -8,7 +8,6 @@ malformed query strings are a 422, never a 500.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -20,13 +19,12 @@ from tests.api.helpers import (
     FAIL_TARGET,
     OCCURRENCES,
     OK_TARGET,
+    Api,
     Scheduler,
     channel_document,
     create_channel,
 )
-from tests.api.http import Answer
 
-Api = Callable[..., Answer]
 EVERY_SECOND = {"schedule": "* * * * * *"}
 
 

@@ -10,11 +10,8 @@ success paths are fuzzed too, not only the 404s). About 15 x 3 x 8 requests in a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
@@ -39,18 +36,10 @@ CHECKS = [
 ]
 
 
-@pytest.fixture
-def fuzz_ledger(tmp_path: Path) -> Iterator[Ledger]:
-    ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
-    ledger.migrate()
-    yield ledger
-    ledger.dispose()
-
-
 def test_no_request_gets_a_5xx_or_an_answer_the_document_does_not_describe(
-    fuzz_ledger: Ledger,
+    sqlite_ledger: Ledger,
 ) -> None:
-    schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app(create_app(fuzz_ledger)))
+    schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app(create_app(sqlite_ledger)))
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == 15  # every route of SPEC §6 but /openapi.json itself
     failures: dict[str, str] = {}
@@ -63,7 +52,7 @@ def test_no_request_gets_a_5xx_or_an_answer_the_document_does_not_describe(
         ):
             if mode is GenerationMode.NEGATIVE and not _takes_input(operation):
                 continue  # nothing to get wrong (GET /health)
-            path_parameters = _existing_ids(fuzz_ledger, operation.path) if seeded else None
+            path_parameters = _existing_ids(sqlite_ledger, operation.path) if seeded else None
             strategy = operation.as_strategy(mode, path_parameters=path_parameters)
 
             @given(case=strategy)
@@ -100,9 +89,9 @@ def _existing_ids(ledger: Ledger, path: str) -> dict[str, Any] | None:
 
 
 def test_the_document_and_swagger_ui_are_served_and_every_error_is_the_envelope(
-    fuzz_ledger: Ledger,
+    sqlite_ledger: Ledger,
 ) -> None:
-    app = create_app(fuzz_ledger)
+    app = create_app(sqlite_ledger)
 
     document = call(app, "GET", "/openapi.json")
     swagger = handle_event(app, v2_event("GET", "/swagger"))

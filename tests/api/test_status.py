@@ -6,7 +6,6 @@ cannot be reached is a 503 in the error envelope, never an empty or cheerful ans
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,10 @@ from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.instants import parse_rfc3339
 from cronledger.ledger import Ledger
 from cronledger.reconcile import JOB as RECONCILE_JOB
-from tests.api.helpers import CHANNELS, Scheduler, create_channel
-from tests.api.http import Answer, call
+from tests.api.helpers import CHANNELS, Api, Scheduler, create_channel
+from tests.api.http import call
 from tests.ledger.helpers import sent_statements
 
-Api = Callable[..., Answer]
 STATUS = f"{PREFIX}/cron/status"
 
 
