@@ -303,46 +303,35 @@ class AttemptStore(Store):
         holder: str,
         lease_secs: float,
     ) -> tuple[int, int] | None:
-        """(slot, fencing token) of the first slot this occurrence can hold, or None."""
+        """(slot, fencing token) of the first slot this occurrence can hold, or None. One
+        upsert per slot: a slot never used is inserted with token 1; a released or abandoned
+        one (its lease ran out) is taken with the next token; a live holder's is left alone
+        (the upsert's condition fails and nothing comes back)."""
         lease_until = self._sql.now_plus(lease_secs)
         for slot in range(singleton.slots):
+            take = self._sql.insert(singletons).values(
+                singleton_key=singleton.key,
+                slot=slot,
+                occurrence_id=occurrence_id,
+                holder=holder,
+                fencing_token=1,
+                lease_until=lease_until,
+            )
             token = conn.execute(
-                sa.update(singletons)
-                .where(singletons.c.singleton_key == singleton.key)
-                .where(singletons.c.slot == slot)
-                # Released, or abandoned (its lease ran out). Anything else is a live holder.
-                .where(
-                    sa.or_(
+                take.on_conflict_do_update(
+                    index_elements=[singletons.c.singleton_key, singletons.c.slot],
+                    set_={
+                        "occurrence_id": occurrence_id,
+                        "holder": holder,
+                        "fencing_token": singletons.c.fencing_token + 1,
+                        "lease_until": lease_until,
+                    },
+                    where=sa.or_(
                         singletons.c.occurrence_id.is_(None),
                         singletons.c.lease_until < self._sql.now(),
-                    )
-                )
-                .values(
-                    occurrence_id=occurrence_id,
-                    holder=holder,
-                    fencing_token=singletons.c.fencing_token + 1,
-                    lease_until=lease_until,
-                )
-                .returning(singletons.c.fencing_token)
+                    ),
+                ).returning(singletons.c.fencing_token)
             ).scalar_one_or_none()
-            if token is None:
-                # Never used, or held live by another occurrence: insert-if-absent decides
-                # which without a read.
-                token = conn.execute(
-                    self._sql.insert(singletons)
-                    .values(
-                        singleton_key=singleton.key,
-                        slot=slot,
-                        occurrence_id=occurrence_id,
-                        holder=holder,
-                        fencing_token=1,
-                        lease_until=lease_until,
-                    )
-                    .on_conflict_do_nothing(
-                        index_elements=[singletons.c.singleton_key, singletons.c.slot]
-                    )
-                    .returning(singletons.c.fencing_token)
-                ).scalar_one_or_none()
             if token is not None:
                 return slot, int(token)
         return None
