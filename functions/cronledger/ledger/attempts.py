@@ -41,40 +41,50 @@ class AttemptStore(Store):
         """Lease up to `limit` claimable occurrences to `claimant`, oldest due first."""
         if limit <= 0:
             return []
-        now = self._sql.now()
-        # Two arms, each an index range scan that stops at `limit`, rather than one OR that
-        # would read the whole backlog on every claim: due `pending` rows, and leases that
-        # ran out. Each arm locks its own rows, skipping any another claimer holds.
-        pending = self._claimable(
-            sa.and_(status_is(PENDING), occurrences.c.scheduled_for <= now), limit
-        )
-        expired = self._claimable(
-            sa.and_(status_is(*LEASED_STATUSES), occurrences.c.claimed_until < now),
-            limit,
-        )
-        both = sa.union_all(
-            sa.select(pending.c.id, pending.c.scheduled_for),
-            sa.select(expired.c.id, expired.c.scheduled_for),
-        ).subquery()
-        due = sa.select(both.c.id).order_by(both.c.scheduled_for).limit(limit)
-        stmt = (
-            sa.update(occurrences)
-            .where(occurrences.c.id.in_(due.scalar_subquery()))
-            .values(
-                status=CLAIMED,
-                claimed_by=claimant,
-                claimed_until=self._sql.now_plus(lease_secs),
-                attempt=occurrences.c.attempt + 1,
-                updated_at=now,
-            )
-            .returning(*occurrences.c)
-        )
         with self._write(single=True) as conn:
-            claimed = [Occurrence(**row._mapping) for row in conn.execute(stmt)]
+            rows = conn.execute(
+                self._claim_statement(lease_secs), {"p_claimant": claimant, "p_limit": limit}
+            )
+            claimed = [Occurrence(**row._mapping) for row in rows]
         # RETURNING promises no order; the caller gets the oldest first.
         return sorted(claimed, key=lambda o: (o.scheduled_for, o.id))
 
-    def _claimable(self, condition: sa.ColumnElement[bool], limit: int) -> sa.Subquery:
+    def _claim_statement(self, lease_secs: float) -> sa.Update:
+        def build() -> sa.Update:
+            now = self._sql.now()
+            limit = sa.bindparam("p_limit", type_=sa.Integer)
+            # Two arms, each an index range scan that stops at the limit, rather than one OR
+            # that would read the whole backlog on every claim: due `pending` rows, and
+            # leases that ran out. Each arm locks its own rows, skipping another claimer's.
+            pending = self._claimable(
+                sa.and_(status_is(PENDING), occurrences.c.scheduled_for <= now), limit
+            )
+            expired = self._claimable(
+                sa.and_(status_is(*LEASED_STATUSES), occurrences.c.claimed_until < now), limit
+            )
+            both = sa.union_all(
+                sa.select(pending.c.id, pending.c.scheduled_for),
+                sa.select(expired.c.id, expired.c.scheduled_for),
+            ).subquery()
+            due = sa.select(both.c.id).order_by(both.c.scheduled_for).limit(limit)
+            return (
+                sa.update(occurrences)
+                .where(occurrences.c.id.in_(due.scalar_subquery()))
+                .values(
+                    status=CLAIMED,
+                    claimed_by=param(occurrences.c.claimed_by, "p_claimant"),
+                    claimed_until=self._sql.now_plus(lease_secs),
+                    attempt=occurrences.c.attempt + 1,
+                    updated_at=now,
+                )
+                .returning(*occurrences.c)
+            )
+
+        return self._statement(("claim", lease_secs), build)
+
+    def _claimable(
+        self, condition: sa.ColumnElement[bool], limit: sa.BindParameter[int]
+    ) -> sa.Subquery:
         arm = (
             sa.select(occurrences.c.id, occurrences.c.scheduled_for)
             .where(condition)
