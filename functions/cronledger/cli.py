@@ -9,18 +9,17 @@ one-line message, never a traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
 from cronledger.operator_cli import add_operator_commands
-from cronledger.settings import DEFAULT_DATABASE_URL
+from cronledger.settings import Settings
 
 
 def _database_url(args: argparse.Namespace) -> str:
-    url: str = (
-        args.database_url or os.environ.get("CRONLEDGER_DATABASE_URL") or DEFAULT_DATABASE_URL
-    )
+    """`--database-url`, else the settings' (`CRONLEDGER_DATABASE_URL`, checked like every
+    setting, or the default)."""
+    url: str = args.database_url or Settings.from_env().database_url
     return url
 
 

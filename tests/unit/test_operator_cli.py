@@ -316,3 +316,13 @@ def test_a_request_to_an_api_gateway_endpoint_is_sigv4_signed_and_a_local_one_is
     assert signed.data == b'{"name": "nightly"}'
     assert plain.get_header("Authorization") is None
     assert plain.full_url == "http://127.0.0.1:8080/api/v1/admin/channels?name=nightly"
+
+
+def test_migrate_refuses_a_blank_database_url_variable_by_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cronledger.cli import main
+
+    monkeypatch.setenv("CRONLEDGER_DATABASE_URL", " ")
+    assert main(["migrate"]) != 0
+    assert "CRONLEDGER_DATABASE_URL is empty" in capsys.readouterr().err
