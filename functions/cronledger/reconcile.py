@@ -200,23 +200,20 @@ def _plan(
 
     ref = target_ref(channel.target)
 
-    def row(at: datetime, status: str = PENDING, message: str | None = None) -> NewOccurrence:
-        return NewOccurrence(
-            channel_id=channel.channel_id,
-            channel_name=channel.name,
-            channel_version=channel.version,
-            scheduled_for=at,
-            status=status,
-            error_message=message,
-            target_ref=ref,
-        )
-
-    rows = [row(at) for at in instants]
+    rows = [NewOccurrence.of(channel, at, ref) for at in instants]
     skipped = 0
     if plan.skipped is not None:
         # One row for the whole gap, carried by the newest missed instant: a day of a
         # per-second schedule is one visible record, not 86,400 rows.
-        rows.append(row(plan.skipped.newest, SKIPPED_MISFIRE, plan.skipped.reason))
+        rows.append(
+            NewOccurrence.of(
+                channel,
+                plan.skipped.newest,
+                ref,
+                status=SKIPPED_MISFIRE,
+                error_message=plan.skipped.reason,
+            )
+        )
         skipped = plan.skipped.count
     move = (channel.channel_id, state.next_fire_at, next_cursor)
     return _Planned(rows, move, skipped)

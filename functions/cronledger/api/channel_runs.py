@@ -184,14 +184,4 @@ def _occurrences_of(
 ) -> list[NewOccurrence]:
     """New rows of `channel` at `instants`, run by hand (`manual`) or to fill a gap."""
     ref = safe_target_ref(channel)
-    return [
-        NewOccurrence(
-            channel_id=channel.channel_id,
-            channel_name=channel.name,
-            channel_version=channel.version,
-            scheduled_for=at,
-            trigger=trigger,
-            target_ref=ref,
-        )
-        for at in instants
-    ]
+    return [NewOccurrence.of(channel, at, ref, trigger=trigger) for at in instants]

@@ -95,6 +95,20 @@ class NewOccurrence:
     target_ref: str | None = None
     id: str = field(default_factory=new_occurrence_id)
 
+    @classmethod
+    def of(
+        cls, channel: Channel, at: datetime, target_ref: str | None, **fields: Any
+    ) -> NewOccurrence:
+        """A row of `channel` (as it is now: its name and version) at `at`."""
+        return cls(
+            channel_id=channel.channel_id,
+            channel_name=channel.name,
+            channel_version=channel.version,
+            scheduled_for=at,
+            target_ref=target_ref,
+            **fields,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ScheduleState:
