@@ -27,6 +27,7 @@ def kolkata_ledger(pg_ledger: Ledger, pg_database_url: str) -> Iterator[Ledger]:
         cursor = dbapi_connection.cursor()
         cursor.execute("SET TIME ZONE 'Asia/Kolkata'")
         cursor.close()
+        dbapi_connection.commit()  # else the pool's rollback on check-in undoes the SET
 
     ledger = Ledger(engine)
     yield ledger
@@ -63,6 +64,7 @@ def test_the_clock_and_stored_instants_are_utc_under_a_non_utc_session(
     claimed = kolkata_ledger.claim_due("node-a", 10, LEASE)
     assert [o.id for o in claimed] == [past.id]
     assert claimed[0].claimed_until is not None
+    assert claimed[0].scheduled_for.tzinfo is UTC and claimed[0].claimed_until.tzinfo is UTC
     assert claimed[0].claimed_until - now < timedelta(seconds=LEASE + 5)
 
 

@@ -41,46 +41,45 @@ class AttemptStore(Store):
         """Lease up to `limit` claimable occurrences to `claimant`, oldest due first."""
         if limit <= 0:
             return []
-        with self._write(single=True) as conn:
-            rows = conn.execute(
-                self._claim_statement(lease_secs), {"p_claimant": claimant, "p_limit": limit}
-            )
-            claimed = [Occurrence(**row._mapping) for row in rows]
+        rows, _ = self._run(
+            ("claim", lease_secs),
+            lambda: self._claim_statement(lease_secs),
+            {"p_claimant": claimant, "p_limit": limit},
+        )
+        keys = occurrences.c.keys()
+        claimed = [Occurrence(**dict(zip(keys, row, strict=True))) for row in rows]
         # RETURNING promises no order; the caller gets the oldest first.
         return sorted(claimed, key=lambda o: (o.scheduled_for, o.id))
 
     def _claim_statement(self, lease_secs: float) -> sa.Update:
-        def build() -> sa.Update:
-            now = self._sql.now()
-            limit = sa.bindparam("p_limit", type_=sa.Integer)
-            # Two arms, each an index range scan that stops at the limit, rather than one OR
-            # that would read the whole backlog on every claim: due `pending` rows, and
-            # leases that ran out. Each arm locks its own rows, skipping another claimer's.
-            pending = self._claimable(
-                sa.and_(status_is(PENDING), occurrences.c.scheduled_for <= now), limit
+        now = self._sql.now()
+        limit = sa.bindparam("p_limit", type_=sa.Integer)
+        # Two arms, each an index range scan that stops at the limit, rather than one OR
+        # that would read the whole backlog on every claim: due `pending` rows, and
+        # leases that ran out. Each arm locks its own rows, skipping another claimer's.
+        pending = self._claimable(
+            sa.and_(status_is(PENDING), occurrences.c.scheduled_for <= now), limit
+        )
+        expired = self._claimable(
+            sa.and_(status_is(*LEASED_STATUSES), occurrences.c.claimed_until < now), limit
+        )
+        both = sa.union_all(
+            sa.select(pending.c.id, pending.c.scheduled_for),
+            sa.select(expired.c.id, expired.c.scheduled_for),
+        ).subquery()
+        due = sa.select(both.c.id).order_by(both.c.scheduled_for).limit(limit)
+        return (
+            sa.update(occurrences)
+            .where(occurrences.c.id.in_(due.scalar_subquery()))
+            .values(
+                status=CLAIMED,
+                claimed_by=param(occurrences.c.claimed_by, "p_claimant"),
+                claimed_until=self._sql.now_plus(lease_secs),
+                attempt=occurrences.c.attempt + 1,
+                updated_at=now,
             )
-            expired = self._claimable(
-                sa.and_(status_is(*LEASED_STATUSES), occurrences.c.claimed_until < now), limit
-            )
-            both = sa.union_all(
-                sa.select(pending.c.id, pending.c.scheduled_for),
-                sa.select(expired.c.id, expired.c.scheduled_for),
-            ).subquery()
-            due = sa.select(both.c.id).order_by(both.c.scheduled_for).limit(limit)
-            return (
-                sa.update(occurrences)
-                .where(occurrences.c.id.in_(due.scalar_subquery()))
-                .values(
-                    status=CLAIMED,
-                    claimed_by=param(occurrences.c.claimed_by, "p_claimant"),
-                    claimed_until=self._sql.now_plus(lease_secs),
-                    attempt=occurrences.c.attempt + 1,
-                    updated_at=now,
-                )
-                .returning(*occurrences.c)
-            )
-
-        return self._statement(("claim", lease_secs), build)
+            .returning(*occurrences.c)
+        )
 
     def _claimable(
         self, condition: sa.ColumnElement[bool], limit: sa.BindParameter[int]
@@ -199,24 +198,22 @@ class AttemptStore(Store):
         holder, and nothing was written."""
         if status not in SETTLED_STATUSES:
             raise ValueError(f"cannot settle as {status!r}; use one of {SETTLED_STATUSES}")
-        with self._write(single=fencing_token is None) as conn:
-            if fencing_token is not None and not self._release_slot(
-                conn, occurrence_id, fencing_token, holder=claimant
-            ):
+        parameters = {
+            "p_id": occurrence_id,
+            "p_claimant": claimant,
+            "p_status": status,
+            "p_error": truncate_excerpt(error_message, ERROR_MESSAGE_BYTES),
+            "p_result": truncate_excerpt(result),
+            "p_trace": trace_id,
+        }
+        if fencing_token is None:
+            return self._run("settle", self._settle_statement, parameters)[1] == 1
+        with self._write() as conn:
+            if not self._release_slot(conn, occurrence_id, fencing_token, holder=claimant):
                 conn.rollback()
                 return False
-            settled = conn.execute(
-                self._settle_statement(),
-                {
-                    "p_id": occurrence_id,
-                    "p_claimant": claimant,
-                    "p_status": status,
-                    "p_error": truncate_excerpt(error_message, ERROR_MESSAGE_BYTES),
-                    "p_result": truncate_excerpt(result),
-                    "p_trace": trace_id,
-                },
-            ).rowcount
-            if settled != 1:
+            settle = self._statement("settle", self._settle_statement)
+            if conn.execute(settle, parameters).rowcount != 1:
                 conn.rollback()
                 return False
         return True
@@ -284,26 +281,23 @@ class AttemptStore(Store):
     def _settle_statement(self) -> sa.Update:
         """A leased occurrence's end, conditional on its claimant; drops the lease."""
 
-        def build() -> sa.Update:
-            return (
-                sa.update(occurrences)
-                .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
-                .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
-                .where(status_is(*LEASED_STATUSES))
-                .values(
-                    status=param(occurrences.c.status, "p_status"),
-                    claimed_until=None,
-                    error_message=param(occurrences.c.error_message, "p_error"),
-                    result=param(occurrences.c.result, "p_result"),
-                    trace_id=sa.func.coalesce(
-                        param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
-                    ),
-                    completed_at=self._sql.now(),
-                    updated_at=self._sql.now(),
-                )
+        return (
+            sa.update(occurrences)
+            .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
+            .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
+            .where(status_is(*LEASED_STATUSES))
+            .values(
+                status=param(occurrences.c.status, "p_status"),
+                claimed_until=None,
+                error_message=param(occurrences.c.error_message, "p_error"),
+                result=param(occurrences.c.result, "p_result"),
+                trace_id=sa.func.coalesce(
+                    param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
+                ),
+                completed_at=self._sql.now(),
+                updated_at=self._sql.now(),
             )
-
-        return self._statement("settle", build)
+        )
 
     def _acquire_slot(
         self,

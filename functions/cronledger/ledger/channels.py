@@ -9,6 +9,7 @@ archiving pauses the cursor in the same transaction (dropping not-yet-due cron r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -195,11 +196,12 @@ class ChannelStore(OccurrenceStore):
         occurrence and channel are as they were just before the statement."""
         if not self._sql.is_postgres:
             return (*self.get_occurrence_and_channel(occurrence_id), None)
-        with self._write(single=True) as conn:
-            row = conn.execute(
-                self._open_statement(lease_secs),
-                {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
-            ).one_or_none()
+        rows, _ = self._run(
+            ("open", lease_secs),
+            lambda: self._open_statement(lease_secs),
+            {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
+        )
+        row = rows[0] if rows else None
         occurrence, channel = _occurrence_and_channel(occurrence_id, row)
         assert row is not None
         started_at = row[-1]
@@ -210,27 +212,24 @@ class ChannelStore(OccurrenceStore):
         )
 
     def _open_statement(self, lease_secs: float) -> sa.Select[Any]:
-        def build() -> sa.Select[Any]:
-            policy = channels.c.transport_config["concurrency"]["policy"].as_string()
-            started = (
-                running_update(
-                    self._sql,
-                    lease_secs,
-                    executing_version=channels.c.version,
-                    trace_id=param(occurrences.c.trace_id, "p_trace"),
-                )
-                .where(occurrences.c.singleton_key.is_(None))
-                .where(channels.c.channel_id == occurrences.c.channel_id)
-                .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
-                .where(sa.func.coalesce(policy, "allow") == "allow")
-                .returning(occurrences.c.started_at)
-                .cte("started")
+        policy = channels.c.transport_config["concurrency"]["policy"].as_string()
+        started = (
+            running_update(
+                self._sql,
+                lease_secs,
+                executing_version=channels.c.version,
+                trace_id=param(occurrences.c.trace_id, "p_trace"),
             )
-            return _OCCURRENCE_AND_CHANNEL.add_columns(started.c.started_at).outerjoin_from(
-                occurrences, started, sa.true()
-            )
-
-        return self._statement(("open", lease_secs), build)
+            .where(occurrences.c.singleton_key.is_(None))
+            .where(channels.c.channel_id == occurrences.c.channel_id)
+            .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
+            .where(sa.func.coalesce(policy, "allow") == "allow")
+            .returning(occurrences.c.started_at)
+            .cte("started")
+        )
+        return _OCCURRENCE_AND_CHANNEL.add_columns(started.c.started_at).outerjoin_from(
+            occurrences, started, sa.true()
+        )
 
     def get_channel_by_name(self, name: str) -> Channel:
         with self._read() as conn:
@@ -284,7 +283,7 @@ class ChannelStore(OccurrenceStore):
 
 
 def _occurrence_and_channel(
-    occurrence_id: str, row: sa.Row[Any] | None
+    occurrence_id: str, row: Sequence[Any] | None
 ) -> tuple[Occurrence, Channel | None]:
     """An occurrence's columns, then its channel's (all NULL when the channel is gone)."""
     if row is None:

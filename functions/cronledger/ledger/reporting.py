@@ -96,13 +96,16 @@ class ReportingStore(Store):
     def in_flight_count(self) -> int:
         """`claimed` or `running` rows whose lease is live: what counts against max-in-flight.
         An expired lease is reclaimable work, not work in flight."""
-        stmt = (
-            sa.select(sa.func.count())
-            .where(status_is(*LEASED_STATUSES))
-            .where(occurrences.c.claimed_until >= self._sql.now())
+        rows, _ = self._run(
+            "in_flight",
+            lambda: (
+                sa.select(sa.func.count())
+                .where(status_is(*LEASED_STATUSES))
+                .where(occurrences.c.claimed_until >= self._sql.now())
+            ),
+            {},
         )
-        with self._read() as conn:
-            return int(conn.execute(stmt).scalar_one())
+        return int(rows[0][0])
 
     def oldest_pending_age_secs(self) -> float | None:
         """Seconds the oldest *due* `pending` row has waited; None when nothing is waiting."""

@@ -11,16 +11,20 @@ singleton row first, everywhere, so two such transactions cannot deadlock on eac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from cronledger.ledger.backend import WRITE_OPTION, Backend
+from cronledger.ledger.driver import DirectStatements
 from cronledger.ledger.models import DatabaseUnavailable
 
-S = TypeVar("S", bound=sa.Executable)
+S = TypeVar("S")
+C = TypeVar("C")
+#: What `_run` sends: a read, or a write whose RETURNING (if any) is the answer.
+OneStatement = sa.Select[Any] | sa.Update
 
 
 class Store:
@@ -28,6 +32,7 @@ class Store:
         self.engine = engine
         self._sql = Backend(engine.dialect.name)
         self._statements: dict[Hashable, Any] = {}
+        self._direct = DirectStatements(engine) if self._sql.is_postgres else None
 
     def _statement(self, key: Hashable, build: Callable[[], S]) -> S:
         """The statement `build` makes, made once per `key` and kept, its values bound by
@@ -37,6 +42,36 @@ class Store:
         if statement is None:
             statement = self._statements[key] = build()
         return statement
+
+    def _run(
+        self, key: Hashable, build: Callable[[], OneStatement], parameters: dict[str, Any]
+    ) -> tuple[Sequence[Sequence[Any]], int]:
+        """Run the statement `build` makes (made once per `key`), atomic by itself: the rows
+        it returned and the rows it changed. On PostgreSQL it goes straight to a pooled
+        connection (`DirectStatements`); elsewhere it is one writing transaction."""
+        if self._direct is None:
+            with self._write(single=True) as conn:
+                result = conn.execute(self._statement(key, build), parameters)
+                return (result.all() if result.returns_rows else []), result.rowcount
+        direct = self._direct
+        statement = self._statement(("direct", key), lambda: direct.compile(build()))
+        pooled = self._connect(self.engine.raw_connection)
+        try:
+            return direct.run(pooled, statement, parameters)
+        except sa.exc.DBAPIError as exc:
+            raise _unavailable(exc) from exc
+        finally:
+            pooled.close()
+
+    def _connect(self, connect: Callable[[], C]) -> C:
+        """A pooled connection (SQLAlchemy's, or the driver's from `raw_connection`, whose
+        failures arrive unwrapped), or `DatabaseUnavailable`."""
+        try:
+            return connect()
+        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
+            raise DatabaseUnavailable(f"cannot connect to the ledger database: {exc}") from exc
+        except sa.exc.TimeoutError as exc:
+            raise DatabaseUnavailable(f"no ledger connection available: {exc}") from exc
 
     @contextmanager
     def _write(self, *, single: bool = False) -> Iterator[sa.Connection]:
@@ -55,12 +90,7 @@ class Store:
 
     @contextmanager
     def _transaction(self, *, write: bool, autocommit: bool = False) -> Iterator[sa.Connection]:
-        try:
-            conn = self.engine.connect()
-        except sa.exc.DBAPIError as exc:
-            raise DatabaseUnavailable(f"cannot connect to the ledger database: {exc}") from exc
-        except sa.exc.TimeoutError as exc:
-            raise DatabaseUnavailable(f"no ledger connection available: {exc}") from exc
+        conn = self._connect(self.engine.connect)
         try:
             if autocommit and self._sql.is_postgres:
                 with _driver_autocommit(conn):
@@ -69,12 +99,18 @@ class Store:
                 with conn.execution_options(**{WRITE_OPTION: write}).begin():
                     yield conn
         except sa.exc.DBAPIError as exc:
-            lost = isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
-            if lost or exc.connection_invalidated:
-                raise DatabaseUnavailable(f"ledger database unavailable: {exc}") from exc
-            raise
+            raise _unavailable(exc) from exc
         finally:
             conn.close()
+
+
+def _unavailable(exc: sa.exc.DBAPIError) -> Exception:
+    """`DatabaseUnavailable` for a statement that failed because the connection was lost,
+    or the error itself."""
+    lost = isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
+    if lost or exc.connection_invalidated:
+        return DatabaseUnavailable(f"ledger database unavailable: {exc}")
+    return exc
 
 
 @contextmanager
