@@ -17,6 +17,7 @@ abandoned and whatever it returns later is discarded, never settled.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -47,6 +48,58 @@ log = logging.getLogger(__name__)
 #: How long past its own timeout a target is waited for before it is abandoned: the target
 #: modules bound their own waits, this only catches one that does not (a Python callable).
 OVERRUN_GRACE_SECS = 1.0
+#: How long a thread that ran a target waits for the next one before it ends.
+TARGET_THREAD_IDLE_SECS = 60.0
+
+
+class TargetThreads:
+    """Threads that run targets, each kept for the next target once its own returns.
+
+    A target runs on a thread of its own so the attempt can stop waiting for it at once;
+    starting a fresh thread for every attempt cost more than the rest of a no-op attempt's
+    Python (a new stack, its pages, and the interpreter's thread state). A thread whose
+    target never returns (abandoned) is simply never handed back: the next attempt gets
+    another thread. Idle threads end after `TARGET_THREAD_IDLE_SECS`."""
+
+    def __init__(self, idle_secs: float = TARGET_THREAD_IDLE_SECS) -> None:
+        self.idle_secs = idle_secs
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._lock = threading.Lock()
+
+    def run(self, job: Callable[[], None]) -> None:
+        """Start `job` on an idle thread, or on a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(
+                target=self._serve, args=(inbox,), name="cronledger-target", daemon=True
+            ).start()
+        inbox.put(job)
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            try:
+                job = inbox.get(timeout=self.idle_secs)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:  # else `run` has just taken it: a job is coming
+                        self._idle.remove(inbox)
+                        return
+                continue
+            try:
+                job()
+            except Exception:
+                log.exception("a target's thread caught what its job raised")
+            with self._lock:
+                self._idle.append(inbox)
+
+
+TARGET_THREADS = TargetThreads()
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +124,7 @@ class Executor:
         clients: AwsClients | None = None,
         schedules: ScheduleCache | None = None,
         annotate: Callable[..., object] | None = None,
+        threads: TargetThreads = TARGET_THREADS,
     ) -> None:
         """`annotate(**keys)` is told what the attempt learns as it learns it (channel id,
         attempt, fencing token), so a caller can put them on its log lines."""
@@ -79,6 +133,7 @@ class Executor:
         self.clients = clients
         self.schedules = schedules or SHARED_SCHEDULES
         self.annotate = annotate or (lambda **keys: None)
+        self.threads = threads
 
     def run_attempt(
         self,
@@ -197,8 +252,7 @@ class Executor:
             finally:
                 done.set()
 
-        runner = threading.Thread(target=target, name=f"target-{occurrence.id}", daemon=True)
-        runner.start()
+        self.threads.run(target)
         beat = self.settings.heartbeat_interval.total_seconds()
         give_up = self.settings.renewal_give_up.total_seconds()
         give_up_at = time.monotonic() + budget + OVERRUN_GRACE_SECS
