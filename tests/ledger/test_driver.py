@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from cronledger.ledger import CHANNEL_DRAFT, DatabaseUnavailable, Ledger, driver
+from cronledger.ledger import CHANNEL_DRAFT, CLAIMED, DatabaseUnavailable, Ledger, driver
 from cronledger.ledger.backend import create_ledger_engine
 from cronledger.ledger.driver import DirectStatements
 from cronledger.ledger.tables import channels
+from tests.ledger.helpers import empty_tables, seed_due
 
 PREPARED = sa.text("SELECT count(*) FROM pg_prepared_statements")
 ADD = sa.select(sa.bindparam("a", type_=sa.Integer) + sa.bindparam("b", type_=sa.Integer))
@@ -102,7 +104,7 @@ def test_one_statement_writes_leave_the_pooled_connection_transactional(
 ) -> None:
     ledger = Ledger.connect(pg_database_url, pool_size=1, max_overflow=0)  # migrated: pg_ledger
     try:
-        ledger.claim_due(str(uuid.uuid4()), 10, 60)  # a one-statement write: autocommit
+        ledger.release_claim(str(uuid.uuid4()), "node-a")  # a one-statement write: autocommit
         with ledger.engine.connect() as conn:
             assert conn.connection.driver_connection.autocommit is False
             conn.execute(sa.text("CREATE TEMP TABLE rolled_back (x int)"))
@@ -113,84 +115,133 @@ def test_one_statement_writes_leave_the_pooled_connection_transactional(
         ledger.dispose()
 
 
-@pytest.mark.parametrize("prepared", [True, False])
+def run_direct(
+    engine: sa.Engine, statement: sa.Select[Any] | sa.Update, **parameters: object
+) -> tuple[list[tuple[object, ...]], int]:
+    direct = DirectStatements.for_engine(engine)
+    assert direct is not None
+    pooled = engine.raw_connection()
+    try:
+        return direct.run(pooled, direct.compile(statement), parameters)
+    finally:
+        pooled.close()
+
+
 def test_a_direct_statement_answers_what_sqlalchemy_answers(
-    pg_ledger: Ledger, pg_database_url: str, prepared: bool
+    pg_ledger: Ledger, engine: sa.Engine
 ) -> None:
-    # Given a channel (JSON documents, instants) and a statement with a bound value of its own
+    # Given a channel (JSON documents, instants), a read with a bound value of its own, and
+    # a write that returns what it changed and uses one parameter twice
     channel = pg_ledger.create_channel(
         f"direct-{uuid.uuid4().hex[:8]}",
         {"schedule": "0 0 * * * *", "timezone": "UTC"},
         {"type": "python", "callable": "cronledger.demo:hello"},
         5_000,
     )
-    statement = (
+    read = (
         sa.select(channels)
         .where(channels.c.channel_id == sa.bindparam("p_id", type_=sa.String))
         .where(channels.c.status == CHANNEL_DRAFT)
     )
-    engine = create_ledger_engine(pg_database_url, prepared_statements=prepared, pool_size=1)
-    direct = DirectStatements(engine)
+    ms = sa.bindparam("p_ms", type_=sa.Integer)
+    raise_timeout = (
+        sa.update(channels)
+        .where(channels.c.channel_id == sa.bindparam("p_id", type_=sa.String))
+        .where(channels.c.timeout_ms < ms)
+        .values(timeout_ms=ms)
+        .returning(channels.c.channel_id, channels.c.timeout_ms, channels.c.updated_at)
+    )
+
+    # When each runs straight on a pooled connection, and through SQLAlchemy
+    rows, count = run_direct(engine, read, p_id=channel.channel_id)
+    raised, raised_count = run_direct(engine, raise_timeout, p_id=channel.channel_id, p_ms=6_000)
+    again, again_count = run_direct(engine, raise_timeout, p_id=channel.channel_id, p_ms=6_000)
+    with engine.connect() as conn:
+        expected = [tuple(conn.execute(read, {"p_id": channel.channel_id}).one())]
+
+    # Then the read answers the same values of the same types (the JSON decoded, the
+    # instants aware UTC), and the write answers its row once, then, matching none, nothing
+    assert count == 1 and rows[0][:4] == expected[0][:4]
+    assert [type(v) for v in rows[0]] == [type(v) for v in expected[0]]
+    assert rows[0][list(channels.c.keys()).index("target")]["type"] == "python"
+    assert raised_count == 1 and raised == [(channel.channel_id, 6_000, channel.updated_at)]
+    assert (again, again_count) == ([], 0)
+    assert pg_ledger.get_channel(channel.channel_id).timeout_ms == 6_000  # committed
+
+
+def test_without_prepared_statements_statements_go_through_sqlalchemy(
+    pg_database_url: str,
+) -> None:
+    engine = create_ledger_engine(pg_database_url, prepared_statements=False)
     try:
-        # When it runs straight on a pooled connection, and through SQLAlchemy
-        pooled = engine.raw_connection()
-        try:
-            rows, count = direct.run(
-                pooled, direct.compile(statement), {"p_id": channel.channel_id}
-            )
-        finally:
-            pooled.close()
-        with engine.connect() as conn:
-            expected = [tuple(conn.execute(statement, {"p_id": channel.channel_id}).one())]
+        assert DirectStatements.for_engine(engine) is None
     finally:
         engine.dispose()
 
-    # Then both answers are the same values of the same types
-    assert rows == expected and count == 1
-    assert [type(v) for v in rows[0]] == [type(v) for v in expected[0]]
-    assert rows[0][list(channels.c.keys()).index("target")]["type"] == "python"
+
+def test_a_direct_statement_refuses_a_missing_parameter(engine: sa.Engine) -> None:
+    with pytest.raises(sa.exc.ArgumentError, match="'p'"):
+        run_direct(engine, sa.select(sa.bindparam("p", type_=sa.Integer)))
 
 
 def test_a_failed_direct_statement_raises_as_sqlalchemy_and_keeps_its_connection(
     engine: sa.Engine,
 ) -> None:
-    direct = DirectStatements(engine)
-    pid = direct.compile(sa.select(sa.func.pg_backend_pid()))
-    bad = direct.compile(sa.select(sa.cast(sa.bindparam("p", type_=sa.String), sa.Integer)))
-
-    def run(statement: driver.DirectStatement, **parameters: object) -> list[tuple[object, ...]]:
-        pooled = engine.raw_connection()
-        try:
-            return direct.run(pooled, statement, parameters)[0]
-        finally:
-            pooled.close()
-
-    before = run(pid)
+    pid = sa.select(sa.func.pg_backend_pid())
+    before = run_direct(engine, pid)
     with pytest.raises(sa.exc.DBAPIError, match="invalid input syntax") as raised:
-        run(bad, p="not a number")
+        run_direct(
+            engine, sa.select(sa.cast(sa.bindparam("p", type_=sa.String), sa.Integer)), p="x"
+        )
     assert not raised.value.connection_invalidated
-    assert run(pid) == before  # the same session, still usable
+    assert run_direct(engine, pid) == before  # the same session, still usable
 
 
-def test_a_direct_statement_on_a_dead_connection_is_unavailable_then_reconnects(
+def test_a_lost_connection_drops_every_connection_it_went_with(
     pg_ledger: Ledger, pg_database_url: str
 ) -> None:
-    # Given a ledger whose one pooled connection's server session is killed
-    ledger = Ledger.connect(pg_database_url, pool_size=1, max_overflow=0)
+    # Given a ledger with two pooled connections, both of whose server sessions are killed
+    # (a restart or a failover)
+    ledger = Ledger.connect(pg_database_url, pool_size=2, max_overflow=0)
+    pid = sa.text("SELECT pg_backend_pid()")
     try:
-        assert ledger.in_flight_count() == 0
-        with ledger.engine.connect() as conn:
-            first = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        with ledger.engine.connect() as one, ledger.engine.connect() as two:
+            pids = {one.execute(pid).scalar_one(), two.execute(pid).scalar_one()}
         with pg_ledger.engine.connect() as conn:
-            conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": first})
+            for p in pids:
+                conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": p})
 
-        # When a direct statement runs on it, then once more
+        # When a direct statement meets one of them
         with pytest.raises(DatabaseUnavailable):
             ledger.claim_due(str(uuid.uuid4()), 10, 60)
-        assert ledger.in_flight_count() == 0
 
-        # Then the dead connection was dropped, not handed out again
-        with ledger.engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() != first
+        # Then the next two statements, at once, both get live connections
+        with ledger.engine.connect() as one, ledger.engine.connect() as two:
+            fresh = {one.execute(pid).scalar_one(), two.execute(pid).scalar_one()}
+        assert not fresh & pids
+        assert ledger.in_flight_count() == 0
     finally:
         ledger.dispose()
+
+
+def test_a_write_on_a_connection_left_in_a_transaction_is_still_committed(
+    pg_ledger: Ledger, pg_database_url: str
+) -> None:
+    # Given an engine whose new connections are left inside a transaction by a listener
+    empty_tables(pg_ledger)
+    due = seed_due(pg_ledger)
+    engine = create_ledger_engine(pg_database_url, pool_size=1, max_overflow=0)
+
+    @sa.event.listens_for(engine, "connect")
+    def leave_open(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.cursor().execute("SELECT 1")  # pg8000 begins a transaction
+
+    # When a claim (a direct statement) runs there and the connection goes back to the pool
+    ledger = Ledger(engine)
+    try:
+        assert [o.id for o in ledger.claim_due("node-a", 10, 60)] == [due.id]
+    finally:
+        ledger.dispose()
+
+    # Then the claim was committed, not rolled back with the listener's transaction
+    assert pg_ledger.get_occurrence(due.id).status == CLAIMED

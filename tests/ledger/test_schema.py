@@ -10,7 +10,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from cronledger.ledger import Ledger
-from cronledger.ledger.tables import metadata
+from cronledger.ledger.tables import metadata, occurrences
 from tests.ledger.helpers import empty_tables, row
 
 VERSION_TABLE = "cronledger_alembic_version"
@@ -75,7 +75,14 @@ def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: L
     finally:
         sa.event.remove(pg_ledger.engine, "before_cursor_execute", explain)
 
-    # Then each arm is a scan of its partial index, the pending one in due order (no sort)
+    # Then the claim stands (the listener's cursor did not leave it in a rolled-back
+    # transaction), and each arm is a scan of its partial index, the pending one in due
+    # order (no sort)
+    with pg_ledger.engine.connect() as conn:
+        claimed = conn.execute(
+            sa.select(sa.func.count()).where(occurrences.c.claimed_by == "node-plan")
+        ).scalar_one()
+    assert claimed == 50
     [plan] = plans
     assert "Index Scan using ix_cron_occurrences_pending" in plan, plan
     assert "using ix_cron_occurrences_leased" in plan, plan

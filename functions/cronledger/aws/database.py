@@ -7,7 +7,8 @@ with the function's own role at connect time (signing is local, no network call;
 good for 15 minutes and is needed only to connect), inside a default TLS context that verifies
 the proxy's certificate and host name (the proxy's certificate chains to Amazon's public root,
 which the runtime's trust store holds). The engine is built once per container; its small
-pool pre-pings, because the proxy may close an idle connection between invocations.
+pool checks a connection that sat idle before using it (`cronledger.ledger.driver`), because
+the proxy may close an idle connection between invocations.
 
 `CRONLEDGER_DATABASE_URL`, when set, wins: the tests and a database outside the stack give a
 whole URL instead.

@@ -46,8 +46,7 @@ class AttemptStore(Store):
             lambda: self._claim_statement(lease_secs),
             {"p_claimant": claimant, "p_limit": limit},
         )
-        keys = occurrences.c.keys()
-        claimed = [Occurrence(**dict(zip(keys, row, strict=True))) for row in rows]
+        claimed = [occurrence_of(row) for row in rows]
         # RETURNING promises no order; the caller gets the oldest first.
         return sorted(claimed, key=lambda o: (o.scheduled_for, o.id))
 
@@ -397,6 +396,11 @@ def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
             **values,
         )
     )
+
+
+def occurrence_of(row: Sequence[Any]) -> Occurrence:
+    """An occurrence from its table's columns, in table order."""
+    return Occurrence(**dict(zip(occurrences.c.keys(), row, strict=True)))
 
 
 def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:

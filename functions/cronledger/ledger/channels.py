@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
-from cronledger.ledger.attempts import param, running_update
+from cronledger.ledger.attempts import occurrence_of, param, running_update
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
@@ -289,7 +289,7 @@ def _occurrence_and_channel(
     if row is None:
         raise NotFound(f"occurrence {occurrence_id} not found")
     split, end = len(occurrences.c), len(occurrences.c) + len(channels.c)
-    occurrence = Occurrence(**dict(zip(occurrences.c.keys(), row[:split], strict=True)))
+    occurrence = occurrence_of(row[:split])
     channel = dict(zip(channels.c.keys(), row[split:end], strict=True))
     if channel["channel_id"] is None:
         return occurrence, None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -101,23 +100,16 @@ def _execute_prepared(cursor: Any, statement: str, parameters: Any, _context: An
         return False
     if not connection._in_transaction and not connection.autocommit:
         connection.execute_simple("begin transaction")  # as pg8000's own cursor does
-    from pg8000.dbapi import convert_paramstyle  # loaded by now; not at this module's import
-
-    context = _run_prepared(
-        connection, statement, parameters, lambda: convert_paramstyle("format", statement, ())[0]
-    )
+    context = _run_prepared(connection, statement, parameters)
     cursor._context = context
     cursor._row_iter = iter(() if context.rows is None else context.rows)
     return True
 
 
-def _run_prepared(
-    connection: Any, statement: str, parameters: Any, numbered: Callable[[], str]
-) -> Any:
+def _run_prepared(connection: Any, statement: str, parameters: Any) -> Any:
     """Execute `statement` (SQLAlchemy's text, `%s` placeholders) as the connection's
-    prepared statement for it, preparing `numbered()` (the same text with `$n`) the first
-    time, and answer pg8000's result context."""
-    from pg8000.converters import make_params
+    prepared statement for it, prepared the first time, and answer pg8000's result."""
+    from pg8000.converters import make_params  # loaded by now; not at this module's import
 
     prepared: OrderedDict[str, tuple[Any, ...]] | None = getattr(
         connection, "_cronledger_prepared", None
@@ -126,7 +118,9 @@ def _run_prepared(
         prepared = connection._cronledger_prepared = OrderedDict()
     entry = prepared.get(statement)
     if entry is None:
-        text = numbered()
+        from pg8000.dbapi import convert_paramstyle
+
+        text, _ = convert_paramstyle("format", statement, ())
         entry = prepared[statement] = (text, *connection.prepare_statement(text, ()))
         if len(prepared) > PREPARED_PER_CONNECTION:
             _, (_, oldest, *_) = prepared.popitem(last=False)
@@ -145,37 +139,65 @@ def _run_prepared(
         raise
 
 
+#: A bind parameter the caller must give (it has no value of its own in the statement).
+_REQUIRED = object()
+#: Engine events that see a statement's execution (and the dialect's `handle_error`): with
+#: any listener, statements go through SQLAlchemy, which gives listeners what they expect.
+_EXECUTION_EVENTS = (
+    "before_execute",
+    "after_execute",
+    "before_cursor_execute",
+    "after_cursor_execute",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class DirectStatement:
     """A Core statement compiled once for the engine: its text, where each positional
     parameter comes from, and how each returned column is read."""
 
     text: str
-    driver_text: str
-    #: (parameter name, its value when the caller gives none, the type's bind processor)
+    #: (parameter name, its value when the caller gives none or `_REQUIRED`, bind processor)
     binds: tuple[tuple[str, Any, Any], ...]
-    #: the type's result processor per returned column (None: the driver's value as is)
-    readers: tuple[Any, ...]
+    #: the type's result processor per returned column; None when no column has one
+    readers: tuple[Any, ...] | None
 
 
 class DirectStatements:
-    """Single statements sent straight on a pooled pg8000 connection, outside a transaction
-    (each is atomic by itself), without SQLAlchemy's execution layer.
+    """Single statements sent straight on a pooled pg8000 connection as its prepared
+    statements, outside a transaction (each is atomic by itself and committed as it ends),
+    without SQLAlchemy's execution layer.
 
     For the few statements every attempt sends (open, settle, claim). Per execution,
     SQLAlchemy's Connection, transaction, execution context and result objects cost about
-    as much Python as the driver itself: sending these three this way took the Python of a
-    no-op attempt from 0.78 to 0.63 ms of CPU (the lifecycle of `make bench`), and the
-    attempt threads of one process share one interpreter lock, so that is throughput. The
-    statements are still built with SQLAlchemy
-    Core and compiled by its dialect, with the same bind and result processing per type;
-    what is skipped is the per-call machinery. Listeners of `before_cursor_execute` still
-    see every statement. A connection failure invalidates the connection and raises as
-    SQLAlchemy would have (the store turns it into `DatabaseUnavailable`)."""
+    as much Python as the driver itself: sending these this way took the Python of a no-op
+    attempt from 0.78 to 0.63 ms of CPU (the lifecycle of `make bench`), and the attempt
+    threads of one process share one interpreter lock, so that is throughput. The
+    statements are still built with SQLAlchemy Core and compiled by its dialect, with the
+    same bind and result processing per type (result types are read without the driver's
+    type code, which none of the ledger's column types needs); what is skipped is the
+    per-call machinery. A lost connection is handled as SQLAlchemy handles it: dropped,
+    with every pooled connection older than it, and raised as SQLAlchemy would raise it.
+
+    `for_engine` gives None (use SQLAlchemy) when the engine has no prepared statements
+    (behind RDS Proxy; there SQLAlchemy's cursor is also what X-Ray traces)."""
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        self.prepared = event.contains(engine, "do_execute", _execute_prepared)
+
+    @classmethod
+    def for_engine(cls, engine: sa.Engine) -> DirectStatements | None:
+        if engine.dialect.name != "postgresql":
+            return None
+        return cls(engine) if event.contains(engine, "do_execute", _execute_prepared) else None
+
+    def observed(self) -> bool:
+        """Whether a listener watches executions (the statement should then go through
+        SQLAlchemy)."""
+        dispatch = self.engine.dispatch
+        return bool(self.engine.dialect.dispatch.handle_error) or any(
+            getattr(dispatch, name) for name in _EXECUTION_EVENTS
+        )
 
     def compile(self, statement: sa.Select[Any] | sa.Update) -> DirectStatement:
         dialect = self.engine.dialect
@@ -185,62 +207,66 @@ class DirectStatements:
             bind = compiled.binds[name]
             if bind.expanding or bind.literal_execute:
                 raise ValueError(f"{name}: a direct statement takes plain parameters only")
-            default = None if bind.required else bind.effective_value
+            default = _REQUIRED if bind.required else bind.effective_value
             binds.append((name, default, bind.type.dialect_impl(dialect).bind_processor(dialect)))
         readers = tuple(
             column.type.dialect_impl(dialect).result_processor(dialect, None)
             for column in getattr(statement, "exported_columns", ())
         )
-        from pg8000.dbapi import convert_paramstyle
-
-        driver_text, _ = convert_paramstyle("format", compiled.string, ())
-        return DirectStatement(compiled.string, driver_text, tuple(binds), readers)
+        return DirectStatement(compiled.string, tuple(binds), readers if any(readers) else None)
 
     def run(
         self, pooled: Any, statement: DirectStatement, parameters: dict[str, Any]
     ) -> tuple[list[tuple[Any, ...]], int]:
-        """The rows the statement returned and the rows it changed, run on `pooled` (the
-        engine's `raw_connection()`, which the caller closes)."""
-        values = tuple(
-            process(value) if process is not None else value
-            for name, default, process in statement.binds
-            for value in [parameters.get(name, default)]
-        )
-        dispatch = self.engine.dispatch.before_cursor_execute
-        if dispatch:  # listeners get a DB-API cursor, no SQLAlchemy connection or context
-            dispatch(None, pooled.cursor(), statement.text, values, None, False)
+        """The rows the statement returned and the row count the server reported for it
+        (rows changed by a write, rows returned by a read), run on `pooled` (the engine's
+        `raw_connection()`, which the caller closes)."""
+        values = []
+        for name, default, process in statement.binds:
+            value = parameters.get(name, default)
+            if value is _REQUIRED:
+                raise sa.exc.ArgumentError(f"a value is required for bind parameter {name!r}")
+            values.append(value if process is None else process(value))
+        connection = pooled.driver_connection
         try:
-            connection = pooled.driver_connection
-            if self.prepared:
-                context = _run_prepared(
-                    connection, statement.text, values, lambda: statement.driver_text
-                )
-            else:
-                context = connection.execute_unnamed(statement.driver_text, values)
+            context = _run_prepared(connection, statement.text, values)
+            if connection._in_transaction:
+                # Something left a transaction open on this connection (a `connect` listener
+                # that ran SQL, say): the pool's rollback on check-in would undo the write.
+                connection.commit()
         except Exception as exc:
-            raise self._failed(pooled, statement, values, exc) from exc
+            if not isinstance(exc, self.engine.dialect.loaded_dbapi.Error):
+                pooled.invalidate(exc)
+                raise
+            raise self._translated(pooled, statement, values, exc) from exc
+        except BaseException as exc:  # interrupted mid-message: the connection is unusable
+            pooled.invalidate(exc)
+            raise
         rows = context.rows or ()
         readers = statement.readers
-        if any(readers):
-            return [
-                tuple(v if read is None else read(v) for read, v in zip(readers, row, strict=True))
-                for row in rows
-            ], context.row_count
-        return [tuple(row) for row in rows], context.row_count
+        if readers is None:
+            return [tuple(row) for row in rows], context.row_count
+        return [
+            tuple(v if read is None else read(v) for read, v in zip(readers, row, strict=True))
+            for row in rows
+        ], context.row_count
 
-    def _failed(
+    def _translated(
         self, pooled: Any, statement: DirectStatement, values: Any, exc: Exception
-    ) -> BaseException:
-        """The exception SQLAlchemy would have raised; the connection is dropped from the
-        pool if it is broken (or if the failure was not the driver's)."""
+    ) -> sa.exc.StatementError:
+        """The exception SQLAlchemy would have raised. A lost connection is dropped, and so
+        is every pooled connection opened before it (they likely went with it: a restart or
+        failover), as SQLAlchemy's own execution path does."""
         dialect = self.engine.dialect
-        dbapi = dialect.loaded_dbapi
-        if not isinstance(exc, dbapi.Error):
-            pooled.invalidate(exc)
-            return exc
-        lost = dialect.is_disconnect(exc, pooled.dbapi_connection, None)
+        lost = dialect.is_disconnect(exc, pooled.dbapi_connection, None)  # type: ignore[arg-type]
         if lost:
-            pooled.invalidate(exc)
+            self.engine.pool._invalidate(pooled, exc)
         return sa.exc.DBAPIError.instance(
-            statement.text, values, exc, dbapi.Error, connection_invalidated=lost, dialect=dialect
+            statement.text,
+            values,
+            exc,
+            Exception,  # `exc` is the driver's own `Error`: checked by the caller
+            hide_parameters=self.engine.hide_parameters,
+            connection_invalidated=lost,
+            dialect=dialect,
         )

@@ -104,6 +104,7 @@ class ReportingStore(Store):
                 .where(occurrences.c.claimed_until >= self._sql.now())
             ),
             {},
+            write=False,
         )
         return int(rows[0][0])
 

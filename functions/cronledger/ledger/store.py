@@ -32,7 +32,7 @@ class Store:
         self.engine = engine
         self._sql = Backend(engine.dialect.name)
         self._statements: dict[Hashable, Any] = {}
-        self._direct = DirectStatements(engine) if self._sql.is_postgres else None
+        self._direct = DirectStatements.for_engine(engine)
 
     def _statement(self, key: Hashable, build: Callable[[], S]) -> S:
         """The statement `build` makes, made once per `key` and kept, its values bound by
@@ -44,16 +44,23 @@ class Store:
         return statement
 
     def _run(
-        self, key: Hashable, build: Callable[[], OneStatement], parameters: dict[str, Any]
+        self,
+        key: Hashable,
+        build: Callable[[], OneStatement],
+        parameters: dict[str, Any],
+        *,
+        write: bool = True,
     ) -> tuple[Sequence[Sequence[Any]], int]:
         """Run the statement `build` makes (made once per `key`), atomic by itself: the rows
-        it returned and the rows it changed. On PostgreSQL it goes straight to a pooled
-        connection (`DirectStatements`); elsewhere it is one writing transaction."""
-        if self._direct is None:
-            with self._write(single=True) as conn:
+        it returned and its row count (rows a write changed). On PostgreSQL with prepared
+        statements it goes straight to a pooled connection (`DirectStatements`) unless a
+        listener watches executions; otherwise through SQLAlchemy, as `_write(single=True)`
+        (or `_read()`, with `write=False`)."""
+        direct = self._direct
+        if direct is None or direct.observed():
+            with self._transaction(write=write, autocommit=True) as conn:
                 result = conn.execute(self._statement(key, build), parameters)
                 return (result.all() if result.returns_rows else []), result.rowcount
-        direct = self._direct
         statement = self._statement(("direct", key), lambda: direct.compile(build()))
         pooled = self._connect(self.engine.raw_connection)
         try:
