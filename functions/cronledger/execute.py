@@ -16,6 +16,7 @@ abandoned and whatever it returns later is discarded, never settled.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
@@ -57,34 +58,34 @@ class TargetThreads:
 
     A target runs on a thread of its own so the attempt can stop waiting for it at once;
     starting a fresh thread for every attempt cost more than the rest of a no-op attempt's
-    Python (a new stack, its pages, and the interpreter's thread state). A thread whose
-    target never returns (abandoned) is simply never handed back: the next attempt gets
-    another thread. Idle threads end after `TARGET_THREAD_IDLE_SECS`."""
+    Python (a new stack, its pages, and the interpreter's thread state). Each job runs in
+    a fresh `contextvars` context, under a thread name of its own, as on a new thread. A
+    thread whose target never returns (abandoned) is simply never handed back: the next
+    attempt gets another thread. Idle threads end after `TARGET_THREAD_IDLE_SECS`."""
 
     def __init__(self, idle_secs: float = TARGET_THREAD_IDLE_SECS) -> None:
         self.idle_secs = idle_secs
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._idle: list[queue.SimpleQueue[tuple[str, Callable[[], None]]]] = []
         self._lock = threading.Lock()
 
-    def run(self, job: Callable[[], None]) -> None:
-        """Start `job` on an idle thread, or on a new one."""
+    def run(self, job: Callable[[], None], name: str = "cronledger-target") -> None:
+        """Start `job` on an idle thread, or on a new one, named `name` while it runs."""
         with self._lock:
             inbox = self._idle.pop() if self._idle else None
         if inbox is None:
             inbox = queue.SimpleQueue()
-            threading.Thread(
-                target=self._serve, args=(inbox,), name="cronledger-target", daemon=True
-            ).start()
-        inbox.put(job)
+            threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
+        inbox.put((name, job))
 
     def idle_count(self) -> int:
         with self._lock:
             return len(self._idle)
 
-    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+    def _serve(self, inbox: queue.SimpleQueue[tuple[str, Callable[[], None]]]) -> None:
+        thread = threading.current_thread()
         while True:
             try:
-                job = inbox.get(timeout=self.idle_secs)
+                thread.name, job = inbox.get(timeout=self.idle_secs)
             except queue.Empty:
                 with self._lock:
                     if inbox in self._idle:  # else `run` has just taken it: a job is coming
@@ -92,9 +93,11 @@ class TargetThreads:
                         return
                 continue
             try:
-                job()
+                contextvars.Context().run(job)
             except Exception:
                 log.exception("a target's thread caught what its job raised")
+            del job  # what the job holds (an envelope, a result) is not kept while idle
+            thread.name = "cronledger-target-idle"
             with self._lock:
                 self._idle.append(inbox)
 
@@ -252,7 +255,7 @@ class Executor:
             finally:
                 done.set()
 
-        self.threads.run(target)
+        self.threads.run(target, name=f"target-{occurrence.id}")
         beat = self.settings.heartbeat_interval.total_seconds()
         give_up = self.settings.renewal_give_up.total_seconds()
         give_up_at = time.monotonic() + budget + OVERRUN_GRACE_SECS

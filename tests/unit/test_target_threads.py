@@ -1,13 +1,15 @@
 """The threads targets run on: kept for the next target, never shared with a target that
-has not returned, and ended when idle."""
+has not returned, named and with a fresh context per target, and ended when idle."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 
 from cronledger.execute import TargetThreads
 
 WAIT = 5.0
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark")
 
 
 def run_and_wait(threads: TargetThreads, *, fail: bool = False) -> threading.Thread:
@@ -79,3 +81,25 @@ def test_an_idle_thread_ends() -> None:
     assert not thread.is_alive()
     assert threads.idle_count() == 0
     assert run_and_wait(threads) is not thread  # a new one takes the next target
+
+
+def test_each_target_runs_under_its_own_name_and_in_a_fresh_context() -> None:
+    # Given a target that names what it sees and sets a context variable
+    threads = TargetThreads()
+    seen: list[tuple[str, object]] = []
+    done = threading.Event()
+
+    def job() -> None:
+        seen.append((threading.current_thread().name, MARK.get(None)))
+        MARK.set("left behind")
+        done.set()
+
+    # When it runs twice on the same (kept) thread
+    for name in ("target-a", "target-b"):
+        done.clear()
+        threads.run(job, name=name)
+        assert done.wait(WAIT)
+        wait_until_idle(threads, 1)
+
+    # Then each run had its own name and saw nothing the one before it set
+    assert seen == [("target-a", None), ("target-b", None)]
