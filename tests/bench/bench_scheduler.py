@@ -16,9 +16,10 @@ process (the issue's shape; they share one interpreter lock, so one core of Pyth
 4 worker processes of one thread each (the shape on AWS, where every attempt is a Lambda
 invocation of its own). Writing transactions are counted by the server (transaction ids it
 handed out, which autocommitted statements take too) beyond the claims that leased rows
-(target at most 2 per occurrence). Statements are counted in the threads shape's untimed
-warm-up run (connections opened, statements prepared), not in the timed ones: a statement
-listener slows every execution down.
+(target at most 2 per occurrence). Each shape keeps its workers for all its runs and first
+drains one untimed batch (connections opened, statements prepared, target threads started,
+as in a long-lived executor); the threads shape counts the statements sent there, not in the
+timed runs, because a statement listener slows every execution down.
 
 Lag: 200 per-second channels in one `LocalScheduler` with the settings `cronledger dev` uses
 (rows materialised 3 s ahead), twice for about 20 s;
@@ -73,9 +74,6 @@ EVERY_MINUTE = {"schedule": "0 * * * * *", "timezone": "UTC"}
 
 LIFECYCLE_WORKERS = 4
 LIFECYCLE_OCCURRENCES = 3_000
-#: The threads shape's untimed first run: connections opened, statements prepared, and
-#: the statements per occurrence counted.
-LIFECYCLE_WARM_UP = 600
 LIFECYCLE_CHANNELS = 50
 LIFECYCLE_TARGET_RATIO = 0.4
 LIFECYCLE_TARGET_COMMITS = 2
@@ -262,28 +260,30 @@ def lifecycle_shape(
     rates: list[float] = []
     tps: list[float] = []
     counts: Counter[str] = Counter()
-    worker = warmed_up_worker(url, channel_ids, counts) if shape == "threads" else None
-    for run in range(RUNS):
+    workers = _Threads(url, channel_ids) if shape == "threads" else _Processes(url, channel_ids)
+    try:
+        # Untimed: connections opened, statements prepared, target threads started, as in
+        # a long-lived executor; the threads shape counts the statements here.
         seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
-        first_xid = next_transaction_id(ledger)
-        rate, claims = drain_in_threads(worker) if worker else drain_in_processes(url, channel_ids)
-        counts["writes"] += next_transaction_id(ledger) - first_xid
-        counts["claims"] += claims
-        rates.append(rate)
-        with ledger.engine.connect() as conn:
-            done = conn.execute(
-                sa.select(sa.func.count()).where(occurrences.c.status == COMPLETED)
-            ).scalar_one()
-        assert done == LIFECYCLE_OCCURRENCES, f"run {run}: {done} completed"
-        tps.append(pgbench_run(pgbench_url, PGBENCH_SECS))
-    if worker:
-        worker.ledger.dispose()
+        counts["statements"] = workers.warm_up()
+        assert_all_completed(ledger, "warm-up")
+        for run in range(RUNS):
+            seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
+            first_xid = next_transaction_id(ledger)
+            rate, claims = workers.drain()
+            counts["writes"] += next_transaction_id(ledger) - first_xid
+            counts["claims"] += claims
+            rates.append(rate)
+            assert_all_completed(ledger, f"run {run}")
+            tps.append(pgbench_run(pgbench_url, PGBENCH_SECS))
+    finally:
+        workers.close()
     rate, yardstick = statistics.median(rates), statistics.median(tps)
     total = LIFECYCLE_OCCURRENCES * RUNS
     beyond_claim = (counts["writes"] - counts["claims"]) / total
     ratio = rate / yardstick
     statements = (
-        f", {counts['statements'] / LIFECYCLE_WARM_UP:.2f} statements (warm-up run)"
+        f", {counts['statements'] / LIFECYCLE_OCCURRENCES:.2f} statements (warm-up run)"
         if counts["statements"]
         else ""
     )
@@ -303,16 +303,12 @@ def lifecycle_shape(
     )
 
 
-def warmed_up_worker(url: str, channel_ids: list[str], counts: Counter[str]) -> _Worker:
-    """The threads shape's one worker, warmed up by an untimed run whose statements are
-    counted into `counts` (a statement listener slows every execution down, so the timed
-    runs go without one)."""
-    worker = _Worker(url, channel_ids)
-    seed_due(worker.ledger, channel_ids, LIFECYCLE_WARM_UP)
-    with counting_statements(worker.ledger.engine) as sent:
-        drain_in_threads(worker)
-    counts["statements"] = sum(sent.values())
-    return worker
+def assert_all_completed(ledger: Ledger, run: str) -> None:
+    with ledger.engine.connect() as conn:
+        done = conn.execute(
+            sa.select(sa.func.count()).where(occurrences.c.status == COMPLETED)
+        ).scalar_one()
+    assert done == LIFECYCLE_OCCURRENCES, f"{run}: {done} completed"
 
 
 def next_transaction_id(ledger: Ledger) -> int:
@@ -346,8 +342,7 @@ def seed_due(ledger: Ledger, channel_ids: list[str], count: int) -> None:
 
 
 class _Worker:
-    """One lifecycle worker's ledger and executor, schedules compiled and a connection open
-    before the clock starts, as in a long-lived executor."""
+    """One lifecycle worker's ledger and executor, its schedules compiled."""
 
     def __init__(self, url: str, channel_ids: list[str]) -> None:
         self.ledger = Ledger.connect(url)
@@ -373,55 +368,85 @@ class _Worker:
                 done += 1
 
 
-def drain_in_threads(worker: _Worker) -> tuple[float, int]:
-    """Occurrences settled per second by 4 threads sharing one worker, from the first claim
-    to the last settle, and how many claims leased rows."""
-    ready = threading.Barrier(LIFECYCLE_WORKERS + 1)
-    results: list[tuple[int, int]] = []
+class _Threads:
+    """4 threads sharing one worker, kept for every run."""
 
-    def run() -> None:
+    def __init__(self, url: str, channel_ids: list[str]) -> None:
+        self.worker = _Worker(url, channel_ids)
+
+    def warm_up(self) -> int:
+        """Drain once, untimed, and answer the statements sent (a statement listener slows
+        every execution down, so the timed runs go without one)."""
+        with counting_statements(self.worker.ledger.engine) as sent:
+            self.drain()
+        return sum(sent.values())
+
+    def drain(self) -> tuple[float, int]:
+        """Occurrences settled per second, from the first claim to the last settle, and
+        how many claims leased rows."""
+        ready = threading.Barrier(LIFECYCLE_WORKERS + 1)
+        results: list[tuple[int, int]] = []
+
+        def run() -> None:
+            ready.wait()
+            results.append(self.worker.work())
+
+        threads = [threading.Thread(target=run) for _ in range(LIFECYCLE_WORKERS)]
+        for thread in threads:
+            thread.start()
         ready.wait()
-        results.append(worker.work())
+        started = time.monotonic()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+        settled, claims = (sum(column) for column in zip(*results, strict=True))
+        return settled / elapsed, claims
 
-    threads = [threading.Thread(target=run) for _ in range(LIFECYCLE_WORKERS)]
-    for thread in threads:
-        thread.start()
-    ready.wait()
-    started = time.monotonic()
-    for thread in threads:
-        thread.join()
-    elapsed = time.monotonic() - started
-    settled, claims = (sum(column) for column in zip(*results, strict=True))
-    return settled / elapsed, claims
+    def close(self) -> None:
+        self.worker.ledger.dispose()
 
 
-def drain_in_processes(url: str, channel_ids: list[str]) -> tuple[float, int]:
-    """The same with 4 processes of one worker each."""
-    context = multiprocessing.get_context("spawn")
-    go, out = context.Event(), context.Queue()
-    processes = [
-        context.Process(target=_work_in_process, args=(url, channel_ids, go, out))
-        for _ in range(LIFECYCLE_WORKERS)
-    ]
-    for process in processes:
-        process.start()
-    ready = [out.get(timeout=60) for _ in processes]
-    assert ready == ["ready"] * LIFECYCLE_WORKERS, ready
-    started = time.monotonic()
-    go.set()
-    results = [out.get(timeout=300) for _ in processes]
-    for process in processes:
-        process.join()
-    elapsed = max(finished for _, _, finished in results) - started
-    return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
+class _Processes:
+    """4 processes of one worker each, kept for every run (statements not counted)."""
+
+    def __init__(self, url: str, channel_ids: list[str]) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.out = context.Queue()
+        self.inboxes = [context.Queue() for _ in range(LIFECYCLE_WORKERS)]
+        self.processes = [
+            context.Process(target=_work_in_process, args=(url, channel_ids, inbox, self.out))
+            for inbox in self.inboxes
+        ]
+        for process in self.processes:
+            process.start()
+        ready = [self.out.get(timeout=60) for _ in self.processes]
+        assert ready == ["ready"] * LIFECYCLE_WORKERS, ready
+
+    def warm_up(self) -> int:
+        self.drain()
+        return 0
+
+    def drain(self) -> tuple[float, int]:
+        started = time.monotonic()
+        for inbox in self.inboxes:
+            inbox.put("go")
+        results = [self.out.get(timeout=300) for _ in self.processes]
+        elapsed = max(finished for _, _, finished in results) - started
+        return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
+
+    def close(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put(None)
+        for process in self.processes:
+            process.join()
 
 
-def _work_in_process(url: str, channel_ids: list[str], go: Any, out: Any) -> None:
+def _work_in_process(url: str, channel_ids: list[str], inbox: Any, out: Any) -> None:
     worker = _Worker(url, channel_ids)
     out.put("ready")
-    go.wait()
-    done, rounds = worker.work()
-    out.put((done, rounds, time.monotonic()))  # CLOCK_MONOTONIC: one clock for every process
+    while inbox.get() is not None:
+        done, rounds = worker.work()
+        out.put((done, rounds, time.monotonic()))  # CLOCK_MONOTONIC: one clock for all
     worker.ledger.dispose()
 
 
