@@ -216,15 +216,25 @@ def add_operator_commands(subparsers: Any) -> None:
     preview.add_argument("--count", type=int, default=10, help="how many (1..100)")
 
 
-Handler = Callable[[ApiClient, argparse.Namespace], int]
+@dataclass(frozen=True)
+class Shown:
+    """What a command got from the API: printed as it is with `--json`, else by `render`
+    for a person (commands that report as they go render nothing at the end)."""
+
+    answer: Any
+    render: Callable[[Any], None] = lambda _answer: None
+
+
+Handler = Callable[[ApiClient, argparse.Namespace], Shown]
 
 
 def _run(handler: Handler) -> Callable[[argparse.Namespace], int]:
-    """The boundary of every command: one line on stderr and an exit code, never a traceback."""
+    """The boundary of every command: its answer on stdout, or one line on stderr and an
+    exit code, never a traceback."""
 
     def run(args: argparse.Namespace) -> int:
         try:
-            return handler(ApiClient(args.api_url), args)
+            shown = handler(ApiClient(args.api_url), args)
         except ApiError as exc:
             if args.json:
                 _print_json(exc.body)
@@ -238,6 +248,11 @@ def _run(handler: Handler) -> Callable[[argparse.Namespace], int]:
         except UsageError as exc:
             print(f"cronledger: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        if args.json:
+            _print_json(shown.answer)
+        else:
+            shown.render(shown.answer)
+        return EXIT_OK
 
     return run
 
@@ -249,14 +264,12 @@ class UsageError(Exception):
 # --- channels ------------------------------------------------------------------------------
 
 
-def _apply(api: ApiClient, args: argparse.Namespace) -> int:
-    documents = _read_documents(args.file)
-    applied = []
-    for document in documents:
-        applied.append(_apply_one(api, document, quiet=args.json))
-    if args.json:
-        _print_json(applied if len(applied) != 1 else applied[0])
-    return EXIT_OK
+def _apply(api: ApiClient, args: argparse.Namespace) -> Shown:
+    # Each document's outcome is said as it is applied: a failure part-way shows what was done.
+    applied = [
+        _apply_one(api, document, quiet=args.json) for document in _read_documents(args.file)
+    ]
+    return Shown(applied if len(applied) != 1 else applied[0])
 
 
 def _apply_one(api: ApiClient, document: dict[str, Any], quiet: bool) -> Any:
@@ -305,12 +318,12 @@ def _read_documents(path: str) -> list[dict[str, Any]]:
     return documents
 
 
-def _list_channels(api: ApiClient, args: argparse.Namespace) -> int:
+def _list_channels(api: ApiClient, args: argparse.Namespace) -> Shown:
     query = {"status": args.status, "limit": args.limit, "offset": args.offset}
-    page = api.call("GET", f"{PREFIX}/channels", query)
-    if args.json:
-        _print_json(page)
-        return EXIT_OK
+    return Shown(api.call("GET", f"{PREFIX}/channels", query), _print_channels)
+
+
+def _print_channels(page: Mapping[str, Any]) -> None:
     rows = []
     for c in page["data"]:
         compiled = c.get("compiled") or {}
@@ -327,14 +340,13 @@ def _list_channels(api: ApiClient, args: argparse.Namespace) -> int:
         )
     _table(["NAME", "STATUS", "VERSION", "SCHEDULE", "TIMEZONE", "NEXT FIRE (UTC)", "ID"], rows)
     _footer(page)
-    return EXIT_OK
 
 
-def _show_channel(api: ApiClient, args: argparse.Namespace) -> int:
-    channel = api.call("GET", _channel_path(api, args.channel))
-    if args.json:
-        _print_json(channel)
-        return EXIT_OK
+def _show_channel(api: ApiClient, args: argparse.Namespace) -> Shown:
+    return Shown(api.call("GET", _channel_path(api, args.channel)), _print_channel)
+
+
+def _print_channel(channel: Mapping[str, Any]) -> None:
     c = channel["data"]
     compiled = c.get("compiled") or {}
     _fields(
@@ -357,23 +369,20 @@ def _show_channel(api: ApiClient, args: argparse.Namespace) -> int:
     )
     print("transport_config:", json.dumps(c["transport_config"], indent=2))
     print("target:", json.dumps(c["target"], indent=2))
-    return EXIT_OK
 
 
 def _status_changer(status: str) -> Handler:
-    def change(api: ApiClient, args: argparse.Namespace) -> int:
+    def change(api: ApiClient, args: argparse.Namespace) -> Shown:
         path = _channel_path(api, args.channel)
         answer = api.call("PATCH", f"{path}/status", body={"status": status})
-        if args.json:
-            _print_json(answer)
-        else:
-            print(f"channel {answer['data']['name']} is now {answer['data']['status']}")
-        return EXIT_OK
+        return Shown(
+            answer, lambda a: print(f"channel {a['data']['name']} is now {a['data']['status']}")
+        )
 
     return change
 
 
-def _delete_channel(api: ApiClient, args: argparse.Namespace) -> int:
+def _delete_channel(api: ApiClient, args: argparse.Namespace) -> Shown:
     path = _channel_path(api, args.channel)
     if not args.yes:
         raise UsageError(
@@ -381,41 +390,34 @@ def _delete_channel(api: ApiClient, args: argparse.Namespace) -> int:
             "(or `channels archive` to retire it and keep the history)"
         )
     api.call("DELETE", path)
-    if args.json:
-        _print_json({"deleted": args.channel})
-    else:
-        print(f"deleted channel {args.channel}")
-    return EXIT_OK
+    return Shown({"deleted": args.channel}, lambda _: print(f"deleted channel {args.channel}"))
 
 
-def _trigger(api: ApiClient, args: argparse.Namespace) -> int:
-    answer = api.call("POST", f"{_channel_path(api, args.channel)}/trigger")
-    if args.json:
-        _print_json(answer)
-        return EXIT_OK
-    o = answer["data"]
-    print(
-        f"triggered {o['channel_name']}: occurrence {o['id']} is {o['status']}, "
-        f"scheduled for {_when(o['scheduled_for'])}"
-    )
-    return EXIT_OK
+def _trigger(api: ApiClient, args: argparse.Namespace) -> Shown:
+    def render(answer: Mapping[str, Any]) -> None:
+        o = answer["data"]
+        print(
+            f"triggered {o['channel_name']}: occurrence {o['id']} is {o['status']}, "
+            f"scheduled for {_when(o['scheduled_for'])}"
+        )
+
+    return Shown(api.call("POST", f"{_channel_path(api, args.channel)}/trigger"), render)
 
 
-def _preview(api: ApiClient, args: argparse.Namespace) -> int:
-    answer = api.call("GET", f"{_channel_path(api, args.channel)}/preview", {"count": args.count})
-    if args.json:
-        _print_json(answer)
-        return EXIT_OK
-    p = answer["data"]
-    print(f"{p['schedule']} in {p['timezone']}:")
-    _table(["UTC", "LOCAL"], [[i["utc"], i["local"]] for i in p["instants"]])
-    return EXIT_OK
+def _preview(api: ApiClient, args: argparse.Namespace) -> Shown:
+    def render(answer: Mapping[str, Any]) -> None:
+        p = answer["data"]
+        print(f"{p['schedule']} in {p['timezone']}:")
+        _table(["UTC", "LOCAL"], [[i["utc"], i["local"]] for i in p["instants"]])
+
+    path = f"{_channel_path(api, args.channel)}/preview"
+    return Shown(api.call("GET", path, {"count": args.count}), render)
 
 
 # --- occurrences ------------------------------------------------------------------------------
 
 
-def _list_occurrences(api: ApiClient, args: argparse.Namespace) -> int:
+def _list_occurrences(api: ApiClient, args: argparse.Namespace) -> Shown:
     query = {
         "channel_id": None if args.channel is None else _channel_id(api, args.channel),
         "status": args.status,
@@ -424,10 +426,10 @@ def _list_occurrences(api: ApiClient, args: argparse.Namespace) -> int:
         "limit": args.limit,
         "offset": args.offset,
     }
-    page = api.call("GET", f"{PREFIX}/cron/occurrences", query)
-    if args.json:
-        _print_json(page)
-        return EXIT_OK
+    return Shown(api.call("GET", f"{PREFIX}/cron/occurrences", query), _print_occurrences)
+
+
+def _print_occurrences(page: Mapping[str, Any]) -> None:
     rows = [
         [
             _when(o["scheduled_for"]),
@@ -445,48 +447,40 @@ def _list_occurrences(api: ApiClient, args: argparse.Namespace) -> int:
     headers = ["SCHEDULED (UTC)", "CHANNEL", "TRIGGER", "STATUS", "ATTEMPT", "LAG", "DURATION"]
     _table([*headers, "ID", "ERROR"], rows)
     _footer(page)
-    return EXIT_OK
 
 
-def _show_occurrence(api: ApiClient, args: argparse.Namespace) -> int:
+def _show_occurrence(api: ApiClient, args: argparse.Namespace) -> Shown:
     answer = api.call("GET", f"{PREFIX}/cron/occurrences/{_segment(args.id)}")
-    if args.json:
-        _print_json(answer)
-        return EXIT_OK
-    _print_occurrence(answer["data"])
-    return EXIT_OK
+    return Shown(answer, lambda a: _print_occurrence(a["data"]))
 
 
-def _retry(api: ApiClient, args: argparse.Namespace) -> int:
-    answer = api.call("POST", f"{PREFIX}/cron/occurrences/{_segment(args.id)}/retry")
-    if args.json:
-        _print_json(answer)
-    else:
-        o = answer["data"]
-        print(
-            f"occurrence {o['id']} ({o['channel_name']}, {_when(o['scheduled_for'])}) is "
-            f"{o['status']} again; its next run is attempt {o['attempt'] + 1}"
-        )
-    return EXIT_OK
+def _occurrence_action(action: str, outcome: Callable[[Mapping[str, Any]], str]) -> Handler:
+    """`retry` or `cancel` an occurrence; `outcome` says what it is now."""
+
+    def act(api: ApiClient, args: argparse.Namespace) -> Shown:
+        def render(answer: Mapping[str, Any]) -> None:
+            o = answer["data"]
+            when = _when(o["scheduled_for"])
+            print(f"occurrence {o['id']} ({o['channel_name']}, {when}) is {outcome(o)}")
+
+        path = f"{PREFIX}/cron/occurrences/{_segment(args.id)}/{action}"
+        return Shown(api.call("POST", path), render)
+
+    return act
 
 
-def _cancel(api: ApiClient, args: argparse.Namespace) -> int:
-    answer = api.call("POST", f"{PREFIX}/cron/occurrences/{_segment(args.id)}/cancel")
-    if args.json:
-        _print_json(answer)
-    else:
-        o = answer["data"]
-        print(
-            f"occurrence {o['id']} ({o['channel_name']}, {_when(o['scheduled_for'])}) is {o['status']}"
-        )
-    return EXIT_OK
+_retry = _occurrence_action(
+    "retry", lambda o: f"{o['status']} again; its next run is attempt {o['attempt'] + 1}"
+)
+_cancel = _occurrence_action("cancel", lambda o: str(o["status"]))
 
 
-def _status(api: ApiClient, args: argparse.Namespace) -> int:
-    page = api.call("GET", f"{PREFIX}/cron/status", {"limit": args.limit, "offset": args.offset})
-    if args.json:
-        _print_json(page)
-        return EXIT_OK
+def _status(api: ApiClient, args: argparse.Namespace) -> Shown:
+    query = {"limit": args.limit, "offset": args.offset}
+    return Shown(api.call("GET", f"{PREFIX}/cron/status", query), _print_status)
+
+
+def _print_status(page: Mapping[str, Any]) -> None:
     rows = [
         [
             s["name"],
@@ -503,7 +497,6 @@ def _status(api: ApiClient, args: argparse.Namespace) -> int:
     headers = ["CHANNEL", "SCHEDULE", "TIMEZONE", "NEXT FIRE (UTC)", "LAST RUN", "LAST STATUS"]
     _table([*headers, "PENDING", "CONCURRENCY"], rows)
     _footer(page, noun="active channels")
-    return EXIT_OK
 
 
 def _print_occurrence(o: dict[str, Any]) -> None:

@@ -207,6 +207,34 @@ def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
     assert cli.ledger.get_occurrence(failed.id).status == "cancelled"
 
 
+def test_with_json_every_command_prints_the_apis_answer_and_nothing_else(cli: Cli) -> None:
+    channel = cli.ledger.create_channel(
+        "scripted", {"schedule": "0 15 2 * * *"}, FAIL_TARGET, 5000, "active"
+    )
+    triggered = cli("trigger", "scripted", "--json").json()["data"]
+    cli.scheduler.run_due()
+
+    answers = {
+        "show": cli("channels", "show", "scripted", "--json").json()["data"],
+        "occurrence": cli("occurrences", "show", triggered["id"], "--json").json()["data"],
+        "retry": cli("retry", triggered["id"], "--json").json()["data"],
+        "cancel": cli("cancel", triggered["id"], "--json").json()["data"],
+        "preview": cli("preview", "scripted", "--count", "2", "--json").json()["data"],
+        "status": cli("status", "--json").json()["data"],
+        "pause": cli("channels", "pause", "scripted", "--json").json()["data"],
+    }
+
+    assert answers["show"]["channel_id"] == channel.channel_id
+    assert (answers["occurrence"]["id"], answers["occurrence"]["status"]) == (
+        triggered["id"],
+        "failed",
+    )
+    assert (answers["retry"]["status"], answers["cancel"]["status"]) == ("pending", "cancelled")
+    assert len(answers["preview"]["instants"]) == 2
+    assert [s["name"] for s in answers["status"]] == ["scripted"]
+    assert answers["pause"]["status"] == "paused"
+
+
 def test_status_and_preview_show_the_schedule_in_utc_and_local_time(cli: Cli) -> None:
     cli.ledger.create_channel(
         "london",
