@@ -407,20 +407,27 @@ class _Threads:
 
 
 class _Processes:
-    """4 processes of one worker each, kept for every run (statements not counted)."""
+    """4 processes of one worker each, kept for every run (statements not counted). A
+    worker's failure comes back as an error here; the processes are daemons, ended by
+    `close` (or with this process), never left waiting."""
 
     def __init__(self, url: str, channel_ids: list[str]) -> None:
         context = multiprocessing.get_context("spawn")
         self.out = context.Queue()
         self.inboxes = [context.Queue() for _ in range(LIFECYCLE_WORKERS)]
         self.processes = [
-            context.Process(target=_work_in_process, args=(url, channel_ids, inbox, self.out))
+            context.Process(
+                target=_work_in_process, args=(url, channel_ids, inbox, self.out), daemon=True
+            )
             for inbox in self.inboxes
         ]
         for process in self.processes:
             process.start()
-        ready = [self.out.get(timeout=60) for _ in self.processes]
-        assert ready == ["ready"] * LIFECYCLE_WORKERS, ready
+        try:
+            self._answers(60)
+        except BaseException:
+            self.close()
+            raise
 
     def warm_up(self) -> int:
         self.drain()
@@ -430,24 +437,36 @@ class _Processes:
         started = time.monotonic()
         for inbox in self.inboxes:
             inbox.put("go")
-        results = [self.out.get(timeout=300) for _ in self.processes]
+        results = self._answers(300)
         elapsed = max(finished for _, _, finished in results) - started
         return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
+
+    def _answers(self, timeout: float) -> list[Any]:
+        answers = [self.out.get(timeout=timeout) for _ in self.processes]
+        failed = [a for a in answers if isinstance(a, str) and a != "ready"]
+        assert not failed, f"a worker process failed: {failed[0]}"
+        return answers
 
     def close(self) -> None:
         for inbox in self.inboxes:
             inbox.put(None)
         for process in self.processes:
-            process.join()
+            process.join(10)
+            if process.is_alive():
+                process.terminate()
 
 
 def _work_in_process(url: str, channel_ids: list[str], inbox: Any, out: Any) -> None:
-    worker = _Worker(url, channel_ids)
-    out.put("ready")
-    while inbox.get() is not None:
-        done, rounds = worker.work()
-        out.put((done, rounds, time.monotonic()))  # CLOCK_MONOTONIC: one clock for all
-    worker.ledger.dispose()
+    try:
+        worker = _Worker(url, channel_ids)
+        out.put("ready")
+        while inbox.get() is not None:
+            done, rounds = worker.work()
+            out.put((done, rounds, time.monotonic()))  # CLOCK_MONOTONIC: one clock for all
+        worker.ledger.dispose()
+    except BaseException as exc:
+        out.put(f"{type(exc).__name__}: {exc}")
+        raise
 
 
 # --- lag -------------------------------------------------------------------------------------

@@ -152,21 +152,37 @@ def test_a_direct_statement_answers_what_sqlalchemy_answers(
         .returning(channels.c.channel_id, channels.c.timeout_ms, channels.c.updated_at)
     )
 
-    # When each runs straight on a pooled connection, and through SQLAlchemy
+    # When each runs straight on a pooled connection, and the read through SQLAlchemy too
     rows, count = run_direct(engine, read, p_id=channel.channel_id)
-    raised, raised_count = run_direct(engine, raise_timeout, p_id=channel.channel_id, p_ms=6_000)
-    again, again_count = run_direct(engine, raise_timeout, p_id=channel.channel_id, p_ms=6_000)
     with engine.connect() as conn:
         expected = [tuple(conn.execute(read, {"p_id": channel.channel_id}).one())]
+    raised, raised_count = run_direct(engine, raise_timeout, p_id=channel.channel_id, p_ms=6_000)
+    again, again_count = run_direct(engine, raise_timeout, p_id=channel.channel_id, p_ms=6_000)
 
     # Then the read answers the same values of the same types (the JSON decoded, the
     # instants aware UTC), and the write answers its row once, then, matching none, nothing
-    assert count == 1 and rows[0][:4] == expected[0][:4]
+    assert (rows, count) == (expected, 1)
     assert [type(v) for v in rows[0]] == [type(v) for v in expected[0]]
     assert rows[0][list(channels.c.keys()).index("target")]["type"] == "python"
     assert raised_count == 1 and raised == [(channel.channel_id, 6_000, channel.updated_at)]
     assert (again, again_count) == ([], 0)
     assert pg_ledger.get_channel(channel.channel_id).timeout_ms == 6_000  # committed
+
+
+def test_the_ledger_goes_direct_unless_a_listener_watches_executions(pg_ledger: Ledger) -> None:
+    direct = DirectStatements.for_engine(pg_ledger.engine)
+    assert direct is not None and not direct.observed()
+
+    def watch(*_: object) -> None:
+        pass
+
+    for name in ("before_cursor_execute", "commit"):
+        sa.event.listen(pg_ledger.engine, name, watch)
+        try:
+            assert direct.observed(), name
+        finally:
+            sa.event.remove(pg_ledger.engine, name, watch)
+    assert not direct.observed()
 
 
 def test_without_prepared_statements_statements_go_through_sqlalchemy(
@@ -224,19 +240,22 @@ def test_a_lost_connection_drops_every_connection_it_went_with(
         ledger.dispose()
 
 
+@pytest.mark.parametrize("prepared", [True, False], ids=["direct", "through-sqlalchemy"])
 def test_a_write_on_a_connection_left_in_a_transaction_is_still_committed(
-    pg_ledger: Ledger, pg_database_url: str
+    pg_ledger: Ledger, pg_database_url: str, prepared: bool
 ) -> None:
     # Given an engine whose new connections are left inside a transaction by a listener
     empty_tables(pg_ledger)
     due = seed_due(pg_ledger)
-    engine = create_ledger_engine(pg_database_url, pool_size=1, max_overflow=0)
+    engine = create_ledger_engine(
+        pg_database_url, prepared_statements=prepared, pool_size=1, max_overflow=0
+    )
 
     @sa.event.listens_for(engine, "connect")
     def leave_open(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.cursor().execute("SELECT 1")  # pg8000 begins a transaction
 
-    # When a claim (a direct statement) runs there and the connection goes back to the pool
+    # When a claim (one statement) runs there and the connection goes back to the pool
     ledger = Ledger(engine)
     try:
         assert [o.id for o in ledger.claim_due("node-a", 10, 60)] == [due.id]

@@ -207,7 +207,7 @@ def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
     assert cli.ledger.get_occurrence(failed.id).status == "cancelled"
 
 
-def test_with_json_every_command_prints_the_apis_answer_and_nothing_else(cli: Cli) -> None:
+def test_with_json_each_command_prints_the_apis_answer_as_json_alone(cli: Cli) -> None:
     channel = cli.ledger.create_channel(
         "scripted", {"schedule": "0 15 2 * * *"}, FAIL_TARGET, 5000, "active"
     )

@@ -44,7 +44,7 @@ def tune_pg8000_engine(engine: sa.Engine, *, prepared_statements: bool = True) -
     a client between server sessions (RDS Proxy pins a session that prepares one)."""
     event.listen(engine, "connect", _configure_connection)
     event.listen(engine, "checkin", _mark_idle)
-    event.listen(engine, "checkout", _ping_if_idle)
+    event.listen(engine, "checkout", _on_checkout)
     if prepared_statements:
         event.listen(engine, "do_execute", _execute_prepared)
 
@@ -79,7 +79,17 @@ def _mark_idle(_dbapi_connection: Any, record: Any) -> None:
         record.info["idle_since"] = time.monotonic()
 
 
-def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    if dbapi_connection._in_transaction:
+        # Something left a transaction open (a `connect` listener that ran SQL, say). The
+        # statements handed this connection run in autocommit, so they would run inside it
+        # and the pool's rollback on check-in would undo them while their callers count
+        # them written: end it first (committing what that something did).
+        dbapi_connection.commit()
+    _ping_if_idle(dbapi_connection, record)
+
+
+def _ping_if_idle(dbapi_connection: Any, record: Any) -> None:
     idle_since = record.info.get("idle_since")
     if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECS:
         return
@@ -141,13 +151,18 @@ def _run_prepared(connection: Any, statement: str, parameters: Any) -> Any:
 
 #: A bind parameter the caller must give (it has no value of its own in the statement).
 _REQUIRED = object()
-#: Engine events that see a statement's execution (and the dialect's `handle_error`): with
-#: any listener, statements go through SQLAlchemy, which gives listeners what they expect.
+#: Engine events around a statement's execution (and the dialect's own, beyond this module's
+#: `do_execute`): with any listener, statements go through SQLAlchemy, which gives
+#: listeners what they expect.
 _EXECUTION_EVENTS = (
+    "engine_connect",
     "before_execute",
     "after_execute",
     "before_cursor_execute",
     "after_cursor_execute",
+    "begin",
+    "commit",
+    "rollback",
 )
 
 
@@ -189,15 +204,16 @@ class DirectStatements:
     def for_engine(cls, engine: sa.Engine) -> DirectStatements | None:
         if engine.dialect.name != "postgresql":
             return None
-        return cls(engine) if event.contains(engine, "do_execute", _execute_prepared) else None
+        return cls(engine) if _execute_prepared in engine.dialect.dispatch.do_execute else None
 
     def observed(self) -> bool:
         """Whether a listener watches executions (the statement should then go through
         SQLAlchemy)."""
+        dialect = self.engine.dialect.dispatch
+        if dialect.handle_error or dialect.do_setinputsizes or len(dialect.do_execute) > 1:
+            return True
         dispatch = self.engine.dispatch
-        return bool(self.engine.dialect.dispatch.handle_error) or any(
-            getattr(dispatch, name) for name in _EXECUTION_EVENTS
-        )
+        return any(getattr(dispatch, name) for name in _EXECUTION_EVENTS)
 
     def compile(self, statement: sa.Select[Any] | sa.Update) -> DirectStatement:
         dialect = self.engine.dialect
@@ -205,7 +221,7 @@ class DirectStatements:
         binds = []
         for name in compiled.positiontup or ():
             bind = compiled.binds[name]
-            if bind.expanding or bind.literal_execute:
+            if bind.expanding or bind.literal_execute or bind.callable is not None:
                 raise ValueError(f"{name}: a direct statement takes plain parameters only")
             default = _REQUIRED if bind.required else bind.effective_value
             binds.append((name, default, bind.type.dialect_impl(dialect).bind_processor(dialect)))
@@ -230,10 +246,9 @@ class DirectStatements:
         connection = pooled.driver_connection
         try:
             context = _run_prepared(connection, statement.text, values)
-            if connection._in_transaction:
-                # Something left a transaction open on this connection (a `connect` listener
-                # that ran SQL, say): the pool's rollback on check-in would undo the write.
-                connection.commit()
+        except OSError as exc:  # the socket itself failed (pg8000 lets some through)
+            self.engine.pool._invalidate(pooled, exc)
+            raise
         except Exception as exc:
             if not isinstance(exc, self.engine.dialect.loaded_dbapi.Error):
                 pooled.invalidate(exc)

@@ -65,8 +65,10 @@ class Store:
         pooled = self._connect(self.engine.raw_connection)
         try:
             return direct.run(pooled, statement, parameters)
-        except sa.exc.DBAPIError as exc:
-            raise _unavailable(exc) from exc
+        except (sa.exc.DBAPIError, OSError) as exc:
+            if _lost(exc):
+                raise DatabaseUnavailable(f"ledger database unavailable: {exc}") from exc
+            raise
         finally:
             pooled.close()
 
@@ -105,19 +107,21 @@ class Store:
             else:
                 with conn.execution_options(**{WRITE_OPTION: write}).begin():
                     yield conn
-        except sa.exc.DBAPIError as exc:
-            raise _unavailable(exc) from exc
+        except (sa.exc.DBAPIError, OSError) as exc:
+            if _lost(exc):
+                raise DatabaseUnavailable(f"ledger database unavailable: {exc}") from exc
+            raise
         finally:
             conn.close()
 
 
-def _unavailable(exc: sa.exc.DBAPIError) -> Exception:
-    """`DatabaseUnavailable` for a statement that failed because the connection was lost,
-    or the error itself."""
+def _lost(exc: sa.exc.DBAPIError | OSError) -> bool:
+    """Whether a statement failed because the connection was lost (a socket error the
+    driver let through unwrapped counts), not because of the statement."""
+    if isinstance(exc, OSError):
+        return True
     lost = isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
-    if lost or exc.connection_invalidated:
-        return DatabaseUnavailable(f"ledger database unavailable: {exc}")
-    return exc
+    return lost or exc.connection_invalidated
 
 
 @contextmanager
