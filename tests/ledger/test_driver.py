@@ -218,6 +218,7 @@ def test_a_lost_connection_drops_every_connection_it_went_with(
 ) -> None:
     # Given a ledger with two pooled connections, both of whose server sessions are killed
     # (a restart or a failover)
+    empty_tables(pg_ledger)
     ledger = Ledger.connect(pg_database_url, pool_size=2, max_overflow=0)
     pid = sa.text("SELECT pg_backend_pid()")
     try:
