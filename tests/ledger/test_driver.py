@@ -122,9 +122,10 @@ def run_direct(
     assert direct is not None
     pooled = engine.raw_connection()
     try:
-        return direct.run(pooled, direct.compile(statement), parameters)
+        rows, count = direct.run(pooled, direct.compile(statement), parameters)
     finally:
         pooled.close()
+    return [tuple(row) for row in rows], count
 
 
 def test_a_direct_statement_answers_what_sqlalchemy_answers(
@@ -169,20 +170,24 @@ def test_a_direct_statement_answers_what_sqlalchemy_answers(
     assert pg_ledger.get_channel(channel.channel_id).timeout_ms == 6_000  # committed
 
 
-def test_the_ledger_goes_direct_unless_a_listener_watches_executions(pg_ledger: Ledger) -> None:
-    direct = DirectStatements.for_engine(pg_ledger.engine)
-    assert direct is not None and not direct.observed()
+@pytest.mark.parametrize("event", ["before_cursor_execute", "commit", "handle_error"])
+def test_the_ledger_goes_direct_unless_listeners_watch_executions(
+    pg_database_url: str, event: str
+) -> None:
+    engine = create_ledger_engine(pg_database_url, pool_size=1)
+    try:
+        direct = DirectStatements.for_engine(engine)
+        assert direct is not None and not direct.observed()
 
-    def watch(*_: object) -> None:
-        pass
+        def watch(*_: object) -> None:
+            pass
 
-    for name in ("before_cursor_execute", "commit"):
-        sa.event.listen(pg_ledger.engine, name, watch)
-        try:
-            assert direct.observed(), name
-        finally:
-            sa.event.remove(pg_ledger.engine, name, watch)
-    assert not direct.observed()
+        sa.event.listen(engine, event, watch)
+        assert direct.observed()
+        sa.event.remove(engine, event, watch)
+        assert not direct.observed()  # direct again once nothing watches
+    finally:
+        engine.dispose()
 
 
 def test_without_prepared_statements_statements_go_through_sqlalchemy(

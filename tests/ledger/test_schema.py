@@ -3,14 +3,15 @@ backends, and running them again changes nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from cronledger.ledger import Ledger
-from cronledger.ledger.tables import metadata, occurrences
+from cronledger.ledger import Channel, Ledger, Occurrence
+from cronledger.ledger.tables import channels, metadata, occurrences
 from tests.ledger.helpers import empty_tables, row
 
 VERSION_TABLE = "cronledger_alembic_version"
@@ -96,3 +97,9 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_ledger: Ledger) -> N
 
     assert mode == "wal", "readers must not block the writer, nor it them"
     assert timeout_ms >= 10_000, "a writer waits its turn instead of failing at once"
+
+
+def test_the_models_list_their_tables_columns_in_table_order() -> None:
+    # The ledger builds them from rows positionally (`occurrence_of`, `Channel(*row)`).
+    assert [f.name for f in dataclasses.fields(Occurrence)] == occurrences.c.keys()
+    assert [f.name for f in dataclasses.fields(Channel)] == channels.c.keys()

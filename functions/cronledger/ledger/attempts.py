@@ -399,8 +399,9 @@ def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
 
 
 def occurrence_of(row: Sequence[Any]) -> Occurrence:
-    """An occurrence from its table's columns, in table order."""
-    return Occurrence(**dict(zip(occurrences.c.keys(), row, strict=True)))
+    """An occurrence from its table's columns, in table order (the model's fields are in
+    that order: tests/ledger/test_schema.py checks)."""
+    return Occurrence(*row)
 
 
 def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:

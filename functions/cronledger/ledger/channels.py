@@ -290,7 +290,6 @@ def _occurrence_and_channel(
         raise NotFound(f"occurrence {occurrence_id} not found")
     split, end = len(occurrences.c), len(occurrences.c) + len(channels.c)
     occurrence = occurrence_of(row[:split])
-    channel = dict(zip(channels.c.keys(), row[split:end], strict=True))
-    if channel["channel_id"] is None:
+    if row[split] is None:  # the channel's id: no channel
         return occurrence, None
-    return occurrence, Channel(**channel)
+    return occurrence, Channel(*row[split:end])  # fields in table order, as occurrence_of

@@ -151,9 +151,10 @@ def _run_prepared(connection: Any, statement: str, parameters: Any) -> Any:
 
 #: A bind parameter the caller must give (it has no value of its own in the statement).
 _REQUIRED = object()
-#: Engine events around a statement's execution (and the dialect's own, beyond this module's
-#: `do_execute`): with any listener, statements go through SQLAlchemy, which gives
-#: listeners what they expect.
+
+
+#: Engine events around a statement's execution: with a listener for any of them, the
+#: statement goes through SQLAlchemy.
 _EXECUTION_EVENTS = (
     "engine_connect",
     "before_execute",
@@ -174,8 +175,8 @@ class DirectStatement:
     text: str
     #: (parameter name, its value when the caller gives none or `_REQUIRED`, bind processor)
     binds: tuple[tuple[str, Any, Any], ...]
-    #: the type's result processor per returned column; None when no column has one
-    readers: tuple[Any, ...] | None
+    #: (column position, the type's result processor) for each column that has one
+    readers: tuple[tuple[int, Any], ...]
 
 
 class DirectStatements:
@@ -207,8 +208,10 @@ class DirectStatements:
         return cls(engine) if _execute_prepared in engine.dialect.dispatch.do_execute else None
 
     def observed(self) -> bool:
-        """Whether a listener watches executions (the statement should then go through
-        SQLAlchemy)."""
+        """Whether a listener watches executions now: an engine event around execution, or
+        a dialect event beyond this module's `do_execute`. The statement then goes through
+        SQLAlchemy, which gives listeners the connection and context they expect. (Not
+        SQLAlchemy's own `_has_events`: it stays set once any listener was ever added.)"""
         dialect = self.engine.dialect.dispatch
         if dialect.handle_error or dialect.do_setinputsizes or len(dialect.do_execute) > 1:
             return True
@@ -226,14 +229,16 @@ class DirectStatements:
             default = _REQUIRED if bind.required else bind.effective_value
             binds.append((name, default, bind.type.dialect_impl(dialect).bind_processor(dialect)))
         readers = tuple(
-            column.type.dialect_impl(dialect).result_processor(dialect, None)
-            for column in getattr(statement, "exported_columns", ())
+            (position, read)
+            for position, column in enumerate(getattr(statement, "exported_columns", ()))
+            for read in [column.type.dialect_impl(dialect).result_processor(dialect, None)]
+            if read is not None
         )
-        return DirectStatement(compiled.string, tuple(binds), readers if any(readers) else None)
+        return DirectStatement(compiled.string, tuple(binds), readers)
 
     def run(
         self, pooled: Any, statement: DirectStatement, parameters: dict[str, Any]
-    ) -> tuple[list[tuple[Any, ...]], int]:
+    ) -> tuple[list[list[Any]], int]:
         """The rows the statement returned and the row count the server reported for it
         (rows changed by a write, rows returned by a read), run on `pooled` (the engine's
         `raw_connection()`, which the caller closes)."""
@@ -257,14 +262,11 @@ class DirectStatements:
         except BaseException as exc:  # interrupted mid-message: the connection is unusable
             pooled.invalidate(exc)
             raise
-        rows = context.rows or ()
-        readers = statement.readers
-        if readers is None:
-            return [tuple(row) for row in rows], context.row_count
-        return [
-            tuple(v if read is None else read(v) for read, v in zip(readers, row, strict=True))
-            for row in rows
-        ], context.row_count
+        rows = [list(row) for row in context.rows or ()]
+        for row in rows:
+            for position, read in statement.readers:
+                row[position] = read(row[position])
+        return rows, context.row_count
 
     def _translated(
         self, pooled: Any, statement: DirectStatement, values: Any, exc: Exception
