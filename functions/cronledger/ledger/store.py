@@ -64,11 +64,8 @@ class Store:
         statement = self._statement(("direct", key), lambda: direct.compile(build()))
         pooled = self._connect(self.engine.raw_connection)
         try:
-            return direct.run(pooled, statement, parameters)
-        except (sa.exc.DBAPIError, OSError) as exc:
-            if _lost(exc):
-                raise DatabaseUnavailable(f"ledger database unavailable: {exc}") from exc
-            raise
+            with _unavailable_when_lost():
+                return direct.run(pooled, statement, parameters)
         finally:
             pooled.close()
 
@@ -101,27 +98,29 @@ class Store:
     def _transaction(self, *, write: bool, autocommit: bool = False) -> Iterator[sa.Connection]:
         conn = self._connect(self.engine.connect)
         try:
-            if autocommit and self._sql.is_postgres:
-                with _driver_autocommit(conn):
-                    yield conn
-            else:
-                with conn.execution_options(**{WRITE_OPTION: write}).begin():
-                    yield conn
-        except (sa.exc.DBAPIError, OSError) as exc:
-            if _lost(exc):
-                raise DatabaseUnavailable(f"ledger database unavailable: {exc}") from exc
-            raise
+            with _unavailable_when_lost():
+                if autocommit and self._sql.is_postgres:
+                    with _driver_autocommit(conn):
+                        yield conn
+                else:
+                    with conn.execution_options(**{WRITE_OPTION: write}).begin():
+                        yield conn
         finally:
             conn.close()
 
 
-def _lost(exc: sa.exc.DBAPIError | OSError) -> bool:
-    """Whether a statement failed because the connection was lost (a socket error the
-    driver let through unwrapped counts), not because of the statement."""
-    if isinstance(exc, OSError):
-        return True
-    lost = isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
-    return lost or exc.connection_invalidated
+@contextmanager
+def _unavailable_when_lost() -> Iterator[None]:
+    """A statement that failed because the connection was lost (a socket error the driver
+    let through unwrapped counts) raises `DatabaseUnavailable`; any other failure, as it
+    was raised."""
+    try:
+        yield
+    except (sa.exc.DBAPIError, OSError) as exc:
+        lost = isinstance(exc, OSError | sa.exc.OperationalError | sa.exc.InterfaceError)
+        if lost or getattr(exc, "connection_invalidated", False):
+            raise DatabaseUnavailable(f"ledger database unavailable: {exc}") from exc
+        raise
 
 
 @contextmanager
