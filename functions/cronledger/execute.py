@@ -127,7 +127,6 @@ class Executor:
         clients: AwsClients | None = None,
         schedules: ScheduleCache | None = None,
         annotate: Callable[..., object] | None = None,
-        threads: TargetThreads = TARGET_THREADS,
     ) -> None:
         """`annotate(**keys)` is told what the attempt learns as it learns it (channel id,
         attempt, fencing token), so a caller can put them on its log lines."""
@@ -136,7 +135,6 @@ class Executor:
         self.clients = clients
         self.schedules = schedules or SHARED_SCHEDULES
         self.annotate = annotate or (lambda **keys: None)
-        self.threads = threads
 
     def run_attempt(
         self,
@@ -255,7 +253,7 @@ class Executor:
             finally:
                 done.set()
 
-        self.threads.run(target, name=f"target-{occurrence.id}")
+        TARGET_THREADS.run(target, name=f"target-{occurrence.id}")
         beat = self.settings.heartbeat_interval.total_seconds()
         give_up = self.settings.renewal_give_up.total_seconds()
         give_up_at = time.monotonic() + budget + OVERRUN_GRACE_SECS

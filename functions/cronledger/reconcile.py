@@ -259,18 +259,18 @@ def _record_failure(report: PassReport, channel_id: str, exc: Exception) -> None
 def after_pass(
     ledger: Ledger,
     settings: Settings,
-    retention: Every | None = None,
-    heartbeat: Every | None = None,
+    retention: Every,
+    heartbeat: Every,
 ) -> None:
     """Bookkeeping after a successful pass: the backlog gauges (one read), the job heartbeat
-    the health endpoint reads (every pass, or when `heartbeat` is due), and (when
-    `retention` is due) retention."""
+    the health endpoint reads (when `heartbeat` is due), and retention (when `retention`
+    is due)."""
     backlog = ledger.backlog()
     metrics.record_oldest_pending_age(backlog.oldest_pending_age_secs or 0.0)
     metrics.record_pending_count(backlog.pending)
-    if heartbeat is None or heartbeat.due():
+    if heartbeat.due():
         ledger.record_job_ok(JOB)
-    if retention is not None and retention.due():
+    if retention.due():
         deleted = ledger.delete_terminal_older_than(settings.retention_hours)
         if deleted:
             log.info("retention removed %d terminal occurrence(s)", deleted)

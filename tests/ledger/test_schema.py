@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from cronledger.ledger import Channel, Ledger, Occurrence
-from cronledger.ledger.tables import channels, metadata, occurrences
+from cronledger.ledger import Channel, Ledger, Occurrence, ScheduleState
+from cronledger.ledger.tables import channels, metadata, occurrences, schedule_state
 from tests.ledger.helpers import empty_tables, row
 
 VERSION_TABLE = "cronledger_alembic_version"
@@ -103,3 +103,4 @@ def test_the_models_list_their_tables_columns_in_table_order() -> None:
     # The ledger builds them from rows positionally (`occurrence_of`, `Channel(*row)`).
     assert [f.name for f in dataclasses.fields(Occurrence)] == occurrences.c.keys()
     assert [f.name for f in dataclasses.fields(Channel)] == channels.c.keys()
+    assert [f.name for f in dataclasses.fields(ScheduleState)] == schedule_state.c.keys()

@@ -69,17 +69,17 @@ class CursorStore(Store):
             .where(sa.or_(channels.c.channel_id.is_(None), channels.c.status != CHANNEL_ACTIVE))
         )
         work: list[ScheduleWork] = []
-        channel_keys, state_keys = channels.c.keys(), schedule_state.c.keys()
-        split = len(channel_keys)
+        split = len(channels.c)
         with self._read() as conn:
+            # Models in their tables' column order (tests/ledger/test_schema.py checks).
             for found in conn.execute(active):
-                channel = Channel(**dict(zip(channel_keys, found[:split], strict=True)))
+                channel = Channel(*found[:split])
                 state = None
                 if found[split] is not None:  # the cursor's channel_id: it has one
-                    state = ScheduleState(**dict(zip(state_keys, found[split:], strict=True)))
+                    state = ScheduleState(*found[split:])
                 work.append(ScheduleWork(channel.channel_id, channel, state))
             for row in conn.execute(orphaned):
-                work.append(ScheduleWork(row.channel_id, None, ScheduleState(**row._mapping)))
+                work.append(ScheduleWork(row.channel_id, None, ScheduleState(*row)))
         return sorted(work, key=lambda w: w.channel_id)
 
     def adopt_channel_version(self, channel_id: str, version: int) -> bool:

@@ -61,7 +61,9 @@ class Store:
             with self._transaction(write=write, autocommit=True) as conn:
                 result = conn.execute(self._statement(key, build), parameters)
                 return (result.all() if result.returns_rows else []), result.rowcount
-        statement = self._statement(("direct", key), lambda: direct.compile(build()))
+        statement = self._statement(
+            ("direct", key), lambda: direct.compile(self._statement(key, build))
+        )
         pooled = self._connect(self.engine.raw_connection)
         try:
             with _unavailable_when_lost():

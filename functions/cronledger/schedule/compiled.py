@@ -27,7 +27,6 @@ from cronledger.schedule.walk import (
     EPOCH,
     FIRST_SECOND,
     LAST_SECOND,
-    NOTHING_MISSED,
     Calendar,
     ceil_seconds,
     floor_seconds,
@@ -129,14 +128,10 @@ class Schedule:
 
         catch_up = min(self.max_catch_up, instance_max_catch_up)
         misfired_until = min(late_from - 1, now_s)
-        misfired = (
-            self._calendar.survey(
-                cursor_s,
-                misfired_until,
-                head=(catch_up if self.misfire_policy == "catch_up" else 0) + 1,
-            )
-            if cursor_s <= misfired_until
-            else NOTHING_MISSED
+        misfired = self._calendar.survey(
+            cursor_s,
+            misfired_until,
+            head=(catch_up if self.misfire_policy == "catch_up" else 0) + 1,
         )
         kept: list[int] = []
         dropped: tuple[int, int, int] | None = None  # oldest, newest, count

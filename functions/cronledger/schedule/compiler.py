@@ -110,7 +110,7 @@ def compile_schedule(
 
     errors: list[FieldError] = []
     _refuse_unknown_keys(transport_config, _KEYS, "transport_config", errors)
-    parsed = _expression(get("schedule"), errors)
+    expression = _expression(get("schedule"), errors)
     zone = _timezone(get("timezone"), errors)
     payload_json = _payload(get("payload"), errors)
     policy = _choice(get("misfire_policy"), "misfire_policy", _MISFIRE_POLICIES, "latest", errors)
@@ -118,8 +118,7 @@ def compile_schedule(
     concurrency = _concurrency(get("concurrency"), channel_id, errors)
 
     calendar = None
-    if parsed is not None:
-        expression, _ = parsed
+    if expression is not None:
         # A bad zone does not hide an impossible date: that is impossible in UTC too.
         calendar = shared_calendar(expression, zone or "UTC")
         start = ceil_seconds(anchor)
@@ -135,13 +134,13 @@ def compile_schedule(
     if errors:
         raise ScheduleInvalid(errors)
 
-    assert parsed is not None and calendar is not None and zone is not None
+    assert expression is not None and calendar is not None and zone is not None
     assert payload_json is not None and policy is not None
     assert max_catch_up is not None and concurrency is not None
     misfire_policy = cast(MisfirePolicy, policy)
     return Schedule(
         channel_id=channel_id,
-        expression=parsed[0],
+        expression=expression,
         timezone=zone,
         payload_json=payload_json,
         misfire_policy=misfire_policy,
@@ -149,7 +148,7 @@ def compile_schedule(
         concurrency_policy=cast(ConcurrencyPolicy, concurrency[0]),
         concurrency_key=concurrency[1],
         slots=concurrency[2],
-        config_hash=_config_hash(parsed[0], zone, misfire_policy, max_catch_up),
+        config_hash=_config_hash(expression, zone, misfire_policy, max_catch_up),
         _calendar=calendar,
     )
 
@@ -178,7 +177,7 @@ def _refuse_unknown_keys(
         errors.append(FieldError(f"{prefix}.{key}", "invalid", f'unknown key "{key}"; {hint}'))
 
 
-def _expression(value: Any, errors: list[FieldError]) -> tuple[str, croniter] | None:
+def _expression(value: Any, errors: list[FieldError]) -> str | None:
     path = "transport_config.schedule"
     if value is _MISSING:
         errors.append(FieldError(path, "required", f"a six-field cron expression; {_EXAMPLE}"))
@@ -227,11 +226,11 @@ def _expression(value: Any, errors: list[FieldError]) -> tuple[str, croniter] | 
         return None
     expression = " ".join(fields)
     try:
-        cron = croniter(expression, second_at_beginning=True)
+        croniter(expression, second_at_beginning=True)  # parses and checks each field
     except Exception as exc:  # croniter reports some malformed input with non-croniter errors
         errors.append(FieldError(path, "invalid", _explain_parse_error(fields, exc)))
         return None
-    return expression, cron
+    return expression
 
 
 def _explain_parse_error(fields: list[str], exc: Exception) -> str:

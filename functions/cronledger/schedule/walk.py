@@ -49,10 +49,6 @@ class Survey:
     tail: list[int]
 
 
-#: The survey of an empty window.
-NOTHING_MISSED = Survey(0, [], [])
-
-
 @lru_cache(maxsize=1024)
 def calendar(expression: str, zone: str) -> Calendar:
     """The calendar of a valid expression in a zone, built once per process: thousands of
