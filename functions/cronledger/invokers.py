@@ -122,7 +122,7 @@ class LambdaInvoker:
         self._client = client
 
     def dispatch(self, occurrence_id: str, claimant: str) -> None:
-        client = self._client or dispatch_client()
+        client = self._client = self._client or dispatch_client()  # built on first use
         payload = json.dumps({"occurrence_id": occurrence_id, "claimant": claimant})
         try:
             response = client.invoke(

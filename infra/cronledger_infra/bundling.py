@@ -11,8 +11,9 @@ The project is staged in a temporary directory first, so pip's build leaves noth
 working tree. Then the asset loses what no function imports: the AWS SDK and its dependency
 closure (the Lambda runtime ships them), what `NEVER_IMPORTED` and `UNUSED_DISTRIBUTIONS` list,
 type stubs, host-Python bytecode, and the debug symbols of native modules (when an
-`llvm-strip` or aarch64 `strip` is on PATH). The asset hash is the project's source, pyproject.toml and this recipe, so an unchanged
-project is not rebuilt; resolution is not locked, so a rebuild may pick newer allowed versions.
+`llvm-strip` or aarch64 `strip` is on PATH). The asset hash is the project's source,
+pyproject.toml and this recipe, so an unchanged project is not rebuilt; resolution is not
+locked, so a rebuild may pick newer allowed versions.
 """
 
 from __future__ import annotations

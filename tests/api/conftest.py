@@ -3,7 +3,6 @@ from tests/conftest.py), a request helper, and the step-by-step scheduler of `he
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api import create_app
 from cronledger.ledger import Ledger
-from tests.api.helpers import Scheduler
+from tests.api.helpers import Api, Scheduler
 from tests.api.http import Answer, call
 
 
@@ -26,7 +25,7 @@ def scheduler(ledger: Ledger) -> Scheduler:
 
 
 @pytest.fixture
-def api(app: APIGatewayHttpResolver) -> Callable[..., Answer]:
+def api(app: APIGatewayHttpResolver) -> Api:
     def request(method: str, path: str, query: Any = None, body: Any = None, **kw: Any) -> Answer:
         return call(app, method, path, query, body, **kw)
 

@@ -6,8 +6,9 @@ Every channel fires each minute at second 0 and its cursor is at the latest such
 the pass writes one row per channel and advances every cursor. "warm" is a long-lived
 process's pass (schedules already compiled); "cold" is a pass that compiles every schedule
 (fresh schedule cache and shared calendars), on a pooled connection whose statements are
-already prepared: the cost of compiling, not of a whole process start. The statement count is what SQLAlchemy sent during the pass: a
-batched pass is a fixed handful, whatever the number of channels.
+already prepared: the cost of compiling, not of a whole process start. The statement count
+is what SQLAlchemy sent during the pass: a batched pass is a fixed handful, whatever the
+number of channels.
 
 Lifecycle: claim → start → no-op Python target → settle, through `claim_once` and the
 Executor's real path, by 4 workers; occurrences per second, divided by pgbench TPC-B tps
@@ -41,7 +42,6 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from cronledger.claim import claim_once
 from cronledger.execute import Executor
@@ -61,6 +61,7 @@ from tests.bench.pg import (
     pgbench_run,
     scratch_database,
 )
+from tests.ledger.helpers import sent_statements
 
 RUNS = 3
 #: A cold pass over 10,000 channels compiles 10,000 schedules: twice is enough.
@@ -204,18 +205,13 @@ def timed_pass(
 @contextmanager
 def counting_statements(engine: sa.Engine) -> Iterator[Counter[str]]:
     """Statements sent to the database while inside, by the verbs they carry (a
-    statement that updates and inserts is one `UPDATE+INSERT`)."""
+    statement that updates and inserts is one `UPDATE+INSERT`), counted as the block ends."""
     seen: Counter[str] = Counter()
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    with sent_statements(engine) as sent:
+        yield seen
+    for statement, _ in sent:
         verbs = dict.fromkeys(v.upper() for v in VERB.findall(statement))  # in order, once
         seen["+".join(verbs) or "SELECT"] += 1
-
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
 
 
 def describe(statements: Counter[str]) -> str:

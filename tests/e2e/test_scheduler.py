@@ -37,6 +37,7 @@ from cronledger.reconcile import reconcile_once
 from cronledger.settings import Settings
 from tests.e2e import targets
 from tests.ledger.helpers import expire_claim
+from tests.polling import wait_until
 
 FAST = Settings(
     poll_interval_ms=100,
@@ -72,15 +73,6 @@ def make_channel(
 
 def rows(ledger: Ledger, channel_id: str | None = None) -> list[Any]:
     return ledger.list_occurrences(OccurrenceFilter(channel_id=channel_id, limit=1000)).data
-
-
-def wait_until(predicate: Any, timeout: float = 15.0, every: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def move_cursor_back(ledger: Ledger, channel_id: str, by: timedelta) -> None:

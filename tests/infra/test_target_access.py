@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-import tests.infra.synthesis  # noqa: F401  (puts infra/ on the import path)
 from cronledger.targets.stepfunctions import _execution_arn
 from cronledger_infra.target_access import executions_of
 

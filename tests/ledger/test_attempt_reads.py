@@ -1,5 +1,6 @@
 """What an attempt reads before it starts (the occurrence and its channel, in one read, which
-on PostgreSQL also starts a plain attempt), and the start's handling of a slot left by an earlier attempt when the read shows none can exist."""
+on PostgreSQL also starts a plain attempt), and the start's handling of a slot left by an
+earlier attempt when the read shows none can exist."""
 
 from __future__ import annotations
 

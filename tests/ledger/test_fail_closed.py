@@ -12,11 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from cronledger.ledger import DatabaseUnavailable, Ledger, SingletonSpec
 from tests.ledger.helpers import LEASE, seed_due
-from tests.pg import scratch_database
+from tests.pg import drop_database, scratch_database
 
 UNREACHABLE_POSTGRES = "postgresql+pg8000://postgres@127.0.0.1:1/cronledger"
 
@@ -62,12 +61,7 @@ def test_a_postgresql_database_that_goes_away_raises_rather_than_reporting_nothi
             assert len(ledger.claim_due("node-a", 1, LEASE)) == 1, "there is work"
 
             # When the database disappears under it
-            admin = sa.create_engine(
-                sa.make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT"
-            )
-            with admin.connect() as conn:
-                conn.execute(sa.text(f'DROP DATABASE "{sa.make_url(url).database}" WITH (FORCE)'))
-            admin.dispose()
+            drop_database(url)
 
             # Then the remaining work is not reported as "nothing due"
             assert_every_decision_raises(ledger)

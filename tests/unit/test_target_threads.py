@@ -7,6 +7,7 @@ import contextvars
 import threading
 
 from cronledger.execute import TargetThreads
+from tests.polling import wait_until
 
 WAIT = 5.0
 MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark")
@@ -30,11 +31,7 @@ def run_and_wait(threads: TargetThreads, *, fail: bool = False) -> threading.Thr
 
 
 def wait_until_idle(threads: TargetThreads, count: int) -> None:
-    for _ in range(500):
-        if threads.idle_count() == count:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"idle threads: {threads.idle_count()}, expected {count}")
+    wait_until(lambda: threads.idle_count() == count, timeout=WAIT, every=0.01)
 
 
 def test_a_thread_that_ran_a_target_runs_the_next_one() -> None:

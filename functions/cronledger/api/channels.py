@@ -35,7 +35,7 @@ from cronledger.api.models import (
     StatusChange,
     Text,
 )
-from cronledger.api.views import channel_view
+from cronledger.api.views import channel_view, cursors_by_channel
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
@@ -81,7 +81,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         offset: Offset = 0,
     ) -> Page[ChannelView]:
         page = ledger.list_channels(status=status, limit=limit, offset=offset, name=name)
-        states = _cursors(ledger, [c.channel_id for c in page.data])
+        states = cursors_by_channel(ledger.schedule_states([c.channel_id for c in page.data]))
         return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
     @app.get(
@@ -145,9 +145,5 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         return Response(status_code=204, content_type=None, body=None)
 
 
-def _cursors(ledger: Ledger, channel_ids: list[str]) -> dict[str, ScheduleState]:
-    return {state.channel_id: state for state in ledger.schedule_states(channel_ids)}
-
-
 def _cursor(ledger: Ledger, channel_id: str) -> ScheduleState | None:
-    return _cursors(ledger, [channel_id]).get(channel_id)
+    return cursors_by_channel(ledger.schedule_states([channel_id])).get(channel_id)

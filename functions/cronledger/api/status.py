@@ -18,7 +18,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import PREFIX, ChannelStatus, Health, Limit, Offset, One, Page
-from cronledger.api.views import compiled, cursor_times, timestamp
+from cronledger.api.views import compiled, cursor_times, cursors_by_channel, timestamp
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, Ledger, ScheduleState
@@ -41,7 +41,7 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         schedules = {channel.channel_id: compiled(channel) for channel in page.data}
         keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}
         # A fixed handful of reads for the whole page, whatever its size.
-        states = {state.channel_id: state for state in ledger.schedule_states(ids)}
+        states = cursors_by_channel(ledger.schedule_states(ids))
         activity = ledger.channel_activity(ids, keys)
         return Page.of(
             page,

@@ -7,6 +7,7 @@ fencing detail included, is served one occurrence at a time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Final
 from zoneinfo import ZoneInfo
@@ -56,6 +57,10 @@ def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
         updated_at=to_rfc3339(channel.updated_at),
         compiled=None if schedule is None else _compiled_view(schedule, state),
     )
+
+
+def cursors_by_channel(states: Iterable[ScheduleState]) -> dict[str, ScheduleState]:
+    return {state.channel_id: state for state in states}
 
 
 def cursor_times(state: ScheduleState | None) -> tuple[str | None, str | None]:

@@ -1,7 +1,9 @@
-"""boto3 clients for the targets and the Lambda invoker, made once and reused.
+"""boto3 clients for the targets, the Lambda invoker and RDS token signing, made once and
+reused.
 
 A Lambda execution environment serves many invocations; building a client costs more than most
-calls made with it, so clients are cached per (service, region, read timeout). The read
+calls made with it, so clients are cached per (service, region, read timeout, retried: a
+synchronous target invoke is never retried, a dispatch is). The read
 timeout is how a synchronous call honours an attempt's time budget, so it is part of the key,
 rounded up to a whole second to keep the number of distinct clients small (a budget cut by the
 executor's own deadline differs on every invocation; the executor's margin covers the extra
