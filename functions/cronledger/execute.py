@@ -184,7 +184,7 @@ class Executor:
         if not start.started or start.started_at is None:
             return AttemptReport(occurrence_id, "lost", error="lost the claim before starting")
 
-        metrics.record_schedule_lag((start.started_at - occurrence.scheduled_for).total_seconds())
+        metrics.record_schedule_lag((start.started_at - occurrence.due_at).total_seconds())
         envelope = build_envelope(
             payload=schedule.payload,
             trigger=occurrence.trigger,  # type: ignore[arg-type]

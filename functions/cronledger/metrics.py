@@ -117,7 +117,7 @@ def _record(
 
 
 def record_schedule_lag(seconds: float) -> None:
-    """How late an attempt started against its `scheduled_for`."""
+    """How late an attempt started against its `due_at` (the instant, plus any jitter)."""
     _record(SCHEDULE_LAG, seconds, "Seconds")
 
 

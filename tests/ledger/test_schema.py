@@ -3,18 +3,26 @@ backends, and running them again changes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 
 from cronledger.ledger import Channel, Ledger, Occurrence, ScheduleState
+from cronledger.ledger.repository import ALEMBIC_INI
 from cronledger.ledger.tables import channels, metadata, occurrences, schedule_state
 from tests.ledger.helpers import empty_tables, row
+from tests.pg import scratch_database
 
 VERSION_TABLE = "cronledger_alembic_version"
+AN_INSTANT = datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
 
 
 def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger) -> None:
@@ -24,7 +32,7 @@ def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger
         tables = set(sa.inspect(conn).get_table_names())
         revision = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
     assert tables == {*metadata.tables, VERSION_TABLE}
-    assert revision == "0001"
+    assert revision == "0002"
 
 
 def test_the_migrated_schema_matches_the_table_definitions(ledger: Ledger) -> None:
@@ -87,7 +95,41 @@ def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: L
     [plan] = plans
     assert "Index Scan using ix_cron_occurrences_pending" in plan, plan
     assert "using ix_cron_occurrences_leased" in plan, plan
-    assert "Sort Key: cron_occurrences_1.scheduled_for" not in plan, plan
+    assert "Sort Key: cron_occurrences_1.due_at" not in plan, plan
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_upgrading_from_0001_keeps_every_row_due_at_its_instant(
+    backend: str, pg_database_url: str, tmp_path: Path
+) -> None:
+    # Given a database at the first revision, holding an occurrence
+    with contextlib.ExitStack() as stack:
+        if backend == "postgresql":
+            url = stack.enter_context(scratch_database(pg_database_url, "upgrade"))
+        else:
+            url = f"sqlite:///{tmp_path / 'old.db'}"
+        ledger = Ledger.connect(url)
+        stack.callback(ledger.dispose)
+        config = Config(str(ALEMBIC_INI))
+        with ledger.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0001")
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cron_occurrences (id, channel_id, channel_name, channel_version,"
+                    " trigger, scheduled_for, status, attempt, created_at, updated_at) VALUES"
+                    " ('old', 'ch', 'nightly', 1, 'cron', :at, 'pending', 0, :at, :at)"
+                ),
+                {"at": AN_INSTANT.replace(tzinfo=None) if backend == "sqlite" else AN_INSTANT},
+            )
+
+        # When it is migrated to the newest schema
+        ledger.migrate()
+
+        # Then the row is still there, due at its instant, and claimable as before
+        kept = ledger.get_occurrence("old")
+        assert kept.scheduled_for == kept.due_at == AN_INSTANT
+        assert [o.id for o in ledger.claim_due("node", 10, 60)] == ["old"]
 
 
 def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_ledger: Ledger) -> None:

@@ -235,11 +235,14 @@ class OccurrenceSummary(BaseModel):
     channel_name: str
     trigger: str
     scheduled_for: Timestamp
+    due_at: Timestamp = Field(
+        description="when it is (or was) claimable: scheduled_for plus jitter, or a retry's backoff"
+    )
     status: str
     attempt: int
     started_at: Timestamp | None
     completed_at: Timestamp | None
-    lag_ms: int | None = Field(description="started_at - scheduled_for")
+    lag_ms: int | None = Field(description="started_at - due_at")
     duration_ms: int | None = Field(description="completed_at - started_at")
     error_message: str | None = Field(description="the first 300 characters")
 
@@ -253,6 +256,7 @@ class OccurrenceRecord(BaseModel):
     target_ref: str | None
     trigger: str
     scheduled_for: Timestamp
+    due_at: Timestamp
     status: str
     attempt: int
     claimed_by: str | None

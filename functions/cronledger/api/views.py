@@ -106,11 +106,12 @@ def occurrence_summary(occurrence: Occurrence) -> OccurrenceSummary:
         channel_name=occurrence.channel_name,
         trigger=occurrence.trigger,
         scheduled_for=to_rfc3339(occurrence.scheduled_for),
+        due_at=to_rfc3339(occurrence.due_at),
         status=occurrence.status,
         attempt=occurrence.attempt,
         started_at=timestamp(occurrence.started_at),
         completed_at=timestamp(occurrence.completed_at),
-        lag_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
+        lag_ms=_millis(occurrence.due_at, occurrence.started_at),
         duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
         error_message=error,
     )
@@ -126,6 +127,7 @@ def occurrence_record(occurrence: Occurrence) -> OccurrenceRecord:
         target_ref=occurrence.target_ref,
         trigger=occurrence.trigger,
         scheduled_for=to_rfc3339(occurrence.scheduled_for),
+        due_at=to_rfc3339(occurrence.due_at),
         status=occurrence.status,
         attempt=occurrence.attempt,
         claimed_by=occurrence.claimed_by,
@@ -140,7 +142,7 @@ def occurrence_record(occurrence: Occurrence) -> OccurrenceRecord:
         completed_at=timestamp(occurrence.completed_at),
         created_at=to_rfc3339(occurrence.created_at),
         updated_at=to_rfc3339(occurrence.updated_at),
-        lag_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
+        lag_ms=_millis(occurrence.due_at, occurrence.started_at),
         duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
     )
 

@@ -2,8 +2,9 @@
 
 Every write here is conditional on ownership and its affected-row count is the answer;
 nothing trusts an earlier read.
-- A claim leases `pending` due rows, or `claimed`/`running` rows whose lease has expired
-  (crash recovery), oldest `scheduled_for` first, `attempt + 1`. PostgreSQL locks the chosen
+- A claim leases `pending` rows whose `due_at` has come (the instant, plus jitter or a retry's
+  backoff), or `claimed`/`running` rows whose lease has expired (crash recovery), oldest due
+  first, `attempt + 1`. PostgreSQL locks the chosen
   rows with `FOR UPDATE SKIP LOCKED` so concurrent claimers never wait on, or share, a row;
   SQLite runs the same `UPDATE … RETURNING` inside an immediate transaction.
 - Starting takes the singleton slot and moves the occurrence `claimed → running` in one
@@ -47,8 +48,8 @@ class AttemptStore(Store):
             {"p_claimant": claimant, "p_limit": limit},
         )
         claimed = [occurrence_of(row) for row in rows]
-        # RETURNING promises no order; the caller gets the oldest first.
-        return sorted(claimed, key=lambda o: (o.scheduled_for, o.id))
+        # RETURNING promises no order; the caller gets the oldest due first.
+        return sorted(claimed, key=lambda o: (o.due_at, o.scheduled_for, o.id))
 
     def _claim_statement(self, lease_secs: float) -> sa.Update:
         now = self._sql.now()
@@ -56,17 +57,15 @@ class AttemptStore(Store):
         # Two arms, each an index range scan that stops at the limit, rather than one OR
         # that would read the whole backlog on every claim: due `pending` rows, and
         # leases that ran out. Each arm locks its own rows, skipping another claimer's.
-        pending = self._claimable(
-            sa.and_(status_is(PENDING), occurrences.c.scheduled_for <= now), limit
-        )
+        pending = self._claimable(sa.and_(status_is(PENDING), occurrences.c.due_at <= now), limit)
         expired = self._claimable(
             sa.and_(status_is(*LEASED_STATUSES), occurrences.c.claimed_until < now), limit
         )
         both = sa.union_all(
-            sa.select(pending.c.id, pending.c.scheduled_for),
-            sa.select(expired.c.id, expired.c.scheduled_for),
+            sa.select(pending.c.id, pending.c.due_at),
+            sa.select(expired.c.id, expired.c.due_at),
         ).subquery()
-        due = sa.select(both.c.id).order_by(both.c.scheduled_for).limit(limit)
+        due = sa.select(both.c.id).order_by(both.c.due_at).limit(limit)
         return (
             sa.update(occurrences)
             .where(occurrences.c.id.in_(due.scalar_subquery()))
@@ -84,9 +83,9 @@ class AttemptStore(Store):
         self, condition: sa.ColumnElement[bool], limit: sa.BindParameter[int]
     ) -> sa.Subquery:
         arm = (
-            sa.select(occurrences.c.id, occurrences.c.scheduled_for)
+            sa.select(occurrences.c.id, occurrences.c.due_at)
             .where(condition)
-            .order_by(occurrences.c.scheduled_for)
+            .order_by(occurrences.c.due_at)
             .limit(limit)
         )
         if self._sql.is_postgres:

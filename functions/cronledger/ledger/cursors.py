@@ -196,7 +196,7 @@ class CursorStore(Store):
             .where(occurrences.c.channel_id == channel_id)
             .where(status_is(PENDING))
             .where(occurrences.c.trigger == TRIGGER_CRON)
-            .where(occurrences.c.scheduled_for > self._sql.now())
+            .where(occurrences.c.due_at > self._sql.now())
         )
 
 

@@ -77,6 +77,8 @@ class Occurrence:
     completed_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    #: When it becomes (or became) claimable: `scheduled_for` plus jitter, or a retry's backoff.
+    due_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,13 @@ class NewOccurrence:
     status: str = PENDING
     error_message: str | None = None
     target_ref: str | None = None
+    #: When it becomes claimable; `None`: at `scheduled_for`.
+    due_at: datetime | None = None
     id: str = field(default_factory=new_occurrence_id)
+
+    @property
+    def due(self) -> datetime:
+        return self.scheduled_for if self.due_at is None else self.due_at
 
     @classmethod
     def of(

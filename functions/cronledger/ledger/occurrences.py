@@ -120,6 +120,7 @@ class OccurrenceStore(CursorStore):
             ),
             "status": (sa.String(), [r.status for r in rows]),
             "error_message": (sa.Text(), [r.error_message for r in rows]),
+            "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
         }
         given = self._sql.rows("new", columns)
         now = self._sql.now()
@@ -176,8 +177,8 @@ class OccurrenceStore(CursorStore):
         return Page(data=data, total=total, limit=limit, offset=offset)
 
     def requeue(self, occurrence_id: str) -> Occurrence:
-        """Put a failed, cancelled or skipped occurrence back to `pending`, keeping its id and
-        `scheduled_for`; the next claim makes it `attempt + 1`. NotFound, or Conflict for any
+        """Put a failed, cancelled or skipped occurrence back to `pending`, due now, keeping its
+        id and `scheduled_for`; the next claim makes it `attempt + 1`. NotFound, or Conflict for any
         other status (`completed` included: running finished work again is a trigger)."""
         stmt = (
             sa.update(occurrences)
@@ -195,6 +196,7 @@ class OccurrenceStore(CursorStore):
                 result=None,
                 started_at=None,
                 completed_at=None,
+                due_at=self._sql.now(),
                 updated_at=self._sql.now(),
             )
             .returning(*occurrences.c)
@@ -284,6 +286,7 @@ class OccurrenceStore(CursorStore):
             "status": row.status,
             "attempt": 0,
             "error_message": row.error_message,
+            "due_at": require_utc(row.due, "due_at"),
             # A row born terminal (a misfire summary) ended when it was written.
             "completed_at": None if row.status in ACTIVE_STATUSES else now,
             "created_at": now,

@@ -122,8 +122,8 @@ class ReportingStore(Store):
             .select_from(occurrences)
             .where(status_is(PENDING))
             .scalar_subquery(),
-            sa.select(sa.func.min(occurrences.c.scheduled_for))
-            .where(status_is(PENDING), occurrences.c.scheduled_for <= now)
+            sa.select(sa.func.min(occurrences.c.due_at))
+            .where(status_is(PENDING), occurrences.c.due_at <= now)
             .scalar_subquery(),
         )
         with self._read() as conn:
@@ -133,11 +133,11 @@ class ReportingStore(Store):
 
     def seconds_until_next_due(self) -> float | None:
         """Seconds until the next row becomes claimable (0 when one already is): the
-        earliest pending `scheduled_for` or lease end. None when there is nothing at all, so
+        earliest pending `due_at` or lease end. None when there is nothing at all, so
         a claim loop can sleep until then rather than poll."""
         now = self._sql.now()
         stmt = sa.select(
-            sa.select(sa.func.min(occurrences.c.scheduled_for))
+            sa.select(sa.func.min(occurrences.c.due_at))
             .where(status_is(PENDING))
             .scalar_subquery(),
             sa.select(sa.func.min(occurrences.c.claimed_until))

@@ -109,6 +109,9 @@ occurrences = sa.Table(
     sa.Column("completed_at", UtcDateTime, nullable=True),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    # When the row becomes claimable: `scheduled_for` plus the channel's jitter, or a retry's
+    # backoff. The identity stays `scheduled_for`; lateness is measured from `due_at`.
+    sa.Column("due_at", UtcDateTime, nullable=False),
     # The identity of an occurrence, and what makes materialisation idempotent.
     sa.UniqueConstraint("channel_id", "scheduled_for", name="uq_cron_occurrences_instant"),
     # The claim's two arms, the backlog and the in-flight count. Partial on PostgreSQL, so
@@ -116,7 +119,7 @@ occurrences = sa.Table(
     sa.Index(
         "ix_cron_occurrences_pending",
         "status",
-        "scheduled_for",
+        "due_at",
         postgresql_where=sa.text("status = 'pending'"),
     ),
     sa.Index(
