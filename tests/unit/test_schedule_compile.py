@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from cronledger.errors import ValidationFailed
-from cronledger.schedule import FieldError, ScheduleInvalid, compile_schedule
+from cronledger.schedule import FieldError, RetryPolicy, ScheduleInvalid, compile_schedule
 
 CHANNEL = "0190f3a2-7c4e-7a11-9b3d-5e2f1a0c9d77"
 
@@ -36,6 +37,7 @@ def test_a_minimal_document_gets_every_default() -> None:
     assert s.concurrency_policy == "allow"
     assert s.singleton_key is None
     assert s.slots == 1
+    assert s.retry == RetryPolicy(max_attempts=3, backoff_secs=10, max_backoff_secs=300)
     assert len(s.config_hash) == 64
 
 
@@ -57,6 +59,37 @@ def test_a_full_document_is_read_as_written() -> None:
     assert s.payload == {"report": "daily", "n": [1, 2]}
     assert (s.misfire_policy, s.max_catch_up) == ("catch_up", 12)
     assert (s.concurrency_policy, s.singleton_key, s.slots) == ("forbid", "billing.export", 3)
+
+
+@pytest.mark.parametrize("policy", ["forbid", "queue_one", "replace"])
+def test_every_policy_but_allow_takes_a_singleton_key(policy: str) -> None:
+    s = compile_schedule(
+        {"schedule": "0 0 * * * *", "concurrency": {"policy": policy, "slots": 2}}, CHANNEL
+    )
+
+    assert (s.concurrency_policy, s.singleton_key, s.slots) == (policy, CHANNEL, 2)
+
+
+def test_a_retry_policy_is_read_as_written_and_a_large_first_wait_lifts_the_default_cap() -> None:
+    def retry(**given: int) -> RetryPolicy:
+        return compile_schedule({"schedule": "0 0 * * * *", "retry": given}, CHANNEL).retry
+
+    assert retry(max_attempts=1) == RetryPolicy(1, 10, 300)
+    assert retry(max_attempts=5, backoff_secs=0, max_backoff_secs=0) == RetryPolicy(5, 0, 0)
+    assert retry(backoff_secs=600) == RetryPolicy(3, 600, 600)
+
+
+def test_retry_waits_at_least_the_backoff_and_at_most_the_doubled_capped_ceiling() -> None:
+    policy = RetryPolicy(max_attempts=10, backoff_secs=10, max_backoff_secs=60)
+    rng = random.Random(7)
+
+    assert [policy.ceiling_secs(n) for n in range(1, 6)] == [10, 20, 40, 60, 60]
+    for attempt in range(1, 10):
+        waits = [policy.backoff_secs_after(attempt, rng) for _ in range(200)]
+        assert all(10 <= w <= policy.ceiling_secs(attempt) for w in waits)
+    assert policy.backoff_secs_after(1, rng) == 10, "the first retry waits exactly the backoff"
+    spread = [policy.backoff_secs_after(4, rng) for _ in range(200)]
+    assert max(spread) - min(spread) > 30, "later waits are jittered across their range"
 
 
 def test_forbid_without_a_key_locks_on_the_channel_id() -> None:
@@ -241,11 +274,60 @@ def test_a_target_editing_its_payload_cannot_edit_the_schedule() -> None:
             id="key of 129 characters",
         ),
         pytest.param(
-            {"schedule": "0 0 * * * *", "concurrency": {"policy": "queue_one"}},
+            {"schedule": "0 0 * * * *", "concurrency": {"policy": "queue"}},
             "transport_config.concurrency.policy",
             "invalid",
-            "not implemented yet",
-            id="queue_one",
+            '"allow", "forbid", "queue_one", "replace"',
+            id="unknown concurrency policy",
+        ),
+        pytest.param(
+            {"schedule": "0 0 * * * *", "retry": {"max_attempts": 0}},
+            "transport_config.retry.max_attempts",
+            "invalid",
+            "1..20",
+            id="no attempts at all",
+        ),
+        pytest.param(
+            {"schedule": "0 0 * * * *", "retry": {"max_attempts": 21}},
+            "transport_config.retry.max_attempts",
+            "invalid",
+            "1..20",
+            id="21 attempts",
+        ),
+        pytest.param(
+            {"schedule": "0 0 * * * *", "retry": {"backoff_secs": -1}},
+            "transport_config.retry.backoff_secs",
+            "invalid",
+            "0..86400",
+            id="negative backoff",
+        ),
+        pytest.param(
+            {"schedule": "0 0 * * * *", "retry": {"backoff_secs": 60, "max_backoff_secs": 30}},
+            "transport_config.retry.max_backoff_secs",
+            "invalid",
+            "below backoff_secs (60)",
+            id="a cap below the first wait",
+        ),
+        pytest.param(
+            {"schedule": "0 0 * * * *", "retry": {"max_attempts": "3"}},
+            "transport_config.retry.max_attempts",
+            "type_mismatch",
+            "a string",
+            id="attempts as text",
+        ),
+        pytest.param(
+            {"schedule": "0 0 * * * *", "retry": {"attempts": 3}},
+            "transport_config.retry.attempts",
+            "invalid",
+            'did you mean "max_attempts"?',
+            id="unknown retry key",
+        ),
+        pytest.param(
+            {"schedule": "0 0 * * * *", "retry": 3},
+            "transport_config.retry",
+            "type_mismatch",
+            "must be an object",
+            id="retry not an object",
         ),
         pytest.param(
             {"schedule": "0 0 * * * *", "concurrency": {"policy": "forbid", "slots": 101}},
@@ -363,6 +445,7 @@ def test_the_hash_moves_with_what_decides_when_the_schedule_fires(change: dict[s
         pytest.param({"concurrency": {"policy": "allow"}}, id="concurrency policy"),
         pytest.param({"concurrency": {"policy": "forbid", "key": "k2", "slots": 5}}, id="key"),
         pytest.param({"schedule": " 0   15 2 * * * "}, id="whitespace in the expression"),
+        pytest.param({"retry": {"max_attempts": 7, "backoff_secs": 1}}, id="retry"),
     ],
 )
 def test_the_hash_ignores_what_the_job_does(change: dict[str, Any]) -> None:

@@ -79,10 +79,23 @@ _TRANSPORT_CONFIG_SCHEMA: dict[str, Any] = {
         "concurrency": {
             "type": "object",
             "properties": {
-                "policy": {"type": "string", "enum": ["allow", "forbid"]},
+                "policy": {
+                    "type": "string",
+                    "enum": ["allow", "forbid", "queue_one", "replace"],
+                },
                 "key": {"type": "string"},
                 "slots": {"type": "integer", "minimum": 1, "maximum": 100},
             },
+        },
+        "retry": {
+            "type": "object",
+            "description": "attempts per occurrence and the backoff between them",
+            "properties": {
+                "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20, "default": 3},
+                "backoff_secs": {"type": "integer", "minimum": 0, "default": 10},
+                "max_backoff_secs": {"type": "integer", "minimum": 0, "default": 300},
+            },
+            "example": {"max_attempts": 3, "backoff_secs": 10, "max_backoff_secs": 300},
         },
     },
     "required": ["schedule"],

@@ -12,6 +12,7 @@ from cronledger.schedule.compiled import (
     ConcurrencyPolicy,
     MisfirePolicy,
     PassPlan,
+    RetryPolicy,
     Schedule,
     SkipSummary,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "FieldError",
     "MisfirePolicy",
     "PassPlan",
+    "RetryPolicy",
     "Schedule",
     "ScheduleInvalid",
     "SkipSummary",

@@ -18,6 +18,7 @@ Planning rules (SPEC §1.6), with the one decision the contract leaves open:
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -34,10 +35,33 @@ from cronledger.schedule.walk import (
 )
 
 MisfirePolicy = Literal["skip", "latest", "catch_up"]
-ConcurrencyPolicy = Literal["allow", "forbid"]
+ConcurrencyPolicy = Literal["allow", "forbid", "queue_one", "replace"]
 
 WALK_LIMIT: Final = 200_000
 """The most instants one walk returns, so a pathological window cannot hang a pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How many attempts one occurrence gets in all, and how long it waits between them.
+
+    The wait before attempt `n + 1` is drawn uniformly from `[backoff_secs, ceiling]`, where
+    the ceiling doubles per attempt from `backoff_secs` up to `max_backoff_secs`: full jitter
+    above a floor, so retries of many failed occurrences spread out, yet no retry comes
+    sooner than `backoff_secs` after the failure."""
+
+    max_attempts: int = 3
+    backoff_secs: int = 10
+    max_backoff_secs: int = 300
+
+    def ceiling_secs(self, attempt: int) -> float:
+        """The longest wait after failed attempt `attempt` (1-based)."""
+        doubled = self.backoff_secs * 2.0 ** min(max(attempt - 1, 0), 32)
+        return float(max(self.backoff_secs, min(self.max_backoff_secs, doubled)))
+
+    def backoff_secs_after(self, attempt: int, rng: random.Random | None = None) -> float:
+        """A jittered wait after failed attempt `attempt`, in `[backoff_secs, ceiling]`."""
+        return (rng or random).uniform(self.backoff_secs, self.ceiling_secs(attempt))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +98,7 @@ class Schedule:
     concurrency_policy: ConcurrencyPolicy
     concurrency_key: str
     slots: int
+    retry: RetryPolicy
     config_hash: str
     _calendar: Calendar = field(repr=False)
 
@@ -85,8 +110,9 @@ class Schedule:
 
     @property
     def singleton_key(self) -> str | None:
-        """The lock name under `forbid`; `None` when runs may overlap."""
-        return self.concurrency_key if self.concurrency_policy == "forbid" else None
+        """The lock name under `forbid`, `queue_one` and `replace`; `None` when runs may
+        overlap."""
+        return None if self.concurrency_policy == "allow" else self.concurrency_key
 
     def fires_in(self, start: datetime, end: datetime, cap: int = WALK_LIMIT) -> list[datetime]:
         """Every instant in `[start, end]` (both ends inclusive), ascending, at most

@@ -15,6 +15,9 @@ Decisions where SPEC §1.1 is silent:
 - A restricted day-of-month together with an nth or last weekday (`1 * SUN#2`, `15 * L5`) is
   refused: croniter cannot evaluate that combination and would never fire it.
 - "At least one occurrence in the next 5 years" is measured from `now=`, or the wall clock.
+- `retry.backoff_secs` may be 0 (retry at the next claim); `retry.max_backoff_secs` defaults to
+  300, or to `backoff_secs` when that is larger, and is refused below it. `retry` is not in
+  the scheduling hash: how failures are retried does not move when the schedule fires.
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any, Final, cast
+from typing import Any, Final, cast, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import croniter
 
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import require_utc
-from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, Schedule
+from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy, Schedule
 from cronledger.schedule.walk import LAST_SECOND, ceil_seconds, seconds
 from cronledger.schedule.walk import calendar as shared_calendar
 
@@ -42,10 +45,22 @@ MAX_CATCH_UP_LIMIT: Final = 1000
 MAX_SLOTS: Final = 100
 VALIDITY_HORIZON: Final = timedelta(days=5 * 366)
 
-_KEYS: Final = ("schedule", "timezone", "payload", "misfire_policy", "max_catch_up", "concurrency")
+MAX_ATTEMPTS: Final = 20
+MAX_BACKOFF_SECS: Final = 86_400
+
+_KEYS: Final = (
+    "schedule",
+    "timezone",
+    "payload",
+    "misfire_policy",
+    "max_catch_up",
+    "concurrency",
+    "retry",
+)
 _CONCURRENCY_KEYS: Final = ("policy", "key", "slots")
+_RETRY_KEYS: Final = ("max_attempts", "backoff_secs", "max_backoff_secs")
 _MISFIRE_POLICIES: Final = ("skip", "latest", "catch_up")
-_CONCURRENCY_POLICIES: Final = ("allow", "forbid")
+_CONCURRENCY_POLICIES: Final = get_args(ConcurrencyPolicy)
 _LOCK_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _EXAMPLE: Final = "a daily 02:15 is `0 15 2 * * *`"
 _FIELDS: Final = (
@@ -116,6 +131,7 @@ def compile_schedule(
     policy = _choice(get("misfire_policy"), "misfire_policy", _MISFIRE_POLICIES, "latest", errors)
     max_catch_up = _max_catch_up(get("max_catch_up"), policy, errors)
     concurrency = _concurrency(get("concurrency"), channel_id, errors)
+    retry = _retry(get("retry"), errors)
 
     calendar = None
     if expression is not None:
@@ -136,7 +152,7 @@ def compile_schedule(
 
     assert expression is not None and calendar is not None and zone is not None
     assert payload_json is not None and policy is not None
-    assert max_catch_up is not None and concurrency is not None
+    assert max_catch_up is not None and concurrency is not None and retry is not None
     misfire_policy = cast(MisfirePolicy, policy)
     return Schedule(
         channel_id=channel_id,
@@ -148,6 +164,7 @@ def compile_schedule(
         concurrency_policy=cast(ConcurrencyPolicy, concurrency[0]),
         concurrency_key=concurrency[1],
         slots=concurrency[2],
+        retry=retry,
         config_hash=_config_hash(expression, zone, misfire_policy, max_catch_up),
         _calendar=calendar,
     )
@@ -335,16 +352,20 @@ def _choice(
     return value
 
 
-def _integer(value: Any, path: str, high: int, errors: list[FieldError]) -> int | None:
+def _integer(
+    value: Any, path: str, high: int, errors: list[FieldError], low: int = 1
+) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         errors.append(
             FieldError(
-                path, "type_mismatch", f"must be an integer 1..{high}, got {_json_type(value)}"
+                path,
+                "type_mismatch",
+                f"must be an integer {low}..{high}, got {_json_type(value)}",
             )
         )
         return None
-    if not 1 <= value <= high:
-        errors.append(FieldError(path, "invalid", f"must be 1..{high}, got {value}"))
+    if not low <= value <= high:
+        errors.append(FieldError(path, "invalid", f"must be {low}..{high}, got {value}"))
         return None
     return value
 
@@ -390,18 +411,9 @@ def _concurrency(
     found = len(errors)
     _refuse_unknown_keys(value, _CONCURRENCY_KEYS, prefix, errors)
 
-    policy = value.get("policy", _MISSING)
-    if policy == "queue_one":
-        errors.append(
-            FieldError(
-                f"{prefix}.policy",
-                "invalid",
-                '"queue_one" is not implemented yet; use "forbid" (a contender is recorded as '
-                'skipped) or "allow"',
-            )
-        )
-    else:
-        policy = _choice(policy, "concurrency.policy", _CONCURRENCY_POLICIES, "allow", errors)
+    policy = _choice(
+        value.get("policy", _MISSING), "concurrency.policy", _CONCURRENCY_POLICIES, "allow", errors
+    )
 
     key = value.get("key", _MISSING)
     if key is _MISSING:
@@ -425,6 +437,58 @@ def _concurrency(
     if len(errors) > found:
         return None
     return str(policy), str(key), int(slots)
+
+
+def _retry(value: Any, errors: list[FieldError]) -> RetryPolicy | None:
+    """The retry policy; each key defaults on its own (`RetryPolicy`'s defaults)."""
+    prefix = "transport_config.retry"
+    default = RetryPolicy()
+    if value is _MISSING:
+        return default
+    if not isinstance(value, Mapping):
+        errors.append(
+            FieldError(
+                prefix,
+                "type_mismatch",
+                f'must be an object, got {_json_type(value)}; e.g. {{"max_attempts": 3}}',
+            )
+        )
+        return None
+    found = len(errors)
+    _refuse_unknown_keys(value, _RETRY_KEYS, prefix, errors)
+    attempts = _integer(
+        value.get("max_attempts", default.max_attempts),
+        f"{prefix}.max_attempts",
+        MAX_ATTEMPTS,
+        errors,
+    )
+    backoff = _integer(
+        value.get("backoff_secs", default.backoff_secs),
+        f"{prefix}.backoff_secs",
+        MAX_BACKOFF_SECS,
+        errors,
+        low=0,
+    )
+    cap = _integer(
+        value.get("max_backoff_secs", max(default.max_backoff_secs, backoff or 0)),
+        f"{prefix}.max_backoff_secs",
+        MAX_BACKOFF_SECS,
+        errors,
+        low=0,
+    )
+    if backoff is not None and cap is not None and cap < backoff:
+        errors.append(
+            FieldError(
+                f"{prefix}.max_backoff_secs",
+                "invalid",
+                f"is {cap}, below backoff_secs ({backoff}); the cap must be at least the "
+                "first wait",
+            )
+        )
+    if len(errors) > found:
+        return None
+    assert attempts is not None and backoff is not None and cap is not None
+    return RetryPolicy(max_attempts=attempts, backoff_secs=backoff, max_backoff_secs=cap)
 
 
 def _json_type(value: Any) -> str:
