@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 
-from cronledger.schedule import WALK_LIMIT, PassPlan, Schedule, SkipSummary, compile_schedule
+from cronledger.schedule import (
+    WALK_LIMIT,
+    PassPlan,
+    Schedule,
+    SkipSummary,
+    compile_schedule,
+    is_misfired,
+    kept_misfires,
+)
 
 GRACE = timedelta(minutes=2)
 CURSOR = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
@@ -210,3 +218,27 @@ def test_bad_plan_arguments_are_refused() -> None:
         s.plan_pass(CURSOR, NOW, timedelta(seconds=-1), 1)
     with pytest.raises(ValueError, match="instance_max_catch_up"):
         s.plan_pass(CURSOR, NOW, GRACE, 0)
+
+
+def test_an_instant_is_misfired_only_when_its_due_time_is_older_than_the_grace() -> None:
+    assert not is_misfired(NOW - GRACE, NOW, GRACE), "exactly at the edge is late"
+    assert is_misfired(NOW - GRACE - timedelta(microseconds=1), NOW, GRACE)
+    assert not is_misfired(NOW + timedelta(seconds=5), NOW, GRACE), "not yet due at all"
+
+
+@pytest.mark.parametrize(
+    ("policy", "count", "bound", "kept"),
+    [
+        ("skip", 5, 3, []),
+        ("latest", 5, 3, [4]),
+        ("latest", 1, 3, [0]),
+        ("catch_up", 5, 3, [0, 1, 2]),
+        ("catch_up", 2, 3, [0, 1]),
+        ("latest", 0, 3, []),
+        ("catch_up", 0, 3, []),
+    ],
+)
+def test_each_policy_keeps_a_prefix_or_a_suffix_of_the_misfired(
+    policy: Any, count: int, bound: int, kept: list[int]
+) -> None:
+    assert list(kept_misfires(policy, count, bound)) == kept

@@ -15,6 +15,8 @@ from cronledger.schedule.compiled import (
     RetryPolicy,
     Schedule,
     SkipSummary,
+    is_misfired,
+    kept_misfires,
 )
 from cronledger.schedule.compiler import ScheduleInvalid, compile_schedule
 
@@ -29,4 +31,6 @@ __all__ = [
     "ScheduleInvalid",
     "SkipSummary",
     "compile_schedule",
+    "is_misfired",
+    "kept_misfires",
 ]

@@ -41,6 +41,24 @@ WALK_LIMIT: Final = 200_000
 """The most instants one walk returns, so a pathological window cannot hang a pass."""
 
 
+def is_misfired(due_at: datetime, now: datetime, grace: timedelta) -> bool:
+    """Whether an instant due at `due_at` is misfired at `now` rather than merely late: its due
+    time (the instant, plus its jitter) is older than `now - grace`. The one rule reconcile
+    plans by and an attempt is judged by at start (SPEC §1.6, §5)."""
+    return due_at < now - grace
+
+
+def kept_misfires(policy: MisfirePolicy, count: int, catch_up: int) -> range:
+    """Which of one channel's `count` misfired instants, oldest first from index 0, `policy`
+    runs: `skip` none, `latest` the newest, `catch_up` the oldest `catch_up` (the bound already
+    clamped to the instance's). Always a prefix or a suffix; the rest are dropped."""
+    if count <= 0 or policy == "skip":
+        return range(0)
+    if policy == "latest":
+        return range(count - 1, count)
+    return range(min(count, catch_up))
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How many attempts one occurrence gets in all, and how long it waits between them.
@@ -159,18 +177,15 @@ class Schedule:
             misfired_until,
             head=(catch_up if self.misfire_policy == "catch_up" else 0) + 1,
         )
-        kept: list[int] = []
+        keep = kept_misfires(self.misfire_policy, misfired.count, catch_up)
+        kept = [misfired.at(i) for i in keep]
         dropped: tuple[int, int, int] | None = None  # oldest, newest, count
-        if misfired.count and self.misfire_policy == "skip":
-            dropped = (misfired.head[0], misfired.tail[-1], misfired.count)
-        elif misfired.count and self.misfire_policy == "latest":
-            kept = misfired.tail[-1:]
-            if misfired.count > 1:
-                dropped = (misfired.head[0], misfired.tail[-2], misfired.count - 1)
-        elif misfired.count:
-            kept = misfired.head[:catch_up]
-            if misfired.count > len(kept):
-                dropped = (misfired.head[len(kept)], misfired.tail[-1], misfired.count - len(kept))
+        if misfired.count > len(keep):
+            # What a policy keeps is a prefix or a suffix: the rest is one contiguous run.
+            first, last = (
+                (keep.stop, misfired.count - 1) if keep.start == 0 else (0, keep.start - 1)
+            )
+            dropped = (misfired.at(first), misfired.at(last), misfired.count - len(keep))
 
         # Asking for one instant more than there is room for tells a truncated walk apart.
         room = WALK_LIMIT - len(kept)

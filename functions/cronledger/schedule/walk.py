@@ -48,6 +48,14 @@ class Survey:
     head: list[int]
     tail: list[int]
 
+    def at(self, index: int) -> int:
+        """The window's `index`th instant (from 0): one of the head or of the last two."""
+        if index < len(self.head):
+            return self.head[index]
+        if not self.count - len(self.tail) <= index < self.count:
+            raise IndexError(f"instant {index} of {self.count} was not kept")
+        return self.tail[index - self.count]
+
 
 @lru_cache(maxsize=1024)
 def calendar(expression: str, zone: str) -> Calendar:
