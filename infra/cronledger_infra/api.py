@@ -31,6 +31,7 @@ class Api(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        name: str,
         handler: lambda_.IFunction,
         throttle_rate: float,
         throttle_burst: int,
@@ -40,6 +41,7 @@ class Api(Construct):
         self.http_api = apigwv2.HttpApi(
             self,
             "HttpApi",
+            api_name=name,
             description="cronledger operator API (IAM-authorised)",
             default_authorizer=authorizers.HttpIamAuthorizer(),
             create_default_stage=False,

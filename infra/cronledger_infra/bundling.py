@@ -75,25 +75,25 @@ NEVER_IMPORTED = (
 _STRIPPERS = ("llvm-strip", "aarch64-linux-gnu-strip")
 
 
-def function_code(project_root: Path, *, bundle_dependencies: bool) -> lambda_.Code:
-    """The asset every function runs: the `cronledger` package, with its dependencies or not.
-
-    Without dependencies (tests) the asset is the package source alone: the template has the
-    same shape, and the synth takes seconds instead of a pip resolution.
-    """
-    source = project_root / "functions"
-    if not bundle_dependencies:
-        return lambda_.Code.from_asset(
-            str(source), exclude=["*.egg-info", "**/__pycache__", "**/*.pyc"]
-        )
+def function_code(project_root: Path) -> lambda_.Code:
+    """The asset every function runs: the `cronledger` package and its dependencies."""
     return lambda_.Code.from_asset(
-        str(source),
+        str(project_root / "functions"),
         asset_hash_type=AssetHashType.CUSTOM,
         asset_hash=_source_hash(project_root),
         bundling=BundlingOptions(
             image=RUNTIME.bundling_image,  # never pulled: local bundling succeeds or raises
             local=PipBundling(project_root),
         ),
+    )
+
+
+def source_only_code(project_root: Path) -> lambda_.Code:
+    """The package source alone, without dependencies: for tests, whose template has the same
+    shape in seconds instead of a pip install. Only Python code can ask for it
+    (`build_app(code=…)`); no context value deploys it."""
+    return lambda_.Code.from_asset(
+        str(project_root / "functions"), exclude=["*.egg-info", "**/__pycache__", "**/*.pyc"]
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_iam as iam
@@ -42,6 +42,7 @@ class Monitoring(Construct):
         *,
         functions: Mapping[str, lambda_.IFunction],
         dead_letters: sqs.IQueue,
+        name: str,
         namespace: str,
         backlog_age_threshold_secs: int,
         alarm_email: str | None,
@@ -54,7 +55,7 @@ class Monitoring(Construct):
         self.topic = sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
-        prefix = Stack.of(self).stack_name
+        prefix = name
         self._action = actions.SnsAction(self.topic)
 
         def metric(name: str, statistic: str, period: Duration) -> cloudwatch.Metric:

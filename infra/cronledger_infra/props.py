@@ -5,6 +5,11 @@ synth with the field's name instead of surfacing as a failed deploy. From the co
 field is a context key `cronledger:<field>` (`cdk deploy -c cronledger:nat_gateways=0`); an
 unknown `cronledger:` key is refused, so a typo cannot silently keep a default.
 
+`name` names the installation: the stack is called that, and so is everything the stack names
+itself (alarms, the dashboard, the API, the metrics namespace unless `metrics_namespace` says
+otherwise); every resource carries the tag `cronledger:installation=<name>`. Two installations
+with different names deploy side by side in one account and region.
+
 `CRONLEDGER_*` scheduler settings (SPEC §7) left as `None` are not set in the functions'
 environment, so the application's own defaults apply. `claim_lease_secs` is always set: the
 executor's maximum event age must stay under it (an invocation that waited longer than the lease
@@ -14,6 +19,7 @@ would run an occurrence that another claim may already own).
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -27,10 +33,16 @@ CONTEXT_PREFIX = "cronledger:"
 REMOVAL_POLICIES = ("snapshot", "retain", "destroy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 ENDPOINT_SERVICES = ("secretsmanager", "lambda", "states", "sqs", "events")
+DEFAULT_NAME = "Cronledger"
+#: A CloudFormation stack name, short enough that every name derived from it stays within
+#: its service's limit.
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}")
 
 
 @dataclass(frozen=True)
 class CronledgerProps:
+    # the installation
+    name: str = DEFAULT_NAME
     # network
     nat_gateways: int = 1
     vpc_endpoints: tuple[str, ...] = ENDPOINT_SERVICES
@@ -46,7 +58,6 @@ class CronledgerProps:
     execute_max_event_age_secs: int = 60
     log_retention: str = "ONE_MONTH"
     log_level: str = "INFO"
-    bundle_dependencies: bool = True
     # what the executor may call besides resources tagged `cronledger:target`
     target_arns: tuple[str, ...] = ()
     allow_tagged_targets: bool = True
@@ -54,7 +65,7 @@ class CronledgerProps:
     api_throttle_rate: float = 50.0
     api_throttle_burst: int = 100
     # monitoring
-    metrics_namespace: str = "Cronledger"
+    metrics_namespace: str | None = None
     backlog_age_threshold_secs: int = 300
     alarm_email: str | None = None
     # scheduler settings (CRONLEDGER_*)
@@ -76,7 +87,17 @@ class CronledgerProps:
         if problems:
             raise ValueError("invalid cronledger props: " + "; ".join(problems))
 
+    @property
+    def namespace(self) -> str:
+        """The CloudWatch namespace of the functions' metrics: the installation's own."""
+        return self.metrics_namespace or self.name
+
     def _problems(self) -> typing.Iterator[str]:
+        if not _NAME.fullmatch(self.name):
+            yield (
+                f"name {self.name!r} must be a letter then up to 31 letters, digits or hyphens "
+                "(it becomes the stack name and the prefix of every name the stack gives)"
+            )
         if self.nat_gateways < 0:
             yield "nat_gateways must be 0 or more"
         unknown = sorted(set(self.vpc_endpoints) - set(ENDPOINT_SERVICES))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration, Stack, Tags
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -27,13 +28,24 @@ from cronledger_infra.scheduling import Scheduling
 from cronledger_infra.target_access import TargetAccess
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+INSTALLATION_TAG = "cronledger:installation"
 
 
 class CronledgerStack(Stack):
     def __init__(
-        self, scope: Construct, construct_id: str, *, props: CronledgerProps, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        props: CronledgerProps,
+        code: lambda_.Code | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        # A proxy's target group takes no tags, though CDK would give it some.
+        Tags.of(self).add(
+            INSTALLATION_TAG, props.name, exclude_resource_types=["AWS::RDS::DBProxyTargetGroup"]
+        )
         retention = logs.RetentionDays[props.log_retention]
 
         network = Network(
@@ -59,11 +71,11 @@ class CronledgerStack(Stack):
         functions = Functions(
             self,
             "Functions",
-            code=function_code(PROJECT_ROOT, bundle_dependencies=props.bundle_dependencies),
+            code=code or function_code(PROJECT_ROOT),
             vpc=network.vpc,
             subnets=network.app_subnets,
             environment={**database.environment, **props.scheduler_environment()},
-            metrics_namespace=props.metrics_namespace,
+            metrics_namespace=props.namespace,
             log_level=props.log_level,
             memory_mb=props.memory_mb,
             execute_timeout=Duration.seconds(props.execute_timeout_secs),
@@ -88,6 +100,7 @@ class CronledgerStack(Stack):
         api = Api(
             self,
             "Api",
+            name=f"{props.name}-api",
             handler=functions.api,
             throttle_rate=props.api_throttle_rate,
             throttle_burst=props.api_throttle_burst,
@@ -98,7 +111,8 @@ class CronledgerStack(Stack):
             "Monitoring",
             functions=functions.all,
             dead_letters=execution.dead_letters,
-            namespace=props.metrics_namespace,
+            name=props.name,
+            namespace=props.namespace,
             backlog_age_threshold_secs=props.backlog_age_threshold_secs,
             alarm_email=props.alarm_email,
         )

@@ -2,7 +2,7 @@
 
 The synth runs with cdk-nag attached, exactly as `make synth` does; a nag failure is kept, not
 raised, so the nag test reports it and every other test still reads the template. The code asset
-is the package source (`bundle_dependencies` off): the template has the same shape, in seconds.
+is the package source (`source_only_code`): the template has the same shape, in seconds.
 Target ARNs of every kind are given so the executor's named-target grants are synthesized too.
 """
 
@@ -51,17 +51,17 @@ class Synthesized:
 
 
 def synthesize(outdir: Path) -> Synthesized:
-    from cronledger_infra.application import STACK_NAME, build_app
+    from cronledger_infra.application import build_app
+    from cronledger_infra.bundling import source_only_code
+    from cronledger_infra.props import DEFAULT_NAME
+    from cronledger_infra.stack import PROJECT_ROOT
 
-    context = {
-        "cronledger:bundle_dependencies": "false",
-        "cronledger:target_arns": ",".join(TARGET_ARNS),
-    }
-    app = build_app(context, outdir=str(outdir))
+    context = {"cronledger:target_arns": ",".join(TARGET_ARNS)}
+    app = build_app(context, outdir=str(outdir), code=source_only_code(PROJECT_ROOT))
     try:
         app.synth()
         failure = None
     except RuntimeError as exc:  # cdk-nag's findings fail the synth after writing it
         failure = str(exc)
-    template = json.loads((outdir / f"{STACK_NAME}.template.json").read_text())
+    template = json.loads((outdir / f"{DEFAULT_NAME}.template.json").read_text())
     return Synthesized(app=app, outdir=outdir, template=template, nag_failure=failure)
