@@ -41,7 +41,13 @@ from cronledger.ledger import (
 from cronledger.schedule import Schedule, ScheduleInvalid
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
-from cronledger.targets import AwsClients, TargetOutcome, build_envelope, run_target
+from cronledger.targets import (
+    AwsClients,
+    TargetOutcome,
+    TargetPolicy,
+    build_envelope,
+    run_target,
+)
 from cronledger.targets.interface import timed_out
 
 log = logging.getLogger(__name__)
@@ -132,6 +138,7 @@ class Executor:
         attempt, fencing token), so a caller can put them on its log lines."""
         self.ledger = ledger
         self.settings = settings
+        self.policy = TargetPolicy.from_settings(settings)
         self.clients = clients
         self.schedules = schedules or SHARED_SCHEDULES
         self.annotate = annotate or (lambda **keys: None)
@@ -249,7 +256,14 @@ class Executor:
 
         def target() -> None:
             try:
-                box.append(run_target(channel.target, envelope, budget, self.clients))  # type: ignore[arg-type]
+                outcome = run_target(
+                    channel.target,
+                    envelope,  # type: ignore[arg-type]
+                    budget,
+                    self.clients,
+                    policy=self.policy,
+                )
+                box.append(outcome)
             finally:
                 done.set()
 

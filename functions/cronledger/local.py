@@ -10,6 +10,7 @@ the leases of any that are still running to expire, so a peer (or the next run) 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import logging
 import os
@@ -17,11 +18,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
 from urllib.parse import unquote_plus, urlsplit
+
+import sqlalchemy as sa
 
 from cronledger.claim import run_claim_loop
 from cronledger.errors import NotFound
@@ -50,6 +53,11 @@ DRAIN_SECS = 10.0
 DEV_LOOKAHEAD_SECS = 3
 #: The local pool's size: claims never exceed what can start at once.
 MAX_LOCAL_WORKERS = 16
+#: What `--demo` lets python targets call: the demo's own module, nothing else.
+DEMO_MODULE = "cronledger.demo"
+#: `cronledger dev` lets http targets reach this machine (a service under development)
+#: unless CRONLEDGER_HTTP_ALLOW_NETWORKS says otherwise, and says so when it starts.
+DEV_ALLOW_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
 def ensure_demo_channel(ledger: Ledger) -> str:
@@ -257,15 +265,42 @@ def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[Attem
     return show
 
 
+def dev_settings(
+    database_url: str, demo: bool, environ: Mapping[str, str] = os.environ
+) -> Settings:
+    """The settings `cronledger dev` runs with: the environment's, with its own defaults where
+    the environment is silent (see the constants above), and the demo's module allowed."""
+    settings = replace(Settings.from_env(environ), database_url=database_url)
+    if "CRONLEDGER_LOOKAHEAD_SECS" not in environ:
+        # Rows a moment ahead let the claim loop sleep until exactly when each is due, instead
+        # of finding it up to one reconcile tick late.
+        settings = replace(settings, lookahead_secs=DEV_LOOKAHEAD_SECS)
+    if "CRONLEDGER_HTTP_ALLOW_NETWORKS" not in environ:
+        settings = replace(settings, http_allow_networks=DEV_ALLOW_NETWORKS)
+    if demo and DEMO_MODULE not in settings.python_targets:
+        settings = replace(settings, python_targets=(*settings.python_targets, DEMO_MODULE))
+    return settings
+
+
+def describe_policy(settings: Settings) -> list[str]:
+    """What targets may reach beyond themselves, as `cronledger dev` prints it at start."""
+    networks = ", ".join(map(str, settings.http_allow_networks)) or "public addresses only"
+    if settings.http_allow_networks == DEV_ALLOW_NETWORKS:
+        networks += (
+            " (loopback: cronledger dev's default; CRONLEDGER_HTTP_ALLOW_NETWORKS replaces it)"
+        )
+    modules = ", ".join(settings.python_targets) or "none (CRONLEDGER_PYTHON_TARGETS lists modules)"
+    return [
+        f"http targets may reach non-public addresses in: {networks}",
+        f"python targets may call functions in: {modules}",
+    ]
+
+
 def run_dev(database_url: str, host: str, port: int, demo: bool, out: TextIO = sys.stdout) -> int:
     """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C."""
     from cronledger.api import create_app, handle_event  # Powertools: only when serving
 
-    settings = replace(Settings.from_env(), database_url=database_url)
-    if "CRONLEDGER_LOOKAHEAD_SECS" not in os.environ:
-        # Rows a moment ahead let the claim loop sleep until exactly when each is due, instead
-        # of finding it up to one reconcile tick late.
-        settings = replace(settings, lookahead_secs=DEV_LOOKAHEAD_SECS)
+    settings = dev_settings(database_url, demo)
     ledger = Ledger.connect(database_url)
     ledger.migrate()
     if demo:
@@ -281,7 +316,10 @@ def run_dev(database_url: str, host: str, port: int, demo: bool, out: TextIO = s
     signal.signal(signal.SIGTERM, _interrupt)
     scheduler = LocalScheduler(ledger, settings, on_settled=console_printer(ledger, out))
     scheduler.start()
-    print(f"cronledger dev: API on http://{host}:{port}  (database {database_url})", file=out)
+    shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
+    print(f"cronledger dev: API on http://{host}:{port}  (database {shown_url})", file=out)
+    for line in describe_policy(settings):
+        print(line, file=out)
     if demo:
         print(
             "demo channel 'demo' fires every 5 seconds; settled occurrences print below.", file=out

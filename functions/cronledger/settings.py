@@ -19,22 +19,30 @@ Reading the environment happens only when asked: importing this module reads not
 | `CRONLEDGER_LOOKAHEAD_SECS` | 0 | 0..3600 |
 | `CRONLEDGER_RETENTION_HOURS` | 720 (30 days) | 1..87600 |
 | `CRONLEDGER_EXECUTE_MARGIN_MS` | 2000 | 0..60000: kept back from the executor's time left |
+| `CRONLEDGER_PYTHON_TARGETS` | none | comma-separated module prefixes whose functions `python` targets may call |
+| `CRONLEDGER_HTTP_ALLOW_NETWORKS` | none | comma-separated CIDRs `http` targets may reach although private, loopback, … |
+| `CRONLEDGER_SECRETS` | `env` | where `secret_headers` references point: `env` (`env:CRONLEDGER_SECRET_*` variables) or `aws` (Secrets Manager, SSM Parameter Store) |
 
 The defaults not fixed by the spec were chosen so: a job gets a minute unless its channel says
 otherwise; 100 attempts in flight is well inside a default Lambda concurrency quota; a month of
 history answers "did it run last week?"; two seconds lets an executor settle and release after
 its target gives up. A blank value is refused rather than read as "use the default", because a
-blank usually means a template forgot to fill it in. Other `CRONLEDGER_*` variables belong to
+blank usually means a template forgot to fill it in; the two lists are the exception, because
+for them empty is the safe default itself (nothing allowed), and `cronledger dev` needs a way to
+say "nothing" over its own loopback default. What the lists and `CRONLEDGER_SECRETS` open is the
+subject of SPEC §10 and `cronledger.targets.policy`. Other `CRONLEDGER_*` variables belong to
 other modules and are ignored here.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError
@@ -43,6 +51,11 @@ from cronledger.errors import CronledgerError
 
 PREFIX = "CRONLEDGER_"
 DEFAULT_DATABASE_URL = "sqlite:///.cronledger/cronledger.db"
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+SecretSource = Literal["env", "aws"]
+SECRET_SOURCES: Final = get_args(SecretSource)
+#: A dotted module name, as `python` targets and CRONLEDGER_PYTHON_TARGETS write it.
+MODULE_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 class SettingsError(CronledgerError):
@@ -67,6 +80,9 @@ class Settings:
     lookahead_secs: int = 0
     retention_hours: int = 720
     execute_margin_ms: int = 2000
+    python_targets: tuple[str, ...] = ()
+    http_allow_networks: tuple[Network, ...] = ()
+    secrets: SecretSource = "env"
 
     def __post_init__(self) -> None:
         # Built directly (tests, the local runner) or from the environment: the same rules hold.
@@ -155,7 +171,15 @@ _RANGES: dict[str, tuple[int, int]] = {
 
 def _problems(values: Mapping[str, Any], unparsed: set[str]) -> list[str]:
     """Every range and every rule relating two settings, skipping values that did not parse."""
-    found = []
+    found = [
+        f"{_variable('python_targets')}: {prefix!r} is not a module name such as reports.jobs"
+        for prefix in values["python_targets"]
+        if not (isinstance(prefix, str) and MODULE_NAME.fullmatch(prefix))
+    ]
+    if not all(isinstance(n, Network) for n in values["http_allow_networks"]):
+        found.append(f"{_variable('http_allow_networks')} holds networks (ipaddress.ip_network)")
+    if values["secrets"] not in SECRET_SOURCES:
+        found.append(f"{_variable('secrets')}={values['secrets']!r} must be one of env, aws")
     for name, (low, high) in _RANGES.items():
         if name not in unparsed and not low <= values[name] <= high:
             found.append(f"{_variable(name)}={values[name]} must be between {low} and {high}")
@@ -203,7 +227,50 @@ def _database_url(variable: str, raw: str) -> str:
     return text
 
 
+def _items(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _module_prefixes(variable: str, raw: str) -> tuple[str, ...]:
+    prefixes = tuple(_items(raw))
+    bad = [p for p in prefixes if not MODULE_NAME.fullmatch(p)]
+    if bad:
+        raise ValueError(
+            f"{variable}: {', '.join(map(repr, bad))} not a module name; list module prefixes "
+            "separated by commas, e.g. reports.jobs,billing.tasks"
+        )
+    return prefixes
+
+
+def _networks(variable: str, raw: str) -> tuple[Network, ...]:
+    networks, bad = [], []
+    for item in _items(raw):
+        try:
+            networks.append(ipaddress.ip_network(item))
+        except ValueError as exc:
+            bad.append(f"{item!r} ({exc})")
+    if bad:
+        raise ValueError(
+            f"{variable}: {'; '.join(bad)}; list networks in CIDR form separated by commas, "
+            "e.g. 10.20.0.0/16,fd12:3456::/48"
+        )
+    return tuple(networks)
+
+
+def _secret_source(variable: str, raw: str) -> str:
+    text = raw.strip().lower()
+    if text not in SECRET_SOURCES:
+        raise ValueError(
+            f"{variable}={raw!r} must be env (env:CRONLEDGER_SECRET_* variables) or aws "
+            "(Secrets Manager ARNs and SSM parameter names)"
+        )
+    return text
+
+
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "database_url": _database_url,
+    "python_targets": _module_prefixes,
+    "http_allow_networks": _networks,
+    "secrets": _secret_source,
     **dict.fromkeys(_RANGES, _integer),
 }

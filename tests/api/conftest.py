@@ -10,13 +10,13 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api import create_app
 from cronledger.ledger import Ledger
-from tests.api.helpers import Api, Scheduler
+from tests.api.helpers import SETTINGS, Api, Scheduler
 from tests.api.http import Answer, call
 
 
 @pytest.fixture
 def app(ledger: Ledger) -> APIGatewayHttpResolver:
-    return create_app(ledger)
+    return create_app(ledger, SETTINGS)
 
 
 @pytest.fixture

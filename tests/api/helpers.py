@@ -25,6 +25,8 @@ Api = Callable[..., Answer]
 
 CHANNELS = f"{PREFIX}/channels"
 OCCURRENCES = f"{PREFIX}/cron/occurrences"
+#: The suite's operator lets python targets call the suite's own functions, and nothing else.
+SETTINGS = Settings(python_targets=("tests",))
 OK_TARGET = {"type": "python", "callable": "tests.api.jobs:ok"}
 FAIL_TARGET = {"type": "python", "callable": "tests.api.jobs:fail"}
 
@@ -34,7 +36,7 @@ class Scheduler:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
-        self.settings = Settings()
+        self.settings = SETTINGS
         self.cache = ScheduleCache()
         self.executor = Executor(ledger, self.settings, schedules=self.cache)
 

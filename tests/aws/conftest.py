@@ -49,6 +49,7 @@ def function_env(monkeypatch: pytest.MonkeyPatch, pg_database_url: str) -> None:
     enough for a test."""
     monkeypatch.setenv("CRONLEDGER_DATABASE_URL", pg_database_url)
     monkeypatch.setenv("CRONLEDGER_POLL_INTERVAL_MS", "100")
+    monkeypatch.setenv("CRONLEDGER_PYTHON_TARGETS", "tests")
     monkeypatch.delenv("_X_AMZN_TRACE_ID", raising=False)
 
 

@@ -48,7 +48,7 @@ from cronledger.execute import Executor
 from cronledger.ids import uuid7
 from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, NewOccurrence
 from cronledger.ledger.tables import channel_versions, channels, occurrences, schedule_state
-from cronledger.local import DEV_LOOKAHEAD_SECS, LocalScheduler
+from cronledger.local import DEMO_MODULE, DEV_LOOKAHEAD_SECS, LocalScheduler
 from cronledger.reconcile import reconcile_once
 from cronledger.schedule import compile_schedule
 from cronledger.schedule.walk import calendar
@@ -100,7 +100,7 @@ def reconcile_figures() -> None:
     with scratch_database("reconcile") as url:
         ledger = Ledger.connect(url)
         ledger.migrate()
-        settings = Settings(database_url=url)
+        settings = Settings(database_url=url, python_targets=(DEMO_MODULE,))
         for count in RECONCILE_COUNTS:
             add_channels(ledger, count, EVERY_MINUTE)
             statements: Counter[str] = Counter()
@@ -342,7 +342,7 @@ class _Worker:
 
     def __init__(self, url: str, channel_ids: list[str]) -> None:
         self.ledger = Ledger.connect(url)
-        self.settings = Settings(database_url=url)
+        self.settings = Settings(database_url=url, python_targets=(DEMO_MODULE,))
         self.executor = Executor(self.ledger, self.settings)
         for channel_id in channel_ids:
             self.executor.schedules.get(self.ledger.get_channel(channel_id))
@@ -499,7 +499,9 @@ def lag_run() -> tuple[list[float], int, int]:
         every_second = {"schedule": "* * * * * *", "timezone": "UTC"}
         for n in range(LAG_CHANNELS):
             ledger.create_channel(f"tick-{n}", every_second, TARGET, 10_000, CHANNEL_ACTIVE)
-        settings = Settings(database_url=url, lookahead_secs=DEV_LOOKAHEAD_SECS)
+        settings = Settings(
+            database_url=url, lookahead_secs=DEV_LOOKAHEAD_SECS, python_targets=(DEMO_MODULE,)
+        )
         scheduler = LocalScheduler(ledger, settings)
         began = ledger.db_now()
         scheduler.start()

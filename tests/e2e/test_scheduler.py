@@ -45,6 +45,7 @@ FAST = Settings(
     heartbeat_interval_secs=1,
     misfire_grace_secs=5,
     default_timeout_ms=20_000,
+    python_targets=("tests",),
 )
 
 

@@ -31,6 +31,7 @@ def main(database_url: str, dropped: list[str]) -> None:
         {
             "CRONLEDGER_DATABASE_URL": database_url,
             "CRONLEDGER_POLL_INTERVAL_MS": "100",
+            "CRONLEDGER_PYTHON_TARGETS": "cronledger.demo",
             "POWERTOOLS_SERVICE_NAME": "cronledger",
             "POWERTOOLS_METRICS_NAMESPACE": "Cronledger",
             "AWS_DEFAULT_REGION": "us-east-1",

@@ -4,6 +4,7 @@ for an HTTP endpoint, or for the Lambda API where moto cannot produce an answer)
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,14 +47,21 @@ class Answer:
 
 
 class RecordingServer:
-    """`with RecordingServer() as server:` serves on `server.url` until the block ends."""
+    """`with RecordingServer() as server:` serves on `server.url` until the block ends; with
+    `tls`, over TLS, recording the name each client asked for (SNI) in `server_names`."""
 
-    def __init__(self, answer: Answer | None = None) -> None:
+    def __init__(self, answer: Answer | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.answer = answer or Answer()
         self.received: list[Received] = []
+        self.server_names: list[str | None] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        if tls is not None:
+            tls.sni_callback = lambda _socket, name, _context: self.server_names.append(name)
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{self.port}"
 
     def __enter__(self) -> RecordingServer:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

@@ -22,7 +22,7 @@ import pytest
 from cronledger.api import create_app
 from cronledger.ledger import Ledger
 from cronledger.operator_cli import ApiClient, add_operator_commands
-from tests.api.helpers import FAIL_TARGET, OK_TARGET, Scheduler
+from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
 from tests.api.http import serving
 
 NIGHTLY_YAML = """\
@@ -67,7 +67,7 @@ class Cli:
 def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[Cli]:
     ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
     ledger.migrate()
-    with serving(create_app(ledger)) as url:
+    with serving(create_app(ledger, SETTINGS)) as url:
         yield Cli(url, ledger, Scheduler(ledger), capsys)
     ledger.dispose()
 

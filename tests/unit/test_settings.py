@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from ipaddress import ip_network
 
 import pytest
 
@@ -23,6 +24,9 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert settings.lookahead_secs == 0
     assert settings.retention_hours == 720
     assert settings.execute_margin_ms == 2000
+    assert settings.python_targets == ()
+    assert settings.http_allow_networks == ()
+    assert settings.secrets == "env"
 
 
 def test_every_variable_is_read_from_its_prefixed_name() -> None:
@@ -39,6 +43,9 @@ def test_every_variable_is_read_from_its_prefixed_name() -> None:
         "CRONLEDGER_LOOKAHEAD_SECS": "120",
         "CRONLEDGER_RETENTION_HOURS": "48",
         "CRONLEDGER_EXECUTE_MARGIN_MS": "500",
+        "CRONLEDGER_PYTHON_TARGETS": "reports.jobs, billing",
+        "CRONLEDGER_HTTP_ALLOW_NETWORKS": "10.20.0.0/16 ,fd12:3456::/48,192.0.2.7",
+        "CRONLEDGER_SECRETS": "AWS",
         "CRONLEDGER_SOMETHING_ELSE": "belongs to another module",
     }
 
@@ -57,6 +64,13 @@ def test_every_variable_is_read_from_its_prefixed_name() -> None:
         "lookahead_secs": 120,
         "retention_hours": 48,
         "execute_margin_ms": 500,
+        "python_targets": ("reports.jobs", "billing"),
+        "http_allow_networks": (
+            ip_network("10.20.0.0/16"),
+            ip_network("fd12:3456::/48"),
+            ip_network("192.0.2.7/32"),
+        ),
+        "secrets": "aws",
     }
 
 
@@ -148,3 +162,54 @@ def test_reading_the_process_environment_is_the_default(monkeypatch: pytest.Monk
     monkeypatch.setenv("CRONLEDGER_CLAIM_BATCH_SIZE", "7")
 
     assert Settings.from_env().claim_batch_size == 7
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        (
+            "CRONLEDGER_PYTHON_TARGETS",
+            "reports.jobs,os.path:join,1st",
+            "CRONLEDGER_PYTHON_TARGETS: 'os.path:join', '1st' not a module name; list module "
+            "prefixes separated by commas, e.g. reports.jobs,billing.tasks",
+        ),
+        (
+            "CRONLEDGER_HTTP_ALLOW_NETWORKS",
+            "10.0.0.1/8,intranet",
+            "CRONLEDGER_HTTP_ALLOW_NETWORKS: '10.0.0.1/8' (10.0.0.1/8 has host bits set); "
+            "'intranet' ('intranet' does not appear to be an IPv4 or IPv6 network); list "
+            "networks in CIDR form separated by commas, e.g. 10.20.0.0/16,fd12:3456::/48",
+        ),
+        (
+            "CRONLEDGER_SECRETS",
+            "vault",
+            "CRONLEDGER_SECRETS='vault' must be env (env:CRONLEDGER_SECRET_* variables) or aws "
+            "(Secrets Manager ARNs and SSM parameter names)",
+        ),
+    ],
+)
+def test_a_bad_target_policy_setting_is_refused_naming_the_variable(
+    variable: str, value: str, problem: str
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({variable: value})
+
+    assert refused.value.problems == [problem]
+
+
+def test_an_empty_allow_list_is_allowed_and_means_nothing_is_allowed() -> None:
+    settings = Settings.from_env(
+        {"CRONLEDGER_PYTHON_TARGETS": "", "CRONLEDGER_HTTP_ALLOW_NETWORKS": " , "}
+    )
+
+    assert (settings.python_targets, settings.http_allow_networks) == ((), ())
+
+
+def test_target_policy_settings_built_directly_obey_the_same_rules() -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings(python_targets=("ok.module", "not a module"), secrets="vault")  # type: ignore[arg-type]
+
+    assert refused.value.problems == [
+        "CRONLEDGER_PYTHON_TARGETS: 'not a module' is not a module name such as reports.jobs",
+        "CRONLEDGER_SECRETS='vault' must be one of env, aws",
+    ]

@@ -15,6 +15,7 @@ from cronledger.targets import (
     RESULT_EXCERPT_BYTES,
     TARGET_TYPES,
     Envelope,
+    TargetPolicy,
     build_envelope,
     run_target,
     target_errors,
@@ -23,6 +24,9 @@ from cronledger.targets import (
     validate_target,
 )
 from tests.unit import fixtures_targets
+
+#: What these tests' operator allows: the suite's own modules as python targets.
+POLICY = TargetPolicy(python_modules=("tests",))
 
 LAMBDA_ARN = "arn:aws:lambda:eu-west-1:123456789012:function:nightly-report"
 MACHINE_ARN = "arn:aws:states:eu-west-1:123456789012:stateMachine:nightly"
@@ -34,12 +38,12 @@ VALID: dict[str, dict[str, Any]] = {
         "type": "http",
         "url": "https://example.com/hooks/nightly?team=ops",
         "method": "put",
-        "headers": {"X-Team": "ops", "Idempotency-Key": "fixed"},
+        "headers": {"X-Team": "ops", "X-Run": "nightly"},
     },
     "stepfunctions": {"type": "stepfunctions", "state_machine_arn": MACHINE_ARN, "wait": False},
     "sqs": {"type": "sqs", "queue_url": QUEUE_URL},
     "eventbridge": {"type": "eventbridge", "source": "com.example.reports", "detail_type": "due"},
-    "python": {"type": "python", "callable": "reports.nightly:run"},
+    "python": {"type": "python", "callable": "tests.unit.fixtures_targets:record_envelope"},
 }
 
 
@@ -62,7 +66,7 @@ def envelope(**overrides: Any) -> Envelope:
 
 
 def errors_of(doc: Any) -> list[tuple[str, str]]:
-    return [(e.path, e.code) for e in target_errors(doc)]
+    return [(e.path, e.code) for e in target_errors(doc, POLICY)]
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -74,8 +78,8 @@ def test_every_target_type_of_the_spec_is_offered() -> None:
 
 @pytest.mark.parametrize("type_name", sorted(VALID))
 def test_a_well_formed_document_of_each_type_has_no_errors(type_name: str) -> None:
-    assert target_errors(VALID[type_name]) == []
-    validate_target(VALID[type_name])
+    assert target_errors(VALID[type_name], POLICY) == []
+    validate_target(VALID[type_name], POLICY)
 
 
 @pytest.mark.parametrize(
@@ -163,7 +167,7 @@ def test_every_problem_is_reported_at_once_and_unknown_keys_are_refused() -> Non
     }
 
     with pytest.raises(ValidationFailed) as refused:
-        validate_target(doc)
+        validate_target(doc, POLICY)
 
     assert [(e.path, e.code) for e in refused.value.errors] == [
         ("target.Detail_Type", "invalid"),
@@ -192,7 +196,7 @@ def test_every_problem_is_reported_at_once_and_unknown_keys_are_refused() -> Non
 def test_secret_looking_headers_are_refused_in_plain_config(name: str, value: str) -> None:
     doc = {"type": "http", "url": "https://example.com/hook", "headers": {name: value}}
 
-    (error,) = target_errors(doc)
+    (error,) = target_errors(doc, POLICY)
 
     assert (error.path, error.code) == (f"target.headers.{name}", "invalid")
     assert "credential" in error.message
@@ -215,7 +219,7 @@ def test_headers_cronledger_sets_itself_or_that_could_split_a_request_are_refuse
 def test_null_on_an_optional_key_means_not_given() -> None:
     doc = {"type": "lambda", "function_arn": "nightly-report", "qualifier": None}
 
-    assert target_errors(doc) == []
+    assert target_errors(doc, POLICY) == []
     assert target_ref(doc) == "lambda:nightly-report"
 
 
@@ -227,7 +231,7 @@ def test_each_type_has_a_short_reference_for_the_ledger_without_query_strings() 
         "eventbridge:default:com.example.reports",
         "http:PUT https://example.com/hooks/nightly",
         f"lambda:{LAMBDA_ARN}:live",
-        "python:reports.nightly:run",
+        "python:tests.unit.fixtures_targets:record_envelope",
         f"sqs:{QUEUE_URL}",
         f"stepfunctions:{MACHINE_ARN}",
     ]
@@ -309,7 +313,10 @@ def test_a_python_callable_receives_the_envelope_and_its_return_value_is_the_res
     sent = envelope()
 
     outcome = run_target(
-        {"type": "python", "callable": "tests.unit.fixtures_targets:record_envelope"}, sent, 5.0
+        {"type": "python", "callable": "tests.unit.fixtures_targets:record_envelope"},
+        sent,
+        5.0,
+        policy=POLICY,
     )
 
     assert fixtures_targets.received_envelopes == [sent]
@@ -319,7 +326,10 @@ def test_a_python_callable_receives_the_envelope_and_its_return_value_is_the_res
 
 def test_a_python_callable_that_raises_is_a_failure_with_its_message() -> None:
     outcome = run_target(
-        {"type": "python", "callable": "tests.unit.fixtures_targets:explode"}, envelope(), 5.0
+        {"type": "python", "callable": "tests.unit.fixtures_targets:explode"},
+        envelope(),
+        5.0,
+        policy=POLICY,
     )
 
     assert not outcome.ok
@@ -331,27 +341,49 @@ def test_a_python_callable_that_raises_is_a_failure_with_its_message() -> None:
     [
         (
             "tests.unit.no_such_module:run",
-            "ModuleNotFoundError: No module named 'tests.unit.no_such_module'",
+            "cannot import tests.unit.no_such_module: ModuleNotFoundError: No module named "
+            "'tests.unit.no_such_module'",
         ),
         (
             "tests.unit.fixtures_targets:missing",
-            "tests.unit.fixtures_targets has no callable 'missing'",
+            "tests.unit.fixtures_targets has no function 'missing'",
         ),
         (
             "tests.unit.fixtures_targets:not_callable",
-            "tests.unit.fixtures_targets has no callable 'not_callable'",
+            "tests.unit.fixtures_targets:not_callable is int, not a plain function defined with def",
         ),
     ],
 )
-def test_a_python_callable_that_cannot_be_imported_is_a_failure(spec: str, message: str) -> None:
-    outcome = run_target({"type": "python", "callable": spec}, envelope(), 5.0)
+def test_a_python_callable_that_cannot_be_resolved_is_refused_at_run_time(
+    spec: str, message: str
+) -> None:
+    outcome = run_target({"type": "python", "callable": spec}, envelope(), 5.0, policy=POLICY)
 
-    assert (outcome.ok, outcome.error) == (False, message)
+    assert (outcome.ok, outcome.error) == (False, f"invalid target: target.callable: {message}")
+
+
+def test_a_callable_the_operator_stopped_allowing_is_refused_at_run_time_without_running() -> None:
+    fixtures_targets.received_envelopes.clear()
+    doc = {"type": "python", "callable": "tests.unit.fixtures_targets:record_envelope"}
+    assert target_errors(doc, POLICY) == []  # saved while the operator allowed `tests`
+
+    outcome = run_target(doc, envelope(), 5.0, policy=TargetPolicy())
+
+    assert not outcome.ok
+    assert outcome.error == (
+        "invalid target: target.callable: tests.unit.fixtures_targets is not in "
+        "CRONLEDGER_PYTHON_TARGETS (allowed: none); the operator lists the modules whose "
+        "functions python targets may call"
+    )
+    assert fixtures_targets.received_envelopes == []
 
 
 def test_a_huge_result_is_truncated_to_the_excerpt_limit() -> None:
     outcome = run_target(
-        {"type": "python", "callable": "tests.unit.fixtures_targets:huge_answer"}, envelope(), 5.0
+        {"type": "python", "callable": "tests.unit.fixtures_targets:huge_answer"},
+        envelope(),
+        5.0,
+        policy=POLICY,
     )
 
     assert outcome.ok
@@ -364,7 +396,7 @@ def test_an_invalid_stored_document_is_refused_at_run_time_without_running() -> 
     fixtures_targets.received_envelopes.clear()
     doc = {"type": "python", "callable": "tests.unit.fixtures_targets:record_envelope", "x": 1}
 
-    outcome = run_target(doc, envelope(), 5.0)
+    outcome = run_target(doc, envelope(), 5.0, policy=POLICY)
 
     assert not outcome.ok
     assert outcome.error is not None and outcome.error.startswith("invalid target: target.x:")
@@ -378,6 +410,7 @@ def test_no_time_left_is_a_timeout_without_running() -> None:
         {"type": "python", "callable": "tests.unit.fixtures_targets:record_envelope"},
         envelope(),
         -0.5,
+        policy=POLICY,
     )
 
     assert (outcome.ok, outcome.error) == (False, "timed out after 0 ms")

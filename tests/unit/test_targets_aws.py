@@ -20,10 +20,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from cronledger.targets import AwsClients, Envelope, build_envelope, run_target
+from cronledger.targets import AwsClients, Envelope, TargetPolicy, build_envelope, run_target
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
 OCCURRENCE = "0190a6c3-7e2f-7c41-8b3a-2d4e5f6a7b8c"
+
+POLICY = TargetPolicy()  # AWS targets need nothing from the operator's policy
 
 
 @pytest.fixture
@@ -87,7 +89,7 @@ def test_a_lambda_target_is_invoked_synchronously_with_the_envelope(aws: AwsClie
     arn = create_function("nightly-report")
     sent = envelope()
 
-    outcome = run_target({"type": "lambda", "function_arn": arn}, sent, 5.0, aws)
+    outcome = run_target({"type": "lambda", "function_arn": arn}, sent, 5.0, aws, policy=POLICY)
 
     assert outcome.ok, outcome.error
     assert json.loads(outcome.result or "") == sent  # moto echoes what the function received
@@ -107,6 +109,7 @@ def test_a_missing_lambda_function_is_a_failure(aws_env: None) -> None:
             envelope(),
             5.0,
             AwsClients(endpoint_url=lambda_api.url),
+            policy=POLICY,
         )
 
     assert not outcome.ok
@@ -129,6 +132,7 @@ def test_a_lambda_function_error_is_a_failure_with_the_functions_message(aws_env
             sent,
             5.0,
             AwsClients(endpoint_url=lambda_api.url),
+            policy=POLICY,
         )
 
     assert (outcome.ok, outcome.error) == (False, "Unhandled function error: OSError: disk full")
@@ -146,6 +150,7 @@ def test_a_lambda_slower_than_the_budget_times_out_and_is_not_invoked_again(aws_
             envelope(),
             0.3,
             AwsClients(endpoint_url=lambda_api.url),
+            policy=POLICY,
         )
         received = len(lambda_api.received)
 
@@ -177,7 +182,9 @@ def test_a_step_functions_target_waits_for_success_of_an_execution_named_after_t
     machine = create_machine("nightly", {"Done": {"Type": "Pass", "End": True}})
     sent = envelope(attempt=2)
 
-    outcome = run_target({"type": "stepfunctions", "state_machine_arn": machine}, sent, 10.0, aws)
+    outcome = run_target(
+        {"type": "stepfunctions", "state_machine_arn": machine}, sent, 10.0, aws, policy=POLICY
+    )
 
     assert outcome.ok, outcome.error
     assert json.loads(outcome.result or "") == sent  # a Pass state's output is its input
@@ -193,7 +200,11 @@ def test_a_failed_execution_is_a_failure_with_its_error_and_cause(aws: AwsClient
     )
 
     outcome = run_target(
-        {"type": "stepfunctions", "state_machine_arn": machine}, envelope(), 10.0, aws
+        {"type": "stepfunctions", "state_machine_arn": machine},
+        envelope(),
+        10.0,
+        aws,
+        policy=POLICY,
     )
 
     assert not outcome.ok
@@ -206,7 +217,7 @@ def test_an_execution_still_running_when_the_budget_ends_is_a_timeout(aws: AwsCl
     machine = create_machine("slow", {"Nap": {"Type": "Wait", "Seconds": 60, "End": True}})
 
     outcome = run_target(
-        {"type": "stepfunctions", "state_machine_arn": machine}, envelope(), 0.5, aws
+        {"type": "stepfunctions", "state_machine_arn": machine}, envelope(), 0.5, aws, policy=POLICY
     )
 
     assert not outcome.ok
@@ -223,6 +234,7 @@ def test_without_wait_a_started_execution_is_success(aws: AwsClients) -> None:
         envelope(),
         5.0,
         aws,
+        policy=POLICY,
     )
 
     assert outcome.ok
@@ -236,9 +248,9 @@ def test_redelivering_one_attempt_starts_one_execution_and_the_next_attempt_anot
     machine = create_machine("once", {"Done": {"Type": "Pass", "End": True}})
     doc = {"type": "stepfunctions", "state_machine_arn": machine}
 
-    first = run_target(doc, envelope(attempt=1), 10.0, aws)
-    again = run_target(doc, envelope(attempt=1), 10.0, aws)
-    retry = run_target(doc, envelope(attempt=2), 10.0, aws)
+    first = run_target(doc, envelope(attempt=1), 10.0, aws, policy=POLICY)
+    again = run_target(doc, envelope(attempt=1), 10.0, aws, policy=POLICY)
+    retry = run_target(doc, envelope(attempt=2), 10.0, aws, policy=POLICY)
 
     assert (first.ok, again.ok, retry.ok) == (True, True, True)
     assert sorted(e["name"] for e in executions(machine)) == [f"{OCCURRENCE}-1", f"{OCCURRENCE}-2"]
@@ -258,7 +270,7 @@ def test_an_sqs_target_sends_the_envelope_as_the_message_body(aws: AwsClients) -
     queue_url = boto3.client("sqs").create_queue(QueueName="nightly")["QueueUrl"]
     sent = envelope()
 
-    outcome = run_target({"type": "sqs", "queue_url": queue_url}, sent, 5.0, aws)
+    outcome = run_target({"type": "sqs", "queue_url": queue_url}, sent, 5.0, aws, policy=POLICY)
 
     assert outcome.ok, outcome.error
     (message,) = receive_all(queue_url)
@@ -274,7 +286,7 @@ def test_a_fifo_queue_drops_a_redelivered_attempt_but_accepts_the_next_attempt(
     )["QueueUrl"]
     doc = {"type": "sqs", "queue_url": queue_url}
 
-    outcomes = [run_target(doc, envelope(attempt=a), 5.0, aws) for a in (1, 1, 2)]
+    outcomes = [run_target(doc, envelope(attempt=a), 5.0, aws, policy=POLICY) for a in (1, 1, 2)]
 
     assert all(o.ok for o in outcomes)
     messages = receive_all(queue_url)
@@ -289,7 +301,7 @@ def test_a_fifo_queue_drops_a_redelivered_attempt_but_accepts_the_next_attempt(
 def test_sending_to_a_missing_queue_is_a_failure(aws: AwsClients) -> None:
     missing = "https://sqs.us-east-1.amazonaws.com/123456789012/does-not-exist"
 
-    outcome = run_target({"type": "sqs", "queue_url": missing}, envelope(), 5.0, aws)
+    outcome = run_target({"type": "sqs", "queue_url": missing}, envelope(), 5.0, aws, policy=POLICY)
 
     assert not outcome.ok
     assert outcome.error is not None and "QueueDoesNotExist" in outcome.error
@@ -325,7 +337,7 @@ def test_an_eventbridge_target_puts_the_envelope_as_the_event_detail(
         doc["event_bus_name"] = bus
     sent = envelope()
 
-    outcome = run_target(doc, sent, 5.0, aws)
+    outcome = run_target(doc, sent, 5.0, aws, policy=POLICY)
 
     assert outcome.ok, outcome.error
     (message,) = receive_all(queue_url)
@@ -341,7 +353,7 @@ def test_an_eventbridge_target_puts_the_envelope_as_the_event_detail(
 def test_putting_to_a_missing_bus_is_a_failure(aws: AwsClients) -> None:
     doc = {"type": "eventbridge", "event_bus_name": "nope", "source": "s", "detail_type": "d"}
 
-    outcome = run_target(doc, envelope(), 5.0, aws)
+    outcome = run_target(doc, envelope(), 5.0, aws, policy=POLICY)
 
     assert not outcome.ok
     assert outcome.error is not None and "ResourceNotFoundException" in outcome.error

@@ -39,12 +39,15 @@ from cronledger.api.views import channel_view, cursors_by_channel
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
+from cronledger.targets import TargetPolicy
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
 
 
 def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Settings) -> None:
+    policy = TargetPolicy.from_settings(settings)
+
     def view(channel: Channel) -> One[ChannelView]:
         return One(data=channel_view(channel, _cursor(ledger, channel.channel_id)))
 
@@ -57,7 +60,9 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         status_code=201,
     )
     def create_channel(body: Annotated[ChannelCreate, Body()]) -> One[ChannelView]:
-        new = read_new_channel(body.model_dump(exclude_unset=True), settings.default_timeout_ms)
+        new = read_new_channel(
+            body.model_dump(exclude_unset=True), settings.default_timeout_ms, policy
+        )
         channel = ledger.create_channel(
             new.name,
             new.definition.transport_config,
@@ -106,7 +111,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
     ) -> One[ChannelView]:
         current = ledger.get_channel(channel_id)
         new = read_new_version(
-            body.model_dump(exclude_unset=True), current.name, settings.default_timeout_ms
+            body.model_dump(exclude_unset=True), current.name, settings.default_timeout_ms, policy
         )
         if (new.transport_config, new.target, new.timeout_ms) == (
             current.transport_config,

@@ -26,7 +26,7 @@ from typing import Any, Final
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT
 from cronledger.schedule import ScheduleInvalid, compile_schedule
-from cronledger.targets import target_errors
+from cronledger.targets import TargetPolicy, target_errors
 
 NAME_MAX: Final = 128
 NAME: Final = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}")
@@ -53,8 +53,11 @@ class NewChannel:
     definition: Definition
 
 
-def read_new_channel(document: Mapping[str, Any], default_timeout_ms: int) -> NewChannel:
-    """A create body, or `ValidationFailed` listing every problem."""
+def read_new_channel(
+    document: Mapping[str, Any], default_timeout_ms: int, policy: TargetPolicy
+) -> NewChannel:
+    """A create body, or `ValidationFailed` listing every problem. `policy` is the operator's
+    (what a target may name: `TargetPolicy.from_settings`)."""
     errors = _unknown_keys(document, _CREATE_KEYS)
     name = _name(document.get("name"), errors)
     status = document.get("status")
@@ -68,7 +71,7 @@ def read_new_channel(document: Mapping[str, Any], default_timeout_ms: int) -> Ne
                 'a channel is created "draft" or "active"; pause or archive it afterwards',
             )
         )
-    definition = _definition(document, default_timeout_ms, errors)
+    definition = _definition(document, default_timeout_ms, policy, errors)
     if errors:
         raise ValidationFailed(errors, "invalid channel")
     assert name is not None and definition is not None
@@ -76,7 +79,7 @@ def read_new_channel(document: Mapping[str, Any], default_timeout_ms: int) -> Ne
 
 
 def read_new_version(
-    document: Mapping[str, Any], current_name: str, default_timeout_ms: int
+    document: Mapping[str, Any], current_name: str, default_timeout_ms: int, policy: TargetPolicy
 ) -> Definition:
     """An update body, or `ValidationFailed`. A channel keeps its name for life."""
     errors = _unknown_keys(
@@ -92,7 +95,7 @@ def read_new_version(
                 "under the new name and delete this one",
             )
         )
-    definition = _definition(document, default_timeout_ms, errors)
+    definition = _definition(document, default_timeout_ms, policy, errors)
     if errors:
         raise ValidationFailed(errors, "invalid channel")
     assert definition is not None
@@ -100,7 +103,10 @@ def read_new_version(
 
 
 def _definition(
-    document: Mapping[str, Any], default_timeout_ms: int, errors: list[FieldError]
+    document: Mapping[str, Any],
+    default_timeout_ms: int,
+    policy: TargetPolicy,
+    errors: list[FieldError],
 ) -> Definition | None:
     found = len(errors)
     transport_config = document.get("transport_config")
@@ -127,7 +133,7 @@ def _definition(
             )
         )
     else:
-        errors.extend(target_errors(target))
+        errors.extend(target_errors(target, policy))
     timeout_ms = _timeout_ms(document.get("timeout_ms"), default_timeout_ms, errors)
     reported = [e.path for e in errors]
     errors.extend(

@@ -5,6 +5,10 @@ problem at `target.<key>` in the same shape as the schedule's errors. `run_targe
 attempt and always answers with a `TargetOutcome`: whatever goes wrong in the target, including
 an exception, becomes a failed outcome with a message, because the executor must settle the
 occurrence either way. Excerpts in an outcome are already truncated to 64 KiB.
+
+Both take the operator's `TargetPolicy` (SPEC §10: which Python modules, private networks and
+secret sources a document may name), and `run_target` checks the document against it again,
+because the policy may have narrowed since the channel was saved.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from cronledger.targets.interface import (
     TargetOutcome,
     timed_out,
 )
+from cronledger.targets.policy import TargetPolicy
 
 __all__ = [
     "RESULT_EXCERPT_BYTES",
@@ -32,6 +37,7 @@ __all__ = [
     "AwsClients",
     "Envelope",
     "TargetOutcome",
+    "TargetPolicy",
     "Trigger",
     "build_envelope",
     "default_clients",
@@ -60,7 +66,7 @@ _EXAMPLE = '{"type": "http", "url": "https://example.com/hooks/nightly"}'
 _log = logging.getLogger(__name__)
 
 
-def target_errors(doc: Any) -> list[FieldError]:
+def target_errors(doc: Any, policy: TargetPolicy) -> list[FieldError]:
     """Every problem with a target document, without raising (so the API can merge them with
     the schedule's into one answer). An empty list means the document is valid."""
     if not isinstance(doc, Mapping):
@@ -86,12 +92,12 @@ def target_errors(doc: Any) -> list[FieldError]:
         for key in sorted(map(str, doc))
         if key not in kind.keys
     ]
-    return unknown + kind.errors(doc)
+    return unknown + kind.errors(doc, policy)
 
 
-def validate_target(doc: Any) -> None:
+def validate_target(doc: Any, policy: TargetPolicy) -> None:
     """Raise `ValidationFailed` listing every problem with a target document."""
-    errors = target_errors(doc)
+    errors = target_errors(doc, policy)
     if errors:
         raise ValidationFailed(errors, "invalid target")
 
@@ -108,10 +114,12 @@ def run_target(
     envelope: Envelope,
     timeout_secs: float,
     clients: AwsClients | None = None,
+    *,
+    policy: TargetPolicy,
 ) -> TargetOutcome:
     """Deliver `envelope` to the target within `timeout_secs` where the service lets a caller
     bound the wait (HTTP, Lambda, Step Functions with `wait`); see each module for its rule."""
-    errors = target_errors(doc)
+    errors = target_errors(doc, policy)
     if errors:
         # A stored document that no longer validates is refused rather than guessed at.
         detail = "; ".join(f"{e.path}: {e.message}" for e in errors)
@@ -120,7 +128,7 @@ def run_target(
         return timed_out(0)
     kind = _KINDS[doc["type"]]
     try:
-        outcome = kind.run(doc, envelope, timeout_secs, clients or default_clients())
+        outcome = kind.run(doc, envelope, timeout_secs, clients or default_clients(), policy)
     except ReadTimeoutError:
         return timed_out(timeout_secs)
     except Exception as exc:

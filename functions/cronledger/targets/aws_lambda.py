@@ -18,13 +18,14 @@ from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, envelope_json
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome
+from cronledger.targets.policy import TargetPolicy
 
 _ARN = r"arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:function:"
 _QUALIFIER = r"\$LATEST|[A-Za-z0-9_-]{1,128}"
 _FUNCTION = re.compile(rf"({_ARN})?[A-Za-z0-9_-]{{1,64}}(:({_QUALIFIER}))?")
 
 
-def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
     checks = DocumentChecks(doc)
     function = checks.string(
         "function_arn",
@@ -56,7 +57,11 @@ def ref(doc: Mapping[str, Any]) -> str:
 
 
 def run(
-    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+    doc: Mapping[str, Any],
+    envelope: Envelope,
+    timeout_secs: float,
+    clients: AwsClients,
+    policy: TargetPolicy,
 ) -> TargetOutcome:
     function = doc["function_arn"]
     client = clients.lambda_(arn_region(function), timeout_secs)

@@ -25,11 +25,15 @@ if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_lambda import LambdaClient
     from mypy_boto3_rds import RDSClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_ssm import SSMClient
     from mypy_boto3_stepfunctions import SFNClient
 
 _CACHE_SIZE = 32
 _CONNECT_TIMEOUT_SECS = 5.0
+#: A secret is a small read from a nearby endpoint; an attempt must not wait a minute for it.
+_SECRET_TIMEOUT_SECS = 5.0
 
 
 class AwsClients:
@@ -62,6 +66,16 @@ class AwsClients:
         self, region: str | None = None, timeout_secs: float | None = None
     ) -> EventBridgeClient:
         return cast("EventBridgeClient", self._client("events", region, timeout_secs))
+
+    def secretsmanager(self, region: str | None = None) -> SecretsManagerClient:
+        """For `secret_headers` references (cronledger.targets.secrets)."""
+        return cast(
+            "SecretsManagerClient", self._client("secretsmanager", region, _SECRET_TIMEOUT_SECS)
+        )
+
+    def ssm(self, region: str | None = None) -> SSMClient:
+        """For `secret_headers` references to Parameter Store."""
+        return cast("SSMClient", self._client("ssm", region, _SECRET_TIMEOUT_SECS))
 
     def rds(self) -> RDSClient:
         """For signing IAM database tokens (no call leaves the process)."""

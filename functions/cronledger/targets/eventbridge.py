@@ -14,12 +14,13 @@ from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, envelope_json
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome
+from cronledger.targets.policy import TargetPolicy
 
 DEFAULT_BUS = "default"
 _BUS = re.compile(r"(arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,256}")
 
 
-def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
     checks = DocumentChecks(doc)
     checks.string(
         "event_bus_name",
@@ -41,7 +42,11 @@ def ref(doc: Mapping[str, Any]) -> str:
 
 
 def run(
-    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+    doc: Mapping[str, Any],
+    envelope: Envelope,
+    timeout_secs: float,
+    clients: AwsClients,
+    policy: TargetPolicy,
 ) -> TargetOutcome:
     bus: str = doc.get("event_bus_name") or DEFAULT_BUS
     region = arn_region(bus)

@@ -1,53 +1,63 @@
 """HTTP target: the envelope as a JSON request body, successful on a 2xx answer.
 
+What a URL may reach is the operator's choice (SPEC §10, `cronledger.targets.addresses`): a
+host written as an address is judged when the channel is saved; every host is judged again
+when an attempt runs, after resolution, and the request goes to the address that was judged
+(`cronledger.targets.pinned_http`). A URL must be printable ASCII (an international name in its
+`xn--` form), so what is stored, shown and sent is one spelling.
+
 Target documents are stored and listed in plain text, so anything that looks like a credential
-(an `Authorization` header, a token-named header or query parameter, a bearer value, a password
-in the URL) is refused when the channel is saved: put the secret behind the endpoint instead.
-Only methods that carry a body are allowed, because every target receives the envelope.
-Redirects are not followed: a 3xx is a failure that names where the endpoint moved, so the
-envelope never goes to a host nobody configured.
+in `url` or `headers` is refused (`cronledger.targets.secret_looking`); a credential goes in
+`secret_headers`, by reference (`cronledger.targets.secrets`), read when an attempt runs, and
+scrubbed from the result excerpt and the error if the endpoint echoes it back. Header values
+are single lines of printable ASCII. Only methods that carry a body are allowed, because every
+target receives the envelope. Redirects are not followed: a 3xx is a failure that names where
+the endpoint moved, so the envelope never goes to a host nobody configured.
 """
 
 from __future__ import annotations
 
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
-from http.client import HTTPResponse
-from typing import IO, Any
-from urllib.parse import parse_qsl, urlsplit
+from typing import Any
+from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from cronledger import __version__
 from cronledger.errors import FieldError
-from cronledger.excerpts import RESULT_EXCERPT_BYTES
+from cronledger.targets import pinned_http
+from cronledger.targets.addresses import Address, literal_address
 from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope, envelope_json
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
+from cronledger.targets.policy import HTTP_ALLOW_NETWORKS, TargetPolicy
+from cronledger.targets.secret_looking import looks_secret
+from cronledger.targets.secrets import (
+    EXAMPLES,
+    SecretUnavailable,
+    reference_problem,
+    resolve_secret,
+    scrub,
+)
 
 METHODS = ("POST", "PUT", "PATCH")
 _MAX_HEADERS = 50
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: A header value: printable ASCII and tabs (RFC 9110 field-content without obs-text).
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 _SET_BY_CRONLEDGER = {"host", "content-length", "content-type", "transfer-encoding", "connection"}
-_SECRET_WORDS = {
-    "authorization", "auth", "token", "secret", "password", "passwd", "pwd", "apikey",
-    "cookie", "credential", "credentials", "signature", "session", "sig",
-}  # fmt: skip
-_SECRET_VALUE = re.compile(
-    r"(?i)^\s*(bearer|basic|digest|negotiate|token)\s+\S"  # an authorization scheme
-    r"|^eyJ[\w-]+\.eyJ[\w-]+\."  # a JWT
-    r"|(AKIA|ASIA)[0-9A-Z]{16}"  # an AWS access key id
-    r"|-----BEGIN [A-Z ]+-----"  # a PEM block
+_CREDENTIAL_HINT = (
+    "target settings are stored in plain text, so give it as a secret_headers reference "
+    f"(e.g. {EXAMPLES['env']!r})"
 )
 
 
-def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
     checks = DocumentChecks(doc)
     url = checks.string("url", example="https://example.com/hooks/nightly", max_len=2048)
     if url is not None:
-        _check_url(checks, url)
+        _check_url(checks, url, policy)
     method = checks.string("method", example="POST", max_len=16, required=False)
     if method is not None and method.upper() not in METHODS:
         checks.fail(
@@ -55,68 +65,117 @@ def errors(doc: Mapping[str, Any]) -> list[FieldError]:
             "invalid",
             f"method must be one of {', '.join(METHODS)}: the envelope is sent as the body",
         )
-    headers = doc.get("headers")
-    if headers is not None:
-        _check_headers(checks, headers)
+    headers = _mapping(checks, "headers", '{"X-Team": "ops"}')
+    secret_headers = _mapping(checks, "secret_headers", f'{{"Authorization": "{EXAMPLES["env"]}"}}')
+    if len(headers) + len(secret_headers) > _MAX_HEADERS:
+        checks.fail("headers", "too_long", f"at most {_MAX_HEADERS} headers in all")
+    for name, value in headers.items():
+        if _header_name_ok(checks, "headers", name):
+            _check_plain_header(checks, name, value)
+    plain = {str(name).lower() for name in headers}
+    for name, reference in secret_headers.items():
+        if not _header_name_ok(checks, "secret_headers", name):
+            continue
+        key = f"secret_headers.{name}"
+        if name.lower() in plain:
+            checks.fail(key, "invalid", f"{name} is also in headers; give it in one place")
+        elif not isinstance(reference, str):
+            checks.fail(key, "type_mismatch", f"the reference for {name} must be a string")
+        elif len(reference) > 2048:
+            checks.fail(key, "too_long", "a secret reference is at most 2048 characters")
+        elif (problem := reference_problem(reference, policy)) is not None:
+            checks.fail(key, "invalid", f"{problem}, e.g. {EXAMPLES[policy.secrets]!r}")
     return checks.errors
 
 
-def _check_url(checks: DocumentChecks, url: str) -> None:
+def _check_url(checks: DocumentChecks, url: str, policy: TargetPolicy) -> None:
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        checks.fail("url", "invalid", "url must not contain spaces or control characters")
+        return
+    if not url.isascii():
+        checks.fail(
+            "url",
+            "invalid",
+            "url must be ASCII: percent-encode other characters and write an international "
+            "domain name in its xn-- form",
+        )
+        return
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         checks.fail("url", "invalid", "url must be an absolute http:// or https:// URL")
-    elif parts.username or parts.password:
-        checks.fail("url", "invalid", "url must not carry a user name or password")
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if _looks_secret(name, value):
-            checks.fail(
-                "url",
-                "invalid",
-                f"query parameter {name!r} looks like a credential; target settings are stored "
-                "in plain text, so authenticate the endpoint another way",
-            )
-
-
-def _check_headers(checks: DocumentChecks, headers: Any) -> None:
-    if not isinstance(headers, Mapping):
-        checks.fail("headers", "type_mismatch", 'headers must be an object, e.g. {"X-Team": "ops"}')
         return
-    if len(headers) > _MAX_HEADERS:
-        checks.fail("headers", "too_long", f"at most {_MAX_HEADERS} headers")
-    for name, value in headers.items():
-        key = f"headers.{name}"
-        if not isinstance(name, str) or not _TOKEN.fullmatch(name) or len(name) > 256:
-            checks.fail(key, "invalid", "a header name is letters, digits and -_.!#$%&'*+^`|~")
-        elif name.lower() in _SET_BY_CRONLEDGER:
-            checks.fail(key, "invalid", f"{name} is set by cronledger; remove it")
-        elif not isinstance(value, str):
-            checks.fail(key, "type_mismatch", f"header {name} must be a string")
-        elif len(value) > 4096:
-            checks.fail(key, "too_long", f"header {name} must be at most 4096 characters")
-        elif any(c in value for c in "\r\n\0"):
-            checks.fail(key, "invalid", f"header {name} must be one line")
-        elif _looks_secret(name, value):
+    if parts.username is not None or parts.password is not None:
+        checks.fail("url", "invalid", "url must not carry a user name or password")
+        return
+    try:
+        parts.port  # noqa: B018  (raises for a port that is not a number in 0..65535)
+    except ValueError:
+        checks.fail("url", "invalid", "url's port must be a number from 1 to 65535")
+        return
+    address = literal_address(parts.hostname)
+    if address is not None and (refused := policy.address_refusal(address)) is not None:
+        checks.fail("url", "invalid", _refused_address(parts.hostname, *refused))
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if looks_secret(name, value):
             checks.fail(
-                key,
-                "invalid",
-                f"header {name} looks like a credential; target settings are stored in plain "
-                "text, so authenticate the endpoint another way (e.g. an IAM-authorised URL)",
-            )
+                "url", "invalid", f"query parameter {name!r} looks like a credential; "
+                "target settings are stored in plain text, so send it as a secret_headers "
+                "header instead",
+            )  # fmt: skip
 
 
-def _looks_secret(name: str, value: str) -> bool:
-    words = [w for w in re.split(r"[-_.\s]+", name.lower()) if w]
-    named_secret = bool(_SECRET_WORDS.intersection(words)) or "".join(words[-2:]) == "apikey"
-    return named_secret or bool(_SECRET_VALUE.search(value))
+def _refused_address(host: str, address: Address, reason: str) -> str:
+    named = host if host == str(address) else f"{host} ({address})"
+    return (
+        f"{named} is {reason}; http targets reach only public addresses unless "
+        f"{HTTP_ALLOW_NETWORKS} lists the network"
+    )
+
+
+def _mapping(checks: DocumentChecks, key: str, example: str) -> Mapping[Any, Any]:
+    value = checks.doc.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        checks.fail(key, "type_mismatch", f"{key} must be an object, e.g. {example}")
+        return {}
+    return value
+
+
+def _header_name_ok(checks: DocumentChecks, key: str, name: Any) -> bool:
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name) or len(name) > 256:
+        checks.fail(
+            f"{key}.{name}", "invalid", "a header name is letters, digits and -_.!#$%&'*+^`|~"
+        )
+        return False
+    if name.lower() in _SET_BY_CRONLEDGER:
+        checks.fail(f"{key}.{name}", "invalid", f"{name} is set by cronledger; remove it")
+        return False
+    return True
+
+
+def _check_plain_header(checks: DocumentChecks, name: str, value: Any) -> None:
+    key = f"headers.{name}"
+    if not isinstance(value, str):
+        checks.fail(key, "type_mismatch", f"header {name} must be a string")
+    elif len(value) > 4096:
+        checks.fail(key, "too_long", f"header {name} must be at most 4096 characters")
+    elif not _HEADER_VALUE.fullmatch(value):
+        checks.fail(
+            key,
+            "invalid",
+            f"header {name} must be one line of printable ASCII (no control characters)",
+        )
+    elif looks_secret(name, value):
+        checks.fail(key, "invalid", f"header {name} looks like a credential; {_CREDENTIAL_HINT}")
 
 
 def ref(doc: Mapping[str, Any]) -> str:
-    return f"http:{_method(doc)} {_endpoint(doc)}"
+    return f"http:{_method(doc)} {_endpoint(urlsplit(doc['url']))}"
 
 
-def _endpoint(doc: Mapping[str, Any]) -> str:
+def _endpoint(parts: SplitResult) -> str:
     """The URL without its query, which is for the endpoint, not for the ledger or a log."""
-    parts = urlsplit(doc["url"])
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
@@ -124,70 +183,92 @@ def _method(doc: Mapping[str, Any]) -> str:
     return str(doc.get("method") or "POST").upper()
 
 
-class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_opener = urllib.request.build_opener(_RefuseRedirects)
-
-
 def run(
-    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+    doc: Mapping[str, Any],
+    envelope: Envelope,
+    timeout_secs: float,
+    clients: AwsClients,
+    policy: TargetPolicy,
 ) -> TargetOutcome:
     deadline = time.monotonic() + timeout_secs
-    request = urllib.request.Request(
-        doc["url"],
-        data=envelope_json(envelope).encode("utf-8"),
-        method=_method(doc),
-        headers={
-            **(doc.get("headers") or {}),
-            "Content-Type": "application/json",
-            "User-Agent": f"cronledger/{__version__}",
-        },
-    )
+    parts = urlsplit(doc["url"])
     try:
-        try:
-            response: HTTPResponse = _opener.open(request, timeout=max(timeout_secs, 0.001))
-        except urllib.error.HTTPError as refused:
-            # Not 2xx: the answer still has a body worth keeping as the excerpt.
-            with refused:
-                body = _read_excerpt(refused, deadline)
-                moved = refused.headers.get("Location")
-            error = f"HTTP {refused.code} {refused.reason}"
-            if moved:
-                error += f" (redirects are not followed; it points to {moved})"
-            return TargetOutcome(ok=False, result=body, error=error)
-        with response:
-            return TargetOutcome(ok=True, result=_read_excerpt(response, deadline))
-    except TimeoutError:
-        return timed_out(timeout_secs)
-    except urllib.error.URLError as unreachable:
-        if isinstance(unreachable.reason, TimeoutError):
-            return timed_out(timeout_secs)
+        secrets = {
+            name: resolve_secret(reference, policy, clients)
+            for name, reference in (doc.get("secret_headers") or {}).items()
+        }
+    except SecretUnavailable as exc:
+        return TargetOutcome(ok=False, error=str(exc))
+    unsendable = [name for name, value in secrets.items() if not _HEADER_VALUE.fullmatch(value)]
+    if unsendable:
         return TargetOutcome(
-            ok=False, error=f"could not reach {_endpoint(doc)}: {unreachable.reason}"
+            ok=False,
+            error=f"the secret for {', '.join(unsendable)} is not one line of printable ASCII",
         )
+    outcome = _deliver(doc, parts, envelope, timeout_secs, deadline, secrets, policy)
+    values = list(secrets.values())
+    return TargetOutcome(outcome.ok, scrub(outcome.result, values), scrub(outcome.error, values))
 
 
-def _read_excerpt(body: IO[bytes], deadline: float) -> str:
-    """Read no more of the answer than the excerpt keeps, and no longer than the budget."""
-    chunks: list[bytes] = []
-    kept = 0
-    while kept <= RESULT_EXCERPT_BYTES:
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        chunk = body.read(16 * 1024)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        kept += len(chunk)
-    return b"".join(chunks).decode("utf-8", errors="replace")
+def _deliver(
+    doc: Mapping[str, Any],
+    parts: SplitResult,
+    envelope: Envelope,
+    timeout_secs: float,
+    deadline: float,
+    secrets: Mapping[str, str],
+    policy: TargetPolicy,
+) -> TargetOutcome:
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    endpoint = _endpoint(parts)
+    try:
+        addresses = policy.resolver(host, port)
+    except OSError as exc:
+        return TargetOutcome(ok=False, error=f"could not resolve {host}: {exc}")
+    for address in addresses:
+        if (refused := policy.address_refusal(address)) is not None:
+            judged, reason = refused
+            if judged != address:
+                reason = f"{reason} ({judged})"
+            return TargetOutcome(
+                ok=False, error=f"refused: {_refused_address(host, address, reason)}"
+            )
+    try:
+        answer = pinned_http.send(
+            scheme=parts.scheme,
+            host=host,
+            port=port,
+            addresses=addresses,
+            method=_method(doc),
+            target=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+            headers={
+                **(doc.get("headers") or {}),
+                **secrets,
+                "Host": parts.netloc,
+                "Content-Type": "application/json",
+                "User-Agent": f"cronledger/{__version__}",
+            },
+            body=envelope_json(envelope).encode("utf-8"),
+            deadline=deadline,
+        )
+    except pinned_http.TimedOut:
+        return timed_out(timeout_secs)
+    except pinned_http.Unreachable as exc:
+        return TargetOutcome(ok=False, error=f"could not reach {endpoint}: {exc}")
+    except Exception as exc:  # TLS and protocol failures: the endpoint, not the attempt, failed
+        return TargetOutcome(ok=False, error=f"could not reach {endpoint}: {exc}")
+    if 200 <= answer.status < 300:
+        return TargetOutcome(ok=True, result=answer.body)
+    error = f"HTTP {answer.status} {answer.reason}".rstrip()
+    if answer.location:
+        error += f" (redirects are not followed; it points to {answer.location})"
+    return TargetOutcome(ok=False, result=answer.body, error=error)
 
 
 KIND = TargetKind(
     type="http",
-    keys=frozenset({"type", "url", "method", "headers"}),
+    keys=frozenset({"type", "url", "method", "headers", "secret_headers"}),
     errors=errors,
     ref=ref,
     run=run,

@@ -1,9 +1,10 @@
 """The one interface every target type implements, and the outcome every run reports.
 
 A target type is four things: the keys its document may hold, a check that lists every problem
-with a document, a short reference for the ledger, and a run. A run never raises for anything
-the target did: failures, timeouts and refusals come back as a `TargetOutcome`, so the executor
-always has something to settle with.
+with a document, a short reference for the ledger, and a run. The check and the run both get the
+operator's `TargetPolicy`, the only source of what a document may reach beyond its target. A run
+never raises for anything the target did: failures, timeouts and refusals come back as a
+`TargetOutcome`, so the executor always has something to settle with.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from cronledger.errors import FieldError
 from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope
+from cronledger.targets.policy import TargetPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +33,9 @@ class TargetOutcome:
 class TargetKind:
     type: str
     keys: frozenset[str]
-    errors: Callable[[Mapping[str, Any]], list[FieldError]]
+    errors: Callable[[Mapping[str, Any], TargetPolicy], list[FieldError]]
     ref: Callable[[Mapping[str, Any]], str]
-    run: Callable[[Mapping[str, Any], Envelope, float, AwsClients], TargetOutcome]
+    run: Callable[[Mapping[str, Any], Envelope, float, AwsClients, TargetPolicy], TargetOutcome]
 
 
 def timed_out(timeout_secs: float, detail: str | None = None) -> TargetOutcome:

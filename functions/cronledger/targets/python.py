@@ -1,18 +1,26 @@
 """Python target: `package.module:function`, called in-process with the envelope.
 
-The spelling is checked when the channel is saved, but nothing is imported until an attempt
-runs, so the API process never executes scheduled code. The callable's return value, as JSON,
-is the result excerpt. A Python call cannot be interrupted, so this target does not enforce the
-time budget itself: it runs in the caller's thread and the executor's deadline bounds it.
+Running a named function is running code, so only functions the operator allowed can be named:
+the module must fall under a prefix in `CRONLEDGER_PYTHON_TARGETS` (none by default), and the
+attribute must be a plain, public, synchronous function *defined* in such a module, so a name an
+allowed module merely imported (`from subprocess import getoutput`) does not count. The name is
+resolved when the channel is saved (importing the allowed module, which is why the allow-list
+comes before the import) and again when an attempt runs, because the operator may have narrowed
+the list since.
+
+The callable's return value, as JSON, is the result excerpt. A Python call cannot be
+interrupted, so this target does not enforce the time budget itself: it runs in the caller's
+thread and the executor's deadline bounds it.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import keyword
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cronledger.errors import FieldError
@@ -20,12 +28,17 @@ from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome
+from cronledger.targets.policy import PYTHON_TARGETS, TargetPolicy
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _CALLABLE = re.compile(rf"{_NAME}(\.{_NAME})*:{_NAME}")
 
 
-def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+class Unresolved(Exception):
+    """The callable cannot be used; the message says why and how to fix it."""
+
+
+def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
     checks = DocumentChecks(doc)
     spec = checks.string(
         "callable",
@@ -36,7 +49,42 @@ def errors(doc: Mapping[str, Any]) -> list[FieldError]:
     )
     if spec and any(keyword.iskeyword(part) for part in re.split(r"[.:]", spec)):
         checks.fail("callable", "invalid", f"callable {spec!r} uses a Python keyword as a name")
+    elif spec:
+        try:
+            resolve_function(spec, policy)
+        except Unresolved as exc:
+            checks.fail("callable", "invalid", str(exc))
     return checks.errors
+
+
+def resolve_function(spec: str, policy: TargetPolicy) -> Callable[[Envelope], Any]:
+    """The function `spec` names, if the policy allows it; `Unresolved` otherwise."""
+    module_name, _, attribute = spec.partition(":")
+    if not policy.allows_module(module_name):
+        allowed = ", ".join(policy.python_modules) or "none"
+        raise Unresolved(
+            f"{module_name} is not in {PYTHON_TARGETS} (allowed: {allowed}); the operator "
+            "lists the modules whose functions python targets may call"
+        )
+    if attribute.startswith("_"):
+        raise Unresolved(f"{spec} is private (its name starts with '_'); name a public function")
+    try:
+        module = importlib.import_module(module_name)
+    except (Exception, SystemExit) as exc:
+        raise Unresolved(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise Unresolved(f"{module_name} has no function {attribute!r}")
+    if not inspect.isfunction(function) or inspect.iscoroutinefunction(function):
+        kind = "an async function" if inspect.isfunction(function) else type(function).__name__
+        raise Unresolved(f"{spec} is {kind}, not a plain function defined with def")
+    if not policy.allows_module(getattr(function, "__module__", None) or ""):
+        raise Unresolved(
+            f"{spec} is {function.__module__}.{function.__qualname__}, defined outside "
+            f"{PYTHON_TARGETS}; name the function where it is defined"
+        )
+    resolved: Callable[[Envelope], Any] = function
+    return resolved
 
 
 def ref(doc: Mapping[str, Any]) -> str:
@@ -44,12 +92,16 @@ def ref(doc: Mapping[str, Any]) -> str:
 
 
 def run(
-    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+    doc: Mapping[str, Any],
+    envelope: Envelope,
+    timeout_secs: float,
+    clients: AwsClients,
+    policy: TargetPolicy,
 ) -> TargetOutcome:
-    module_name, _, attribute = str(doc["callable"]).partition(":")
-    function = getattr(importlib.import_module(module_name), attribute, None)
-    if not callable(function):
-        return TargetOutcome(ok=False, error=f"{module_name} has no callable {attribute!r}")
+    try:
+        function = resolve_function(str(doc["callable"]), policy)
+    except Unresolved as exc:
+        return TargetOutcome(ok=False, error=str(exc))
     value = function(envelope)
     if value is None:
         return TargetOutcome(ok=True)

@@ -17,12 +17,13 @@ from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope, delivery_id, envelope_json
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome
+from cronledger.targets.policy import TargetPolicy
 
 _QUEUE_URL = re.compile(r"https?://[A-Za-z0-9.:-]+/\d{12}/[A-Za-z0-9_-]{1,80}(\.fifo)?")
 _REGION = re.compile(r"https?://(?:sqs\.([a-z0-9-]+)\.amazonaws|([a-z0-9-]+)\.queue\.amazonaws)")
 
 
-def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
     checks = DocumentChecks(doc)
     checks.string(
         "queue_url",
@@ -39,7 +40,11 @@ def ref(doc: Mapping[str, Any]) -> str:
 
 
 def run(
-    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+    doc: Mapping[str, Any],
+    envelope: Envelope,
+    timeout_secs: float,
+    clients: AwsClients,
+    policy: TargetPolicy,
 ) -> TargetOutcome:
     queue_url: str = doc["queue_url"]
     match = _REGION.match(queue_url)

@@ -20,6 +20,7 @@ from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, delivery_id, envelope_json
 from cronledger.targets.fields import DocumentChecks
 from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
+from cronledger.targets.policy import TargetPolicy
 
 _ARN = re.compile(
     r"arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[A-Za-z0-9_-]{1,80}(:[A-Za-z0-9_-]{1,80})?"
@@ -28,7 +29,7 @@ _FIRST_POLL_SECS = 0.2
 _MAX_POLL_SECS = 2.0
 
 
-def errors(doc: Mapping[str, Any]) -> list[FieldError]:
+def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
     checks = DocumentChecks(doc)
     checks.string(
         "state_machine_arn",
@@ -51,7 +52,11 @@ def execution_name(envelope: Envelope) -> str:
 
 
 def run(
-    doc: Mapping[str, Any], envelope: Envelope, timeout_secs: float, clients: AwsClients
+    doc: Mapping[str, Any],
+    envelope: Envelope,
+    timeout_secs: float,
+    clients: AwsClients,
+    policy: TargetPolicy,
 ) -> TargetOutcome:
     deadline = time.monotonic() + timeout_secs
     machine: str = doc["state_machine_arn"]

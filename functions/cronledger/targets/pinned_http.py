@@ -1,0 +1,133 @@
+"""One HTTP request sent to an address that was checked, under the URL's own host name.
+
+Resolving a name twice (once to check it, once to connect) leaves a window in which the name
+can change its answer (DNS rebinding): the check would pass on a public address and the
+connection go to a private one. So the connection is opened to the checked address itself,
+while the request keeps the URL's host in its `Host` header and, over TLS, in the SNI and in
+the certificate check (urllib3's `server_hostname` and `assert_hostname`), against the system's
+trust store: an address that is not the named server fails verification as it would otherwise.
+Redirects are never followed, no proxy is used, nothing is retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import urllib3
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+from cronledger.excerpts import RESULT_EXCERPT_BYTES
+from cronledger.targets.addresses import Address
+
+#: Connecting gets at most this long of the budget, so one dead address leaves time for the next.
+CONNECT_SECS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    reason: str
+    body: str
+    location: str | None
+
+
+class Unreachable(Exception):
+    """No address accepted a connection (the message says why for the last one)."""
+
+
+class TimedOut(Exception):
+    """The budget ran out."""
+
+
+def send(
+    *,
+    scheme: str,
+    host: str,
+    port: int,
+    addresses: Sequence[Address],
+    method: str,
+    target: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    deadline: float,
+) -> Answer:
+    """Send the request to the first of `addresses` that accepts a connection."""
+    last: Exception | None = None
+    for address in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimedOut
+        timeout = urllib3.Timeout(connect=min(CONNECT_SECS, left), read=left)
+        pool = _pool(scheme, host, address, port, timeout)
+        with pool:
+            try:
+                response = pool.urlopen(
+                    method,
+                    target,
+                    body=body,
+                    headers=dict(headers),
+                    redirect=False,
+                    retries=False,
+                    assert_same_host=False,
+                    preload_content=False,
+                )
+            except (NewConnectionError, ConnectTimeoutError) as exc:
+                last = exc
+                continue
+            except Urllib3Timeout:
+                raise TimedOut from None
+            try:
+                text = _read_excerpt(response, deadline)
+            finally:
+                response.release_conn()
+            return Answer(
+                response.status, response.reason or "", text, response.headers.get("Location")
+            )
+    raise Unreachable(_reason(last))
+
+
+def _pool(
+    scheme: str, host: str, address: Address, port: int, timeout: urllib3.Timeout
+) -> urllib3.HTTPConnectionPool:
+    if scheme == "https":
+        return urllib3.HTTPSConnectionPool(
+            str(address),
+            port,
+            timeout=timeout,
+            retries=False,
+            server_hostname=host,
+            assert_hostname=host,
+            cert_reqs="CERT_REQUIRED",
+        )
+    return urllib3.HTTPConnectionPool(str(address), port, timeout=timeout, retries=False)
+
+
+def _reason(exc: Exception | None) -> str:
+    if exc is None:
+        return "the host has no address"
+    if isinstance(exc, ConnectTimeoutError):
+        return "the connection timed out"
+    # urllib3's message starts with the connection object's repr; the cause is what matters.
+    cause = exc.__cause__ or exc.__context__
+    return str(cause) if cause is not None else str(exc)
+
+
+def _read_excerpt(response: urllib3.BaseHTTPResponse, deadline: float) -> str:
+    """Read no more of the answer than the excerpt keeps, and no longer than the budget."""
+    chunks: list[bytes] = []
+    kept = 0
+    try:
+        while kept <= RESULT_EXCERPT_BYTES:
+            if time.monotonic() > deadline:
+                raise TimedOut
+            chunk = response.read(16 * 1024)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            kept += len(chunk)
+    except Urllib3Timeout:
+        raise TimedOut from None
+    return b"".join(chunks).decode("utf-8", errors="replace")

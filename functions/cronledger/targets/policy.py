@@ -1,0 +1,55 @@
+"""What the operator lets targets do (SPEC §10): one immutable object, made from `Settings`.
+
+The API is a control plane: whoever can call it chooses what the executor runs. So anything a
+target document can name that reaches beyond the target itself (a Python function, a network,
+a secret) is allowed by this policy, which only the operator sets, never by the document. The
+default policy allows nothing of the kind: no `python` target, no private or loopback address,
+and secrets only from `env:CRONLEDGER_SECRET_*` variables.
+
+The same policy is applied when a channel is saved (the API's validation) and again when an
+attempt runs (the executor's `run_target`), because the operator may have narrowed it since.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from cronledger.settings import Network, SecretSource, Settings
+from cronledger.targets.addresses import Address, refusal, resolve
+
+#: `resolver(host, port)`: every address `host` has, as the connection would use them.
+Resolver = Callable[[str, int], Sequence[Address]]
+
+PYTHON_TARGETS = "CRONLEDGER_PYTHON_TARGETS"
+HTTP_ALLOW_NETWORKS = "CRONLEDGER_HTTP_ALLOW_NETWORKS"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetPolicy:
+    """`python_modules`: module prefixes whose functions `python` targets may call (a prefix
+    covers itself and its submodules). `http_allow_networks`: networks `http` targets may reach
+    although they are not public. `secrets`: where `secret_headers` references point.
+    `resolver` is how host names become addresses (a test passes its own)."""
+
+    python_modules: tuple[str, ...] = ()
+    http_allow_networks: tuple[Network, ...] = ()
+    secrets: SecretSource = "env"
+    resolver: Resolver = field(default=resolve, compare=False, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TargetPolicy:
+        return cls(
+            python_modules=settings.python_targets,
+            http_allow_networks=settings.http_allow_networks,
+            secrets=settings.secrets,
+        )
+
+    def allows_module(self, module: str) -> bool:
+        return any(
+            module == prefix or module.startswith(f"{prefix}.") for prefix in self.python_modules
+        )
+
+    def address_refusal(self, address: Address) -> tuple[Address, str] | None:
+        """Why `address` may not be reached (the address judged, and what it is), or None."""
+        return refusal(address, self.http_allow_networks)

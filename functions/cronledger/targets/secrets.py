@@ -1,0 +1,133 @@
+"""Credentials by reference (SPEC §10): `secret_headers` name a secret, never hold one.
+
+A channel's stored definition carries only where a secret lives; the executor reads it when an
+attempt runs and keeps it no longer than a short cache (`CACHE_SECS`, so a rotated secret is
+picked up within a minute and a burst of attempts does not read it a thousand times). Where a
+reference may point is the operator's choice (`CRONLEDGER_SECRETS`):
+
+- `env` (the default; `cronledger dev`): `env:CRONLEDGER_SECRET_<NAME>`, a variable of the
+  scheduler's own environment. Only that prefix: the environment also holds things no target
+  should be sent, such as the process's own AWS credentials.
+- `aws` (the stack sets it): a Secrets Manager secret ARN, or an SSM Parameter Store parameter
+  name (or ARN), decrypted. IAM limits the executor to secrets and parameters tagged
+  `cronledger:secret=<installation name>` (infra/cronledger_infra/target_access.py).
+
+No message here repeats a secret's value, only its reference.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import TYPE_CHECKING, Any, Final
+
+from cronledger.targets.clients import AwsClients, arn_region
+from cronledger.targets.policy import TargetPolicy
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.parameters import BaseProvider
+
+ENV_PREFIX: Final = "CRONLEDGER_SECRET_"
+CACHE_SECS: Final = 60
+_ENV_REFERENCE = re.compile(rf"env:{ENV_PREFIX}[A-Z0-9_]+")
+_SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+")
+_PARAMETER_ARN = re.compile(r"arn:aws[a-z-]*:ssm:[a-z0-9-]+:\d{12}:parameter/[\w./-]+")
+_PARAMETER_NAME = re.compile(r"/?[\w.-]+(/[\w.-]+)*")
+EXAMPLES: Final = {
+    "env": f"env:{ENV_PREFIX}HOOK_TOKEN",
+    "aws": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hook-token-AbCdEf",
+}
+
+
+class SecretUnavailable(Exception):
+    """A reference could not be read; the message names the reference, never a value."""
+
+
+def reference_problem(reference: str, policy: TargetPolicy) -> str | None:
+    """What is wrong with a reference under the policy's secret source, or None."""
+    if policy.secrets == "env":
+        if _ENV_REFERENCE.fullmatch(reference):
+            return None
+        return (
+            f"a secret reference is env:{ENV_PREFIX}<NAME>, a variable of the scheduler's "
+            "environment set aside for targets (CRONLEDGER_SECRETS=env)"
+        )
+    if (
+        _SECRET_ARN.fullmatch(reference)
+        or _PARAMETER_ARN.fullmatch(reference)
+        or (_PARAMETER_NAME.fullmatch(reference) and not reference.startswith("arn:"))
+    ):
+        return None
+    return (
+        "a secret reference is a Secrets Manager secret ARN or an SSM parameter name "
+        "(CRONLEDGER_SECRETS=aws)"
+    )
+
+
+def resolve_secret(reference: str, policy: TargetPolicy, clients: AwsClients) -> str:
+    """The value `reference` points at, read now or from the short cache."""
+    problem = reference_problem(reference, policy)
+    if problem:
+        raise SecretUnavailable(f"secret {reference}: {problem}")
+    if policy.secrets == "env":
+        variable = os.environ.get(reference.removeprefix("env:"))
+        if variable is None:
+            raise SecretUnavailable(f"secret {reference} is not set in the scheduler's environment")
+        return variable
+    service = "secretsmanager" if _SECRET_ARN.fullmatch(reference) else "ssm"
+    options: dict[str, Any] = {"decrypt": True} if service == "ssm" else {}
+    try:
+        provider = _provider(service, arn_region(reference), clients)
+        value: object = provider.get(_name(reference), max_age=CACHE_SECS, **options)
+    except Exception as exc:  # Powertools wraps the service's error; neither holds the value
+        raise SecretUnavailable(f"secret {reference} could not be read: {exc}") from None
+    if not isinstance(value, str):
+        raise SecretUnavailable(f"secret {reference} is not text")
+    return value
+
+
+_providers: dict[tuple[str, str | None], BaseProvider] = {}
+_providers_lock = threading.Lock()
+
+
+def _provider(service: str, region: str | None, clients: AwsClients) -> BaseProvider:
+    """One caching Powertools provider per service and region, kept for the process.
+    Powertools is imported only when an AWS secret is first read: it is not light."""
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider, SSMProvider
+
+    with _providers_lock:
+        provider = _providers.get((service, region))
+        if provider is None:
+            if service == "secretsmanager":
+                provider = SecretsProvider(boto3_client=clients.secretsmanager(region))
+            else:
+                provider = SSMProvider(boto3_client=clients.ssm(region))
+            _providers[(service, region)] = provider
+        return provider
+
+
+def _name(reference: str) -> str:
+    """SSM takes a parameter's name, not its ARN; Secrets Manager takes either."""
+    match = re.match(r"arn:[^:]+:ssm:[^:]+:\d+:parameter(/.*)", reference)
+    if match is None:
+        return reference
+    name = match.group(1)
+    # A parameter without a path has the ARN `…:parameter/name` and the name `name`.
+    return name if name.count("/") > 1 else name[1:]
+
+
+def forget_cached_secrets() -> None:
+    """Drop every cached value (tests, or after a rotation one cannot wait a minute for)."""
+    with _providers_lock:
+        _providers.clear()
+
+
+def scrub(text: str | None, secrets: list[str]) -> str | None:
+    """`text` with every secret value replaced, for an answer or error that echoes one."""
+    if text is None:
+        return None
+    for value in sorted(secrets, key=len, reverse=True):
+        if value:
+            text = text.replace(value, "[secret]")
+    return text
