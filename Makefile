@@ -10,7 +10,7 @@ PG_PORT ?= 5432
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: install run test lint bench synth postgres clean
+.PHONY: install run test lint bench synth lock postgres clean
 
 install: $(STAMP)
 
@@ -50,6 +50,11 @@ bench: $(STAMP) postgres
 
 synth: $(STAMP)
 	$(BIN)/python infra/app.py
+
+# The code asset's lock file (requirements-lambda.txt), resolved for arm64 CPython 3.13 with
+# hashes; run after changing [project].dependencies (needs PyPI). A test fails while it is stale.
+lock: $(STAMP)
+	PYTHONPATH=infra $(BIN)/python -m cronledger_infra.lockfile
 
 clean:
 	rm -rf $(VENV) cdk.out .cronledger .pytest_cache .mypy_cache .ruff_cache .hypothesis

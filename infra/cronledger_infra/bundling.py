@@ -1,19 +1,22 @@
-"""The functions' code asset, built on this machine with pip (no Docker).
+"""The functions' code asset, built on this machine with pip (no Docker), from the lock file.
 
-`pip install --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 --implementation
-cp --python-version 3.13 --only-binary=:all: --target <asset> <project>`: wheels only, for the
-Lambda runtime's CPython and CPU whatever machine synthesizes, so no compiler is needed and a
-package without an arm64 wheel fails the synth instead of the first invocation. Powertools is
-bundled with everything else, at the version pyproject.toml resolves to (not AWS's layer): one
-place decides every version.
+The dependencies come from `requirements-lambda.txt` (see lockfile.py), exactly as pinned:
+`pip install --require-hashes --no-deps -r requirements-lambda.txt --platform
+manylinux2014_aarch64 --platform manylinux_2_28_aarch64 --implementation cp --python-version
+3.13 --only-binary=:all: --target <asset>`: wheels only, for the Lambda runtime's CPython and CPU
+whatever machine synthesizes, each checked against the lock's hashes, so no compiler is needed,
+a package without an arm64 wheel fails the synth instead of the first invocation, and two
+machines ship the same bytes. A lock that no longer matches `pyproject.toml` stops the synth
+(`make lock`). Powertools is bundled with everything else, at the locked version (not AWS's
+layer): one place decides every version. The `cronledger` package itself is installed after
+them, without dependencies.
 
 The project is staged in a temporary directory first, so pip's build leaves nothing in the
 working tree. Then the asset loses what no function imports: the AWS SDK and its dependency
 closure (the Lambda runtime ships them), what `NEVER_IMPORTED` and `UNUSED_DISTRIBUTIONS` list,
 type stubs, host-Python bytecode, and the debug symbols of native modules (when an
 `llvm-strip` or aarch64 `strip` is on PATH). The asset hash is the project's source,
-pyproject.toml and this recipe, so an unchanged project is not rebuilt; resolution is not
-locked, so a rebuild may pick newer allowed versions.
+pyproject.toml, the lock file and this recipe, so an unchanged project is not rebuilt.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import Any
 import jsii
 from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
+
+from cronledger_infra.lockfile import LOCK_FILE, stale_reasons
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
@@ -107,8 +112,20 @@ class PipBundling:
         return True
 
 
+class StaleLockFile(RuntimeError):
+    """The lock file no longer matches pyproject.toml; the message says what to run."""
+
+
 def build_into(target: Path, project_root: Path) -> None:
-    """Install the project and its dependencies for arm64 CPython 3.13 into `target`, trimmed."""
+    """Install the locked dependencies and the project for arm64 CPython 3.13 into `target`,
+    trimmed."""
+    stale = stale_reasons(project_root)
+    if stale:
+        raise StaleLockFile(f"{'; '.join(stale)}: run `make lock`, then synthesize again")
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile"]
+    pip += ["--disable-pip-version-check", "--target", str(target)]
+    locked = ["--require-hashes", "--no-deps", "-r", str(project_root / LOCK_FILE)]
+    subprocess.run([*pip, *PIP_TARGET, *locked], check=True)
     with tempfile.TemporaryDirectory(prefix="cronledger-stage-") as stage:
         staged = Path(stage)
         for name in ("pyproject.toml", "README.md"):
@@ -118,9 +135,8 @@ def build_into(target: Path, project_root: Path) -> None:
             staged / "functions" / "cronledger",
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
         )
-        command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile"]
-        command += ["--disable-pip-version-check", *PIP_TARGET, "--target", str(target)]
-        subprocess.run([*command, str(staged)], check=True)
+        # `--upgrade` lets its console script join `bin/` (which the asset drops anyway).
+        subprocess.run([*pip, "--no-deps", "--upgrade", str(staged)], check=True)
     _trim(target)
 
 
@@ -168,7 +184,7 @@ def _source_hash(project_root: Path) -> str:
         for path in (project_root / "functions" / "cronledger").rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     )
-    for path in [project_root / "pyproject.toml", *files]:
+    for path in [project_root / "pyproject.toml", project_root / LOCK_FILE, *files]:
         relative = path.relative_to(project_root).as_posix().encode()
         content = path.read_bytes()
         digest.update(len(relative).to_bytes(4, "big") + relative)
