@@ -49,7 +49,9 @@ PIP_TARGET = (
     "3.13",
     "--only-binary=:all:",
 )
-# Distributions the Lambda Python runtime ships (boto3 and its dependency closure).
+# Distributions the Lambda Python runtime ships (boto3 and its dependency closure), less
+# urllib3: the `http` target uses it directly and needs the locked version (>= 2.2), which
+# the asset's copy, first on the path, also gives the runtime's botocore.
 RUNTIME_PROVIDED = (
     "boto3",
     "botocore",
@@ -57,7 +59,6 @@ RUNTIME_PROVIDED = (
     "jmespath",
     "python_dateutil",
     "six",
-    "urllib3",
 )
 #: Distributions no function imports, by the top-level modules they install: PyYAML is the
 #: operator command line's.
