@@ -12,6 +12,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+
 from cronledger.operator_cli import add_operator_commands
 from cronledger.settings import Settings
 
@@ -28,14 +30,16 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
     url = _database_url(args)
     Ledger.connect(url).migrate()
-    print(f"migrated {url}")
+    print(f"migrated {sa.make_url(url).render_as_string(hide_password=True)}")
     return 0
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
     from cronledger.local import run_dev
 
-    return run_dev(_database_url(args), args.host, args.port, args.demo)
+    return run_dev(
+        _database_url(args), args.host, args.port, args.demo, allow_remote=args.allow_remote
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="run the scheduler locally in one process")
     dev.add_argument("--database-url")
     dev.add_argument("--demo", action="store_true", help="create a demo channel firing every 5 s")
-    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--host", default="127.0.0.1", help="the API's address (default 127.0.0.1)")
+    dev.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="let --host be an address other machines can reach (the API has no authentication)",
+    )
     dev.add_argument("--port", type=int, default=8080)
     dev.set_defaults(func=_cmd_dev)
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 from urllib.parse import unquote_plus, urlsplit
 
 import sqlalchemy as sa
@@ -153,7 +153,10 @@ def v2_event(method: str, target: str, headers: dict[str, str], body: bytes) -> 
         key, _, value = pair.partition("=")
         key, value = unquote_plus(key), unquote_plus(value)
         query[key] = f"{query[key]},{value}" if key in query else value
-    is_text = not body or headers.get("content-type", "").startswith(("application/json", "text/"))
+    try:  # text as text, as API Gateway passes it; anything that is not UTF-8 as base64
+        text, is_text = body.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, is_text = "", False
     return {
         "version": "2.0",
         "routeKey": "$default",
@@ -174,7 +177,7 @@ def v2_event(method: str, target: str, headers: dict[str, str], body: bytes) -> 
             "stage": "$default",
             "timeEpoch": int(time.time() * 1000),
         },
-        "body": body.decode("utf-8", "replace") if is_text else base64.b64encode(body).decode(),
+        "body": text if is_text else base64.b64encode(body).decode(),
         "isBase64Encoded": not is_text,
     }
 
@@ -195,7 +198,9 @@ class _LocalContext:
 def serve_api(
     answer: Callable[[dict[str, Any], Any], dict[str, Any]], host: str, port: int
 ) -> ThreadingHTTPServer:
-    """An HTTP server on `host:port` answering every request through `answer(event, context)`."""
+    """An HTTP server on `host:port` answering every request through `answer(event, context)`,
+    except those a web page on another site may have sent (`foreign_request`): 403."""
+    from cronledger.api.errors import forbidden  # Powertools: only when serving
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -203,6 +208,13 @@ def serve_api(
         def _handle(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
+            served_port = cast(ThreadingHTTPServer, self.server).server_port
+            refusal = foreign_request(
+                self.headers.get("host"), self.headers.get("origin"), host, served_port
+            )
+            if refusal is not None:
+                self._send(forbidden(refusal))
+                return
             event = v2_event(self.command, self.path, dict(self.headers.items()), body)
             try:
                 response = answer(event, _LocalContext())
@@ -215,8 +227,16 @@ def serve_api(
                         {"error": {"code": "internal", "message": "internal error"}}
                     ),
                 }
+            self._send(response)
+
+        def _send(self, response: dict[str, Any]) -> None:
             raw = response.get("body") or ""
-            payload = base64.b64decode(raw) if response.get("isBase64Encoded") else raw.encode()
+            # "replace": a lone surrogate in an answer must not cost the client its connection.
+            payload = (
+                base64.b64decode(raw)
+                if response.get("isBase64Encoded")
+                else raw.encode("utf-8", "replace")
+            )
             self.send_response(int(response.get("statusCode", 200)))
             for name, value in (response.get("headers") or {}).items():
                 if name.lower() not in ("content-length", "connection"):
@@ -235,6 +255,52 @@ def serve_api(
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="cronledger-http", daemon=True).start()
     return server
+
+
+def foreign_request(
+    host_header: str | None, origin: str | None, served_host: str, served_port: int
+) -> str | None:
+    """Why a request may come from a web page of another site, or None.
+
+    The local API has no authentication: what keeps a web page the user happens to visit from
+    driving it is that the browser names the page's site in `Origin` (so only this server's
+    own pages, such as /swagger, pass), and that `Host` names this server by address, as
+    `localhost` or as the name it was started with (so a DNS name rebound to 127.0.0.1 by an
+    attacker does not pass). Clients that are not browsers send no `Origin`."""
+    if not host_header:
+        return "a request must say which host it is for (Host)"
+    parts = urlsplit(f"//{host_header}")
+    try:
+        port = parts.port or 80
+    except ValueError:
+        port = -1
+    name = (parts.hostname or "").rstrip(".")
+    if port != served_port or not (name in ("localhost", served_host.lower()) or _is_address(name)):
+        return (
+            f"Host {host_header!r} does not name this server; use "
+            f"http://127.0.0.1:{served_port} or http://localhost:{served_port}"
+        )
+    if origin is not None and origin.lower() != f"http://{host_header.lower()}":
+        return (
+            f"requests from the web page of another site ({origin}) are refused: the local API "
+            "has no authentication"
+        )
+    return None
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (what `--host` names) is only reachable from this machine."""
+    return host.lower() == "localhost" or (
+        _is_address(host) and ipaddress.ip_address(host).is_loopback
+    )
 
 
 def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[AttemptReport], None]:
@@ -296,8 +362,21 @@ def describe_policy(settings: Settings) -> list[str]:
     ]
 
 
-def run_dev(database_url: str, host: str, port: int, demo: bool, out: TextIO = sys.stdout) -> int:
-    """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C."""
+def run_dev(
+    database_url: str,
+    host: str,
+    port: int,
+    demo: bool,
+    out: TextIO = sys.stdout,
+    allow_remote: bool = False,
+) -> int:
+    """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C. The API listens
+    beyond this machine only with `allow_remote`, and then says loudly that it does."""
+    if not is_loopback(host) and not allow_remote:
+        raise ValueError(
+            f"refusing to serve the API on {host}: it has no authentication, so anyone who can "
+            "reach it can run what your targets allow; pass --allow-remote to do it anyway"
+        )
     from cronledger.api import create_app, handle_event  # Powertools: only when serving
 
     settings = dev_settings(database_url, demo)
@@ -318,6 +397,12 @@ def run_dev(database_url: str, host: str, port: int, demo: bool, out: TextIO = s
     scheduler.start()
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
     print(f"cronledger dev: API on http://{host}:{port}  (database {shown_url})", file=out)
+    if not is_loopback(host):
+        print(
+            f"WARNING: the API listens on {host}, beyond this machine, with no authentication: "
+            "anyone who can reach it can create channels and run what your targets allow.",
+            file=out,
+        )
     for line in describe_policy(settings):
         print(line, file=out)
     if demo:

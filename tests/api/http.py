@@ -93,13 +93,16 @@ def call(
     query: Mapping[str, Any] | None = None,
     body: Any = None,
     raw_body: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    json_default: bool = True,
 ) -> Answer:
-    """One request through the resolver, as API Gateway would deliver it."""
+    """One request through the resolver, as API Gateway would deliver it. A body goes as JSON
+    unless `headers` say otherwise (or, without `json_default`, with no content type)."""
     payload = (
         raw_body if raw_body is not None else b"" if body is None else json.dumps(body).encode()
     )
-    headers = {"content-type": "application/json"} if payload else {}
-    event = v2_event(method, path, urlencode(query or {}), headers, payload)
+    sent = {"content-type": "application/json"} if payload and json_default else {}
+    event = v2_event(method, path, urlencode(query or {}), {**sent, **(headers or {})}, payload)
     result = handle_event(app, event)
     text = result.get("body") or ""
     return Answer(

@@ -1,15 +1,18 @@
 """The resolver: every route of SPEC §6 on one `APIGatewayHttpResolver`, validated both ways.
 
-Requests are checked against the pydantic models before a route runs (a malformed one is a
-422 in the error envelope) and every response is checked against the same models, so
-`/openapi.json` describes exactly what is served; a response that does not match is a bug and
-answers 500. The resolver holds no state of its own besides the ledger it was given, so one
-instance serves a Lambda container or the local runner's threads alike (through
-`handle_event`, which answers one request at a time).
+Before any route is chosen, a request passes the body rules every route shares (JSON objects
+only, valid Unicode, `HEAD` as `GET`: `requests.screen`). Requests are then checked against the
+pydantic models before a route runs (a malformed one is a 422 in the error envelope) and every
+response is checked against the same models, so `/openapi.json` describes exactly what is
+served; a response that does not match is a bug and answers 500. A known path asked with a
+method it does not answer is a 405 naming the ones it does. The resolver holds no state of its
+own besides the ledger it was given, so one instance serves a Lambda container or the local
+runner's threads alike (through `handle_event`, which answers one request at a time).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from functools import cache
@@ -21,9 +24,16 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from cronledger import __version__
 from cronledger.api.channel_runs import add_channel_run_routes
 from cronledger.api.channels import add_channel_routes
-from cronledger.api.errors import install_error_mapping
+from cronledger.api.errors import as_v2, error_response, install_error_mapping
 from cronledger.api.occurrences import add_occurrence_routes
+from cronledger.api.requests import (
+    MalformedBody,
+    RouteMethods,
+    UnsupportedMediaType,
+    screen,
+)
 from cronledger.api.status import add_health_routes, add_status_routes
+from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
 
@@ -33,14 +43,32 @@ DESCRIPTION = (
     "backfill runs, and health. Errors are "
     '`{"error": {"code", "message", "details": [{"path", "code", "message"}]}}`.'
 )
+#: Routes kept out of the OpenAPI document, for the method table.
+_UNDOCUMENTED = {"/openapi.json": "GET", "/swagger": "GET"}
 _one_request_at_a_time = threading.Lock()
 
 
+class ScreenedResolver(APIGatewayHttpResolver):
+    """Powertools' resolver with the request rules of `requests.screen` in front of it."""
+
+    def resolve(self, event: Mapping[str, Any], context: LambdaContext | None) -> dict[str, Any]:
+        http = event.get("requestContext", {}).get("http", {})
+        try:
+            request = screen(event)
+        except (UnsupportedMediaType, MalformedBody, ValidationFailed) as exc:
+            return as_v2(error_response(exc, f"{http.get('method')} {event.get('rawPath')}"))
+        answer = super().resolve(request.event, context)  # type: ignore[arg-type]
+        if request.head:
+            answer["body"] = ""
+        return answer
+
+
 def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHttpResolver:
-    """The API over `ledger`. `settings` supplies the default `timeout_ms` of new versions."""
+    """The API over `ledger`. `settings` supplies the default `timeout_ms` of new versions and
+    what targets may name (`TargetPolicy`)."""
     settings = settings or Settings()
-    app = APIGatewayHttpResolver(enable_validation=True)
-    install_error_mapping(app)
+    app = ScreenedResolver(enable_validation=True)
+    install_error_mapping(app, lambda: routes())
     add_channel_routes(app, ledger, settings)
     add_channel_run_routes(app, ledger)
     add_occurrence_routes(app, ledger)
@@ -57,6 +85,10 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
     @app.get("/openapi.json", include_in_schema=False)
     def openapi() -> Response[str]:
         return Response(200, content_types.APPLICATION_JSON, document())
+
+    @cache
+    def routes() -> RouteMethods:
+        return RouteMethods(json.loads(document()), _UNDOCUMENTED)
 
     return app
 

@@ -5,22 +5,26 @@ Every error leaves as `{"error": {"code", "message", "details": [{"path", "code"
 | raised | status | code |
 |---|---|---|
 | `ValidationFailed` (every field problem) | 400 | `validation_failed` |
+| `ValidationFailed` raised by `requests.screen`: text that is not valid Unicode | 400 | `validation_failed` |
 | `NotFound`, or no such route | 404 | `not_found` |
+| a known path with a method it does not answer | 405 (with `Allow`) | `method_not_allowed` |
 | `Conflict` | 409 | `conflict` |
 | a body sent as anything but JSON | 415 | `unsupported_media_type` |
-| a malformed query or body (Powertools' request validation), a body that is not UTF-8 or is nested too deep to read | 422 | `malformed_request` |
+| a malformed query or body (Powertools' request validation), a body that is not a JSON object, not UTF-8 or nested too deep to read | 422 | `malformed_request` |
 | `DatabaseUnavailable` | 503 | `database_unavailable` |
 | anything else: a bug, logged at ERROR with its traceback, never echoed | 500 | `internal` |
 
 Bad input is always one of the 4xx rows: what the resolver's request validation refuses is
-reshaped here, so no client ever sees Powertools' own error shape.
+reshaped here, so no client ever sees Powertools' own error shape. A refusal that comes before
+routing (`requests.screen`) is answered here too, as a finished v2 response (`as_v2`), and so
+is the local server's 403 (`forbidden`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -34,6 +38,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from cronledger.api.models import ErrorEnvelope
+from cronledger.api.requests import MalformedBody, RouteMethods, UnsupportedMediaType
 from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.ledger import DatabaseUnavailable
 
@@ -50,12 +55,12 @@ _TOO_LONG = {"string_too_long", "too_long"}
 
 def responses(status: int, description: str, *errors: int) -> dict[int, OpenAPIResponse]:
     """A route's OpenAPI `responses`: its success (schema from the route's return annotation;
-    none for 204), the given error statuses, and those any route can answer (422, 500, 503),
-    each of them the error envelope."""
+    none for 204), the given error statuses, and those any route can answer (400 and 415 for a
+    body that breaks the body rules, 422, 500, 503), each of them the error envelope."""
     documented: dict[int, OpenAPIResponse] = {status: {"description": description}}
     if status == HTTPStatus.NO_CONTENT:
         documented[status]["content"] = {}
-    for error in sorted({*errors, 422, 500, 503}):
+    for error in sorted({*errors, 400, 415, 422, 500, 503}):
         documented[error] = {
             "description": HTTPStatus(error).phrase,
             "content": {"application/json": {"model": ErrorEnvelope}},
@@ -63,13 +68,22 @@ def responses(status: int, description: str, *errors: int) -> dict[int, OpenAPIR
     return documented
 
 
-def install_error_mapping(app: APIGatewayHttpResolver) -> None:
+def install_error_mapping(app: APIGatewayHttpResolver, routes: Callable[[], RouteMethods]) -> None:
     """Send every exception a route raises, and every unmatched route, through
-    `error_response`."""
+    `error_response`. `routes()` tells a wrong method from a path that does not exist."""
 
     def answer(exc: Exception) -> Response[Any]:
         event = app.current_event
-        return error_response(exc, f"{event.http_method} {event.path}")
+        request = f"{event.http_method} {event.path}"
+        allowed = routes().allowed(event.path) if isinstance(exc, NotFoundError) else frozenset()
+        if allowed:
+            return _answer(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                f"{event.path} answers {', '.join(sorted(allowed))}, not {event.http_method}",
+                headers={"Allow": ", ".join(sorted(allowed))},
+            )
+        return error_response(exc, request)
 
     app.exception_handler_manager.update_exception_handlers({Exception: answer})
 
@@ -84,9 +98,12 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
         return _answer(
             HTTPStatus.NOT_FOUND, "not_found", f"no route for {request}; see /openapi.json"
         )
+    if isinstance(exc, MalformedBody):
+        detail = FieldError("body", exc.code, str(exc))
+        return _answer(MALFORMED, "malformed_request", f"malformed request: {exc}", [detail])
     if isinstance(exc, Conflict):
         return _answer(HTTPStatus.CONFLICT, "conflict", str(exc))
-    if isinstance(exc, RequestUnsupportedContentType):
+    if isinstance(exc, RequestUnsupportedContentType | UnsupportedMediaType):
         return _answer(
             HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
@@ -121,8 +138,29 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
     )
 
 
+def forbidden(message: str) -> dict[str, Any]:
+    """A 403 as a finished v2 response: the local server's answer to a foreign web page."""
+    return as_v2(_answer(HTTPStatus.FORBIDDEN, "forbidden", message))
+
+
+def as_v2(response: Response[Any]) -> dict[str, Any]:
+    """An answer made outside the resolver, as the API Gateway v2 response the resolver's own
+    answers are."""
+    return {
+        "statusCode": response.status_code,
+        "headers": dict(response.headers),
+        "body": response.body,
+        "isBase64Encoded": False,
+        "cookies": [],
+    }
+
+
 def _answer(
-    status: HTTPStatus, code: str, message: str, details: Iterable[FieldError] = ()
+    status: HTTPStatus,
+    code: str,
+    message: str,
+    details: Iterable[FieldError] = (),
+    headers: Mapping[str, str] | None = None,
 ) -> Response[Any]:
     body = {
         "error": {
@@ -131,10 +169,12 @@ def _answer(
             "details": [d.as_dict() for d in details],
         }
     }
+    # ASCII-only JSON: nothing a caller sent can make the answer unencodable.
     return Response(
         status_code=status.value,
         content_type=content_types.APPLICATION_JSON,
-        body=json.dumps(body, ensure_ascii=False),
+        body=json.dumps(body),
+        headers=headers,
     )
 
 

@@ -1,0 +1,182 @@
+"""What a request must be before any route sees it (SPEC §6, the body rules at its end).
+
+One pass over the raw API Gateway event, before Powertools routes and validates it:
+
+- a request that carries a body must say `Content-Type: application/json` (the media type in
+  any case, with any parameters), or it is a 415. This is also what keeps a web page from
+  driving the API: a browser sends a cross-site request without asking first only with a form
+  or text content type;
+- the body must be a JSON object (an array or a scalar is a 422, never read as something else);
+- no text in it may be invalid Unicode (a lone surrogate such as `"\\ud800"`, which JSON can
+  spell but nothing can store or print): a 400 naming each place, keys included, so no route,
+  compiler or error message ever holds one;
+- `HEAD` is answered as `GET` without the body, wherever `GET` is.
+
+A body that is not JSON at all is left to the resolver's own validation (422, with the parse
+error). A wrong method on a known path is answered by the error mapping (405 with `Allow`),
+from the table of routes built here from the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cronledger.errors import FieldError, ValidationFailed
+
+JSON_MEDIA_TYPE = "application/json"
+#: How many invalid-Unicode places one answer lists.
+_MAX_REPORTED = 20
+
+
+class UnsupportedMediaType(Exception):
+    """A body that is not declared as JSON."""
+
+
+class MalformedBody(Exception):
+    """A body that is JSON but not an object (`type_mismatch`), or not UTF-8 text
+    (`invalid`)."""
+
+    def __init__(self, message: str, code: str = "invalid") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The event to resolve, and whether the answer must drop its body (a `HEAD`)."""
+
+    event: dict[str, Any]
+    head: bool
+
+
+def screen(event: Mapping[str, Any]) -> Request:
+    """The event as the resolver should see it, or one of the exceptions above (or
+    `ValidationFailed` for invalid Unicode), which the error mapping answers."""
+    screened = dict(event)
+    http = dict(event.get("requestContext", {}).get("http", {}))
+    head = str(http.get("method", "")).upper() == "HEAD"
+    if head:
+        http["method"] = "GET"
+        screened["requestContext"] = {**event.get("requestContext", {}), "http": http}
+    body = _body_bytes(event)
+    if body:
+        headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
+        if not is_json_media_type(str(headers.get("content-type", ""))):
+            raise UnsupportedMediaType
+        # The resolver's own check is case-sensitive; the media type is not (RFC 9110).
+        screened["headers"] = {**headers, "content-type": JSON_MEDIA_TYPE}
+        _check_document(body)
+    return Request(screened, head)
+
+
+def is_json_media_type(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE
+
+
+def _body_bytes(event: Mapping[str, Any]) -> bytes:
+    raw = event.get("body") or ""
+    if not event.get("isBase64Encoded"):
+        return str(raw).encode("utf-8", "surrogatepass")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise MalformedBody("the body is not valid base64") from None
+
+
+def _check_document(body: bytes) -> None:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedBody("the body is not UTF-8 text") from None
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return  # not JSON: the resolver's validation says why
+    if not isinstance(document, dict):
+        raise MalformedBody(
+            f"the body must be a JSON object, not {_json_kind(document)}", "type_mismatch"
+        )
+    problems = []
+    for path, is_key in _invalid_text(document):
+        where = "a key" if is_key else "the text"
+        problems.append(
+            FieldError(
+                path,
+                "invalid",
+                f"{where} is not valid Unicode (it holds a lone surrogate); send UTF-8 text",
+            )
+        )
+        if len(problems) == _MAX_REPORTED:
+            break
+    if problems:
+        raise ValidationFailed(problems, "invalid text")
+
+
+def _invalid_text(document: dict[str, Any]) -> Iterator[tuple[str, bool]]:
+    """Every place (path, whether it is a key) holding a lone surrogate, without recursion
+    (JSON may nest deeper than Python's stack)."""
+    stack: list[tuple[str, Any]] = [("", document)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                child = f"{path}.{printable(key)}" if path else printable(key)
+                if _has_surrogate(key):
+                    yield child, True
+                stack.append((child, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+        elif isinstance(value, str) and _has_surrogate(value):
+            yield path or "body", False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _has_surrogate(text: str) -> bool:
+    return _SURROGATE.search(text) is not None
+
+
+def printable(text: str) -> str:
+    """`text` with lone surrogates written as `\\udxxx`, so it can be shown and encoded."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
+
+
+class RouteMethods:
+    """Which methods each path of the API answers, from its OpenAPI document."""
+
+    def __init__(self, document: Mapping[str, Any], extra: Mapping[str, str] = {}) -> None:
+        self._routes: list[tuple[re.Pattern[str], frozenset[str]]] = []
+        paths = {path: {m.upper() for m in item} for path, item in document["paths"].items()}
+        for path, method in extra.items():
+            paths.setdefault(path, set()).add(method)
+        for path, methods in paths.items():
+            pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path))
+            allowed = methods | ({"HEAD"} if "GET" in methods else set())
+            self._routes.append((re.compile(pattern), frozenset(allowed)))
+
+    def allowed(self, path: str) -> frozenset[str]:
+        """The methods `path` answers; empty when no route has that path."""
+        found: set[str] = set()
+        for pattern, methods in self._routes:
+            if pattern.fullmatch(path):
+                found |= methods
+        return frozenset(found)

@@ -1,0 +1,224 @@
+"""The local API over real HTTP (`cronledger dev`'s server): a web page on another site cannot
+drive it, bad text never costs a client its connection, and `cronledger dev` starts only on
+loopback unless told otherwise, printing what it allows and no password."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from cronledger.api import create_app, handle_event
+from cronledger.cli import main
+from cronledger.ledger import Ledger
+from cronledger.local import serve_api
+from tests.api.helpers import CHANNELS, SETTINGS, channel_document
+from tests.polling import wait_until
+
+
+@pytest.fixture
+def served(sqlite_ledger: Ledger) -> Iterator[int]:
+    """The API on 127.0.0.1 behind the local server; yields its port."""
+    app = create_app(sqlite_ledger, SETTINGS)
+    server = serve_api(lambda event, context: handle_event(app, event, context), "127.0.0.1", 0)
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def send(
+    port: int, method: str, path: str, body: bytes | None = None, **headers: str
+) -> tuple[int, dict[str, str], Any]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        names = {k.replace("_", "-"): v for k, v in headers.items()}
+        connection.request(method, path, body=body, headers=names)
+        response = connection.getresponse()
+        raw = response.read()
+        return response.status, dict(response.getheaders()), json.loads(raw) if raw else None
+    finally:
+        connection.close()
+
+
+def test_a_cross_site_post_without_a_content_type_creates_nothing(
+    served: int, sqlite_ledger: Ledger
+) -> None:
+    # Given a page on another site posting a channel the way a browser does without asking
+    body = json.dumps(channel_document()).encode()
+
+    status, _, answer = send(
+        served, "POST", CHANNELS, body, Host=f"127.0.0.1:{served}", Origin="http://evil.example"
+    )
+
+    assert status == 403
+    assert answer["error"] == {
+        "code": "forbidden",
+        "message": "requests from the web page of another site (http://evil.example) are "
+        "refused: the local API has no authentication",
+        "details": [],
+    }
+    assert sqlite_ledger.list_channels().total == 0
+
+
+def test_even_without_an_origin_a_body_that_is_not_json_is_refused(
+    served: int, sqlite_ledger: Ledger
+) -> None:
+    body = json.dumps(channel_document()).encode()
+
+    status, _, answer = send(served, "POST", CHANNELS, body, Content_Type="text/plain")
+
+    assert (status, answer["error"]["code"]) == (415, "unsupported_media_type")
+    assert sqlite_ledger.list_channels().total == 0
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example:{port}", "rebound.attacker.test:{port}", "127.0.0.1:1", "localhost"]
+)
+def test_a_host_that_does_not_name_this_server_is_refused(served: int, host: str) -> None:
+    named = host.format(port=served)
+
+    status, _, answer = send(served, "GET", "/health", Host=named)
+
+    assert status == 403
+    assert answer["error"]["message"] == (
+        f"Host {named!r} does not name this server; use http://127.0.0.1:{served} or "
+        f"http://localhost:{served}"
+    )
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST:{port}"])
+def test_this_servers_own_names_and_pages_are_answered(
+    served: int, host: str, sqlite_ledger: Ledger
+) -> None:
+    named = host.format(port=served)
+    body = json.dumps(channel_document()).encode()
+
+    status, _, _ = send(
+        served,
+        "POST",
+        CHANNELS,
+        body,
+        Host=named,
+        Origin=f"http://{named}",  # the API's own /swagger page
+        Content_Type="application/json",
+    )
+
+    assert status == 201
+    assert sqlite_ledger.list_channels().total == 1
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        '{"name": "x", "transport_config": {"schedule": "\\ud800"}, "target": {}}',
+        '{"name": "x", "transport_config": {"schedule": "* * * * * *", "timezone": "\\udfff"}}',
+        '{"name": "x", "transport_config": {"payload": {"\\ud800": 1}}}',
+        '{"name": "x", "target": {"type": "http", "url": "https://e.com", "headers": {"\\ud800": "1"}}}',
+    ],
+)
+def test_a_lone_surrogate_is_answered_with_a_400_over_the_connection(
+    served: int, document: str
+) -> None:
+    status, headers, answer = send(
+        served, "POST", CHANNELS, document.encode(), Content_Type="application/json"
+    )
+
+    assert status == 400
+    assert answer["error"]["code"] == "validation_failed"
+    assert "lone surrogate" in answer["error"]["details"][0]["message"]
+    assert int(headers["content-length"]) > 0
+
+
+def test_head_answers_like_get_without_a_body(served: int) -> None:
+    status, headers, body = send(served, "HEAD", "/health")
+
+    assert (status, body) == (200, None)
+    assert headers["Content-Type"] == "application/json"
+
+
+# --- cronledger dev -----------------------------------------------------------------------
+
+
+def test_dev_refuses_a_non_loopback_host_without_the_explicit_flag(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(["dev", "--host", "0.0.0.0", "--database-url", f"sqlite:///{tmp_path / 'x.db'}"])
+
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "cronledger: error: refusing to serve the API on 0.0.0.0: it has no authentication, so "
+        "anyone who can reach it can run what your targets allow; pass --allow-remote to do it "
+        "anyway\n"
+    )
+    assert not (tmp_path / "x.db").exists()  # nothing started
+
+
+def test_migrate_prints_the_database_url_without_its_password(
+    capsys: pytest.CaptureFixture[str], pg_database_url: str
+) -> None:
+    with_password = sa.make_url(pg_database_url).set(password="hunter2")
+
+    code = main(["migrate", "--database-url", with_password.render_as_string(False)])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "hunter2" not in out
+    assert out == f"migrated {with_password.render_as_string(hide_password=True)}\n"
+
+
+@pytest.mark.slow
+def test_dev_shows_the_demo_says_what_it_allows_and_hides_the_password(
+    pg_database_url: str,
+) -> None:
+    # Given `make run`'s command, on PostgreSQL with a password in the URL (trust auth ignores it)
+    url = sa.make_url(pg_database_url).set(password="hunter2").render_as_string(False)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CRONLEDGER_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cronledger.cli", "dev", "--demo", "--port", str(free_port()),
+         "--database-url", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environ,
+    )  # fmt: skip
+    lines: list[str] = []
+    assert process.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        # When it has started and settled a demo occurrence
+        wait_until(lambda: any(" demo " in line and "completed" in line for line in lines), 30)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+        reader.join(timeout=5)
+    output = "".join(lines)
+
+    # Then it printed the demo, what targets may reach, and never the password
+    assert process.returncode == 0, output
+    assert "hunter2" not in output
+    assert ":***@" in output
+    assert (
+        "http targets may reach non-public addresses in: 127.0.0.0/8, ::1/128 (loopback: "
+        "cronledger dev's default; CRONLEDGER_HTTP_ALLOW_NETWORKS replaces it)"
+    ) in output
+    assert "python targets may call functions in: cronledger.demo" in output
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
