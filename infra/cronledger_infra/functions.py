@@ -7,6 +7,9 @@ scheduler settings. What differs is the handler, the timeout and what else it is
 which the other constructs add with `grant_*` calls. Only `claim` learns the executor's name,
 and only `claim` may invoke it.
 
+Reserved concurrency (`reserved`, see capacity.py) guarantees and caps each function's
+containers; `migrate` reserves none.
+
 Timeouts: `reconcile` and `claim` run at most a minute (the next tick is a minute away; `claim`
 loops until close to its deadline); `api` answers within API Gateway's 30 s; `execute` runs as
 long as the operator allows a target to run; `migrate` has five minutes.
@@ -50,6 +53,7 @@ class Functions(Construct):
         memory_mb: int,
         execute_timeout: Duration,
         log_retention: logs.RetentionDays,
+        reserved: Mapping[str, int],
     ) -> None:
         super().__init__(scope, construct_id)
         self._code = code
@@ -57,6 +61,7 @@ class Functions(Construct):
         self._subnets = subnets
         self._memory_mb = memory_mb
         self._log_retention = log_retention
+        self._reserved = reserved
         self._environment = {
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": metrics_namespace,
@@ -98,6 +103,7 @@ class Functions(Construct):
             architecture=ARCHITECTURE,
             memory_size=self._memory_mb,
             timeout=timeout,
+            reserved_concurrent_executions=self._reserved.get(name),
             environment=self._environment,
             vpc=self._vpc,
             vpc_subnets=self._subnets,

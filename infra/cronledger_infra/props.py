@@ -28,6 +28,12 @@ from typing import Any
 
 from aws_cdk import aws_logs as logs
 
+from cronledger_infra.capacity import (
+    DEFAULT_MAX_IN_FLIGHT,
+    ConnectionBudget,
+    aurora_max_connections,
+)
+
 CONTEXT_PREFIX = "cronledger:"
 
 REMOVAL_POLICIES = ("snapshot", "retain", "destroy")
@@ -58,6 +64,12 @@ class CronledgerProps:
     execute_max_event_age_secs: int = 60
     log_retention: str = "ONE_MONTH"
     log_level: str = "INFO"
+    # concurrency and the connections it takes (capacity.py); the executor's is max_in_flight
+    reserve_concurrency: bool = True
+    reconcile_concurrency: int = 2
+    claim_concurrency: int = 2
+    api_concurrency: int = 10
+    database_max_connections: int | None = None
     # what the executor may call besides resources tagged `cronledger:target`
     target_arns: tuple[str, ...] = ()
     allow_tagged_targets: bool = True
@@ -91,6 +103,26 @@ class CronledgerProps:
     def namespace(self) -> str:
         """The CloudWatch namespace of the functions' metrics: the installation's own."""
         return self.metrics_namespace or self.name
+
+    def concurrency(self) -> dict[str, int]:
+        """Each function's concurrent containers at most (capacity.py), migrate aside."""
+        return {
+            "reconcile": self.reconcile_concurrency,
+            "claim": self.claim_concurrency,
+            "api": self.api_concurrency,
+            "execute": self.max_in_flight or DEFAULT_MAX_IN_FLIGHT,
+        }
+
+    def reserved_concurrency(self) -> dict[str, int]:
+        """What each function reserves of the account's concurrency (none when switched off)."""
+        return self.concurrency() if self.reserve_concurrency else {}
+
+    def connection_budget(self) -> ConnectionBudget:
+        return ConnectionBudget(
+            concurrency=self.concurrency(),
+            database_max_connections=self.database_max_connections
+            or aurora_max_connections(self.min_capacity_acu, self.max_capacity_acu),
+        )
 
     def _problems(self) -> typing.Iterator[str]:
         if not _NAME.fullmatch(self.name):
@@ -128,6 +160,10 @@ class CronledgerProps:
             yield "log_retention must be a CDK RetentionDays name such as ONE_MONTH"
         if self.log_level not in LOG_LEVELS:
             yield f"log_level must be one of {list(LOG_LEVELS)}"
+        if min(self.reconcile_concurrency, self.claim_concurrency, self.api_concurrency) < 1:
+            yield "reconcile_concurrency, claim_concurrency and api_concurrency must be 1 or more"
+        elif (budget := self.connection_budget().problem()) is not None:
+            yield budget
         if self.api_throttle_rate <= 0 or self.api_throttle_burst <= 0:
             yield "api_throttle_rate and api_throttle_burst must be positive"
         if self.backlog_age_threshold_secs <= 0:

@@ -80,6 +80,7 @@ class CronledgerStack(Stack):
             memory_mb=props.memory_mb,
             execute_timeout=Duration.seconds(props.execute_timeout_secs),
             log_retention=retention,
+            reserved=props.reserved_concurrency(),
         )
         database.admit(functions.all.values())
 
