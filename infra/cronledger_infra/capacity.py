@@ -15,7 +15,7 @@ Every container holds at most `CONNECTIONS_PER_CONTAINER` database connections (
 overflow, `cronledger.aws.database.PROXY_POOL`; a test keeps the two equal). So an installation
 opens at most
 
-    connections = CONNECTIONS_PER_CONTAINER × (max_in_flight + reconcile + claim + api + migrate)
+    connections = CONNECTIONS_PER_CONTAINER * (max_in_flight + reconcile + claim + api + migrate)
 
 and that must fit in the database's `max_connections` less `DATABASE_HEADROOM` (PostgreSQL's
 superuser slots, the password rotation, an operator's session): the props refuse a deployment
@@ -83,7 +83,7 @@ class ConnectionBudget:
             + [f"migrate {MIGRATE_CONTAINERS}"]
         )
         return (
-            f"the functions may open {CONNECTIONS_PER_CONTAINER} × ({terms}) = "
+            f"the functions may open {CONNECTIONS_PER_CONTAINER} * ({terms}) = "
             f"{self.connections} database connections, more than the "
             f"{self.database_max_connections} max_connections less {DATABASE_HEADROOM} kept "
             "free: lower max_in_flight or the reserved concurrency, raise max_capacity_acu, "

@@ -41,11 +41,11 @@ def test_the_executor_cap_follows_max_in_flight_and_can_be_switched_off():
 
 
 def test_the_connections_every_function_may_open_must_fit_the_database():
-    # 1 ACU: Aurora allows 189 connections; 3 × (2 + 2 + 10 + 100 + 1) = 345 do not fit
-    with pytest.raises(ValueError, match=r"3 × \(.*max_in_flight 100.*\) = 345 database"):
+    # 1 ACU: Aurora allows 189 connections; 3 * (2 + 2 + 10 + 100 + 1) = 345 do not fit
+    with pytest.raises(ValueError, match=r"3 \* \(.*max_in_flight 100.*\) = 345 database"):
         CronledgerProps(max_capacity_acu=1)
 
-    # fewer executors fit: 3 × (2 + 2 + 10 + 40 + 1) = 165 <= 189 - 10
+    # fewer executors fit: 3 * (2 + 2 + 10 + 40 + 1) = 165 <= 189 - 10
     fitted = CronledgerProps(max_capacity_acu=1, max_in_flight=40)
     assert fitted.connection_budget().connections == 165
     # and an operator who knows the database's real limit may say so
@@ -60,5 +60,5 @@ def test_aurora_max_connections_follow_the_maximum_capacity():
 
 
 def test_the_sum_counts_what_the_functions_really_hold():
-    assert CONNECTIONS_PER_CONTAINER == PROXY_POOL["pool_size"] + PROXY_POOL["max_overflow"]
-    assert DEFAULT_MAX_IN_FLIGHT == Settings().max_in_flight
+    assert PROXY_POOL["pool_size"] + PROXY_POOL["max_overflow"] == CONNECTIONS_PER_CONTAINER
+    assert Settings().max_in_flight == DEFAULT_MAX_IN_FLIGHT
