@@ -7,8 +7,16 @@ of the same dispatch, or a dispatch that arrives after its lease was re-claimed,
 occurrence no longer its own and writes nothing.
 
 The batch is bounded by `min(claim_batch_size, max_in_flight - in flight)`: a lease starts
-ticking at the claim, so claiming more than can run would only age leases in a queue.
-A failed claim (the database is down) records DB unavailability and claims nothing.
+ticking at the claim, so claiming more than can run would only age leases in a queue. The
+invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.invokers`); each
+occurrence it could not hand over goes straight back to `pending`.
+A failed claim (the database is down) records DB unavailability and claims nothing; the loop
+then backs off (`cronledger.pacing.Backoff`).
+
+On Lambda the loop runs only while something is due before the invocation's deadline
+(`while_due`) and otherwise returns, so a quiet installation pays for a query a minute, not
+for a function polling all minute. Rows exist ahead of their time (the stack's lookahead
+covers two ticks), so "nothing due before the deadline" is known, not guessed.
 """
 
 from __future__ import annotations
@@ -21,9 +29,9 @@ from dataclasses import dataclass, field
 
 from cronledger import metrics
 from cronledger.ids import new_claimant_id
-from cronledger.invokers import DispatchFailed, Invoker
+from cronledger.invokers import Invoker
 from cronledger.ledger import Ledger
-from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Every, sleep_until_next
+from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
 from cronledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,7 +50,12 @@ class ClaimRound:
     dispatched: list[str] = field(default_factory=list)
     returned: list[str] = field(default_factory=list)
     limit: int = 0
-    failed: bool = False
+    error: Exception | None = None
+
+    @property
+    def failed(self) -> bool:
+        """The database failed: nothing was claimed."""
+        return self.error is not None
 
 
 def claim_once(
@@ -61,24 +74,27 @@ def claim_once(
         claimed = ledger.claim_due(round_.claimant, round_.limit, settings.claim_lease_secs)
     except Exception as exc:
         metrics.record_db_unavailable(JOB)
-        log.warning("claim failed; nothing claimed: %s", exc)
-        round_.failed = True
+        round_.error = exc
         return round_
 
+    failed = invoker.dispatch_all([o.id for o in claimed], round_.claimant)
     for occurrence in claimed:
-        try:
-            invoker.dispatch(occurrence.id, round_.claimant)
+        if occurrence.id not in failed:
             round_.dispatched.append(occurrence.id)
-        except DispatchFailed as exc:
-            # Hand it straight back rather than leave it leased to nobody until expiry.
-            log.warning("dispatch of %s failed, returning it to pending: %s", occurrence.id, exc)
-            try:
-                if ledger.release_claim(occurrence.id, round_.claimant):
-                    round_.returned.append(occurrence.id)
-            except Exception as release_exc:
-                log.warning(
-                    "could not return %s; its lease will expire: %s", occurrence.id, release_exc
-                )
+            continue
+        # Hand it straight back rather than leave it leased to nobody until expiry.
+        log.warning(
+            "dispatch of %s failed, returning it to pending: %s",
+            occurrence.id,
+            failed[occurrence.id],
+        )
+        try:
+            if ledger.release_claim(occurrence.id, round_.claimant):
+                round_.returned.append(occurrence.id)
+        except Exception as release_exc:
+            log.warning(
+                "could not return %s; its lease will expire: %s", occurrence.id, release_exc
+            )
     return round_
 
 
@@ -90,18 +106,22 @@ def run_claim_loop(
     stop: threading.Event | None = None,
     room: Callable[[], int] | None = None,
     wake: threading.Event | None = None,
+    *,
+    while_due: bool = False,
 ) -> int:
     """Claim and dispatch until the monotonic deadline `until` (or `stop`), sleeping until the
     next due instant or the poll interval, whichever is sooner; a full batch goes round again at
     once. With no room to claim into, it waits rather than ask again at once: for a local
     worker to come free (`room`), or `NO_ROOM_NAP_SECS` once `max_in_flight` is reached.
     Setting `wake` ends a sleep early: an in-process reconciler sets it when it has just
-    materialised due rows, so they do not wait out a poll interval. Answers how many
-    occurrences were dispatched."""
+    materialised due rows, so they do not wait out a poll interval. With `while_due` it
+    returns as soon as nothing is due before `until`. A failed claim is retried after a
+    backoff. Answers how many occurrences were dispatched."""
     stop = stop or threading.Event()
     nap = wake or stop
     heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS)
     poll = settings.poll_interval.total_seconds()
+    backoff = Backoff(JOB, poll, log)
     dispatched = 0
     while not stop.is_set() and time.monotonic() < until:
         free = room() if room else None
@@ -111,31 +131,36 @@ def run_claim_loop(
             continue
         round_ = claim_once(ledger, settings, invoker, free)
         dispatched += len(round_.dispatched)
-        if round_.failed:
-            sleep_until_next(nap, poll, until)
+        if round_.error is not None:
+            sleep_until_next(nap, backoff.failed(round_.error), until)
             continue
+        backoff.succeeded()
         if heartbeat.due():
             _beat(ledger)
+        if 0 < round_.limit <= len(round_.dispatched) + len(round_.returned):
+            continue  # a full batch: more may be due right now
+        next_due = _seconds_to_next_due(ledger, poll)
+        if while_due and (next_due is None or time.monotonic() + next_due >= until):
+            break  # nothing due in this invocation: the next one will see what comes
         if round_.limit <= 0:
             # `max_in_flight` is reached. Whatever is due stays due, so sleeping "until the
             # next due instant" would not sleep at all: wait a moment instead of spinning.
             wait = min(poll, NO_ROOM_NAP_SECS)
-        elif len(round_.dispatched) + len(round_.returned) >= round_.limit:
-            continue  # a full batch: more may be due right now
         else:
-            wait = _seconds_to_next_due(ledger, poll)
+            wait = poll if next_due is None else min(poll, next_due)
         sleep_until_next(nap, wait, until)
         if wake is not None:
             wake.clear()
     return dispatched
 
 
-def _seconds_to_next_due(ledger: Ledger, poll: float) -> float:
+def _seconds_to_next_due(ledger: Ledger, poll: float) -> float | None:
+    """Seconds until something is claimable (None: nothing is pending or leased); a failed
+    read answers one poll interval, so the next round's claim meets the failure."""
     try:
-        wait = ledger.seconds_until_next_due()
+        return ledger.seconds_until_next_due()
     except Exception:
         return poll
-    return poll if wait is None else max(0.0, min(poll, wait))
 
 
 def _beat(ledger: Ledger) -> None:

@@ -65,13 +65,16 @@ class TargetThreads:
     A target runs on a thread of its own so the attempt can stop waiting for it at once;
     starting a fresh thread for every attempt cost more than the rest of a no-op attempt's
     Python (a new stack, its pages, and the interpreter's thread state). Each job runs in
-    a fresh `contextvars` context, under a thread name of its own, as on a new thread. A
+    a copy of the `contextvars` context it was handed over in (so the log keys its attempt
+    appended follow it; nothing it sets leaks back or to the next job), under a thread name
+    of its own. A
     thread whose target never returns (abandoned) is simply never handed back: the next
     attempt gets another thread. Idle threads end after `TARGET_THREAD_IDLE_SECS`."""
 
     def __init__(self, idle_secs: float = TARGET_THREAD_IDLE_SECS) -> None:
         self.idle_secs = idle_secs
-        self._idle: list[queue.SimpleQueue[tuple[str, Callable[[], None]]]] = []
+        self._idle: list[queue.SimpleQueue[tuple[str, contextvars.Context, Callable[[], None]]]]
+        self._idle = []
         self._lock = threading.Lock()
 
     def run(self, job: Callable[[], None], name: str = "cronledger-target") -> None:
@@ -81,17 +84,19 @@ class TargetThreads:
         if inbox is None:
             inbox = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
-        inbox.put((name, job))
+        inbox.put((name, contextvars.copy_context(), job))
 
     def idle_count(self) -> int:
         with self._lock:
             return len(self._idle)
 
-    def _serve(self, inbox: queue.SimpleQueue[tuple[str, Callable[[], None]]]) -> None:
+    def _serve(
+        self, inbox: queue.SimpleQueue[tuple[str, contextvars.Context, Callable[[], None]]]
+    ) -> None:
         thread = threading.current_thread()
         while True:
             try:
-                thread.name, job = inbox.get(timeout=self.idle_secs)
+                thread.name, context, job = inbox.get(timeout=self.idle_secs)
             except queue.Empty:
                 with self._lock:
                     if inbox in self._idle:  # else `run` has just taken it: a job is coming
@@ -99,10 +104,10 @@ class TargetThreads:
                         return
                 continue
             try:
-                contextvars.Context().run(job)
+                context.run(job)
             except Exception:
                 log.exception("a target's thread caught what its job raised")
-            del job  # what the job holds (an envelope, a result) is not kept while idle
+            del job, context  # what the job holds (an envelope, a result) is not kept idle
             thread.name = "cronledger-target-idle"
             with self._lock:
                 self._idle.append(inbox)

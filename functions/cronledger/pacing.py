@@ -1,16 +1,23 @@
-"""Pacing for the service loops: how often housekeeping runs, and how long a loop sleeps.
+"""Pacing for the service loops: how often housekeeping runs, how long a loop sleeps, and how
+it backs off while the database is away.
 
 Both loops (reconcile, claim) run until a monotonic deadline, so a Lambda invocation ends
-before its timeout and a local run stops promptly on Ctrl-C.
+before its timeout and a local run stops promptly on Ctrl-C. A loop whose database fails
+waits longer after each consecutive failure (`Backoff`), so an outage costs neither a busy
+loop against a dead server nor a log line per poll: one line when the database goes away, one
+when it is back.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 #: How often a loop records that it is alive (the health endpoint reads it).
 JOB_HEARTBEAT_EVERY_SECS = 15.0
+#: The longest a loop waits between two tries while the database is away.
+MAX_BACKOFF_SECS = 30.0
 
 
 class Every:
@@ -27,6 +34,40 @@ class Every:
             self._last = now
             return True
         return False
+
+
+class Backoff:
+    """The wait after each consecutive database failure of one loop: `first_secs`, doubled
+    each time, at most `MAX_BACKOFF_SECS`; the first success resets it. Logs the outage's
+    start (with the error) and its end (with how many tries failed), nothing in between."""
+
+    def __init__(self, job: str, first_secs: float, log: logging.Logger) -> None:
+        self.job = job
+        self.first_secs = first_secs
+        self.failures = 0
+        self._log = log
+
+    def failed(self, error: BaseException) -> float:
+        """Count a failure; answer how long to wait before the next try."""
+        self.failures += 1
+        if self.failures == 1:
+            self._log.warning(
+                "%s: the database is unavailable (%s); retrying with backoff up to %.0f s",
+                self.job,
+                error,
+                MAX_BACKOFF_SECS,
+            )
+        return min(MAX_BACKOFF_SECS, self.first_secs * 2.0 ** (self.failures - 1))
+
+    def succeeded(self) -> None:
+        if self.failures:
+            self._log.warning(
+                "%s: the database is back after %d failed tr%s",
+                self.job,
+                self.failures,
+                "y" if self.failures == 1 else "ies",
+            )
+        self.failures = 0
 
 
 def sleep_until_next(stop: threading.Event, secs: float, until: float) -> None:

@@ -42,7 +42,7 @@ from cronledger.ledger import (
     NewOccurrence,
     ScheduleState,
 )
-from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Every, sleep_until_next
+from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
 from cronledger.schedule import Schedule, ScheduleInvalid
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
@@ -276,29 +276,51 @@ def after_pass(
             log.info("retention removed %d terminal occurrence(s)", deleted)
 
 
+@dataclass
+class Housekeeping:
+    """When the bookkeeping after a pass is due: the job heartbeat and retention. A loop that
+    lives for one pass (on Lambda) is handed the container's, so retention still runs every
+    `RETENTION_EVERY_SECS` rather than after every pass."""
+
+    retention: Every = field(default_factory=lambda: Every(RETENTION_EVERY_SECS))
+    heartbeat: Every = field(default_factory=lambda: Every(JOB_HEARTBEAT_EVERY_SECS))
+
+
 def run_reconcile_loop(
     ledger: Ledger,
     settings: Settings,
     until: float,
     stop: threading.Event | None = None,
     on_pass: Callable[[PassReport], None] | None = None,
+    *,
+    passes: int | None = None,
+    housekeeping: Housekeeping | None = None,
 ) -> int:
-    """Run passes every poll interval until the monotonic deadline `until` (or `stop`).
-    A failed pass is recorded as DB unavailability and retried next tick: a database blip must
-    not end the loop. Answers how many passes succeeded."""
+    """Run passes every poll interval until the monotonic deadline `until` (or `stop`), or
+    until `passes` have succeeded. A failed pass is recorded as DB unavailability and retried
+    after a backoff: a database blip must not end the loop. Answers how many passes succeeded.
+
+    On Lambda `passes=1`: a pass materialises everything due within the lookahead, which the
+    stack sets to cover the next tick's claim too, so nothing is due before the next
+    invocation that this one could still do; it stays only while its pass keeps failing."""
     stop = stop or threading.Event()
-    retention = Every(RETENTION_EVERY_SECS)
-    heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS)
+    housekeeping = housekeeping or Housekeeping()
+    poll = settings.poll_interval.total_seconds()
+    backoff = Backoff(JOB, poll, log)
     succeeded = 0
     while not stop.is_set() and time.monotonic() < until:
         try:
             report = reconcile_once(ledger, settings)
-            after_pass(ledger, settings, retention, heartbeat)
-            succeeded += 1
-            if on_pass is not None:
-                on_pass(report)
+            after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
         except Exception as exc:
             metrics.record_db_unavailable(JOB)
-            log.warning("reconcile pass failed; retrying next tick: %s", exc)
-        sleep_until_next(stop, settings.poll_interval.total_seconds(), until)
+            sleep_until_next(stop, backoff.failed(exc), until)
+            continue
+        backoff.succeeded()
+        succeeded += 1
+        if on_pass is not None:
+            on_pass(report)
+        if passes is not None and succeeded >= passes:
+            break
+        sleep_until_next(stop, poll, until)
     return succeeded

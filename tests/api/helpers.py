@@ -14,6 +14,7 @@ from typing import Any
 from cronledger.api import PREFIX
 from cronledger.claim import claim_once
 from cronledger.execute import Executor
+from cronledger.invokers import OneByOne
 from cronledger.ledger import Ledger
 from cronledger.reconcile import reconcile_once
 from cronledger.schedule_cache import ScheduleCache
@@ -31,7 +32,7 @@ OK_TARGET = {"type": "python", "callable": "tests.api.jobs:ok"}
 FAIL_TARGET = {"type": "python", "callable": "tests.api.jobs:fail"}
 
 
-class Scheduler:
+class Scheduler(OneByOne):
     """Reconcile, then claim and run every due occurrence to a settled row, synchronously."""
 
     def __init__(self, ledger: Ledger) -> None:

@@ -128,3 +128,52 @@ def test_an_event_that_is_not_a_dispatch_of_two_ids_fails_the_invocation(
 ) -> None:
     with pytest.raises(execute.MalformedDispatch, match="occurrence_id"):
         invoke(event)
+
+
+def test_a_batch_runs_its_occurrences_side_by_side_each_to_its_own_row_and_log_keys(
+    container: Ledger,
+) -> None:
+    # Given two claimed occurrences of different channels, under one claimant (a burst's batch)
+    first, claimant = claimed_occurrence(container, "record")
+    channel = container.create_channel(
+        "ledger-other",
+        {"schedule": "0 0 3 * * *"},
+        {"type": "python", "callable": "tests.aws.targets:record"},
+        timeout_ms=10_000,
+        status=CHANNEL_ACTIVE,
+    )
+    assert container.insert_occurrence(
+        NewOccurrence(
+            channel.channel_id, channel.name, 1, container.db_now().replace(microsecond=0)
+        )
+    )
+    (second,) = container.claim_due(claimant, 1, 60)
+
+    # When one invocation carries both
+    with log_lines() as lines:
+        answer = invoke({"occurrence_ids": [first, second.id], "claimant": claimant})
+
+    # Then each ran once to completed, and each summary line names its own occurrence
+    assert [a["occurrence_id"] for a in answer["attempts"]] == [first, second.id]
+    for occurrence_id in (first, second.id):
+        assert container.get_occurrence(occurrence_id).status == COMPLETED
+    assert sorted(e["trigger"]["occurrence_id"] for e in targets.received) == sorted(
+        [first, second.id]
+    )
+    finished = {line["occurrence_id"] for line in lines if line["message"] == "attempt finished"}
+    assert finished == {first, second.id}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"occurrence_ids": [], "claimant": "claim-1"},
+        {"occurrence_ids": ["a", "a"], "claimant": "claim-1"},
+        {"occurrence_ids": ["a", 7], "claimant": "claim-1"},
+    ],
+)
+def test_a_batch_that_is_empty_repeats_an_id_or_holds_a_non_id_is_refused(
+    container: Ledger, event: Any
+) -> None:
+    with pytest.raises(execute.MalformedDispatch, match="occurrence_ids"):
+        invoke(event)

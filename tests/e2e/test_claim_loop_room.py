@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 from cronledger.claim import NO_ROOM_NAP_SECS, run_claim_loop
+from cronledger.invokers import OneByOne
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
 from tests.ledger.helpers import row, sent_statements
@@ -15,7 +16,7 @@ from tests.ledger.helpers import row, sent_statements
 RUN_SECS = 0.6
 
 
-class Collect:
+class Collect(OneByOne):
     def __init__(self) -> None:
         self.dispatched: list[str] = []
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from cronledger.claim import claim_once, run_claim_loop
 from cronledger.execute import Executor
-from cronledger.invokers import ThreadPoolInvoker
+from cronledger.invokers import OneByOne, ThreadPoolInvoker
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
     COMPLETED,
@@ -97,7 +97,7 @@ def run_until_settled(ledger: Ledger, settings: Settings = FAST) -> Executor:
             return executor
 
 
-class _Inline:
+class _Inline(OneByOne):
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
 

@@ -12,7 +12,15 @@ import pytest
 from moto import mock_aws
 
 from cronledger import invokers
-from cronledger.invokers import DispatchFailed, Invoker, LambdaInvoker, ThreadPoolInvoker
+from cronledger.invokers import (
+    DISPATCH_LANES,
+    MOST_PER_INVOKE,
+    DispatchFailed,
+    Invoker,
+    LambdaInvoker,
+    ThreadPoolInvoker,
+    invoke_batches,
+)
 from cronledger.targets.clients import AwsClients
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
@@ -56,7 +64,7 @@ def test_each_dispatched_attempt_runs_once_with_its_own_ids() -> None:
     invoker: Invoker = pool
 
     for n in range(10):
-        invoker.dispatch(f"occ-{n}", f"claim-{n}")
+        assert invoker.dispatch_all([f"occ-{n}"], f"claim-{n}") == {}
 
     assert pool.drain(5.0) is True
     assert sorted(attempts.ran) == sorted((f"occ-{n}", f"claim-{n}") for n in range(10))
@@ -210,7 +218,13 @@ def test_the_claim_dispatches_through_a_retried_client_with_a_short_timeout(
 
     monkeypatch.setattr(invokers, "default_clients", Clients)
     LambdaInvoker("cronledger-execute").dispatch("occ-1", "claim-abc")
-    assert asked == [{"timeout_secs": invokers.DISPATCH_TIMEOUT_SECS, "retried": True}]
+    assert asked == [
+        {
+            "timeout_secs": invokers.DISPATCH_TIMEOUT_SECS,
+            "retried": True,
+            "connections": invokers.DISPATCH_LANES,
+        }
+    ]
     assert invokers.DISPATCH_TIMEOUT_SECS <= 10
 
 
@@ -220,3 +234,60 @@ def test_budgets_within_one_second_share_a_client(aws_env: None) -> None:
     assert clients.sqs(timeout_secs=57.8) is first  # deadline-cut budgets differ every call
     assert first.meta.config.read_timeout == 58
     assert clients.sqs(timeout_secs=58.2) is not first
+
+
+# --- bursts -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [1, DISPATCH_LANES, DISPATCH_LANES + 1, 500, 10_000])
+def test_a_claim_is_split_into_invokes_holding_each_occurrence_once_in_order(count: int) -> None:
+    ids = [f"occ-{n}" for n in range(count)]
+
+    batches = invoke_batches(ids)
+
+    assert [i for batch in batches for i in batch] == ids
+    assert max(map(len, batches)) <= MOST_PER_INVOKE
+    if count <= DISPATCH_LANES:
+        assert all(len(batch) == 1 for batch in batches)  # one executor per occurrence
+    else:
+        # as few invokes as the lanes allow, never more than a batch each
+        assert len(batches) >= min(DISPATCH_LANES, -(-count // MOST_PER_INVOKE))
+        assert len(batches) <= max(DISPATCH_LANES, -(-count // MOST_PER_INVOKE)) + 1
+
+
+def test_a_burst_reaches_the_lambda_api_as_concurrent_batches_each_id_once(
+    aws_env: None,
+) -> None:
+    # Given a Lambda API that takes 50 ms to accept each invoke
+    ids = [f"occ-{n}" for n in range(200)]
+    with RecordingServer(Answer(status=202, body=b"", delay_secs=0.05)) as lambda_api:
+        client = AwsClients(endpoint_url=lambda_api.url).lambda_(
+            timeout_secs=5, retried=True, connections=DISPATCH_LANES
+        )
+
+        # When one claim's 200 occurrences are dispatched
+        failed = LambdaInvoker("cronledger-execute", client=client).dispatch_all(ids, "claim-b")
+
+    # Then every occurrence reached the executor exactly once, in batches under one claimant
+    payloads = [json.loads(r.body) for r in lambda_api.received]
+    assert failed == {}
+    assert sorted(i for p in payloads for i in p["occurrence_ids"]) == sorted(ids)
+    assert {p["claimant"] for p in payloads} == {"claim-b"}
+    assert len(payloads) == len(invoke_batches(ids)) < len(ids)
+    assert all(r.headers["X-Amz-Invocation-Type"] == "Event" for r in lambda_api.received)
+
+
+def test_a_refused_batch_reports_each_of_its_occurrences_and_only_those(aws_env: None) -> None:
+    refused = Answer(
+        status=429,
+        body=b'{"Message": "Rate exceeded"}',
+        headers={"X-Amzn-ErrorType": "TooManyRequestsException"},
+    )
+    with RecordingServer(refused) as lambda_api:
+        client = AwsClients(endpoint_url=lambda_api.url).lambda_(timeout_secs=5, retried=False)
+        ids = [f"occ-{n}" for n in range(3 * DISPATCH_LANES)]
+
+        failed = LambdaInvoker("cronledger-execute", client=client).dispatch_all(ids, "claim-r")
+
+    assert sorted(failed) == sorted(ids)
+    assert all("cronledger-execute" in why for why in failed.values())

@@ -1,11 +1,13 @@
 """`api`: API Gateway HTTP API (payload v2) events, already IAM-authorised by the gateway,
 answered by the operator API's resolver. The resolver is built once per container over the
 container's ledger. Each request leaves one line (method, path, status), its correlation id
-the gateway's request id.
+the gateway's request id. A request that made runs due now (trigger, retry, backfill) wakes
+the claim function once answered (`cronledger.aws.wake`), when the stack names it.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
@@ -15,11 +17,18 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from cronledger.api import create_app, handle_event
 from cronledger.aws import runtime
 from cronledger.aws.runtime import logger, tracer
+from cronledger.aws.wake import CLAIM_FUNCTION_NAME, ClaimWake, makes_due_runs
 
 
 @runtime.per_container
 def app() -> APIGatewayHttpResolver:
     return create_app(runtime.ledger(), runtime.settings())
+
+
+@runtime.per_container
+def claim_wake() -> ClaimWake | None:
+    name = os.environ.get(CLAIM_FUNCTION_NAME, "").strip()
+    return ClaimWake(name) if name else None
 
 
 @logger.inject_lambda_context(
@@ -29,12 +38,9 @@ def app() -> APIGatewayHttpResolver:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     answer = handle_event(app(), event, context)
     http = event.get("requestContext", {}).get("http", {})
-    logger.info(
-        "request answered",
-        extra={
-            "method": http.get("method"),
-            "path": event.get("rawPath"),
-            "status": answer.get("statusCode"),
-        },
-    )
+    method, path, status = http.get("method"), event.get("rawPath"), answer.get("statusCode")
+    logger.info("request answered", extra={"method": method, "path": path, "status": status})
+    wake = claim_wake()
+    if wake is not None and makes_due_runs(method, path, status):
+        wake()
     return answer

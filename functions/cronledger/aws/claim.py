@@ -1,6 +1,8 @@
-"""`claim`: the EventBridge tick (every minute) runs the claim loop until close to the
-function's deadline, handing each claimed occurrence to the executor as an asynchronous
-(`Event`) invocation of ids only (SPEC §4). The executor's name comes from the stack
+"""`claim`: the EventBridge tick (every minute), or a wake from the API, runs the claim loop
+while something is due before the function's deadline, handing the claimed occurrences to the
+executor as asynchronous (`Event`) invocations of ids only (SPEC §4), concurrently and in
+batches during a burst (`cronledger.invokers`). With nothing due it returns at once: a quiet
+minute costs one claim round. The executor's name comes from the stack
 (`CRONLEDGER_EXECUTE_FUNCTION_NAME`; only this function is told it, and may invoke it).
 """
 
@@ -35,10 +37,14 @@ def invoker() -> LambdaInvoker:
 @tracer.capture_lambda_handler
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
-    logger.append_keys(tick=event.get("time"))
+    logger.append_keys(tick=event.get("time"), wake=event.get("wake"))
     with runtime.emf_sink.recording():
         dispatched = run_claim_loop(
-            runtime.ledger(), runtime.settings(), invoker(), runtime.loop_until(context)
+            runtime.ledger(),
+            runtime.settings(),
+            invoker(),
+            runtime.loop_until(context),
+            while_due=True,
         )
     metrics.add_metric(name=runtime.DISPATCHED, unit=MetricUnit.Count, value=dispatched)
     logger.info("claim finished", extra={"dispatched": dispatched})

@@ -1,16 +1,16 @@
-"""`reconcile`: the EventBridge tick (every minute) runs reconcile passes until close to the
-function's deadline, one every poll interval, rather than one pass per tick.
+"""`reconcile`: the EventBridge tick (every minute) runs one reconcile pass and returns.
 
-One pass a minute would materialise an instant up to a minute after it fell due; with the
-default misfire grace (5 s) nearly every such instant would count as missed, and a `skip`
-channel would never run. Looping keeps materialisation within a poll interval of due, as the
-local runner does; two overlapping invocations are harmless (a pass is idempotent).
+One pass a minute is enough because the stack materialises rows `lookahead_secs` ahead (at
+least two ticks, see infra/cronledger_infra/props.py): every instant is written at least a
+tick before it falls due, so the claim function knows it is coming and starts it on time. A
+pass that fails is retried with a backoff until close to the function's deadline. Two
+overlapping invocations are harmless (a pass is idempotent).
 
 After each successful pass it emits `ReconcileSucceeded` = 1, which the reconcile alarm counts
 (missing data is breaching), beside the pass's own metrics (`OldestPendingAgeSeconds`,
 `PendingCount`, `ReconcileDurationSeconds`, `Occurrences` by status). A failed pass records
-`DbUnavailable` and the loop tries again next tick; an invocation in which none succeeded is
-what the alarm is for.
+`DbUnavailable` and the loop tries again after its backoff; an invocation in which none
+succeeded is what the alarm is for.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger.aws import runtime
 from cronledger.aws.runtime import logger, metrics, tracer
-from cronledger.reconcile import PassReport, run_reconcile_loop
+from cronledger.reconcile import Housekeeping, PassReport, run_reconcile_loop
+
+
+@runtime.per_container
+def housekeeping() -> Housekeeping:
+    """Heartbeat and retention timing, kept across the container's one-pass invocations."""
+    return Housekeeping()
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -41,7 +47,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
 
     with runtime.emf_sink.recording():
         run_reconcile_loop(
-            runtime.ledger(), runtime.settings(), runtime.loop_until(context), on_pass=succeeded
+            runtime.ledger(),
+            runtime.settings(),
+            runtime.loop_until(context),
+            on_pass=succeeded,
+            passes=1,
+            housekeeping=housekeeping(),
         )
     logger.info("reconcile finished", extra=totals)
     return totals

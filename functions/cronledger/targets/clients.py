@@ -3,7 +3,8 @@ reused.
 
 A Lambda execution environment serves many invocations; building a client costs more than most
 calls made with it, so clients are cached per (service, region, read timeout, retried: a
-synchronous target invoke is never retried, a dispatch is). The read
+synchronous target invoke is never retried, a dispatch is; connection pool size, larger for
+the dispatch client's concurrent invokes). The read
 timeout is how a synchronous call honours an attempt's time budget, so it is part of the key,
 rounded up to a whole second to keep the number of distinct clients small (a budget cut by the
 executor's own deadline differs on every invocation; the executor's margin covers the extra
@@ -44,15 +45,25 @@ class AwsClients:
         self._session: boto3.session.Session | None = None
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, str | None, float | None, bool], Any] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str | None, float | None, bool, int | None], Any] = (
+            OrderedDict()
+        )
 
     def lambda_(
-        self, region: str | None = None, timeout_secs: float | None = None, *, retried: bool = False
+        self,
+        region: str | None = None,
+        timeout_secs: float | None = None,
+        *,
+        retried: bool = False,
+        connections: int | None = None,
     ) -> LambdaClient:
         """`retried`: let botocore retry the call, for an invocation that is safe to repeat
         (an asynchronous dispatch, which a duplicate cannot run twice); a synchronous target
-        invoke is never retried."""
-        return cast("LambdaClient", self._client("lambda", region, timeout_secs, retried))
+        invoke is never retried. `connections`: the connection pool's size, for a client
+        used from that many threads at once (botocore keeps 10)."""
+        return cast(
+            "LambdaClient", self._client("lambda", region, timeout_secs, retried, connections)
+        )
 
     def sqs(self, region: str | None = None, timeout_secs: float | None = None) -> SQSClient:
         return cast("SQSClient", self._client("sqs", region, timeout_secs))
@@ -82,10 +93,15 @@ class AwsClients:
         return cast("RDSClient", self._client("rds", None, None))
 
     def _client(
-        self, service: str, region: str | None, timeout_secs: float | None, retried: bool = True
+        self,
+        service: str,
+        region: str | None,
+        timeout_secs: float | None,
+        retried: bool = True,
+        connections: int | None = None,
     ) -> Any:
         read_timeout = None if timeout_secs is None else float(math.ceil(timeout_secs))
-        key = (service, region, read_timeout, retried)
+        key = (service, region, read_timeout, retried, connections)
         with self._lock:
             client = self._cache.get(key)
             if client is not None:
@@ -98,7 +114,7 @@ class AwsClients:
                 service,  # type: ignore[call-overload]
                 region_name=region,
                 endpoint_url=self._endpoint_url,
-                config=_config(read_timeout, retried),
+                config=_config(read_timeout, retried, connections),
             )
             self._cache[key] = client
             if len(self._cache) > _CACHE_SIZE:
@@ -106,11 +122,13 @@ class AwsClients:
             return client
 
 
-def _config(read_timeout: float | None, retried: bool) -> Config:
+def _config(read_timeout: float | None, retried: bool, connections: int | None = None) -> Config:
     # A retried synchronous Lambda invoke runs the function twice; every other call here is
     # either idempotent by name/deduplication id or harmless to repeat.
     attempts = 3 if retried else 1
     options: dict[str, Any] = {"retries": {"mode": "standard", "total_max_attempts": attempts}}
+    if connections is not None:
+        options["max_pool_connections"] = connections
     if read_timeout is not None:
         options["read_timeout"] = max(read_timeout, 0.1)
         options["connect_timeout"] = min(_CONNECT_TIMEOUT_SECS, max(read_timeout, 0.1))

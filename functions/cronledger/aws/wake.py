@@ -1,0 +1,64 @@
+"""Waking `claim` from the API: a manual trigger, a retry or a backfill writes rows that are
+due at once, and `claim` runs only while something is due (then returns until the next
+minute's tick). So after answering such a request the `api` function invokes `claim`
+asynchronously, and the run starts within seconds instead of at the next tick.
+
+The wake carries nothing: `claim` claims whatever is due, so a duplicate or a late wake is a
+claim round that finds nothing. A wake that cannot be delivered is logged and left to the next
+tick: the rows are in the ledger either way, and the request has already been answered. Only
+`api` is told `claim`'s name (`CRONLEDGER_CLAIM_FUNCTION_NAME`) and may invoke it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from cronledger.invokers import DISPATCH_TIMEOUT_SECS
+from cronledger.targets.clients import default_clients
+
+if TYPE_CHECKING:
+    from mypy_boto3_lambda import LambdaClient
+
+log = logging.getLogger(__name__)
+
+CLAIM_FUNCTION_NAME = "CRONLEDGER_CLAIM_FUNCTION_NAME"
+#: The operator API's routes whose success leaves rows due now (SPEC §6).
+RUN_MAKING_SUFFIXES = ("/trigger", "/backfill", "/retry")
+WAKE_EVENT = b'{"wake": "api"}'
+
+
+def makes_due_runs(method: str | None, path: str | None, status: int | None) -> bool:
+    """Whether an answered request wrote occurrences that are due at once."""
+    return (
+        method == "POST"
+        and status is not None
+        and 200 <= status < 300
+        and (path or "").endswith(RUN_MAKING_SUFFIXES)
+    )
+
+
+class ClaimWake:
+    """Invokes the claim function asynchronously, at most once per call."""
+
+    def __init__(self, function_name: str, client: LambdaClient | None = None) -> None:
+        self.function_name = function_name
+        self._client = client
+
+    def __call__(self) -> bool:
+        """Answers whether Lambda accepted the wake."""
+        client = self._client = self._client or default_clients().lambda_(
+            timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True
+        )
+        try:
+            response = client.invoke(
+                FunctionName=self.function_name, InvocationType="Event", Payload=WAKE_EVENT
+            )
+        except (BotoCoreError, ClientError) as exc:
+            log.warning(
+                "could not wake %s; the next tick claims the run: %s", self.function_name, exc
+            )
+            return False
+        return response.get("StatusCode") == 202

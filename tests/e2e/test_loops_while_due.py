@@ -1,0 +1,122 @@
+"""The loops on Lambda: they run only while something is due in the invocation and otherwise
+return, and both back off while the database is away, logging its going and its return once."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from cronledger.claim import run_claim_loop
+from cronledger.invokers import OneByOne
+from cronledger.ledger import DatabaseUnavailable, Ledger
+from cronledger.reconcile import run_reconcile_loop
+from cronledger.settings import Settings
+from tests.ledger.helpers import row
+
+SETTINGS = Settings(poll_interval_ms=50, misfire_grace_secs=1)
+
+
+class Collect(OneByOne):
+    def __init__(self) -> None:
+        self.dispatched: list[str] = []
+
+    def dispatch(self, occurrence_id: str, claimant: str) -> None:
+        self.dispatched.append(occurrence_id)
+
+
+class FlakyLedger:
+    """The real ledger, except that its first `failures` calls of any kind raise as a lost
+    database does."""
+
+    def __init__(self, ledger: Ledger, failures: int) -> None:
+        self._ledger = ledger
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._ledger, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.failures > 0:
+                self.failures -= 1
+                raise DatabaseUnavailable("connection refused")
+            return real(*args, **kwargs)
+
+        return call
+
+
+def test_a_claim_loop_with_nothing_due_in_its_invocation_returns_at_once(ledger: Ledger) -> None:
+    # Given an occurrence due in an hour, and an invocation with a minute left
+    ledger.insert_occurrence(row(ledger.db_now() + timedelta(hours=1)))
+
+    started = time.monotonic()
+    dispatched = run_claim_loop(ledger, SETTINGS, Collect(), started + 60, while_due=True)
+
+    assert dispatched == 0
+    assert time.monotonic() - started < 5
+
+
+def test_a_claim_loop_stays_for_what_falls_due_in_its_invocation_then_returns(
+    ledger: Ledger,
+) -> None:
+    # Given one occurrence due now and one due in a second
+    now = ledger.db_now()
+    soon = row(now + timedelta(seconds=1))
+    ledger.insert_occurrences([row(now - timedelta(seconds=1)), soon])
+    invoker = Collect()
+
+    started = time.monotonic()
+    dispatched = run_claim_loop(ledger, SETTINGS, invoker, started + 60, while_due=True)
+
+    # Then it dispatched both, the second once due, and returned instead of polling on
+    assert dispatched == 2 and invoker.dispatched[-1] == soon.id
+    assert 0.9 <= time.monotonic() - started < 10
+
+
+def test_without_while_due_a_claim_loop_polls_until_its_deadline(ledger: Ledger) -> None:
+    started = time.monotonic()
+    run_claim_loop(ledger, SETTINGS, Collect(), started + 0.5)
+    assert time.monotonic() - started >= 0.5
+
+
+def test_a_reconcile_loop_of_one_pass_retries_a_failed_pass_and_then_returns(
+    ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    flaky = FlakyLedger(ledger, failures=3)
+
+    with caplog.at_level(logging.INFO, logger="cronledger"):
+        passes = run_reconcile_loop(flaky, SETTINGS, time.monotonic() + 30, passes=1)  # type: ignore[arg-type]
+
+    assert passes == 1 and flaky.failures == 0
+    outage = [r.getMessage() for r in caplog.records if "database" in r.getMessage()]
+    assert outage == [
+        "reconcile: the database is unavailable (connection refused); retrying with backoff "
+        "up to 30 s",
+        "reconcile: the database is back after 3 failed tries",
+    ]
+
+
+def test_a_claim_loop_backs_off_while_the_database_is_away_and_logs_it_twice(
+    ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a database that fails the next four calls, then one due occurrence
+    ledger.insert_occurrence(row(ledger.db_now() - timedelta(seconds=1)))
+    flaky = FlakyLedger(ledger, failures=4)
+    invoker = Collect()
+
+    with caplog.at_level(logging.INFO, logger="cronledger"):
+        started = time.monotonic()
+        run_claim_loop(flaky, SETTINGS, invoker, started + 30, while_due=True)  # type: ignore[arg-type]
+        elapsed = time.monotonic() - started
+
+    # Then it waited 50 + 100 + 200 + 400 ms between tries, claimed once back, and said so twice
+    assert len(invoker.dispatched) == 1
+    assert elapsed >= 0.75
+    outage = [r.getMessage() for r in caplog.records if "database" in r.getMessage()]
+    assert outage == [
+        "claim: the database is unavailable (connection refused); retrying with backoff up to 30 s",
+        "claim: the database is back after 4 failed tries",
+    ]
