@@ -15,13 +15,26 @@ The project is staged in a temporary directory first, so pip's build leaves noth
 working tree. Then the asset loses what no function imports: the AWS SDK and its dependency
 closure (the Lambda runtime ships them), what `NEVER_IMPORTED` and `UNUSED_DISTRIBUTIONS` list,
 type stubs, host-Python bytecode, and the debug symbols of native modules (when an
-`llvm-strip` or aarch64 `strip` is on PATH). The asset hash is the project's source,
-pyproject.toml, the lock file and this recipe, so an unchanged project is not rebuilt.
+`llvm-strip` or aarch64 `strip` is on PATH).
+
+Then it gains the bytecode the runtime will use: every module compiled by a CPython of the
+runtime's own version (`bytecode_python`: this interpreter if it is one, else
+`CRONLEDGER_BYTECODE_PYTHON`, `python3.13` on PATH, or a pyenv 3.13), as `unchecked-hash`
+`.pyc` files (PEP 552): the asset is read-only and its zip carries no meaningful source
+timestamps, so the runtime uses them without comparing anything; without them every cold
+start compiles each module again (`make bench` shows both). Tracebacks name `/var/task/...`,
+where Lambda unpacks the asset. The asset hash is the project's source, pyproject.toml, the
+lock file and this recipe, so an unchanged project is not rebuilt.
+
+`make bench` builds the same asset for its own CPU to import it (`platforms`): the lock's
+versions, without its hashes, which are those of Lambda's wheels.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -38,17 +51,13 @@ from cronledger_infra.lockfile import LOCK_FILE, stale_reasons
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
 
-PIP_TARGET = (
-    "--platform",
-    "manylinux2014_aarch64",
-    "--platform",
-    "manylinux_2_28_aarch64",
-    "--implementation",
-    "cp",
-    "--python-version",
-    "3.13",
-    "--only-binary=:all:",
-)
+#: The runtime's CPython, "3.13": the wheels' tags and the bytecode follow it.
+PYTHON_VERSION = RUNTIME.name.removeprefix("python")
+#: Lambda's CPU, as manylinux platform tags.
+LAMBDA_PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_28_aarch64")
+#: Where Lambda unpacks the asset: the path compiled modules name in tracebacks.
+TASK_ROOT = "/var/task"
+BYTECODE_PYTHON = "CRONLEDGER_BYTECODE_PYTHON"
 # Distributions the Lambda Python runtime ships (boto3 and its dependency closure), less
 # urllib3: the `http` target uses it directly and needs the locked version (>= 2.2), which
 # the asset's copy, first on the path, also gives the runtime's botocore.
@@ -117,18 +126,43 @@ class StaleLockFile(RuntimeError):
     """The lock file no longer matches pyproject.toml; the message says what to run."""
 
 
-def build_into(target: Path, project_root: Path) -> None:
-    """Install the locked dependencies and the project for arm64 CPython 3.13 into `target`,
-    trimmed."""
+class BundlingError(RuntimeError):
+    """The asset cannot be built on this machine; the message says what is missing."""
+
+
+def pip_target(platforms: tuple[str, ...] = LAMBDA_PLATFORMS) -> list[str]:
+    """pip's options for wheels of the runtime's CPython on `platforms`."""
+    tags = [arg for platform in platforms for arg in ("--platform", platform)]
+    return [
+        *tags,
+        "--implementation",
+        "cp",
+        "--python-version",
+        PYTHON_VERSION,
+        "--only-binary=:all:",
+    ]
+
+
+def build_into(
+    target: Path, project_root: Path, platforms: tuple[str, ...] = LAMBDA_PLATFORMS
+) -> None:
+    """Install the locked dependencies and the project for the runtime's CPython on
+    `platforms` (Lambda's, unless a benchmark asks for its own) into `target`, trimmed and
+    compiled."""
     stale = stale_reasons(project_root)
     if stale:
         raise StaleLockFile(f"{'; '.join(stale)}: run `make lock`, then synthesize again")
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile"]
     pip += ["--disable-pip-version-check", "--target", str(target)]
-    locked = ["--require-hashes", "--no-deps", "-r", str(project_root / LOCK_FILE)]
-    subprocess.run([*pip, *PIP_TARGET, *locked], check=True)
     with tempfile.TemporaryDirectory(prefix="cronledger-stage-") as stage:
         staged = Path(stage)
+        lock = project_root / LOCK_FILE
+        if platforms == LAMBDA_PLATFORMS:
+            locked = ["--require-hashes", "--no-deps", "-r", str(lock)]
+        else:
+            (staged / "pins.txt").write_text(_pins_of(lock.read_text()))
+            locked = ["--no-deps", "-r", str(staged / "pins.txt")]
+        subprocess.run([*pip, *pip_target(platforms), *locked], check=True)
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(project_root / name, staged / name)
         shutil.copytree(
@@ -139,6 +173,47 @@ def build_into(target: Path, project_root: Path) -> None:
         # `--upgrade` lets its console script join `bin/` (which the asset drops anyway).
         subprocess.run([*pip, "--no-deps", "--upgrade", str(staged)], check=True)
     _trim(target)
+    compile_bytecode(target)
+
+
+def compile_bytecode(target: Path) -> None:
+    """Compile every module under `target` for the runtime (see the module header)."""
+    options = ["-q", "-j", "0", "--invalidation-mode", "unchecked-hash"]
+    paths = ["-s", str(target), "-p", TASK_ROOT, str(target)]
+    subprocess.run([bytecode_python(), "-m", "compileall", *options, *paths], check=True)
+
+
+def bytecode_python() -> str:
+    """An interpreter of the runtime's CPython version (see the module header)."""
+    candidates = [
+        os.environ.get(BYTECODE_PYTHON),
+        sys.executable,
+        shutil.which(f"python{PYTHON_VERSION}"),
+        *sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{PYTHON_VERSION}*/bin/python3"))),
+    ]
+    for candidate in filter(None, candidates):
+        if _version_of(candidate) == PYTHON_VERSION:
+            return candidate
+    raise BundlingError(
+        f"the asset ships bytecode for the Lambda runtime's Python {PYTHON_VERSION}, and no "
+        f"Python {PYTHON_VERSION} was found to compile it: install one (python{PYTHON_VERSION} "
+        f"on PATH, or set {BYTECODE_PYTHON} to its path)"
+    )
+
+
+def _version_of(python: str) -> str | None:
+    run = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return run.stdout.strip() if run.returncode == 0 else None
+
+
+def _pins_of(lock: str) -> str:
+    """The lock's `name==version` lines without their hashes."""
+    return "\n".join(line.split()[0] for line in lock.splitlines() if "==" in line) + "\n"
 
 
 def dropped_modules() -> list[str]:
