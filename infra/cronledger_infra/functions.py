@@ -5,7 +5,7 @@ subnets, with its own role, its own security group, its own log group, active tr
 same environment: where the database is (never a password), the Powertools names, and the
 scheduler settings. What differs is the handler, the timeout and what else it is granted,
 which the other constructs add with `grant_*` calls. Only `claim` learns the executor's name,
-and only `claim` may invoke it.
+and only `claim` may invoke it; only `api` learns `claim`'s, to wake it after a manual run.
 
 Reserved concurrency (`reserved`, see capacity.py) guarantees and caps each function's
 containers; `migrate` reserves none.
@@ -80,6 +80,8 @@ class Functions(Construct):
 
         self.claim.add_environment("CRONLEDGER_EXECUTE_FUNCTION_NAME", self.execute.function_name)
         self.execute.grant_invoke_latest_version(self.claim)
+        self.api.add_environment("CRONLEDGER_CLAIM_FUNCTION_NAME", self.claim.function_name)
+        self.claim.grant_invoke_latest_version(self.api)
 
     @property
     def all(self) -> dict[str, lambda_.Function]:

@@ -43,6 +43,8 @@ DEFAULT_NAME = "Cronledger"
 #: A CloudFormation stack name, short enough that every name derived from it stays within
 #: its service's limit.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}")
+#: Two one-minute ticks and a margin for their jitter (see `lookahead_secs`).
+MIN_LOOKAHEAD_SECS = 150
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,10 @@ class CronledgerProps:
     heartbeat_interval_secs: int | None = None
     misfire_grace_secs: int | None = None
     max_catch_up: int | None = None
-    # Reconcile runs as back-to-back one-minute invocations; rows materialised this far ahead
-    # let the claim loop start each one on time across the gap between two invocations.
-    lookahead_secs: int | None = 15
+    # Reconcile runs one pass a minute and claim returns when nothing is due in its
+    # invocation: rows materialised two ticks and a margin ahead are known to the claim
+    # invocation whose minute they fall in, so it waits for them (cost follows the work).
+    lookahead_secs: int = 150
     retention_hours: int | None = None
     default_timeout_ms: int | None = None
 
@@ -150,6 +153,12 @@ class CronledgerProps:
                 "need 60 <= execute_max_event_age_secs < claim_lease_secs "
                 f"(got {self.execute_max_event_age_secs} and {self.claim_lease_secs}): "
                 "an invocation older than the lease may find its occurrence re-claimed"
+            )
+        if not MIN_LOOKAHEAD_SECS <= self.lookahead_secs <= 3600:
+            yield (
+                f"lookahead_secs must be {MIN_LOOKAHEAD_SECS}..3600: reconcile runs once a "
+                "minute and claim only while something is due, so rows must exist two ticks "
+                "(and a margin) before they fall due"
             )
         heartbeat = self.heartbeat_interval_secs
         if heartbeat is not None and not 0 < heartbeat < self.claim_lease_secs:

@@ -40,7 +40,7 @@ def test_context_strings_become_typed_props_and_an_unknown_key_is_refused():
     assert props.scheduler_environment() == {
         "CRONLEDGER_CLAIM_LEASE_SECS": "120",
         "CRONLEDGER_CLAIM_BATCH_SIZE": "50",
-        "CRONLEDGER_LOOKAHEAD_SECS": "15",
+        "CRONLEDGER_LOOKAHEAD_SECS": "150",
     }
     with pytest.raises(ValueError, match="cronledger:nat_gatways"):
         CronledgerProps.from_context({"cronledger:nat_gatways": "0"})

@@ -126,6 +126,26 @@ def test_only_claim_knows_and_may_invoke_the_executor(synthesized: Synthesized):
     assert invokers == told == {"cronledger.aws.claim.handler"}
 
 
+def test_only_the_api_knows_and_may_invoke_claim_to_wake_it(synthesized: Synthesized):
+    functions = synthesized.functions()
+    claim = functions["cronledger.aws.claim.handler"]
+    lambdas = synthesized.resources("AWS::Lambda::Function")
+    invokers = {
+        handler
+        for handler, logical_id in functions.items()
+        for statement in _statements(synthesized, _getatt_id(lambdas[logical_id]["Role"]))
+        if "lambda:InvokeFunction" in statement["Action"]
+        and claim in json.dumps(statement["Resource"])
+    }
+    told = {
+        handler
+        for handler, logical_id in functions.items()
+        if "CRONLEDGER_CLAIM_FUNCTION_NAME" in lambdas[logical_id]["Environment"]["Variables"]
+    }
+
+    assert invokers == told == {"cronledger.aws.api.handler"}
+
+
 def test_the_executor_reaches_only_named_or_tagged_targets(synthesized: Synthesized):
     execute = synthesized.functions()["cronledger.aws.execute.handler"]
     role = _getatt_id(synthesized.resources("AWS::Lambda::Function")[execute]["Role"])
