@@ -67,7 +67,7 @@ def test_a_manual_trigger_wakes_claim_once_and_a_read_or_a_refusal_does_not(
         {
             "name": "nightly",
             "transport_config": {"schedule": "0 0 2 * * *"},
-            "target": {"type": "python", "callable": "cronledger.demo:hello"},
+            "target": {"type": "python", "callable": "tests.aws.targets:record"},
             "status": "active",
         },
     )
