@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import zipfile
 from collections.abc import Iterator
 from typing import Any
@@ -53,8 +54,12 @@ def invocations() -> Iterator[list[dict[str, Any]]]:
     def asked(params: dict[str, Any], **_: Any) -> None:
         made.append({"request": dict(params)})
 
+    lock = threading.Lock()
+
     def answered(parsed: dict[str, Any], **_: Any) -> None:
-        made[-1]["status"] = parsed["StatusCode"]
+        # Invokes run side by side on the dispatch lanes: answers pair with asks in any order.
+        with lock:
+            next(call for call in made if "status" not in call)["status"] = parsed["StatusCode"]
 
     client.meta.events.register("provide-client-params.lambda.Invoke", asked, "test-asked")
     client.meta.events.register("after-call.lambda.Invoke", answered, "test-answered")
