@@ -62,7 +62,7 @@ def main() -> None:
     )
     report("hourly, one-year outage, latest", "0 0 * * * *", "Europe/London", timedelta(days=365))
     report(
-        "hourly on weekdays (croniter day walk), one-year outage, latest",
+        "hourly on weekdays (day rule walk), one-year outage, latest",
         "0 0 * * * MON-FRI",
         "America/New_York",
         timedelta(days=365),

@@ -153,13 +153,6 @@ def test_a_target_editing_its_payload_cannot_edit_the_schedule() -> None:
             "random or hashed",
             id="random field",
         ),
-        pytest.param(
-            {"schedule": "0 0 9 1 * MON#1"},
-            "transport_config.schedule",
-            "invalid",
-            "put `*` in one of the two fields",
-            id="day-of-month with an nth weekday",
-        ),
         pytest.param({}, "transport_config.schedule", "required", "six-field", id="no schedule"),
         pytest.param(
             {"schedule": 215},

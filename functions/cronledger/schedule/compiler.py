@@ -12,8 +12,9 @@ Decisions where SPEC §1.1 is silent:
   only under `catch_up`: editing an inert number must not reset the cursor.
 - Random and hashed fields (croniter's `R`, `H`) are refused: a schedule must fire at the same
   instants every time it is compiled.
-- A restricted day-of-month together with an nth or last weekday (`1 * SUN#2`, `15 * L5`) is
-  refused: croniter cannot evaluate that combination and would never fire it.
+- croniter still validates every expression, but the fields mean what `expression` reads them
+  to mean (standard cron; croniter's own quirks are not inherited), and the forms without a
+  plain meaning are refused there, each with a fix.
 - "At least one occurrence in the next 5 years" is measured from `now=`, or the wall clock.
 - `retry.backoff_secs` may be 0 (retry at the next claim); `retry.max_backoff_secs` defaults to
   300, or to `backoff_secs` when that is larger, and is refused below it. `retry` is not in
@@ -37,6 +38,7 @@ from croniter import croniter
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import require_utc
 from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy, Schedule
+from cronledger.schedule.expression import ExpressionRefused, parse_expression
 from cronledger.schedule.walk import LAST_SECOND, ceil_seconds, seconds
 from cronledger.schedule.walk import calendar as shared_calendar
 
@@ -71,6 +73,15 @@ _FIELDS: Final = (
     ("month", "1-12 or JAN-DEC"),
     ("day-of-week", "0-7 or SUN-SAT, with L or #n"),
 )
+_NICKNAMES: Final = {
+    "@yearly": "0 0 0 1 1 *",
+    "@annually": "0 0 0 1 1 *",
+    "@monthly": "0 0 0 1 * *",
+    "@weekly": "0 0 0 * * 0",
+    "@daily": "0 0 0 * * *",
+    "@midnight": "0 0 0 * * *",
+    "@hourly": "0 0 * * * *",
+}
 _ZONE_HINTS: Final = {
     "IST": "Asia/Kolkata, Europe/Dublin or Asia/Jerusalem",
     "EST": "America/New_York",
@@ -210,6 +221,8 @@ def _expression(value: Any, errors: list[FieldError]) -> str | None:
     if len(fields) != 6:
         if len(fields) == 5:
             fix = f"add the second first: `0 {' '.join(fields)}`"
+        elif len(fields) == 1 and fields[0].lower() in _NICKNAMES:
+            fix = f"write `{_NICKNAMES[fields[0].lower()]}` for {fields[0]}"
         elif len(fields) == 7:
             fix = f"there is no year field, drop it: `{' '.join(fields[:6])}`"
         else:
@@ -230,16 +243,10 @@ def _expression(value: Any, errors: list[FieldError]) -> str | None:
                 )
             )
             return None
-    day_of_month, _month, day_of_week = fields[3:6]
-    if day_of_month not in ("*", "?") and any(c in day_of_week.upper() for c in "#L"):
-        errors.append(
-            FieldError(
-                path,
-                "invalid",
-                f"a day-of-month (`{day_of_month}`) together with an nth or last weekday "
-                f"(`{day_of_week}`) is not supported; put `*` in one of the two fields",
-            )
-        )
+    try:
+        parse_expression(fields)  # the meaning this project gives it (`expression`)
+    except ExpressionRefused as exc:
+        errors.append(FieldError(path, "invalid", str(exc)))
         return None
     expression = " ".join(fields)
     try:

@@ -9,9 +9,10 @@ offset, so a local match converts exactly. That one shape gives both DST rules f
 Segments are visited in UTC order, so every walk is strictly ascending with no duplicates.
 
 Times of day and days are independent in cron, so a day's matching times are one sorted array
-of seconds-of-day and only the *days* need croniter (none at all when every day matches). A
-window is a run of whole days plus two partial ones: counting what a per-second schedule
-missed in a day is a few bisections, not 86,400 croniter steps of ~35 µs each.
+of seconds-of-day and only the *days* need searching (not at all when every day matches): a
+month's matching days come from the expression's day rule (`expression`). A window is a run
+of whole days plus two partial ones: counting what a per-second schedule missed in a day is a
+few bisections, not 86,400 steps.
 
 zoneinfo does not publish its transition table, so offsets are sampled every 6 hours and each
 change is bisected to the second. A zone that changed its offset and changed it back within 6
@@ -20,7 +21,6 @@ hours would be missed; tzdata has no such zone.
 
 from __future__ import annotations
 
-import copy
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Final
 from zoneinfo import ZoneInfo
 
-from croniter import CroniterBadDateError, croniter
+from cronledger.schedule.expression import CronSpec, DayRule, parse_expression
 
 DAY: Final = 86_400
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -61,31 +61,19 @@ class Survey:
 def calendar(expression: str, zone: str) -> Calendar:
     """The calendar of a valid expression in a zone, built once per process: thousands of
     channels share a handful of expressions, and a per-second one lists 86,400 times."""
-    return Calendar(croniter(expression, second_at_beginning=True), expression.split(), zone)
+    return Calendar(parse_expression(expression.split()), zone)
 
 
 class Calendar:
     """The instants of one six-field expression in one zone, as integer UTC seconds.
     Immutable once built, so schedules share them (`calendar`)."""
 
-    def __init__(self, cron: croniter, fields: list[str], zone: str) -> None:
-        minutes, hours, *_days, seconds = cron.expanded
-        hour_values = _field_values(hours, 24)
-        minute_values = _field_values(minutes, 60)
-        second_values = _field_values(seconds, 60)
+    def __init__(self, spec: CronSpec, zone: str) -> None:
         # Ascending, as each field's values are.
         self._times: tuple[int, ...] = tuple(
-            h * 3600 + m * 60 + s for h in hour_values for m in minute_values for s in second_values
+            h * 3600 + m * 60 + s for h in spec.hours for m in spec.minutes for s in spec.seconds
         )
-        day_of_month, month, day_of_week = fields[3:6]
-        every_day = day_of_month in ("*", "?") and month == "*" and day_of_week in ("*", "?")
-        # Midnight of every matching day: the day fields verbatim, so croniter keeps its own
-        # day semantics (L, W, #, and the OR of day-of-month and day-of-week).
-        self._days: croniter | None = (
-            None
-            if every_day
-            else croniter(f"0 0 0 {day_of_month} {month} {day_of_week}", second_at_beginning=True)
-        )
+        self._days = spec.days
         self._zone = zone
 
     def instants(self, lo: int, hi: int, cap: int) -> list[int]:
@@ -126,7 +114,8 @@ class Calendar:
         lo, hi = max(lo, FIRST_SECOND), min(hi, LAST_SECOND)
         if lo > hi or not self._times:
             return
-        days = _DayFinder(self._days)
+        # Local days run at most a day past UTC ones (offsets are within -12 h and +14 h).
+        days = _DayFinder(self._days, hi // DAY + 1)
         times = self._times
         for seg_lo, seg_hi, offset in _segments(self._zone, lo, hi):
             local_lo, local_hi = seg_lo + offset, seg_hi + offset
@@ -134,10 +123,8 @@ class Calendar:
             day = first_day
             while True:
                 found = days.at_or_after(day)
-                if found is None:
-                    return  # no day ever matches again
-                if found > last_day:
-                    break
+                if found is None or found > last_day:
+                    break  # none left in this segment (a later one may revisit this day)
                 midnight = found * DAY
                 i = bisect_left(times, local_lo - midnight) if found == first_day else 0
                 j = bisect_right(times, local_hi - midnight) if found == last_day else len(times)
@@ -146,26 +133,22 @@ class Calendar:
                 day = found + 1
 
 
-def _field_values(values: list[str], size: int) -> list[int]:
-    return list(range(size)) if values == ["*"] else sorted({int(v) for v in values})
-
-
 class _DayFinder:
-    """Matching local days (days since 1970-01-01) for one walk, via croniter.
+    """Matching local days (days since 1970-01-01) for one walk, up to its last day.
 
     Remembers its last answer: any day between the last question and its answer has the same
     answer, which lets a walk cross many short segments (or a sparse schedule's empty years)
-    with one croniter step."""
+    with one search."""
 
-    def __init__(self, days: croniter | None) -> None:
-        # A copy of the calendar's parsed expression (a walk moves its croniter; parsing it
-        # again took ~70 µs, a copy ~2 µs): walks on other threads keep their own.
-        self._cron = None if days is None else copy.copy(days)
+    def __init__(self, days: DayRule | None, last_day: int) -> None:
+        self._days = days
+        self._last_day = last_day
         self._asked: int | None = None
         self._answer: int | None = None
 
     def at_or_after(self, day: int) -> int | None:
-        if self._cron is None:
+        """The first matching day from `day` on, or None if none comes by the walk's end."""
+        if self._days is None:
             return day
         if (
             self._asked is not None
@@ -173,14 +156,24 @@ class _DayFinder:
             and (self._answer is None or day <= self._answer)
         ):
             return self._answer
-        midnight = datetime.combine(date.fromordinal(_EPOCH_ORDINAL + day), datetime.min.time())
-        try:
-            found = self._cron.get_next(datetime, midnight - timedelta(seconds=1))
-        except (CroniterBadDateError, OverflowError, ValueError):
-            found = None  # croniter searched its horizon (or the calendar's end) and found none
         self._asked = day
-        self._answer = None if found is None else found.toordinal() - _EPOCH_ORDINAL
+        self._answer = self._search(day)
         return self._answer
+
+    def _search(self, day: int) -> int | None:
+        assert self._days is not None
+        start = date.fromordinal(_EPOCH_ORDINAL + day)
+        year, month, day_of_month = start.year, start.month, start.day
+        while True:
+            month_start = date(year, month, 1).toordinal() - _EPOCH_ORDINAL
+            if month_start > self._last_day:
+                return None
+            matching = self._days.days_in(year, month)
+            i = bisect_left(matching, day_of_month)
+            if i < len(matching):
+                found = month_start + matching[i] - 1
+                return found if found <= self._last_day else None
+            year, month, day_of_month = year + month // 12, month % 12 + 1, 1
 
 
 def _segments(zone: str, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:

@@ -1,0 +1,347 @@
+"""The cron expression language: six fields read with their standard (Vixie/cronie) meaning.
+
+croniter stays the parser of record (an expression it refuses is refused), but its own reading
+has quirks a schedule must not inherit: `5-5` is the whole field to it, `NOV-FEB` wraps round
+the year, `15W` or `SUN#2` beside a restricted day-of-week is an AND. So the compiler reads the
+fields itself, here, into value sets and one rule for days, and a form whose meaning is not
+plain is refused with a message that says how to write it, never evaluated some other way.
+
+What each form means (the README has the table):
+- `*` every value; `?` the same, in a day field only. `A` one value; `A-B` the values from A to
+  B, A <= B (`5-5` is 5); `*/S`, `A-B/S`, `A/S` every S-th value from the start of the field,
+  from A to B, from A to the field's end. Months and weekdays take names (`JAN`, `mon`).
+- Day-of-week is 0-7, both 0 and 7 Sunday. `D#N` is the N-th weekday D of the month (1..5; a
+  month without a fifth one has none), `LD` the last weekday D of the month.
+- Day-of-month: `L` the month's last day, `A-L` from A to it, `NW` the weekday (Mon-Fri)
+  nearest day N within its month (a Saturday 1st moves to Monday the 3rd, a Sunday last day to
+  Friday); like a plain N, it does not fire in a month without a day N.
+- A day matches when the month matches and, if both day fields are restricted (neither `*` nor
+  `?`), **either** one does, whatever forms they use; if one is restricted, that one does.
+
+Refused, each with its fix: `A-B` with A > B (`22-2` is `22-23,0-2`); a step longer than its
+field; `*` inside a list; `A/S` in day-of-week; `W` or `#` on anything but one day; weekday
+values mixed with `#`/`L` forms; and `*/S` in one day field while the other is restricted,
+because Vixie cron reads that pair as AND and most other crons as OR.
+"""
+
+from __future__ import annotations
+
+import calendar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from functools import lru_cache
+from typing import Final
+
+
+class ExpressionRefused(ValueError):
+    """A field cannot be read with a plain meaning; the message names it and says how to
+    write it instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    low: int
+    high: int
+    carry: str  # the larger unit a step cannot carry over into
+    names: tuple[str, ...] = ()  # names[i] is the value low + i
+
+    @property
+    def allowed(self) -> str:
+        spelled = f" or {self.names[0]}-{self.names[-1]}" if self.names else ""
+        return f"{self.low}-{self.high}{spelled}"
+
+
+SECOND: Final = _Field("second", 0, 59, "minute")
+MINUTE: Final = _Field("minute", 0, 59, "hour")
+HOUR: Final = _Field("hour", 0, 23, "day")
+DAY_OF_MONTH: Final = _Field("day-of-month", 1, 31, "month")
+# Spelled out: `calendar.month_abbr` follows the process's locale.
+MONTH: Final = _Field(
+    "month",
+    1,
+    12,
+    "year",
+    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
+)
+# 0-7: both ends are Sunday (Vixie cron); the names stop at SAT, as everywhere.
+DAY_OF_WEEK: Final = _Field(
+    "day-of-week", 0, 7, "week", ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+)
+#: `*` in day-of-week is Sunday to Saturday; 7 (Sunday again) only when written.
+DAY_OF_WEEK_LAST: Final = 6
+FIELDS: Final = (SECOND, MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
+
+
+@dataclass(frozen=True, slots=True)
+class DaysOfMonth:
+    """A restricted day-of-month: plain days, the last day (`L`), a nearest weekday (`NW`)."""
+
+    days: frozenset[int]
+    last: bool = False
+    nearest_weekday: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DaysOfWeek:
+    """A restricted day-of-week (0 = Sunday): plain weekdays, `D#N` and `LD`."""
+
+    weekdays: frozenset[int]
+    nth: frozenset[tuple[int, int]] = frozenset()  # (weekday, n)
+    last: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class DayRule:
+    """Which days of which months match. `None` for a day field means unrestricted."""
+
+    months: frozenset[int]
+    of_month: DaysOfMonth | None
+    of_week: DaysOfWeek | None
+
+    def days_in(self, year: int, month: int) -> tuple[int, ...]:
+        """The matching days of one month, ascending."""
+        return _days_in(self, year, month)
+
+
+@dataclass(frozen=True, slots=True)
+class CronSpec:
+    """An expression's meaning: the times of day as sorted value tuples, and the day rule
+    (`None` when every day of every month matches)."""
+
+    seconds: tuple[int, ...]
+    minutes: tuple[int, ...]
+    hours: tuple[int, ...]
+    days: DayRule | None
+
+
+def parse_expression(fields: Sequence[str]) -> CronSpec:
+    """The meaning of six fields (second minute hour day-of-month month day-of-week), or
+    `ExpressionRefused` naming the first field that has no plain one."""
+    second, minute, hour, day_of_month, month, day_of_week = fields
+    months = frozenset(_values(MONTH, month))
+    dom_restricted = day_of_month not in ("*", "?")
+    dow_restricted = day_of_week not in ("*", "?")
+    for field, text, other, other_text in (
+        (DAY_OF_MONTH, day_of_month, DAY_OF_WEEK, day_of_week),
+        (DAY_OF_WEEK, day_of_week, DAY_OF_MONTH, day_of_month),
+    ):
+        if text.startswith("*/") and other_text not in ("*", "?"):
+            spelled = f"{field.low}-{6 if field is DAY_OF_WEEK else field.high}{text[1:]}"
+            raise ExpressionRefused(
+                f"the {field.name} field `{text}` beside a restricted {other.name} "
+                f"(`{other_text}`) is read differently by different crons (Vixie cron: both "
+                f"must match; others: either): write `{spelled}` to fire when either matches"
+            )
+    of_month = _days_of_month(day_of_month) if dom_restricted else None
+    of_week = _days_of_week(day_of_week) if dow_restricted else None
+    every_month = months == frozenset(range(1, 13))
+    days = None
+    if of_month is not None or of_week is not None or not every_month:
+        days = DayRule(months, of_month, of_week)
+    return CronSpec(
+        seconds=tuple(sorted(_values(SECOND, second))),
+        minutes=tuple(sorted(_values(MINUTE, minute))),
+        hours=tuple(sorted(_values(HOUR, hour))),
+        days=days,
+    )
+
+
+def _values(field: _Field, text: str) -> set[int]:
+    """A plain field (no `L`, `W` or `#`) as its set of values."""
+    if text == "*":
+        return set(range(field.low, field.high + 1))
+    if text == "?":
+        raise ExpressionRefused(
+            f"the {field.name} field `?`: `?` means 'no restriction' only in the day-of-month "
+            "and day-of-week fields; write `*`"
+        )
+    found: set[int] = set()
+    for item in _items(field, text):
+        found |= _item_values(field, text, item)
+    return found
+
+
+def _items(field: _Field, text: str) -> list[str]:
+    items = text.split(",")
+    if len(items) > 1 and "*" in items:
+        raise ExpressionRefused(
+            f"the {field.name} field `{text}`: `*` already matches every value, so it cannot "
+            "be one item of a list: write `*` alone, or list the values"
+        )
+    if any(not item for item in items):
+        raise ExpressionRefused(f"the {field.name} field `{text}` has an empty list item")
+    return items
+
+
+def _item_values(field: _Field, text: str, item: str) -> set[int]:
+    """One list item (`*`, `*/S`, `A`, `A-B`, `A-B/S`, `A/S`) as its values."""
+    base, slash, step_text = item.partition("/")
+    step = 1
+    if slash:
+        step = _step(field, text, step_text)
+    if base == "*":
+        low, high = field.low, DAY_OF_WEEK_LAST if field is DAY_OF_WEEK else field.high
+    elif "-" in base:
+        start, _, end = base.partition("-")
+        low = _value(field, text, start)
+        high = 31 if field is DAY_OF_MONTH and end.upper() == "L" else _value(field, text, end)
+        if low > high:
+            raise ExpressionRefused(
+                f"the {field.name} field `{text}`: the range `{base}` runs backwards; cron "
+                f"ranges do not wrap, so write it as two: `{_wrapped(field, low, high)}`"
+            )
+    else:
+        low = high = _value(field, text, base)
+        if slash:
+            if field is DAY_OF_WEEK:
+                raise ExpressionRefused(
+                    f"the {field.name} field `{text}`: `{item}` (a start and a step) has no "
+                    f"agreed meaning in day-of-week; write the range, e.g. `{low}-6/{step_text}`"
+                )
+            high = field.high
+    values = set(range(low, high + 1, step))
+    return {0 if v == 7 else v for v in values} if field is DAY_OF_WEEK else values
+
+
+def _step(field: _Field, text: str, step_text: str) -> int:
+    span = (DAY_OF_WEEK_LAST + 1 if field is DAY_OF_WEEK else field.high) - field.low
+    if not step_text.isascii() or not step_text.isdigit() or int(step_text) == 0:
+        raise ExpressionRefused(
+            f"the {field.name} field `{text}`: a step is a whole number from 1 to {span}"
+        )
+    step = int(step_text)
+    if step > span:
+        raise ExpressionRefused(
+            f"the {field.name} field `{text}`: a step of {step} is longer than the field "
+            f"({field.allowed}), so it would only ever hit the first value; write that value, "
+            f"or a step of at most {span} (a step never carries over into the next {field.carry})"
+        )
+    return step
+
+
+def _value(field: _Field, text: str, token: str) -> int:
+    upper = token.upper()
+    if upper in field.names:
+        return field.low + field.names.index(upper)
+    if token.isascii() and token.isdigit():
+        value = int(token)
+        if field.low <= value <= field.high:
+            return value
+        raise ExpressionRefused(
+            f"the {field.name} field `{text}`: {value} is out of range; allowed: {field.allowed}"
+        )
+    raise ExpressionRefused(
+        f"the {field.name} field `{text}`: `{token}` is not a value; allowed: {field.allowed}"
+    )
+
+
+def _wrapped(field: _Field, low: int, high: int) -> str:
+    top = DAY_OF_WEEK_LAST if field is DAY_OF_WEEK else field.high
+    first = f"{low}-{top}" if low < top else f"{low}"
+    second = f"{field.low}-{high}" if high > field.low else f"{field.low}"
+    return f"{first},{second}"
+
+
+def _days_of_month(text: str) -> DaysOfMonth:
+    upper = text.upper()
+    if "W" in upper:
+        number = upper.removesuffix("W")
+        if not number.isascii() or not number.isdigit():
+            raise ExpressionRefused(
+                f"the day-of-month field `{text}`: `W` follows one day number, alone in the "
+                "field (`15W`: the weekday nearest the 15th)"
+            )
+        return DaysOfMonth(frozenset(), nearest_weekday=_value(DAY_OF_MONTH, text, number))
+    days: set[int] = set()
+    last = False
+    for item in _items(DAY_OF_MONTH, text):
+        if item.upper() == "L":
+            last = True
+        elif item.upper().startswith("L"):
+            raise ExpressionRefused(
+                f"the day-of-month field `{text}`: `L` is the last day of the month, alone or "
+                "as the end of a range (`15-L`); offsets such as `L-3` are not supported"
+            )
+        else:
+            days |= _item_values(DAY_OF_MONTH, text, item)
+    return DaysOfMonth(frozenset(days), last=last)
+
+
+def _days_of_week(text: str) -> DaysOfWeek:
+    weekdays: set[int] = set()
+    nth: set[tuple[int, int]] = set()
+    last: set[int] = set()
+    for item in _items(DAY_OF_WEEK, text):
+        upper = item.upper()
+        if "#" in upper:
+            day, _, n = upper.partition("#")
+            if not n.isascii() or not n.isdigit() or not 1 <= int(n) <= 5:
+                raise ExpressionRefused(
+                    f"the day-of-week field `{text}`: in `{item}` the week of the month after "
+                    "`#` is 1 to 5 (`FRI#2`: the second Friday)"
+                )
+            if "-" in day or "/" in day or day in ("*", "L"):
+                raise ExpressionRefused(
+                    f"the day-of-week field `{text}`: `#` follows one weekday; list each one "
+                    "(`MON#2,TUE#2`)"
+                )
+            nth.add((_value(DAY_OF_WEEK, text, day) % 7, int(n)))
+        elif upper.startswith("L") and len(upper) > 1 and upper[1:].isdigit():
+            last.add(_value(DAY_OF_WEEK, text, upper[1:]) % 7)
+        elif "L" in upper and upper not in DAY_OF_WEEK.names:
+            raise ExpressionRefused(
+                f"the day-of-week field `{text}`: the last weekday of the month is written "
+                "`L` then the weekday's number (`L5`: the last Friday); `L` alone, `5L` and "
+                "`LFRI` are not read"
+            )
+        else:
+            weekdays |= _item_values(DAY_OF_WEEK, text, item)
+    if weekdays and (nth or last):
+        raise ExpressionRefused(
+            f"the day-of-week field `{text}` mixes plain weekdays with `#` or `L` forms, which "
+            "croniter (the parser) refuses; use `#`/`L` forms only, or two channels"
+        )
+    return DaysOfWeek(frozenset(weekdays), frozenset(nth), frozenset(last))
+
+
+@lru_cache(maxsize=65_536)
+def _days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
+    """The matching days of one month. Cached: a walk asks for the same months again and
+    again, and thousands of channels share a handful of rules."""
+    if month not in rule.months:
+        return ()
+    first_weekday, length = calendar.monthrange(year, month)  # Monday is 0 here
+    sunday_based = (first_weekday + 1) % 7
+    nearest = _nearest_weekday(rule.of_month, year, month, length)
+    of_month, of_week = rule.of_month, rule.of_week
+    matching: list[int] = []
+    for day in range(1, length + 1):
+        weekday = (sunday_based + day - 1) % 7
+        by_month = of_month is not None and (
+            day in of_month.days or (of_month.last and day == length) or day == nearest
+        )
+        by_week = of_week is not None and (
+            weekday in of_week.weekdays
+            or (weekday, (day - 1) // 7 + 1) in of_week.nth
+            or (weekday in of_week.last and day + 7 > length)
+        )
+        if (of_month is None and of_week is None) or by_month or by_week:
+            matching.append(day)
+    return tuple(matching)
+
+
+def _nearest_weekday(of_month: DaysOfMonth | None, year: int, month: int, length: int) -> int:
+    """The day `NW` means this month, or 0 when the month has no day N."""
+    if of_month is None or of_month.nearest_weekday is None:
+        return 0
+    day = of_month.nearest_weekday
+    if day > length:
+        return 0
+    weekday = date(year, month, day).weekday()  # Monday is 0
+    if weekday == 5:  # Saturday: the Friday before, unless that leaves the month
+        return day - 1 if day > 1 else day + 2
+    if weekday == 6:  # Sunday: the Monday after, unless that leaves the month
+        return day + 1 if day < length else day - 2
+    return day
