@@ -6,6 +6,9 @@ claimant id, and the executor starts the attempt only under that id: a duplicate
 of the same dispatch, or a dispatch that arrives after its lease was re-claimed, finds the
 occurrence no longer its own and writes nothing.
 
+An expired lease is claimed again only while its occurrence has attempts left; one that died
+on its last attempt comes back from the claim settled `failed` ("abandoned: …") and is logged.
+
 The batch is bounded by `min(claim_batch_size, max_in_flight - in flight)`: a lease starts
 ticking at the claim, so claiming more than can run would only age leases in a queue. The
 invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.invokers`); each
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from cronledger import metrics
 from cronledger.ids import new_claimant_id
 from cronledger.invokers import Invoker
-from cronledger.ledger import Ledger
+from cronledger.ledger import FAILED, Ledger
 from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
 from cronledger.settings import Settings
 
@@ -49,6 +52,8 @@ class ClaimRound:
     claimant: str | None = None
     dispatched: list[str] = field(default_factory=list)
     returned: list[str] = field(default_factory=list)
+    #: Expired leases on their last allowed attempt, settled `failed` by the claim.
+    abandoned: list[str] = field(default_factory=list)
     limit: int = 0
     error: Exception | None = None
 
@@ -71,11 +76,17 @@ def claim_once(
         if round_.limit <= 0:
             return round_
         round_.claimant = new_claimant_id()
-        claimed = ledger.claim_due(round_.claimant, round_.limit, settings.claim_lease_secs)
+        result = ledger.claim(round_.claimant, round_.limit, settings.claim_lease_secs)
     except Exception as exc:
         metrics.record_db_unavailable(JOB)
         round_.error = exc
         return round_
+    claimed = result.leased
+    round_.abandoned = [occurrence.id for occurrence in result.abandoned]
+    for occurrence in result.abandoned:
+        log.warning("occurrence %s: %s", occurrence.id, occurrence.error_message)
+    if result.abandoned:
+        metrics.record_occurrences(FAILED, len(result.abandoned))
 
     failed = invoker.dispatch_all([o.id for o in claimed], round_.claimant)
     for occurrence in claimed:
@@ -137,7 +148,11 @@ def run_claim_loop(
         backoff.succeeded()
         if heartbeat.due():
             _beat(ledger)
-        if 0 < round_.limit <= len(round_.dispatched) + len(round_.returned):
+        if (
+            0
+            < round_.limit
+            <= len(round_.dispatched) + len(round_.returned) + len(round_.abandoned)
+        ):
             continue  # a full batch: more may be due right now
         next_due = _seconds_to_next_due(ledger, poll)
         if while_due and (next_due is None or time.monotonic() + next_due >= until):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import queue
+import random
 import threading
 import time
 import uuid
@@ -32,13 +33,19 @@ from cronledger.ledger import (
     CLAIMED,
     COMPLETED,
     FAILED,
+    PENDING,
+    RUNNING,
+    SKIPPED_MISFIRE,
     SKIPPED_SINGLETON,
+    AttemptStart,
     Channel,
     Ledger,
+    MisfireRule,
     Occurrence,
+    OpenedAttempt,
     SingletonSpec,
 )
-from cronledger.schedule import Schedule, ScheduleInvalid
+from cronledger.schedule import RetryPolicy, Schedule, ScheduleInvalid, kept_misfires
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import (
@@ -118,14 +125,70 @@ TARGET_THREADS = TargetThreads()
 
 @dataclass(frozen=True, slots=True)
 class AttemptReport:
-    """How an attempt ended. `status` is what was written (`None`: nothing was, because
-    ownership was lost or the attempt stopped itself)."""
+    """How an attempt ended. `outcome` is the status written, or what happened instead:
+    `lost` (not this dispatch's to run), `waiting` (a `queue_one` contender, queued for the
+    key's next free slot), `stopped` (no renewal within the lease: it stopped itself) or
+    `superseded` (cancelled, replaced or taken over while it ran). `status` is what was
+    written (`None`: nothing was); `retry_in` is set when a failure went back to `pending`
+    to be retried after that many seconds."""
 
     occurrence_id: str
     outcome: str
     status: str | None = None
     fencing_token: int | None = None
     error: str | None = None
+    attempt: int | None = None
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a finished target's attempt is settled: `status`, the error to record, and
+    `retry_in` (seconds) when the occurrence goes back to `pending` for another attempt."""
+
+    status: str
+    error: str | None = None
+    retry_in: float | None = None
+
+
+def ending(
+    outcome: TargetOutcome, attempt: int, policy: RetryPolicy, rng: random.Random | None = None
+) -> Ending:
+    """SPEC §1.1 retry: a failure (an error or a timeout) with attempts left is retried after
+    the policy's jittered backoff; the last one is final and says how many there were."""
+    if outcome.ok:
+        return Ending(COMPLETED)
+    if attempt < policy.max_attempts:
+        return Ending(FAILED, outcome.error, policy.backoff_secs_after(attempt, rng))
+    unit = "attempt" if attempt == 1 else "attempts"
+    return Ending(FAILED, f"{outcome.error} (after {attempt} {unit})")
+
+
+def singleton_of(schedule: Schedule) -> SingletonSpec | None:
+    """The concurrency key an attempt of this schedule must hold, and its policy."""
+    if schedule.singleton_key is None or schedule.concurrency_policy == "allow":
+        return None
+    return SingletonSpec(schedule.singleton_key, schedule.slots, schedule.concurrency_policy)
+
+
+def misfire_rule(schedule: Schedule, settings: Settings) -> MisfireRule:
+    """The channel's misfire policy as a judgment at start applies it (`Schedule.plan_pass`'s
+    rule, with the instance's `max_catch_up`)."""
+    return MisfireRule(
+        policy=schedule.misfire_policy,
+        grace_secs=settings.misfire_grace.total_seconds(),
+        keep=lambda count: kept_misfires(
+            schedule.misfire_policy, count, min(schedule.max_catch_up, settings.max_catch_up)
+        ),
+    )
+
+
+def busy_reason(spec: SingletonSpec) -> str:
+    waits = " and another contender already waits" if spec.policy == "queue_one" else ""
+    return (
+        f"singleton key {spec.key!r} is held by {spec.slots} running occurrence(s){waits} "
+        f'(concurrency.policy "{spec.policy}", slots {spec.slots})'
+    )
 
 
 class Executor:
@@ -155,48 +218,171 @@ class Executor:
         deadline: float | None = None,
         trace_id: str | None = None,
     ) -> AttemptReport:
-        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours).
-        `deadline` is the executor's own monotonic end (a Lambda's time left)."""
+        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours),
+        in SPEC §5's steps. `deadline` is the executor's own monotonic end (a Lambda's time
+        left)."""
         trace_id = trace_id or uuid.uuid4().hex
-        lease = self.settings.claim_lease_secs
+        opened = self._open(occurrence_id, claimant, trace_id)
+        if isinstance(opened, AttemptReport):
+            return opened
+        occurrence = opened.occurrence
+        resolved = self._resolve(occurrence, opened.channel)
+        if isinstance(resolved, str):
+            return self._settle(occurrence, claimant, None, Ending(FAILED, resolved))
+        channel, schedule = resolved
+        if opened.misfire_due:
+            judged = self._judge_misfire(occurrence, claimant, schedule, deadline)
+            if judged is not None:
+                return judged
+        start = opened.start or self._start(occurrence, claimant, channel, schedule, trace_id)
+        if isinstance(start, AttemptReport):
+            return start
+        outcome = self._run(occurrence, claimant, channel, schedule, start, deadline)
+        if isinstance(outcome, AttemptReport):
+            return outcome
+        end = ending(outcome, occurrence.attempt, schedule.retry)
+        return self._settle(occurrence, claimant, start.fencing_token, end, outcome.result)
+
+    def _open(
+        self, occurrence_id: str, claimant: str, trace_id: str
+    ) -> OpenedAttempt | AttemptReport:
+        """Step 1: read the occurrence and its channel; a plain attempt (overlap allowed,
+        channel active, not a late row to judge) starts in this same read."""
         try:
-            # A plain attempt (overlap allowed, channel active) starts in this same read.
-            occurrence, current, start = self.ledger.open_attempt(
-                occurrence_id, claimant, lease, trace_id
+            opened = self.ledger.open_attempt(
+                occurrence_id,
+                claimant,
+                self.settings.claim_lease_secs,
+                trace_id,
+                misfire_grace_secs=self.settings.misfire_grace.total_seconds(),
             )
         except NotFound:
             return AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
+        occurrence = opened.occurrence
         self.annotate(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
         if occurrence.status != CLAIMED or occurrence.claimed_by != claimant:
-            return AttemptReport(occurrence_id, "lost", error="not claimed by this dispatch")
-
-        resolved = self._resolve(occurrence, current)
-        if isinstance(resolved, str):
-            return self._settle(occurrence, claimant, None, FAILED, error=resolved)
-        channel, schedule = resolved
-
-        singleton = (
-            SingletonSpec(schedule.singleton_key, schedule.slots)
-            if schedule.singleton_key is not None
-            else None
-        )
-        if start is None:
-            start = self.ledger.start_attempt(
-                occurrence, claimant, channel.version, singleton, lease, trace_id=trace_id
+            return AttemptReport(
+                occurrence_id,
+                "lost",
+                error="not claimed by this dispatch",
+                attempt=occurrence.attempt,
             )
+        return opened
+
+    def _resolve(
+        self, occurrence: Occurrence, channel: Channel | None
+    ) -> tuple[Channel, Schedule] | str:
+        """The channel (read by id with the occurrence, as it is now) and its compiled
+        schedule; or why it cannot run."""
+        if channel is None:
+            return f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
+        if channel.status != CHANNEL_ACTIVE:
+            return f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"
+        try:
+            return channel, self.schedules.get(channel)
+        except ScheduleInvalid as exc:
+            return f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
+
+    def _judge_misfire(
+        self, occurrence: Occurrence, claimant: str, schedule: Schedule, deadline: float | None
+    ) -> AttemptReport | None:
+        """A late cron row is judged under its channel's misfire policy before it starts:
+        None when it may run. While reconcile has not yet planned the late window (its
+        cursor is behind, as after an outage) the judgment waits, a poll interval at a time,
+        as long as the claim's lease allows; then the claim is handed back, attempt and all."""
+        rule = misfire_rule(schedule, self.settings)
+        poll = self.settings.poll_interval.total_seconds()
+        wait_until = time.monotonic() + self.settings.renewal_give_up.total_seconds()
+        if deadline is not None:
+            wait_until = min(wait_until, deadline - self._margin())
+        while True:
+            judged = self.ledger.judge_misfires(
+                occurrence.id, claimant, occurrence.channel_id, rule
+            )
+            if judged.dropped:
+                metrics.record_occurrences(SKIPPED_MISFIRE, judged.dropped)
+            if judged.verdict == "run":
+                return None
+            if judged.verdict == "skipped":
+                return AttemptReport(
+                    occurrence.id, SKIPPED_MISFIRE, SKIPPED_MISFIRE, attempt=occurrence.attempt
+                )
+            if judged.verdict == "lost":
+                return AttemptReport(
+                    occurrence.id,
+                    "lost",
+                    error="lost the claim before starting",
+                    attempt=occurrence.attempt,
+                )
+            if time.monotonic() + poll > wait_until:
+                self.ledger.release_claim(occurrence.id, claimant)
+                return AttemptReport(
+                    occurrence.id,
+                    "lost",
+                    error="misfire judgment waits for reconcile to catch up; claim handed back",
+                    attempt=occurrence.attempt,
+                )
+            time.sleep(poll)
+
+    def _start(
+        self,
+        occurrence: Occurrence,
+        claimant: str,
+        channel: Channel,
+        schedule: Schedule,
+        trace_id: str,
+    ) -> AttemptStart | AttemptReport:
+        """Step 2: take the concurrency key (if any) and go `running`, in one transaction;
+        the overlap policy decides, in the ledger, what a contender for a held key does."""
+        singleton = singleton_of(schedule)
+        start = self.ledger.start_attempt(
+            occurrence,
+            claimant,
+            channel.version,
+            singleton,
+            self.settings.claim_lease_secs,
+            trace_id=trace_id,
+            max_attempts=schedule.retry.max_attempts,
+            wait_secs=self.settings.poll_interval.total_seconds(),
+        )
         self.annotate(fencing_token=start.fencing_token)
         if start.outcome == "singleton_busy":
             assert singleton is not None
             metrics.record_singleton_contention()
-            reason = (
-                f"singleton key {singleton.key!r} is held by {singleton.slots} running "
-                f'occurrence(s) (concurrency.policy "forbid", slots {singleton.slots})'
+            return self._settle(
+                occurrence, claimant, None, Ending(SKIPPED_SINGLETON, busy_reason(singleton))
             )
-            return self._settle(occurrence, claimant, None, SKIPPED_SINGLETON, error=reason)
+        if start.outcome == "waiting":
+            metrics.record_singleton_contention()
+            return AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt)
         if not start.started or start.started_at is None:
-            return AttemptReport(occurrence_id, "lost", error="lost the claim before starting")
+            return AttemptReport(
+                occurrence.id,
+                "lost",
+                error="lost the claim before starting",
+                attempt=occurrence.attempt,
+            )
+        if start.replaced is not None:
+            log.info(
+                'occurrence %s replaced %s (concurrency.policy "replace")',
+                occurrence.id,
+                start.replaced,
+            )
+        return start
 
+    def _run(
+        self,
+        occurrence: Occurrence,
+        claimant: str,
+        channel: Channel,
+        schedule: Schedule,
+        start: AttemptStart,
+        deadline: float | None,
+    ) -> TargetOutcome | AttemptReport:
+        """Steps 3-4: deliver the envelope under the deadline while the lease is renewed."""
+        assert start.started_at is not None
         metrics.record_schedule_lag((start.started_at - occurrence.due_at).total_seconds())
+        singleton = singleton_of(schedule)
         envelope = build_envelope(
             payload=schedule.payload,
             trigger=occurrence.trigger,  # type: ignore[arg-type]
@@ -214,36 +400,10 @@ class Executor:
         if deadline is not None:
             budget = min(budget, deadline - time.monotonic() - self._margin())
         if budget <= 0:
-            outcome = timed_out(0, "no time left in this executor")
-        else:
-            ran = self._run_with_heartbeat(
-                occurrence, claimant, start.fencing_token, channel, envelope, budget
-            )
-            if isinstance(ran, AttemptReport):
-                return ran
-            outcome = ran
-        return self._settle(
-            occurrence,
-            claimant,
-            start.fencing_token,
-            COMPLETED if outcome.ok else FAILED,
-            error=outcome.error,
-            result=outcome.result,
+            return timed_out(0, "no time left in this executor")
+        return self._run_with_heartbeat(
+            occurrence, claimant, start.fencing_token, channel, envelope, budget
         )
-
-    def _resolve(
-        self, occurrence: Occurrence, channel: Channel | None
-    ) -> tuple[Channel, Schedule] | str:
-        """The channel (read by id with the occurrence, as it is now) and its compiled
-        schedule; or why it cannot run."""
-        if channel is None:
-            return f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
-        if channel.status != CHANNEL_ACTIVE:
-            return f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"
-        try:
-            return channel, self.schedules.get(channel)
-        except ScheduleInvalid as exc:
-            return f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
 
     def _run_with_heartbeat(
         self,
@@ -269,6 +429,8 @@ class Executor:
                     policy=self.policy,
                 )
                 box.append(outcome)
+            except BaseException as exc:  # run_target answers for the target; this is the rest
+                box.append(TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}"))
             finally:
                 done.set()
 
@@ -288,43 +450,80 @@ class Executor:
                 metrics.record_renewal_failure()
                 log.warning("renewing %s failed: %s", occurrence.id, exc)
                 if time.monotonic() - last_renewed >= give_up:
-                    return AttemptReport(
-                        occurrence.id,
+                    return self._stopped(
+                        occurrence,
                         "stopped",
-                        fencing_token=fencing_token,
-                        error="no successful renewal within the lease; stopped before a peer could take over",
+                        fencing_token,
+                        "no successful renewal within the lease; stopped before a peer could "
+                        "take over",
                     )
                 continue
             if not renewed:
-                log.warning("attempt %s lost ownership (cancelled or taken over)", occurrence.id)
-                return AttemptReport(
-                    occurrence.id, "lost", fencing_token=fencing_token, error="ownership lost"
+                return self._stopped(
+                    occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
                 )
             last_renewed = time.monotonic()
         return box[0]
+
+    def _stopped(
+        self, occurrence: Occurrence, outcome: str, fencing_token: int | None, reason: str
+    ) -> AttemptReport:
+        """An attempt that stops writing nothing says so, once (SPEC §5)."""
+        log.warning(
+            "occurrence %s attempt %d %s: %s", occurrence.id, occurrence.attempt, outcome, reason
+        )
+        return AttemptReport(
+            occurrence.id,
+            outcome,
+            fencing_token=fencing_token,
+            error=reason,
+            attempt=occurrence.attempt,
+        )
+
+    def _why_lost(self, occurrence: Occurrence, claimant: str) -> str:
+        """What became of an occurrence this attempt no longer owns, as a log can say it."""
+        try:
+            now = self.ledger.get_occurrence(occurrence.id)
+        except Exception as exc:  # the reason is for a log line; not knowing it changes nothing
+            return f"ownership lost ({type(exc).__name__} reading why)"
+        if now.claimed_by != claimant and now.status in (CLAIMED, RUNNING):
+            return f"ownership lost: taken over by a later attempt ({now.attempt}) after this lease expired"
+        return f"ownership lost: the occurrence is {now.status} ({now.error_message or 'no reason given'})"
 
     def _settle(
         self,
         occurrence: Occurrence,
         claimant: str,
         fencing_token: int | None,
-        status: str,
-        *,
-        error: str | None = None,
+        end: Ending,
         result: str | None = None,
     ) -> AttemptReport:
+        """Step 5: write the end (or the retry) under ownership, releasing the slot."""
         settled = self.ledger.settle(
             occurrence.id,
             claimant,
-            status,
+            end.status,
             fencing_token=fencing_token,
-            error_message=error,
+            error_message=end.error,
             result=result,
+            retry_in=end.retry_in,
         )
         if not settled:
-            return AttemptReport(occurrence.id, "lost", fencing_token=fencing_token, error=error)
-        metrics.record_occurrences(status)
-        return AttemptReport(occurrence.id, status, status, fencing_token, error)
+            return self._stopped(
+                occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
+            )
+        status = PENDING if end.retry_in is not None else end.status
+        if end.retry_in is None:
+            metrics.record_occurrences(end.status)
+        return AttemptReport(
+            occurrence.id,
+            status,
+            status,
+            fencing_token,
+            end.error,
+            attempt=occurrence.attempt,
+            retry_in=end.retry_in,
+        )
 
     def _default_timeout(self) -> float:
         return self.settings.default_timeout.total_seconds()

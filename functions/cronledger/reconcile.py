@@ -200,7 +200,8 @@ def _plan(
 
     ref = target_ref(channel.target)
 
-    rows = [NewOccurrence.of(channel, at, ref) for at in instants]
+    attempts = schedule.retry.max_attempts
+    rows = [NewOccurrence.of(channel, at, ref, max_attempts=attempts) for at in instants]
     skipped = 0
     if plan.skipped is not None:
         # One row for the whole gap, carried by the newest missed instant: a day of a
@@ -212,6 +213,7 @@ def _plan(
                 ref,
                 status=SKIPPED_MISFIRE,
                 error_message=plan.skipped.reason,
+                max_attempts=attempts,
             )
         )
         skipped = plan.skipped.count

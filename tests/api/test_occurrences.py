@@ -53,14 +53,15 @@ def test_a_per_second_channels_occurrences_appear_and_complete_in_the_listing(
 def test_retry_keeps_the_id_and_instant_and_the_next_run_is_attempt_2(
     api: Api, ledger: Ledger, scheduler: Scheduler
 ) -> None:
-    # Given a manual run that failed
-    channel = create_channel(api, status="active", target=FAIL_TARGET)
+    # Given a manual run that failed its only allowed attempt
+    once = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}}
+    channel = create_channel(api, status="active", target=FAIL_TARGET, transport_config=once)
     path = f"{CHANNELS}/{channel['channel_id']}"
     failed = api("POST", f"{path}/trigger").data
     scheduler.run_due()
     assert ledger.get_occurrence(failed["id"]).status == "failed"
     # and a fixed target
-    fixed = channel_document(target=OK_TARGET)
+    fixed = channel_document(target=OK_TARGET, transport_config=once)
     assert api("PUT", path, body=fixed).data["version"] == 2
 
     # When it is retried and the scheduler runs it
@@ -70,11 +71,50 @@ def test_retry_keeps_the_id_and_instant_and_the_next_run_is_attempt_2(
     # Then it is the same occurrence, run again as attempt 2 under version 2
     assert retried.status == 200
     assert (retried.data["id"], retried.data["status"]) == (failed["id"], "pending")
+    assert (retried.data["attempt"], retried.data["max_attempts"]) == (1, 2), "one more granted"
     assert retried.data["scheduled_for"] == failed["scheduled_for"]
     again = ledger.get_occurrence(failed["id"])
     assert (again.status, again.attempt, again.executing_version) == ("completed", 2, 2)
     assert to_rfc3339(again.scheduled_for) == failed["scheduled_for"]
     assert ledger.list_occurrences().total == 1
+
+
+def test_a_failure_waiting_for_its_retry_shows_its_attempts_next_due_time_and_last_error(
+    api: Api, ledger: Ledger, scheduler: Scheduler
+) -> None:
+    # Given a channel retried after a minute, whose manual run fails once
+    retried = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 3, "backoff_secs": 60}}
+    channel = create_channel(api, status="active", target=FAIL_TARGET, transport_config=retried)
+    run = api("POST", f"{CHANNELS}/{channel['channel_id']}/trigger").data
+    scheduler.run_due()
+    now = ledger.db_now()
+
+    # When an operator looks at it, listed and in full
+    listed = api("GET", OCCURRENCES, {"channel_id": channel["channel_id"]}).data
+    full = api("GET", f"{OCCURRENCES}/{run['id']}").data
+
+    # Then it waits: pending, attempt 1 of 3, due again after the backoff, with its error
+    for shown in (listed[0], full):
+        assert (shown["status"], shown["attempt"], shown["max_attempts"]) == ("pending", 1, 3)
+        assert shown["due_at"] > to_rfc3339(now + timedelta(seconds=55))
+        assert "RuntimeError: report for" in shown["error_message"]
+
+
+def test_retrying_an_occurrence_of_a_paused_channel_is_a_409_naming_its_status(
+    api: Api, ledger: Ledger, scheduler: Scheduler
+) -> None:
+    once = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}}
+    channel = create_channel(api, status="active", target=FAIL_TARGET, transport_config=once)
+    path = f"{CHANNELS}/{channel['channel_id']}"
+    failed = api("POST", f"{path}/trigger").data
+    scheduler.run_due()
+    assert api("PATCH", f"{path}/status", body={"status": "paused"}).status == 200
+
+    answer = api("POST", f"{OCCURRENCES}/{failed['id']}/retry")
+
+    assert (answer.status, answer.error["code"]) == (409, "conflict")
+    assert "is paused, not active" in answer.error["message"]
+    assert ledger.get_occurrence(failed["id"]).status == "failed"
 
 
 def test_retrying_a_completed_occurrence_is_a_409_and_an_unknown_one_a_404(

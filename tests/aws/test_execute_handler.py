@@ -73,9 +73,9 @@ def test_a_dispatched_occurrence_runs_its_python_target_to_completed_under_the_x
 def test_every_line_of_an_attempt_names_its_occurrence_channel_attempt_and_fencing_token(
     container: Ledger,
 ) -> None:
-    # Given a claimed occurrence of a singleton channel whose target fails
+    # Given a claimed occurrence of a singleton channel whose target fails (and is not retried)
     occurrence_id, claimant = claimed_occurrence(
-        container, "fail", concurrency={"policy": "forbid"}
+        container, "fail", concurrency={"policy": "forbid"}, retry={"max_attempts": 1}
     )
 
     # When the executor runs it

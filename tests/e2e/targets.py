@@ -3,6 +3,7 @@ occurrence id, so a test can compare the envelope with the ledger row."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -59,3 +60,19 @@ def reset() -> None:
         running_now.clear()
         max_running.clear()
     release.clear()
+
+
+def exit_process(event: dict[str, Any]) -> None:
+    """What a script turned into a target does when it gives up: `sys.exit`."""
+    _record(event)
+    sys.exit(3)
+
+
+def interrupt(event: dict[str, Any]) -> None:
+    _record(event)
+    raise KeyboardInterrupt("interrupted by the job itself")
+
+
+def close_generator(event: dict[str, Any]) -> None:
+    _record(event)
+    raise GeneratorExit("generator closed")

@@ -361,7 +361,7 @@ def test_cancelling_a_running_occurrence_stops_its_attempt_and_frees_its_slot(
 
     # Then the attempt stops at its next beat, writing nothing, and the slot is free
     wait_until(lambda: reports != [], timeout=5)
-    assert reports[0].outcome == "lost" and reports[0].status is None
+    assert reports[0].outcome == "superseded" and reports[0].status is None
     row = ledger.get_occurrence(running.id)
     assert row.status == "cancelled" and row.claimed_until is None
     assert ledger.held_slots(channel.channel_id) == 0
@@ -369,7 +369,7 @@ def test_cancelling_a_running_occurrence_stops_its_attempt_and_frees_its_slot(
 
 
 def test_a_failing_target_settles_failed_with_its_error(ledger: Ledger) -> None:
-    channel = make_channel(ledger, "0 0 0 1 1 *", target="fail")
+    channel = make_channel(ledger, "0 0 0 1 1 *", target="fail", retry={"max_attempts": 1})
     from cronledger.ledger import NewOccurrence
 
     ledger.insert_occurrence(
@@ -378,7 +378,9 @@ def test_a_failing_target_settles_failed_with_its_error(ledger: Ledger) -> None:
     run_until_settled(ledger)
     (row,) = rows(ledger)
     assert row.status == "failed"
-    assert "out of paper" in (row.error_message or "")
+    assert (
+        row.error_message == "RuntimeError: the report generator is out of paper (after 1 attempt)"
+    )
     assert row.claimed_until is None
 
 

@@ -15,7 +15,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from cronledger.ledger import AttemptStart, Ledger, NewOccurrence, Occurrence, SingletonSpec
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    AttemptStart,
+    Channel,
+    Ledger,
+    NewOccurrence,
+    Occurrence,
+    SingletonSpec,
+)
 from cronledger.ledger.tables import metadata, occurrences, singletons
 
 LEASE = 60.0
@@ -24,6 +32,17 @@ LEASE = 60.0
 def row(at: datetime, channel_id: str = "ch", **overrides: Any) -> NewOccurrence:
     """A fresh occurrence of `channel_id` at `at` (a new id every call, like a reconciler)."""
     return replace(NewOccurrence(channel_id, "nightly", 1, at), **overrides)
+
+
+def active_channel(ledger: Ledger, name: str = "nightly", **config: Any) -> Channel:
+    """An active channel (every second, a Python target) whose occurrences a test seeds."""
+    return ledger.create_channel(
+        name,
+        {"schedule": "* * * * * *", **config},
+        {"type": "python", "callable": "cronledger.demo:hello"},
+        1000,
+        CHANNEL_ACTIVE,
+    )
 
 
 def empty_tables(ledger: Ledger) -> None:
@@ -48,9 +67,14 @@ def claim_one(ledger: Ledger, claimant: str) -> Occurrence:
 
 
 def start(
-    ledger: Ledger, occurrence: Occurrence, claimant: str, key: str | None = None, slots: int = 1
+    ledger: Ledger,
+    occurrence: Occurrence,
+    claimant: str,
+    key: str | None = None,
+    slots: int = 1,
+    policy: str = "forbid",
 ) -> AttemptStart:
-    spec = SingletonSpec(key, slots) if key else None
+    spec = SingletonSpec(key, slots, policy) if key else None  # type: ignore[arg-type]
     return ledger.start_attempt(occurrence, claimant, 1, spec, LEASE)
 
 

@@ -99,7 +99,8 @@ def _claimed(ledger: Ledger, transport_config: dict[str, object] = SCHEDULE) -> 
 def test_a_plain_attempt_is_started_by_its_read_on_postgres(ledger: Ledger) -> None:
     claimed = _claimed(ledger)
 
-    occurrence, channel, started = ledger.open_attempt(claimed.id, "node-a", LEASE, "trace-1")
+    opened = ledger.open_attempt(claimed.id, "node-a", LEASE, "trace-1", misfire_grace_secs=5)
+    occurrence, channel, started = opened.occurrence, opened.channel, opened.start
 
     # The read is as it was before the statement: claimed, with the channel's current version
     assert (occurrence.status, occurrence.claimed_by) == (CLAIMED, "node-a")
@@ -133,7 +134,8 @@ def test_anything_in_the_way_of_a_plain_start_leaves_the_row_as_it_was(
                 .values(singleton_key="key", singleton_slot=0, fencing_token=1)
             )
 
-    occurrence, _, started = ledger.open_attempt(claimed.id, claimant, LEASE, "trace-1")
+    opened = ledger.open_attempt(claimed.id, claimant, LEASE, "trace-1", misfire_grace_secs=5)
+    occurrence, started = opened.occurrence, opened.start
 
     assert started is None
     stored = ledger.get_occurrence(claimed.id)

@@ -14,12 +14,12 @@ from cronledger.ledger import (
     SKIPPED_MISFIRE,
     Ledger,
 )
-from tests.ledger.helpers import LEASE, claim_one, row, seed_due, start
+from tests.ledger.helpers import LEASE, active_channel, claim_one, row, seed_due, start
 
 
 def test_retry_keeps_the_occurrence_identity(ledger: Ledger) -> None:
     # Given an occurrence whose first attempt failed while holding the key
-    due = seed_due(ledger)
+    due = seed_due(ledger, active_channel(ledger).channel_id)
     mine = claim_one(ledger, "node-a")
     token = start(ledger, mine, "node-a", "key").fencing_token
     assert ledger.settle(due.id, "node-a", FAILED, fencing_token=token, error_message="boom")
@@ -60,10 +60,11 @@ def test_live_occurrences_cannot_be_retried_and_unknown_ones_are_not_found(
 
 
 def test_a_skipped_misfire_and_a_cancelled_occurrence_can_be_retried(ledger: Ledger) -> None:
+    channel_id = active_channel(ledger).channel_id
     now = ledger.db_now()
-    skipped = row(now, status=SKIPPED_MISFIRE, error_message="skipped 2")
+    skipped = row(now, channel_id, status=SKIPPED_MISFIRE, error_message="skipped 2")
     assert ledger.insert_occurrence(skipped)
-    cancelled = seed_due(ledger)
+    cancelled = seed_due(ledger, channel_id)
     ledger.cancel(cancelled.id)
 
     assert ledger.requeue(skipped.id).status == PENDING

@@ -32,7 +32,7 @@ def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger
         tables = set(sa.inspect(conn).get_table_names())
         revision = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
     assert tables == {*metadata.tables, VERSION_TABLE}
-    assert revision == "0002"
+    assert revision == "0003"
 
 
 def test_the_migrated_schema_matches_the_table_definitions(ledger: Ledger) -> None:
@@ -56,10 +56,15 @@ def test_postgresql_indexes_only_the_live_work_for_claims(pg_ledger: Ledger) -> 
             ).all()
         )
 
-    assert set(definitions) == {"ix_cron_occurrences_pending", "ix_cron_occurrences_leased"}
+    assert set(definitions) == {
+        "ix_cron_occurrences_pending",
+        "ix_cron_occurrences_leased",
+        "ix_cron_occurrences_unjudged",
+    }
     assert "'pending'" in definitions["ix_cron_occurrences_pending"]
     assert "'claimed'" in definitions["ix_cron_occurrences_leased"]
     assert "'running'" in definitions["ix_cron_occurrences_leased"]
+    assert "'running'" not in definitions["ix_cron_occurrences_unjudged"], "started is judged"
     assert not any("'completed'" in d for d in definitions.values()), "history is not indexed"
 
 
@@ -98,11 +103,20 @@ def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: L
     assert "Sort Key: cron_occurrences_1.due_at" not in plan, plan
 
 
+#: Rows as the first revision held them: (id, trigger, status, attempt, started).
+OLD_ROWS = [
+    ("old", "cron", "pending", 0, False),
+    ("started", "cron", "running", 1, True),
+    ("retried", "cron", "pending", 2, False),
+    ("manual", "manual", "pending", 0, False),
+]
+
+
 @pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
-def test_upgrading_from_0001_keeps_every_row_due_at_its_instant(
+def test_upgrading_from_0001_keeps_every_row_and_its_meaning(
     backend: str, pg_database_url: str, tmp_path: Path
 ) -> None:
-    # Given a database at the first revision, holding an occurrence
+    # Given a database at the first revision, holding occurrences in several states
     with contextlib.ExitStack() as stack:
         if backend == "postgresql":
             url = stack.enter_context(scratch_database(pg_database_url, "upgrade"))
@@ -111,25 +125,42 @@ def test_upgrading_from_0001_keeps_every_row_due_at_its_instant(
         ledger = Ledger.connect(url)
         stack.callback(ledger.dispose)
         config = Config(str(ALEMBIC_INI))
+        at = AN_INSTANT.replace(tzinfo=None) if backend == "sqlite" else AN_INSTANT
         with ledger.engine.begin() as conn:
             config.attributes["connection"] = conn
             command.upgrade(config, "0001")
-            conn.execute(
-                sa.text(
-                    "INSERT INTO cron_occurrences (id, channel_id, channel_name, channel_version,"
-                    " trigger, scheduled_for, status, attempt, created_at, updated_at) VALUES"
-                    " ('old', 'ch', 'nightly', 1, 'cron', :at, 'pending', 0, :at, :at)"
-                ),
-                {"at": AN_INSTANT.replace(tzinfo=None) if backend == "sqlite" else AN_INSTANT},
-            )
+            for n, (id_, trigger, status, attempt, started) in enumerate(OLD_ROWS):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO cron_occurrences (id, channel_id, channel_name,"
+                        " channel_version, trigger, scheduled_for, status, attempt, started_at,"
+                        " created_at, updated_at) VALUES"
+                        " (:id, 'ch', 'nightly', 1, :trigger, :at, :status, :attempt, :started,"
+                        " :at, :at)"
+                    ),
+                    {
+                        "id": id_,
+                        "trigger": trigger,
+                        "at": at + timedelta(seconds=n),
+                        "status": status,
+                        "attempt": attempt,
+                        "started": at if started else None,
+                    },
+                )
 
         # When it is migrated to the newest schema
         ledger.migrate()
 
-        # Then the row is still there, due at its instant, and claimable as before
-        kept = ledger.get_occurrence("old")
-        assert kept.scheduled_for == kept.due_at == AN_INSTANT
-        assert [o.id for o in ledger.claim_due("node", 10, 60)] == ["old"]
+        # Then each row is still there, due at its instant, allowed the default three
+        # attempts, and judged already unless it is a cron row that never started nor retried
+        for n, (id_, _, _, _, _) in enumerate(OLD_ROWS):
+            kept = ledger.get_occurrence(id_)
+            assert kept.scheduled_for == kept.due_at == AN_INSTANT + timedelta(seconds=n)
+            assert kept.max_attempts == 3
+            assert kept.misfire_judged is (id_ != "old"), id_
+        # …and the pending ones are claimable as before
+        claimed = [o.id for o in ledger.claim_due("node", 10, 60)]
+        assert claimed == ["old", "retried", "manual"]
 
 
 def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_ledger: Ledger) -> None:

@@ -36,6 +36,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    #: When it arrived (`time.monotonic`).
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass

@@ -191,8 +191,12 @@ def test_a_refused_request_exits_1_with_the_apis_message(cli: Cli) -> None:
     assert cli.ledger.get_occurrence(completed.id).status == "completed"
 
 
+#: A schedule whose failures are final at once (no automatic retry).
+ONCE = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}}
+
+
 def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
-    cli.ledger.create_channel("flaky", {"schedule": "0 15 2 * * *"}, FAIL_TARGET, 5000, "active")
+    cli.ledger.create_channel("flaky", ONCE, FAIL_TARGET, 5000, "active")
     assert cli("trigger", "flaky").code == 0
     cli.scheduler.run_due()
     failed = cli.ledger.list_occurrences().data[0]
@@ -208,9 +212,7 @@ def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
 
 
 def test_with_json_each_command_prints_the_apis_answer_as_json_alone(cli: Cli) -> None:
-    channel = cli.ledger.create_channel(
-        "scripted", {"schedule": "0 15 2 * * *"}, FAIL_TARGET, 5000, "active"
-    )
+    channel = cli.ledger.create_channel("scripted", ONCE, FAIL_TARGET, 5000, "active")
     triggered = cli("trigger", "scripted", "--json").json()["data"]
     cli.scheduler.run_due()
 

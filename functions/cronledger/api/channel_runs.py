@@ -184,4 +184,8 @@ def _occurrences_of(
 ) -> list[NewOccurrence]:
     """New rows of `channel` at `instants`, run by hand (`manual`) or to fill a gap."""
     ref = safe_target_ref(channel)
-    return [NewOccurrence.of(channel, at, ref, trigger=trigger) for at in instants]
+    attempts = SHARED_SCHEDULES.get(channel).retry.max_attempts
+    return [
+        NewOccurrence.of(channel, at, ref, trigger=trigger, max_attempts=attempts)
+        for at in instants
+    ]

@@ -242,6 +242,12 @@ class ChannelView(BaseModel):
     )
 
 
+MAX_ATTEMPTS_DESCRIPTION = (
+    "attempts allowed in all: the channel's retry.max_attempts, or one more than were made "
+    "when an operator retried it"
+)
+
+
 class OccurrenceSummary(BaseModel):
     id: str
     channel_id: str
@@ -252,12 +258,16 @@ class OccurrenceSummary(BaseModel):
         description="when it is (or was) claimable: scheduled_for plus jitter, or a retry's backoff"
     )
     status: str
-    attempt: int
+    attempt: int = Field(description="attempts made so far (the claim counts each)")
+    max_attempts: int = Field(description=MAX_ATTEMPTS_DESCRIPTION)
     started_at: Timestamp | None
     completed_at: Timestamp | None
     lag_ms: int | None = Field(description="started_at - due_at")
     duration_ms: int | None = Field(description="completed_at - started_at")
-    error_message: str | None = Field(description="the first 300 characters")
+    error_message: str | None = Field(
+        description="the first 300 characters; while a retry waits (pending, due_at ahead), "
+        "the last attempt's error"
+    )
 
 
 class OccurrenceRecord(BaseModel):
@@ -269,9 +279,10 @@ class OccurrenceRecord(BaseModel):
     target_ref: str | None
     trigger: str
     scheduled_for: Timestamp
-    due_at: Timestamp
+    due_at: Timestamp = Field(description="when it is (or was) claimable; a retry's next try")
     status: str
-    attempt: int
+    attempt: int = Field(description="attempts made so far (the claim counts each)")
+    max_attempts: int = Field(description=MAX_ATTEMPTS_DESCRIPTION)
     claimed_by: str | None
     claimed_until: Timestamp | None
     singleton_key: str | None

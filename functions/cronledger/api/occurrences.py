@@ -72,7 +72,8 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
 
     @app.post(
         f"{PREFIX}/cron/occurrences/<occurrence_id>/retry",
-        summary="Put a failed, cancelled or skipped occurrence back to pending (same id)",
+        summary="Put a failed, cancelled or skipped occurrence back to pending (same id, one "
+        "more attempt allowed); 409 for any other status or a channel that is not active",
         tags=["occurrences"],
         responses=responses(200, "the occurrence, pending again", 404, 409),
         custom_response_validation_http_code=BROKEN_RESPONSE,

@@ -9,6 +9,7 @@ A database that cannot be reached raises `DatabaseUnavailable` (never an empty a
 """
 
 from cronledger.ledger.backend import create_ledger_engine
+from cronledger.ledger.misfires import Judgment
 from cronledger.ledger.models import (
     ACTIVE_STATUSES,
     CANCELLED,
@@ -18,6 +19,7 @@ from cronledger.ledger.models import (
     CHANNEL_PAUSED,
     CLAIMED,
     COMPLETED,
+    DEFAULT_MAX_ATTEMPTS,
     FAILED,
     LEASED_STATUSES,
     PENDING,
@@ -33,10 +35,13 @@ from cronledger.ledger.models import (
     Backlog,
     Channel,
     ChannelActivity,
+    ClaimResult,
     DatabaseUnavailable,
+    MisfireRule,
     NewOccurrence,
     Occurrence,
     OccurrenceFilter,
+    OpenedAttempt,
     Page,
     ScheduleState,
     ScheduleWork,
@@ -53,6 +58,7 @@ __all__ = [
     "CHANNEL_PAUSED",
     "CLAIMED",
     "COMPLETED",
+    "DEFAULT_MAX_ATTEMPTS",
     "FAILED",
     "LEASED_STATUSES",
     "PENDING",
@@ -68,11 +74,15 @@ __all__ = [
     "Backlog",
     "Channel",
     "ChannelActivity",
+    "ClaimResult",
     "DatabaseUnavailable",
+    "Judgment",
     "Ledger",
+    "MisfireRule",
     "NewOccurrence",
     "Occurrence",
     "OccurrenceFilter",
+    "OpenedAttempt",
     "Page",
     "ScheduleState",
     "ScheduleWork",

@@ -4,13 +4,20 @@ Every write here is conditional on ownership and its affected-row count is the a
 nothing trusts an earlier read.
 - A claim leases `pending` rows whose `due_at` has come (the instant, plus jitter or a retry's
   backoff), or `claimed`/`running` rows whose lease has expired (crash recovery), oldest due
-  first, `attempt + 1`. PostgreSQL locks the chosen
-  rows with `FOR UPDATE SKIP LOCKED` so concurrent claimers never wait on, or share, a row;
-  SQLite runs the same `UPDATE … RETURNING` inside an immediate transaction.
+  first, `attempt + 1`. An expired row is leased again only while it has attempts left
+  (`attempt < max_attempts`); one whose executor died on its last allowed attempt is settled
+  `failed` ("abandoned: …") by the same statement and never leased again. PostgreSQL locks
+  the chosen rows with `FOR UPDATE SKIP LOCKED` so concurrent claimers never wait on, or
+  share, a row; SQLite runs the same `UPDATE … RETURNING` inside an immediate transaction.
 - Starting takes the singleton slot and moves the occurrence `claimed → running` in one
   transaction: there is no instant at which an occurrence runs without holding its key.
+  When every slot is held, the overlap policy decides in that same transaction: `forbid`
+  gives up, `queue_one` makes the contender the key's one waiter (back to `pending`, due
+  again shortly), `replace` cancels the oldest holder and takes its slot.
 - A slot acquisition bumps the slot's fencing token. Renew, settle and release are
   conditional on (occurrence, holder, token), so a superseded holder writes nothing.
+- A failed attempt with attempts left is settled back to `pending`, due after its backoff,
+  with its error kept while it waits: the same conditional write as any other settle.
 """
 
 from __future__ import annotations
@@ -23,33 +30,62 @@ import sqlalchemy as sa
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ledger.backend import Backend
 from cronledger.ledger.models import (
+    CANCELLED,
     CLAIMED,
+    FAILED,
     LEASED_STATUSES,
     PENDING,
     RUNNING,
     SETTLED_STATUSES,
     SKIPPED_SINGLETON,
     AttemptStart,
+    ClaimResult,
     Occurrence,
     SingletonSpec,
 )
+from cronledger.ledger.singletons import (
+    acquire_slot,
+    oldest_holder,
+    release_slot,
+    release_slots_of,
+    renew_slot,
+    take_slot_from,
+    take_waiter_place,
+    waiter_of,
+)
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import occurrences, singletons, status_is
+from cronledger.ledger.tables import occurrences, status_is
+
+#: How many times a `replace` contender looks again for a holder to replace when the one it
+#: found changed hands under it (another contender replaced it first).
+REPLACE_TRIES = 3
 
 
 class AttemptStore(Store):
-    def claim_due(self, claimant: str, limit: int, lease_secs: float) -> list[Occurrence]:
-        """Lease up to `limit` claimable occurrences to `claimant`, oldest due first."""
+    def claim(self, claimant: str, limit: int, lease_secs: float) -> ClaimResult:
+        """Lease up to `limit` claimable occurrences to `claimant`, oldest due first, and
+        settle as abandoned the expired ones that have no attempt left (their slots are
+        given back too)."""
         if limit <= 0:
-            return []
+            return ClaimResult([], [])
         rows, _ = self._run(
             ("claim", lease_secs),
             lambda: self._claim_statement(lease_secs),
             {"p_claimant": claimant, "p_limit": limit},
         )
-        claimed = [occurrence_of(row) for row in rows]
         # RETURNING promises no order; the caller gets the oldest due first.
-        return sorted(claimed, key=lambda o: (o.due_at, o.scheduled_for, o.id))
+        found = sorted(map(occurrence_of, rows), key=lambda o: (o.due_at, o.scheduled_for, o.id))
+        abandoned = [o for o in found if o.status != CLAIMED]
+        if abandoned:
+            # Rare, so not in the claim's own statement: slots whose lease ran out with
+            # their holder's (a slot re-taken meanwhile has a live lease and is left alone).
+            with self._write(single=True) as conn:
+                release_slots_of(conn, [o.id for o in abandoned], expired_by=self._sql.now())
+        return ClaimResult([o for o in found if o.status == CLAIMED], abandoned)
+
+    def claim_due(self, claimant: str, limit: int, lease_secs: float) -> list[Occurrence]:
+        """`claim`, answering the leased occurrences only."""
+        return self.claim(claimant, limit, lease_secs).leased
 
     def _claim_statement(self, lease_secs: float) -> sa.Update:
         now = self._sql.now()
@@ -66,14 +102,24 @@ class AttemptStore(Store):
             sa.select(expired.c.id, expired.c.due_at),
         ).subquery()
         due = sa.select(both.c.id).order_by(both.c.due_at).limit(limit)
+        # An expired lease on the last allowed attempt: settled here, not leased again.
+        leasable = sa.or_(status_is(PENDING), occurrences.c.attempt < occurrences.c.max_attempts)
+
+        def leased_else(leased: Any, abandoned: Any) -> Any:
+            return sa.case((leasable, leased), else_=abandoned)
+
         return (
             sa.update(occurrences)
             .where(occurrences.c.id.in_(due.scalar_subquery()))
             .values(
-                status=CLAIMED,
-                claimed_by=param(occurrences.c.claimed_by, "p_claimant"),
-                claimed_until=self._sql.now_plus(lease_secs),
-                attempt=occurrences.c.attempt + 1,
+                status=leased_else(_text(CLAIMED), _text(FAILED)),
+                claimed_by=leased_else(
+                    param(occurrences.c.claimed_by, "p_claimant"), occurrences.c.claimed_by
+                ),
+                claimed_until=leased_else(self._sql.now_plus(lease_secs), sa.null()),
+                attempt=leased_else(occurrences.c.attempt + 1, occurrences.c.attempt),
+                error_message=leased_else(occurrences.c.error_message, _abandoned_message()),
+                completed_at=leased_else(sa.null(), now),
                 updated_at=now,
             )
             .returning(*occurrences.c)
@@ -101,23 +147,28 @@ class AttemptStore(Store):
         lease_secs: float,
         *,
         trace_id: str | None = None,
+        max_attempts: int | None = None,
+        wait_secs: float = 1.0,
     ) -> AttemptStart:
-        """Take a slot of the singleton key (under `forbid`) and move the occurrence to
-        `running`, in one transaction. A slot this occurrence still holds from an earlier attempt
-        is given back (under `allow`, pass the `Occurrence` as read after the claim: one that
-        shows no `singleton_key` holds none), then slots `0..slots-1` are tried in order: a
-        free or expired one is taken, a missing one is inserted; every acquisition gets the
-        slot's next fencing token, so the earlier attempt's writes stop matching. `trace_id`,
-        when given, is recorded in the same write, so a run that dies is visible as started
-        with its trace."""
+        """Take a slot of the singleton key and move the occurrence to `running`, in one
+        transaction. A slot (or waiting place) this occurrence still holds from an earlier
+        attempt is given back first (under `allow`, pass the `Occurrence` as read after the
+        claim: one that shows no `singleton_key` holds none); then slots `0..slots-1` are
+        tried in order: a free or expired one is taken, a missing one inserted, each
+        acquisition with the slot's next fencing token, so the earlier holder's writes stop
+        matching. When every slot is held, `singleton.policy` decides (see `AttemptStart`);
+        a `queue_one` waiter is due again `wait_secs` later. `trace_id`, when given, is
+        recorded in the same write, so a run that dies is visible as started with its trace;
+        `max_attempts`, when given, refreshes the occurrence's from its channel's policy."""
         occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
-        # An earlier attempt of this occurrence (a crashed one, now re-claimed) may still
-        # hold a slot: give it back first, so one occurrence never holds two. Under `allow`,
-        # an occurrence read after its claim with no `singleton_key` holds none (a slot is
-        # only taken together with it), so the statement is spared and the start is one
-        # statement. Under `forbid` it always runs: a duplicate delivery that read the row
-        # before its twin started must find its own slot free again, reach the conditional
-        # UPDATE below and come out `lost`, not `singleton_busy`.
+        # An earlier attempt of this occurrence (a crashed one, now re-claimed, or a queued
+        # contender back for its slot) may still hold a slot or the waiting place: give it
+        # back first, so one occurrence never holds two. Under `allow`, an occurrence read
+        # after its claim with no `singleton_key` holds none (a slot is only taken together
+        # with it), so the statement is spared and the start is one statement. With a key
+        # it always runs: a duplicate delivery that read the row before its twin started
+        # must find its own slot free again, reach the conditional UPDATE below and come
+        # out `lost`, not `singleton_busy`.
         release = (
             singleton is not None
             or isinstance(occurrence, str)
@@ -126,14 +177,19 @@ class AttemptStore(Store):
         with self._write(single=not release) as conn:
             slot: int | None = None
             token: int | None = None
+            replaced: str | None = None
             if release:
                 release_slots_of(conn, [occurrence_id])
             if singleton is not None:
-                acquired = self._acquire_slot(conn, singleton, occurrence_id, claimant, lease_secs)
-                if acquired is None:
+                taken = self._take_key(
+                    conn, singleton, occurrence_id, claimant, lease_secs, wait_secs
+                )
+                if taken == "wait" and self._hand_back(conn, occurrence_id, claimant, wait_secs):
+                    return AttemptStart("waiting")
+                if isinstance(taken, str):
                     conn.rollback()
-                    return AttemptStart("singleton_busy")
-                slot, token = acquired
+                    return AttemptStart("singleton_busy" if taken == "busy" else "lost")
+                slot, token, replaced = taken
             started_at = conn.execute(
                 self._start_statement(lease_secs),
                 {
@@ -144,14 +200,88 @@ class AttemptStore(Store):
                     "p_slot": slot,
                     "p_token": token,
                     "p_trace": trace_id,
+                    "p_max": max_attempts,
                 },
             ).scalar_one_or_none()
             if started_at is None:
                 # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
-                # taken above is rolled back with everything else.
+                # taken above (and any holder replaced for it) is rolled back with the rest.
                 conn.rollback()
                 return AttemptStart("lost")
-        return AttemptStart("started", fencing_token=token, slot=slot, started_at=started_at)
+        return AttemptStart(
+            "started", fencing_token=token, slot=slot, started_at=started_at, replaced=replaced
+        )
+
+    def _take_key(
+        self,
+        conn: sa.Connection,
+        spec: SingletonSpec,
+        occurrence_id: str,
+        holder: str,
+        lease_secs: float,
+        wait_secs: float,
+    ) -> tuple[int, int, str | None] | str:
+        """(slot, fencing token, replaced holder) of the slot this occurrence now holds, or
+        "busy" (give up) or "wait" (it has taken the key's waiting place)."""
+        sql = self._sql
+        if spec.policy == "queue_one" and waiter_of(conn, sql, spec.key) is not None:
+            return "busy"  # one contender already waits, and goes first when a slot frees
+        acquired = acquire_slot(conn, sql, spec.key, spec.slots, occurrence_id, holder, lease_secs)
+        if acquired is not None:
+            return (*acquired, None)
+        if spec.policy == "queue_one":
+            # The place outlives the wait and a claim of the waiter in between.
+            place_secs = lease_secs + wait_secs
+            return (
+                "wait"
+                if take_waiter_place(conn, sql, spec.key, occurrence_id, place_secs)
+                else "busy"
+            )
+        if spec.policy == "replace":
+            return self._replace_oldest(conn, spec, occurrence_id, holder, lease_secs) or "busy"
+        return "busy"
+
+    def _replace_oldest(
+        self,
+        conn: sa.Connection,
+        spec: SingletonSpec,
+        occurrence_id: str,
+        holder: str,
+        lease_secs: float,
+    ) -> tuple[int, int, str | None] | None:
+        """Cancel the key's holder that started first ("replaced by <this id>") and take
+        its slot under the next token. The slot row is locked first (the lock order); when
+        it changed hands before the lock was had, look again."""
+        sql = self._sql
+        for _ in range(REPLACE_TRIES):
+            victim = oldest_holder(conn, sql, spec.key)
+            if victim is None:  # a slot came free meanwhile
+                acquired = acquire_slot(
+                    conn, sql, spec.key, spec.slots, occurrence_id, holder, lease_secs
+                )
+                if acquired is not None:
+                    return (*acquired, None)
+                continue
+            slot, victim_id, victim_token = victim
+            token = take_slot_from(
+                conn, sql, spec.key, slot, victim_token, occurrence_id, holder, lease_secs
+            )
+            if token is None:
+                continue
+            conn.execute(
+                sa.update(occurrences)
+                .where(occurrences.c.id == victim_id)
+                .where(status_is(*LEASED_STATUSES))
+                .values(
+                    status=CANCELLED,
+                    claimed_until=None,
+                    error_message=f"replaced by {occurrence_id}",
+                    completed_at=sql.now(),
+                    updated_at=sql.now(),
+                )
+            )
+            return slot, token, victim_id
+        return None
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -159,8 +289,8 @@ class AttemptStore(Store):
         """Extend a running attempt's claim and (with a token) its singleton slot, both or
         neither. False: ownership is lost and the attempt must stop without writing."""
         with self._write(single=fencing_token is None) as conn:
-            if fencing_token is not None and not self._renew_slot(
-                conn, occurrence_id, claimant, fencing_token, lease_secs
+            if fencing_token is not None and not renew_slot(
+                conn, self._sql, occurrence_id, claimant, fencing_token, lease_secs
             ):
                 conn.rollback()
                 return False
@@ -189,13 +319,18 @@ class AttemptStore(Store):
         error_message: str | None = None,
         result: str | None = None,
         trace_id: str | None = None,
+        retry_in: float | None = None,
     ) -> bool:
         """Write the end of an attempt (`completed`, `failed`, `skipped_singleton`) and drop
         its lease, releasing its singleton slot in the same transaction. Conditional on the
-        claimant still owning the occurrence and, with a token, the slot. False: a superseded
-        holder, and nothing was written."""
+        claimant still owning the occurrence and, with a token, the slot. With `retry_in`
+        (a failure whose occurrence has attempts left) the occurrence goes back to
+        `pending` instead, due `retry_in` seconds from now, its error kept while it waits.
+        False: a superseded holder, and nothing was written."""
         if status not in SETTLED_STATUSES:
             raise ValueError(f"cannot settle as {status!r}; use one of {SETTLED_STATUSES}")
+        if retry_in is not None and status != FAILED:
+            raise ValueError(f"only a failure is retried, not {status!r}")
         parameters = {
             "p_id": occurrence_id,
             "p_claimant": claimant,
@@ -203,15 +338,20 @@ class AttemptStore(Store):
             "p_error": truncate_excerpt(error_message, ERROR_MESSAGE_BYTES),
             "p_result": truncate_excerpt(result),
             "p_trace": trace_id,
+            "p_retry_in": retry_in,
         }
+        key, build = (
+            ("settle", self._settle_statement)
+            if retry_in is None
+            else ("retry", self._retry_statement)
+        )
         if fencing_token is None:
-            return self._run("settle", self._settle_statement, parameters)[1] == 1
+            return self._run(key, build, parameters)[1] == 1
         with self._write() as conn:
-            if not self._release_slot(conn, occurrence_id, fencing_token, holder=claimant):
+            if not release_slot(conn, occurrence_id, fencing_token, holder=claimant):
                 conn.rollback()
                 return False
-            settle = self._statement("settle", self._settle_statement)
-            if conn.execute(settle, parameters).rowcount != 1:
+            if conn.execute(self._statement(key, build), parameters).rowcount != 1:
                 conn.rollback()
                 return False
         return True
@@ -223,6 +363,21 @@ class AttemptStore(Store):
     def release_claim(self, occurrence_id: str, claimant: str) -> bool:
         """Hand a claimed, not yet started occurrence back to `pending`. The claim's attempt
         is given back too: a deferral is not an attempt."""
+        with self._write(single=True) as conn:
+            return self._hand_back(conn, occurrence_id, claimant)
+
+    def _hand_back(
+        self,
+        conn: sa.Connection,
+        occurrence_id: str,
+        claimant: str,
+        due_in: float | None = None,
+    ) -> bool:
+        """claimed → pending, attempt given back; with `due_in`, due that many seconds from
+        now and exempt from the misfire rule (a queued contender was admitted already)."""
+        values: dict[str, Any] = {}
+        if due_in is not None:
+            values = {"due_at": self._sql.now_plus(due_in), "misfire_judged": True}
         stmt = (
             sa.update(occurrences)
             .where(occurrences.c.id == occurrence_id)
@@ -234,16 +389,16 @@ class AttemptStore(Store):
                 claimed_until=None,
                 attempt=occurrences.c.attempt - 1,
                 updated_at=self._sql.now(),
+                **values,
             )
         )
-        with self._write(single=True) as conn:
-            return conn.execute(stmt).rowcount == 1
+        return conn.execute(stmt).rowcount == 1
 
     def release_singleton(self, key: str, occurrence_id: str, fencing_token: int) -> bool:
         """Free the slot of `key` this occurrence holds under `fencing_token`; a superseded
         holder matches nothing, so it cannot free the new holder's slot."""
         with self._write(single=True) as conn:
-            return self._release_slot(conn, occurrence_id, fencing_token, key=key)
+            return release_slot(conn, occurrence_id, fencing_token, key=key)
 
     def set_trace_id(self, occurrence_id: str, claimant: str, trace_id: str) -> bool:
         """Record the attempt's trace before its target runs, so a run that dies is visible
@@ -259,7 +414,8 @@ class AttemptStore(Store):
             return conn.execute(stmt).rowcount == 1
 
     def _start_statement(self, lease_secs: float) -> sa.Update:
-        """claimed → running, with the slot (if any) and trace id (kept when not given)."""
+        """claimed → running, with the slot (if any), trace id and attempts allowed (each
+        kept when not given)."""
 
         def build() -> sa.Update:
             return running_update(
@@ -272,111 +428,53 @@ class AttemptStore(Store):
                 trace_id=sa.func.coalesce(
                     param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
                 ),
+                max_attempts=sa.func.coalesce(
+                    param(occurrences.c.max_attempts, "p_max"), occurrences.c.max_attempts
+                ),
             ).returning(occurrences.c.started_at)
 
         return self._statement(("start", lease_secs), build)
 
     def _settle_statement(self) -> sa.Update:
         """A leased occurrence's end, conditional on its claimant; drops the lease."""
+        return self._owned_update().values(
+            status=param(occurrences.c.status, "p_status"),
+            claimed_until=None,
+            completed_at=self._sql.now(),
+        )
 
+    def _retry_statement(self) -> sa.Update:
+        """A failed attempt's occurrence back to `pending`, due after its backoff, holding
+        nothing, its error kept; conditional on its claimant."""
+        return self._owned_update().values(
+            status=PENDING,
+            claimed_by=None,
+            claimed_until=None,
+            due_at=self._sql.now_plus_bound("p_retry_in"),
+            singleton_key=None,
+            singleton_slot=None,
+            fencing_token=None,
+            started_at=None,
+            completed_at=None,
+        )
+
+    def _owned_update(self) -> sa.Update:
+        """What every end of an attempt writes (error, result excerpt, trace), conditional
+        on the claimant still holding the occurrence's lease."""
         return (
             sa.update(occurrences)
             .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
             .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
             .where(status_is(*LEASED_STATUSES))
             .values(
-                status=param(occurrences.c.status, "p_status"),
-                claimed_until=None,
                 error_message=param(occurrences.c.error_message, "p_error"),
                 result=param(occurrences.c.result, "p_result"),
                 trace_id=sa.func.coalesce(
                     param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
                 ),
-                completed_at=self._sql.now(),
                 updated_at=self._sql.now(),
             )
         )
-
-    def _acquire_slot(
-        self,
-        conn: sa.Connection,
-        singleton: SingletonSpec,
-        occurrence_id: str,
-        holder: str,
-        lease_secs: float,
-    ) -> tuple[int, int] | None:
-        """(slot, fencing token) of the first slot this occurrence can hold, or None. One
-        upsert per slot: a slot never used is inserted with token 1; a released or abandoned
-        one (its lease ran out) is taken with the next token; a live holder's is left alone
-        (the upsert's condition fails and nothing comes back)."""
-        lease_until = self._sql.now_plus(lease_secs)
-        for slot in range(singleton.slots):
-            take = self._sql.insert(singletons).values(
-                singleton_key=singleton.key,
-                slot=slot,
-                occurrence_id=occurrence_id,
-                holder=holder,
-                fencing_token=1,
-                lease_until=lease_until,
-            )
-            token = conn.execute(
-                take.on_conflict_do_update(
-                    index_elements=[singletons.c.singleton_key, singletons.c.slot],
-                    set_={
-                        "occurrence_id": occurrence_id,
-                        "holder": holder,
-                        "fencing_token": singletons.c.fencing_token + 1,
-                        "lease_until": lease_until,
-                    },
-                    where=sa.or_(
-                        singletons.c.occurrence_id.is_(None),
-                        singletons.c.lease_until < self._sql.now(),
-                    ),
-                ).returning(singletons.c.fencing_token)
-            ).scalar_one_or_none()
-            if token is not None:
-                return slot, int(token)
-        return None
-
-    def _renew_slot(
-        self,
-        conn: sa.Connection,
-        occurrence_id: str,
-        holder: str,
-        fencing_token: int,
-        lease_secs: float,
-    ) -> bool:
-        return (
-            conn.execute(
-                sa.update(singletons)
-                .where(singletons.c.occurrence_id == occurrence_id)
-                .where(singletons.c.holder == holder)
-                .where(singletons.c.fencing_token == fencing_token)
-                .values(lease_until=self._sql.now_plus(lease_secs))
-            ).rowcount
-            == 1
-        )
-
-    def _release_slot(
-        self,
-        conn: sa.Connection,
-        occurrence_id: str,
-        fencing_token: int,
-        *,
-        holder: str | None = None,
-        key: str | None = None,
-    ) -> bool:
-        stmt = (
-            sa.update(singletons)
-            .where(singletons.c.occurrence_id == occurrence_id)
-            .where(singletons.c.fencing_token == fencing_token)
-            .values(occurrence_id=None, holder=None, lease_until=None)
-        )
-        if holder is not None:
-            stmt = stmt.where(singletons.c.holder == holder)
-        if key is not None:
-            stmt = stmt.where(singletons.c.singleton_key == key)
-        return conn.execute(stmt).rowcount == 1
 
 
 def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
@@ -391,6 +489,8 @@ def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
             status=RUNNING,
             started_at=sql.now(),
             claimed_until=sql.now_plus(lease_secs),
+            # Whatever starts has passed the misfire rule: a retry of it never misfires.
+            misfire_judged=True,
             updated_at=sql.now(),
             **values,
         )
@@ -408,11 +508,14 @@ def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=column.type)
 
 
-def release_slots_of(conn: sa.Connection, occurrence_ids: Sequence[str] | sa.Select[Any]) -> None:
-    """Free every singleton slot these occurrences hold. Released, not deleted: the row keeps
-    its fencing token, so the slot's next holder still gets a higher one."""
-    conn.execute(
-        sa.update(singletons)
-        .where(singletons.c.occurrence_id.in_(occurrence_ids))
-        .values(occurrence_id=None, holder=None, lease_until=None)
-    )
+def _text(value: str) -> sa.ColumnElement[str]:
+    """A constant string written into the statement (nothing to bind per execution)."""
+    return sa.literal_column(f"'{value}'", sa.String)
+
+
+def _abandoned_message() -> sa.ColumnElement[str]:
+    """'abandoned: lease expired after N attempt(s)', then the last error, if any."""
+    count = occurrences.c.attempt
+    unit = sa.case((count == 1, _text(" attempt")), else_=_text(" attempts"))
+    last_error = sa.func.coalesce(_text("; last error: ") + occurrences.c.error_message, _text(""))
+    return _text("abandoned: lease expired after ") + sa.cast(count, sa.String) + unit + last_error

@@ -120,6 +120,16 @@ class Backend:
             SQLITE_NOW_FORMAT, "now", f"{seconds:+.6f} seconds", type_=UtcDateTime()
         )
 
+    def now_plus_bound(self, name: str) -> sa.ColumnElement[datetime]:
+        """The database's now, shifted by the seconds bound to parameter `name` at
+        execution: one statement text for every shift (a retry's backoff differs each time)."""
+        seconds = sa.bindparam(name, type_=sa.Float())
+        if self.is_postgres:
+            return self.now() + sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        return sa.func.strftime(
+            SQLITE_NOW_FORMAT, "now", sa.func.printf("%+.6f seconds", seconds), type_=UtcDateTime()
+        )
+
     def insert(self, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
         """An INSERT that supports `ON CONFLICT` on this backend."""
         return postgresql.insert(table) if self.is_postgres else sqlite.insert(table)

@@ -17,14 +17,17 @@ import sqlalchemy as sa
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
 from cronledger.ledger.attempts import occurrence_of, param, running_update
+from cronledger.ledger.misfires import misfire_due
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
     CHANNEL_DRAFT,
     CHANNEL_PAUSED,
+    DEFAULT_MAX_ATTEMPTS,
     AttemptStart,
     Channel,
     Occurrence,
+    OpenedAttempt,
     Page,
 )
 from cronledger.ledger.occurrences import MAX_PAGE_SIZE, OccurrenceStore
@@ -185,33 +188,46 @@ class ChannelStore(OccurrenceStore):
         return _occurrence_and_channel(occurrence_id, row)
 
     def open_attempt(
-        self, occurrence_id: str, claimant: str, lease_secs: float, trace_id: str
-    ) -> tuple[Occurrence, Channel | None, AttemptStart | None]:
-        """`get_occurrence_and_channel`, and on PostgreSQL, in the same statement, the start
-        of a plain attempt when nothing stands in its way: still claimed by `claimant`, no
+        self,
+        occurrence_id: str,
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> OpenedAttempt:
+        """`get_occurrence_and_channel`, whether the occurrence is a late cron row the
+        misfire rule has yet to judge (not started within `misfire_grace_secs` of its due
+        time), and on PostgreSQL, in the same statement, the start of a plain attempt when
+        nothing stands in its way: still claimed by `claimant`, not such a late row, no
         singleton slot held from an earlier attempt, channel active, and
         `concurrency.policy` absent or "allow" (so no slot to take). The start is then the
-        `AttemptStart` (`executing_version`: the channel's version); otherwise `None`, and
-        the caller decides from the read, starting with `start_attempt` if it should. The
-        occurrence and channel are as they were just before the statement."""
-        if not self._sql.is_postgres:
-            return (*self.get_occurrence_and_channel(occurrence_id), None)
+        `AttemptStart` (`executing_version`: the channel's version; `max_attempts`: its
+        retry policy's); otherwise `None`, and the caller decides from the read, starting
+        with `start_attempt` if it should. The occurrence and channel are as they were just
+        before the statement."""
         rows, _ = self._run(
-            ("open", lease_secs),
-            lambda: self._open_statement(lease_secs),
+            ("open", lease_secs, misfire_grace_secs),
+            lambda: self._open_statement(lease_secs, misfire_grace_secs),
             {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
+            write=self._sql.is_postgres,
         )
         row = rows[0] if rows else None
         occurrence, channel = _occurrence_and_channel(occurrence_id, row)
         assert row is not None
-        started_at = row[-1]
-        return (
+        misfire_due, started_at = row[-2:]
+        return OpenedAttempt(
             occurrence,
             channel,
             AttemptStart("started", started_at=started_at) if started_at else None,
+            bool(misfire_due),
         )
 
-    def _open_statement(self, lease_secs: float) -> sa.Select[Any]:
+    def _open_statement(self, lease_secs: float, misfire_grace_secs: float) -> sa.Select[Any]:
+        late = misfire_due(self._sql, misfire_grace_secs)
+        read = _OCCURRENCE_AND_CHANNEL.add_columns(late)
+        if not self._sql.is_postgres:
+            return read.add_columns(sa.null())
         policy = channels.c.transport_config["concurrency"]["policy"].as_string()
         started = (
             running_update(
@@ -219,15 +235,17 @@ class ChannelStore(OccurrenceStore):
                 lease_secs,
                 executing_version=channels.c.version,
                 trace_id=param(occurrences.c.trace_id, "p_trace"),
+                max_attempts=_retry_max_attempts(),
             )
             .where(occurrences.c.singleton_key.is_(None))
+            .where(sa.not_(late))
             .where(channels.c.channel_id == occurrences.c.channel_id)
             .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
             .where(sa.func.coalesce(policy, "allow") == "allow")
             .returning(occurrences.c.started_at)
             .cte("started")
         )
-        return _OCCURRENCE_AND_CHANNEL.add_columns(started.c.started_at).outerjoin_from(
+        return read.add_columns(started.c.started_at).outerjoin_from(
             occurrences, started, sa.true()
         )
 
@@ -280,6 +298,20 @@ class ChannelStore(OccurrenceStore):
                 return
             conn.rollback()
         raise NotFound(f"channel {channel_id} not found")
+
+
+def _retry_max_attempts() -> sa.ColumnElement[int]:
+    """PostgreSQL: the channel's `retry.max_attempts` read from its stored document (a
+    number there, as validation left it), or the policy's default."""
+    stored = channels.c.transport_config["retry"]["max_attempts"]
+    number = sa.case(
+        (
+            sa.func.jsonb_typeof(stored) == "number",
+            sa.cast(sa.cast(stored.as_string(), sa.Numeric), sa.Integer),
+        ),
+        else_=sa.null(),
+    )
+    return sa.func.coalesce(number, DEFAULT_MAX_ATTEMPTS)
 
 
 def _occurrence_and_channel(

@@ -191,11 +191,15 @@ class CursorStore(Store):
         self._drop_future_cron_rows(conn, channel_id)
 
     def _drop_future_cron_rows(self, conn: sa.Connection, channel_id: str) -> None:
+        """Rows written ahead and not yet due. A retry waiting out its backoff, or a queued
+        contender, is also `pending` and due later, but it is work already admitted (and
+        marked so): it stays."""
         conn.execute(
             sa.delete(occurrences)
             .where(occurrences.c.channel_id == channel_id)
             .where(status_is(PENDING))
             .where(occurrences.c.trigger == TRIGGER_CRON)
+            .where(occurrences.c.misfire_judged.is_(False))
             .where(occurrences.c.due_at > self._sql.now())
         )
 

@@ -7,6 +7,7 @@ against these same literals, so one table of names serves both.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
@@ -79,6 +80,16 @@ class Occurrence:
     updated_at: datetime
     #: When it becomes (or became) claimable: `scheduled_for` plus jitter, or a retry's backoff.
     due_at: datetime
+    #: How many attempts it gets in all (its channel's retry policy; a manual retry grants one
+    #: more). An abandoned attempt at this count is settled `failed` by the claim.
+    max_attempts: int
+    #: The misfire rule no longer applies to it: it started once, a judgment at start kept
+    #: it, or it is a retry or a queued contender.
+    misfire_judged: bool
+
+
+#: The retry policy's default `max_attempts` (SPEC §1.1), for rows written without a channel's.
+DEFAULT_MAX_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +108,8 @@ class NewOccurrence:
     target_ref: str | None = None
     #: When it becomes claimable; `None`: at `scheduled_for`.
     due_at: datetime | None = None
+    #: The channel's `retry.max_attempts` (refreshed from the channel at every start).
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     id: str = field(default_factory=new_occurrence_id)
 
     @property
@@ -142,32 +155,75 @@ class ScheduleWork:
     state: ScheduleState | None
 
 
+OverlapPolicy = Literal["forbid", "queue_one", "replace"]
+
+
 @dataclass(frozen=True, slots=True)
 class SingletonSpec:
-    """The `forbid` policy for one attempt: at most `slots` holders of `key` at once."""
+    """A concurrency key for one attempt: at most `slots` holders of `key` at once, and what
+    a contender does when every slot is held (`policy`): `forbid` gives up, `queue_one`
+    waits (one per key), `replace` cancels the oldest holder and takes its slot."""
 
     key: str
     slots: int = 1
+    policy: OverlapPolicy = "forbid"
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptStart:
     """What `start_attempt` decided.
 
-    `started`: the occurrence is `running` since `started_at` (the database's clock); under
-    `forbid` it holds `slot` of the key under `fencing_token` (both `None` under `allow`).
-    `singleton_busy`: every slot is held by a live lease of another occurrence; nothing was
-    written. `lost`: the occurrence is no longer this claimant's to start; nothing was written.
+    `started`: the occurrence is `running` since `started_at` (the database's clock); with a
+    singleton it holds `slot` of the key under `fencing_token` (both `None` under `allow`);
+    under `replace`, `replaced` is the holder it cancelled to get there, if any.
+    `singleton_busy`: every slot is held by a live lease of another occurrence (and, under
+    `queue_one`, another contender already waits); nothing was written.
+    `waiting` (`queue_one`): every slot is held, and this occurrence is now the key's one
+    waiting contender: back to `pending`, due again after `wait_secs`, its attempt given back.
+    `lost`: the occurrence is no longer this claimant's to start; nothing was written.
     """
 
-    outcome: Literal["started", "singleton_busy", "lost"]
+    outcome: Literal["started", "singleton_busy", "waiting", "lost"]
     fencing_token: int | None = None
     slot: int | None = None
     started_at: datetime | None = None
+    replaced: str | None = None
 
     @property
     def started(self) -> bool:
         return self.outcome == "started"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What one claim did: the occurrences it leased (oldest due first), and the ones whose
+    lease had expired on their last allowed attempt, which it settled `failed` instead."""
+
+    leased: list[Occurrence]
+    abandoned: list[Occurrence]
+
+
+@dataclass(frozen=True, slots=True)
+class MisfireRule:
+    """A channel's misfire policy as a judgment at start applies it (SPEC §5): a cron row
+    not started within `grace_secs` of its due time is late; of a channel's late rows
+    (oldest first), `keep(count)` are the positions that still run."""
+
+    policy: str
+    grace_secs: float
+    keep: Callable[[int], range]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedAttempt:
+    """What an executor reads before it starts: the occurrence, its channel as it is now
+    (None: deleted), the start when the read could make it (PostgreSQL, a plain attempt),
+    and whether the occurrence is a late cron row the misfire rule must judge first."""
+
+    occurrence: Occurrence
+    channel: Channel | None
+    start: AttemptStart | None
+    misfire_due: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,11 @@ import sqlalchemy as sa
 
 from cronledger.errors import Conflict, NotFound
 from cronledger.instants import require_utc
-from cronledger.ledger.attempts import release_slots_of
 from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
 from cronledger.ledger.models import (
     ACTIVE_STATUSES,
     CANCELLED,
+    CHANNEL_ACTIVE,
     PENDING,
     RETRYABLE_STATUSES,
     TERMINAL_STATUSES,
@@ -30,7 +30,8 @@ from cronledger.ledger.models import (
     OccurrenceFilter,
     Page,
 )
-from cronledger.ledger.tables import occurrences, schedule_state, status_is
+from cronledger.ledger.singletons import release_slots_of
+from cronledger.ledger.tables import channels, occurrences, schedule_state, status_is
 
 MAX_PAGE_SIZE = 1000
 #: Rows per INSERT statement, well inside both backends' bound-parameter limits.
@@ -121,6 +122,7 @@ class OccurrenceStore(CursorStore):
             "status": (sa.String(), [r.status for r in rows]),
             "error_message": (sa.Text(), [r.error_message for r in rows]),
             "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
+            "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
         }
         given = self._sql.rows("new", columns)
         now = self._sql.now()
@@ -131,12 +133,16 @@ class OccurrenceStore(CursorStore):
             sa.case((given.c.status.in_(ACTIVE_STATUSES), sa.null()), else_=now),
             now,
             now,
+            sa.false(),
         )
         if only is not None:
             chosen = chosen.where(given.c.channel_id.in_(only))
         return (
             self._sql.insert(occurrences)
-            .from_select([*columns, "attempt", "completed_at", "created_at", "updated_at"], chosen)
+            .from_select(
+                [*columns, "attempt", "completed_at", "created_at", "updated_at", "misfire_judged"],
+                chosen,
+            )
             .on_conflict_do_nothing(
                 index_elements=[occurrences.c.channel_id, occurrences.c.scheduled_for]
             )
@@ -177,13 +183,23 @@ class OccurrenceStore(CursorStore):
         return Page(data=data, total=total, limit=limit, offset=offset)
 
     def requeue(self, occurrence_id: str) -> Occurrence:
-        """Put a failed, cancelled or skipped occurrence back to `pending`, due now, keeping its
-        id and `scheduled_for`; the next claim makes it `attempt + 1`. NotFound, or Conflict for any
-        other status (`completed` included: running finished work again is a trigger)."""
+        """Put a failed, cancelled or skipped occurrence of an active channel back to
+        `pending`, due now, keeping its id and `scheduled_for`; the next claim makes it
+        `attempt + 1`, and it is granted that attempt even if it had used all it was allowed.
+        A retry is never a misfire. NotFound, or Conflict for any other status (`completed`
+        included: running finished work again is a trigger) or a channel that is not active
+        (the executor would only fail it)."""
+        channel_active = (
+            sa.select(channels.c.channel_id)
+            .where(channels.c.channel_id == occurrences.c.channel_id)
+            .where(channels.c.status == CHANNEL_ACTIVE)
+            .exists()
+        )
         stmt = (
             sa.update(occurrences)
             .where(occurrences.c.id == occurrence_id)
             .where(status_is(*RETRYABLE_STATUSES))
+            .where(channel_active)
             .values(
                 status=PENDING,
                 claimed_by=None,
@@ -197,6 +213,14 @@ class OccurrenceStore(CursorStore):
                 started_at=None,
                 completed_at=None,
                 due_at=self._sql.now(),
+                max_attempts=sa.case(
+                    (
+                        occurrences.c.max_attempts > occurrences.c.attempt,
+                        occurrences.c.max_attempts,
+                    ),
+                    else_=occurrences.c.attempt + 1,
+                ),
+                misfire_judged=True,
                 updated_at=self._sql.now(),
             )
             .returning(*occurrences.c)
@@ -206,10 +230,24 @@ class OccurrenceStore(CursorStore):
             if row is not None:
                 return Occurrence(**row._mapping)
             current = self._fetch(conn, occurrence_id)
+            channel_status = conn.execute(
+                sa.select(channels.c.status).where(channels.c.channel_id == current.channel_id)
+            ).scalar_one_or_none()
+        if current.status not in RETRYABLE_STATUSES:
+            raise Conflict(
+                f"occurrence {occurrence_id} is {current.status!r} and cannot be retried; retry "
+                f"applies to {', '.join(RETRYABLE_STATUSES)}. To run the schedule again now, "
+                "trigger the channel."
+            )
+        if channel_status is None:
+            raise Conflict(
+                f"occurrence {occurrence_id} cannot be retried: its channel "
+                f"{current.channel_id} no longer exists"
+            )
         raise Conflict(
-            f"occurrence {occurrence_id} is {current.status!r} and cannot be retried; retry "
-            f"applies to {', '.join(RETRYABLE_STATUSES)}. To run the schedule again now, "
-            "trigger the channel."
+            f"occurrence {occurrence_id} cannot be retried: its channel {current.channel_name!r} "
+            f"is {channel_status}, not active; activate it first (PATCH …/status with "
+            '{"status": "active"})'
         )
 
     def cancel(self, occurrence_id: str) -> Occurrence:
@@ -287,6 +325,8 @@ class OccurrenceStore(CursorStore):
             "attempt": 0,
             "error_message": row.error_message,
             "due_at": require_utc(row.due, "due_at"),
+            "max_attempts": row.max_attempts,
+            "misfire_judged": False,
             # A row born terminal (a misfire summary) ended when it was written.
             "completed_at": None if row.status in ACTIVE_STATUSES else now,
             "created_at": now,

@@ -79,6 +79,7 @@ class ReportingStore(Store):
         stmt = (
             sa.select(singletons.c.singleton_key, sa.func.count())
             .where(singletons.c.singleton_key.in_(keys))
+            .where(singletons.c.slot >= 0)  # not a queue_one key's waiting place
             .where(singletons.c.occurrence_id.is_not(None))
             .where(singletons.c.lease_until >= self._sql.now())
             .group_by(singletons.c.singleton_key)

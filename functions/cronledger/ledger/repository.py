@@ -1,5 +1,5 @@
 """`Ledger`: the one repository the services use, composed of one part per subject
-(cursors, occurrences, attempts, channels, reporting), plus the clock and migrations.
+(cursors, occurrences, attempts, misfires, channels, reporting), plus the clock and migrations.
 
 Every correctness-bearing write is one conditional statement whose affected-row count is
 the answer, and every time comparison uses the database's clock (`db_now`), never a node's:
@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from cronledger.ledger.attempts import AttemptStore
 from cronledger.ledger.backend import create_ledger_engine
 from cronledger.ledger.channels import ChannelStore
+from cronledger.ledger.misfires import MisfireStore
 from cronledger.ledger.reporting import ReportingStore
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
@@ -24,7 +25,7 @@ ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
 MIGRATION_LOCK_ID = 0x63726F6E  # "cron"
 
 
-class Ledger(ChannelStore, AttemptStore, ReportingStore):
+class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
     @classmethod
     def connect(cls, url: str | sa.URL, **engine_options: Any) -> Ledger:
         """A ledger on `postgresql+pg8000://…` or `sqlite:///file`. Nothing is opened until

@@ -112,6 +112,12 @@ occurrences = sa.Table(
     # When the row becomes claimable: `scheduled_for` plus the channel's jitter, or a retry's
     # backoff. The identity stays `scheduled_for`; lateness is measured from `due_at`.
     sa.Column("due_at", UtcDateTime, nullable=False),
+    # How many attempts the occurrence gets in all (its channel's retry policy; a manual
+    # retry grants one more). The claim stops re-claiming an abandoned one at this count.
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    # The misfire rule no longer applies: the row started once, a judgment at start kept
+    # it, or it is a retry. A late cron row without it is judged before it may start.
+    sa.Column("misfire_judged", sa.Boolean, nullable=False),
     # The identity of an occurrence, and what makes materialisation idempotent.
     sa.UniqueConstraint("channel_id", "scheduled_for", name="uq_cron_occurrences_instant"),
     # The claim's two arms, the backlog and the in-flight count. Partial on PostgreSQL, so
@@ -127,6 +133,14 @@ occurrences = sa.Table(
         "status",
         "claimed_until",
         postgresql_where=sa.text("status IN ('claimed', 'running')"),
+    ),
+    # A channel's live rows the misfire rule has yet to judge, for a judgment at start.
+    sa.Index(
+        "ix_cron_occurrences_unjudged",
+        "channel_id",
+        "scheduled_for",
+        postgresql_where=sa.text("status IN ('pending', 'claimed') AND NOT misfire_judged"),
+        sqlite_where=sa.text("status IN ('pending', 'claimed') AND NOT misfire_judged"),
     ),
     # Newest-first listing, overall and per channel.
     sa.Index("ix_cron_occurrences_created", "created_at", "id"),

@@ -3,8 +3,9 @@
 `target_errors` / `validate_target` check a document when a channel is saved, reporting every
 problem at `target.<key>` in the same shape as the schedule's errors. `run_target` runs one
 attempt and always answers with a `TargetOutcome`: whatever goes wrong in the target, including
-an exception, becomes a failed outcome with a message, because the executor must settle the
-occurrence either way. Excerpts in an outcome are already truncated to 64 KiB.
+any exception (`SystemExit` and `KeyboardInterrupt` too), becomes a failed outcome with its type
+and message, because the executor must settle the occurrence either way. Excerpts in an outcome
+are already truncated to 64 KiB.
 
 Both take the operator's `TargetPolicy` (SPEC §10: which Python modules, private networks and
 secret sources a document may name), and `run_target` checks the document against it again,
@@ -131,7 +132,7 @@ def run_target(
         outcome = kind.run(doc, envelope, timeout_secs, clients or default_clients(), policy)
     except ReadTimeoutError:
         return timed_out(timeout_secs)
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt… fail the attempt, as any error
         _log.warning("%s target %s failed", kind.type, target_ref(doc), exc_info=True)
         outcome = TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}")
     return TargetOutcome(

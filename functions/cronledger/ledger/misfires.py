@@ -1,0 +1,127 @@
+"""Misfires judged at start (SPEC §5): a late cron row runs only if its channel's policy
+would have kept it, however early it was written.
+
+A row materialised ahead (lookahead), or one that waited out a claim backlog or an outage,
+can reach its start long after its due time. Such a row is judged before it starts, as a
+reconcile pass would have judged it: all of the channel's late rows not yet judged, at once,
+under the channel's policy (`MisfireRule.keep`, the rule `Schedule.plan_pass` applies). One
+at a time would not do: `catch_up` keeps the oldest N of the whole late set, which a claim
+batch sees only part of. The kept rows are marked judged (they may start); the dropped ones
+become `skipped_misfire`, one row per instant.
+
+The judgment holds the channel's cursor row locked for its transaction, which serialises it
+with other judgments of the channel and with reconcile's compare-and-set of that cursor. A
+cursor still behind the late window means reconcile has not yet planned instants inside it:
+judging without them would keep rows the full set would drop, so the judgment waits
+(`behind`). Every write is conditional on the row still being live and unjudged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import sqlalchemy as sa
+
+from cronledger.ledger.backend import Backend
+from cronledger.ledger.models import CLAIMED, PENDING, SKIPPED_MISFIRE, TRIGGER_CRON, MisfireRule
+from cronledger.ledger.store import Store
+from cronledger.ledger.tables import occurrences, schedule_state, status_is
+
+Verdict = Literal["run", "skipped", "behind", "lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class Judgment:
+    """For the occurrence asked about: `run` (kept, it may start), `skipped` (dropped, now
+    `skipped_misfire`), `behind` (reconcile has not caught up with the late window; ask
+    again shortly) or `lost` (no longer this claimant's). `dropped`: rows this judgment
+    settled `skipped_misfire`, the asker's own included."""
+
+    verdict: Verdict
+    dropped: int = 0
+
+
+def misfire_due(sql: Backend, grace_secs: float) -> sa.ColumnElement[bool]:
+    """A cron row the misfire rule has yet to judge, due more than the grace before the
+    database's now."""
+    return sa.and_(
+        occurrences.c.trigger == sa.literal_column(f"'{TRIGGER_CRON}'"),
+        sa.not_(occurrences.c.misfire_judged),
+        occurrences.c.due_at < sql.now_plus(-grace_secs),
+    )
+
+
+class MisfireStore(Store):
+    def judge_misfires(
+        self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
+    ) -> Judgment:
+        """Judge every late, unjudged cron row of `channel_id` under `rule`, in one
+        transaction, and answer for `occurrence_id` (claimed by `claimant`)."""
+        live = status_is(PENDING, CLAIMED)
+        late = sa.and_(
+            occurrences.c.channel_id == channel_id, live, misfire_due(self._sql, rule.grace_secs)
+        )
+        with self._write() as conn:
+            if self._cursor_behind(conn, channel_id, rule.grace_secs):
+                return Judgment("behind")
+            ids = list(
+                conn.execute(
+                    sa.select(occurrences.c.id)
+                    .where(late)
+                    .order_by(occurrences.c.scheduled_for, occurrences.c.id)
+                ).scalars()
+            )
+            kept = rule.keep(len(ids))
+            keep_ids = [ids[i] for i in kept]
+            drop_ids = [i for n, i in enumerate(ids) if n not in kept]
+            unjudged = sa.and_(live, sa.not_(occurrences.c.misfire_judged))
+            if keep_ids:
+                conn.execute(
+                    sa.update(occurrences)
+                    .where(occurrences.c.id.in_(keep_ids), unjudged)
+                    .values(misfire_judged=True, updated_at=self._sql.now())
+                )
+            dropped = 0
+            if drop_ids:
+                reason = (
+                    f"missed: not started within the misfire grace ({rule.grace_secs:g} s) of "
+                    f'its due time; judged at start under misfire_policy "{rule.policy}", '
+                    f"which runs {len(keep_ids)} of the channel's {len(ids)} late "
+                    "occurrence(s)"
+                )
+                dropped = conn.execute(
+                    sa.update(occurrences)
+                    .where(occurrences.c.id.in_(drop_ids), unjudged)
+                    .values(
+                        status=SKIPPED_MISFIRE,
+                        claimed_until=None,
+                        error_message=reason,
+                        completed_at=self._sql.now(),
+                        updated_at=self._sql.now(),
+                    )
+                ).rowcount
+            mine = conn.execute(
+                sa.select(
+                    occurrences.c.status, occurrences.c.claimed_by, occurrences.c.misfire_judged
+                ).where(occurrences.c.id == occurrence_id)
+            ).one_or_none()
+        if mine is not None and mine.status == SKIPPED_MISFIRE:
+            return Judgment("skipped", dropped)
+        if mine is not None and (mine.status, mine.claimed_by) == (CLAIMED, claimant):
+            return Judgment("run" if mine.misfire_judged else "lost", dropped)
+        return Judgment("lost", dropped)
+
+    def _cursor_behind(self, conn: sa.Connection, channel_id: str, grace_secs: float) -> bool:
+        """Lock the channel's cursor and tell whether reconcile has yet to plan instants
+        older than the grace. A paused cursor is re-initialised after now, never back-filled:
+        nothing more will be written for the window, so it is not behind."""
+        stmt = sa.select(
+            sa.and_(
+                schedule_state.c.paused_at.is_(None),
+                schedule_state.c.next_fire_at < self._sql.now_plus(-grace_secs),
+            )
+        ).where(schedule_state.c.channel_id == channel_id)
+        if self._sql.is_postgres:
+            stmt = stmt.with_for_update()
+        return bool(conn.execute(stmt).scalar_one_or_none())
