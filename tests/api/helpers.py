@@ -35,9 +35,9 @@ FAIL_TARGET = {"type": "python", "callable": "tests.api.jobs:fail"}
 class Scheduler(OneByOne):
     """Reconcile, then claim and run every due occurrence to a settled row, synchronously."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, settings: Settings = SETTINGS) -> None:
         self.ledger = ledger
-        self.settings = SETTINGS
+        self.settings = settings
         self.cache = ScheduleCache()
         self.executor = Executor(ledger, self.settings, schedules=self.cache)
 

@@ -1,0 +1,95 @@
+"""A credential given by reference (SPEC §10): it reaches the target, and appears nowhere else:
+not in the ledger's rows, not in any API answer, not in a log line, not in the result excerpt
+(even when the endpoint echoes it back)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from ipaddress import ip_network
+
+import pytest
+import sqlalchemy as sa
+
+from cronledger.api import create_app
+from cronledger.ledger import Ledger
+from cronledger.ledger.tables import metadata
+from tests.api.helpers import CHANNELS, OCCURRENCES, SETTINGS, Scheduler
+from tests.api.http import Answer, call
+from tests.unit.fixtures_targets import Answer as Endpoint
+from tests.unit.fixtures_targets import RecordingServer
+
+SECRET = "Bearer xyzzy-7b1e-secret-4e0c"
+REFERENCE = "env:CRONLEDGER_SECRET_REPORTS_TOKEN"
+#: This test's operator: python targets of the suite, and http targets on this machine.
+LOOPBACK = replace(SETTINGS, http_allow_networks=(ip_network("127.0.0.0/8"),))
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_a_secret_header_reaches_the_target_and_appears_nowhere_else(
+    ledger: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+) -> None:
+    # Given a secret in the scheduler's environment, and an endpoint that echoes it back
+    monkeypatch.setenv("CRONLEDGER_SECRET_REPORTS_TOKEN", SECRET)
+    caplog.set_level(logging.DEBUG)
+    app = create_app(ledger, LOOPBACK)
+    scheduler = Scheduler(ledger, LOOPBACK)
+    echo = Endpoint(status=status, body=json.dumps({"authorization": SECRET}).encode())
+    answers: list[Answer] = []
+
+    with RecordingServer(echo) as server:
+        # When a channel names it by reference, and a manual run goes to the endpoint
+        created = call(
+            app,
+            "POST",
+            CHANNELS,
+            body={
+                "name": "reports",
+                "status": "active",
+                "transport_config": {"schedule": "0 0 3 * * *"},
+                "target": {
+                    "type": "http",
+                    "url": f"{server.url}/reports",
+                    "headers": {"X-Team": "ops"},
+                    "secret_headers": {"Authorization": REFERENCE},
+                },
+            },
+        )
+        assert created.status == 201, created.body
+        channel_id = created.data["channel_id"]
+        answers.append(created)
+        answers.append(call(app, "POST", f"{CHANNELS}/{channel_id}/trigger"))
+        scheduler.run_due()
+
+    # Then the endpoint got the secret
+    (request,) = server.received
+    assert request.headers["Authorization"] == SECRET
+    # ... and the occurrence settled, with the echo scrubbed from its result
+    answers += [
+        call(app, "GET", f"{CHANNELS}/{channel_id}"),
+        call(app, "GET", OCCURRENCES),
+        call(app, "GET", f"{OCCURRENCES}/{answers[1].data['id']}"),
+        call(app, "GET", f"{CHANNELS}", {"name": "reports"}),
+    ]
+    occurrence = answers[-2].data
+    assert occurrence["status"] == ("completed" if status == 200 else "failed")
+    assert occurrence["result"] == '{"authorization": "[secret]"}'
+    # ... the reference is what the definition keeps
+    assert answers[2].data["target"]["secret_headers"] == {"Authorization": REFERENCE}
+    # ... and the secret is in no row, no answer and no log line
+    secret_part = SECRET.split()[-1]
+    with ledger.engine.connect() as connection:
+        for table in metadata.sorted_tables:
+            for row in connection.execute(sa.select(table)):
+                assert secret_part not in repr(tuple(row)), table.name
+    for answer in answers:
+        assert secret_part not in json.dumps(answer.body)
+        assert secret_part not in json.dumps(answer.headers)
+    assert caplog.records, "the scheduler logged nothing at all"
+    for record in caplog.records:
+        assert secret_part not in record.getMessage()
+        assert secret_part not in (record.exc_text or "")

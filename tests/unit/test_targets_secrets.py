@@ -1,0 +1,102 @@
+"""Secret references on AWS (moto): a Secrets Manager secret and an SSM SecureString are read
+when an attempt runs, cached briefly, and sent to the endpoint; an unreadable one fails the
+attempt naming the reference only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from ipaddress import ip_network
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from cronledger.targets import AwsClients, TargetPolicy, run_target
+from cronledger.targets.secrets import SecretUnavailable, forget_cached_secrets, resolve_secret
+from tests.unit.fixtures_targets import RecordingServer
+from tests.unit.test_targets_aws import envelope
+
+AWS = TargetPolicy(secrets="aws", http_allow_networks=(ip_network("127.0.0.0/8"),))
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsClients]:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    forget_cached_secrets()
+    with mock_aws():
+        yield AwsClients()
+    forget_cached_secrets()
+
+
+def test_a_secrets_manager_secret_and_an_ssm_securestring_reach_the_endpoint(
+    aws: AwsClients,
+) -> None:
+    arn = boto3.client("secretsmanager").create_secret(Name="hook", SecretString="Bearer sm-1")[
+        "ARN"
+    ]
+    boto3.client("ssm").put_parameter(
+        Name="/cronledger/hook-key", Value="ssm-2", Type="SecureString"
+    )
+
+    with RecordingServer() as server:
+        doc = {
+            "type": "http",
+            "url": server.url,
+            "secret_headers": {"Authorization": arn, "X-Hook-Key": "/cronledger/hook-key"},
+        }
+        outcome = run_target(doc, envelope(), 5.0, aws, policy=AWS)
+
+    assert (outcome.ok, outcome.error) == (True, None)
+    (request,) = server.received
+    assert (request.headers["Authorization"], request.headers["X-Hook-Key"]) == (
+        "Bearer sm-1",
+        "ssm-2",
+    )
+
+
+def test_a_secret_is_cached_briefly_so_a_burst_reads_it_once(aws: AwsClients) -> None:
+    client = boto3.client("secretsmanager")
+    arn = client.create_secret(Name="hook", SecretString="first")["ARN"]
+
+    first = resolve_secret(arn, AWS, aws)
+    client.put_secret_value(SecretId=arn, SecretString="rotated")
+    cached = resolve_secret(arn, AWS, aws)
+    forget_cached_secrets()
+    fresh = resolve_secret(arn, AWS, aws)
+
+    assert (first, cached, fresh) == ("first", "first", "rotated")
+
+
+def test_a_parameter_named_by_arn_is_read_by_its_name(aws: AwsClients) -> None:
+    boto3.client("ssm").put_parameter(Name="hook-key", Value="plain-name", Type="SecureString")
+    boto3.client("ssm").put_parameter(Name="/a/b", Value="path-name", Type="SecureString")
+    prefix = "arn:aws:ssm:eu-west-1:123456789012:parameter"
+
+    assert resolve_secret(f"{prefix}/hook-key", AWS, aws) == "plain-name"
+    assert resolve_secret(f"{prefix}/a/b", AWS, aws) == "path-name"
+
+
+def test_an_unreadable_secret_fails_the_attempt_naming_the_reference(aws: AwsClients) -> None:
+    missing = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:gone-AbCdEf"
+
+    with RecordingServer() as server:
+        doc = {"type": "http", "url": server.url, "secret_headers": {"Authorization": missing}}
+        outcome = run_target(doc, envelope(), 5.0, aws, policy=AWS)
+
+    assert not outcome.ok
+    assert outcome.error is not None
+    assert outcome.error.startswith(f"secret {missing} could not be read: ")
+    assert server.received == []
+
+
+def test_an_env_reference_is_not_read_when_the_source_is_aws(aws: AwsClients) -> None:
+    with pytest.raises(SecretUnavailable) as refused:
+        resolve_secret("env:CRONLEDGER_SECRET_X", AWS, aws)
+
+    assert str(refused.value).startswith("secret env:CRONLEDGER_SECRET_X: a secret reference is")
