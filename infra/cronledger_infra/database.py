@@ -1,11 +1,20 @@
 """The ledger's home: Aurora PostgreSQL Serverless v2, reachable only through RDS Proxy.
 
 The functions never hold a password. The proxy requires TLS and IAM authentication: a function
-connects as `DB_USER` with a short-lived token it signs itself (`rds-db:connect`, granted per
-function by `admit`). The master password lives only in Secrets Manager, is read only by the
-proxy (and the function that rotates it on a schedule). Storage is encrypted; the cluster sits
-in the isolated `data` subnets and accepts connections from the proxy and the rotation function
-alone, the proxy from admitted functions alone.
+connects with a short-lived token it signs itself (`rds-db:connect`, granted per function and
+per database user). Two users (SPEC §10):
+
+- `APP_USER`, the application role, which every function but `migrate` connects as
+  (`admit`). It may read and write the `cron_*` tables' rows and nothing else; `migrate`
+  creates it and grants exactly that (`cronledger.ledger.roles`), with `rds_iam`, so it has no
+  password at all: the proxy reaches the database as it with IAM too (end-to-end IAM, the
+  proxy's `DefaultAuthScheme`; its role may connect as `APP_USER` only).
+- `DB_USER`, the master user, which owns the schema: only `migrate` connects as it
+  (`admit_owner`). Its password lives only in Secrets Manager, read only by the proxy (the
+  one user the proxy still reaches with a secret) and the function that rotates it.
+
+Storage is encrypted; the cluster sits in the isolated `data` subnets and accepts connections
+from the proxy and the rotation function alone, the proxy from admitted functions alone.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from collections.abc import Iterable
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
@@ -23,6 +33,7 @@ from cronledger_infra.nag import acknowledge
 
 DB_NAME = "cronledger"
 DB_USER = "cronledger"
+APP_USER = "cronledger_app"
 DB_PORT = 5432
 
 _CDK_LOG_RETENTION_HELPER = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
@@ -76,8 +87,14 @@ class Database(Construct):
         self.cluster.add_rotation_single_user(
             automatically_after=Duration.days(secret_rotation_days), vpc_subnets=app_subnets
         )
+        proxy_role = iam.Role(
+            self, "ProxyRole", assumed_by=iam.ServicePrincipal("rds.amazonaws.com")
+        )
+        self.cluster.grant_connect(proxy_role, APP_USER)
         self.proxy = self.cluster.add_proxy(
             "Proxy",
+            role=proxy_role,
+            default_auth_scheme=rds.DefaultAuthScheme.IAM_AUTH,
             secrets=[self.cluster.secret],
             vpc=vpc,
             vpc_subnets=data_subnets,
@@ -118,10 +135,17 @@ class Database(Construct):
         )
 
     def admit(self, functions: Iterable[lambda_.Function]) -> None:
-        """Let each function reach the proxy and connect as `DB_USER` with an IAM token."""
+        """Let each function reach the proxy and connect as `APP_USER` with an IAM token."""
         for function in functions:
             self.proxy.connections.allow_from(function, ec2.Port.tcp(DB_PORT))
-            self.proxy.grant_connect(function, DB_USER)
+            self.proxy.grant_connect(function, APP_USER)
+
+    def admit_owner(self, migrate: lambda_.Function) -> None:
+        """Let `migrate` connect as the schema's owner, and tell it which role to grant."""
+        self.proxy.connections.allow_from(migrate, ec2.Port.tcp(DB_PORT))
+        self.proxy.grant_connect(migrate, DB_USER)
+        migrate.add_environment("CRONLEDGER_DB_USER", DB_USER)
+        migrate.add_environment("CRONLEDGER_DB_APP_USER", APP_USER)
 
     @property
     def environment(self) -> dict[str, str]:
@@ -130,6 +154,6 @@ class Database(Construct):
             "CRONLEDGER_DB_HOST": self.proxy.endpoint,
             "CRONLEDGER_DB_PORT": str(DB_PORT),
             "CRONLEDGER_DB_NAME": DB_NAME,
-            "CRONLEDGER_DB_USER": DB_USER,
+            "CRONLEDGER_DB_USER": APP_USER,
             "CRONLEDGER_DB_IAM_AUTH": "true",
         }

@@ -29,6 +29,13 @@ from cronledger_infra.bundling import ARCHITECTURE, RUNTIME
 from cronledger_infra.nag import acknowledge
 
 SERVICE_NAME = "cronledger"
+#: The ports a function may open connections to, besides the database's (`Database.admit`
+#: adds that rule): HTTPS for the AWS APIs (endpoints or NAT), and for the executor HTTP and
+#: HTTPS for `http` targets. Nothing else leaves: no SMTP, no SSH, no other port in the VPC.
+#: (Which addresses an `http` target may reach is the application's check, SPEC §10; DNS and
+#: the VPC resolver are not subject to security groups.)
+EGRESS_PORTS = {"execute": (443, 80)}
+DEFAULT_EGRESS_PORTS = (443,)
 HANDLERS = {
     "reconcile": "cronledger.aws.reconcile.handler",
     "claim": "cronledger.aws.claim.handler",
@@ -95,6 +102,17 @@ class Functions(Construct):
 
     def _function(self, name: str, timeout: Duration, purpose: str) -> lambda_.Function:
         construct_id = name.capitalize()
+        security = ec2.SecurityGroup(
+            self,
+            f"{construct_id}Security",
+            vpc=self._vpc,
+            description=f"cronledger {name}: outbound only to the ports it needs",
+            allow_all_outbound=False,
+        )
+        for port in EGRESS_PORTS.get(name, DEFAULT_EGRESS_PORTS):
+            security.add_egress_rule(
+                ec2.Peer.any_ipv4(), ec2.Port.tcp(port), f"{name}: TCP {port} out"
+            )
         function = lambda_.Function(
             self,
             construct_id,
@@ -109,6 +127,7 @@ class Functions(Construct):
             environment=self._environment,
             vpc=self._vpc,
             vpc_subnets=self._subnets,
+            security_groups=[security],
             tracing=lambda_.Tracing.ACTIVE,
             log_group=logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention),
         )

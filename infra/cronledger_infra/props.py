@@ -14,10 +14,17 @@ with different names deploy side by side in one account and region.
 environment, so the application's own defaults apply. `claim_lease_secs` is always set: the
 executor's maximum event age must stay under it (an invocation that waited longer than the lease
 would run an occurrence that another claim may already own).
+
+What target documents may name beyond their target (SPEC §10) is the operator's alone:
+`python_targets` (module prefixes) and `http_allow_networks` (CIDRs) are empty unless listed
+(`-c cronledger:python_targets=reports.jobs`), and secret references are read from Secrets
+Manager and SSM (`CRONLEDGER_SECRETS=aws`); the executor may read only those tagged
+`cronledger:secret=<name>` (target_access.py).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import types
@@ -45,6 +52,7 @@ DEFAULT_NAME = "Cronledger"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}")
 #: Two one-minute ticks and a margin for their jitter (see `lookahead_secs`).
 MIN_LOOKAHEAD_SECS = 150
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass(frozen=True)
@@ -72,9 +80,12 @@ class CronledgerProps:
     claim_concurrency: int = 2
     api_concurrency: int = 10
     database_max_connections: int | None = None
-    # what the executor may call besides resources tagged `cronledger:target`
+    # what the executor may call besides resources tagged `cronledger:target=<name>`
     target_arns: tuple[str, ...] = ()
     allow_tagged_targets: bool = True
+    # what target documents may name (SPEC §10): none of either unless listed here
+    python_targets: tuple[str, ...] = ()
+    http_allow_networks: tuple[str, ...] = ()
     # api
     api_throttle_rate: float = 50.0
     api_throttle_burst: int = 100
@@ -177,6 +188,14 @@ class CronledgerProps:
             yield "api_throttle_rate and api_throttle_burst must be positive"
         if self.backlog_age_threshold_secs <= 0:
             yield "backlog_age_threshold_secs must be positive"
+        for prefix in self.python_targets:
+            if not _MODULE.fullmatch(prefix):
+                yield f"python_targets: {prefix!r} is not a module name such as reports.jobs"
+        for network in self.http_allow_networks:
+            try:
+                ipaddress.ip_network(network)
+            except ValueError as exc:
+                yield f"http_allow_networks: {network!r} is not a network in CIDR form ({exc})"
 
     def scheduler_environment(self) -> dict[str, str]:
         """The `CRONLEDGER_*` settings the operator chose, as environment variables."""
@@ -192,11 +211,25 @@ class CronledgerProps:
             "retention_hours",
             "default_timeout_ms",
         )
-        return {
+        chosen = {
             f"CRONLEDGER_{name.upper()}": str(value)
             for name in names
             if (value := getattr(self, name)) is not None
         }
+        lists = {
+            "python_targets": self.python_targets,
+            "http_allow_networks": self.http_allow_networks,
+        }
+        chosen.update(
+            {
+                f"CRONLEDGER_{name.upper()}": ",".join(items)
+                for name, items in lists.items()
+                if items
+            }
+        )
+        # Secret references on AWS are Secrets Manager ARNs and SSM parameter names.
+        chosen["CRONLEDGER_SECRETS"] = "aws"
+        return chosen
 
     @classmethod
     def from_context(cls, context: Mapping[str, Any]) -> CronledgerProps:

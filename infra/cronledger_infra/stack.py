@@ -82,7 +82,8 @@ class CronledgerStack(Stack):
             log_retention=retention,
             reserved=props.reserved_concurrency(),
         )
-        database.admit(functions.all.values())
+        database.admit(f for name, f in functions.all.items() if name != "migrate")
+        database.admit_owner(functions.migrate)
 
         Scheduling(self, "Scheduling", reconcile=functions.reconcile, claim=functions.claim)
         execution = Execution(
@@ -95,6 +96,7 @@ class CronledgerStack(Stack):
             self,
             "TargetAccess",
             executor=functions.execute,
+            installation=props.name,
             target_arns=props.target_arns,
             allow_tagged_targets=props.allow_tagged_targets,
         )

@@ -3,8 +3,13 @@
 A target is one of the operator's own resources, so the executor gets no standing access to
 the account's functions, queues, state machines or buses. It may reach a resource only when
 either its ARN is in the stack's `target_arns`, granted with the resource type's own `grant_*`
-call, or (with `allow_tagged_targets`) the resource carries a `cronledger:target` tag, whatever
-its value: tagging a resource is how an operator enrols it without redeploying this stack.
+call, or (with `allow_tagged_targets`) the resource carries the tag
+`cronledger:target=<installation name>`: tagging a resource is how an operator enrols it without
+redeploying this stack, and the value must be this installation's name, so a resource enrolled
+in one installation is not callable from another in the same account (SPEC §10).
+
+The same holds for the secrets `secret_headers` name: the executor may read a Secrets Manager
+secret or an SSM parameter only when it is tagged `cronledger:secret=<installation name>`.
 
 Step Functions targets that `wait` need `states:DescribeExecution`, which acts on executions;
 executions carry no tags, so for tagged state machines it is granted on every execution in this
@@ -25,7 +30,12 @@ from constructs import Construct
 from cronledger_infra.nag import acknowledge
 
 TARGET_TAG = "cronledger:target"
-_TAGGED = {"Null": {f"aws:ResourceTag/{TARGET_TAG}": "false"}}
+SECRET_TAG = "cronledger:secret"
+
+
+def tagged_for(tag: str, installation: str) -> dict[str, dict[str, str]]:
+    """The IAM condition: the resource carries `tag` with this installation's name as value."""
+    return {"StringEquals": {f"aws:ResourceTag/{tag}": installation}}
 
 
 class TargetAccess(Construct):
@@ -35,15 +45,18 @@ class TargetAccess(Construct):
         construct_id: str,
         *,
         executor: lambda_.Function,
+        installation: str,
         target_arns: tuple[str, ...],
         allow_tagged_targets: bool,
     ) -> None:
         super().__init__(scope, construct_id)
         self._executor = executor
+        self._installation = installation
         for index, arn in enumerate(target_arns):
             self._grant_named(f"Target{index}", arn)
         if allow_tagged_targets:
             self._grant_tagged()
+        self._grant_tagged_secrets()
 
     def _grant_named(self, construct_id: str, arn: str) -> None:
         service = arn.split(":")[2] if arn.count(":") >= 5 else ""
@@ -115,9 +128,10 @@ class TargetAccess(Construct):
                 arn_format=ArnFormat.SLASH_RESOURCE_NAME,
             ),
         }
+        condition = tagged_for(TARGET_TAG, self._installation)
         for action, resource in tagged.items():
             self._executor.add_to_role_policy(
-                iam.PolicyStatement(actions=[action], resources=[resource], conditions=_TAGGED)
+                iam.PolicyStatement(actions=[action], resources=[resource], conditions=condition)
             )
         executions = stack.format_arn(
             service="states",
@@ -128,7 +142,10 @@ class TargetAccess(Construct):
         self._executor.add_to_role_policy(
             iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions])
         )
-        scoped = "is scoped by the condition that the resource carries the cronledger:target tag"
+        scoped = (
+            "is scoped by the condition that the resource carries the tag "
+            "cronledger:target=<this installation's name>"
+        )
         account = "arn:<AWS::Partition>:{}:<AWS::Region>:<AWS::AccountId>:{}"
         acknowledge(
             self._executor,
@@ -149,6 +166,47 @@ class TargetAccess(Construct):
                     "states:DescribeExecution (read-only) acts on executions, which carry no "
                     "tags, so the state machine's tag cannot scope it; the executor polls the "
                     "status of executions it started for tagged `wait` targets."
+                ),
+            },
+        )
+
+    def _grant_tagged_secrets(self) -> None:
+        """Reading the secrets and parameters tagged for this installation, and no other."""
+        stack = Stack.of(self)
+        secrets = stack.format_arn(
+            service="secretsmanager",
+            resource="secret",
+            resource_name="*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        parameters = stack.format_arn(
+            service="ssm",
+            resource="parameter",
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+        condition = tagged_for(SECRET_TAG, self._installation)
+        for actions, resource in (
+            (["secretsmanager:GetSecretValue"], secrets),
+            (["ssm:GetParameter"], parameters),
+        ):
+            self._executor.add_to_role_policy(
+                iam.PolicyStatement(actions=actions, resources=[resource], conditions=condition)
+            )
+        scoped = (
+            "is scoped by the condition that the resource carries the tag "
+            "cronledger:secret=<this installation's name>: the secrets an operator set aside "
+            "for http targets' secret_headers"
+        )
+        account = "arn:<AWS::Partition>:{}:<AWS::Region>:<AWS::AccountId>:{}"
+        acknowledge(
+            self._executor,
+            {
+                f"AwsSolutions-IAM5[Resource::{account.format('secretsmanager', 'secret:*')}]": (
+                    f"secretsmanager:GetSecretValue {scoped}."
+                ),
+                f"AwsSolutions-IAM5[Resource::{account.format('ssm', 'parameter/*')}]": (
+                    f"ssm:GetParameter {scoped}."
                 ),
             },
         )

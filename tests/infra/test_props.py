@@ -41,6 +41,36 @@ def test_context_strings_become_typed_props_and_an_unknown_key_is_refused():
         "CRONLEDGER_CLAIM_LEASE_SECS": "120",
         "CRONLEDGER_CLAIM_BATCH_SIZE": "50",
         "CRONLEDGER_LOOKAHEAD_SECS": "150",
+        "CRONLEDGER_SECRETS": "aws",
     }
     with pytest.raises(ValueError, match="cronledger:nat_gatways"):
         CronledgerProps.from_context({"cronledger:nat_gatways": "0"})
+
+
+def test_what_targets_may_name_is_empty_unless_listed_and_reaches_the_functions():
+    default = CronledgerProps()
+    chosen = CronledgerProps.from_context(
+        {
+            "cronledger:python_targets": "reports.jobs,billing",
+            "cronledger:http_allow_networks": '["10.20.0.0/16", "fd12:3456::/48"]',
+        }
+    )
+
+    assert (default.python_targets, default.http_allow_networks) == ((), ())
+    assert "CRONLEDGER_PYTHON_TARGETS" not in default.scheduler_environment()
+    assert "CRONLEDGER_HTTP_ALLOW_NETWORKS" not in default.scheduler_environment()
+    environment = chosen.scheduler_environment()
+    assert environment["CRONLEDGER_PYTHON_TARGETS"] == "reports.jobs,billing"
+    assert environment["CRONLEDGER_HTTP_ALLOW_NETWORKS"] == "10.20.0.0/16,fd12:3456::/48"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("python_targets", "os.path:join", "python_targets: 'os.path:join' is not a module name"),
+        ("http_allow_networks", "10.0.0.1/8", "http_allow_networks: '10.0.0.1/8' is not a network"),
+    ],
+)
+def test_a_bad_target_allow_list_is_refused_at_synth(key: str, value: str, problem: str):
+    with pytest.raises(ValueError, match=problem):
+        CronledgerProps.from_context({f"cronledger:{key}": value})
