@@ -11,7 +11,7 @@ import sys
 
 import cronledger
 from cronledger import metrics
-from cronledger.aws import claim, database, runtime
+from cronledger.aws import claim, database, migrate, runtime
 from tests.aws.stack import INFRA, constants, handler_modules, lambda_import_environment
 
 
@@ -43,6 +43,7 @@ def test_the_variables_the_stack_sets_are_the_ones_the_functions_read() -> None:
         database.DB_NAME,
         database.DB_USER,
         database.DB_IAM_AUTH,
+        migrate.APP_USER,  # the role migrate grants
     }
     assert f'"{claim.EXECUTE_FUNCTION_NAME}"' in functions_source
 
