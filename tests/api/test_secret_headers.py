@@ -50,7 +50,7 @@ def test_a_secret_header_reaches_the_target_and_appears_nowhere_else(
             body={
                 "name": "reports",
                 "status": "active",
-                "transport_config": {"schedule": "0 0 3 * * *"},
+                "transport_config": {"schedule": "0 0 3 * * *", "retry": {"max_attempts": 1}},
                 "target": {
                     "type": "http",
                     "url": f"{server.url}/reports",
