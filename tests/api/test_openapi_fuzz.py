@@ -41,7 +41,7 @@ def test_no_request_gets_a_5xx_or_an_answer_the_document_does_not_describe(
 ) -> None:
     schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app(create_app(sqlite_ledger)))
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 15  # every route of SPEC §6 but /openapi.json itself
+    assert len(operations) == 17  # every route of SPEC §6 (and versions) but /openapi.json
     failures: dict[str, str] = {}
 
     for operation in operations:
@@ -105,6 +105,8 @@ def test_the_document_and_swagger_ui_are_served_and_every_error_is_the_envelope(
         f"{PREFIX}/channels/{{channel_id}}/trigger",
         f"{PREFIX}/channels/{{channel_id}}/preview",
         f"{PREFIX}/channels/{{channel_id}}/backfill",
+        f"{PREFIX}/channels/{{channel_id}}/versions",
+        f"{PREFIX}/channels/{{channel_id}}/versions/{{version}}",
         f"{PREFIX}/cron/occurrences",
         f"{PREFIX}/cron/occurrences/{{occurrence_id}}",
         f"{PREFIX}/cron/occurrences/{{occurrence_id}}/retry",

@@ -1,27 +1,35 @@
-"""The operator command line against the real API on a local HTTP server (127.0.0.1, SQLite).
+"""The command line against the real API on a local HTTP server (127.0.0.1, SQLite).
 
-Invariant: every command prints what the API answered (a table, or the API's JSON with
-`--json`) and exits 0; a refusal exits 1 with the API's message and field details; bad usage
-exits 2; an API that cannot be reached exits 3 with a sentence, never a traceback. Requests to
-an API Gateway endpoint carry a SigV4 signature.
+Invariant: every command prints what the API answered (a table, or JSON/YAML with `-o`) and
+exits 0; a refusal exits 1 with the API's message and field problems, each printed once; bad
+usage exits 2; an API that cannot be reached exits 3 with a sentence, never a traceback.
+`channels show -o yaml` applies back unchanged. Requests to an API Gateway endpoint carry a
+SigV4 signature.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
+import re
 import socket
+import subprocess
+import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
+import yaml
 
 from cronledger.api import create_app
+from cronledger.cli import app, main
+from cronledger.cli.client import ApiClient
 from cronledger.ledger import Ledger
-from cronledger.operator_cli import ApiClient, add_operator_commands
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
 from tests.api.http import serving
 
@@ -34,6 +42,8 @@ target:
   type: python
   callable: tests.api.jobs:ok
 """
+#: Failures are final at once (no automatic retry): what a test retries, an operator retried.
+SCHEDULE = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}}
 
 
 @dataclass
@@ -54,17 +64,24 @@ class Cli:
     capsys: pytest.CaptureFixture[str]
 
     def __call__(self, *argv: str, api_url: str | None = None) -> Ran:
-        parser = argparse.ArgumentParser(prog="cronledger")
-        add_operator_commands(parser.add_subparsers(dest="command", required=True))
-        args = parser.parse_args([*argv, "--api-url", api_url or self.url])
         self.capsys.readouterr()
-        code = args.func(args)
+        code = main(["--api-url", api_url or self.url, *argv])
         captured = self.capsys.readouterr()
         return Ran(code, captured.out, captured.err)
 
+    def channel(self, name: str, target: Mapping[str, Any] = OK_TARGET, **config: Any) -> str:
+        created = self.ledger.create_channel(
+            name, {**SCHEDULE, **config}, dict(target), 5000, "active"
+        )
+        return created.channel_id
+
 
 @pytest.fixture
-def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[Cli]:
+def cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cli]:
+    for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
+        monkeypatch.delenv(name, raising=False)
     ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
     ledger.migrate()
     with serving(create_app(ledger, SETTINGS)) as url:
@@ -78,6 +95,14 @@ def write(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
+def rows(ran: Ran) -> list[list[str]]:
+    """A table's lines split into words, header first."""
+    return [line.split() for line in ran.out.splitlines()]
+
+
+# --- channels apply ---------------------------------------------------------------------------
+
+
 def test_apply_creates_then_leaves_unchanged_then_versions_a_channel_by_name(
     cli: Cli, tmp_path: Path
 ) -> None:
@@ -89,18 +114,68 @@ def test_apply_creates_then_leaves_unchanged_then_versions_a_channel_by_name(
     changed = cli("channels", "apply", "-f", path)
 
     assert (created.code, again.code, changed.code) == (0, 0, 0)
-    assert created.out.startswith("created channel nightly (")
-    assert again.out.strip() == "channel nightly unchanged (version 1)"
-    assert changed.out.splitlines() == [
-        "updated channel nightly to version 2",
-        "channel nightly is now active",
+    assert created.out.split() == ["created", "nightly:", "version", "1,", "draft"]
+    assert again.out.split() == ["unchanged", "nightly:", "version", "1,", "draft"]
+    assert changed.out.split() == [
+        "updated",
+        "nightly:",
+        "version",
+        "1",
+        "→",
+        "2,",
+        "draft",
+        "→",
+        "active",
     ]
     stored = cli.ledger.get_channel_by_name("nightly")
     assert (stored.version, stored.status) == (2, "active")
     assert stored.transport_config["schedule"] == "0 30 3 * * *"
 
 
-def test_apply_of_a_bad_document_exits_1_with_every_field_problem(cli: Cli, tmp_path: Path) -> None:
+def test_apply_of_many_documents_applies_every_valid_one_and_exits_1_naming_the_refused(
+    cli: Cli, tmp_path: Path
+) -> None:
+    bad = {
+        "name": "broken",
+        "transport_config": {"schedule": "15 2 * * *"},
+        "target": {"type": "http"},
+    }
+    text = "\n---\n".join(
+        [
+            NIGHTLY_YAML + "status: paused\n",
+            yaml.safe_dump(bad),
+            "schedule: nameless\n",
+            NIGHTLY_YAML.replace("nightly", "hourly"),
+        ]
+    )
+    path = write(tmp_path, "many.yaml", text)
+
+    ran = cli("channels", "apply", "-f", path, "--json")
+
+    assert ran.code == 1
+    outcomes = ran.json()
+    assert [(o["name"], o["outcome"]) for o in outcomes] == [
+        ("nightly", "created"),
+        ("broken", "refused"),
+        ("?", "refused"),
+        ("hourly", "created"),
+    ]
+    assert {d["path"] for d in outcomes[1]["details"]} == {
+        "transport_config.schedule",
+        "target.url",
+    }
+    assert "document 3" in outcomes[2]["where"] and "a name" in outcomes[2]["error"]
+    assert cli.ledger.get_channel_by_name("nightly").status == "paused"  # as the file says
+    assert cli.ledger.get_channel_by_name("hourly").status == "draft"
+    assert cli.ledger.list_channels().total == 2
+    # The person's report went to stderr, each problem once.
+    assert ran.err.count("has 5 field(s)") == 1
+    assert "refused" in ran.err and "created" in ran.err
+
+
+def test_apply_of_a_bad_document_exits_1_with_every_field_problem_once(
+    cli: Cli, tmp_path: Path
+) -> None:
     document = {
         "name": "nightly",
         "transport_config": {"schedule": "15 2 * * *"},
@@ -111,24 +186,114 @@ def test_apply_of_a_bad_document_exits_1_with_every_field_problem(cli: Cli, tmp_
     ran = cli("channels", "apply", "-f", path)
 
     assert ran.code == 1
-    assert ran.out == ""
-    assert "400 validation_failed" in ran.err
-    assert "  transport_config.schedule: has 5 field(s)" in ran.err
-    assert "  target.url: " in ran.err
-    assert "Traceback" not in ran.err
+    assert "refused" in ran.out and "400 validation_failed: invalid channel" in ran.out
+    assert ran.out.count("has 5 field(s)") == 1
+    assert "    target.url: " in ran.out
+    assert "Traceback" not in ran.out + ran.err
     assert cli.ledger.list_channels().total == 0
 
 
-def test_apply_of_an_unreadable_file_exits_2_and_sends_nothing(cli: Cli, tmp_path: Path) -> None:
+def test_an_unreadable_file_exits_2_with_what_to_do_and_sends_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
     missing = cli("channels", "apply", "-f", str(tmp_path / "nope.yaml"))
-    nameless = cli("channels", "apply", "-f", write(tmp_path, "x.yaml", "schedule: daily\n"))
     broken = cli("channels", "apply", "-f", write(tmp_path, "y.yaml", "name: [unclosed\n"))
+    star = cli(
+        "channels",
+        "apply",
+        "-f",
+        write(tmp_path, "s.yaml", "name: x\ntransport_config:\n  schedule: */5 * * * * *\n"),
+    )
 
-    assert (missing.code, nameless.code, broken.code) == (2, 2, 2)
+    assert (missing.code, broken.code, star.code) == (2, 2, 2)
     assert "cannot read" in missing.err
-    assert "an object with a name" in nameless.err
-    assert "not valid JSON or YAML" in broken.err
+    assert "is not valid YAML" in broken.err
+    assert star.err.strip() == (
+        "cronledger: error: "
+        f"{tmp_path / 's.yaml'}, line 3: a value starting with '*' is YAML alias syntax; "
+        'quote it, e.g. schedule: "*/5 * * * * *"'
+    )
     assert cli.ledger.list_channels().total == 0
+
+
+def test_apply_dry_run_prints_the_diff_and_writes_nothing(cli: Cli, tmp_path: Path) -> None:
+    path = write(tmp_path, "nightly.yaml", NIGHTLY_YAML)
+    assert cli("channels", "apply", "-f", path).code == 0
+    write(tmp_path, "nightly.yaml", NIGHTLY_YAML.replace("0 15 2", "0 30 3"))
+    write(tmp_path, "new.yaml", NIGHTLY_YAML.replace("nightly", "fresh"))
+
+    changed = cli("channels", "apply", "-f", path, "--dry-run")
+    fresh = cli("channels", "apply", "-f", str(tmp_path / "new.yaml"), "--dry-run")
+
+    assert changed.code == 0
+    lines = changed.out.splitlines()
+    assert lines[0].split() == ["updated", "nightly", "(dry", "run)"]
+    assert "-  schedule: 0 15 2 * * *" in lines and "+  schedule: 0 30 3 * * *" in lines
+    assert "+name: fresh" in fresh.out.splitlines()
+    assert cli.ledger.get_channel_by_name("nightly").version == 1
+    assert cli.ledger.list_channels().total == 1
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_show_prints_a_document_that_applies_back_unchanged(
+    cli: Cli, tmp_path: Path, fmt: str
+) -> None:
+    config = {
+        "timezone": "Europe/London",
+        "misfire_policy": "catch_up",
+        "max_catch_up": 3,
+        "payload": {"report": "nightly", "when": "2026-01-01", "n": [1, 2.5, None]},
+        "concurrency": {"policy": "forbid", "slots": 2},
+    }
+    cli.channel("nightly", schedule="*/5 * * * * *", **config)
+    cli("channels", "pause", "nightly")
+
+    shown = cli("channels", "show", "nightly", "-o", fmt)
+    path = write(tmp_path, f"nightly.{fmt}", shown.out)
+    applied = cli("channels", "apply", "-f", path, "--json")
+
+    assert shown.code == 0
+    document = yaml.safe_load(shown.out)
+    assert set(document) == {"name", "transport_config", "target", "timeout_ms", "status"}
+    assert document["transport_config"]["schedule"] == "*/5 * * * * *"
+    assert applied.code == 0
+    assert [(o["name"], o["outcome"]) for o in applied.json()] == [("nightly", "unchanged")]
+    stored = cli.ledger.get_channel_by_name("nightly")
+    assert (stored.version, stored.status) == (1, "paused")
+
+
+# --- history, diff, rollback ------------------------------------------------------------------
+
+
+def test_history_diff_and_rollback_work_on_versions(cli: Cli, tmp_path: Path) -> None:
+    path = write(tmp_path, "n.yaml", NIGHTLY_YAML)
+    cli("channels", "apply", "-f", path)
+    write(tmp_path, "n.yaml", NIGHTLY_YAML.replace("0 15 2", "0 30 3"))
+    cli("channels", "apply", "-f", path)
+
+    history = cli("channels", "history", "nightly")
+    diff = cli("channels", "diff", "nightly")
+    explicit = cli("channels", "diff", "nightly", "--from", "2", "--to", "1", "--json")
+    rollback = cli("channels", "rollback", "nightly", "--to", "1")
+    after = cli("channels", "history", "nightly", "--json")
+    missing = cli("channels", "rollback", "nightly", "--to", "9")
+
+    assert history.code == 0
+    assert rows(history)[1][:2] == ["2", "(current)"] and rows(history)[2][0] == "1"
+    assert rows(history)[1][3:7] == ["0", "30", "3", "*"]
+    assert diff.code == 0
+    assert "-  schedule: 0 15 2 * * *" in diff.out.splitlines()
+    assert "+  schedule: 0 30 3 * * *" in diff.out.splitlines()
+    assert explicit.json()["from"]["transport_config"]["schedule"] == "0 30 3 * * *"
+    assert rollback.out.strip() == "channel nightly is now version 3, equal to version 1"
+    versions = after.json()["data"]
+    assert [(v["version"], v["current"]) for v in versions] == [(3, True), (2, False), (1, False)]
+    assert versions[0]["transport_config"] == versions[2]["transport_config"]
+    assert cli.ledger.get_channel_by_name("nightly").transport_config["schedule"] == "0 15 2 * * *"
+    assert missing.code == 2 and "has no version 9" in missing.err
+
+
+# --- listing and reading ----------------------------------------------------------------------
 
 
 def test_list_prints_a_table_for_people_and_the_apis_json_for_scripts(
@@ -138,42 +303,134 @@ def test_list_prints_a_table_for_people_and_the_apis_json_for_scripts(
 
     table = cli("channels", "list")
     as_json = cli("channels", "list", "--json")
+    as_yaml = cli("channels", "list", "-o", "yaml")
 
     assert table.code == 0
-    header, row = table.out.splitlines()
-    assert header.split()[:4] == ["NAME", "STATUS", "VERSION", "SCHEDULE"]
-    assert row.split()[:3] == ["nightly", "draft", "1"]
-    assert "0 15 2 * * *" in row and "Europe/London" in row
+    header, row = rows(table)
+    assert header[:3] == ["NAME", "STATUS", "SCHEDULE"]
+    assert row[:2] == ["nightly", "draft"] and "Europe/London" in row
     body = as_json.json()
     assert (body["total"], body["data"][0]["name"]) == (1, "nightly")
+    assert yaml.safe_load(as_yaml.out) == body
 
 
-def test_trigger_by_name_then_the_run_shows_in_the_listing_and_in_full(cli: Cli) -> None:
-    channel = cli.ledger.create_channel(
-        "nightly", {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000, "active"
+def test_occurrences_list_is_newest_scheduled_first_and_filters_by_trigger(cli: Cli) -> None:
+    cli.channel("nightly")
+    now = datetime.now(UTC).replace(microsecond=0)
+    assert cli("trigger", "nightly").code == 0
+    backfill = cli(
+        "backfill",
+        "nightly",
+        "--from",
+        (now - timedelta(days=3)).isoformat().replace("+00:00", "Z"),
+        "--to",
+        "1h",
+        "--json",
     )
+    cli.scheduler.run_due()
+
+    listing = cli("occurrences", "list", "--channel", "nightly", "--json")
+    manual = cli("occurrences", "list", "--trigger", "manual", "--json")
+    backfilled = cli("occurrences", "list", "--trigger", "backfill")
+
+    assert backfill.code == 0
+    created = backfill.json()["data"]["created"]
+    assert created >= 2  # 02:15 London on each past day in the window
+    scheduled = [o["scheduled_for"] for o in listing.json()["data"]]
+    assert scheduled == sorted(scheduled, reverse=True)
+    assert listing.json()["data"][0]["trigger"] == "manual"  # written first, scheduled last
+    assert [o["trigger"] for o in manual.json()["data"]] == ["manual"]
+    assert [r[3] for r in rows(backfilled)[1:]] == ["backfill"] * created
+    assert all(r[2] == "completed" for r in rows(backfilled)[1:])
+
+
+def test_unknown_channel_and_status_filters_are_errors_not_empty_lists(cli: Cli) -> None:
+    channel = cli("occurrences", "list", "--channel", "nosuch")
+    status = cli("occurrences", "list", "--status", "bogus")
+    trigger = cli("occurrences", "list", "--trigger", "hourly")
+
+    assert (channel.code, status.code, trigger.code) == (1, 1, 1)
+    assert "no channel named 'nosuch'" in channel.err
+    assert "unknown status 'bogus'; one of pending," in status.err
+    assert status.err.count("unknown status") == 1  # printed once
+    assert "unknown trigger 'hourly'" in trigger.err
+    assert channel.out == status.out == ""
+
+
+def test_trigger_then_the_run_shows_in_the_listing_and_in_full(cli: Cli) -> None:
+    cli.channel("nightly")
 
     triggered = cli("trigger", "nightly")
     cli.scheduler.run_due()
-    listing = cli("occurrences", "list", "--channel", "nightly", "--since", "1h")
     occurrence_id = cli.ledger.list_occurrences().data[0].id
+    listing = cli("occurrences", "list", "--channel", "nightly", "--since", "1h")
     shown = cli("occurrences", "show", occurrence_id)
 
     assert triggered.code == 0
     assert triggered.out.startswith(f"triggered nightly: occurrence {occurrence_id} is pending")
-    assert listing.code == 0
-    header, row = listing.out.splitlines()
-    assert header.split()[:4] == ["SCHEDULED", "(UTC)", "CHANNEL", "TRIGGER"]
-    assert row.split()[1:5] == ["nightly", "manual", "completed", "1"]
+    header, row = rows(listing)
+    assert header[:5] == ["SCHEDULED", "(UTC)", "CHANNEL", "STATUS", "TRIGGER"]
+    assert row[1:5] == ["nightly", "completed", "manual", "1"]
     assert shown.code == 0
-    assert "status:        completed" in shown.out
-    assert f"materialised at v{channel.version}, ran v1" in shown.out
+    assert "status:" in shown.out and "completed" in shown.out
+    assert "materialised at v1, ran v1" in shown.out
     assert occurrence_id in shown.out.split("result:")[1]
 
 
+def test_status_and_preview_show_the_schedule_in_utc_and_local_time(cli: Cli) -> None:
+    cli.channel("london", schedule="0 30 1 25-31 10 *", timezone="Europe/London")
+    cli.scheduler.reconcile()
+
+    status = cli("status")
+    preview = cli("preview", "london", "--count", "16")
+
+    assert status.code == 0
+    header, row = rows(status)
+    assert header[:3] == ["CHANNEL", "SCHEDULE", "TIMEZONE"]
+    assert row[0] == "london" and "Europe/London" in row
+    assert row[-1] == "allow"
+    next_fire = cli.ledger.schedule_states()[0].next_fire_at
+    assert next_fire is not None and next_fire.strftime("%Y-%m-%dT%H:%M:%SZ") in row
+    assert preview.code == 0
+    lines = preview.out.splitlines()
+    assert lines[0] == "0 30 1 25-31 10 * in Europe/London:"
+    assert lines[1].split() == ["UTC", "LOCAL"]
+    offsets = {line.split()[1][-6:] for line in lines[2:]}
+    assert offsets == {"+01:00", "+00:00"}  # the fall-back day shows both
+
+
+def test_with_json_each_command_prints_the_apis_answer_as_json_alone(cli: Cli) -> None:
+    channel_id = cli.channel("scripted", FAIL_TARGET)
+    triggered = cli("trigger", "scripted", "--json").json()["data"]
+    cli.scheduler.run_due()
+
+    answers = {
+        "occurrence": cli("occurrences", "show", triggered["id"], "--json").json()["data"],
+        "retry": cli("retry", triggered["id"], "--json").json()["data"],
+        "cancel": cli("cancel", triggered["id"], "--json").json()["data"],
+        "preview": cli("preview", "scripted", "--count", "2", "--json").json()["data"],
+        "status": cli("status", "--json").json()["data"],
+        "pause": cli("channels", "pause", "scripted", "--json").json()["data"],
+        "history": cli("channels", "history", "scripted", "--json").json()["data"],
+    }
+
+    assert (answers["occurrence"]["id"], answers["occurrence"]["status"]) == (
+        triggered["id"],
+        "failed",
+    )
+    assert (answers["retry"]["status"], answers["cancel"]["status"]) == ("pending", "cancelled")
+    assert len(answers["preview"]["instants"]) == 2
+    assert [s["name"] for s in answers["status"]] == ["scripted"]
+    assert answers["pause"]["status"] == "paused"
+    assert [(v["channel_id"], v["version"]) for v in answers["history"]] == [(channel_id, 1)]
+
+
+# --- acting on occurrences --------------------------------------------------------------------
+
+
 def test_a_refused_request_exits_1_with_the_apis_message(cli: Cli) -> None:
-    cli.ledger.create_channel("drafty", {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000)
-    cli.ledger.create_channel("done", {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000, "active")
+    cli.ledger.create_channel("drafty", SCHEDULE, OK_TARGET, 5000)
+    cli.channel("done")
     assert cli("trigger", "done").code == 0
     cli.scheduler.run_due()
     completed = cli.ledger.list_occurrences().data[0]
@@ -191,12 +448,8 @@ def test_a_refused_request_exits_1_with_the_apis_message(cli: Cli) -> None:
     assert cli.ledger.get_occurrence(completed.id).status == "completed"
 
 
-#: A schedule whose failures are final at once (no automatic retry).
-ONCE = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}}
-
-
 def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
-    cli.ledger.create_channel("flaky", ONCE, FAIL_TARGET, 5000, "active")
+    cli.channel("flaky", FAIL_TARGET)
     assert cli("trigger", "flaky").code == 0
     cli.scheduler.run_due()
     failed = cli.ledger.list_occurrences().data[0]
@@ -205,71 +458,47 @@ def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
     cancelled = cli("cancel", failed.id)
 
     assert retried.code == 0
-    assert "is pending again; its next run is attempt 2" in retried.out
+    assert "is pending; its next run is attempt 2" in retried.out
     assert cancelled.code == 0
     assert cancelled.out.strip().endswith("is cancelled")
     assert cli.ledger.get_occurrence(failed.id).status == "cancelled"
 
 
-def test_with_json_each_command_prints_the_apis_answer_as_json_alone(cli: Cli) -> None:
-    channel = cli.ledger.create_channel("scripted", ONCE, FAIL_TARGET, 5000, "active")
-    triggered = cli("trigger", "scripted", "--json").json()["data"]
+def test_retry_of_a_filter_counts_asks_and_retries_every_match(cli: Cli, tmp_path: Path) -> None:
+    # Given three failed runs of one channel and one of another
+    cli.channel("flaky", FAIL_TARGET)
+    cli.channel("other", FAIL_TARGET)
+    cli("backfill", "flaky", "--from", "3d", "--to", "1h")
+    cli("trigger", "other")
     cli.scheduler.run_due()
+    failed = {o.id for o in cli.ledger.list_occurrences().data if o.channel_name == "flaky"}
+    count = len(failed)
+    assert count >= 2
 
-    answers = {
-        "show": cli("channels", "show", "scripted", "--json").json()["data"],
-        "occurrence": cli("occurrences", "show", triggered["id"], "--json").json()["data"],
-        "retry": cli("retry", triggered["id"], "--json").json()["data"],
-        "cancel": cli("cancel", triggered["id"], "--json").json()["data"],
-        "preview": cli("preview", "scripted", "--count", "2", "--json").json()["data"],
-        "status": cli("status", "--json").json()["data"],
-        "pause": cli("channels", "pause", "scripted", "--json").json()["data"],
-    }
+    # When retried without --yes and no one to ask, then with --yes
+    unconfirmed = cli("retry", "--channel", "flaky", "--status", "failed")
+    still = {cli.ledger.get_occurrence(i).status for i in failed}
+    confirmed = cli("retry", "--channel", "flaky", "--since", "7d", "--yes", "--json")
 
-    assert answers["show"]["channel_id"] == channel.channel_id
-    assert (answers["occurrence"]["id"], answers["occurrence"]["status"]) == (
-        triggered["id"],
-        "failed",
-    )
-    assert (answers["retry"]["status"], answers["cancel"]["status"]) == ("pending", "cancelled")
-    assert len(answers["preview"]["instants"]) == 2
-    assert [s["name"] for s in answers["status"]] == ["scripted"]
-    assert answers["pause"]["status"] == "paused"
-
-
-def test_status_and_preview_show_the_schedule_in_utc_and_local_time(cli: Cli) -> None:
-    cli.ledger.create_channel(
-        "london",
-        {"schedule": "0 30 1 25-31 10 *", "timezone": "Europe/London"},
-        OK_TARGET,
-        5000,
-        "active",
-    )
-    cli.scheduler.reconcile()
-
-    status = cli("status")
-    preview = cli("preview", "london", "--count", "16")
-
-    assert status.code == 0
-    header, row = status.out.splitlines()
-    assert header.split()[:3] == ["CHANNEL", "SCHEDULE", "TIMEZONE"]
-    assert row.startswith("london") and "Europe/London" in row
-    next_fire = cli.ledger.schedule_states()[0].next_fire_at
-    assert next_fire is not None and next_fire.strftime("%Y-%m-%dT%H:%M:%SZ") in row
-    assert preview.code == 0
-    lines = preview.out.splitlines()
-    assert lines[0] == "0 30 1 25-31 10 * in Europe/London:"
-    assert lines[1].split() == ["UTC", "LOCAL"]
-    offsets = {line.split()[1][-6:] for line in lines[2:]}
-    assert offsets == {"+01:00", "+00:00"}  # the fall-back day shows both
+    # Then nothing moved the first time; every flaky one, and only those, the second
+    assert unconfirmed.code == 2
+    assert f"Retry {count} failed occurrence(s) of flaky? Add --yes to confirm." in unconfirmed.err
+    assert still == {"failed"}
+    assert confirmed.code == 0
+    assert {o["id"] for o in confirmed.json()["done"]} == failed
+    assert f"retry: {count} done, 0 refused" in confirmed.err
+    assert {o.id for o in cli.ledger.list_occurrences().data if o.status == "pending"} == failed
+    assert cli("retry", "1", "--status", "failed").code == 2  # ids or a filter, not both
+    assert cli("retry").code == 2
 
 
-def test_pause_resume_archive_and_delete_move_the_channel_along_its_lifecycle(cli: Cli) -> None:
-    channel = cli.ledger.create_channel("life", {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000)
+def test_lifecycle_commands_and_an_archived_channel_is_never_told_to_reactivate(cli: Cli) -> None:
+    channel = cli.ledger.create_channel("life", SCHEDULE, OK_TARGET, 5000)
 
     resumed = cli("channels", "resume", "life")
     paused = cli("channels", "pause", channel.channel_id)  # an id works as well as a name
     archived = cli("channels", "archive", "life")
+    trigger = cli("trigger", "life")
     unconfirmed = cli("channels", "delete", "life")
     still_there = cli.ledger.get_channel(channel.channel_id).status
     deleted = cli("channels", "delete", "life", "--yes")
@@ -279,10 +508,45 @@ def test_pause_resume_archive_and_delete_move_the_channel_along_its_lifecycle(cl
         "channel life is now paused",
         "channel life is now archived",
     ]
+    assert trigger.code == 1
+    assert "archived is final" in trigger.err and '"active"' not in trigger.err
     assert (unconfirmed.code, still_there) == (2, "archived")
     assert "--yes" in unconfirmed.err
     assert (deleted.code, deleted.out.strip()) == (0, "deleted channel life")
     assert cli.ledger.list_channels().total == 0
+
+
+# --- conventions ------------------------------------------------------------------------------
+
+
+def test_version_and_global_options_before_or_after_the_subcommand(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli.channel("nightly")
+    capsys.readouterr()
+
+    version = main(["--version"])
+    printed = capsys.readouterr().out
+    before = main(["--api-url", cli.url, "-o", "json", "status"])
+    first = json.loads(capsys.readouterr().out)
+    after = main(["status", "--api-url", cli.url, "--json"])
+    second = json.loads(capsys.readouterr().out)
+    closed = main(["--api-url", "http://127.0.0.1:9", "status", "--api-url", cli.url])
+
+    assert (version, printed.strip()) == (0, "cronledger 0.1.0")
+    assert (before, after, closed) == (0, 0, 0)  # the one after the subcommand wins
+    assert first["data"][0]["name"] == second["data"][0]["name"] == "nightly"
+
+
+def test_a_non_http_api_url_is_a_usage_error(cli: Cli) -> None:
+    ran = cli("status", api_url="ftp://example.com")
+
+    assert ran.code == 2
+    said = " ".join(re.sub(r"[│╭╮╰╯─]", " ", ran.err).split())
+    assert (
+        "Invalid value for '--api-url': 'ftp://example.com' is not an http:// or https:// URL"
+        in said
+    )
 
 
 def test_an_unreachable_api_exits_3_with_a_sentence_not_a_traceback(cli: Cli) -> None:
@@ -294,24 +558,102 @@ def test_an_unreachable_api_exits_3_with_a_sentence_not_a_traceback(cli: Cli) ->
 
     assert ran.code == 3
     assert ran.err.startswith(f"cronledger: error: cannot reach the cronledger API at {closed}")
-    assert "CRONLEDGER_API_URL" in ran.err
+    assert ran.err.count("cannot reach") == 1
     assert "Traceback" not in ran.err
 
 
-def test_the_api_url_defaults_to_the_environment_then_the_local_runner(
-    monkeypatch: pytest.MonkeyPatch,
+def test_tables_fit_the_terminal_dropping_the_least_important_columns(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def default() -> str:
-        parser = argparse.ArgumentParser()
-        add_operator_commands(parser.add_subparsers(dest="command"))
-        url: str = parser.parse_args(["status"]).api_url
-        return url
+    cli.channel("a-rather-long-channel-name", FAIL_TARGET)
+    cli("trigger", "a-rather-long-channel-name")
+    cli.scheduler.run_due()
+    full_id = cli.ledger.list_occurrences().data[0].id
 
-    monkeypatch.delenv("CRONLEDGER_API_URL", raising=False)
-    local = default()
-    monkeypatch.setenv("CRONLEDGER_API_URL", "https://ops.example.com")
+    monkeypatch.setenv("COLUMNS", "100")
+    fitted = cli("occurrences", "list")
+    monkeypatch.setenv("COLUMNS", "60")
+    narrow = cli("occurrences", "list")
+    wide = cli("occurrences", "list", "-o", "wide")
 
-    assert (local, default()) == ("http://127.0.0.1:8080", "https://ops.example.com")
+    assert max(map(len, fitted.out.splitlines())) <= 100
+    assert rows(fitted)[0][:4] == ["SCHEDULED", "(UTC)", "CHANNEL", "STATUS"]
+    assert "ERROR" not in fitted.out and full_id[:12] + "…" in fitted.out  # the id, shortened
+    assert max(map(len, narrow.out.splitlines())) <= 60
+    assert rows(narrow)[0] == ["SCHEDULED", "(UTC)", "CHANNEL", "STATUS"]
+    assert full_id in wide.out and "RuntimeError: report for" in wide.out
+
+
+def test_statuses_are_coloured_on_a_terminal_unless_no_color(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli.channel("flaky", FAIL_TARGET)
+    cli("trigger", "flaky")
+    cli.scheduler.run_due()
+
+    plain = cli("occurrences", "list")
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    coloured = cli("occurrences", "list")
+    monkeypatch.setenv("NO_COLOR", "1")
+    no_color = cli("occurrences", "list")
+
+    assert "\x1b[" not in plain.out  # not a terminal
+    assert "\x1b[1;31mfailed" in coloured.out
+    assert "\x1b[31m" not in no_color.out and "\x1b[1;31m" not in no_color.out
+
+
+def test_every_option_and_argument_has_help() -> None:
+    command = typer.main.get_command(app)
+
+    def missing(cmd: Any, path: str) -> list[str]:
+        gaps = [
+            f"{path} {param.name}"
+            for param in cmd.params
+            if not getattr(param, "help", None) and param.name not in ("help",)
+        ]
+        if not (cmd.help or "").strip():
+            gaps.append(f"{path} (no help)")
+        for name, sub in getattr(cmd, "commands", {}).items():
+            gaps += missing(sub, f"{path} {name}")
+        return gaps
+
+    assert missing(command, "cronledger") == []
+
+
+def test_shell_completion_completes_commands(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("_CRONLEDGER_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", "cronledger channels hi")
+    monkeypatch.setenv("COMP_CWORD", "2")
+
+    code = main([])
+
+    assert code == 0
+    assert capsys.readouterr().out.split() == ["history"]
+
+
+def test_a_closed_pipe_ends_the_command_quietly(cli: Cli) -> None:
+    for number in range(40):
+        cli.ledger.create_channel(f"channel-{number:02}", SCHEDULE, OK_TARGET, 5000)
+    command = [sys.executable, "-c", "from cronledger.cli import entry; entry()"]
+    environment = {**os.environ, "CRONLEDGER_API_URL": cli.url}
+
+    # `cronledger channels list | head -1`, the reader gone after one line
+    with subprocess.Popen(
+        [*command, "channels", "list", "--limit", "1000", "-o", "yaml"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.readline()
+        process.stdout.close()
+        error = process.stderr.read()
+        code = process.wait(timeout=30)
+
+    assert error == b""
+    assert code in (0, -13, 141)  # done before the reader left, or ended by SIGPIPE
 
 
 def test_a_request_to_an_api_gateway_endpoint_is_sigv4_signed_and_a_local_one_is_not(
@@ -324,9 +666,9 @@ def test_a_request_to_an_api_gateway_endpoint_is_sigv4_signed_and_a_local_one_is
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     sent: list[urllib.request.Request] = []
 
-    def send(request: urllib.request.Request, timeout: float) -> tuple[int, bytes]:
+    def send(request: urllib.request.Request, timeout: float) -> tuple[int, dict[str, str], bytes]:
         sent.append(request)
-        return 200, b'{"data": []}'
+        return 200, {}, b'{"data": []}'
 
     aws = ApiClient("https://abc123defg.execute-api.eu-west-1.amazonaws.com", send=send)
     local = ApiClient("http://127.0.0.1:8080", send=send)
@@ -351,8 +693,19 @@ def test_a_request_to_an_api_gateway_endpoint_is_sigv4_signed_and_a_local_one_is
 def test_migrate_refuses_a_blank_database_url_variable_by_name(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cronledger.cli import main
-
     monkeypatch.setenv("CRONLEDGER_DATABASE_URL", " ")
     assert main(["migrate"]) != 0
     assert "CRONLEDGER_DATABASE_URL is empty" in capsys.readouterr().err
+
+
+def test_migrate_upgrades_the_named_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+
+    assert main(["migrate", "--database-url", url]) == 0
+
+    assert capsys.readouterr().out.strip() == f"migrated {url}"
+    ledger = Ledger.connect(url)
+    assert ledger.list_channels().total == 0
+    ledger.dispose()

@@ -33,6 +33,7 @@ from cronledger.api.requests import (
     screen,
 )
 from cronledger.api.status import add_health_routes, add_status_routes
+from cronledger.console import add_console_routes
 from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
@@ -74,6 +75,7 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
     add_occurrence_routes(app, ledger)
     add_status_routes(app, ledger)
     add_health_routes(app, ledger)
+    add_console_routes(app)
     app.enable_swagger(path="/swagger", title=TITLE, version=__version__, description=DESCRIPTION)
 
     @cache

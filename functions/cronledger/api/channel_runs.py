@@ -38,6 +38,7 @@ from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
+    CHANNEL_ARCHIVED,
     TRIGGER_BACKFILL,
     TRIGGER_MANUAL,
     Channel,
@@ -165,13 +166,19 @@ def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:
             f"channel {channel_id} cannot be {verb}",
         ) from None
     if channel.status != CHANNEL_ACTIVE:
+        # Archived is final: point at what can still be done, never at re-activating it.
+        remedy = (
+            "archived is final; create a new channel to run this schedule"
+            if channel.status == CHANNEL_ARCHIVED
+            else 'activate it first (PATCH …/status with {"status": "active"})'
+        )
         raise ValidationFailed(
             [
                 FieldError(
                     "channel_id",
                     "invalid",
                     f"channel {channel.name} is {channel.status}; only an active channel can be "
-                    f'{verb} (PATCH …/status with {{"status": "active"}})',
+                    f"{verb}: {remedy}",
                 )
             ],
             f"channel {channel.name} cannot be {verb}",

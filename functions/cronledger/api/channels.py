@@ -27,6 +27,7 @@ from cronledger.api.models import (
     PREFIX,
     ChannelCreate,
     ChannelUpdate,
+    ChannelVersion,
     ChannelView,
     Limit,
     Offset,
@@ -35,7 +36,7 @@ from cronledger.api.models import (
     StatusChange,
     Text,
 )
-from cronledger.api.views import channel_view, cursors_by_channel
+from cronledger.api.views import channel_version, channel_view, cursors_by_channel
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
@@ -98,6 +99,34 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
     )
     def get_channel(channel_id: ChannelId) -> One[ChannelView]:
         return view(ledger.get_channel(channel_id))
+
+    @app.get(
+        f"{PREFIX}/channels/<channel_id>/versions",
+        summary="List a channel's versions, newest first",
+        tags=["channels"],
+        responses=responses(200, "a page of versions", 404),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def list_versions(
+        channel_id: ChannelId, limit: Limit = 50, offset: Offset = 0
+    ) -> Page[ChannelVersion]:
+        page = ledger.list_channel_versions(channel_id, limit=limit, offset=offset)
+        current = ledger.get_channel(channel_id).version
+        return Page.of(page, lambda version: channel_version(version, current))
+
+    @app.get(
+        f"{PREFIX}/channels/<channel_id>/versions/<version>",
+        summary="Read one version of a channel",
+        tags=["channels"],
+        responses=responses(200, "the version", 404),
+        custom_response_validation_http_code=BROKEN_RESPONSE,
+    )
+    def get_version(
+        channel_id: ChannelId,
+        version: Annotated[int, Path(ge=1, le=2**31 - 1, description="a version number")],
+    ) -> One[ChannelVersion]:
+        current = ledger.get_channel(channel_id).version
+        return One(data=channel_version(ledger.get_channel(channel_id, version), current))
 
     @app.put(
         f"{PREFIX}/channels/<channel_id>",

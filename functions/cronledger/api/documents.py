@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cronledger.errors import FieldError, ValidationFailed
-from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT
+from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
 from cronledger.schedule import ScheduleInvalid, compile_schedule
 from cronledger.targets import TargetPolicy, target_errors
 
@@ -63,12 +63,12 @@ def read_new_channel(
     status = document.get("status")
     if status is None:
         status = CHANNEL_DRAFT
-    elif status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE):
+    elif status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED):
         errors.append(
             FieldError(
                 "status",
                 "invalid",
-                'a channel is created "draft" or "active"; pause or archive it afterwards',
+                'a channel is created "draft", "active" or "paused"; archive it afterwards',
             )
         )
     definition = _definition(document, default_timeout_ms, policy, errors)

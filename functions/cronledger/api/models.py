@@ -131,7 +131,7 @@ class _Document(BaseModel):
 
 
 class ChannelCreate(_Document):
-    """A new channel: `draft` unless `"status": "active"`."""
+    """A new channel: `draft` unless `"status"` says `active` or `paused`."""
 
     model_config = ConfigDict(
         extra="allow",
@@ -141,7 +141,9 @@ class ChannelCreate(_Document):
         },
     )
 
-    status: Annotated[Any, WithJsonSchema({"type": "string", "enum": ["draft", "active"]})] = None
+    status: Annotated[
+        Any, WithJsonSchema({"type": "string", "enum": ["draft", "active", "paused"]})
+    ] = None
 
 
 class ChannelUpdate(_Document):
@@ -240,6 +242,19 @@ class ChannelView(BaseModel):
     compiled: CompiledView | None = Field(
         description="null when the stored definition no longer compiles"
     )
+
+
+class ChannelVersion(BaseModel):
+    """One version of a channel's definition, as it was written."""
+
+    channel_id: str
+    name: str
+    version: int
+    current: bool = Field(description="whether this is the channel's current version")
+    transport_config: dict[str, Any]
+    target: dict[str, Any]
+    timeout_ms: int
+    created_at: Timestamp = Field(description="when this version was written")
 
 
 MAX_ATTEMPTS_DESCRIPTION = (

@@ -3,7 +3,8 @@
 Retry and cancel are each one conditional write in the ledger; its answer is the row as
 written, and a refusal (404 / 409) comes from the same write, never from an earlier read.
 `since` and `until` bound `scheduled_for`, both inclusive; a timestamp that is not RFC 3339
-with an offset is a 422.
+with an offset is a 422. A `status` or `trigger` filter that names no such thing is a 400
+(a typo would otherwise read as "nothing happened").
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from cronledger.api.models import (
     Text,
 )
 from cronledger.api.views import occurrence_record, occurrence_summary
-from cronledger.ledger import Ledger, OccurrenceFilter
+from cronledger.errors import FieldError, ValidationFailed
+from cronledger.ledger import OCCURRENCE_STATUSES, TRIGGERS, Ledger, OccurrenceFilter
 
 OccurrenceId = Annotated[Text, Path(description="the occurrence's id")]
 
@@ -35,23 +37,29 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
 
     @app.get(
         f"{PREFIX}/cron/occurrences",
-        summary="List occurrences, newest first",
+        summary="List occurrences, newest scheduled_for first",
         tags=["occurrences"],
-        responses=responses(200, "a page of summaries"),
+        responses=responses(200, "a page of summaries", 400),
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def list_occurrences(
         channel_id: Annotated[Text | None, Query()] = None,
-        status: Annotated[Text | None, Query(description="e.g. pending, completed, failed")] = None,
+        status: Annotated[
+            Text | None, Query(description=f"one of {', '.join(OCCURRENCE_STATUSES)}")
+        ] = None,
+        trigger: Annotated[Text | None, Query(description=f"one of {', '.join(TRIGGERS)}")] = None,
         since: Annotated[Instant | None, Query(description="scheduled_for at or after")] = None,
         until: Annotated[Instant | None, Query(description="scheduled_for at or before")] = None,
         limit: Limit = 50,
         offset: Offset = 0,
     ) -> Page[OccurrenceSummary]:
+        _known("status", status, OCCURRENCE_STATUSES)
+        _known("trigger", trigger, TRIGGERS)
         page = ledger.list_occurrences(
             OccurrenceFilter(
                 channel_id=channel_id,
                 status=status,
+                trigger=trigger,
                 since=since,
                 until=until,
                 limit=limit,
@@ -90,3 +98,12 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     )
     def cancel(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
         return One(data=occurrence_record(ledger.cancel(occurrence_id)))
+
+
+def _known(name: str, value: str | None, known: tuple[str, ...]) -> None:
+    """A filter that could never match is a mistake worth saying, not an empty page."""
+    if value is not None and value not in known:
+        raise ValidationFailed(
+            [FieldError(name, "invalid", f"unknown {name} {value!r}; one of {', '.join(known)}")],
+            "invalid filter",
+        )

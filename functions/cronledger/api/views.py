@@ -13,6 +13,7 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 from cronledger.api.models import (
+    ChannelVersion,
     ChannelView,
     CompiledView,
     OccurrenceRecord,
@@ -56,6 +57,20 @@ def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
         created_at=to_rfc3339(channel.created_at),
         updated_at=to_rfc3339(channel.updated_at),
         compiled=None if schedule is None else _compiled_view(schedule, state),
+    )
+
+
+def channel_version(channel: Channel, current: int) -> ChannelVersion:
+    """`channel` at one of its versions (`updated_at` is when that version was written)."""
+    return ChannelVersion(
+        channel_id=channel.channel_id,
+        name=channel.name,
+        version=channel.version,
+        current=channel.version == current,
+        transport_config=channel.transport_config,
+        target=channel.target,
+        timeout_ms=channel.timeout_ms,
+        created_at=to_rfc3339(channel.updated_at),
     )
 
 

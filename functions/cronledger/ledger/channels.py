@@ -59,9 +59,10 @@ class ChannelStore(OccurrenceStore):
         timeout_ms: int,
         status: str = CHANNEL_DRAFT,
     ) -> Channel:
-        """A new channel at version 1. Conflict when the name is taken."""
-        if status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE):
-            raise ValueError(f"a channel is created draft or active, not {status!r}")
+        """A new channel at version 1. Conflict when the name is taken. A channel created
+        paused has no cursor until it is resumed, like a draft."""
+        if status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED):
+            raise ValueError(f"a channel is created draft, active or paused, not {status!r}")
         now = self._sql.now()
         document = {
             "transport_config": transport_config,
@@ -168,16 +169,34 @@ class ChannelStore(OccurrenceStore):
             ).one_or_none()
         if old is None:
             raise NotFound(f"channel {channel_id} has no version {version}")
-        return Channel(
-            channel_id=current.channel_id,
-            name=current.name,
-            status=current.status,
-            version=old.version,
-            transport_config=old.transport_config,
-            target=old.target,
-            timeout_ms=old.timeout_ms,
-            created_at=current.created_at,
-            updated_at=old.created_at,
+        return _at_version(current, old)
+
+    def list_channel_versions(
+        self, channel_id: str, limit: int = 50, offset: int = 0
+    ) -> Page[Channel]:
+        """Every version of a channel as it was written, newest first (each with the
+        channel's current name and status, and `updated_at` when that version was written).
+        NotFound when there is no such channel."""
+        current = self.get_channel(channel_id)
+        limit = min(max(limit, 1), MAX_PAGE_SIZE)
+        offset = max(offset, 0)
+        mine = channel_versions.c.channel_id == channel_id
+        page = (
+            sa.select(channel_versions)
+            .where(mine)
+            .order_by(channel_versions.c.version.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        count = sa.select(sa.func.count()).select_from(channel_versions).where(mine)
+        with self._read() as conn:
+            total = int(conn.execute(count).scalar_one())
+            rows = conn.execute(page).all()
+        return Page(
+            data=[_at_version(current, row) for row in rows],
+            total=total,
+            limit=limit,
+            offset=offset,
         )
 
     def get_occurrence_and_channel(self, occurrence_id: str) -> tuple[Occurrence, Channel | None]:
@@ -298,6 +317,21 @@ class ChannelStore(OccurrenceStore):
                 return
             conn.rollback()
         raise NotFound(f"channel {channel_id} not found")
+
+
+def _at_version(current: Channel, version: Any) -> Channel:
+    """The channel with the definition of an earlier `cron_channel_versions` row."""
+    return Channel(
+        channel_id=current.channel_id,
+        name=current.name,
+        status=current.status,
+        version=version.version,
+        transport_config=version.transport_config,
+        target=version.target,
+        timeout_ms=version.timeout_ms,
+        created_at=current.created_at,
+        updated_at=version.created_at,
+    )
 
 
 def _retry_max_attempts() -> sa.ColumnElement[int]:

@@ -29,6 +29,8 @@ ACTIVE_STATUSES = (PENDING, CLAIMED, RUNNING)
 #: Statuses that hold a claim (and possibly a singleton slot).
 LEASED_STATUSES = (CLAIMED, RUNNING)
 TERMINAL_STATUSES = (COMPLETED, FAILED, CANCELLED, SKIPPED_MISFIRE, SKIPPED_SINGLETON)
+#: Every status an occurrence can have (what a listing may filter on).
+OCCURRENCE_STATUSES = (*ACTIVE_STATUSES, *TERMINAL_STATUSES)
 #: An occurrence that ended without doing its work. `completed` is absent on purpose:
 #: running finished work again is a new (manual) occurrence, not a retry of this one.
 RETRYABLE_STATUSES = (FAILED, CANCELLED, SKIPPED_MISFIRE, SKIPPED_SINGLETON)
@@ -38,6 +40,7 @@ SETTLED_STATUSES = (COMPLETED, FAILED, SKIPPED_SINGLETON)
 TRIGGER_CRON = "cron"
 TRIGGER_MANUAL = "manual"
 TRIGGER_BACKFILL = "backfill"
+TRIGGERS = (TRIGGER_CRON, TRIGGER_MANUAL, TRIGGER_BACKFILL)
 
 CHANNEL_DRAFT = "draft"
 CHANNEL_ACTIVE = "active"
@@ -240,6 +243,7 @@ class OccurrenceFilter:
 
     channel_id: str | None = None
     status: str | None = None
+    trigger: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     limit: int = 50

@@ -155,8 +155,9 @@ class OccurrenceStore(CursorStore):
             return self._fetch(conn, occurrence_id)
 
     def list_occurrences(self, filter: OccurrenceFilter | None = None) -> Page[Occurrence]:
-        """Newest first (by creation): an operator opening the list asks what happened
-        recently. `limit` is clamped to 1..1000."""
+        """Newest first by `scheduled_for` (a backfilled 06:00 row sits below a 09:00 one
+        whenever it was written): an operator opening the list asks what happened recently.
+        `limit` is clamped to 1..1000."""
         f = filter or OccurrenceFilter()
         limit = min(max(f.limit, 1), MAX_PAGE_SIZE)
         offset = max(f.offset, 0)
@@ -165,6 +166,8 @@ class OccurrenceStore(CursorStore):
             conditions.append(occurrences.c.channel_id == f.channel_id)
         if f.status is not None:
             conditions.append(occurrences.c.status == f.status)
+        if f.trigger is not None:
+            conditions.append(occurrences.c.trigger == f.trigger)
         if f.since is not None:
             conditions.append(occurrences.c.scheduled_for >= require_utc(f.since, "since"))
         if f.until is not None:
@@ -172,7 +175,7 @@ class OccurrenceStore(CursorStore):
         page = (
             sa.select(occurrences)
             .where(*conditions)
-            .order_by(occurrences.c.created_at.desc(), occurrences.c.id.desc())
+            .order_by(occurrences.c.scheduled_for.desc(), occurrences.c.id.desc())
             .limit(limit)
             .offset(offset)
         )

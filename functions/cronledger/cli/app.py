@@ -1,0 +1,143 @@
+"""The `cronledger` command line (Typer): the root, and the commands that run something here.
+
+`cronledger migrate` upgrades a database to the newest schema; `cronledger dev --demo` runs the
+scheduler locally; `cronledger console` serves the web console through a signing proxy; the
+operator commands (`channels`, `occurrences`, `trigger`, `backfill`, `retry`, `cancel`,
+`status`, `preview`) talk to the HTTP API. Every failure exits non-zero with one message, never
+a traceback; a closed pipe (`… | head -1`) ends the command quietly.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Annotated
+
+import sqlalchemy as sa
+import typer
+
+from cronledger import __version__
+from cronledger.cli.channels import channels
+from cronledger.cli.channels import root as channel_commands
+from cronledger.cli.occurrences import occurrences
+from cronledger.cli.occurrences import root as occurrence_commands
+from cronledger.cli.session import Json, Output, RootApiUrl, Session, api
+from cronledger.settings import Settings
+
+app = typer.Typer(
+    name="cronledger",
+    help="cronledger: a durable cron scheduler that keeps a ledger of every scheduled instant.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(channels, name="channels")
+app.add_typer(occurrences, name="occurrences")
+for commands in (channel_commands, occurrence_commands):
+    app.registered_commands += commands.registered_commands
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"cronledger {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    api_url: RootApiUrl = None,
+    output: Output = None,
+    json_: Json = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print the version"),
+    ] = False,
+) -> None:
+    """cronledger: a durable cron scheduler that keeps a ledger of every scheduled instant.
+
+    The operator commands talk to the HTTP API (the local runner's by default; an API Gateway
+    URL is signed with your AWS credentials). Exit codes: 0 done, 1 the API refused, 2 bad
+    usage, 3 the API could not be reached.
+    """
+
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        help="default: $CRONLEDGER_DATABASE_URL or a local SQLite file", show_default=False
+    ),
+]
+
+
+def _database_url(given: str | None) -> str:
+    """`--database-url`, else the settings' (`CRONLEDGER_DATABASE_URL`, checked like every
+    setting, or the default)."""
+    return given or Settings.from_env().database_url
+
+
+@app.command()
+def migrate(database_url: DatabaseUrl = None) -> None:
+    """Upgrade a database to the newest schema."""
+    from cronledger.ledger import Ledger
+
+    url = _database_url(database_url)
+    Ledger.connect(url).migrate()
+    typer.echo(f"migrated {sa.make_url(url).render_as_string(hide_password=True)}")
+
+
+@app.command()
+def dev(
+    database_url: DatabaseUrl = None,
+    demo: Annotated[bool, typer.Option(help="create a demo channel firing every 5 s")] = False,
+    host: Annotated[str, typer.Option(help="the API's address")] = "127.0.0.1",
+    allow_remote: Annotated[
+        bool,
+        typer.Option(
+            help="let --host be an address other machines can reach (the API has no authentication)"
+        ),
+    ] = False,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="the API's port")] = 8080,
+) -> None:
+    """Run the scheduler locally in one process: the API (and the web console at /console),
+    reconcile, claim and execute."""
+    from cronledger.local import run_dev
+
+    url = _database_url(database_url)
+    raise typer.Exit(run_dev(url, host, port, demo, allow_remote=allow_remote))
+
+
+@api(app, "console")
+def console(
+    s: Session,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="the local port (0: any free one)")
+    ] = 8001,
+) -> None:
+    """Serve the web console on 127.0.0.1 and pass its requests to the API, signed (SigV4)
+    when the API is on AWS, as `kubectl proxy` does."""
+    from cronledger.console.proxy import serve_console
+
+    serve_console(s.api, port, s.out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; the exit code."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="cronledger", standalone_mode=True)
+    except SystemExit as exit:
+        return exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the command line's boundary: one line, no traceback
+        print(f"cronledger: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def entry() -> None:
+    """The `cronledger` executable. A closed pipe (`… | head -1`) ends it quietly, by the
+    default SIGPIPE action, as it ends a C tool (exit 141), instead of a Python error."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())

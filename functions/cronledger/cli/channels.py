@@ -1,0 +1,373 @@
+"""`cronledger channels …` and the commands that act on one channel: trigger, backfill,
+preview, status.
+
+`channels apply` judges each document of a file on its own: every valid one is applied, each
+is reported as created, updated, unchanged or refused, and the command exits 1 if any was
+refused. A new channel is created in the document's `status` (draft, active or paused); an
+existing one gets a new version only if its definition changed, then the document's status if
+it differs. `--dry-run` sends nothing that writes and prints the diff instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import typer
+
+from cronledger.cli import documents
+from cronledger.cli.client import ApiError, segment
+from cronledger.cli.documents import Document, UsageError
+from cronledger.cli.output import Column, ago, when
+from cronledger.cli.session import (
+    EXIT_API,
+    ChannelRef,
+    Limit,
+    Offset,
+    Session,
+    Yes,
+    api,
+    confirm,
+    instant,
+)
+
+channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
+root = typer.Typer()  # the top-level commands about one channel, joined to the root app
+
+CHANNEL_COLUMNS = (
+    Column("NAME", lambda c: c["name"], 100),
+    Column("STATUS", lambda c: c["status"], 90, status=True),
+    Column("SCHEDULE", lambda c: (c.get("compiled") or {}).get("schedule", "(invalid)"), 80),
+    Column("TIMEZONE", lambda c: (c.get("compiled") or {}).get("timezone"), 40),
+    Column("NEXT FIRE (UTC)", lambda c: when((c.get("compiled") or {}).get("next_fire_at")), 60),
+    Column("VERSION", lambda c: c["version"], 30),
+    Column("TARGET", lambda c: c.get("target_ref"), 15, wide_only=True),
+    Column("ID", lambda c: c["channel_id"], 10, id=True),
+)
+
+
+@api(channels, "list")
+def list_channels(
+    s: Session,
+    status: Annotated[
+        str | None,
+        typer.Option(help="only channels in this status: draft, active, paused, archived"),
+    ] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> None:
+    """List channels, oldest first, with their schedule and next fire time."""
+    page = s.get("/channels", {"status": status, "limit": limit, "offset": offset})
+    s.out.answer(page, lambda: s.out.table(CHANNEL_COLUMNS, page["data"], page))
+
+
+@api(channels, "show")
+def show(s: Session, channel: ChannelRef) -> None:
+    """Show one channel. With -o yaml or -o json, print it as a document `channels apply`
+    takes back unchanged."""
+    c = s.channel(channel)
+    if s.out.for_scripts:
+        s.out.data(documents.document_of(c))
+        return
+    compiled = c.get("compiled") or {}
+    s.out.fields(
+        [
+            ("name", c["name"]),
+            ("id", c["channel_id"]),
+            ("status", s.out.status(c["status"])),
+            ("version", c["version"]),
+            ("schedule", compiled.get("schedule", "(the stored schedule does not compile)")),
+            ("timezone", compiled.get("timezone")),
+            ("misfire policy", compiled.get("misfire_policy")),
+            ("concurrency", concurrency(compiled, wide=True)),
+            (
+                "next fire",
+                f"{when(compiled.get('next_fire_at'))} ({ago(compiled.get('next_fire_at'))})",
+            ),
+            ("paused at", when(compiled.get("paused_at"))),
+            ("target", c.get("target_ref")),
+            ("timeout", f"{c['timeout_ms']} ms"),
+            ("created", when(c["created_at"])),
+            ("updated", when(c["updated_at"])),
+        ]
+    )
+    s.out.say("")
+    s.out.say(documents.as_yaml(documents.document_of(c)).rstrip())
+
+
+@api(channels, "apply")
+def apply(
+    s: Session,
+    file: Annotated[
+        str,
+        typer.Option(
+            "--file", "-f", help="a JSON or YAML file of channel documents ('-' for stdin)"
+        ),
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="write nothing; print the diff each would make")
+    ] = False,
+) -> None:
+    """Create the channels of a file, or write a new version of each that exists by name."""
+    outcomes = [_apply(s, d, dry_run) for d in documents.read(file)]
+    if s.out.for_scripts:
+        s.out.data(outcomes)
+    if any(o["outcome"] == "refused" for o in outcomes):
+        raise typer.Exit(EXIT_API)
+
+
+def _apply(s: Session, document: Document, dry_run: bool) -> dict[str, Any]:
+    """One document applied (or compared, with `dry_run`); said as soon as it is known, so
+    a failure part-way through a file still shows what was done."""
+    outcome: dict[str, Any] = {"name": document.name, "where": document.where}
+    try:
+        if document.problem is not None:
+            raise UsageError(document.problem)
+        outcome |= _applied(s, document.body, dry_run)
+    except (ApiError, UsageError) as exc:
+        outcome |= {"outcome": "refused", "error": str(exc)}
+        details = exc.details if isinstance(exc, ApiError) else []
+        outcome["details"] = details
+        s.out.say(s.out.status("refused"), f"  {document.where}: {document.name}: {exc}")
+        for detail in details:
+            s.out.say(f"    {detail.get('path')}: {detail.get('message')}")
+        return outcome
+    summary = ": ".join(filter(None, [document.name, outcome.pop("summary")]))
+    s.out.say(s.out.status(outcome["outcome"]), f"  {summary}{' (dry run)' if dry_run else ''}")
+    s.out.diff(outcome.pop("diff", []))
+    return outcome
+
+
+def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    name = body["name"]
+    found = s.get("/channels", {"name": name})["data"]
+    if not found:
+        diff = documents.diff(None, body, "/dev/null", name)
+        if dry_run:
+            return {"outcome": "created", "summary": "", "diff": diff}
+        channel = s.send("POST", "/channels", body)["data"]
+        return {
+            "outcome": "created",
+            "summary": f"version 1, {channel['status']}",
+            "channel": channel,
+        }
+    current = found[0]
+    wanted = body.get("status")
+    if wanted == "draft" and current["status"] != "draft":
+        raise UsageError(
+            f"channel {name} is {current['status']}; a channel never returns to draft "
+            "(set status to active, paused or archived, or leave it out)"
+        )
+    before = documents.document_of(current)
+    after = {**before, **{k: v for k, v in body.items() if k in documents.DOCUMENT_KEYS}}
+    diff = documents.diff(before, after, f"{name} (version {current['version']})", "the file")
+    if dry_run:
+        return {"outcome": "updated" if diff else "unchanged", "summary": "", "diff": diff}
+    path = f"/channels/{segment(current['channel_id'])}"
+    channel = s.send("PUT", path, {k: v for k, v in body.items() if k != "status"})["data"]
+    changes = []
+    if channel["version"] != current["version"]:
+        changes.append(f"version {current['version']} → {channel['version']}")
+    if wanted is not None and wanted != channel["status"]:
+        try:
+            channel = s.send("PATCH", f"{path}/status", {"status": wanted})["data"]
+        except ApiError as exc:
+            done = f" (after {changes[0]})" if changes else ""
+            raise UsageError(f"status {wanted} refused{done}: {exc.message}") from None
+        changes.append(f"{current['status']} → {channel['status']}")
+    summary = ", ".join(changes) or f"version {channel['version']}, {channel['status']}"
+    return {
+        "outcome": "updated" if changes else "unchanged",
+        "summary": summary,
+        "channel": channel,
+    }
+
+
+HISTORY_COLUMNS = (
+    Column("VERSION", lambda v: f"{v['version']}{' (current)' if v['current'] else ''}", 100),
+    Column("WRITTEN (UTC)", lambda v: when(v["created_at"]), 90),
+    Column("SCHEDULE", lambda v: v["transport_config"].get("schedule"), 80),
+    Column("TIMEZONE", lambda v: v["transport_config"].get("timezone", "UTC"), 40),
+    Column("TARGET", lambda v: v["target"].get("type"), 30),
+    Column("TIMEOUT", lambda v: f"{v['timeout_ms']} ms", 20),
+)
+
+
+@api(channels, "history")
+def history(s: Session, channel: ChannelRef, limit: Limit = 50, offset: Offset = 0) -> None:
+    """A channel's versions, newest first (`channels diff` compares two)."""
+    page = s.get(f"{s.channel_path(channel)}/versions", {"limit": limit, "offset": offset})
+    s.out.answer(page, lambda: s.out.table(HISTORY_COLUMNS, page["data"], page))
+
+
+@api(channels, "diff")
+def diff(
+    s: Session,
+    channel: ChannelRef,
+    from_: Annotated[
+        int | None,
+        typer.Option("--from", min=1, help="the older version (default: the one before --to)"),
+    ] = None,
+    to: Annotated[
+        int | None, typer.Option("--to", min=1, help="the newer version (default: the current one)")
+    ] = None,
+) -> None:
+    """What changed between two versions of a channel, as a unified diff of its documents."""
+    c = s.channel(channel)
+    newer = to or c["version"]
+    older = from_ if from_ is not None else newer - 1
+    if older < 1:
+        raise UsageError(f"channel {c['name']} has only version {newer}: nothing to compare")
+    a, b = (_version(s, c, n) for n in (older, newer))
+    lines = documents.diff(a, b, f"{c['name']} version {older}", f"{c['name']} version {newer}")
+    s.out.answer({"from": a, "to": b, "diff": "".join(lines)}, lambda: s.out.diff(lines))
+
+
+@api(channels, "rollback")
+def rollback(
+    s: Session,
+    channel: ChannelRef,
+    to: Annotated[int, typer.Option("--to", min=1, help="the version to return to")],
+) -> None:
+    """Write a new version equal to an earlier one (history is never rewritten)."""
+    c = s.channel(channel)
+    old = _version(s, c, to)
+    path = f"/channels/{segment(c['channel_id'])}"
+    answer = s.send("PUT", path, old)
+    now = answer["data"]
+    if now["version"] == c["version"]:
+        message = f"channel {c['name']} already equals version {to} (version {now['version']})"
+    else:
+        message = f"channel {c['name']} is now version {now['version']}, equal to version {to}"
+    s.out.answer(answer, lambda: s.out.say(message))
+
+
+def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]:
+    """Version `number` of `channel` as a document (no status: versions have none)."""
+    path = f"/channels/{segment(channel['channel_id'])}/versions/{number}"
+    try:
+        version = s.get(path)["data"]
+    except ApiError as exc:
+        if exc.status == 404:
+            raise UsageError(
+                f"channel {channel['name']} has no version {number} (it is at version "
+                f"{channel['version']}; `channels history` lists them)"
+            ) from None
+        raise
+    return {k: version[k] for k in documents.DOCUMENT_KEYS if k in version}
+
+
+def _lifecycle(verb: str, status: str, text: str) -> None:
+    @api(channels, verb, help=text)
+    def change(s: Session, channel: ChannelRef) -> None:
+        answer = s.send("PATCH", f"{s.channel_path(channel)}/status", {"status": status})
+        c = answer["data"]
+        s.out.answer(
+            answer, lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]))
+        )
+
+
+_lifecycle("pause", "paused", "Stop a channel producing occurrences (resume starts it from now).")
+_lifecycle("resume", "active", "Activate a draft or paused channel; it fires from now on.")
+_lifecycle("archive", "archived", "Retire a channel for good, keeping its history (final).")
+
+
+@api(channels, "delete")
+def delete(s: Session, channel: ChannelRef, yes: Yes = False) -> None:
+    """Delete a channel and its whole history (`archive` keeps the history)."""
+    c = s.channel(channel)
+    confirm(s.out, f"Delete channel {c['name']} and every occurrence it has?", yes)
+    s.send("DELETE", f"/channels/{segment(c['channel_id'])}")
+    s.out.answer({"deleted": c["channel_id"]}, lambda: s.out.say(f"deleted channel {c['name']}"))
+
+
+@api(root, "trigger")
+def trigger(s: Session, channel: ChannelRef) -> None:
+    """Run an active channel now (a `manual` occurrence at the database's now)."""
+    answer = s.send("POST", f"{s.channel_path(channel)}/trigger")
+    o = answer["data"]
+    s.out.answer(
+        answer,
+        lambda: s.out.say(
+            f"triggered {o['channel_name']}: occurrence {o['id']} is ",
+            s.out.status(o["status"]),
+            f", scheduled for {when(o['scheduled_for'])}",
+        ),
+    )
+
+
+@api(root, "backfill")
+def backfill(
+    s: Session,
+    channel: ChannelRef,
+    from_: Annotated[
+        str, typer.Option("--from", help="the first instant: RFC 3339 or an age (7d)")
+    ],
+    to: Annotated[
+        str, typer.Option("--to", help="the last instant, not in the future: RFC 3339 or an age")
+    ],
+) -> None:
+    """Run an active channel's past instants in [--from, --to] (at most 1000 at a time)."""
+    window = {"from": instant(from_), "to": instant(to)}
+    answer = s.send("POST", f"{s.channel_path(channel)}/backfill", window)
+    b = answer["data"]
+    s.out.answer(
+        answer,
+        lambda: s.out.say(
+            f"backfill of {channel}: {b['instants']} instant(s) from {when(b['from'])} to "
+            f"{when(b['to'])}; {b['created']} created, {b['already_present']} already present"
+        ),
+    )
+
+
+@api(root, "preview")
+def preview(
+    s: Session,
+    channel: ChannelRef,
+    count: Annotated[int, typer.Option(min=1, max=100, help="how many, 1..100")] = 10,
+) -> None:
+    """The next fire times in UTC and in the channel's local time (check a DST day)."""
+    answer = s.get(f"{s.channel_path(channel)}/preview", {"count": count})
+    p = answer["data"]
+
+    def human() -> None:
+        s.out.say(f"{p['schedule']} in {p['timezone']}:")
+        columns = (
+            Column("UTC", lambda i: i["utc"], 90),
+            Column("LOCAL", lambda i: i["local"], 100),
+        )
+        s.out.table(columns, p["instants"])
+
+    s.out.answer(answer, human)
+
+
+def concurrency(view: Mapping[str, Any], held: int | None = None, wide: bool = False) -> str:
+    """`allow`, or `forbid 0/1` (with the key when it is not the channel's own id)."""
+    policy = view.get("concurrency_policy")
+    if policy in (None, "allow"):
+        return str(policy or "-")
+    used = "" if held is None else f"{held}/"
+    key = view.get("concurrency_key")
+    named = f" on {key}" if key and (wide or key != view.get("channel_id")) else ""
+    return f"{policy} {used}{view.get('slots')}{named}"
+
+
+STATUS_COLUMNS = (
+    Column("CHANNEL", lambda s: s["name"], 100),
+    Column("SCHEDULE", lambda s: s.get("schedule") or "(invalid)", 70),
+    Column("TIMEZONE", lambda s: s.get("timezone"), 40),
+    Column("NEXT FIRE (UTC)", lambda s: when(s.get("next_fire_at")), 80),
+    Column("LAST RUN", lambda s: when(s.get("last_scheduled_for")), 50),
+    Column("LAST STATUS", lambda s: s.get("last_status"), 90, status=True),
+    Column("PENDING", lambda s: s["pending"], 60),
+    Column("CONCURRENCY", lambda s: concurrency(s, held=s.get("slots_held")), 20),
+)
+
+
+@api(root, "status")
+def status(s: Session, limit: Limit = 50, offset: Offset = 0) -> None:
+    """Per active channel: next fire, last run and its status, pending count, concurrency."""
+    page = s.get("/cron/status", {"limit": limit, "offset": offset})
+    s.out.answer(
+        page, lambda: s.out.table(STATUS_COLUMNS, page["data"], page, empty="(no active channels)")
+    )

@@ -1,0 +1,148 @@
+"""The HTTP client every operator command (and the console proxy) talks to the API through.
+
+Nothing in the command line reads the database: it tells exactly the truth the API tells,
+locally or on AWS. An API Gateway endpoint (`*.execute-api.<region>.amazonaws.com`) is
+IAM-authorised, so each request to one is SigV4-signed for `execute-api` with botocore's
+default credential chain, in the region the host names (the only region such a signature is
+valid for).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import quote, urlencode, urlsplit
+
+from cronledger import __version__
+
+DEFAULT_API_URL: Final = "http://127.0.0.1:8080"
+PREFIX: Final = "/api/v1/admin"
+_EXECUTE_API: Final = re.compile(r"[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?")
+
+
+class ApiError(Exception):
+    """The API answered with an error: its status, code, message and field details."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            self.code = str(error.get("code", "error"))
+            self.details: list[dict[str, Any]] = list(error.get("details") or [])
+            # The API's message ends with its details; they are printed one a line instead.
+            listed = "; ".join(f"{d.get('path')}: {d.get('message')}" for d in self.details)
+            self.message = str(error.get("message", "")).removesuffix(f": {listed}")
+        else:
+            # Not our envelope: API Gateway itself (e.g. 403 for a bad signature) or a proxy.
+            self.code = "http_error"
+            self.message = str(body.get("message", body) if isinstance(body, dict) else body)
+            self.details = []
+        self.status = status
+        self.body = body
+        super().__init__(f"{status} {self.code}: {self.message}")
+
+
+class Unreachable(Exception):
+    """No answer at all: nothing listening, DNS, a timeout, or no credentials to sign with."""
+
+
+#: Sends a prepared request and returns `(status, headers, body)`; replaceable in tests.
+Send = Callable[[urllib.request.Request, float], tuple[int, Mapping[str, str], bytes]]
+
+
+def _urlopen(
+    request: urllib.request.Request, timeout: float
+) -> tuple[int, Mapping[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), dict(response.headers.items()), bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers.items()), exc.read()
+
+
+def segment(value: str) -> str:
+    """`value` as one path segment."""
+    return quote(value, safe="")
+
+
+def check_api_url(url: str) -> str:
+    """The URL without a trailing slash, or ValueError saying what an API URL looks like."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL, e.g. {DEFAULT_API_URL}")
+    return url.rstrip("/")
+
+
+@dataclass
+class ApiClient:
+    base_url: str
+    send: Send = _urlopen
+    timeout: float = 30.0
+    _signing_region: str | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+        match = _EXECUTE_API.fullmatch(urlsplit(self.base_url).hostname or "")
+        self._signing_region = match.group(1) if match else None
+
+    def call(
+        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None
+    ) -> Any:
+        """The decoded JSON answer (None for 204); `ApiError` or `Unreachable` otherwise."""
+        given = {k: v for k, v in (query or {}).items() if v is not None}
+        target = path + (f"?{urlencode(given)}" if given else "")
+        data = None if body is None else json.dumps(body).encode()
+        status, _headers, raw = self.exchange(method, target, data)
+        try:
+            answer = json.loads(raw) if raw else None
+        except ValueError:
+            answer = raw.decode("utf-8", "replace").strip()
+        if status >= 400:
+            raise ApiError(status, answer)
+        return answer
+
+    def exchange(
+        self, method: str, target: str, data: bytes | None
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Send `method target` (a path with its query string) with a JSON body, signed when
+        the endpoint is API Gateway; the raw answer. `Unreachable` when nothing answers."""
+        request = self.prepare(method, target, data)
+        try:
+            return self.send(request, self.timeout)
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise Unreachable(
+                f"cannot reach the cronledger API at {self.base_url}: {reason}. Is it running "
+                "(`cronledger dev`)? Point --api-url or CRONLEDGER_API_URL at it."
+            ) from None
+
+    def prepare(self, method: str, target: str, data: bytes | None) -> urllib.request.Request:
+        """The request as it will be sent, signed when the endpoint is API Gateway."""
+        url = self.base_url + target
+        headers = {"Accept": "application/json", "User-Agent": f"cronledger/{__version__}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self._signing_region is not None:
+            headers = self._signed(method, url, data, headers, self._signing_region)
+        return urllib.request.Request(url, data=data, headers=headers, method=method)
+
+    def _signed(
+        self, method: str, url: str, data: bytes | None, headers: dict[str, str], region: str
+    ) -> dict[str, str]:
+        import botocore.session
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        credentials = botocore.session.get_session().get_credentials()
+        if credentials is None:
+            raise Unreachable(
+                f"{self.base_url} is an IAM-authorised API Gateway endpoint and no AWS "
+                "credentials were found (environment, ~/.aws, SSO or an instance role)"
+            )
+        request = AWSRequest(method=method, url=url, data=data, headers=headers)
+        SigV4Auth(credentials, "execute-api", region).add_auth(request)
+        return dict(request.headers.items())

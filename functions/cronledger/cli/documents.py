@@ -1,0 +1,115 @@
+"""Channel documents on disk: reading a file of them, and a channel written back as one.
+
+A file is JSON or YAML; YAML may hold several documents (`---`), and either may hold a list.
+Each document is judged on its own, so one bad document never hides the others: `read`
+returns a `Document` for each, with `problem` set when it cannot be sent. A file that is not
+JSON or YAML at all is `UsageError`, with the line and what to do.
+
+`document_of` is the inverse of `channels apply`: the keys a channel document has
+(`name`, `transport_config`, `target`, `timeout_ms`, `status`), so `channels show -o yaml`
+applies back unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+DOCUMENT_KEYS: Final = ("name", "transport_config", "target", "timeout_ms", "status")
+
+
+class UsageError(Exception):
+    """The command line or a file it names is wrong; nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Document:
+    where: str
+    body: dict[str, Any]
+    problem: str | None = None
+
+    @property
+    def name(self) -> str:
+        name = self.body.get("name")
+        return name if isinstance(name, str) else "?"
+
+
+def read(path: str) -> list[Document]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+    loaded = list(_load(path, text))
+    documents = [d for item in loaded for d in (item if isinstance(item, list) else [item])]
+    if not documents:
+        raise UsageError(f"{path} holds no channel document")
+    return [_checked(path, index, len(documents), d) for index, d in enumerate(documents)]
+
+
+def _load(path: str, text: str) -> Iterator[Any]:
+    if path.endswith(".json"):
+        try:
+            yield json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"{path} is not valid JSON: {exc}") from None
+        return
+    try:
+        yield from (d for d in yaml.safe_load_all(text) if d is not None)
+    except yaml.YAMLError as exc:
+        raise UsageError(_yaml_problem(path, exc)) from None
+
+
+def _yaml_problem(path: str, exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}, line {mark.line + 1}" if mark is not None else path
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None) or ""
+    if "alias" in f"{problem} {context}":
+        # `schedule: */5 * * * * *`: YAML reads a leading `*` as a reference to an anchor.
+        return (
+            f"{where}: a value starting with '*' is YAML alias syntax; quote it, "
+            'e.g. schedule: "*/5 * * * * *"'
+        )
+    return f"{where} is not valid YAML: {problem}"
+
+
+def _checked(path: str, index: int, count: int, body: Any) -> Document:
+    where = path if count == 1 else f"{path} (document {index + 1})"
+    if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+        return Document(
+            where,
+            body if isinstance(body, dict) else {},
+            "not a channel document: an object with a name, transport_config and target",
+        )
+    try:
+        json.dumps(body, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return Document(where, body, f"not plain JSON ({exc}); quote dates and times")
+    return Document(where, body)
+
+
+def document_of(channel: Mapping[str, Any]) -> dict[str, Any]:
+    """A channel as the API shows it, written as the document `channels apply` takes."""
+    return {key: channel[key] for key in DOCUMENT_KEYS if key in channel}
+
+
+def as_yaml(document: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True, width=100)
+
+
+def diff(
+    before: Mapping[str, Any] | None, after: Mapping[str, Any], old: str, new: str
+) -> list[str]:
+    """A unified diff of two documents as YAML (`before` None: everything is new)."""
+    a = [] if before is None else as_yaml(before).splitlines(keepends=True)
+    b = as_yaml(after).splitlines(keepends=True)
+    return list(difflib.unified_diff(a, b, fromfile=old, tofile=new))

@@ -1,0 +1,212 @@
+"""`cronledger occurrences …`, `retry` and `cancel`: reading the ledger and acting on its rows.
+
+`retry` takes ids, or a filter (`--channel`, `--status`, `--since`, `--until`) whose matches
+it counts and asks about first (`--yes` to skip the question); each row is one conditional
+write in the API, so a row that moved on meanwhile is reported as refused, not retried twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import typer
+
+from cronledger.cli.client import ApiError, segment
+from cronledger.cli.documents import UsageError
+from cronledger.cli.output import Column, duration, when
+from cronledger.cli.session import EXIT_API, Limit, Offset, Session, Yes, api, confirm, instant
+
+occurrences = typer.Typer(help="Read the ledger: every scheduled instant and what became of it.")
+root = typer.Typer()
+
+Since = Annotated[
+    str | None,
+    typer.Option(
+        help="scheduled at or after: RFC 3339 (2026-09-01T00:00:00Z) or an age (24h, 30m, 7d)"
+    ),
+]
+Until = Annotated[str | None, typer.Option(help="scheduled at or before: RFC 3339 or an age")]
+ChannelFilter = Annotated[str | None, typer.Option("--channel", "-c", help="a channel name or id")]
+OccurrenceId = Annotated[
+    str, typer.Argument(help="an occurrence id (`occurrences list -o wide` shows them whole)")
+]
+
+COLUMNS = (
+    Column("SCHEDULED (UTC)", lambda o: when(o["scheduled_for"]), 100),
+    Column("CHANNEL", lambda o: o["channel_name"], 90),
+    Column("STATUS", lambda o: o["status"], 95, status=True),
+    Column("TRIGGER", lambda o: o["trigger"], 60),
+    Column("ATTEMPT", lambda o: o["attempt"], 40),
+    Column("LAG", lambda o: duration(o.get("lag_ms")), 30),
+    Column("DURATION", lambda o: duration(o.get("duration_ms")), 35),
+    Column("ID", lambda o: o["id"], 50, id=True),
+    Column("ERROR", lambda o: o.get("error_message"), 25),
+)
+
+
+def _query(
+    s: Session, channel: str | None, status: str | None, since: str | None, until: str | None
+) -> dict[str, Any]:
+    return {
+        "channel_id": None if channel is None else s.channel(channel)["channel_id"],
+        "status": status,
+        "since": instant(since),
+        "until": instant(until),
+    }
+
+
+@api(occurrences, "list")
+def list_occurrences(
+    s: Session,
+    channel: ChannelFilter = None,
+    status: Annotated[
+        str | None, typer.Option(help="pending, claimed, running, completed, failed, cancelled, …")
+    ] = None,
+    trigger: Annotated[str | None, typer.Option(help="cron, manual or backfill")] = None,
+    since: Since = None,
+    until: Until = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> None:
+    """The ledger's rows, newest scheduled instant first."""
+    query = _query(s, channel, status, since, until)
+    page = s.get(
+        "/cron/occurrences", {**query, "trigger": trigger, "limit": limit, "offset": offset}
+    )
+    s.out.answer(page, lambda: s.out.table(COLUMNS, page["data"], page))
+
+
+#: The full record's fields in the order a person reads them; any other field the API
+#: answers (a newer API's) follows, as it is.
+RECORD = (
+    "id",
+    "channel",
+    "trigger",
+    "scheduled_for",
+    "due_at",
+    "status",
+    "attempt",
+    "version",
+    "target_ref",
+    "claimed_by",
+    "claimed_until",
+    "singleton",
+    "trace_id",
+    "started_at",
+    "completed_at",
+    "lag",
+    "duration",
+    "error_message",
+)
+_SHOWN_AS = {
+    "channel": ("channel_id", "channel_name"),
+    "version": ("channel_version", "executing_version"),
+    "singleton": ("singleton_key", "singleton_slot", "fencing_token"),
+    "lag": ("lag_ms",),
+    "duration": ("duration_ms",),
+}
+
+
+@api(occurrences, "show")
+def show(s: Session, id: OccurrenceId) -> None:
+    """One occurrence in full: lease, singleton and fencing token, trace id, error, result."""
+    answer = s.get(f"/cron/occurrences/{segment(id)}")
+    s.out.answer(answer, lambda: _record(s, answer["data"]))
+
+
+def _record(s: Session, o: Mapping[str, Any]) -> None:
+    derived = {
+        "channel": f"{o['channel_name']} ({o['channel_id']})",
+        "version": f"materialised at v{o['channel_version']}, ran v{o.get('executing_version') or '-'}",
+        "singleton": "-"
+        if not o.get("singleton_key")
+        else f"{o['singleton_key']} slot {o.get('singleton_slot')} token {o.get('fencing_token')}",
+        "status": s.out.status(o["status"]),
+        "lag": duration(o.get("lag_ms")),
+        "duration": duration(o.get("duration_ms")),
+    }
+    covered = {part for parts in _SHOWN_AS.values() for part in parts} | set(RECORD) | {"result"}
+    pairs = [(name.replace("_", " "), derived.get(name, o.get(name))) for name in RECORD]
+    pairs += [(k.replace("_", " "), v) for k, v in o.items() if k not in covered]
+    s.out.fields(pairs)
+    if o.get("result"):
+        s.out.say("result:")
+        s.out.say(str(o["result"]))
+
+
+@api(root, "retry")
+def retry(
+    s: Session,
+    ids: Annotated[list[str] | None, typer.Argument(help="occurrence ids; or use a filter")] = None,
+    channel: ChannelFilter = None,
+    status: Annotated[
+        str | None,
+        typer.Option(help="with a filter: failed (the default), cancelled, skipped_misfire, …"),
+    ] = None,
+    since: Since = None,
+    until: Until = None,
+    yes: Yes = False,
+) -> None:
+    """Put failed, cancelled or skipped occurrences back to pending (same id and instant;
+    each runs as its next attempt): the ones named, or every one a filter matches."""
+    filtered = any(v is not None for v in (channel, status, since, until))
+    if ids and filtered:
+        raise UsageError("give occurrence ids or a filter (--channel, --status, --since), not both")
+    if not ids and not filtered:
+        raise UsageError("give occurrence ids, or a filter such as --status failed --since 24h")
+    if not ids:
+        query = _query(s, channel, status or "failed", since, until)
+        ids = [o["id"] for o in _every(s, query)]
+        if not ids:
+            s.out.answer({"done": [], "refused": []}, lambda: s.out.say("nothing matches"))
+            return
+        what = f"{len(ids)} {query['status']} occurrence(s)" + (f" of {channel}" if channel else "")
+        confirm(s.out, f"Retry {what}?", yes)
+    _each(s, "retry", ids)
+
+
+@api(root, "cancel")
+def cancel(s: Session, ids: Annotated[list[str], typer.Argument(help="occurrence ids")]) -> None:
+    """Cancel pending, claimed or running occurrences (a running attempt stops at its next
+    lease renewal)."""
+    _each(s, "cancel", ids)
+
+
+def _each(s: Session, action: str, ids: list[str]) -> None:
+    """`action` each occurrence: one line per row as it happens, then a count."""
+    answers: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
+    for id in ids:
+        try:
+            answers.append(s.send("POST", f"/cron/occurrences/{segment(id)}/{action}"))
+        except ApiError as exc:
+            if len(ids) == 1:
+                raise
+            refused.append({"id": id, "error": exc.body})
+            s.out.say(s.out.status("refused"), f"  {id}: {exc.message}")
+            continue
+        o = answers[-1]["data"]
+        then = f"; its next run is attempt {o['attempt'] + 1}" if action == "retry" else ""
+        s.out.say(
+            f"occurrence {o['id']} ({o['channel_name']}, {when(o['scheduled_for'])}) is ",
+            s.out.status(o["status"]),
+            then,
+        )
+    if len(ids) > 1:
+        s.out.say(f"{action}: {len(answers)} done, {len(refused)} refused")
+    if s.out.for_scripts:
+        done = [a["data"] for a in answers]
+        s.out.data(answers[0] if len(ids) == 1 else {"done": done, "refused": refused})
+    if refused:
+        raise typer.Exit(EXIT_API)
+
+
+def _every(s: Session, query: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every row a filter matches, page by page."""
+    rows: list[dict[str, Any]] = []
+    while True:
+        page = s.get("/cron/occurrences", {**query, "limit": 1000, "offset": len(rows)})
+        rows += page["data"]
+        if not page["data"] or len(rows) >= page["total"]:
+            return rows

@@ -1,0 +1,230 @@
+"""The one renderer every command prints through (Rich).
+
+`-o table` (the default) is for a person at a terminal: columns dropped in order of
+importance until the table fits the terminal, ids shortened, statuses coloured (only on a
+terminal; `NO_COLOR` honoured by Rich). `-o wide` shows every column in full. `-o json` and
+`-o yaml` print the API's answer for scripts, and nothing else goes to stdout then: progress
+goes to stderr. Errors go to stderr once, as one line and the field problems under it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Final
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+class Format(StrEnum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+#: How each status (of an occurrence, a channel, or an applied document) is coloured;
+#: a status not listed here (a newer API's) prints plain.
+STYLES: Final = {
+    "completed": "green",
+    "failed": "bold red",
+    "running": "cyan",
+    "claimed": "cyan",
+    "pending": "yellow",
+    "cancelled": "bright_black",
+    "skipped_misfire": "magenta",
+    "skipped_singleton": "magenta",
+    "active": "green",
+    "paused": "yellow",
+    "draft": "bright_black",
+    "archived": "bright_black",
+    "created": "green",
+    "updated": "cyan",
+    "unchanged": "bright_black",
+    "refused": "bold red",
+}
+SHORT_ID: Final = 13  # "01a22832-3cee…": the id's time-ordered head
+_UNCUT: Final = 100_000
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header, how a row shows in it, and how much it matters (the
+    least important is dropped first when the table is too wide). An `id` column is
+    shortened unless `-o wide`; a `status` column is coloured."""
+
+    header: str
+    cell: Callable[[Mapping[str, Any]], Any]
+    importance: int = 50
+    wide_only: bool = False
+    id: bool = False
+    status: bool = False
+
+
+class Out:
+    def __init__(self, format: Format = Format.table) -> None:
+        self.format = format
+        # A table fits a terminal (or $COLUMNS); piped elsewhere, its lines are never cut.
+        probe = Console(file=sys.stdout)
+        fits = format is not Format.wide and (probe.is_terminal or "COLUMNS" in os.environ)
+        self.width: int | None = probe.width if fits else None
+        plain = {"markup": False, "highlight": False, "emoji": False}
+        self.console = Console(file=sys.stdout, width=self.width or _UNCUT, **plain)  # type: ignore[arg-type]
+        self.stderr = Console(file=sys.stderr, **plain)  # type: ignore[arg-type]
+
+    @property
+    def for_scripts(self) -> bool:
+        return self.format in (Format.json, Format.yaml)
+
+    def answer(self, value: Any, human: Callable[[], None]) -> None:
+        """`value` as JSON or YAML for scripts, else whatever `human` prints."""
+        if self.format is Format.json or self.format is Format.yaml:
+            self.data(value)
+        else:
+            human()
+
+    def data(self, value: Any) -> None:
+        """`value` in the chosen machine format (JSON unless `-o yaml`)."""
+        if self.format is Format.yaml:
+            text = yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=100)
+            sys.stdout.write(text)
+        else:
+            sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+    def say(self, *parts: str | Text) -> None:
+        """A line for a person: stdout, or stderr when stdout carries JSON or YAML."""
+        line = Text.assemble(*parts)
+        (self.stderr if self.for_scripts else self.console).print(line, soft_wrap=True)
+
+    def error(self, message: str, details: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.stderr.print(f"cronledger: error: {message}", soft_wrap=True, style="red")
+        for detail in details:
+            self.stderr.print(f"  {detail.get('path')}: {detail.get('message')}", soft_wrap=True)
+
+    def status(self, value: Any) -> Text:
+        text = "-" if value is None else str(value)
+        return Text(text, style=STYLES.get(text, ""))
+
+    def table(
+        self,
+        columns: Sequence[Column],
+        rows: Sequence[Mapping[str, Any]],
+        page: Mapping[str, Any] | None = None,
+        empty: str = "(none)",
+    ) -> None:
+        if not rows:
+            self.say(empty)
+            return
+        wide = self.format is Format.wide
+        shown = [c for c in columns if wide or not c.wide_only]
+        cells = {c.header: [self._cell(c, row, wide) for row in rows] for c in shown}
+        if self.width is not None:
+            shown = _fitting(shown, cells, self.width)
+        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+        for column in shown:
+            table.add_column(column.header, no_wrap=True, overflow="ellipsis", header_style="bold")
+        for index in range(len(rows)):
+            table.add_row(*(cells[c.header][index] for c in shown))
+        with self.console.capture() as captured:
+            self.console.print(table)
+        for line in captured.get().splitlines():
+            self.console.file.write(line.rstrip() + "\n")
+        if page is not None:
+            self._footer(page)
+
+    def fields(self, pairs: Sequence[tuple[str, Any]]) -> None:
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column()
+        for label, value in pairs:
+            grid.add_row(f"{label}:", value if isinstance(value, Text) else Text(_plain(value)))
+        self.console.print(grid)
+
+    def diff(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            style = ""
+            if line.startswith("+") and not line.startswith("+++"):
+                style = "green"
+            elif line.startswith("-") and not line.startswith("---"):
+                style = "red"
+            elif line.startswith("@@"):
+                style = "cyan"
+            self.console.print(Text(line.rstrip("\n"), style=style), soft_wrap=True)
+
+    def _cell(self, column: Column, row: Mapping[str, Any], wide: bool) -> Text:
+        value = column.cell(row)
+        if column.status:
+            return self.status(value)
+        text = _plain(value)
+        if column.id and not wide and len(text) > SHORT_ID:
+            text = text[: SHORT_ID - 1] + "…"
+        return Text(text)
+
+    def _footer(self, page: Mapping[str, Any]) -> None:
+        shown, total, offset = len(page["data"]), page["total"], page["offset"]
+        if shown and shown < total:
+            more = f" (--offset {offset + shown} for more)" if offset + shown < total else ""
+            self.say(f"{offset + 1}-{offset + shown} of {total}{more}")
+
+
+def _fitting(
+    columns: Sequence[Column], cells: Mapping[str, list[Text]], width: int
+) -> list[Column]:
+    """The columns that fit in `width`, the least important dropped first (at least one)."""
+    natural = {
+        c.header: max(len(c.header), *(t.cell_len for t in cells[c.header])) for c in columns
+    }
+    kept = list(columns)
+    while len(kept) > 1 and sum(natural[c.header] for c in kept) + 2 * (len(kept) - 1) > width:
+        kept.remove(min(kept, key=lambda c: c.importance))
+    return kept
+
+
+def _plain(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    return str(value)
+
+
+def when(value: Any) -> str:
+    """An RFC 3339 instant as a table shows it: no fraction of a second."""
+    if not value:
+        return "-"
+    return re.sub(r"\.\d+(?=Z$)", "", str(value))
+
+
+def ago(value: Any, now: datetime | None = None) -> str:
+    """An instant relative to now: "in 3 s", "2 min ago"."""
+    if not value:
+        return "-"
+    at = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    delta = (at - (now or datetime.now(UTC))).total_seconds()
+    span = duration(abs(delta) * 1000)
+    return f"in {span}" if delta >= 0 else f"{span} ago"
+
+
+def duration(millis: Any) -> str:
+    """Milliseconds as a person reads them: "6 ms", "3.2 s", "4 min", "2 h", "2 d"."""
+    if millis is None:
+        return "-"
+    ms = float(millis)
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000)):
+        if ms >= size:
+            amount = ms / size
+            return (
+                f"{amount:.0f} {unit}"
+                if amount >= 10
+                else f"{amount:.1f} {unit}".replace(".0 ", " ")
+            )
+    if ms >= 1000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms:.0f} ms"

@@ -1,0 +1,198 @@
+"""What every operator command shares: the global options, the API client, the renderer, and
+the one boundary where an error becomes a message and an exit code.
+
+The global options (`--api-url`, `-o/--output`, `--json`) are accepted before the subcommand
+and after it (`cronledger --api-url URL status` and `cronledger status --api-url URL`): `api`
+adds them to each command's own signature, so they are in its help too, and one given after
+the subcommand wins over one given before it.
+
+Exit codes: 0 done; 1 the API refused or failed the request (its message and field problems
+are printed once, on stderr); 2 bad usage or an unreadable file; 3 the API could not be reached.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Final
+
+import typer
+
+from cronledger.cli.client import (
+    DEFAULT_API_URL,
+    PREFIX,
+    ApiClient,
+    ApiError,
+    Unreachable,
+    check_api_url,
+    segment,
+)
+from cronledger.cli.documents import UsageError
+from cronledger.cli.output import Format, Out
+
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+_AGE: Final = re.compile(r"(\d+)([smhd])")
+_UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+GLOBAL_PANEL: Final = "Global options"
+
+
+def _api_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_api_url(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _api_url_option(**extra: Any) -> Any:
+    return typer.Option(
+        "--api-url",
+        help=f"the API's base URL (default: $CRONLEDGER_API_URL, else {DEFAULT_API_URL})",
+        callback=_api_url,
+        rich_help_panel=GLOBAL_PANEL,
+        show_default=False,
+        **extra,
+    )
+
+
+ApiUrl = Annotated[str | None, _api_url_option()]
+RootApiUrl = Annotated[str | None, _api_url_option(envvar="CRONLEDGER_API_URL", show_envvar=False)]
+Output = Annotated[
+    Format | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table (fits the terminal), wide (every column), json or yaml",
+        rich_help_panel=GLOBAL_PANEL,
+        show_default=False,
+    ),
+]
+Json = Annotated[
+    bool,
+    typer.Option("--json", help="same as -o json", rich_help_panel=GLOBAL_PANEL),
+]
+ChannelRef = Annotated[str, typer.Argument(help="a channel name or id", show_default=False)]
+Limit = Annotated[int, typer.Option(min=1, max=1000, help="rows per page, 1..1000")]
+Offset = Annotated[int, typer.Option(min=0, help="rows to skip (the footer says what's next)")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="do it without asking")]
+
+
+def instant(value: str | None) -> str | None:
+    """RFC 3339 passes through (the API checks it); an age like `24h` becomes now - 24h."""
+    if value is None:
+        return None
+    age = _AGE.fullmatch(value.strip())
+    if age is None:
+        return value
+    delta = timedelta(**{_UNITS[age.group(2)]: int(age.group(1))})
+    return (datetime.now(UTC) - delta).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Session:
+    """One command's view of the world: the API and where its answers are printed."""
+
+    api: ApiClient
+    out: Out
+
+    def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
+        return self.api.call("GET", f"{PREFIX}{path}", query)
+
+    def send(self, method: str, path: str, body: Any = None) -> Any:
+        return self.api.call(method, f"{PREFIX}{path}", body=body)
+
+    def channel(self, ref: str) -> dict[str, Any]:
+        """The channel named `ref`, else the one whose id it is; an error naming both."""
+        found = self.get("/channels", {"name": ref})["data"]
+        if found:
+            channel: dict[str, Any] = found[0]
+            return channel
+        try:
+            channel = self.get(f"/channels/{segment(ref)}")["data"]
+        except ApiError as exc:
+            if exc.status == 404:
+                message = f"no channel named {ref!r} or with that id; `channels list` shows them"
+                raise ApiError(404, {"error": {"code": "not_found", "message": message}}) from None
+            raise
+        return channel
+
+    def channel_path(self, ref: str) -> str:
+        return f"/channels/{segment(self.channel(ref)['channel_id'])}"
+
+
+def _session(api_url: str, fmt: Format) -> Session:
+    return Session(ApiClient(api_url), Out(fmt))
+
+
+def api(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[..., Any]:
+    """Register `func(session, …)` as a command of `app` that talks to the API: the global
+    options join its own, and its errors leave through `run`."""
+
+    def register(func: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(func, eval_str=True)
+        own = list(signature.parameters.values())[1:]  # the session is ours to give
+        extra = [
+            inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
+            *(
+                inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
+                for n, a, d in (("api_url", ApiUrl, None), ("output", Output, None))
+            ),
+            inspect.Parameter(
+                "json_", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Json
+            ),
+        ]
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> None:
+            ctx: typer.Context = kwargs.pop("ctx")
+            root = ctx.find_root().params
+            api_url = kwargs.pop("api_url") or root.get("api_url") or DEFAULT_API_URL
+            fmt = kwargs.pop("output") or root.get("output") or Format.table
+            if kwargs.pop("json_") or root.get("json_"):
+                fmt = Format.json
+            session = _session(api_url, fmt)
+            run(session.out, lambda: func(session, **kwargs))
+
+        command.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in [*own, *extra]}
+        app.command(name, **options)(command)
+        return func
+
+    return register
+
+
+def run(out: Out, body: Callable[[], None]) -> None:
+    """The boundary of every command: an error is said once, and is an exit code."""
+    try:
+        body()
+    except ApiError as exc:
+        if out.for_scripts:
+            out.data(exc.body)  # scripts get the API's error envelope as well
+        out.error(str(exc), exc.details)
+        raise typer.Exit(EXIT_API) from None
+    except Unreachable as exc:
+        out.error(str(exc))
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+    except UsageError as exc:
+        out.error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def confirm(out: Out, question: str, yes: bool) -> None:
+    """Go on if `--yes` was given or a person at the terminal says yes; else UsageError."""
+    if yes:
+        return
+    try:
+        interactive = sys.stdin.isatty()
+    except (AttributeError, ValueError, OSError):
+        interactive = False
+    if not interactive:
+        raise UsageError(f"{question} Add --yes to confirm.")
+    if not typer.confirm(question, default=False, err=True):
+        raise typer.Exit(EXIT_USAGE)

@@ -1,0 +1,66 @@
+"""The web console: static files shipped in the package, served at `/console` by the API
+(`add_console_routes`) and by `cronledger console`'s local proxy.
+
+The page is plain HTML, CSS and JavaScript (no build step, nothing from a CDN) over the same
+JSON API the command line uses. Its Content-Security-Policy allows nothing but this origin, so
+the page cannot load or send anything elsewhere even by mistake.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Final
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+
+PAGE: Final = "/console"
+_TYPES: Final = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".png": "image/png",
+}
+HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+def asset(path: str) -> tuple[bytes, str] | None:
+    """The file at `path` (`/console` is the page, `/console/<name>` one of its files) and
+    its content type; None for anything else."""
+    if path.rstrip("/") == PAGE:
+        name = "index.html"
+    elif path.startswith(f"{PAGE}/"):
+        name = path.removeprefix(f"{PAGE}/")
+    else:
+        return None
+    suffix = name[name.rfind(".") :] if "." in name else ""
+    if "/" in name or name.startswith(".") or suffix not in _TYPES:
+        return None
+    file = resources.files(__name__).joinpath("static", name)
+    if not file.is_file():
+        return None
+    return file.read_bytes(), _TYPES[suffix]
+
+
+def add_console_routes(app: APIGatewayHttpResolver) -> None:
+    def answer(path: str) -> Response[bytes]:
+        found = asset(path)
+        if found is None:
+            return Response(404, "text/plain; charset=utf-8", b"no such file", headers=HEADERS)
+        body, content_type = found
+        return Response(200, content_type, body, headers=HEADERS)
+
+    @app.get(PAGE, include_in_schema=False)
+    def page() -> Response[bytes]:
+        return answer(PAGE)
+
+    @app.get(f"{PAGE}/<name>", include_in_schema=False)
+    def file(name: str) -> Response[bytes]:
+        return answer(f"{PAGE}/{name}")
