@@ -10,7 +10,7 @@ PG_PORT ?= 5432
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: install run test lint bench synth lock postgres clean
+.PHONY: install run test lint bench synth lock postgres clean screenshot
 
 install: $(STAMP)
 
@@ -47,6 +47,9 @@ lint: $(STAMP)
 
 bench: $(STAMP) postgres
 	$(BIN)/python -m tests.bench
+
+screenshot: $(STAMP) postgres
+	CRONLEDGER_SCREENSHOT=docs/console.png $(BIN)/python -m pytest -q tests/browser -k "screenshot and sqlite"
 
 synth: $(STAMP)
 	$(BIN)/python infra/app.py

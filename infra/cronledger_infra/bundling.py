@@ -69,9 +69,18 @@ RUNTIME_PROVIDED = (
     "python_dateutil",
     "six",
 )
-#: Distributions no function imports, by the top-level modules they install: PyYAML is the
-#: operator command line's.
-UNUSED_DISTRIBUTIONS = {"pyyaml": ("yaml", "_yaml")}
+#: Distributions no function imports, by the top-level modules they install: the operator
+#: command line's (PyYAML, Typer, Rich and what they bring).
+UNUSED_DISTRIBUTIONS = {
+    "pyyaml": ("yaml", "_yaml"),
+    "typer": ("typer",),
+    "shellingham": ("shellingham",),
+    "annotated_doc": ("annotated_doc",),
+    "rich": ("rich",),
+    "markdown_it_py": ("markdown_it",),
+    "mdurl": ("mdurl",),
+    "pygments": ("pygments",),
+}
 #: Parts of installed packages no function imports: SQLAlchemy's ORM, asyncio layer and
 #: other databases' dialects (the ledger is Core on PostgreSQL or SQLite), pydantic's v1
 #: compatibility package, test harnesses and console scripts. tests/infra/test_bundling.py

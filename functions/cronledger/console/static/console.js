@@ -148,7 +148,7 @@ function channelRow(channel) {
     el("td", {}, el("div", { class: "mono" }, compiled.schedule || "(invalid)"), el("div", { class: "muted" }, compiled.timezone || "")),
     el("td", { title: time(compiled.next_fire_at) }, compiled.next_fire_at ? relative(compiled.next_fire_at) : el("span", { class: "muted" }, "–")),
     el("td", { class: "last" }, last ? badge(last.status) : el("span", { class: "muted" }, "–")),
-    el("td", {}, timeline(channel, strip)),
+    el("td", { class: "strip" }, timeline(channel, strip)),
     el("td", { class: "actions" },
       el("button", { class: "act primary", disabled: !canRun, onclick: () => act(`channels/${enc(channel.channel_id)}/trigger`, "POST", undefined, `triggered ${channel.name}`) }, "Trigger"),
       toggle));
@@ -172,7 +172,7 @@ function dl(pairs) {
 }
 
 function showPanel(...content) {
-  $("#panel-body").replaceChildren(...content);
+  $("#panel-body").replaceChildren(...content.flat());
   $("#panel").hidden = false;
 }
 
