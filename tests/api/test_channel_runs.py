@@ -66,7 +66,11 @@ def test_triggering_a_channel_that_is_not_active_is_a_400(
     answer = api("POST", f"{CHANNELS}/{channel['channel_id']}/trigger")
 
     assert answer.status == 400
-    assert status in answer.error["details"][0]["message"]
+    message = answer.error["details"][0]["message"]
+    assert status in message
+    # Archived is final: it is never told to activate the channel.
+    assert ("archived is final" in message) == (status == "archived")
+    assert ('"active"' in message) == (status != "archived")
     assert ledger.list_occurrences().total == 0
 
 

@@ -256,3 +256,35 @@ def test_a_body_that_is_not_json_text_is_refused_with_a_4xx(
     assert (not_utf8.status, not_utf8.error["code"]) == (422, "malformed_request")
     assert (too_deep.status, too_deep.error["code"]) == (422, "malformed_request")
     assert ledger.list_channels().total == 0
+
+
+def test_versions_list_newest_first_and_each_reads_as_it_was_written(
+    api: Api, ledger: Ledger
+) -> None:
+    channel = create_channel(api)
+    path = f"{CHANNELS}/{channel['channel_id']}"
+    edited = channel_document(transport_config={"schedule": "0 30 3 * * *"})
+    assert api("PUT", path, body=edited).data["version"] == 2
+
+    versions = api("GET", f"{path}/versions")
+    first = api("GET", f"{path}/versions/1")
+    missing = api("GET", f"{path}/versions/7")
+    unknown = api("GET", f"{CHANNELS}/no-such-channel/versions")
+
+    assert versions.status == 200
+    assert [(v["version"], v["current"]) for v in versions.data] == [(2, True), (1, False)]
+    assert versions.data[0]["transport_config"] == {"schedule": "0 30 3 * * *"}
+    assert first.data["transport_config"] == channel["transport_config"]
+    assert (missing.status, unknown.status) == (404, 404)
+    assert ledger.get_channel(channel["channel_id"]).version == 2
+
+
+def test_a_channel_may_be_created_paused_and_resumed_later(api: Api, ledger: Ledger) -> None:
+    created = create_channel(api, status="paused")
+    archived = api("POST", CHANNELS, body=channel_document("gone", status="archived"))
+
+    assert created["status"] == "paused"
+    assert archived.status == 400
+    resumed = api("PATCH", f"{CHANNELS}/{created['channel_id']}/status", body={"status": "active"})
+    assert resumed.data["status"] == "active"
+    assert ledger.get_channel(created["channel_id"]).status == "active"

@@ -245,3 +245,14 @@ def test_an_unknown_occurrence_is_a_404_in_the_error_envelope(api: Api) -> None:
             "details": [],
         }
     }
+
+
+def test_a_filter_that_names_no_status_or_trigger_is_a_400(api: Api) -> None:
+    status = api("GET", OCCURRENCES, {"status": "bogus"})
+    trigger = api("GET", OCCURRENCES, {"trigger": "hourly"})
+    fine = api("GET", OCCURRENCES, {"status": "failed", "trigger": "manual"})
+
+    assert (status.status, trigger.status, fine.status) == (400, 400, 200)
+    assert status.error["details"][0]["path"] == "status"
+    assert "one of pending" in status.error["details"][0]["message"]
+    assert trigger.error["details"][0]["path"] == "trigger"

@@ -21,11 +21,11 @@ from tests.ledger.helpers import (
 )
 
 
-def test_the_listing_filters_by_channel_status_and_window(ledger: Ledger) -> None:
+def test_the_listing_filters_by_channel_status_trigger_and_window(ledger: Ledger) -> None:
     now = ledger.db_now()
     a = row(now - timedelta(hours=2), "ch-1")
     b = row(now - timedelta(hours=1), "ch-1", status=COMPLETED)
-    c = row(now, "ch-2")
+    c = row(now, "ch-2", trigger="manual")
     for new in (a, b, c):
         assert ledger.insert_occurrence(new)
 
@@ -35,6 +35,9 @@ def test_the_listing_filters_by_channel_status_and_window(ledger: Ledger) -> Non
 
     by_status = ledger.list_occurrences(OccurrenceFilter(status=COMPLETED))
     assert [o.id for o in by_status.data] == [b.id]
+
+    by_trigger = ledger.list_occurrences(OccurrenceFilter(trigger="manual"))
+    assert [o.id for o in by_trigger.data] == [c.id]
 
     since = ledger.list_occurrences(OccurrenceFilter(since=now - timedelta(minutes=90)))
     assert {o.id for o in since.data} == {b.id, c.id}
@@ -55,7 +58,7 @@ def test_the_listing_is_newest_first_and_paginated(ledger: Ledger) -> None:
     page = ledger.list_occurrences(OccurrenceFilter(limit=2, offset=1))
 
     assert (page.total, page.limit, page.offset) == (5, 2, 1)
-    assert [o.id for o in page.data] == [ids[3], ids[2]], "newest created first"
+    assert [o.id for o in page.data] == [ids[1], ids[2]], "newest scheduled_for first"
     clamped = ledger.list_occurrences(OccurrenceFilter(limit=10_000, offset=-3))
     assert (clamped.limit, clamped.offset, len(clamped.data)) == (1000, 0, 5)
 
