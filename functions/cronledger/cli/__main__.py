@@ -1,0 +1,5 @@
+"""`python -m cronledger.cli`: the `cronledger` executable."""
+
+from cronledger.cli import entry
+
+entry()
