@@ -380,7 +380,11 @@ def run_dev(
     from cronledger.api import create_app, handle_event  # Powertools: only when serving
 
     settings = dev_settings(database_url, demo)
-    ledger = Ledger.connect(database_url)
+    ledger = Ledger.connect(
+        database_url,
+        statement_timeout_ms=settings.db_statement_timeout_ms,
+        socket_timeout_secs=settings.db_socket_timeout_secs,
+    )
     ledger.migrate()
     if demo:
         ensure_demo_channel(ledger)

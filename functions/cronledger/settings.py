@@ -19,6 +19,8 @@ Reading the environment happens only when asked: importing this module reads not
 | `CRONLEDGER_LOOKAHEAD_SECS` | 0 | 0..3600 |
 | `CRONLEDGER_RETENTION_HOURS` | 720 (30 days) | 1..87600 |
 | `CRONLEDGER_EXECUTE_MARGIN_MS` | 2000 | 0..60000: kept back from the executor's time left |
+| `CRONLEDGER_DB_STATEMENT_TIMEOUT_MS` | 30000 | 100..3600000: PostgreSQL cancels a statement running longer |
+| `CRONLEDGER_DB_SOCKET_TIMEOUT_SECS` | 40 | 1..3600, above the statement timeout: a connection silent this long (connecting included) is dropped |
 | `CRONLEDGER_PYTHON_TARGETS` | none | comma-separated module prefixes whose functions `python` targets may call |
 | `CRONLEDGER_HTTP_ALLOW_NETWORKS` | none | comma-separated CIDRs `http` targets may reach although private, loopback, … |
 | `CRONLEDGER_SECRETS` | `env` | where `secret_headers` references point: `env` (`env:CRONLEDGER_SECRET_*` variables) or `aws` (Secrets Manager, SSM Parameter Store) |
@@ -26,7 +28,9 @@ Reading the environment happens only when asked: importing this module reads not
 The defaults not fixed by the spec were chosen so: a job gets a minute unless its channel says
 otherwise; 100 attempts in flight is well inside a default Lambda concurrency quota; a month of
 history answers "did it run last week?"; two seconds lets an executor settle and release after
-its target gives up. A blank value is refused rather than read as "use the default", because a
+its target gives up; no ledger statement needs 30 s, and one that waits that long on a lock or
+a database going away is better cancelled, with 10 s more before the socket itself gives up on
+a connection that went silent (a failover's half-open socket). A blank value is refused rather than read as "use the default", because a
 blank usually means a template forgot to fill it in; the two lists are the exception, because
 for them empty is the safe default itself (nothing allowed), and `cronledger dev` needs a way to
 say "nothing" over its own loopback default. What the lists and `CRONLEDGER_SECRETS` open is the
@@ -80,6 +84,8 @@ class Settings:
     lookahead_secs: int = 0
     retention_hours: int = 720
     execute_margin_ms: int = 2000
+    db_statement_timeout_ms: int = 30_000
+    db_socket_timeout_secs: int = 40
     python_targets: tuple[str, ...] = ()
     http_allow_networks: tuple[Network, ...] = ()
     secrets: SecretSource = "env"
@@ -166,6 +172,8 @@ _RANGES: dict[str, tuple[int, int]] = {
     "lookahead_secs": (0, 3600),
     "retention_hours": (1, 87_600),
     "execute_margin_ms": (0, 60_000),
+    "db_statement_timeout_ms": (100, 3_600_000),
+    "db_socket_timeout_secs": (1, 3600),
 }
 
 
@@ -198,6 +206,12 @@ def _problems(values: Mapping[str, Any], unparsed: set[str]) -> list[str]:
             f"{_variable('misfire_grace_secs')}={values['misfire_grace_secs']} must cover "
             f"{_variable('poll_interval_ms')}={values['poll_interval_ms']} "
             f"(set it to at least {-(-values['poll_interval_ms'] // 1000)})"
+        )
+    if values["db_socket_timeout_secs"] * 1000 <= values["db_statement_timeout_ms"]:
+        # The server's cancellation must arrive before the client stops listening for it.
+        found.append(
+            f"{_variable('db_socket_timeout_secs')}={values['db_socket_timeout_secs']} must be "
+            f"above {_variable('db_statement_timeout_ms')}={values['db_statement_timeout_ms']}"
         )
     return found
 

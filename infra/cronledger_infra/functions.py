@@ -27,6 +27,7 @@ from constructs import Construct
 
 from cronledger_infra.bundling import ARCHITECTURE, RUNTIME
 from cronledger_infra.nag import acknowledge
+from cronledger_infra.props import MIGRATE_TIMEOUT_SECS
 
 SERVICE_NAME = "cronledger"
 #: The ports a function may open connections to, besides the database's (`Database.admit`
@@ -83,7 +84,9 @@ class Functions(Construct):
         self.claim = self._function("claim", minute, "Leases due occurrences, invokes executors")
         self.execute = self._function("execute", execute_timeout, "Runs one occurrence's target")
         self.api = self._function("api", Duration.seconds(29), "The operators' HTTP API")
-        self.migrate = self._function("migrate", Duration.minutes(5), "Migrates the ledger schema")
+        self.migrate = self._function(
+            "migrate", Duration.seconds(MIGRATE_TIMEOUT_SECS), "Migrates the ledger schema"
+        )
 
         self.claim.add_environment("CRONLEDGER_EXECUTE_FUNCTION_NAME", self.execute.function_name)
         self.execute.grant_invoke_latest_version(self.claim)

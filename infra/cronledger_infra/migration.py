@@ -6,15 +6,27 @@ code or configuration changes (they share one asset, so: on every code change). 
 functions are updated only after it succeeded, so new code never meets an old schema; a failed
 migration fails the deploy, which CloudFormation rolls back. Migrations are idempotent (upgrade
 to head), so running them again is harmless.
+
+The trigger depends on the whole database construct, the master secret's rotation schedule
+included, but creating that schedule only starts the secret's first rotation; `migrate` waits
+for it to finish (and for the proxy to answer) by itself, so it is told the secret's ARN and
+may describe it (its metadata: never its value). A migration may take longer than any other
+statement is allowed, so its connections wait as long as the function may run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import triggers
 from constructs import Construct
+
+#: The variables `cronledger.aws.migrate` reads.
+SECRET_ARN = "CRONLEDGER_DB_SECRET_ARN"
+SOCKET_TIMEOUT = "CRONLEDGER_DB_SOCKET_TIMEOUT_SECS"
 
 
 class Migration(Construct):
@@ -24,10 +36,21 @@ class Migration(Construct):
         construct_id: str,
         *,
         migrate: lambda_.Function,
+        database_secret: secretsmanager.ISecret | None,
         after: Sequence[Construct],
         before: Sequence[Construct],
     ) -> None:
         super().__init__(scope, construct_id)
+        if database_secret is not None:
+            migrate.add_environment(SECRET_ARN, database_secret.secret_arn)
+            iam.Grant.add_to_principal(
+                grantee=migrate,
+                actions=["secretsmanager:DescribeSecret"],
+                resource_arns=[database_secret.secret_arn],
+            )
+        timeout = migrate.timeout
+        assert timeout is not None
+        migrate.add_environment(SOCKET_TIMEOUT, str(int(timeout.to_seconds())))
         self.trigger = triggers.Trigger(
             self,
             "Migrate",

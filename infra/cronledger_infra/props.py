@@ -47,6 +47,8 @@ REMOVAL_POLICIES = ("snapshot", "retain", "destroy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 ENDPOINT_SERVICES = ("secretsmanager", "lambda", "states", "sqs", "events")
 DEFAULT_NAME = "Cronledger"
+#: How long `migrate` may run (functions.py gives it this timeout).
+MIGRATE_TIMEOUT_SECS = 300
 #: A CloudFormation stack name, short enough that every name derived from it stays within
 #: its service's limit.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}")
@@ -107,6 +109,8 @@ class CronledgerProps:
     lookahead_secs: int = 150
     retention_hours: int | None = None
     default_timeout_ms: int | None = None
+    db_statement_timeout_ms: int | None = None
+    db_socket_timeout_secs: int | None = None
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -180,6 +184,11 @@ class CronledgerProps:
             yield "log_retention must be a CDK RetentionDays name such as ONE_MONTH"
         if self.log_level not in LOG_LEVELS:
             yield f"log_level must be one of {list(LOG_LEVELS)}"
+        if (self.db_statement_timeout_ms or 0) >= MIGRATE_TIMEOUT_SECS * 1000:
+            yield (
+                f"db_statement_timeout_ms must be under {MIGRATE_TIMEOUT_SECS * 1000}: migrate's "
+                "connections wait as long as it runs, and no longer"
+            )
         if min(self.reconcile_concurrency, self.claim_concurrency, self.api_concurrency) < 1:
             yield "reconcile_concurrency, claim_concurrency and api_concurrency must be 1 or more"
         elif (budget := self.connection_budget().problem()) is not None:
@@ -210,6 +219,8 @@ class CronledgerProps:
             "lookahead_secs",
             "retention_hours",
             "default_timeout_ms",
+            "db_statement_timeout_ms",
+            "db_socket_timeout_secs",
         )
         chosen = {
             f"CRONLEDGER_{name.upper()}": str(value)

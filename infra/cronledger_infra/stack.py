@@ -123,6 +123,7 @@ class CronledgerStack(Stack):
             self,
             "Migration",
             migrate=functions.migrate,
+            database_secret=database.cluster.secret,
             after=[database],
             before=[
                 function.node.default_child

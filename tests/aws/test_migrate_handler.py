@@ -1,10 +1,13 @@
 """The migrate function: the deploy's trigger, invoked with an empty event, brings a fresh
-database to the newest schema, and doing it again changes nothing."""
+database to the newest schema, and doing it again changes nothing; on a first deploy it waits
+out a database that is not answering yet and a secret whose rotation is under way."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
+import boto3
 import pytest
 import sqlalchemy as sa
 
@@ -12,6 +15,7 @@ from cronledger.aws import migrate, runtime
 from cronledger.ledger.tables import metadata
 from tests.aws.invocations import FakeContext
 from tests.pg import scratch_database
+from tests.relay import Relay
 
 #: Where the ledger's migrations record the schema revision (ledger/migrations/env.py).
 VERSION_TABLE = "cronledger_alembic_version"
@@ -66,3 +70,117 @@ def test_a_second_deploy_migrates_nothing_and_still_succeeds(fresh_database: str
 
     assert answer == {"migrated": True}
     assert tables_and_revision(fresh_database) == before
+
+
+def statement_timeout_default(url: str) -> str:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return str(conn.execute(sa.text("SHOW statement_timeout")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_the_statement_timeout_becomes_the_databases_default(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Sessions through RDS Proxy can neither set it at start nor SET it without pinning
+    monkeypatch.setenv("CRONLEDGER_DB_STATEMENT_TIMEOUT_MS", "12000")
+
+    migrate.handler({}, FakeContext("cronledger-migrate", 300_000))
+
+    assert statement_timeout_default(fresh_database) == "12s"
+
+
+def test_migrate_waits_out_a_database_that_refuses_connections_at_first(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a database that refuses every connection for its first 2.5 seconds (a proxy
+    # still warming up, a password mid-rotation)
+    with Relay(fresh_database) as relay:
+        monkeypatch.setenv("CRONLEDGER_DATABASE_URL", relay.url)
+        runtime.forget_container()
+        relay.open_after(2.5)
+
+        # When the deploy's trigger runs migrate
+        answer = migrate.handler({}, FakeContext("cronledger-migrate", 300_000))
+        runtime.forget_container()  # its connections go through the relay
+
+    # Then it kept trying until the database answered, and migrated it
+    tables, revisions = tables_and_revision(fresh_database)
+    assert answer == {"migrated": True}
+    assert set(metadata.tables) <= tables and len(revisions) == 1
+    back = [r.getMessage() for r in caplog.records if "the database is back after" in r.message]
+    assert back and "migrate" in back[0]
+
+
+def test_migrate_gives_up_on_a_database_that_never_answers_saying_so(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Relay(fresh_database) as relay:  # never opened: every connection is refused
+        monkeypatch.setenv("CRONLEDGER_DATABASE_URL", relay.url)
+        monkeypatch.setenv(migrate.WAIT_SECS, "2")
+        runtime.forget_container()
+
+        with pytest.raises(
+            migrate.DatabaseNeverAnswered, match=r"unavailable for \d+ s \(\d+ tries\)"
+        ):
+            migrate.handler({}, FakeContext("cronledger-migrate", 300_000))
+
+    assert tables_and_revision(fresh_database) == (set(), [])
+
+
+def test_a_secret_with_a_rotation_under_way_is_waited_for() -> None:
+    assert migrate.rotation_under_way({"RotationEnabled": True}) == (
+        "its first rotation has not finished"
+    )
+    rotating = {
+        "RotationEnabled": True,
+        "LastRotatedDate": "2026-12-01T00:00:00Z",
+        "VersionIdsToStages": {"v1": ["AWSCURRENT"], "v2": ["AWSPENDING"]},
+    }
+    assert migrate.rotation_under_way(rotating) == "version v2 is being rotated in"
+    rotated = {
+        **rotating,
+        "VersionIdsToStages": {"v1": ["AWSPREVIOUS"], "v2": ["AWSCURRENT", "AWSPENDING"]},
+    }
+    assert migrate.rotation_under_way(rotated) is None
+    assert migrate.rotation_under_way({"RotationEnabled": False}) is None
+
+
+def test_migrate_waits_until_a_rotation_in_progress_finishes(aws: None) -> None:
+    # Given a secret with a new version staged AWSPENDING (a rotation between its steps)
+    client = boto3.client("secretsmanager")
+    arn = client.create_secret(Name="cronledger-master", SecretString='{"password": "a"}')["ARN"]
+    current = client.describe_secret(SecretId=arn)["VersionIdsToStages"]
+    (old,) = current
+    pending = client.put_secret_value(
+        SecretId=arn, SecretString='{"password": "b"}', VersionStages=["AWSPENDING"]
+    )["VersionId"]
+    polls: list[float] = []
+
+    def rotation_finishes_meanwhile(secs: float) -> None:
+        polls.append(secs)
+        client.update_secret_version_stage(
+            SecretId=arn,
+            VersionStage="AWSCURRENT",
+            MoveToVersionId=pending,
+            RemoveFromVersionId=old,
+        )
+
+    # When migrate waits for it
+    settled = migrate.wait_for_rotation(
+        client, arn, time.monotonic() + 60, sleep=rotation_finishes_meanwhile
+    )
+
+    # Then it polled until the new version was current, and no longer
+    assert settled is True
+    assert polls == [migrate.ROTATION_POLL_SECS]
+
+
+def test_a_rotation_that_never_finishes_is_waited_for_only_until_the_bound(aws: None) -> None:
+    client = boto3.client("secretsmanager")
+    arn = client.create_secret(Name="cronledger-master", SecretString="a")["ARN"]
+    client.put_secret_value(SecretId=arn, SecretString="b", VersionStages=["AWSPENDING"])
+
+    assert migrate.wait_for_rotation(client, arn, time.monotonic() + 1) is False

@@ -12,6 +12,7 @@ import sys
 import cronledger
 from cronledger import metrics
 from cronledger.aws import claim, database, migrate, runtime
+from cronledger.settings import Settings
 from tests.aws.stack import INFRA, constants, handler_modules, lambda_import_environment
 
 
@@ -46,6 +47,9 @@ def test_the_variables_the_stack_sets_are_the_ones_the_functions_read() -> None:
         migrate.APP_USER,  # the role migrate grants
     }
     assert f'"{claim.EXECUTE_FUNCTION_NAME}"' in functions_source
+    migration = set(re.findall(r'"(CRONLEDGER_\w+)"', (INFRA / "migration.py").read_text()))
+    assert migration == {migrate.SECRET_ARN, "CRONLEDGER_DB_SOCKET_TIMEOUT_SECS"}
+    assert Settings.from_env({"CRONLEDGER_DB_SOCKET_TIMEOUT_SECS": "300"}).db_socket_timeout_secs
 
 
 IMPORT_WITHOUT_NETWORK = """

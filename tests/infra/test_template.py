@@ -31,6 +31,7 @@ TARGET_ACTIONS = {
 }
 #: A tagged target is callable only when its tag names this installation (the default name).
 TAGGED = {"StringEquals": {"aws:ResourceTag/cronledger:target": "Cronledger"}}
+MIGRATE = "cronledger.aws.migrate.handler"
 
 
 def _getatt_id(value: object) -> str | None:
@@ -46,6 +47,11 @@ def _statements(synthesized: Synthesized, role_id: str) -> list[dict]:
         if {"Ref": role_id} in policy["Roles"]
         for statement in policy["PolicyDocument"]["Statement"]
     ]
+
+
+def _actions(statement: dict) -> list[str]:
+    actions = statement["Action"]
+    return actions if isinstance(actions, list) else [actions]
 
 
 def _alarm_on(synthesized: Synthesized, metric_name: str) -> dict:
@@ -247,12 +253,14 @@ def test_no_function_environment_holds_a_password_or_secret(synthesized: Synthes
     assert secrets, "the database's master secret exists, so this test can see a leak"
     suspicious_name = re.compile(r"PASS|PWD|SECRET|TOKEN|CREDENTIAL|PRIVATE", re.IGNORECASE)
 
-    for logical_id in synthesized.functions().values():
+    for handler, logical_id in synthesized.functions().items():
         variables = synthesized.resources("AWS::Lambda::Function")[logical_id]["Environment"][
             "Variables"
         ]
         assert variables["CRONLEDGER_SECRETS"] == "aws"  # where references point, no secret
         for name, value in variables.items():
+            if (handler, name) == (MIGRATE, "CRONLEDGER_DB_SECRET_ARN"):
+                continue  # the secret's name, not its value (the test below)
             rendered = json.dumps(value)
             assert name == "CRONLEDGER_SECRETS" or not suspicious_name.search(name), name
             assert "resolve:secretsmanager" not in rendered, name
@@ -261,6 +269,33 @@ def test_no_function_environment_holds_a_password_or_secret(synthesized: Synthes
         assert _getatt_id(variables["CRONLEDGER_DB_HOST"]) in synthesized.resources(
             "AWS::RDS::DBProxy"
         )
+
+
+def test_only_migrate_knows_the_master_secret_and_it_may_describe_it_but_not_read_it(
+    synthesized: Synthesized,
+):
+    lambdas = synthesized.resources("AWS::Lambda::Function")
+    functions = synthesized.functions()
+    (attachment,) = synthesized.resources("AWS::SecretsManager::SecretTargetAttachment")
+    told = {
+        handler
+        for handler, logical_id in functions.items()
+        if "CRONLEDGER_DB_SECRET_ARN" in lambdas[logical_id]["Environment"]["Variables"]
+    }
+    migrate = lambdas[functions[MIGRATE]]
+    secret_actions = {
+        action
+        for statement in _statements(synthesized, _getatt_id(migrate["Role"]))
+        for action in _actions(statement)
+        if action.startswith("secretsmanager:")
+    }
+
+    assert told == {MIGRATE}
+    assert migrate["Environment"]["Variables"]["CRONLEDGER_DB_SECRET_ARN"] == {"Ref": attachment}
+    assert secret_actions == {"secretsmanager:DescribeSecret"}
+    # and its connections may wait as long as it runs (a migration has no statement timeout)
+    socket = int(migrate["Environment"]["Variables"]["CRONLEDGER_DB_SOCKET_TIMEOUT_SECS"])
+    assert socket == migrate["Timeout"]
 
 
 def test_migrations_run_after_the_database_and_before_the_other_functions(

@@ -6,6 +6,7 @@ from ipaddress import ip_network
 
 import pytest
 
+from cronledger.ledger import backend
 from cronledger.settings import Settings, SettingsError
 
 
@@ -43,6 +44,8 @@ def test_every_variable_is_read_from_its_prefixed_name() -> None:
         "CRONLEDGER_LOOKAHEAD_SECS": "120",
         "CRONLEDGER_RETENTION_HOURS": "48",
         "CRONLEDGER_EXECUTE_MARGIN_MS": "500",
+        "CRONLEDGER_DB_STATEMENT_TIMEOUT_MS": "5000",
+        "CRONLEDGER_DB_SOCKET_TIMEOUT_SECS": "8",
         "CRONLEDGER_PYTHON_TARGETS": "reports.jobs, billing",
         "CRONLEDGER_HTTP_ALLOW_NETWORKS": "10.20.0.0/16 ,fd12:3456::/48,192.0.2.7",
         "CRONLEDGER_SECRETS": "AWS",
@@ -64,6 +67,8 @@ def test_every_variable_is_read_from_its_prefixed_name() -> None:
         "lookahead_secs": 120,
         "retention_hours": 48,
         "execute_margin_ms": 500,
+        "db_statement_timeout_ms": 5000,
+        "db_socket_timeout_secs": 8,
         "python_targets": ("reports.jobs", "billing"),
         "http_allow_networks": (
             ip_network("10.20.0.0/16"),
@@ -81,6 +86,23 @@ def test_a_heartbeat_as_long_as_the_lease_is_refused_naming_both_variables() -> 
     assert refused.value.problems == [
         "CRONLEDGER_HEARTBEAT_INTERVAL_SECS=60 must be below CRONLEDGER_CLAIM_LEASE_SECS=60"
     ]
+
+
+def test_a_socket_timeout_not_above_the_statement_timeout_is_refused() -> None:
+    # the server's cancellation must arrive while the client still listens for it
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"CRONLEDGER_DB_SOCKET_TIMEOUT_SECS": "30"})
+
+    assert refused.value.problems == [
+        "CRONLEDGER_DB_SOCKET_TIMEOUT_SECS=30 must be above "
+        "CRONLEDGER_DB_STATEMENT_TIMEOUT_MS=30000"
+    ]
+
+
+def test_the_database_timeout_defaults_are_the_ledgers_own() -> None:
+    settings = Settings()
+    assert settings.db_statement_timeout_ms == backend.STATEMENT_TIMEOUT_MS
+    assert settings.db_socket_timeout_secs == backend.SOCKET_TIMEOUT_SECS
 
 
 def test_a_grace_shorter_than_the_poll_interval_is_refused() -> None:

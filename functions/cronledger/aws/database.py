@@ -10,6 +10,11 @@ which the runtime's trust store holds). The engine is built once per container; 
 pool checks a connection that sat idle before using it (`cronledger.ledger.driver`), because
 the proxy may close an idle connection between invocations.
 
+Every connection is bounded in time (`CRONLEDGER_DB_STATEMENT_TIMEOUT_MS`, `…_SOCKET_TIMEOUT_SECS`,
+see `cronledger.ledger.backend`). RDS Proxy refuses startup parameters and would pin a session
+that sets one, so behind it the statement timeout is the database's default, which the
+deploy's migration sets from the same variable (`cronledger.aws.migrate`).
+
 `CRONLEDGER_DATABASE_URL`, when set, wins: the tests and a database outside the stack give a
 whole URL instead.
 """
@@ -27,6 +32,7 @@ from sqlalchemy import event
 
 from cronledger.errors import CronledgerError
 from cronledger.ledger import create_ledger_engine
+from cronledger.settings import Settings
 from cronledger.targets.clients import default_clients
 
 if TYPE_CHECKING:
@@ -104,13 +110,20 @@ class IamAuthToken:
 
 def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
     """The engine for this container's ledger, from the environment (see the module header)."""
+    settings = Settings.from_env(environ)
     url = environ.get(DATABASE_URL, "").strip()
     if url:
-        return create_ledger_engine(url)
+        return create_ledger_engine(
+            url,
+            statement_timeout_ms=settings.db_statement_timeout_ms,
+            socket_timeout_secs=settings.db_socket_timeout_secs,
+        )
     endpoint = ProxyEndpoint.from_env(environ)
     engine = create_ledger_engine(
         endpoint.url(),
         prepared_statements=False,  # RDS Proxy would pin every container's session
+        statement_timeout_ms=None,  # the database's default (the proxy takes no startup option)
+        socket_timeout_secs=settings.db_socket_timeout_secs,
         connect_args={"ssl_context": ssl.create_default_context()},
         **PROXY_POOL,
     )

@@ -4,41 +4,160 @@ event and reads only whether it failed: an exception fails the deploy, which Clo
 rolls back, with its message shown in the stack's events. Migrating is idempotent (upgrade to
 head, deploys taking turns on an advisory lock), so running it again is harmless.
 
+A first deploy runs it as soon as the database exists, which is while the master secret's first
+rotation (started when its rotation schedule is created) may still be changing the password
+and before RDS Proxy reaches the cluster. So, within `CRONLEDGER_MIGRATE_WAIT_SECS` (240 s by
+default, never past the function's deadline less `MIGRATION_SECS` for the migration itself):
+1. it waits while that secret (`CRONLEDGER_DB_SECRET_ARN`) has a rotation under way or has yet
+   to finish its first, polling `DescribeSecret` (metadata only, never the value), for at most
+   half the time: a rotation stuck for longer is the rotation function's problem, and whether
+   the database answers is what decides;
+2. it migrates, and while the database is unavailable tries again with backoff (1 s, doubling,
+   `cronledger.pacing.Backoff`); when the next try would end past the bound it fails, saying
+   how long it waited and why.
+Migrating makes the statement timeout (`CRONLEDGER_DB_STATEMENT_TIMEOUT_MS`) the database's
+default, which is how sessions through RDS Proxy get it, then upgrades the schema.
+
 `migrate` is the one function that connects as the schema's owner. After upgrading it makes
 sure the application role the other functions connect as (`CRONLEDGER_DB_APP_USER`, set by the
 stack) exists with rights to the `cron_*` tables' rows and nothing more
 (`cronledger.ledger.roles`), so a table a new revision adds is granted in the same deploy.
+All of it is idempotent, so a try the database dropped halfway is simply made again.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger.aws import runtime
 from cronledger.aws.runtime import logger, tracer
+from cronledger.errors import CronledgerError
+from cronledger.ledger import DatabaseUnavailable, Ledger
 from cronledger.ledger.roles import grant_application_role
+from cronledger.pacing import Backoff
+from cronledger.targets.clients import default_clients
+
+if TYPE_CHECKING:
+    from mypy_boto3_secretsmanager import SecretsManagerClient
 
 APP_USER = "CRONLEDGER_DB_APP_USER"
+WAIT_SECS = "CRONLEDGER_MIGRATE_WAIT_SECS"
+SECRET_ARN = "CRONLEDGER_DB_SECRET_ARN"
+DEFAULT_WAIT_SECS = 240.0
+#: Kept back from the function's deadline for the migration itself.
+MIGRATION_SECS = 45.0
+FIRST_RETRY_SECS = 1.0
+ROTATION_POLL_SECS = 5.0
+
+_log = logging.getLogger(__name__)
+
+
+class DatabaseNeverAnswered(CronledgerError):
+    """The database stayed unavailable for as long as the deploy may wait."""
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, bool]:
-    runtime.ledger().migrate()
-    logger.info("the ledger schema is up to date")
-    ensure_application_role()
+    started = time.monotonic()
+    until = min(started + wait_secs(os.environ), runtime.deadline(context) - MIGRATION_SECS)
+    secret = os.environ.get(SECRET_ARN, "").strip()
+    if secret:
+        wait_for_rotation(
+            default_clients().secretsmanager(), secret, started + (until - started) / 2
+        )
+    ledger, timeout_ms = runtime.ledger(), runtime.settings().db_statement_timeout_ms
+    tries = until_available(lambda: migrate(ledger, timeout_ms), until)
+    logger.info("the ledger schema is up to date", extra={"tries": tries})
     return {"migrated": True}
 
 
-def ensure_application_role() -> None:
+def migrate(ledger: Ledger, statement_timeout_ms: int) -> None:
+    ledger.make_statement_timeout_default(statement_timeout_ms)
+    ledger.migrate()
+    ensure_application_role(ledger)
+
+
+def ensure_application_role(ledger: Ledger) -> None:
     """Grant the application role, when the stack names one (a database outside the stack,
     reached with CRONLEDGER_DATABASE_URL, may not want one)."""
     role = os.environ.get(APP_USER, "").strip()
     if not role:
         logger.info(f"{APP_USER} is not set: no application role to grant")
         return
-    grant_application_role(runtime.ledger(), role)
+    grant_application_role(ledger, role)
     logger.info("the application role may use the cron_* tables", extra={"role": role})
+
+
+def until_available(
+    step: Callable[[], None], until: float, sleep: Callable[[float], None] = time.sleep
+) -> int:
+    """Run `step` until it does not raise `DatabaseUnavailable`, backing off between tries;
+    answer how many tries it took. `DatabaseNeverAnswered` when the next try would start past
+    the monotonic `until`."""
+    backoff = Backoff("migrate", FIRST_RETRY_SECS, _log)
+    started = time.monotonic()
+    while True:
+        try:
+            step()
+        except DatabaseUnavailable as exc:
+            wait = backoff.failed(exc)
+            if time.monotonic() + wait > until:
+                raise DatabaseNeverAnswered(
+                    f"the ledger database stayed unavailable for "
+                    f"{time.monotonic() - started:.0f} s ({backoff.failures} tries); the last "
+                    f"error: {exc}"
+                ) from exc
+            sleep(wait)
+            continue
+        tries = backoff.failures + 1
+        backoff.succeeded()
+        return tries
+
+
+def rotation_under_way(secret: Mapping[str, Any]) -> str | None:
+    """Why a secret (a `DescribeSecret` answer) is not settled yet, or None when it is: a
+    rotation has been asked for and never finished, or a version is staged `AWSPENDING` that
+    is not yet `AWSCURRENT` (a rotation in progress)."""
+    if secret.get("RotationEnabled") and not secret.get("LastRotatedDate"):
+        return "its first rotation has not finished"
+    for version, stages in secret.get("VersionIdsToStages", {}).items():
+        if "AWSPENDING" in stages and "AWSCURRENT" not in stages:
+            return f"version {version} is being rotated in"
+    return None
+
+
+def wait_for_rotation(
+    client: SecretsManagerClient,
+    secret_arn: str,
+    until: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Wait, until the monotonic `until` at most, for the secret to have no rotation under
+    way; answer whether it settled (a rotation still under way then is logged and left)."""
+    while True:
+        reason = rotation_under_way(client.describe_secret(SecretId=secret_arn))
+        if reason is None:
+            return True
+        if time.monotonic() + ROTATION_POLL_SECS > until:
+            _log.warning("migrating although the database secret is not settled: %s", reason)
+            return False
+        _log.info("waiting for the database secret's rotation: %s", reason)
+        sleep(ROTATION_POLL_SECS)
+
+
+def wait_secs(environ: Mapping[str, str]) -> float:
+    raw = environ.get(WAIT_SECS, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_WAIT_SECS
+    except ValueError:
+        raise CronledgerError(f"{WAIT_SECS}={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise CronledgerError(f"{WAIT_SECS}={raw!r} must not be negative")
+    return value

@@ -18,6 +18,14 @@ or CASE reaches the planner (nor its JIT, which can spend many minutes, deaf to 
 compiling one), and encoding it is one `json.dumps` rather than a bound parameter, and
 pg8000's Python, per cell. SQLite gets multi-row VALUES and per-row conditions instead.
 
+Every PostgreSQL connection is bounded in time: the server cancels a statement that runs past
+`statement_timeout` (sent as a startup parameter: no SET, no round trip), and the socket gives
+up on a connection that stays silent for `socket_timeout_secs`, connecting included (a
+half-open connection after a failover would otherwise wait for the function's own timeout).
+Either raises `DatabaseUnavailable` (`cronledger.ledger.store`). Behind RDS Proxy, which takes
+no startup parameters, the statement timeout comes from the database's own default instead
+(`Ledger.make_statement_timeout_default`, which the deploy's migration sets).
+
 SQLite runs in WAL mode with a busy timeout, and every transaction that writes starts with
 `BEGIN IMMEDIATE`: it takes the write lock up front instead of upgrading a read lock halfway,
 which under concurrent writers fails at once rather than waiting.
@@ -44,16 +52,26 @@ WRITE_OPTION = "cronledger_write"
 PG_POOL_SIZE = 24
 #: The database URL's switch for named prepared statements (not passed on to pg8000).
 PREPARED_STATEMENTS_QUERY = "prepared_statements"
+#: The defaults of `CRONLEDGER_DB_STATEMENT_TIMEOUT_MS` and `…_SOCKET_TIMEOUT_SECS`.
+STATEMENT_TIMEOUT_MS = 30_000
+SOCKET_TIMEOUT_SECS = 40.0
 
 
 def create_ledger_engine(
-    url: str | sa.URL, *, prepared_statements: bool = True, **engine_options: Any
+    url: str | sa.URL,
+    *,
+    prepared_statements: bool = True,
+    statement_timeout_ms: int | None = STATEMENT_TIMEOUT_MS,
+    socket_timeout_secs: float = SOCKET_TIMEOUT_SECS,
+    **engine_options: Any,
 ) -> sa.Engine:
     """An engine for `postgresql+pg8000://…` or `sqlite:///path` (a file: the local runner's
     threads must share one database, which an in-memory SQLite cannot give them).
     `prepared_statements` (PostgreSQL only; see `cronledger.ledger.driver`): off when the
     URL says `?prepared_statements=false`, as it must behind a transaction-pooling PgBouncer,
-    which hands each transaction a different server session."""
+    which hands each transaction a different server session. The two timeouts are
+    PostgreSQL's (see the module header); `statement_timeout_ms=None` sends none, leaving the
+    database's default."""
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
     if backend == "postgresql":
@@ -69,7 +87,12 @@ def create_ledger_engine(
         # opened and closed around every transaction, and opening one costs more than the
         # transaction (pg8000 builds a TLS context each time). Connections are only opened
         # when needed: a Lambda still holds one or two.
-        engine = sa.create_engine(parsed, **{"pool_size": PG_POOL_SIZE, **engine_options})
+        connect_args = {"timeout": socket_timeout_secs, **engine_options.pop("connect_args", {})}
+        if statement_timeout_ms is not None:
+            connect_args["startup_params"] = {"statement_timeout": str(statement_timeout_ms)}
+        engine = sa.create_engine(
+            parsed, **{"pool_size": PG_POOL_SIZE, "connect_args": connect_args, **engine_options}
+        )
         tune_pg8000_engine(engine, prepared_statements=prepared_statements)
         return engine
     if backend == "sqlite":

@@ -39,6 +39,14 @@ STALE_STATEMENT_STATES = frozenset({"0A000", "26000"})
 PING_AFTER_IDLE_SECS = 10.0
 
 
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a server error pg8000 raised (`exc` or the driver error SQLAlchemy
+    wrapped), or None."""
+    original = getattr(exc, "orig", exc)
+    details = original.args[0] if getattr(original, "args", None) else None
+    return details.get("C") if isinstance(details, dict) else None
+
+
 def tune_pg8000_engine(engine: sa.Engine, *, prepared_statements: bool = True) -> None:
     """`prepared_statements=False` behind a connection pooler that must stay free to move
     a client between server sessions (RDS Proxy pins a session that prepares one)."""
@@ -143,8 +151,7 @@ def _run_prepared(connection: Any, statement: str, parameters: Any) -> Any:
             name, make_params(connection.py_types, parameters), columns, input_funcs, text
         )
     except Exception as exc:
-        details = exc.args[0] if exc.args else None
-        if isinstance(details, dict) and details.get("C") in STALE_STATEMENT_STATES:
+        if sqlstate(exc) in STALE_STATEMENT_STATES:
             prepared.pop(statement, None)
         raise
 

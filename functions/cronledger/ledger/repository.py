@@ -43,9 +43,26 @@ class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
         config = Config(str(ALEMBIC_INI))
         with self._write() as conn:
             if self._sql.is_postgres:
+                # Waiting for another deploy's migration, or building an index on a large
+                # table, may rightly take longer than any other statement is allowed.
+                conn.execute(sa.text("SET LOCAL statement_timeout = 0"))
                 conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_ID)))
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
+
+    def make_statement_timeout_default(self, milliseconds: int) -> None:
+        """PostgreSQL: make `statement_timeout` this database's default for new sessions,
+        for clients that cannot set it per connection (RDS Proxy takes no startup parameters
+        and pins a session that runs SET). Needs the database's owner."""
+        if not self._sql.is_postgres:
+            return
+        with self._write() as conn:
+            database = conn.execute(sa.select(sa.func.current_database())).scalar_one()
+            name = conn.dialect.identifier_preparer.quote_identifier(database)
+            # A utility statement takes no bind parameters; both parts are checked above.
+            conn.execute(
+                sa.text(f"ALTER DATABASE {name} SET statement_timeout = {int(milliseconds)}")
+            )
 
     def db_now(self) -> datetime:
         """The database's clock, in UTC, whatever the server's or session's time zone."""

@@ -1,9 +1,10 @@
 """The base every part of the repository shares: an engine, its backend, and transactions
 that fail closed.
 
-A database that cannot be reached raises `DatabaseUnavailable`; any other database error
-(a constraint, a deadlock, a bug in a statement) propagates as SQLAlchemy raised it. No
-method turns either into an empty answer.
+A database that cannot be reached raises `DatabaseUnavailable`, and so does one that does not
+answer in time (a statement cancelled by `statement_timeout`, a socket silent past its timeout)
+or is shutting down; any other database error (a constraint, a deadlock, a bug in a statement)
+propagates as SQLAlchemy raised it. No method turns either into an empty answer.
 
 Lock order: a transaction that writes both a singleton row and an occurrence row writes the
 singleton row first, everywhere, so two such transactions cannot deadlock on each other.
@@ -18,13 +19,22 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from cronledger.ledger.backend import WRITE_OPTION, Backend
-from cronledger.ledger.driver import DirectStatements
+from cronledger.ledger.driver import DirectStatements, sqlstate
 from cronledger.ledger.models import DatabaseUnavailable
 
 S = TypeVar("S")
 C = TypeVar("C")
 #: What `_run` sends: a read, or a write whose RETURNING (if any) is the answer.
 OneStatement = sa.Select[Any] | sa.Update
+#: Server errors that mean the database did not serve the statement, not that it was wrong:
+#: cancelled (by `statement_timeout`), the server shutting down or not yet accepting, and
+#: any connection exception (class 08).
+UNAVAILABLE_STATES = {
+    "57014": "the statement ran past statement_timeout and was cancelled",
+    "57P01": "the server is shutting down",
+    "57P02": "the server is shutting down",
+    "57P03": "the server is not accepting connections yet",
+}
 
 
 class Store:
@@ -73,10 +83,11 @@ class Store:
 
     def _connect(self, connect: Callable[[], C]) -> C:
         """A pooled connection (SQLAlchemy's, or the driver's from `raw_connection`, whose
-        failures arrive unwrapped), or `DatabaseUnavailable`."""
+        failures arrive unwrapped, as do socket errors and timeouts while connecting), or
+        `DatabaseUnavailable`."""
         try:
             return connect()
-        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error) as exc:
+        except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error, OSError) as exc:
             raise DatabaseUnavailable(f"cannot connect to the ledger database: {exc}") from exc
         except sa.exc.TimeoutError as exc:
             raise DatabaseUnavailable(f"no ledger connection available: {exc}") from exc
@@ -114,14 +125,19 @@ class Store:
 @contextmanager
 def _unavailable_when_lost() -> Iterator[None]:
     """A statement that failed because the connection was lost (a socket error the driver
-    let through unwrapped counts) raises `DatabaseUnavailable`; any other failure, as it
-    was raised."""
+    let through unwrapped counts, a socket timeout too) or that the server did not serve
+    (`UNAVAILABLE_STATES`) raises `DatabaseUnavailable`; any other failure, as it was
+    raised."""
     try:
         yield
     except (sa.exc.DBAPIError, OSError) as exc:
         lost = isinstance(exc, OSError | sa.exc.OperationalError | sa.exc.InterfaceError)
         if lost or getattr(exc, "connection_invalidated", False):
             raise DatabaseUnavailable(f"ledger database unavailable: {exc}") from exc
+        state = sqlstate(exc) or ""
+        reason = UNAVAILABLE_STATES.get(state, "connection lost" if state[:2] == "08" else "")
+        if reason:
+            raise DatabaseUnavailable(f"ledger database unavailable ({reason}): {exc}") from exc
         raise
 
 
