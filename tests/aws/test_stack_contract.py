@@ -49,7 +49,10 @@ def test_the_variables_the_stack_sets_are_the_ones_the_functions_read() -> None:
     assert f'"{claim.EXECUTE_FUNCTION_NAME}"' in functions_source
     migration = set(re.findall(r'"(CRONLEDGER_\w+)"', (INFRA / "migration.py").read_text()))
     assert migration == {migrate.SECRET_ARN, "CRONLEDGER_DB_SOCKET_TIMEOUT_SECS"}
-    assert Settings.from_env({"CRONLEDGER_DB_SOCKET_TIMEOUT_SECS": "300"}).db_socket_timeout_secs
+    assert (
+        Settings.from_env({"CRONLEDGER_DB_SOCKET_TIMEOUT_SECS": "300"}).db_socket_timeout_secs
+        == 300
+    )
 
 
 IMPORT_WITHOUT_NETWORK = """
