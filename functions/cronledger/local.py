@@ -3,8 +3,10 @@
 The same services that run as Lambda functions run here on threads: the API resolver behind
 a plain HTTP server (each request translated into an API Gateway HTTP API v2 event, so the
 resolver cannot tell the difference), the reconcile loop, the claim loop, and executors on a
-thread pool. Ctrl-C stops claiming, waits for in-flight attempts up to a deadline, and leaves
-the leases of any that are still running to expire, so a peer (or the next run) recovers them.
+thread pool. Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts,
+then exits whatever a target is doing: the leases of attempts still running are left to
+expire, and a peer (or the next run) recovers them as their next attempt (or settles them
+abandoned, if that was their last). A second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ DEMO_CHANNEL = {
 DRAIN_SECS = 10.0
 #: `cronledger dev` materialises this far ahead unless CRONLEDGER_LOOKAHEAD_SECS says otherwise.
 DEV_LOOKAHEAD_SECS = 3
+#: Attempts that ended writing nothing, which the console still shows (SPEC §5: they say so).
+STOPPED_OUTCOMES = ("stopped", "superseded")
 #: The local pool's size: claims never exceed what can start at once.
 MAX_LOCAL_WORKERS = 16
 #: What `--demo` lets python targets call: the demo's own module, nothing else.
@@ -136,13 +140,14 @@ class LocalScheduler:
             self._threads.append(thread)
 
     def shutdown(self, drain_secs: float = DRAIN_SECS) -> bool:
-        """Stop the loops, then wait up to `drain_secs` for in-flight attempts. Answers
-        whether every attempt finished (False: some leases are left to expire)."""
+        """Stop the loops and wait for in-flight attempts, `drain_secs` at most in all.
+        Answers whether every attempt finished (False: some leases are left to expire)."""
+        deadline = time.monotonic() + drain_secs
         self.stop.set()
         self._wake.set()
         for thread in self._threads:
-            thread.join(timeout=5)
-        return self.invoker.shutdown(drain_secs)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        return self.invoker.shutdown(max(0.0, deadline - time.monotonic()))
 
 
 def v2_event(method: str, target: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
@@ -304,10 +309,20 @@ def is_loopback(host: str) -> bool:
 
 
 def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[AttemptReport], None]:
-    """Print each settled occurrence: status, lag (started - scheduled) and duration."""
+    """Print each settled occurrence: status, lag (started - scheduled) and duration; and each
+    attempt that stopped itself or was superseded, with why."""
     lock = threading.Lock()
 
     def show(report: AttemptReport) -> None:
+        if report.outcome in STOPPED_OUTCOMES:
+            with lock:
+                print(
+                    f"{report.occurrence_id}  attempt {report.attempt} {report.outcome}: "
+                    f"{report.error}",
+                    file=out,
+                    flush=True,
+                )
+            return
         if report.status is None:
             return
         try:
@@ -419,20 +434,42 @@ def run_dev(
             time.sleep(3600)
     except KeyboardInterrupt:
         print(
-            f"\nstopping: waiting up to {DRAIN_SECS:.0f} s for running attempts…",
+            f"\nstopping: waiting up to {DRAIN_SECS:.0f} s for running attempts "
+            "(Ctrl-C again to stop at once)…",
             file=out,
             flush=True,
         )
-    finally:
-        server.shutdown()
-        drained = scheduler.shutdown()
-        ledger.dispose()
+    # From here a second Ctrl-C (or SIGTERM) ends the process on the spot.
+    on_second = _exit_at_once(out)
+    signal.signal(signal.SIGINT, on_second)
+    signal.signal(signal.SIGTERM, on_second)
+    server.shutdown()
+    drained = scheduler.shutdown(DRAIN_SECS)
     if not drained:
         print(
             "some attempts were still running; their leases will expire and be recovered.", file=out
         )
+        # Their threads cannot be stopped, and the interpreter would wait for them at exit.
+        _stop_now(out, 0)
+    ledger.dispose()
+    print("stopped.", file=out, flush=True)
     return 0
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _exit_at_once(out: TextIO) -> Callable[[int, object], None]:
+    def handler(signum: int, frame: object) -> None:
+        _stop_now(out, 130)
+
+    return handler
+
+
+def _stop_now(out: TextIO, code: int) -> None:
+    """End the process now, whatever its threads are doing (the attempts left running keep
+    their leases until those expire)."""
+    print("stopped.", file=out, flush=True)
+    sys.stderr.flush()
+    os._exit(code)

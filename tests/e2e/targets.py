@@ -76,3 +76,9 @@ def interrupt(event: dict[str, Any]) -> None:
 def close_generator(event: dict[str, Any]) -> None:
     _record(event)
     raise GeneratorExit("generator closed")
+
+
+def hang(event: dict[str, Any]) -> str:
+    """A target that does not come back for two minutes (for `cronledger dev` stop tests)."""
+    time.sleep(120)
+    return "woke up"
