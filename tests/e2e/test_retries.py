@@ -43,6 +43,18 @@ def due_now(ledger: Ledger, channel_id: str, name: str = "job") -> NewOccurrence
     return new
 
 
+def webhook_due(ledger: Ledger, server: RecordingServer, retry: dict[str, int]) -> NewOccurrence:
+    """A due occurrence of an HTTP channel posting to `server`, retried by `retry`."""
+    channel = ledger.create_channel(
+        "webhook",
+        {"schedule": "0 0 0 1 1 *", "retry": retry},
+        {"type": "http", "url": f"{server.url}/hook"},
+        timeout_ms=5000,
+        status=CHANNEL_ACTIVE,
+    )
+    return due_now(ledger, channel.channel_id, "webhook")
+
+
 @pytest.mark.parametrize(
     ("target", "error"),
     [
@@ -101,14 +113,7 @@ def test_a_failing_http_target_is_delivered_three_times_after_its_backoffs(
 ) -> None:
     # Given an HTTP endpoint that always answers 503, behind a channel retried after 1 s
     with RecordingServer(Answer(status=503, body=b"down for maintenance")) as server:
-        channel = ledger.create_channel(
-            "webhook",
-            {"schedule": "0 0 0 1 1 *", "retry": {"max_attempts": 3, "backoff_secs": 1}},
-            {"type": "http", "url": f"{server.url}/hook"},
-            timeout_ms=5000,
-            status=CHANNEL_ACTIVE,
-        )
-        due = due_now(ledger, channel.channel_id, "webhook")
+        due = webhook_due(ledger, server, {"max_attempts": 3, "backoff_secs": 1})
 
         # When the scheduler runs until the occurrence is settled
         scheduler = LocalScheduler(ledger, WITH_LOOPBACK)
@@ -134,14 +139,7 @@ def test_a_failing_http_target_is_delivered_three_times_after_its_backoffs(
 
 def test_one_allowed_attempt_delivers_once(ledger: Ledger) -> None:
     with RecordingServer(Answer(status=500)) as server:
-        channel = ledger.create_channel(
-            "webhook",
-            {"schedule": "0 0 0 1 1 *", "retry": {"max_attempts": 1, "backoff_secs": 0}},
-            {"type": "http", "url": f"{server.url}/hook"},
-            timeout_ms=5000,
-            status=CHANNEL_ACTIVE,
-        )
-        due = due_now(ledger, channel.channel_id, "webhook")
+        due = webhook_due(ledger, server, {"max_attempts": 1, "backoff_secs": 0})
         run_until_settled(ledger, WITH_LOOPBACK)
 
     assert len(server.received) == 1
@@ -152,14 +150,7 @@ def test_one_allowed_attempt_delivers_once(ledger: Ledger) -> None:
 def test_a_retry_that_succeeds_completes_the_same_occurrence(ledger: Ledger) -> None:
     # Given a target that fails its first attempt only
     with RecordingServer(Answer(status=503)) as server:
-        channel = ledger.create_channel(
-            "webhook",
-            {"schedule": "0 0 0 1 1 *", "retry": RETRY_AT_ONCE},
-            {"type": "http", "url": f"{server.url}/hook"},
-            timeout_ms=5000,
-            status=CHANNEL_ACTIVE,
-        )
-        due = due_now(ledger, channel.channel_id, "webhook")
+        due = webhook_due(ledger, server, RETRY_AT_ONCE)
         executor = Executor(ledger, WITH_LOOPBACK)
         [claimed] = ledger.claim_due("node-a", 10, FAST.claim_lease_secs)
         executor.run_attempt(claimed.id, "node-a")

@@ -6,6 +6,7 @@ cannot wait out a 60-second lease, so it writes the lease into the past instead.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -97,6 +98,34 @@ def _an_hour_ago(ledger: Ledger) -> datetime:
 def _set(ledger: Ledger, table: sa.Table, where: sa.ColumnElement[bool], **values: object) -> None:
     with ledger.engine.begin() as conn:
         assert conn.execute(sa.update(table).where(where).values(**values)).rowcount >= 1
+
+
+def contend(
+    ledger: Ledger, claimed: list[Occurrence], spec: SingletonSpec, wait_secs: float = 1.0
+) -> tuple[list[str], list[BaseException]]:
+    """Start every claimed occurrence at the same moment, one thread each, under `spec`:
+    the outcomes, and whatever a thread raised (a thread cannot fail a test itself)."""
+    gate = threading.Barrier(len(claimed))
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+
+    def start_one(occurrence: Occurrence) -> None:
+        try:
+            gate.wait()
+            claimant = occurrence.claimed_by or ""
+            started = ledger.start_attempt(
+                occurrence, claimant, 1, spec, LEASE, wait_secs=wait_secs
+            )
+            outcomes.append(started.outcome)
+        except BaseException as exc:  # surfaced by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start_one, args=(o,)) for o in claimed]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes, errors
 
 
 @contextmanager

@@ -4,7 +4,6 @@ release all match nothing."""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -18,6 +17,7 @@ from cronledger.ledger import (
 from tests.ledger.helpers import (
     LEASE,
     claim_one,
+    contend,
     expire_claim,
     expire_singleton,
     row,
@@ -252,30 +252,6 @@ def test_eight_contenders_on_one_forbid_key_start_exactly_slots_of_them(
         running = [o for o in claimed if ledger.get_occurrence(o.id).status == "running"]
         assert len(running) == slots
         assert {ledger.get_occurrence(o.id).singleton_slot for o in running} == set(range(slots))
-
-
-def contend(
-    ledger: Ledger, claimed: list[Occurrence], spec: SingletonSpec
-) -> tuple[list[str], list[BaseException]]:
-    """Start every claimed occurrence at the same moment, one thread each."""
-    gate = threading.Barrier(len(claimed))
-    outcomes: list[str] = []
-    errors: list[BaseException] = []
-
-    def start_one(occurrence: Occurrence) -> None:
-        try:
-            gate.wait()
-            claimant = occurrence.claimed_by or ""
-            outcomes.append(ledger.start_attempt(occurrence, claimant, 1, spec, LEASE).outcome)
-        except BaseException as exc:  # surfaced by the caller; a thread cannot fail a test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start_one, args=(o,)) for o in claimed]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes, errors
 
 
 def test_a_start_records_its_trace_and_reports_when_it_started(ledger: Ledger) -> None:

@@ -6,7 +6,6 @@ occurrences hold a key, in any interleaving (real threads on PostgreSQL)."""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -24,7 +23,7 @@ from cronledger.ledger import (
 )
 from cronledger.ledger.singletons import WAITER_SLOT
 from cronledger.ledger.tables import occurrences, singletons
-from tests.ledger.helpers import LEASE, claim_one, empty_tables, expire_claim, row
+from tests.ledger.helpers import LEASE, claim_one, contend, empty_tables, expire_claim, row
 
 WAIT = 30.0
 
@@ -145,7 +144,7 @@ def test_eight_queue_one_contenders_start_slots_of_them_and_queue_exactly_one(
         # Given eight claimed contenders for one key, started at the same moment
         contenders = claimed(pg_ledger, 8, key=f"q{round_}")
         spec = SingletonSpec(f"q{round_}", slots, "queue_one")
-        outcomes, errors = contend(pg_ledger, contenders, spec)
+        outcomes, errors = contend(pg_ledger, contenders, spec, wait_secs=WAIT)
 
         # Then `slots` run, one waits, and the rest were skipped, as the rows say too
         assert errors == []
@@ -234,7 +233,7 @@ def test_eight_replace_contenders_leave_exactly_slots_holders_and_fence_the_rest
         # Given eight claimed contenders for one key, started at the same moment
         contenders = claimed(pg_ledger, 8, key=f"r{round_}")
         spec = SingletonSpec(f"r{round_}", slots, "replace")
-        outcomes, errors = contend(pg_ledger, contenders, spec)
+        outcomes, errors = contend(pg_ledger, contenders, spec, wait_secs=WAIT)
 
         # Then each one started, in turn replacing an earlier one: `slots` are left running,
         # every other one is cancelled by a replacement, and none of those can write
@@ -255,31 +254,6 @@ def test_eight_replace_contenders_leave_exactly_slots_holders_and_fence_the_rest
                 gone.id, claimant, COMPLETED, fencing_token=gone.fencing_token
             )
         assert {o.singleton_slot for o in running} == set(range(slots))
-
-
-def contend(
-    ledger: Ledger, contenders: list[Occurrence], spec: SingletonSpec
-) -> tuple[list[str], list[BaseException]]:
-    """Start every claimed contender at the same moment, one thread each."""
-    gate = threading.Barrier(len(contenders))
-    outcomes: list[str] = []
-    errors: list[BaseException] = []
-
-    def start_one(occurrence: Occurrence) -> None:
-        try:
-            gate.wait()
-            claimant = occurrence.claimed_by or ""
-            started = ledger.start_attempt(occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT)
-            outcomes.append(started.outcome)
-        except BaseException as exc:  # surfaced by the caller; a thread cannot fail a test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start_one, args=(o,)) for o in contenders]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes, errors
 
 
 def _reclaim(ledger: Ledger, occurrence_id: str, claimant: str) -> Occurrence:
