@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from cronledger.api import create_app, handle_event
 from cronledger.cli import main
 from cronledger.ledger import Ledger
-from cronledger.local import serve_api
+from cronledger.local import describe_policy, dev_settings, serve_api
 from tests.api.helpers import CHANNELS, SETTINGS, channel_document
 from tests.polling import wait_until
 
@@ -222,3 +222,46 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("environ", "networks", "printed"),
+    [
+        (
+            {},
+            ("127.0.0.0/8", "::1/128"),
+            "http targets may reach non-public addresses in: 127.0.0.0/8, ::1/128 (loopback: "
+            "cronledger dev's default; CRONLEDGER_HTTP_ALLOW_NETWORKS replaces it)",
+        ),
+        (
+            {"CRONLEDGER_HTTP_ALLOW_NETWORKS": ""},
+            (),
+            "http targets may reach non-public addresses in: public addresses only",
+        ),
+        (
+            {"CRONLEDGER_HTTP_ALLOW_NETWORKS": "10.20.0.0/16"},
+            ("10.20.0.0/16",),
+            "http targets may reach non-public addresses in: 10.20.0.0/16",
+        ),
+    ],
+)
+def test_dev_allows_loopback_unless_the_setting_says_otherwise_and_prints_which(
+    environ: dict[str, str], networks: tuple[str, ...], printed: str
+) -> None:
+    settings = dev_settings("sqlite:///x.db", demo=False, environ=environ)
+
+    assert tuple(map(str, settings.http_allow_networks)) == networks
+    assert describe_policy(settings)[0] == printed
+
+
+def test_the_demo_adds_its_own_module_to_what_the_operator_allows() -> None:
+    plain = dev_settings("sqlite:///x.db", demo=False, environ={})
+    demo = dev_settings(
+        "sqlite:///x.db", demo=True, environ={"CRONLEDGER_PYTHON_TARGETS": "reports.jobs"}
+    )
+
+    assert plain.python_targets == ()
+    assert describe_policy(plain)[1] == (
+        "python targets may call functions in: none (CRONLEDGER_PYTHON_TARGETS lists modules)"
+    )
+    assert demo.python_targets == ("reports.jobs", "cronledger.demo")
