@@ -29,17 +29,6 @@ POLICY = TargetPolicy()  # AWS targets need nothing from the operator's policy
 
 
 @pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-
-
-@pytest.fixture
 def aws(aws_env: None) -> Iterator[AwsClients]:
     config: Any = {
         "lambda": {"use_docker": False},

@@ -20,14 +20,7 @@ AWS = TargetPolicy(secrets="aws", http_allow_networks=(ip_network("127.0.0.0/8")
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsClients]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "eu-west-1",
-    }.items():
-        monkeypatch.setenv(name, value)
+def aws(aws_env: None) -> Iterator[AwsClients]:
     forget_cached_secrets()
     with mock_aws():
         yield AwsClients()
@@ -76,14 +69,14 @@ def test_a_secret_is_cached_briefly_so_a_burst_reads_it_once(aws: AwsClients) ->
 def test_a_parameter_named_by_arn_is_read_by_its_name(aws: AwsClients) -> None:
     boto3.client("ssm").put_parameter(Name="hook-key", Value="plain-name", Type="SecureString")
     boto3.client("ssm").put_parameter(Name="/a/b", Value="path-name", Type="SecureString")
-    prefix = "arn:aws:ssm:eu-west-1:123456789012:parameter"
+    prefix = "arn:aws:ssm:us-east-1:123456789012:parameter"
 
     assert resolve_secret(f"{prefix}/hook-key", AWS, aws) == "plain-name"
     assert resolve_secret(f"{prefix}/a/b", AWS, aws) == "path-name"
 
 
 def test_an_unreadable_secret_fails_the_attempt_naming_the_reference(aws: AwsClients) -> None:
-    missing = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:gone-AbCdEf"
+    missing = "arn:aws:secretsmanager:us-east-1:123456789012:secret:gone-AbCdEf"
 
     with RecordingServer() as server:
         doc = {"type": "http", "url": server.url, "secret_headers": {"Authorization": missing}}
