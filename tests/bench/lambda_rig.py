@@ -26,6 +26,7 @@ from cronledger.ledger.tables import metadata
 
 EXECUTOR = "cronledger-execute"
 CLAIM = "cronledger-claim"
+RECONCILE = "cronledger-reconcile"
 POWERTOOLS = {
     "POWERTOOLS_SERVICE_NAME": "cronledger",
     "POWERTOOLS_METRICS_NAMESPACE": "Cronledger",
@@ -119,3 +120,15 @@ def claim_tick(remaining_ms: int = 60_000) -> int:
             scheduled_event("Cronledger-Claim"), FakeContext(CLAIM, remaining_ms)
         )
     return int(answer["dispatched"])
+
+
+def reconcile_tick(remaining_ms: int = 60_000) -> dict[str, int]:
+    """One EventBridge tick of the real reconcile handler; its totals."""
+    from cronledger.aws import reconcile
+    from tests.aws.invocations import FakeContext, scheduled_event
+
+    with redirect_stdout(io.StringIO()):  # its EMF documents
+        answer: dict[str, int] = reconcile.handler(
+            scheduled_event("Cronledger-Reconcile"), FakeContext(RECONCILE, remaining_ms)
+        )
+    return answer
