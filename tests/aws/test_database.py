@@ -84,6 +84,7 @@ def test_a_database_url_wins_over_the_stacks_proxy_settings(pg_database_url: str
         ({**STACK_ENV, database.DB_IAM_AUTH: "false"}, "CRONLEDGER_DB_IAM_AUTH must be true"),
         ({k: v for k, v in STACK_ENV.items() if k != database.DB_IAM_AUTH}, "IAM tokens"),
         ({**STACK_ENV, database.DB_PORT: "postgres"}, "CRONLEDGER_DB_PORT='postgres'"),
+        ({**STACK_ENV, database.DB_PROXY: "maybe"}, "CRONLEDGER_DB_PROXY='maybe'"),
     ],
 )
 def test_without_a_url_or_the_proxy_with_iam_auth_a_function_refuses_naming_what_to_set(
@@ -92,3 +93,87 @@ def test_without_a_url_or_the_proxy_with_iam_auth_a_function_refuses_naming_what
     with pytest.raises(DatabaseConfigError) as refused:
         ledger_engine(environment)
     assert named in str(refused.value)
+
+
+CLUSTER = "cronledger.cluster-c0ffee.us-east-1.rds.amazonaws.com"
+DIRECT_ENV = {**STACK_ENV, database.DB_HOST: CLUSTER, database.DB_PROXY: "false"}
+
+
+def recorded_connections(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    asked: list[dict[str, Any]] = []
+
+    def connect(**parameters: Any) -> None:
+        asked.append(parameters)
+        raise NotConnecting
+
+    monkeypatch.setattr(pg8000, "connect", connect)
+    return asked
+
+
+def test_without_a_proxy_a_connection_goes_to_the_cluster_verified_against_the_rds_roots(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the lean profile's environment: the cluster's endpoint, no proxy
+    asked = recorded_connections(monkeypatch)
+    engine = ledger_engine(DIRECT_ENV)
+
+    with pytest.raises(NotConnecting):
+        engine.connect()
+
+    # Then it presents an IAM token signed for the cluster, inside TLS that checks the name
+    # and trusts the Amazon RDS roots (not the public ones a proxy's certificate chains to)
+    (parameters,) = asked
+    assert parameters["host"] == CLUSTER and parameters["password"].startswith(f"{CLUSTER}:5432/?")
+    context = parameters["ssl_context"]
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    roots = {
+        value
+        for cert in context.get_ca_certs()
+        for field in cert["subject"]
+        for key, value in field
+        if key == "commonName"
+    }
+    assert "Amazon RDS us-east-1 Root CA RSA2048 G1" in roots
+    assert all(name.startswith("Amazon RDS ") for name in roots)
+    # and statements are prepared on the session, as nothing pins it
+    assert event.contains(engine, "do_execute", driver._execute_prepared)
+
+
+def test_the_shipped_rds_roots_cover_every_region_with_each_key_kind() -> None:
+    context = ssl.create_default_context(cafile=str(database.RDS_CA_BUNDLE))
+    names = [
+        value
+        for cert in context.get_ca_certs()
+        for field in cert["subject"]
+        for key, value in field
+        if key == "commonName"
+    ]
+    regions = {name.split()[2] for name in names}
+    assert {"us-east-1", "eu-west-1", "ap-southeast-2", "sa-east-1"} <= regions
+    for kind in ("RSA2048 G1", "RSA4096 G1", "ECC384 G1"):
+        assert {n.split()[2] for n in names if n.endswith(kind)} == regions
+
+
+def test_only_migrate_without_a_proxy_connects_as_the_master_user_from_its_secret(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the master user's secret, as RDS writes it, named where the stack names it
+    import boto3
+
+    arn = boto3.client("secretsmanager").create_secret(
+        Name="cronledger-admin",
+        SecretString='{"username": "cronledger_admin", "password": "s3cret", "engine": "postgres"}',
+    )["ARN"]
+    asked = recorded_connections(monkeypatch)
+    assert database.admin_engine(DIRECT_ENV) is None  # no secret named: no admin engine
+
+    admin = database.admin_engine({**DIRECT_ENV, database.DB_ADMIN_SECRET_ARN: arn})
+    assert admin is not None
+    with pytest.raises(NotConnecting):
+        admin.connect()
+
+    # Then it logs in to the cluster with the secret's password, in the same verified TLS
+    (parameters,) = asked
+    assert (parameters["user"], parameters["password"]) == ("cronledger_admin", "s3cret")
+    assert parameters["host"] == CLUSTER
+    assert parameters["ssl_context"].check_hostname

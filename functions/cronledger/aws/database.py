@@ -1,19 +1,30 @@
-"""How a Lambda container reaches the ledger: through RDS Proxy, over TLS, as an IAM user.
+"""How a Lambda container reaches the ledger: over verified TLS, as an IAM user, through RDS
+Proxy (the `standard` and `ha` profiles) or straight to the Aurora cluster (`lean`).
 
 The stack tells the functions where the database is (`CRONLEDGER_DB_HOST`, `_PORT`, `_NAME`,
-`_USER`) and that the proxy wants IAM authentication (`CRONLEDGER_DB_IAM_AUTH=true`); it never
-gives them a password. So every new connection presents a fresh authentication token, signed
-with the function's own role at connect time (signing is local, no network call; a token is
-good for 15 minutes and is needed only to connect), inside a default TLS context that verifies
-the proxy's certificate and host name (the proxy's certificate chains to Amazon's public root,
-which the runtime's trust store holds). The engine is built once per container; its small
-pool checks a connection that sat idle before using it (`cronledger.ledger.driver`), because
-the proxy may close an idle connection between invocations.
+`_USER`), whether that is a proxy (`CRONLEDGER_DB_PROXY`, true unless it says false) and that
+it wants IAM authentication (`CRONLEDGER_DB_IAM_AUTH=true`); it never gives them a password.
+So every new connection presents a fresh authentication token, signed with the function's own
+role at connect time (signing is local, no network call; a token is good for 15 minutes and
+is needed only to connect), inside a TLS context that verifies the server's certificate and
+host name: a proxy's chains to Amazon's public roots, which the runtime's trust store holds;
+the cluster's to the Amazon RDS roots shipped beside this module (`rds-ca-bundle.pem`).
+Through a proxy no statement is prepared on the session (it would pin the session to one
+backend); straight to the cluster they are, as locally. The engine is built once per
+container; its small pool checks a connection that sat idle before using it
+(`cronledger.ledger.driver`), because the server may close an idle connection between
+invocations. Every container holds at most `PROXY_POOL`'s connections, which the stack counts
+in its connection budget (infra/cronledger_infra/capacity.py).
+
+Without a proxy `migrate` connects as the schema's owner, the cluster's master user, with its
+password (an IAM login would cost it the password its rotation uses), from the secret only it
+is named (`CRONLEDGER_DB_ADMIN_SECRET_ARN`, `admin_engine`).
 
 Every connection is bounded in time (`CRONLEDGER_DB_STATEMENT_TIMEOUT_MS`, `…_SOCKET_TIMEOUT_SECS`,
 see `cronledger.ledger.backend`). RDS Proxy refuses startup parameters and would pin a session
 that sets one, so behind it the statement timeout is the database's default, which the
-deploy's migration sets from the same variable (`cronledger.aws.migrate`).
+deploy's migration sets from the same variable (`cronledger.aws.migrate`); straight to the
+cluster, each session sets it.
 
 `CRONLEDGER_DATABASE_URL`, when set, wins: the tests and a database outside the stack give a
 whole URL instead.
@@ -21,10 +32,12 @@ whole URL instead.
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -44,7 +57,11 @@ DB_PORT = "CRONLEDGER_DB_PORT"
 DB_NAME = "CRONLEDGER_DB_NAME"
 DB_USER = "CRONLEDGER_DB_USER"
 DB_IAM_AUTH = "CRONLEDGER_DB_IAM_AUTH"
+DB_PROXY = "CRONLEDGER_DB_PROXY"
+DB_ADMIN_SECRET_ARN = "CRONLEDGER_DB_ADMIN_SECRET_ARN"
 DEFAULT_PORT = 5432
+#: The Amazon RDS root certificates a direct connection to the cluster is verified against.
+RDS_CA_BUNDLE = Path(__file__).with_name("rds-ca-bundle.pem")
 #: One invocation at a time per container: the calling thread, plus an executor's heartbeat
 #: beside a target that may use the database itself.
 PROXY_POOL: dict[str, Any] = {"pool_size": 1, "max_overflow": 2}
@@ -55,14 +72,15 @@ class DatabaseConfigError(CronledgerError):
 
 
 @dataclass(frozen=True, slots=True)
-class ProxyEndpoint:
+class DatabaseEndpoint:
     host: str
     port: int
     database: str
     user: str
+    via_proxy: bool = True
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> ProxyEndpoint:
+    def from_env(cls, environ: Mapping[str, str]) -> DatabaseEndpoint:
         missing = [name for name in (DB_HOST, DB_NAME, DB_USER) if not environ.get(name)]
         if missing:
             raise DatabaseConfigError(
@@ -71,15 +89,24 @@ class ProxyEndpoint:
             )
         if environ.get(DB_IAM_AUTH, "").strip().lower() != "true":
             raise DatabaseConfigError(
-                f"{DB_IAM_AUTH} must be true: the functions authenticate to RDS Proxy with IAM "
-                "tokens and never hold a password"
+                f"{DB_IAM_AUTH} must be true: the functions authenticate to the database with "
+                "IAM tokens and never hold a password"
             )
+        proxy = environ.get(DB_PROXY, "true").strip().lower()
+        if proxy not in ("true", "false"):
+            raise DatabaseConfigError(f"{DB_PROXY}={proxy!r} must be true or false")
         raw_port = environ.get(DB_PORT, str(DEFAULT_PORT))
         try:
             port = int(raw_port)
         except ValueError:
             raise DatabaseConfigError(f"{DB_PORT}={raw_port!r} is not a port number") from None
-        return cls(environ[DB_HOST], port, environ[DB_NAME], environ[DB_USER])
+        return cls(environ[DB_HOST], port, environ[DB_NAME], environ[DB_USER], proxy == "true")
+
+    def tls(self) -> ssl.SSLContext:
+        """A context that verifies the server's certificate and host name (module header)."""
+        if self.via_proxy:
+            return ssl.create_default_context()
+        return ssl.create_default_context(cafile=str(RDS_CA_BUNDLE))
 
     def url(self) -> sa.URL:
         """The URL without a password: the token is added per connection."""
@@ -96,7 +123,7 @@ class IamAuthToken:
     """A SQLAlchemy `do_connect` hook: signs a token for this endpoint and user into the
     parameters of each new connection, as its password."""
 
-    def __init__(self, endpoint: ProxyEndpoint, client: RDSClient) -> None:
+    def __init__(self, endpoint: DatabaseEndpoint, client: RDSClient) -> None:
         self._endpoint = endpoint
         self._client = client
 
@@ -118,14 +145,43 @@ def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
             statement_timeout_ms=settings.db_statement_timeout_ms,
             socket_timeout_secs=settings.db_socket_timeout_secs,
         )
-    endpoint = ProxyEndpoint.from_env(environ)
+    endpoint = DatabaseEndpoint.from_env(environ)
     engine = create_ledger_engine(
         endpoint.url(),
-        prepared_statements=False,  # RDS Proxy would pin every container's session
-        statement_timeout_ms=None,  # the database's default (the proxy takes no startup option)
+        prepared_statements=not endpoint.via_proxy,  # a proxy would pin every session
+        # the proxy takes no startup option: behind it, the database's default
+        statement_timeout_ms=None if endpoint.via_proxy else settings.db_statement_timeout_ms,
         socket_timeout_secs=settings.db_socket_timeout_secs,
-        connect_args={"ssl_context": ssl.create_default_context()},
+        connect_args={"ssl_context": endpoint.tls()},
         **PROXY_POOL,
     )
     event.listen(engine, "do_connect", IamAuthToken(endpoint, default_clients().rds()))
     return engine
+
+
+def admin_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine | None:
+    """An engine connected as the cluster's master user, from the secret the stack names in
+    `CRONLEDGER_DB_ADMIN_SECRET_ARN` (only `migrate` is given it, and only without a proxy);
+    None when it names none. Same cluster, same verified TLS."""
+    arn = environ.get(DB_ADMIN_SECRET_ARN, "").strip()
+    if not arn:
+        return None
+    endpoint = DatabaseEndpoint.from_env(environ)
+    secret = json.loads(
+        default_clients().secretsmanager().get_secret_value(SecretId=arn)["SecretString"]
+    )
+    url = sa.URL.create(
+        "postgresql+pg8000",
+        username=secret["username"],
+        password=secret["password"],
+        host=endpoint.host,
+        port=endpoint.port,
+        database=endpoint.database,
+    )
+    settings = Settings.from_env(environ)
+    return create_ledger_engine(
+        url,
+        statement_timeout_ms=settings.db_statement_timeout_ms,
+        socket_timeout_secs=settings.db_socket_timeout_secs,
+        connect_args={"ssl_context": endpoint.tls()},
+    )

@@ -23,6 +23,11 @@ sure the application role the other functions connect as (`CRONLEDGER_DB_APP_USE
 stack) exists with rights to the `cron_*` tables' rows and nothing more
 (`cronledger.ledger.roles`), so a table a new revision adds is granted in the same deploy.
 All of it is idempotent, so a try the database dropped halfway is simply made again.
+
+It connects as the owner through RDS Proxy with an IAM token, or, without a proxy (the `lean`
+profile), straight to the cluster with the owner's password from the secret the stack names
+to it alone (`admin_engine`): the owner is the cluster's master user, which cannot log in
+with IAM without losing the password its rotation uses.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger.aws import runtime
+from cronledger.aws.database import admin_engine
 from cronledger.aws.runtime import logger, tracer
 from cronledger.errors import CronledgerError
 from cronledger.ledger import DatabaseUnavailable, Ledger
@@ -72,10 +78,17 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, bool]:
         wait_for_rotation(
             default_clients().secretsmanager(), secret, started + (until - started) / 2
         )
-    ledger, timeout_ms = runtime.ledger(), runtime.settings().db_statement_timeout_ms
+    ledger, timeout_ms = owner(), runtime.settings().db_statement_timeout_ms
     tries = until_available(lambda: migrate(ledger, timeout_ms), until)
     logger.info("the ledger schema is up to date", extra={"tries": tries})
     return {"migrated": True}
+
+
+@runtime.per_container
+def owner() -> Ledger:
+    """The ledger as the schema's owner (see the module header)."""
+    engine = admin_engine()
+    return runtime.ledger() if engine is None else Ledger(engine)
 
 
 def migrate(ledger: Ledger, statement_timeout_ms: int) -> None:
