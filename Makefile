@@ -51,8 +51,9 @@ bench: $(STAMP) postgres
 screenshot: $(STAMP) postgres
 	CRONLEDGER_SCREENSHOT=docs/console.png $(BIN)/python -m pytest -q tests/browser -k "screenshot and sqlite"
 
+# `make synth PROFILE=lean` (or ha); the default profile is standard.
 synth: $(STAMP)
-	$(BIN)/python infra/app.py
+	$(BIN)/python infra/app.py $(if $(PROFILE),-c cronledger:profile=$(PROFILE))
 
 # The code asset's lock file (requirements-lambda.txt), resolved for arm64 CPython 3.13 with
 # hashes; run after changing [project].dependencies (needs PyPI). A test fails while it is stale.

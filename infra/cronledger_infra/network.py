@@ -5,7 +5,9 @@ its proxy: isolated, no route out) and, only when NAT gateways are wanted, `publ
 NAT is what lets an `http` target on the internet be reached; with `nat_gateways=0` the `app`
 subnets are isolated too and only AWS services with an interface endpoint are reachable. The
 endpoints are for the services the functions (and the proxy, for its secret) call, so that
-traffic stays inside the VPC either way. Rejected traffic is flow-logged.
+traffic stays inside the VPC either way; the `lean` profile puts them in one AZ only (an
+endpoint is billed per AZ; the other AZ's functions reach it across). Rejected traffic is
+flow-logged.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Network(Construct):
         *,
         nat_gateways: int,
         endpoints: tuple[str, ...],
+        endpoint_azs: int,
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -69,11 +72,13 @@ class Network(Construct):
             allow_all_outbound=False,
         )
         endpoint_security.add_ingress_rule(ec2.Peer.ipv4(CIDR), ec2.Port.tcp(443))
+        app = self.vpc.select_subnets(subnet_group_name="app").subnets
+        endpoint_subnets = ec2.SubnetSelection(subnets=app[:endpoint_azs])
         for name in endpoints:
             self.vpc.add_interface_endpoint(
                 f"{name.capitalize()}Endpoint",
                 service=_ENDPOINTS[name],
-                subnets=self.app_subnets,
+                subnets=endpoint_subnets,
                 private_dns_enabled=True,
                 security_groups=[endpoint_security],
                 open=False,

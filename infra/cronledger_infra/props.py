@@ -30,7 +30,7 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from aws_cdk import aws_logs as logs
@@ -40,12 +40,13 @@ from cronledger_infra.capacity import (
     ConnectionBudget,
     aurora_max_connections,
 )
+from cronledger_infra.profiles import ALL_ENDPOINTS, DEFAULT_PROFILE, PROFILES, Profile
 
 CONTEXT_PREFIX = "cronledger:"
 
 REMOVAL_POLICIES = ("snapshot", "retain", "destroy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-ENDPOINT_SERVICES = ("secretsmanager", "lambda", "states", "sqs", "events")
+ENDPOINT_SERVICES = ALL_ENDPOINTS
 DEFAULT_NAME = "Cronledger"
 #: How long `migrate` may run (functions.py gives it this timeout).
 MIGRATE_TIMEOUT_SECS = 300
@@ -61,9 +62,11 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 class CronledgerProps:
     # the installation
     name: str = DEFAULT_NAME
+    # the deployment profile (profiles.py); the two below override its network when set
+    profile: str = DEFAULT_PROFILE
     # network
-    nat_gateways: int = 1
-    vpc_endpoints: tuple[str, ...] = ENDPOINT_SERVICES
+    nat_gateways: int | None = None
+    vpc_endpoints: tuple[str, ...] | None = None
     # database
     min_capacity_acu: float = 0.5
     max_capacity_acu: float = 4.0
@@ -122,6 +125,16 @@ class CronledgerProps:
         """The CloudWatch namespace of the functions' metrics: the installation's own."""
         return self.metrics_namespace or self.name
 
+    @property
+    def shape(self) -> Profile:
+        """The profile, with the operator's network overrides."""
+        chosen = PROFILES.get(self.profile, PROFILES[DEFAULT_PROFILE])
+        return replace(
+            chosen,
+            nat_gateways=chosen.nat_gateways if self.nat_gateways is None else self.nat_gateways,
+            vpc_endpoints=self.vpc_endpoints or chosen.vpc_endpoints,
+        )
+
     def concurrency(self) -> dict[str, int]:
         """Each function's concurrent containers at most (capacity.py), migrate aside."""
         return {
@@ -148,14 +161,20 @@ class CronledgerProps:
                 f"name {self.name!r} must be a letter then up to 31 letters, digits or hyphens "
                 "(it becomes the stack name and the prefix of every name the stack gives)"
             )
-        if self.nat_gateways < 0:
+        if self.profile not in PROFILES:
+            yield f"profile must be one of {list(PROFILES)}"
+        shape = self.shape
+        if shape.nat_gateways < 0:
             yield "nat_gateways must be 0 or more"
-        unknown = sorted(set(self.vpc_endpoints) - set(ENDPOINT_SERVICES))
+        unknown = sorted(set(shape.vpc_endpoints) - set(ENDPOINT_SERVICES))
         if unknown:
             yield f"vpc_endpoints {unknown} unknown; choose from {list(ENDPOINT_SERVICES)}"
-        if "secretsmanager" not in self.vpc_endpoints:
-            yield "vpc_endpoints must include secretsmanager: the proxy reads its secret through it"
-        if not self.nat_gateways and "lambda" not in self.vpc_endpoints:
+        if "secretsmanager" not in shape.vpc_endpoints:
+            yield (
+                "vpc_endpoints must include secretsmanager: the password rotation (and the "
+                "proxy, or migrate without one) reads the master user's secret through it"
+            )
+        if not shape.nat_gateways and "lambda" not in shape.vpc_endpoints:
             yield "without NAT, vpc_endpoints must include lambda: claim invokes the executor"
         if not 0 <= self.min_capacity_acu <= self.max_capacity_acu <= 256:
             yield "need 0 <= min_capacity_acu <= max_capacity_acu <= 256"

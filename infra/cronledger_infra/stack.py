@@ -48,11 +48,13 @@ class CronledgerStack(Stack):
         )
         retention = logs.RetentionDays[props.log_retention]
 
+        shape = props.shape
         network = Network(
             self,
             "Network",
-            nat_gateways=props.nat_gateways,
-            endpoints=props.vpc_endpoints,
+            nat_gateways=shape.nat_gateways,
+            endpoints=shape.vpc_endpoints,
+            endpoint_azs=shape.endpoint_azs,
             log_retention=retention,
         )
         database = Database(
@@ -67,6 +69,8 @@ class CronledgerStack(Stack):
             removal_policy=props.removal_policy,
             secret_rotation_days=props.secret_rotation_days,
             log_retention=retention,
+            proxy=shape.proxy,
+            readers=shape.readers,
         )
         functions = Functions(
             self,
@@ -135,4 +139,4 @@ class CronledgerStack(Stack):
         CfnOutput(self, "ApiUrl", value=api.url, description="The operator API (SigV4, IAM)")
         CfnOutput(self, "AlarmTopicArn", value=monitoring.topic.topic_arn)
         CfnOutput(self, "ExecutorDeadLetterQueueUrl", value=execution.dead_letters.queue_url)
-        CfnOutput(self, "DatabaseProxyEndpoint", value=database.proxy.endpoint)
+        CfnOutput(self, "DatabaseEndpoint", value=database.endpoint)

@@ -13,3 +13,15 @@ from tests.infra.synthesis import Synthesized, synthesize
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     return synthesize(tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture(scope="session")
+def lean(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The stack under `-c cronledger:profile=lean`."""
+    return synthesize(tmp_path_factory.mktemp("cdk.out-lean"), "lean")
+
+
+@pytest.fixture(scope="session")
+def ha(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The stack under `-c cronledger:profile=ha`."""
+    return synthesize(tmp_path_factory.mktemp("cdk.out-ha"), "ha")

@@ -32,6 +32,7 @@ class Synthesized:
     outdir: Path
     template: dict[str, Any]
     nag_failure: str | None
+    profile: str = "standard"
 
     def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
         """Logical id → properties of every resource of one type."""
@@ -50,13 +51,15 @@ class Synthesized:
         }
 
 
-def synthesize(outdir: Path) -> Synthesized:
+def synthesize(outdir: Path, profile: str | None = None) -> Synthesized:
     from cronledger_infra.application import build_app
     from cronledger_infra.bundling import source_only_code
     from cronledger_infra.props import DEFAULT_NAME
     from cronledger_infra.stack import PROJECT_ROOT
 
     context = {"cronledger:target_arns": ",".join(TARGET_ARNS)}
+    if profile is not None:
+        context["cronledger:profile"] = profile
     app = build_app(context, outdir=str(outdir), code=source_only_code(PROJECT_ROOT))
     try:
         app.synth()
@@ -64,4 +67,10 @@ def synthesize(outdir: Path) -> Synthesized:
     except RuntimeError as exc:  # cdk-nag's findings fail the synth after writing it
         failure = str(exc)
     template = json.loads((outdir / f"{DEFAULT_NAME}.template.json").read_text())
-    return Synthesized(app=app, outdir=outdir, template=template, nag_failure=failure)
+    return Synthesized(
+        app=app,
+        outdir=outdir,
+        template=template,
+        nag_failure=failure,
+        profile=profile or "standard",
+    )

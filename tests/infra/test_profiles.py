@@ -1,0 +1,107 @@
+"""Each deployment profile makes what it promises (infra/cronledger_infra/profiles.py): `lean`
+no proxy, IAM straight to Aurora, no NAT and two endpoints in one AZ; `standard` (the default,
+`synthesized`) the proxy, one NAT, five endpoints in two AZs; `ha` a reader in the second AZ
+and a NAT per AZ. Each passes cfn-lint and cdk-nag like the default."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cfnlint.api import ManualArgs, lint
+
+from cronledger_infra.props import CronledgerProps
+from tests.infra.synthesis import Synthesized
+
+pytestmark = pytest.mark.xdist_group(name="infra")
+
+
+def _variables(synthesized: Synthesized) -> list[dict[str, object]]:
+    functions = synthesized.resources("AWS::Lambda::Function")
+    return [functions[i]["Environment"]["Variables"] for i in synthesized.functions().values()]
+
+
+def _endpoint_subnets(synthesized: Synthesized) -> list[int]:
+    return [
+        len(e["SubnetIds"])
+        for e in synthesized.resources("AWS::EC2::VPCEndpoint").values()
+        if e.get("VpcEndpointType") == "Interface"
+    ]
+
+
+def test_standard_is_the_default_and_keeps_the_proxy_one_nat_and_five_endpoints_in_two_azs(
+    synthesized: Synthesized,
+) -> None:
+    assert CronledgerProps().profile == "standard"
+    assert len(synthesized.resources("AWS::RDS::DBProxy")) == 1
+    assert len(synthesized.resources("AWS::EC2::NatGateway")) == 1
+    assert _endpoint_subnets(synthesized) == [2] * 5
+    assert len(synthesized.resources("AWS::RDS::DBInstance")) == 1
+    assert all(v["CRONLEDGER_DB_PROXY"] == "true" for v in _variables(synthesized))
+
+
+@pytest.mark.parametrize("profile", ["lean", "ha"])
+def test_each_profile_passes_cfn_lint_and_cdk_nag(
+    profile: str, request: pytest.FixtureRequest
+) -> None:
+    synthesized: Synthesized = request.getfixturevalue(profile)
+    matches = lint(
+        json.dumps(synthesized.template), config=ManualArgs(regions=["us-east-1", "eu-west-1"])
+    )
+    assert synthesized.profile == profile
+    assert [str(m) for m in matches if m.rule.id.startswith("E")] == []
+    assert synthesized.nag_failure is None, synthesized.nag_failure
+
+
+def test_lean_reaches_aurora_straight_with_iam_and_pays_for_no_proxy_nat_or_second_az(
+    lean: Synthesized,
+) -> None:
+    (cluster_id,) = lean.resources("AWS::RDS::DBCluster")
+    cluster = lean.resources("AWS::RDS::DBCluster")[cluster_id]
+
+    # No proxy, no NAT; two endpoints (lambda, secretsmanager), each in one subnet
+    assert lean.resources("AWS::RDS::DBProxy") == {}
+    assert lean.resources("AWS::EC2::NatGateway") == {}
+    services = sorted(
+        json.dumps(e["ServiceName"]).split(".")[-1].strip('"]}')
+        for e in lean.resources("AWS::EC2::VPCEndpoint").values()
+        if e.get("VpcEndpointType") == "Interface"
+    )
+    assert services == ["lambda", "secretsmanager"]
+    assert _endpoint_subnets(lean) == [1, 1]
+
+    # Every function connects to the cluster's endpoint with IAM, TLS verified in the code
+    assert cluster["EnableIAMDatabaseAuthentication"] is True
+    for variables in _variables(lean):
+        assert variables["CRONLEDGER_DB_PROXY"] == "false"
+        assert variables["CRONLEDGER_DB_IAM_AUTH"] == "true"
+        assert variables["CRONLEDGER_DB_HOST"] == {"Fn::GetAtt": [cluster_id, "Endpoint.Address"]}
+    # and each may connect as the IAM user, to this cluster only
+    connects = [
+        s
+        for p in lean.resources("AWS::IAM::Policy").values()
+        for s in p["PolicyDocument"]["Statement"]
+        if s["Action"] == "rds-db:connect"
+    ]
+    assert len(connects) == len(lean.functions())
+    assert all("dbuser:" in json.dumps(s["Resource"]) for s in connects)
+    assert all("/cronledger" in json.dumps(s["Resource"]) for s in connects)
+
+    # The master user is not the functions' user; only migrate is told its secret
+    told = [v for v in _variables(lean) if "CRONLEDGER_DB_ADMIN_SECRET_ARN" in v]
+    assert len(told) == 1
+
+
+def test_ha_adds_a_reader_in_the_second_az_and_a_nat_per_az(ha: Synthesized) -> None:
+    instances = list(ha.resources("AWS::RDS::DBInstance").values())
+    zones = [json.dumps(i["AvailabilityZone"]) for i in instances]
+
+    assert len(instances) == 2 and len(set(zones)) == 2  # a writer and a reader, apart
+    assert len(ha.resources("AWS::EC2::NatGateway")) == 2
+    assert len(ha.resources("AWS::RDS::DBProxy")) == 1
+    assert _endpoint_subnets(ha) == [2] * 5
+
+
+def test_an_unknown_profile_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"profile must be one of \['lean', 'standard', 'ha'\]"):
+        CronledgerProps.from_context({"cronledger:profile": "cheap"})
