@@ -10,7 +10,9 @@ and then the AWS SDK the runtime provides (copied from this environment and comp
 the asset), and the environment of tests/aws/stack.py (tracing on, no credentials, no
 settings read). `python -X importtime`'s cumulative time of the handler module, the median of
 `RUNS` processes, against a target of 600 ms for every handler, with the three heaviest
-direct imports; then the same without the asset's bytecode, for comparison.
+direct imports and the process's CPU time (what the import costs when it waits for no other
+process: this machine's load average is printed beside it); then the same without the
+asset's bytecode, for comparison.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import importlib.util
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -48,6 +51,7 @@ _LINE = re.compile(r"^import time:\s*(\d+)\s*\|\s*(\d+)\s*\|(\s*)(\S+)\s*$")
 class ImportTime:
     total_ms: float
     heaviest: list[tuple[str, float]]
+    cpu_ms: float = 0.0
 
 
 def main() -> None:
@@ -64,14 +68,20 @@ def main() -> None:
         for cache in list(asset.rglob("__pycache__")):
             shutil.rmtree(cache)
         without = {name: import_time(python, path, m) for name, m in handler_modules().items()}
-    print(f"cold imports from the built asset ({machine} build, {python}):", flush=True)
+    load = os.getloadavg()[0]
+    print(
+        f"cold imports from the built asset ({machine} build, {python}, load average "
+        f"{load:.1f} on {os.cpu_count()} CPUs):",
+        flush=True,
+    )
     for name, module in handler_modules().items():
         measured, bare = with_bytecode[name], without[name]
         verdict = "ok" if measured.total_ms <= IMPORT_TARGET_MS else "OVER"
         heaviest = ", ".join(f"{m} {ms:.0f}" for m, ms in measured.heaviest)
         print(
-            f"import {module}: {measured.total_ms:.0f} ms (target {IMPORT_TARGET_MS:.0f} ms: "
-            f"{verdict}; heaviest: {heaviest}); without bytecode {bare.total_ms:.0f} ms",
+            f"import {module}: {measured.total_ms:.0f} ms, {measured.cpu_ms:.0f} ms CPU (target "
+            f"{IMPORT_TARGET_MS:.0f} ms: {verdict}; heaviest: {heaviest}); without bytecode "
+            f"{bare.total_ms:.0f} ms, {bare.cpu_ms:.0f} ms CPU",
             flush=True,
         )
 
@@ -96,10 +106,15 @@ def import_time(python: str, path: str, module: str) -> ImportTime:
     """Median cumulative `-X importtime` of `module` over fresh interpreters."""
     samples = [_run(python, path, module) for _ in range(RUNS)]
     middle = sorted(samples, key=lambda s: s.total_ms)[len(samples) // 2]
-    return ImportTime(statistics.median(s.total_ms for s in samples), middle.heaviest)
+    return ImportTime(
+        statistics.median(s.total_ms for s in samples),
+        middle.heaviest,
+        statistics.median(s.cpu_ms for s in samples),
+    )
 
 
 def _run(python: str, path: str, module: str) -> ImportTime:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     run = subprocess.run(
         [python, "-B", "-S", "-X", "importtime", "-c", f"import {module}"],
         env={**lambda_import_environment(), "PYTHONPATH": path},
@@ -107,6 +122,8 @@ def _run(python: str, path: str, module: str) -> ImportTime:
         text=True,
         check=False,
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_ms = 1000 * (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if run.returncode != 0:
         raise RuntimeError(f"import {module} failed from the asset:\n{run.stderr[-2000:]}")
     # (cumulative µs, indent, name) per line; a module's imports are printed before it, one
@@ -125,7 +142,7 @@ def _run(python: str, path: str, module: str) -> ImportTime:
         if depth == indent + 2:
             children.append((name, micros / 1000))
     children.sort(key=lambda item: -item[1])
-    return ImportTime(total / 1000, children[:3])
+    return ImportTime(total / 1000, children[:3], cpu_ms)
 
 
 if __name__ == "__main__":
