@@ -11,7 +11,7 @@ import sys
 
 import cronledger
 from cronledger import metrics
-from cronledger.aws import claim, database, migrate, runtime
+from cronledger.aws import claim, database, migrate, runtime, wake
 from cronledger.settings import Settings
 from tests.aws.stack import INFRA, constants, handler_modules, lambda_import_environment
 
@@ -45,6 +45,8 @@ def test_the_variables_the_stack_sets_are_the_ones_the_functions_read() -> None:
         database.DB_USER,
         database.DB_IAM_AUTH,
         migrate.APP_USER,  # the role migrate grants
+        database.DB_PROXY,
+        database.DB_ADMIN_SECRET_ARN,
     }
     assert f'"{claim.EXECUTE_FUNCTION_NAME}"' in functions_source
     migration = set(re.findall(r'"(CRONLEDGER_\w+)"', (INFRA / "migration.py").read_text()))
@@ -53,6 +55,7 @@ def test_the_variables_the_stack_sets_are_the_ones_the_functions_read() -> None:
         Settings.from_env({"CRONLEDGER_DB_SOCKET_TIMEOUT_SECS": "300"}).db_socket_timeout_secs
         == 300
     )
+    assert f'"{wake.CLAIM_FUNCTION_NAME}"' in functions_source
 
 
 IMPORT_WITHOUT_NETWORK = """
