@@ -76,20 +76,19 @@ def test_lean_reaches_aurora_straight_with_iam_and_pays_for_no_proxy_nat_or_seco
         assert variables["CRONLEDGER_DB_PROXY"] == "false"
         assert variables["CRONLEDGER_DB_IAM_AUTH"] == "true"
         assert variables["CRONLEDGER_DB_HOST"] == {"Fn::GetAtt": [cluster_id, "Endpoint.Address"]}
-    # and each may connect as the IAM user, to this cluster only
+    # and each but migrate may connect as the application role, to this cluster only
     connects = [
         s
         for p in lean.resources("AWS::IAM::Policy").values()
         for s in p["PolicyDocument"]["Statement"]
         if s["Action"] == "rds-db:connect"
     ]
-    assert len(connects) == len(lean.functions())
-    assert all("dbuser:" in json.dumps(s["Resource"]) for s in connects)
-    assert all("/cronledger" in json.dumps(s["Resource"]) for s in connects)
+    assert len(connects) == len(lean.functions()) - 1
+    assert all(json.dumps(s["Resource"]).endswith('/cronledger_app"]]}') for s in connects)
 
-    # The master user is not the functions' user; only migrate is told its secret
+    # Only migrate, the schema's owner, is told the master user's secret (it logs in with it)
     told = [v for v in _variables(lean) if "CRONLEDGER_DB_ADMIN_SECRET_ARN" in v]
-    assert len(told) == 1
+    assert len(told) == 1 and told[0]["CRONLEDGER_DB_USER"] == "cronledger"
 
 
 def test_ha_adds_a_reader_in_the_second_az_and_a_nat_per_az(ha: Synthesized) -> None:
