@@ -308,6 +308,22 @@ def is_loopback(host: str) -> bool:
     )
 
 
+def exposure_warning(host: str, allow_remote: bool) -> str | None:
+    """What `cronledger dev` must say before listening on `host` (None: nothing, it is this
+    machine's); `ValueError` when `host` is not loopback and `allow_remote` was not given."""
+    if is_loopback(host):
+        return None
+    if not allow_remote:
+        raise ValueError(
+            f"refusing to serve the API on {host}: it has no authentication, so anyone who can "
+            "reach it can run what your targets allow; pass --allow-remote to do it anyway"
+        )
+    return (
+        f"WARNING: the API listens on {host}, beyond this machine, with no authentication: "
+        "anyone who can reach it can create channels and run what your targets allow."
+    )
+
+
 def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[AttemptReport], None]:
     """Print each settled occurrence: status, lag (started - scheduled) and duration; and each
     attempt that stopped itself or was superseded, with why."""
@@ -387,11 +403,7 @@ def run_dev(
 ) -> int:
     """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C. The API listens
     beyond this machine only with `allow_remote`, and then says loudly that it does."""
-    if not is_loopback(host) and not allow_remote:
-        raise ValueError(
-            f"refusing to serve the API on {host}: it has no authentication, so anyone who can "
-            "reach it can run what your targets allow; pass --allow-remote to do it anyway"
-        )
+    warning = exposure_warning(host, allow_remote)
     from cronledger.api import create_app, handle_event  # Powertools: only when serving
 
     settings = dev_settings(database_url, demo)
@@ -416,12 +428,8 @@ def run_dev(
     scheduler.start()
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
     print(f"cronledger dev: API on http://{host}:{port}  (database {shown_url})", file=out)
-    if not is_loopback(host):
-        print(
-            f"WARNING: the API listens on {host}, beyond this machine, with no authentication: "
-            "anyone who can reach it can create channels and run what your targets allow.",
-            file=out,
-        )
+    if warning:
+        print(warning, file=out)
     for line in describe_policy(settings):
         print(line, file=out)
     if demo:

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from cronledger.api import create_app, handle_event
 from cronledger.cli import main
 from cronledger.ledger import Ledger
-from cronledger.local import describe_policy, dev_settings, serve_api
+from cronledger.local import describe_policy, dev_settings, exposure_warning, serve_api
 from tests.api.helpers import CHANNELS, SETTINGS, channel_document
 from tests.polling import wait_until
 
@@ -265,3 +265,19 @@ def test_the_demo_adds_its_own_module_to_what_the_operator_allows() -> None:
         "python targets may call functions in: none (CRONLEDGER_PYTHON_TARGETS lists modules)"
     )
     assert demo.python_targets == ("reports.jobs", "cronledger.demo")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost", "LOCALHOST"])
+def test_a_loopback_host_needs_no_flag_and_no_warning(host: str) -> None:
+    assert exposure_warning(host, allow_remote=False) is None
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "mybox.lan"])
+def test_any_other_host_needs_the_flag_and_then_is_warned_about(host: str) -> None:
+    with pytest.raises(ValueError, match="pass --allow-remote"):
+        exposure_warning(host, allow_remote=False)
+
+    assert exposure_warning(host, allow_remote=True) == (
+        f"WARNING: the API listens on {host}, beyond this machine, with no authentication: "
+        "anyone who can reach it can create channels and run what your targets allow."
+    )

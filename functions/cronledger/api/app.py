@@ -1,13 +1,14 @@
 """The resolver: every route of SPEC §6 on one `APIGatewayHttpResolver`, validated both ways.
 
 Before any route is chosen, a request passes the body rules every route shares (JSON objects
-only, valid Unicode, `HEAD` as `GET`: `requests.screen`). Requests are then checked against the
-pydantic models before a route runs (a malformed one is a 422 in the error envelope) and every
-response is checked against the same models, so `/openapi.json` describes exactly what is
-served; a response that does not match is a bug and answers 500. A known path asked with a
-method it does not answer is a 405 naming the ones it does. The resolver holds no state of its
-own besides the ledger it was given, so one instance serves a Lambda container or the local
-runner's threads alike (through `handle_event`, which answers one request at a time).
+only, valid Unicode, `HEAD` as `GET`: `request_rules.screen`). Requests are then checked
+against the pydantic models before a route runs (a malformed one is a 422 in the error
+envelope) and every response is checked against the same models, so `/openapi.json` describes
+exactly what is served; a response that does not match is a bug and answers 500. A known path
+asked with a method it does not answer is a 405 naming the ones it does. The resolver holds no
+state of its own besides the ledger it was given, so one instance serves a Lambda container or
+the local runner's threads alike (through `handle_event`, which answers one request at a
+time).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from cronledger.api.channel_runs import add_channel_run_routes
 from cronledger.api.channels import add_channel_routes
 from cronledger.api.errors import as_v2, error_response, install_error_mapping
 from cronledger.api.occurrences import add_occurrence_routes
-from cronledger.api.requests import (
+from cronledger.api.request_rules import (
     MalformedBody,
     RouteMethods,
     UnsupportedMediaType,
@@ -50,7 +51,7 @@ _one_request_at_a_time = threading.Lock()
 
 
 class ScreenedResolver(APIGatewayHttpResolver):
-    """Powertools' resolver with the request rules of `requests.screen` in front of it."""
+    """Powertools' resolver with the request rules of `request_rules.screen` in front of it."""
 
     def resolve(self, event: Mapping[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         http = event.get("requestContext", {}).get("http", {})

@@ -5,7 +5,7 @@ Every error leaves as `{"error": {"code", "message", "details": [{"path", "code"
 | raised | status | code |
 |---|---|---|
 | `ValidationFailed` (every field problem) | 400 | `validation_failed` |
-| `ValidationFailed` raised by `requests.screen`: text that is not valid Unicode | 400 | `validation_failed` |
+| `ValidationFailed` raised by `request_rules.screen`: text that is not valid Unicode | 400 | `validation_failed` |
 | `NotFound`, or no such route | 404 | `not_found` |
 | a known path with a method it does not answer | 405 (with `Allow`) | `method_not_allowed` |
 | `Conflict` | 409 | `conflict` |
@@ -15,9 +15,9 @@ Every error leaves as `{"error": {"code", "message", "details": [{"path", "code"
 | anything else: a bug, logged at ERROR with its traceback, never echoed | 500 | `internal` |
 
 Bad input is always one of the 4xx rows: what the resolver's request validation refuses is
-reshaped here, so no client ever sees Powertools' own error shape. A refusal that comes before
-routing (`requests.screen`) is answered here too, as a finished v2 response (`as_v2`), and so
-is the local server's 403 (`forbidden`).
+reshaped here, so no client ever sees Powertools' own error shape. A refusal that comes
+before routing (`request_rules.screen`) is answered here too, as a finished v2 response
+(`as_v2`), and so is the local server's 403 (`forbidden`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from cronledger.api.models import ErrorEnvelope
-from cronledger.api.requests import MalformedBody, RouteMethods, UnsupportedMediaType
+from cronledger.api.request_rules import MalformedBody, RouteMethods, UnsupportedMediaType
 from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.ledger import DatabaseUnavailable
 
