@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cronledger.api import create_app
 from cronledger.ledger import Ledger
-from tests.api.helpers import CHANNELS, channel_document
+from tests.api.helpers import CHANNELS, SETTINGS, channel_document
 from tests.api.http import call
 
 BLOCKED = {
@@ -165,3 +165,22 @@ def test_each_refusal_is_a_400_with_its_path_and_message_and_nothing_is_stored(
         {"path": path, "code": "invalid", "message": message}
     ]
     assert ledger.list_channels().total == 0
+
+
+def test_activating_a_channel_whose_target_the_operator_no_longer_allows_is_a_400(
+    ledger: Ledger,
+) -> None:
+    # Given a draft channel saved while its module was allowed
+    created = call(create_app(ledger, SETTINGS), "POST", CHANNELS, body=channel_document())
+    channel_id = created.data["channel_id"]
+
+    # When the operator no longer allows it, and someone activates the channel
+    answer = call(
+        create_app(ledger), "PATCH", f"{CHANNELS}/{channel_id}/status", body={"status": "active"}
+    )
+
+    # Then it stays a draft, and the answer says why
+    assert answer.status == 400
+    assert answer.body["error"]["details"][0]["path"] == "target.callable"
+    assert "CRONLEDGER_PYTHON_TARGETS" in answer.body["error"]["details"][0]["message"]
+    assert ledger.get_channel(channel_id).status == "draft"

@@ -9,7 +9,8 @@ Decisions where SPEC is silent:
   as it is, so applying the same file twice (`cronledger channels apply`) is idempotent.
 - Activating a channel re-checks its stored schedule, so a definition that stopped compiling
   (a zone removed from the tz database) is refused with the reason instead of failing silently
-  in every reconcile pass.
+  in every reconcile pass; and its target against the operator's policy as it is now (a module
+  or network no longer allowed), for the same reason.
 - The list is oldest first and can be filtered by `status` and by exact `name` (which is how
   the command line resolves a name to an id).
 """
@@ -40,7 +41,7 @@ from cronledger.api.views import channel_version, channel_view, cursors_by_chann
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
-from cronledger.targets import TargetPolicy
+from cronledger.targets import TargetPolicy, validate_target
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
@@ -165,6 +166,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         if body.status == CHANNEL_ACTIVE:
             channel = ledger.get_channel(channel_id)
             SHARED_SCHEDULES.get(channel)
+            validate_target(channel.target, policy)
         return view(ledger.set_channel_status(channel_id, body.status))
 
     @app.delete(
