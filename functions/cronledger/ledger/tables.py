@@ -142,9 +142,8 @@ occurrences = sa.Table(
         postgresql_where=sa.text("status IN ('pending', 'claimed') AND NOT misfire_judged"),
         sqlite_where=sa.text("status IN ('pending', 'claimed') AND NOT misfire_judged"),
     ),
-    # Newest-first listing, overall and per channel.
-    sa.Index("ix_cron_occurrences_created", "created_at", "id"),
-    sa.Index("ix_cron_occurrences_channel_created", "channel_id", "created_at"),
+    # Newest-first listing by instant (per channel: the unique constraint above).
+    sa.Index("ix_cron_occurrences_scheduled", "scheduled_for", "id"),
 )
 
 singletons = sa.Table(
