@@ -633,6 +633,21 @@ def test_shell_completion_completes_commands(
     assert capsys.readouterr().out.split() == ["history"]
 
 
+def test_shell_completion_completes_channel_names_from_the_api(
+    cli: Cli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("nightly", "noon", "hourly"):
+        cli.channel(name)
+    monkeypatch.setenv("_CRONLEDGER_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", f"cronledger --api-url {cli.url} channels show n")
+    monkeypatch.setenv("COMP_CWORD", "5")
+
+    code = main([])
+
+    assert code == 0
+    assert capsys.readouterr().out.split() == ["nightly", "noon"]
+
+
 def test_a_closed_pipe_ends_the_command_quietly(cli: Cli) -> None:
     for number in range(40):
         cli.ledger.create_channel(f"channel-{number:02}", SCHEDULE, OK_TARGET, 5000)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -77,7 +78,23 @@ Json = Annotated[
     bool,
     typer.Option("--json", help="same as -o json", rich_help_panel=GLOBAL_PANEL),
 ]
-ChannelRef = Annotated[str, typer.Argument(help="a channel name or id", show_default=False)]
+
+
+def _channel_names(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a CHANNEL: the names the API knows (none if it cannot be asked)."""
+    given = ctx.params.get("api_url") or ctx.find_root().params.get("api_url")
+    url = given or os.environ.get("CRONLEDGER_API_URL") or DEFAULT_API_URL
+    try:
+        page = ApiClient(url, timeout=2).call("GET", f"{PREFIX}/channels", {"limit": 1000})
+    except (ApiError, Unreachable, ValueError):
+        return []
+    return [c["name"] for c in page["data"] if c["name"].startswith(incomplete)]
+
+
+ChannelRef = Annotated[
+    str,
+    typer.Argument(help="a channel name or id", show_default=False, autocompletion=_channel_names),
+]
 Limit = Annotated[int, typer.Option(min=1, max=1000, help="rows per page, 1..1000")]
 Offset = Annotated[int, typer.Option(min=0, help="rows to skip (the footer says what's next)")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="do it without asking")]
