@@ -37,3 +37,17 @@ def parse_rfc3339(text: str) -> datetime:
     if parsed.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no offset; add 'Z' for UTC")
     return parsed.astimezone(UTC)
+
+
+def human_duration(millis: float | None) -> str:
+    """Milliseconds as a person reads them: "6 ms", "3.2 s", "4.5 min", "2 h", "2 d"."""
+    if millis is None:
+        return "-"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000)):
+        if millis >= size:
+            amount = millis / size
+            text = f"{amount:.0f}" if amount >= 10 else f"{amount:.1f}".removesuffix(".0")
+            return f"{text} {unit}"
+    if millis >= 1000:
+        return f"{millis / 1000:.0f} s" if millis >= 10_000 else f"{millis / 1000:.1f} s"
+    return f"{millis:.0f} ms"

@@ -31,9 +31,9 @@ import sqlalchemy as sa
 from cronledger.claim import run_claim_loop
 from cronledger.errors import NotFound
 from cronledger.execute import AttemptReport, Executor
-from cronledger.instants import to_rfc3339
+from cronledger.instants import human_duration
 from cronledger.invokers import ThreadPoolInvoker
-from cronledger.ledger import CHANNEL_ACTIVE, Ledger
+from cronledger.ledger import CHANNEL_ACTIVE, Ledger, Occurrence
 from cronledger.reconcile import PassReport, run_reconcile_loop
 from cronledger.settings import Settings
 
@@ -325,41 +325,56 @@ def exposure_warning(host: str, allow_remote: bool) -> str | None:
 
 
 def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[AttemptReport], None]:
-    """Print each settled occurrence: status, lag (started - scheduled) and duration; and each
-    attempt that stopped itself or was superseded, with why."""
+    """Print each attempt that ended as one line, in columns that line up whatever the trigger:
+    the instant (to the second), channel, trigger, what the attempt came to (`stopped` and
+    `superseded` too: they wrote nothing, and say so), the attempt of those allowed, lag (started
+    - due) and duration as a person reads them ("3.2 s", "2 d"), the id; then why, indented."""
     lock = threading.Lock()
 
     def show(report: AttemptReport) -> None:
-        if report.outcome in STOPPED_OUTCOMES:
-            with lock:
-                print(
-                    f"{report.occurrence_id}  attempt {report.attempt} {report.outcome}: "
-                    f"{report.error}",
-                    file=out,
-                    flush=True,
-                )
-            return
-        if report.status is None:
+        stopped = report.outcome in STOPPED_OUTCOMES
+        if report.status is None and not stopped:
             return
         try:
-            row = ledger.get_occurrence(report.occurrence_id)
+            row: Occurrence | None = ledger.get_occurrence(report.occurrence_id)
         except Exception:
-            return
-        lag = duration = "-"
-        if row.started_at is not None:
-            lag = f"{(row.started_at - row.scheduled_for).total_seconds() * 1000:.0f} ms"
-            if row.completed_at is not None:
-                duration = f"{(row.completed_at - row.started_at).total_seconds() * 1000:.0f} ms"
-        line = (
-            f"{to_rfc3339(row.scheduled_for)}  {row.channel_name:<16} {row.status:<17} "
-            f"attempt {row.attempt}  lag {lag:>8}  took {duration:>8}  {row.id}"
-        )
-        if row.error_message and row.status != "completed":
-            line += f"\n    {row.error_message}"
+            row = None  # gone meanwhile (a purge): the report alone still says what happened
+        text = _console_line(report, row, stopped)
         with lock:
-            print(line, file=out, flush=True)
+            print(text, file=out, flush=True)
 
     return show
+
+
+def _console_line(report: AttemptReport, row: Occurrence | None, stopped: bool) -> str:
+    attempt = report.attempt if report.attempt is not None else row.attempt if row else 0
+    if row is None:
+        instant, channel, trigger, allowed = "-", "-", "-", "?"
+    else:
+        instant = f"{row.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
+        channel, trigger, allowed = row.channel_name, row.trigger, str(row.max_attempts)
+    status = report.outcome if stopped else report.status or "-"
+    if report.retry_in is not None:
+        status = "failed"  # written back to pending, for its next attempt
+    lag = took = "-"
+    if row is not None and row.started_at is not None and not stopped:
+        lag = human_duration((row.started_at - row.due_at).total_seconds() * 1000)
+        if row.completed_at is not None:
+            took = human_duration((row.completed_at - row.started_at).total_seconds() * 1000)
+    line = (
+        f"{instant:<20}  {_fit(channel, 16):<16}  {trigger:<8}  {status:<17}  "
+        f"attempt {f'{attempt}/{allowed}':<5}  lag {lag:>7}  took {took:>7}  {report.occurrence_id}"
+    )
+    why = report.error if stopped else (row.error_message if row is not None else report.error)
+    if report.retry_in is not None:
+        why = f"{why or 'failed'} (next attempt in {human_duration(report.retry_in * 1000)})"
+    if why and status != "completed":
+        line += f"\n    {why}"
+    return line
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def dev_settings(

@@ -4,7 +4,6 @@ stops at its next beat, writing nothing, and says why."""
 
 from __future__ import annotations
 
-import io
 import itertools
 import logging
 import time
@@ -26,7 +25,7 @@ from cronledger.ledger import (
     Ledger,
     NewOccurrence,
 )
-from cronledger.local import LocalScheduler, console_printer
+from cronledger.local import LocalScheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel, rows
 from tests.polling import wait_until
@@ -128,19 +127,3 @@ def _due(ledger: Ledger, channel_id: str, ago: float) -> NewOccurrence:
 def _waits(row: Any) -> bool:
     """A contender queued for the key: back to pending, admitted, after a claim."""
     return bool(row.status == PENDING and row.misfire_judged and row.started_at is None)
-
-
-def test_the_local_console_prints_an_attempt_that_was_superseded_with_why(
-    ledger: Ledger,
-) -> None:
-    out = io.StringIO()
-    show = console_printer(ledger, out)
-
-    show(AttemptReport("occ-1", "superseded", error="ownership lost: replaced by occ-2", attempt=2))
-    show(AttemptReport("occ-3", "stopped", error="no successful renewal", attempt=1))
-    show(AttemptReport("occ-4", "lost", error="not claimed by this dispatch", attempt=1))
-
-    assert out.getvalue().splitlines() == [
-        "occ-1  attempt 2 superseded: ownership lost: replaced by occ-2",
-        "occ-3  attempt 1 stopped: no successful renewal",
-    ]

@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cronledger.instants import human_duration
+
 
 class Format(StrEnum):
     table = "table"
@@ -213,18 +215,5 @@ def ago(value: Any, now: datetime | None = None) -> str:
 
 
 def duration(millis: Any) -> str:
-    """Milliseconds as a person reads them: "6 ms", "3.2 s", "4 min", "2 h", "2 d"."""
-    if millis is None:
-        return "-"
-    ms = float(millis)
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000)):
-        if ms >= size:
-            amount = ms / size
-            return (
-                f"{amount:.0f} {unit}"
-                if amount >= 10
-                else f"{amount:.1f} {unit}".replace(".0 ", " ")
-            )
-    if ms >= 1000:
-        return f"{ms / 1000:.1f} s"
-    return f"{ms:.0f} ms"
+    """Milliseconds as a person reads them ("6 ms", "3.2 s", "2 d")."""
+    return human_duration(None if millis is None else float(millis))
