@@ -268,6 +268,47 @@ def test_trigger_and_pause_buttons_act_on_the_channel(console: Console) -> None:
     assert manual.trigger == "manual"
 
 
+def test_a_channels_panel_previews_its_next_fires_in_utc_and_local_time(
+    console: Console,
+) -> None:
+    console.channel("london", OK_TARGET, schedule="0 30 1 * * *", timezone="Europe/London")
+
+    console.open()
+    console.click('#channels tr[data-channel="london"] .name')
+    rows = console.wait(
+        lambda d: d.find_elements("css selector", "#panel .preview tr")[1:] or False
+    )
+
+    expected = console.ledger.get_channel_by_name("london")
+    cells = [[td.text for td in row.find_elements("css selector", "td")] for row in rows]
+    assert len(cells) == 10
+    for utc, local in cells:
+        at = datetime.fromisoformat(utc.replace("Z", "+00:00"))
+        assert datetime.fromisoformat(local) == at  # the same instant, in London's wall time
+        assert local[11:19] == "01:30:00"
+    assert expected.name in console.driver.find_element("id", "panel").text
+
+
+def test_the_page_works_through_the_signing_proxy(console: Console) -> None:
+    from cronledger.cli.client import ApiClient
+    from cronledger.console.proxy import start_proxy
+
+    console.channel("nightly", OK_TARGET)
+    proxy = start_proxy(ApiClient(console.url), 0)
+    try:
+        console.url = f"http://127.0.0.1:{proxy.server_port}"
+        console.open()
+        console.click('#channels tr[data-channel="nightly"] button.primary')
+        console.wait(lambda d: console.ledger.list_occurrences().total == 1)
+        errors = [e for e in console.driver.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+    assert errors == []
+    assert console.ledger.list_occurrences().data[0].trigger == "manual"
+
+
 def test_the_page_answers_quickly_with_ten_thousand_occurrences(
     console: Console, capsys: pytest.CaptureFixture[str]
 ) -> None:

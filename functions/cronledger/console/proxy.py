@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 LOOPBACK: Final = "127.0.0.1"
 _PASSED_ON: Final = (f"{PREFIX}/", "/health", "/openapi.json")
 _ANSWER_HEADERS: Final = ("content-type", "allow", "retry-after")
+MAX_BODY: Final = 1 << 20  # far above any channel document the API takes
 
 
 def start_proxy(api: ApiClient, port: int) -> ThreadingHTTPServer:
@@ -60,8 +61,14 @@ def serve_console(api: ApiClient, port: int, out: Out) -> None:
 def _handler(api: ApiClient) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        body: bytes | None = None
 
         def _handle(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            if length > MAX_BODY:
+                self.close_connection = True
+                return self._answer(413, {"content-type": "application/json"}, _error("too large"))
+            self.body = self.rfile.read(length) if length else None
             refusal = self._refusal()
             if refusal is not None:
                 return self._answer(403, {"content-type": "application/json"}, _error(refusal))
@@ -79,10 +86,8 @@ def _handler(api: ApiClient) -> type[BaseHTTPRequestHandler]:
             self._pass_on()
 
         def _pass_on(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            data = self.rfile.read(length) if length else None
             try:
-                status, headers, body = api.exchange(self.command, self.path, data)
+                status, headers, body = api.exchange(self.command, self.path, self.body)
             except Unreachable as exc:
                 return self._answer(502, {"content-type": "application/json"}, _error(str(exc)))
             kept = {k.lower(): v for k, v in headers.items() if k.lower() in _ANSWER_HEADERS}
@@ -98,7 +103,7 @@ def _handler(api: ApiClient) -> type[BaseHTTPRequestHandler]:
                 return "requests from another site's page are refused"
             if self.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
                 return "requests from another site's page are refused"
-            has_body = int(self.headers.get("content-length") or 0) > 0
+            has_body = bool(self.body)
             content_type = self.headers.get("content-type", "")
             if has_body and not content_type.startswith("application/json"):
                 return "send the body as JSON with Content-Type: application/json"

@@ -1,0 +1,154 @@
+"""`cronledger console`'s proxy on 127.0.0.1, in front of the real API (local HTTP, SQLite).
+
+Invariant: it serves the page from the package and passes the API's own paths on, signed
+(SigV4) when the API is API Gateway's; it answers nothing addressed to another host, sent from
+another site's page, or carrying a body that is not JSON, and passes nothing else on.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cronledger.api import create_app
+from cronledger.cli.client import ApiClient
+from cronledger.console.proxy import start_proxy
+from cronledger.ledger import Ledger
+from tests.api.helpers import CHANNELS, SETTINGS, channel_document
+from tests.api.http import serving
+
+
+@dataclass
+class Proxy:
+    port: int
+    ledger: Ledger
+
+    def send(
+        self, method: str, path: str, body: bytes | None = None, **headers: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            names = {"Host": f"127.0.0.1:{self.port}"}
+            names |= {k.replace("_", "-"): v for k, v in headers.items()}
+            connection.request(method, path, body=body, headers=names)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
+
+@pytest.fixture
+def proxy(sqlite_ledger: Ledger) -> Iterator[Proxy]:
+    with serving(create_app(sqlite_ledger, SETTINGS)) as url:
+        server = start_proxy(ApiClient(url), 0)
+        try:
+            yield Proxy(server.server_port, sqlite_ledger)
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def test_the_page_and_its_files_come_from_the_package(proxy: Proxy) -> None:
+    page = proxy.send("GET", "/console")
+    script = proxy.send("GET", "/console/console.js")
+    root = proxy.send("GET", "/")
+    missing = proxy.send("GET", "/console/nope.js")
+    sneaky = proxy.send("GET", "/console/..%2f__init__.py")
+
+    assert page[0] == 200 and page[1]["content-type"].startswith("text/html")
+    assert b'<script src="/console/console.js" defer>' in page[2]
+    assert "default-src 'none'" in page[1]["Content-Security-Policy"]
+    assert script[0] == 200 and script[1]["content-type"].startswith("text/javascript")
+    assert (root[0], root[1]["location"]) == (302, "/console")
+    assert (missing[0], sneaky[0]) == (404, 404)
+
+
+def test_api_requests_pass_through_to_the_api(proxy: Proxy) -> None:
+    body = json.dumps(channel_document()).encode()
+
+    created = proxy.send("POST", CHANNELS, body, Content_Type="application/json")
+    listed = proxy.send("GET", f"{CHANNELS}?name=nightly")
+    refused = proxy.send("POST", CHANNELS, body, Content_Type="application/json")
+    health = proxy.send("GET", "/health")
+
+    assert created[0] == 201
+    assert json.loads(listed[2])["data"][0]["name"] == "nightly"
+    assert refused[0] == 409 and json.loads(refused[2])["error"]["code"] == "conflict"
+    assert health[0] == 200
+    assert proxy.ledger.list_channels().total == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "said"),
+    [
+        ({"Host": "evil.example:80"}, "addressed to it"),
+        ({"Host": "127.0.0.1:1"}, "addressed to it"),
+        ({"Origin": "http://evil.example"}, "another site"),
+        ({"Sec_Fetch_Site": "cross-site"}, "another site"),
+        ({"Content_Type": "text/plain"}, "application/json"),
+    ],
+)
+def test_requests_that_are_not_its_own_pages_are_refused(
+    proxy: Proxy, headers: dict[str, str], said: str
+) -> None:
+    body = json.dumps(channel_document()).encode()
+    headers = {"Content_Type": "application/json", **headers}
+
+    status, _, answer = proxy.send("POST", CHANNELS, body, **headers)
+
+    assert status == 403
+    assert said in json.loads(answer)["error"]["message"]
+    assert proxy.ledger.list_channels().total == 0
+
+
+def test_only_the_apis_own_paths_are_passed_on(proxy: Proxy) -> None:
+    status, _, answer = proxy.send("GET", "/swagger")
+
+    assert status == 404
+    assert json.loads(answer)["error"]["message"] == "no such path"
+
+
+def test_requests_to_api_gateway_are_signed_on_the_way(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Given an API Gateway URL (never reached: the send is captured) and credentials
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    sent: list[urllib.request.Request] = []
+
+    def send(
+        request: urllib.request.Request, timeout: float
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        sent.append(request)
+        return 202, {"Content-Type": "application/json", "X-Amzn-Trace-Id": "x"}, b'{"data": 1}'
+
+    api = ApiClient("https://abc123defg.execute-api.eu-west-1.amazonaws.com", send=send)
+    server = start_proxy(api, 0)
+    try:
+        # When the page triggers a channel through the proxy
+        answer: Any = Proxy(server.server_port, None).send(  # type: ignore[arg-type]
+            "POST", f"{CHANNELS}/c1/trigger?x=1", b"{}", Content_Type="application/json"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    # Then the request went on signed, and its answer came back as it was
+    (request,) = sent
+    assert request.full_url.endswith(f"{CHANNELS}/c1/trigger?x=1")
+    assert request.get_method() == "POST" and request.data == b"{}"
+    authorization = request.get_header("Authorization")
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+    assert "/eu-west-1/execute-api/aws4_request" in authorization
+    assert answer[0] == 202 and answer[2] == b'{"data": 1}'
+    assert "X-Amzn-Trace-Id" not in answer[1]  # only the answer's own headers come back
