@@ -390,6 +390,7 @@ class Executor:
             channel_id=channel.channel_id,
             channel_name=channel.name,
             scheduled_for=occurrence.scheduled_for,
+            due_at=occurrence.due_at,
             started_at=start.started_at,
             timezone=schedule.timezone,
             attempt=occurrence.attempt,

@@ -19,6 +19,12 @@ one channel at a time, so one bad channel cannot stop the others.
 
 A cursor is (re)initialised at the first instant after *now* when it is new, its scheduling
 hash changed, or it was paused: never back-filled from when the channel was written.
+
+A schedule bounds itself (`at`, `starts_at`, `ends_at`), so when its last instant is written
+the plan's next cursor is None and the cursor parks: the channel has ended, and an idle pass
+never looks at it again. Editing it so it has instants again (a later `ends_at`) changes its
+scheduling hash, which re-initialises the cursor from now. Each row of a jittered channel is
+due at `Schedule.due_at(instant)`; its identity stays the instant.
 """
 
 from __future__ import annotations
@@ -201,7 +207,14 @@ def _plan(
     ref = target_ref(channel.target)
 
     attempts = schedule.retry.max_attempts
-    rows = [NewOccurrence.of(channel, at, ref, max_attempts=attempts) for at in instants]
+    # Jitter spreads when each row is due; its identity stays the instant.
+    if schedule.jitter_secs:
+        rows = [
+            NewOccurrence.of(channel, at, ref, max_attempts=attempts, due_at=schedule.due_at(at))
+            for at in instants
+        ]
+    else:
+        rows = [NewOccurrence.of(channel, at, ref, max_attempts=attempts) for at in instants]
     skipped = 0
     if plan.skipped is not None:
         # One row for the whole gap, carried by the newest missed instant: a day of a

@@ -38,9 +38,12 @@ def report(
     zone: str,
     outage: timedelta,
     now: datetime = datetime(2026, 9, 1, 12, tzinfo=UTC),
+    **more: object,
 ) -> None:
     s = compile_schedule(
-        {"schedule": expression, "timezone": zone, "misfire_policy": "latest"}, "bench"
+        {"schedule": expression, "timezone": zone, "misfire_policy": "latest", **more},
+        "bench",
+        now=now - outage,
     )
     first, best, plan = timed(lambda: s.plan_pass(now - outage, now, GRACE, INSTANCE_MAX_CATCH_UP))
     skipped = plan.skipped.count if plan.skipped else 0
@@ -66,6 +69,21 @@ def main() -> None:
         "0 0 * * * MON-FRI",
         "America/New_York",
         timedelta(days=365),
+    )
+
+    report(
+        "every 10 s, jittered up to 9 s, 24 h outage, latest",
+        "*/10 * * * * *",
+        "Europe/London",
+        timedelta(days=1),
+        jitter_secs=9,
+    )
+    report(
+        "per-second, 24 h outage ending at ends_at (mid-outage), latest",
+        "* * * * * *",
+        "UTC",
+        timedelta(days=1),
+        ends_at="2026-09-01T00:00:00Z",
     )
 
     s = compile_schedule({"schedule": "* * * * * *"}, "bench")

@@ -49,6 +49,24 @@ def test_ten_thousand_rows_and_cursors_are_one_statement(pg_ledger: Ledger) -> N
     assert (moved, pending) == (PASS_SIZE, PASS_SIZE)
 
 
+def test_a_thousand_cursor_moves_fit_one_sqlite_pass(sqlite_ledger: Ledger) -> None:
+    # Given a thousand cursors at t0 (SQLite refuses an expression deeper than 1,000)
+    t0 = sqlite_ledger.db_now()
+    t1 = t0 + timedelta(minutes=1)
+    ids = [f"ch-{n:04d}" for n in range(1000)]
+    for channel_id in ids:
+        sqlite_ledger.upsert_cursor(channel_id, 1, "h", t0)
+
+    # When one pass moves them all and writes a row each
+    inserted, won = sqlite_ledger.materialise(
+        (row(t0, channel_id) for channel_id in ids), ((cid, t0, t1) for cid in ids)
+    )
+
+    # Then every cursor moved and every row went in
+    assert (inserted, won) == (1000, set(ids))
+    assert {s.next_fire_at for s in sqlite_ledger.schedule_states()} == {t1}
+
+
 def test_every_value_survives_a_batched_insert(ledger: Ledger) -> None:
     # Given rows whose text needs escaping, with and without optional values
     at = ledger.db_now().replace(microsecond=123456)

@@ -6,7 +6,9 @@ Expected instants are written out in UTC from a calendar, not from the code.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +187,43 @@ def test_a_form_without_a_plain_meaning_is_refused_with_how_to_write_it(
     (error,) = caught.value.errors
     assert (error.path, error.code) == ("transport_config.schedule", "invalid")
     assert says in error.message
+
+
+def readme_table(heading: str) -> list[list[str]]:
+    """The rows of the first table after `heading` in the README, as lists of cells."""
+    text = (Path(__file__).parents[2] / "README.md").read_text()
+    section = text.split(heading, 1)[1]
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        elif rows:
+            break
+    return rows[2:]  # past the header and its rule
+
+
+def expressions_in(cell: str) -> list[str]:
+    return [c for c in re.findall(r"`([^`]+)`", cell) if len(c.split()) == 6]
+
+
+def test_every_example_in_the_readmes_table_of_forms_compiles() -> None:
+    examples = [
+        e for row in readme_table("### The expression language") for e in expressions_in(row[3])
+    ]
+
+    assert len(examples) >= 15
+    for expression in examples:
+        compile_schedule({"schedule": expression}, "c1", now=NOW)
+
+
+def test_every_refused_form_in_the_readme_is_refused_and_its_fix_compiles() -> None:
+    rows = readme_table("Refused, each with a message")
+    refused = [e for row in rows for e in expressions_in(row[0])]
+    fixes = [e for row in rows for e in expressions_in(row[2])]
+
+    assert refused and fixes
+    for expression in refused:
+        with pytest.raises(ScheduleInvalid):
+            compile_schedule({"schedule": expression}, "c1", now=NOW)
+    for expression in fixes:
+        compile_schedule({"schedule": expression}, "c1", now=NOW)

@@ -268,6 +268,10 @@ def compiled(expression: str, zone: str, start: datetime, **more: object) -> Sch
         return compile_schedule({"schedule": expression, "timezone": zone, **more}, "c1", now=start)
     except ScheduleInvalid as refused:
         (error,) = refused.errors
+        if error.path == "transport_config.jitter_secs":
+            assert "shortest gap" in error.message, error.message
+            event("refused: jitter not under the shortest gap")
+            return None
         assert "never fires in the next 5 years" in error.message, error.message
         assert Oracle(expression).next_after(zone, start, FIVE_YEARS) is None
         event("refused: never fires")
@@ -320,6 +324,7 @@ def test_next_after_is_the_oracles_next_instant(
     st.integers(0, 3 * 3600),
     st.integers(1, 4),
     st.integers(1, 4),
+    st.one_of(st.just(0), st.integers(1, 3600)),
 )
 def test_a_plan_accounts_for_every_due_instant_exactly_once(
     case: tuple[str, str, datetime, datetime],
@@ -327,16 +332,26 @@ def test_a_plan_accounts_for_every_due_instant_exactly_once(
     grace_seconds: int,
     channel_bound: int,
     instance_bound: int,
+    jitter_secs: int,
 ) -> None:
-    # Given a window [cursor, now] and what is due in it
+    # Given a window [cursor, now] and what is due in it, each instant judged by its due time
     expression, zone, cursor, now = case
     grace = timedelta(seconds=grace_seconds)
-    s = compiled(expression, zone, cursor, misfire_policy=policy, max_catch_up=channel_bound)
+    s = compiled(
+        expression,
+        zone,
+        cursor,
+        misfire_policy=policy,
+        max_catch_up=channel_bound,
+        jitter_secs=jitter_secs,
+    )
     if s is None:
         return
     due = s.fires_in(cursor, now)
-    late = [t for t in due if t >= now - grace]
-    misfired = [t for t in due if t < now - grace]
+    due_times = [s.due_at(t) for t in due]
+    assert all(a < b for a, b in itertools.pairwise(due_times)), "jitter keeps the order"
+    late = [t for t in due if s.due_at(t) >= now - grace]
+    misfired = [t for t in due if s.due_at(t) < now - grace]
 
     # When the pass is planned
     p = s.plan_pass(cursor, now, grace, instance_bound)

@@ -251,6 +251,7 @@ def test_the_envelope_has_exactly_the_shape_of_the_spec() -> None:
             "channel_id": "ch-1",
             "channel_name": "nightly report",
             "scheduled_for": "2026-09-01T02:15:00Z",
+            "due_at": "2026-09-01T02:15:00Z",
             "started_at": "2026-09-01T02:15:00.250000Z",
             "timezone": "Europe/London",
             "attempt": 1,
@@ -258,6 +259,13 @@ def test_the_envelope_has_exactly_the_shape_of_the_spec() -> None:
             "fencing_token": 7,
         },
     }
+
+
+def test_a_jittered_occurrence_carries_its_due_time_beside_its_instant() -> None:
+    built = envelope(due_at=datetime(2026, 9, 1, 2, 15, 41, 125_000, tzinfo=UTC))
+
+    assert built["trigger"]["scheduled_for"] == "2026-09-01T02:15:00Z"
+    assert built["trigger"]["due_at"] == "2026-09-01T02:15:41.125000Z"
 
 
 def test_an_envelope_without_a_singleton_carries_nulls_in_json() -> None:

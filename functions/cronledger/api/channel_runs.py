@@ -31,6 +31,7 @@ from cronledger.api.models import (
     OccurrenceRecord,
     One,
     Preview,
+    PreviewInstant,
     Text,
 )
 from cronledger.api.views import occurrence_record, preview_instant, safe_target_ref
@@ -45,6 +46,7 @@ from cronledger.ledger import (
     Ledger,
     NewOccurrence,
 )
+from cronledger.schedule import Schedule
 from cronledger.schedule_cache import SHARED_SCHEDULES
 
 MAX_BACKFILL: Final = 1000
@@ -139,20 +141,21 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     ) -> One[Preview]:
         channel = ledger.get_channel(channel_id)
         schedule = SHARED_SCHEDULES.get(channel)
-        instants = []
-        at = ledger.db_now()
-        for _ in range(count):
-            following = schedule.next_after(at)
-            if following is None:
-                break
-            instants.append(preview_instant(following, schedule.timezone))
-            at = following
+        instants: list[PreviewInstant] = []
+        at: datetime | None = ledger.db_now()
+        while at is not None and len(instants) < count:
+            at = schedule.next_after(at)
+            if at is not None:
+                instants.append(preview_instant(at, schedule))
         return One(
             data=Preview(
                 channel_id=channel.channel_id,
                 schedule=schedule.expression,
+                at=schedule.at,
                 timezone=schedule.timezone,
                 instants=instants,
+                ended=not instants,
+                note=None if at is not None else _why_no_more(schedule),
             )
         )
 
@@ -184,6 +187,14 @@ def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:
             f"channel {channel.name} cannot be {verb}",
         )
     return channel
+
+
+def _why_no_more(schedule: Schedule) -> str:
+    if schedule.at is not None:
+        return f"a one-time schedule: its instant ({schedule.at} {schedule.timezone}) has passed"
+    if schedule.ends_at is not None:
+        return f"no instant is left before ends_at ({to_rfc3339(schedule.ends_at)})"
+    return "no instant is left"
 
 
 def _occurrences_of(

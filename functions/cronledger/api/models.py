@@ -69,10 +69,52 @@ Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
 
 _TRANSPORT_CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "When the channel fires (SPEC §1.1). Unknown keys are refused.",
+    "description": (
+        "When the channel fires (SPEC §1.1): a six-field cron `schedule` or a one-time `at`, "
+        "exactly one of the two. Unknown keys are refused."
+    ),
     "properties": {
-        "schedule": {"type": "string", "example": "0 15 2 * * *"},
+        "schedule": {
+            "type": "string",
+            "description": "second minute hour day-of-month month day-of-week",
+            "example": "0 15 2 * * MON-FRI",
+        },
+        "at": {
+            "type": "string",
+            "description": (
+                "a one-time schedule: a local date-time in `timezone`, no offset; a time the "
+                "clocks skip is refused, one they repeat fires at its first instant"
+            ),
+            "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$",
+            "example": "2026-09-01T02:15:00",
+        },
         "timezone": {"type": "string", "example": "Europe/London"},
+        "starts_at": {
+            "type": "string",
+            "format": "date-time",
+            "description": "no instant before it fires (inclusive bound, RFC 3339 with offset)",
+            "example": "2026-09-01T00:00:00Z",
+        },
+        "ends_at": {
+            "type": "string",
+            "format": "date-time",
+            "description": (
+                "no instant after it fires (inclusive); past it the channel is ended, and "
+                "moving it later resumes the channel from now"
+            ),
+            "example": "2026-12-31T23:59:59+01:00",
+        },
+        "jitter_secs": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 3600,
+            "default": 0,
+            "description": (
+                "each instant's row is due up to this many seconds late, by a stable hash of "
+                "the channel and instant; shorter than the schedule's shortest gap"
+            ),
+            "example": 60,
+        },
         "payload": {"type": "object"},
         "misfire_policy": {"type": "string", "enum": ["skip", "latest", "catch_up"]},
         "max_catch_up": {"type": "integer", "minimum": 1, "maximum": 1000},
@@ -98,7 +140,14 @@ _TRANSPORT_CONFIG_SCHEMA: dict[str, Any] = {
             "example": {"max_attempts": 3, "backoff_secs": 10, "max_backoff_secs": 300},
         },
     },
-    "required": ["schedule"],
+    "oneOf": [{"required": ["schedule"]}, {"required": ["at"]}],
+    "example": {
+        "schedule": "0 0 3 * * *",
+        "timezone": "Europe/London",
+        "starts_at": "2026-09-01T00:00:00Z",
+        "ends_at": "2026-12-31T23:59:59Z",
+        "jitter_secs": 300,
+    },
 }
 _TARGET_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -213,12 +262,23 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
+_ENDED = (
+    "the schedule has no instant left (its `at` fired or was missed, or it is past `ends_at`): "
+    "the cursor is parked and `next_fire_at` is null"
+)
+
+
 class CompiledView(BaseModel):
     """The schedule as the scheduler reads it, with the cursor when one exists.
-    `next_fire_at` is null before the first reconcile and while the channel is paused."""
+    `next_fire_at` is null before the first reconcile, while the channel is paused, and once
+    it has ended."""
 
-    schedule: str
+    schedule: str | None = Field(description="the cron expression; null for a one-time `at`")
+    at: str | None = Field(description="a one-time schedule's local date-time")
     timezone: str
+    starts_at: Timestamp | None
+    ends_at: Timestamp | None
+    jitter_secs: int
     misfire_policy: str
     max_catch_up: int
     concurrency_policy: str
@@ -226,6 +286,7 @@ class CompiledView(BaseModel):
     slots: int
     next_fire_at: Timestamp | None
     paused_at: Timestamp | None
+    ended: bool = Field(description=_ENDED)
 
 
 class ChannelView(BaseModel):
@@ -320,13 +381,21 @@ class PreviewInstant(BaseModel):
         description="wall time in the channel's zone with its offset",
         examples=["2026-10-25T01:30:00+01:00"],
     )
+    due_at: Timestamp = Field(
+        description="when its row becomes claimable: the instant plus the channel's jitter"
+    )
 
 
 class Preview(BaseModel):
     channel_id: str
-    schedule: str
+    schedule: str | None
+    at: str | None
     timezone: str
     instants: list[PreviewInstant]
+    ended: bool = Field(
+        description="no instant is left after now: its `at` has passed, or it is past `ends_at`"
+    )
+    note: str | None = Field(description="why fewer instants than asked for, when it ended")
 
 
 class BackfillResult(BaseModel):
@@ -345,9 +414,11 @@ class ChannelStatus(BaseModel):
     name: str
     version: int
     schedule: str | None
+    at: str | None
     timezone: str | None
     next_fire_at: Timestamp | None
     paused_at: Timestamp | None
+    ended: bool = Field(description=_ENDED)
     last_occurrence_id: str | None
     last_status: str | None
     last_scheduled_for: Timestamp | None

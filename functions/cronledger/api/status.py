@@ -18,7 +18,13 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import PREFIX, ChannelStatus, Health, Limit, Offset, One, Page
-from cronledger.api.views import compiled, cursor_times, cursors_by_channel, timestamp
+from cronledger.api.views import (
+    compiled,
+    cursor_times,
+    cursors_by_channel,
+    has_ended,
+    timestamp,
+)
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, Ledger, ScheduleState
@@ -87,9 +93,11 @@ def _status(
         name=channel.name,
         version=channel.version,
         schedule=None if schedule is None else schedule.expression,
+        at=None if schedule is None else schedule.at,
         timezone=None if schedule is None else schedule.timezone,
         next_fire_at=next_fire_at,
         paused_at=paused_at,
+        ended=schedule is not None and has_ended(schedule, state),
         last_occurrence_id=None if last is None else last.id,
         last_status=None if last is None else last.status,
         last_scheduled_for=None if last is None else to_rfc3339(last.scheduled_for),

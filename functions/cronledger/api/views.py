@@ -78,6 +78,18 @@ def cursors_by_channel(states: Iterable[ScheduleState]) -> dict[str, ScheduleSta
     return {state.channel_id: state for state in states}
 
 
+def has_ended(schedule: Schedule, state: ScheduleState | None) -> bool:
+    """The channel has no instant left: reconcile parked its cursor for this very schedule
+    (an edit that changes the scheduling hash, such as a later `ends_at`, is not ended: the
+    next pass re-initialises the cursor from it)."""
+    return (
+        state is not None
+        and state.paused_at is None
+        and state.next_fire_at is None
+        and state.config_hash == schedule.config_hash
+    )
+
+
 def cursor_times(state: ScheduleState | None) -> tuple[str | None, str | None]:
     """(next_fire_at, paused_at) of a cursor as shown. A paused cursor is re-initialised on
     resume, so its stale value is no "next" anything, even while its channel is active
@@ -93,7 +105,11 @@ def _compiled_view(schedule: Schedule, state: ScheduleState | None) -> CompiledV
     next_fire_at, paused_at = cursor_times(state)
     return CompiledView(
         schedule=schedule.expression,
+        at=schedule.at,
         timezone=schedule.timezone,
+        starts_at=timestamp(schedule.starts_at),
+        ends_at=timestamp(schedule.ends_at),
+        jitter_secs=schedule.jitter_secs,
         misfire_policy=schedule.misfire_policy,
         max_catch_up=schedule.max_catch_up,
         concurrency_policy=schedule.concurrency_policy,
@@ -101,6 +117,7 @@ def _compiled_view(schedule: Schedule, state: ScheduleState | None) -> CompiledV
         slots=schedule.slots,
         next_fire_at=next_fire_at,
         paused_at=paused_at,
+        ended=has_ended(schedule, state),
     )
 
 
@@ -164,10 +181,15 @@ def occurrence_record(occurrence: Occurrence) -> OccurrenceRecord:
     )
 
 
-def preview_instant(at: datetime, zone: str) -> PreviewInstant:
-    """The instant in UTC and as the wall clock in `zone` shows it, offset included: on a
-    fall-back day two instants share a wall time and differ only in the offset."""
-    return PreviewInstant(utc=to_rfc3339(at), local=at.astimezone(ZoneInfo(zone)).isoformat())
+def preview_instant(at: datetime, schedule: Schedule) -> PreviewInstant:
+    """The instant in UTC and as the wall clock in the schedule's zone shows it, offset
+    included (on a fall-back day two instants share a wall time and differ only in the
+    offset), and when its row is due."""
+    return PreviewInstant(
+        utc=to_rfc3339(at),
+        local=at.astimezone(ZoneInfo(schedule.timezone)).isoformat(),
+        due_at=to_rfc3339(schedule.due_at(at)),
+    )
 
 
 def _millis(start: datetime | None, end: datetime | None) -> int | None:

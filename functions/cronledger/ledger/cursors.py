@@ -28,6 +28,9 @@ from cronledger.ledger.models import (
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import UtcDateTime, channels, occurrences, schedule_state, status_is
 
+#: The most cursor moves in one SQLite UPDATE (see `_advance_in`).
+MOVE_CHUNK = 250
+
 
 class CursorStore(Store):
     def schedule_states(self, channel_ids: Collection[str] | None = None) -> list[ScheduleState]:
@@ -134,27 +137,32 @@ class CursorStore(Store):
     def _advance_in(
         self, conn: sa.Connection, moves: list[tuple[str, datetime, datetime | None]]
     ) -> set[str]:
-        """The moves as one UPDATE with a condition per move, inside the caller's
-        transaction: SQLite's batch, and a single move anywhere (PostgreSQL's batches join
-        a JSON parameter instead, `_moves_statement`)."""
-        new_value: sa.ColumnElement[datetime | None] = sa.case(
-            {cid: sa.literal(_optional_utc(to), UtcDateTime()) for cid, _, to in moves},
-            value=schedule_state.c.channel_id,
-        )
-        matches = [
-            sa.and_(
-                schedule_state.c.channel_id == cid,
-                schedule_state.c.next_fire_at == require_utc(from_, "from_"),
+        """The moves as UPDATEs with a condition per move, inside the caller's transaction:
+        SQLite's batch, and a single move anywhere (PostgreSQL's batches join a JSON parameter
+        instead, `_moves_statement`). SQLite parses a chain of ORs as a tree as deep as the
+        chain and refuses one deeper than 1,000, so a batch goes `MOVE_CHUNK` moves at a time."""
+        moved: set[str] = set()
+        for start in range(0, len(moves), MOVE_CHUNK):
+            chunk = moves[start : start + MOVE_CHUNK]
+            new_value: sa.ColumnElement[datetime | None] = sa.case(
+                {cid: sa.literal(_optional_utc(to), UtcDateTime()) for cid, _, to in chunk},
+                value=schedule_state.c.channel_id,
             )
-            for cid, from_, _ in moves
-        ]
-        stmt = (
-            sa.update(schedule_state)
-            .where(sa.or_(*matches))
-            .values(next_fire_at=new_value, updated_at=self._sql.now())
-            .returning(schedule_state.c.channel_id)
-        )
-        return set(conn.execute(stmt).scalars())
+            matches = [
+                sa.and_(
+                    schedule_state.c.channel_id == cid,
+                    schedule_state.c.next_fire_at == require_utc(from_, "from_"),
+                )
+                for cid, from_, _ in chunk
+            ]
+            stmt = (
+                sa.update(schedule_state)
+                .where(sa.or_(*matches))
+                .values(next_fire_at=new_value, updated_at=self._sql.now())
+                .returning(schedule_state.c.channel_id)
+            )
+            moved.update(conn.execute(stmt).scalars())
+        return moved
 
     def _moves_statement(
         self, moves: list[tuple[str, datetime, datetime | None]]

@@ -4,8 +4,20 @@ Everything here is pure: no database, no clock. The caller passes `now` (the DB 
 back a plan. That is what lets every misfire rule be tested exhaustively and two reconcilers
 planning the same pass agree row for row.
 
-Planning rules (SPEC §1.6), with the one decision the contract leaves open:
-- instants at or after `now - grace` are late and always materialised, under any policy;
+A schedule is a cron expression or one instant (`at`), kept to its `starts_at`/`ends_at`
+bounds (inclusive) by the schedule itself: every question (`fires_in`, `next_after`,
+`plan_pass`) is answered within them, so reconcile, preview, status and backfill agree without
+each re-checking the bounds. Past its last instant a schedule has no next fire.
+
+Jitter: each instant's row is due at `due_at(instant)`, the instant plus `d` in
+`[0, jitter_secs)` milliseconds-exact, from a keyed BLAKE2b hash of (channel id, instant): the
+same on every pass, in every process, on either backend, and spread evenly across channels.
+
+Planning rules (SPEC §1.6), with the decisions the contract leaves open:
+- instants whose due time is at or after `now - grace` are late and always materialised, under
+  any policy; a jittered instant is judged by its due time (`is_misfired`), which is what an
+  attempt judged at start uses too. `jitter_secs` is shorter than the schedule's shortest gap,
+  so due times keep the instants' order and the misfired ones stay the oldest;
 - older ones are misfired: `skip` keeps none, `latest` the newest, `catch_up` the oldest
   `min(max_catch_up, instance_max_catch_up)`;
 - every dropped instant is counted, exactly, in one `SkipSummary` carried by the newest one;
@@ -17,6 +29,7 @@ Planning rules (SPEC §1.6), with the one decision the contract leaves open:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import dataclass, field
@@ -28,7 +41,7 @@ from cronledger.schedule.walk import (
     EPOCH,
     FIRST_SECOND,
     LAST_SECOND,
-    Calendar,
+    Instants,
     ceil_seconds,
     floor_seconds,
     instant,
@@ -46,6 +59,19 @@ def is_misfired(due_at: datetime, now: datetime, grace: timedelta) -> bool:
     time (the instant, plus its jitter) is older than `now - grace`. The one rule reconcile
     plans by and an attempt is judged by at start (SPEC §1.6, §5)."""
     return due_at < now - grace
+
+
+def jitter(channel_id: str, scheduled_for: datetime, jitter_secs: int) -> timedelta:
+    """How long after `scheduled_for` the channel's row of it is due: whole milliseconds in
+    `[0, jitter_secs)`, from a hash of the channel and the instant (never Python's `hash()`,
+    which differs between processes)."""
+    if jitter_secs <= 0:
+        return timedelta(0)
+    if scheduled_for.tzinfo is None:
+        raise ValueError(f"scheduled_for is naive ({scheduled_for.isoformat()})")
+    key = f"{channel_id}\n{int(scheduled_for.timestamp() // 1)}".encode()
+    digest = hashlib.blake2b(key, digest_size=8, person=b"cronledger.jit").digest()
+    return timedelta(milliseconds=int.from_bytes(digest, "big") % (jitter_secs * 1000))
 
 
 def kept_misfires(policy: MisfirePolicy, count: int, catch_up: int) -> range:
@@ -108,7 +134,10 @@ class Schedule:
     Built only by `compile_schedule`."""
 
     channel_id: str
-    expression: str
+    #: The cron expression; None for a one-time schedule.
+    expression: str | None
+    #: A one-time schedule's local date-time (`YYYY-MM-DDTHH:MM:SS` in `timezone`), or None.
+    at: str | None
     timezone: str
     payload_json: str
     misfire_policy: MisfirePolicy
@@ -117,8 +146,12 @@ class Schedule:
     concurrency_key: str
     slots: int
     retry: RetryPolicy
+    #: Instants before `starts_at` or after `ends_at` never fire (None: unbounded).
+    starts_at: datetime | None
+    ends_at: datetime | None
+    jitter_secs: int
     config_hash: str
-    _calendar: Calendar = field(repr=False)
+    _calendar: Instants = field(repr=False)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -131,6 +164,10 @@ class Schedule:
         """The lock name under `forbid`, `queue_one` and `replace`; `None` when runs may
         overlap."""
         return None if self.concurrency_policy == "allow" else self.concurrency_key
+
+    def due_at(self, instant: datetime) -> datetime:
+        """When the row of `instant` becomes claimable: the instant plus its jitter."""
+        return instant + jitter(self.channel_id, instant, self.jitter_secs)
 
     def fires_in(self, start: datetime, end: datetime, cap: int = WALK_LIMIT) -> list[datetime]:
         """Every instant in `[start, end]` (both ends inclusive), ascending, at most
@@ -169,14 +206,19 @@ class Schedule:
         now_s = floor_seconds(now_utc)
         late_cutoff = ceil_seconds(now_utc - grace) if grace < now_utc - EPOCH else FIRST_SECOND
         late_from = max(cursor_s, late_cutoff)
-
         catch_up = min(self.max_catch_up, instance_max_catch_up)
         misfired_until = min(late_from - 1, now_s)
-        misfired = self._calendar.survey(
-            cursor_s,
-            misfired_until,
-            head=(catch_up if self.misfire_policy == "catch_up" else 0) + 1,
-        )
+        head = (catch_up if self.misfire_policy == "catch_up" else 0) + 1
+        misfired = self._calendar.survey(cursor_s, misfired_until, head)
+        if self.jitter_secs and misfired.count:
+            # The newest instant before the cutoff may still be due after it. Only one can:
+            # the jitter is shorter than every gap, and due times keep the instants' order.
+            newest = misfired.tail[-1]
+            if newest >= late_cutoff - self.jitter_secs and not is_misfired(
+                self.due_at(instant(newest)), now_utc, grace
+            ):
+                late_from = newest
+                misfired = misfired.without_newest()
         keep = kept_misfires(self.misfire_policy, misfired.count, catch_up)
         kept = [misfired.at(i) for i in keep]
         dropped: tuple[int, int, int] | None = None  # oldest, newest, count

@@ -27,7 +27,8 @@ import difflib
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Final, cast, get_args
@@ -36,10 +37,20 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from croniter import croniter
 
 from cronledger.errors import FieldError, ValidationFailed
-from cronledger.instants import require_utc
+from cronledger.instants import parse_rfc3339, require_utc, to_rfc3339
 from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy, Schedule
 from cronledger.schedule.expression import ExpressionRefused, parse_expression
-from cronledger.schedule.walk import LAST_SECOND, ceil_seconds, seconds
+from cronledger.schedule.walk import (
+    FIRST_SECOND,
+    LAST_SECOND,
+    Bounded,
+    Instants,
+    OneInstant,
+    ceil_seconds,
+    clock_changes,
+    floor_seconds,
+    seconds,
+)
 from cronledger.schedule.walk import calendar as shared_calendar
 
 PAYLOAD_LIMIT_BYTES: Final = 256 * 1024
@@ -47,18 +58,27 @@ MAX_CATCH_UP_LIMIT: Final = 1000
 MAX_SLOTS: Final = 100
 VALIDITY_HORIZON: Final = timedelta(days=5 * 366)
 
+MAX_JITTER_SECS: Final = 3600
+
 MAX_ATTEMPTS: Final = 20
 MAX_BACKOFF_SECS: Final = 86_400
 
 _KEYS: Final = (
     "schedule",
+    "at",
     "timezone",
     "payload",
     "misfire_policy",
     "max_catch_up",
     "concurrency",
     "retry",
+    "starts_at",
+    "ends_at",
+    "jitter_secs",
 )
+_JITTER: Final = "transport_config.jitter_secs"
+_AT: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+_AT_EXAMPLE: Final = "2026-09-01T02:15:00"
 _CONCURRENCY_KEYS: Final = ("policy", "key", "slots")
 _RETRY_KEYS: Final = ("max_attempts", "backoff_secs", "max_backoff_secs")
 _MISFIRE_POLICIES: Final = ("skip", "latest", "catch_up")
@@ -136,38 +156,24 @@ def compile_schedule(
 
     errors: list[FieldError] = []
     _refuse_unknown_keys(transport_config, _KEYS, "transport_config", errors)
-    expression = _expression(get("schedule"), errors)
     zone = _timezone(get("timezone"), errors)
+    when = _when(get, zone, anchor, errors)
     payload_json = _payload(get("payload"), errors)
     policy = _choice(get("misfire_policy"), "misfire_policy", _MISFIRE_POLICIES, "latest", errors)
     max_catch_up = _max_catch_up(get("max_catch_up"), policy, errors)
     concurrency = _concurrency(get("concurrency"), channel_id, errors)
     retry = _retry(get("retry"), errors)
-
-    calendar = None
-    if expression is not None:
-        # A bad zone does not hide an impossible date: that is impossible in UTC too.
-        calendar = shared_calendar(expression, zone or "UTC")
-        start = ceil_seconds(anchor)
-        if calendar.first(start, min(start + seconds(VALIDITY_HORIZON), LAST_SECOND)) is None:
-            errors.append(
-                FieldError(
-                    "transport_config.schedule",
-                    "invalid",
-                    f"`{expression}` never fires in the next 5 years in {zone or 'UTC'}; check "
-                    "the day-of-month and month fields (February 30th and April 31st never happen)",
-                )
-            )
     if errors:
         raise ScheduleInvalid(errors)
 
-    assert expression is not None and calendar is not None and zone is not None
+    assert when is not None and zone is not None
     assert payload_json is not None and policy is not None
     assert max_catch_up is not None and concurrency is not None and retry is not None
     misfire_policy = cast(MisfirePolicy, policy)
     return Schedule(
         channel_id=channel_id,
-        expression=expression,
+        expression=when.expression,
+        at=when.at,
         timezone=zone,
         payload_json=payload_json,
         misfire_policy=misfire_policy,
@@ -176,18 +182,133 @@ def compile_schedule(
         concurrency_key=concurrency[1],
         slots=concurrency[2],
         retry=retry,
-        config_hash=_config_hash(expression, zone, misfire_policy, max_catch_up),
-        _calendar=calendar,
+        starts_at=when.starts_at,
+        ends_at=when.ends_at,
+        jitter_secs=when.jitter_secs,
+        config_hash=_config_hash(when, zone, misfire_policy, max_catch_up),
+        _calendar=when.instants,
     )
 
 
-def _config_hash(expression: str, zone: str, policy: MisfirePolicy, max_catch_up: int) -> str:
+@dataclass(frozen=True, slots=True)
+class _When:
+    """When a channel fires: an expression or one instant, its bounds, its jitter."""
+
+    expression: str | None
+    at: str | None
+    starts_at: datetime | None
+    ends_at: datetime | None
+    jitter_secs: int
+    instants: Instants
+
+
+def _when(
+    get: Callable[[str], Any], zone: str | None, anchor: datetime, errors: list[FieldError]
+) -> _When | None:
+    """`schedule` or `at`, `starts_at`/`ends_at` and `jitter_secs`, checked together: a
+    bound or a jitter only means something against the instants it bounds or spreads."""
+    found = len(errors)
+    starts = _bound(get("starts_at"), "starts_at", errors)
+    ends = _bound(get("ends_at"), "ends_at", errors)
+    jitter = get("jitter_secs")
+    jitter_secs = 0
+    if jitter is not _MISSING:
+        jitter_secs = _integer(jitter, _JITTER, MAX_JITTER_SECS, errors, low=0) or 0
+    if starts is not None and ends is not None and starts > ends:
+        errors.append(FieldError("transport_config.ends_at", "invalid", "is before starts_at"))
+
+    if get("at") is not _MISSING:
+        if get("schedule") is not _MISSING:
+            errors.append(
+                FieldError(
+                    "transport_config.at",
+                    "invalid",
+                    "give either `schedule` (a recurring cron expression) or `at` (one local "
+                    "date-time), not both",
+                )
+            )
+        for key in ("starts_at", "ends_at"):
+            if get(key) is not _MISSING:
+                errors.append(
+                    FieldError(
+                        f"transport_config.{key}",
+                        "invalid",
+                        "bounds a recurring `schedule`; a one-time `at` fires once: drop it",
+                    )
+                )
+        at = _at(get("at"), zone, errors)
+        if at is None or len(errors) > found:
+            return None
+        return _When(None, at[0], None, None, jitter_secs, OneInstant(at[1]))
+
+    expression = _expression(get("schedule"), errors)
+    if expression is None:
+        return None
+    # A bad zone does not hide an impossible date: that is impossible in UTC too.
+    calendar = shared_calendar(expression, zone or "UTC")
+    start = ceil_seconds(anchor)
+    horizon = min(start + seconds(VALIDITY_HORIZON), LAST_SECOND)
+    if calendar.first(start, horizon) is None:
+        errors.append(
+            FieldError(
+                "transport_config.schedule",
+                "invalid",
+                f"`{expression}` never fires in the next 5 years in {zone or 'UTC'}; check "
+                "the day-of-month and month fields (February 30th and April 31st never happen)",
+            )
+        )
+        return None
+    lo = FIRST_SECOND if starts is None else ceil_seconds(starts)
+    hi = LAST_SECOND if ends is None else floor_seconds(ends)
+    if (starts or ends) and lo <= hi and calendar.first(lo, hi) is None:
+        errors.append(
+            FieldError(
+                "transport_config.ends_at" if ends else "transport_config.starts_at",
+                "invalid",
+                f"no instant of `{expression}` in {zone or 'UTC'} falls between starts_at and "
+                "ends_at: the channel would never fire; widen the window",
+            )
+        )
+    if jitter_secs and zone is not None:
+        gap = calendar.gap_below(max(start, lo), min(horizon, hi), jitter_secs + 1)
+        if gap is not None:
+            errors.append(
+                FieldError(
+                    _JITTER,
+                    "invalid",
+                    f"is {jitter_secs}, not shorter than the schedule's shortest gap, "
+                    f"{gap[0]} s ({gap[1]}): rows would be due out of order; use at most "
+                    f"{gap[0] - 1}",
+                )
+            )
+    if len(errors) > found:
+        return None
+    bounded: Instants = calendar if starts is None and ends is None else Bounded(calendar, lo, hi)
+    return _When(expression, None, starts, ends, jitter_secs, bounded)
+
+
+def _config_hash(when: _When, zone: str, policy: MisfirePolicy, max_catch_up: int) -> str:
     """SHA-256 over what decides *when* the schedule fires, each part length-prefixed so
     `("ab", "c")` and `("a", "bc")` cannot collide. Payload and concurrency stay out: editing
-    what a job does must not move when it next runs."""
+    what a job does must not move when it next runs.
+
+    Of the newer keys: `at` is the instant itself, so it is in. `starts_at` and `ends_at` are
+    in: a channel parked past its end must resume when `ends_at` moves later (a changed hash
+    re-initialises the cursor from now), rows materialised ahead beyond a moved end must go
+    (a reset removes them), and an earlier start must not leave the cursor waiting at the old
+    one. `jitter_secs` is out: it moves when rows are due, not which instants there are, so
+    editing it keeps the cursor's place (rows already written keep their due time). Each new
+    part is added only when its key is given, so a schedule without them hashes as before."""
     digest = hashlib.sha256()
     bound = str(max_catch_up) if policy == "catch_up" else ""
-    for part in ("cronledger.schedule/1", expression, zone, policy, bound):
+    parts = ["cronledger.schedule/1", when.expression or "", zone, policy, bound]
+    if when.at is not None:
+        parts += ["at", when.at]
+    if when.starts_at is not None:
+        parts += ["starts_at", to_rfc3339(when.starts_at)]
+    if when.ends_at is not None:
+        parts += ["ends_at", to_rfc3339(when.ends_at)]
+    for part in parts:
         raw = part.encode()
         digest.update(len(raw).to_bytes(8, "big"))
         digest.update(raw)
@@ -208,7 +329,13 @@ def _refuse_unknown_keys(
 def _expression(value: Any, errors: list[FieldError]) -> str | None:
     path = "transport_config.schedule"
     if value is _MISSING:
-        errors.append(FieldError(path, "required", f"a six-field cron expression; {_EXAMPLE}"))
+        errors.append(
+            FieldError(
+                path,
+                "required",
+                f"a six-field cron expression ({_EXAMPLE}), or `at` for a one-time schedule",
+            )
+        )
         return None
     if not isinstance(value, str):
         errors.append(
@@ -267,6 +394,86 @@ def _explain_parse_error(fields: list[str], exc: Exception) -> str:
         except Exception:
             return f"the {name} field `{fields[i]}` is not valid; allowed: {allowed}"
     return f"`{' '.join(fields)}` does not parse ({exc}); {_EXAMPLE}"
+
+
+def _at(value: Any, zone: str | None, errors: list[FieldError]) -> tuple[str, int] | None:
+    """A one-time schedule: `(local text, UTC second)`. A wall time the zone skips is refused;
+    one it shows twice means its first instant."""
+    path = "transport_config.at"
+    if not isinstance(value, str) or not _AT.fullmatch(value.strip()):
+        offset = (
+            isinstance(value, str)
+            and _AT.match(value.strip()) is not None
+            and value.strip()[19:20] in ("Z", "z", "+", "-")
+        )
+        errors.append(
+            FieldError(
+                path,
+                "invalid" if isinstance(value, str) else "type_mismatch",
+                (
+                    f"{value!r} carries an offset: `at` is a wall time read in `timezone`; drop "
+                    "the offset (for a UTC instant, set timezone UTC)"
+                    if offset
+                    else f"must be a local date-time `YYYY-MM-DDTHH:MM:SS` in `timezone`, e.g. "
+                    f'"{_AT_EXAMPLE}"'
+                ),
+            )
+        )
+        return None
+    text = value.strip()
+    try:
+        wall = datetime.fromisoformat(text)
+    except ValueError as exc:
+        errors.append(FieldError(path, "invalid", f"{text!r} is not a real date-time ({exc})"))
+        return None
+    if zone is None:
+        return None  # the zone's own error says what to fix
+    z = ZoneInfo(zone)
+    shown = sorted({wall.replace(tzinfo=z, fold=fold).astimezone(UTC) for fold in (0, 1)})
+    real = [t for t in shown if t.astimezone(z).replace(tzinfo=None) == wall]
+    if not real:
+        errors.append(FieldError(path, "invalid", _skipped(text, wall, z, shown)))
+        return None
+    second = floor_seconds(real[0])
+    if not FIRST_SECOND <= second <= LAST_SECOND:
+        errors.append(FieldError(path, "invalid", "must be between 1970 and 9998"))
+        return None
+    return text, second
+
+
+def _skipped(text: str, wall: datetime, zone: ZoneInfo, shown: list[datetime]) -> str:
+    """Why a wall time does not exist: the clock change that skips it, as the wall shows it."""
+    before = wall.replace(tzinfo=zone, fold=0).utcoffset()
+    after = wall.replace(tzinfo=zone, fold=1).utcoffset()
+    changes = clock_changes(str(zone), floor_seconds(shown[0]), floor_seconds(shown[-1]))
+    if not changes or before is None or after is None:
+        return f"{text} does not exist in {zone} (the clocks skip it); pick another time"
+    change = datetime.fromtimestamp(changes[0], UTC).replace(tzinfo=None)
+    jumped_from, jumped_to = (change + before).time(), (change + after).time()
+    return (
+        f"{text} does not exist in {zone}: that night the clocks jump from {jumped_from} to "
+        f"{jumped_to}; pick a time outside the gap, e.g. {jumped_to}"
+    )
+
+
+def _bound(value: Any, key: str, errors: list[FieldError]) -> datetime | None:
+    """`starts_at` or `ends_at`: an RFC 3339 timestamp with its offset."""
+    path = f"transport_config.{key}"
+    if value is _MISSING:
+        return None
+    example = 'e.g. "2026-09-01T00:00:00Z" or "2026-09-01T02:00:00+02:00"'
+    if not isinstance(value, str):
+        errors.append(
+            FieldError(path, "type_mismatch", f"must be an RFC 3339 timestamp string, {example}")
+        )
+        return None
+    try:
+        return parse_rfc3339(value)
+    except ValueError as exc:
+        errors.append(
+            FieldError(path, "invalid", f"{exc}: an RFC 3339 timestamp with an offset, {example}")
+        )
+        return None
 
 
 def _timezone(value: Any, errors: list[FieldError]) -> str | None:

@@ -104,6 +104,10 @@ class DayRule:
         """The matching days of one month, ascending."""
         return _days_in(self, year, month)
 
+    def has_consecutive_days(self) -> bool:
+        """Whether two days in a row ever match."""
+        return _has_consecutive_days(self)
+
 
 @dataclass(frozen=True, slots=True)
 class CronSpec:
@@ -304,6 +308,21 @@ def _days_of_week(text: str) -> DaysOfWeek:
             "croniter (the parser) refuses; use `#`/`L` forms only, or two channels"
         )
     return DaysOfWeek(frozenset(weekdays), frozenset(nth), frozenset(last))
+
+
+@lru_cache(maxsize=1024)
+def _has_consecutive_days(rule: DayRule) -> bool:
+    """Looked for over 28 years from 2000: a leap century year, and every weekday on every
+    date of every month."""
+    previous = 0
+    for year in range(2000, 2028):
+        for month in range(1, 13):
+            for day in rule.days_in(year, month):
+                ordinal = date(year, month, day).toordinal()
+                if ordinal == previous + 1:
+                    return True
+                previous = ordinal
+    return False
 
 
 @lru_cache(maxsize=65_536)

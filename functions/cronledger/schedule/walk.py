@@ -25,8 +25,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from functools import lru_cache
-from typing import Final
+from functools import cached_property, lru_cache
+from itertools import pairwise
+from typing import Final, Protocol
 from zoneinfo import ZoneInfo
 
 from cronledger.schedule.expression import CronSpec, DayRule, parse_expression
@@ -42,19 +43,77 @@ _OFFSET_PROBE: Final = 6 * 3600
 
 @dataclass(frozen=True, slots=True)
 class Survey:
-    """A window's instants without listing them: how many, the first few and the last two."""
+    """A window's instants without listing them: how many, the first few and the last three."""
 
     count: int
     head: list[int]
     tail: list[int]
 
+    def without_newest(self) -> Survey:
+        """The same window short of its newest instant."""
+        count = self.count - 1
+        return Survey(count, self.head[:count], self.tail[:-1])
+
     def at(self, index: int) -> int:
-        """The window's `index`th instant (from 0): one of the head or of the last two."""
+        """The window's `index`th instant (from 0): one of the head or of the last three."""
         if index < len(self.head):
             return self.head[index]
         if not self.count - len(self.tail) <= index < self.count:
             raise IndexError(f"instant {index} of {self.count} was not kept")
         return self.tail[index - self.count]
+
+
+class Instants(Protocol):
+    """What a schedule's instants answer, in integer UTC seconds, windows inclusive."""
+
+    def instants(self, lo: int, hi: int, cap: int) -> list[int]:
+        """The first `cap` instants in `[lo, hi]`, ascending."""
+        ...
+
+    def first(self, lo: int, hi: int) -> int | None:
+        """The first instant in `[lo, hi]`, if any."""
+        ...
+
+    def survey(self, lo: int, hi: int, head: int) -> Survey:
+        """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last
+        three."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class OneInstant:
+    """A one-time schedule (`at`): a single instant."""
+
+    second: int
+
+    def instants(self, lo: int, hi: int, cap: int) -> list[int]:
+        return [self.second] if cap > 0 and lo <= self.second <= hi else []
+
+    def first(self, lo: int, hi: int) -> int | None:
+        return self.second if lo <= self.second <= hi else None
+
+    def survey(self, lo: int, hi: int, head: int) -> Survey:
+        inside = self.instants(lo, hi, 1)
+        return Survey(len(inside), inside[:head], inside)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounded:
+    """Instants kept to `[lo, hi]` (`starts_at` and `ends_at`, inclusive): every question
+    is asked of a window clamped to the bounds, so nothing outside them is ever answered."""
+
+    inner: Instants
+    lo: int
+    hi: int
+
+    def instants(self, lo: int, hi: int, cap: int) -> list[int]:
+        return self.inner.instants(max(lo, self.lo), min(hi, self.hi), cap)
+
+    def first(self, lo: int, hi: int) -> int | None:
+        return self.inner.first(max(lo, self.lo), min(hi, self.hi))
+
+    def survey(self, lo: int, hi: int, head: int) -> Survey:
+        return self.inner.survey(max(lo, self.lo), min(hi, self.hi), head)
 
 
 @lru_cache(maxsize=1024)
@@ -76,6 +135,37 @@ class Calendar:
         self._days = spec.days
         self._zone = zone
 
+    def gap_below(self, lo: int, hi: int, limit: int) -> tuple[int, str] | None:
+        """The shortest time between two consecutive instants that is under `limit` seconds,
+        with where it happens, or None when there is none; clock changes in `[lo, hi]` count.
+
+        Between two instants at one offset the gap is their wall-clock distance, in one day
+        or across midnight; only the pair that straddles a clock change is closer or further
+        apart in UTC than on the wall, so that pair is measured at each change."""
+        found = list(self._wall_gaps)
+        for change in clock_changes(self._zone, lo, hi):
+            before = self.instants(change - limit, change - 1, limit)
+            after = self.first(change, change + limit)
+            if before and after is not None:
+                found.append(
+                    (after - before[-1], f"{_iso(before[-1])} to {_iso(after)}, a clock change")
+                )
+        below = [gap for gap in found if gap[0] < limit]
+        return min(below, key=lambda gap: gap[0]) if below else None
+
+    @cached_property
+    def _wall_gaps(self) -> list[tuple[int, str]]:
+        """The shortest wall-clock gap within a day, and the one across midnight when two days
+        in a row can match: with where they happen, built once per calendar."""
+        times = self._times
+        found: list[tuple[int, str]] = []
+        if len(times) > 1:
+            gap, a = min((b - a, a) for a, b in pairwise(times))
+            found.append((gap, f"{_hms(a)} to {_hms(a + gap)}"))
+        if self._days is None or self._days.has_consecutive_days():
+            found.append((DAY - times[-1] + times[0], f"{_hms(times[-1])} to {_hms(times[0])}"))
+        return found
+
     def instants(self, lo: int, hi: int, cap: int) -> list[int]:
         """The first `cap` instants in `[lo, hi]`, ascending."""
         out: list[int] = []
@@ -95,7 +185,7 @@ class Calendar:
         return None
 
     def survey(self, lo: int, hi: int, head: int) -> Survey:
-        """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last two."""
+        """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last three."""
         times = self._times
         count = 0
         first: list[int] = []
@@ -104,7 +194,7 @@ class Calendar:
             count += j - i
             if len(first) < head:
                 first.extend(base + times[k] for k in range(i, min(j, i + head - len(first))))
-            last = (last + [base + times[k] for k in range(max(i, j - 2), j)])[-2:]
+            last = (last + [base + times[k] for k in range(max(i, j - 3), j)])[-3:]
         return Survey(count, first, last)
 
     def _runs(self, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
@@ -174,6 +264,27 @@ class _DayFinder:
                 found = month_start + matching[i] - 1
                 return found if found <= self._last_day else None
             year, month, day_of_month = year + month // 12, month % 12 + 1, 1
+
+
+def clock_changes(zone: str, lo: int, hi: int) -> list[int]:
+    """Every UTC second in `[lo, hi]` at which `zone` changes its offset."""
+    if zone == "UTC":
+        return []
+    return [
+        at
+        for year in range(_year_of(max(lo, FIRST_SECOND)), _year_of(min(hi, LAST_SECOND)) + 1)
+        for at, _offset in _transitions(zone, year)
+        if lo <= at <= hi
+    ]
+
+
+def _hms(second_of_day: int) -> str:
+    hours, rest = divmod(second_of_day, 3600)
+    return f"{hours:02}:{rest // 60:02}:{rest % 60:02}"
+
+
+def _iso(second: int) -> str:
+    return instant(second).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _segments(zone: str, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:

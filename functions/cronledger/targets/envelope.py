@@ -2,7 +2,9 @@
 
 `occurrence_id` and `scheduled_for` are the target's idempotency key, so every attempt of an
 occurrence builds them identically; `attempt` and `fencing_token` are what tell two attempts
-apart. Timestamps are RFC 3339 UTC with a `Z`.
+apart. `due_at` is when the attempt's row became claimable: the instant plus the channel's
+jitter, or the end of a retry's backoff; it is never part of the idempotency key. Timestamps
+are RFC 3339 UTC with a `Z`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Trigger(TypedDict):
     channel_id: str
     channel_name: str
     scheduled_for: str
+    due_at: str
     started_at: str
     timezone: str
     attempt: int
@@ -49,9 +52,11 @@ def build_envelope(
     attempt: int,
     singleton_key: str | None,
     fencing_token: int | None,
+    due_at: datetime | None = None,
 ) -> Envelope:
     """The envelope for one attempt. `fencing_token` is None when the channel holds no
-    singleton (concurrency `allow`); datetimes must be timezone-aware."""
+    singleton (concurrency `allow`); `due_at` defaults to `scheduled_for`; datetimes must be
+    timezone-aware."""
     if trigger not in _TRIGGER_TYPES:
         raise ValueError(f"trigger must be one of {', '.join(_TRIGGER_TYPES)}, got {trigger!r}")
     if attempt < 1:
@@ -64,6 +69,7 @@ def build_envelope(
             "channel_id": channel_id,
             "channel_name": channel_name,
             "scheduled_for": to_rfc3339(scheduled_for),
+            "due_at": to_rfc3339(scheduled_for if due_at is None else due_at),
             "started_at": to_rfc3339(started_at),
             "timezone": timezone,
             "attempt": attempt,
