@@ -377,6 +377,21 @@ def test_trigger_then_the_run_shows_in_the_listing_and_in_full(cli: Cli) -> None
     assert occurrence_id in shown.out.split("result:")[1]
 
 
+def test_a_one_time_channel_shows_its_at_and_ended_once_it_fired(cli: Cli) -> None:
+    channel_id = cli.ledger.create_channel(
+        "once", {"at": "2020-01-01T00:00:00"}, dict(OK_TARGET), 5000, "active"
+    ).channel_id
+    cli.scheduler.reconcile()  # created after its instant: parked at once
+
+    listed = cli("channels", "list")
+    status = cli("status")
+    preview = cli("preview", channel_id)
+
+    assert "at 2020-01-01T00:00:00 (ended)" in listed.out
+    assert "at 2020-01-01T00:00:00 (ended)" in status.out
+    assert preview.out.splitlines()[0] == "at 2020-01-01T00:00:00 (ended) in UTC:"
+
+
 def test_status_and_preview_show_the_schedule_in_utc_and_local_time(cli: Cli) -> None:
     cli.channel("london", schedule="0 30 1 25-31 10 *", timezone="Europe/London")
     cli.scheduler.reconcile()

@@ -37,7 +37,7 @@ root = typer.Typer()  # the top-level commands about one channel, joined to the 
 CHANNEL_COLUMNS = (
     Column("NAME", lambda c: c["name"], 100),
     Column("STATUS", lambda c: c["status"], 90, status=True),
-    Column("SCHEDULE", lambda c: (c.get("compiled") or {}).get("schedule", "(invalid)"), 80),
+    Column("SCHEDULE", lambda c: schedule_of(c.get("compiled")) or "(invalid)", 80),
     Column("TIMEZONE", lambda c: (c.get("compiled") or {}).get("timezone"), 40),
     Column("NEXT FIRE (UTC)", lambda c: when((c.get("compiled") or {}).get("next_fire_at")), 60),
     Column("VERSION", lambda c: c["version"], 30),
@@ -76,7 +76,7 @@ def show(s: Session, channel: ChannelRef) -> None:
             ("id", c["channel_id"]),
             ("status", s.out.status(c["status"])),
             ("version", c["version"]),
-            ("schedule", compiled.get("schedule", "(the stored schedule does not compile)")),
+            ("schedule", schedule_of(compiled) or "(the stored schedule does not compile)"),
             ("timezone", compiled.get("timezone")),
             ("misfire policy", compiled.get("misfire_policy")),
             ("concurrency", concurrency(compiled, wide=True)),
@@ -331,7 +331,7 @@ def preview(
     p = answer["data"]
 
     def human() -> None:
-        s.out.say(f"{p['schedule']} in {p['timezone']}:")
+        s.out.say(f"{schedule_of(p)} in {p['timezone']}:")
         columns = (
             Column("UTC", lambda i: i["utc"], 90),
             Column("LOCAL", lambda i: i["local"], 100),
@@ -339,6 +339,14 @@ def preview(
         s.out.table(columns, p["instants"])
 
     s.out.answer(answer, human)
+
+
+def schedule_of(view: Mapping[str, Any] | None) -> str | None:
+    """The cron expression, or `at <local time>` for a one-time schedule, with `(ended)` once
+    it has no instant left."""
+    view = view or {}
+    text = view.get("schedule") or (f"at {view['at']}" if view.get("at") else None)
+    return f"{text} (ended)" if text and view.get("ended") else text
 
 
 def concurrency(view: Mapping[str, Any], held: int | None = None, wide: bool = False) -> str:
@@ -354,7 +362,7 @@ def concurrency(view: Mapping[str, Any], held: int | None = None, wide: bool = F
 
 STATUS_COLUMNS = (
     Column("CHANNEL", lambda s: s["name"], 100),
-    Column("SCHEDULE", lambda s: s.get("schedule") or "(invalid)", 70),
+    Column("SCHEDULE", lambda s: schedule_of(s) or "(invalid)", 70),
     Column("TIMEZONE", lambda s: s.get("timezone"), 40),
     Column("NEXT FIRE (UTC)", lambda s: when(s.get("next_fire_at")), 80),
     Column("LAST RUN", lambda s: when(s.get("last_scheduled_for")), 50),

@@ -95,6 +95,12 @@ function comingDays(zone) {
 
 // --- rendering -------------------------------------------------------------------------------
 
+// The cron expression, or "at <local time>" for a one-time schedule; "(ended)" once nothing is left.
+function scheduleOf(compiled) {
+  const text = compiled.schedule || (compiled.at ? `at ${compiled.at}` : "");
+  return text && compiled.ended ? `${text} (ended)` : text;
+}
+
 function badge(status) {
   return el("span", { class: `badge ${status || ""}` }, status || "–");
 }
@@ -145,7 +151,7 @@ function channelRow(channel) {
     : el("button", { class: "act", disabled: !["paused", "draft"].includes(channel.status), onclick: () => act(`channels/${enc(channel.channel_id)}/status`, "PATCH", { status: "active" }, `resumed ${channel.name}`) }, "Resume");
   return el("tr", { class: `channel${state.selected === channel.channel_id ? " selected" : ""}`, dataset: { channel: channel.name } },
     el("td", {}, el("div", { class: "name", onclick: () => showChannel(channel.channel_id) }, channel.name), badge(channel.status)),
-    el("td", {}, el("div", { class: "mono" }, compiled.schedule || "(invalid)"), el("div", { class: "muted" }, compiled.timezone || "")),
+    el("td", {}, el("div", { class: "mono" }, scheduleOf(compiled) || "(invalid)"), el("div", { class: "muted" }, compiled.timezone || "")),
     el("td", { title: time(compiled.next_fire_at) }, compiled.next_fire_at ? relative(compiled.next_fire_at) : el("span", { class: "muted" }, "–")),
     el("td", { class: "last" }, last ? badge(last.status) : el("span", { class: "muted" }, "–")),
     el("td", { class: "strip" }, timeline(channel, strip)),
@@ -233,7 +239,7 @@ async function showChannel(id) {
     dl([
       ["id", el("span", { class: "mono" }, channel.channel_id)],
       ["version", channel.version],
-      ["schedule", el("span", { class: "mono" }, compiled.schedule || "(the stored schedule does not compile)")],
+      ["schedule", el("span", { class: "mono" }, scheduleOf(compiled) || "(the stored schedule does not compile)")],
       ["timezone", compiled.timezone],
       ["misfire policy", compiled.misfire_policy],
       ["concurrency", compiled.concurrency_policy],
