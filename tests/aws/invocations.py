@@ -9,6 +9,7 @@ import json
 import logging
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -141,3 +142,21 @@ def log_lines() -> Iterator[list[dict[str, Any]]]:
     finally:
         package.removeHandler(handler)
         lines.extend(json.loads(line) for line in stream.getvalue().splitlines() if line)
+
+
+def moto_function(name: str) -> str:
+    """A function named `name` in moto's Lambda (that does nothing), for a handler to invoke."""
+    import boto3
+
+    role = boto3.client("iam").create_role(RoleName=name, AssumeRolePolicyDocument="{}")
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("handler.py", "def handle(event, context):\n    return None\n")
+    boto3.client("lambda").create_function(
+        FunctionName=name,
+        Runtime="python3.13",
+        Role=role["Role"]["Arn"],
+        Handler="handler.handle",
+        Code={"ZipFile": code.getvalue()},
+    )
+    return name

@@ -3,13 +3,10 @@ runs due now, it wakes the claim function with an asynchronous invoke (and only 
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 
 from cronledger.api.models import PREFIX
@@ -17,7 +14,7 @@ from cronledger.aws import api, runtime
 from cronledger.aws.wake import CLAIM_FUNCTION_NAME, makes_due_runs
 from cronledger.ledger import Ledger
 from cronledger.targets.clients import default_clients
-from tests.aws.invocations import FakeContext, http_api_event
+from tests.aws.invocations import FakeContext, http_api_event, moto_function
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
@@ -27,17 +24,7 @@ CLAIM = "cronledger-claim"
 @pytest.fixture
 def wakes(container: Ledger, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     """The claim function in moto, named where the stack names it; every invoke of it."""
-    role = boto3.client("iam").create_role(RoleName="claim", AssumeRolePolicyDocument="{}")
-    code = io.BytesIO()
-    with zipfile.ZipFile(code, "w") as archive:
-        archive.writestr("handler.py", "def handle(event, context):\n    return None\n")
-    boto3.client("lambda").create_function(
-        FunctionName=CLAIM,
-        Runtime="python3.13",
-        Role=role["Role"]["Arn"],
-        Handler="handler.handle",
-        Code={"ZipFile": code.getvalue()},
-    )
+    moto_function(CLAIM)
     monkeypatch.setenv(CLAIM_FUNCTION_NAME, CLAIM)
     runtime.forget_container()
     made: list[dict[str, Any]] = []

@@ -3,21 +3,18 @@ executor function as an asynchronous invocation carrying ids only."""
 
 from __future__ import annotations
 
-import io
 import json
 import threading
-import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 
 from cronledger.aws import claim
 from cronledger.errors import CronledgerError
 from cronledger.invokers import dispatch_client
 from cronledger.ledger import CLAIMED, Ledger
-from tests.aws.invocations import FakeContext, scheduled_event
+from tests.aws.invocations import FakeContext, moto_function, scheduled_event
 from tests.ledger.helpers import seed_due
 
 # Pytest resets the warning filters runtime.py sets; an invocation that records only
@@ -30,17 +27,7 @@ EXECUTOR = "cronledger-execute"
 @pytest.fixture
 def executor_function(container: Ledger, monkeypatch: pytest.MonkeyPatch) -> str:
     """The executor function, created in moto, and its name where the stack puts it."""
-    role = boto3.client("iam").create_role(RoleName="execute", AssumeRolePolicyDocument="{}")
-    code = io.BytesIO()
-    with zipfile.ZipFile(code, "w") as archive:
-        archive.writestr("handler.py", "def handle(event, context):\n    return None\n")
-    boto3.client("lambda").create_function(
-        FunctionName=EXECUTOR,
-        Runtime="python3.13",
-        Role=role["Role"]["Arn"],
-        Handler="handler.handle",
-        Code={"ZipFile": code.getvalue()},
-    )
+    moto_function(EXECUTOR)
     monkeypatch.setenv(claim.EXECUTE_FUNCTION_NAME, EXECUTOR)
     return EXECUTOR
 

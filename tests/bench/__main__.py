@@ -1,13 +1,15 @@
 """Run every benchmark module (`python -m tests.bench [name-filter ...]`).
 
-Each `bench_*.py` module exposes `main()`, which prints its own figures. A filter argument
-keeps only the modules whose name contains it.
+Each `bench_*.py` module exposes `main()`, which prints its own figures, and runs in a process
+of its own (`python -m tests.bench.<module>`), so no benchmark inherits another's state: its
+clients, its containers, its threads. A filter argument keeps only the modules whose name
+contains it; the run fails if one of them does.
 """
 
 from __future__ import annotations
 
-import importlib
 import pkgutil
+import subprocess
 import sys
 import time
 
@@ -22,12 +24,16 @@ def main(argv: list[str]) -> int:
     if not chosen:
         print(f"no benchmark matches {argv}; have: {', '.join(names)}", file=sys.stderr)
         return 2
+    failed = []
     for name in chosen:
         print(f"== {name}", flush=True)
         started = time.perf_counter()
-        importlib.import_module(f"tests.bench.{name}").main()
+        if subprocess.run([sys.executable, "-m", f"tests.bench.{name}"], check=False).returncode:
+            failed.append(name)
         print(f"   ({time.perf_counter() - started:.1f} s)", flush=True)
-    return 0
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -59,10 +59,7 @@ def hourly(ledger: Ledger) -> None:
     runtime.forget_container()
     fire_at = ledger.db_now().replace(microsecond=0) + timedelta(seconds=5)
     schedule = f"{fire_at.second} {fire_at.minute} {fire_at.hour} * * *"
-    for n in range(10):
-        ledger.create_channel(
-            f"hourly-{n}", {"schedule": schedule}, TARGET, timeout_ms=10_000, status=CHANNEL_ACTIVE
-        )
+    create_channels(ledger, "hourly", 10, schedule)
     reconcile_tick()  # initialises the cursors
     reconcile_tick()  # materialises the instant, 5 s ahead
     wait = (fire_at - ledger.db_now()).total_seconds()
@@ -89,14 +86,7 @@ def per_second(ledger: Ledger) -> None:
 
     empty(ledger)
     runtime.forget_container()
-    for n in range(200):
-        ledger.create_channel(
-            f"every-second-{n}",
-            {"schedule": "* * * * * *"},
-            TARGET,
-            timeout_ms=10_000,
-            status=CHANNEL_ACTIVE,
-        )
+    create_channels(ledger, "every-second", 200, "* * * * * *")
     reconcile_tick()  # initialises the cursors
     reconcile_tick()  # writes the lookahead's rows
     passes = []
@@ -120,6 +110,17 @@ def per_second(ledger: Ledger) -> None:
         f"claim stays {stayed:.0%} of its window: 60 x {BUSY_SECS_PER_TICK * min(stayed, 1):.0f} s",
         target=False,
     )
+
+
+def create_channels(ledger: Ledger, prefix: str, count: int, schedule: str) -> None:
+    for n in range(count):
+        ledger.create_channel(
+            f"{prefix}-{n}",
+            {"schedule": schedule},
+            TARGET,
+            timeout_ms=10_000,
+            status=CHANNEL_ACTIVE,
+        )
 
 
 def set_back_a_tick(ledger: Ledger) -> None:

@@ -113,43 +113,40 @@ def test_the_executor_is_invoked_once_within_its_lease_and_failures_go_to_a_queu
     assert destination in synthesized.resources("AWS::SQS::Queue")
 
 
-def test_only_claim_knows_and_may_invoke_the_executor(synthesized: Synthesized):
+def _invokers_and_told(
+    synthesized: Synthesized, handler: str, variable: str
+) -> tuple[set[str], set[str]]:
+    """The functions whose role may invoke `handler`'s function, and those told its name in
+    `variable`."""
     functions = synthesized.functions()
-    execute = functions["cronledger.aws.execute.handler"]
+    target = functions[handler]
     lambdas = synthesized.resources("AWS::Lambda::Function")
     invokers = {
-        handler
-        for handler, logical_id in functions.items()
+        name
+        for name, logical_id in functions.items()
         for statement in _statements(synthesized, _getatt_id(lambdas[logical_id]["Role"]))
         if "lambda:InvokeFunction" in statement["Action"]
-        and execute in json.dumps(statement["Resource"])
+        and target in json.dumps(statement["Resource"])
     }
     told = {
-        handler
-        for handler, logical_id in functions.items()
-        if "CRONLEDGER_EXECUTE_FUNCTION_NAME" in lambdas[logical_id]["Environment"]["Variables"]
+        name
+        for name, logical_id in functions.items()
+        if variable in lambdas[logical_id]["Environment"]["Variables"]
     }
+    return invokers, told
 
+
+def test_only_claim_knows_and_may_invoke_the_executor(synthesized: Synthesized):
+    invokers, told = _invokers_and_told(
+        synthesized, "cronledger.aws.execute.handler", "CRONLEDGER_EXECUTE_FUNCTION_NAME"
+    )
     assert invokers == told == {"cronledger.aws.claim.handler"}
 
 
 def test_only_the_api_knows_and_may_invoke_claim_to_wake_it(synthesized: Synthesized):
-    functions = synthesized.functions()
-    claim = functions["cronledger.aws.claim.handler"]
-    lambdas = synthesized.resources("AWS::Lambda::Function")
-    invokers = {
-        handler
-        for handler, logical_id in functions.items()
-        for statement in _statements(synthesized, _getatt_id(lambdas[logical_id]["Role"]))
-        if "lambda:InvokeFunction" in statement["Action"]
-        and claim in json.dumps(statement["Resource"])
-    }
-    told = {
-        handler
-        for handler, logical_id in functions.items()
-        if "CRONLEDGER_CLAIM_FUNCTION_NAME" in lambdas[logical_id]["Environment"]["Variables"]
-    }
-
+    invokers, told = _invokers_and_told(
+        synthesized, "cronledger.aws.claim.handler", "CRONLEDGER_CLAIM_FUNCTION_NAME"
+    )
     assert invokers == told == {"cronledger.aws.api.handler"}
 
 

@@ -24,17 +24,6 @@ from cronledger.invokers import (
 from cronledger.targets.clients import AwsClients
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-
-
 # --- the thread pool ----------------------------------------------------------------------
 
 
