@@ -47,6 +47,7 @@ import sqlalchemy as sa
 from cronledger.claim import claim_once
 from cronledger.execute import Executor
 from cronledger.ids import uuid7
+from cronledger.invokers import OneByOne
 from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, NewOccurrence
 from cronledger.ledger.tables import channel_versions, channels, occurrences, schedule_state
 from cronledger.local import DEMO_MODULE, DEV_LOOKAHEAD_SECS, LocalScheduler
@@ -235,7 +236,7 @@ def describe(statements: Counter[str]) -> str:
 # --- lifecycle -------------------------------------------------------------------------------
 
 
-class _Handover:
+class _Handover(OneByOne):
     """An invoker that hands each dispatched occurrence back to the worker that claimed it,
     so the worker runs the attempt on its own thread (4 workers = 4 attempts at a time)."""
 
@@ -547,3 +548,7 @@ def lag_run() -> tuple[list[float], int, int]:
 def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+if __name__ == "__main__":
+    main()
