@@ -1,23 +1,43 @@
 """Alarms that page someone, one SNS topic they go to, and a dashboard to look at first.
 
-The functions publish CloudWatch metrics as EMF through Powertools, in the `metrics_namespace`
-with the single dimension `service` = `cronledger` (Powertools' default). Two of them are
-alarmed here, so their names are part of the contract with the handlers:
-- `OldestPendingAgeSeconds` (seconds; maximum over a minute): the backlog alarm fires when the
-  oldest due, unclaimed occurrence is older than the threshold for three minutes running.
-- `ReconcileSucceeded` (count; `reconcile` emits 1 after every pass that completed): the
-  reconcile alarm fires when a five-minute period has none. Missing data is breaching, because
-  a reconcile that cannot start (no database, no code, no permission) emits nothing at all.
-The executor's dead-letter queue alarms on its first message; each function on its first error
-in five minutes. Every alarm notifies the topic on ALARM and on OK. The topic is encrypted with
-a key CloudWatch may use, and accepts only TLS.
+The functions publish CloudWatch metrics as EMF through Powertools, in the installation's
+namespace with the dimension `service` = `cronledger` (Powertools' default); `DbUnavailable`
+adds `Operation` (the loop that failed). Their names are part of the contract with the handlers
+(tests/aws/test_stack_contract.py). Lambda's own metrics (`AWS/Lambda`) cover what a handler
+cannot report: an invocation that never ran.
+
+Each alarm is M out of N one-period evaluations, and says what a period with no data means:
+- backlog age (`OldestPendingAgeSeconds`, max over a minute, above the threshold) in 3 of 5
+  minutes; missing data keeps the state: reconcile reports it once a pass, so no reading means
+  no pass, which the reconcile alarm pages, and a gap must neither raise nor clear a backlog;
+- reconcile stalled (`ReconcileSucceeded`, sum over 5 minutes, below 1) in 1 of 1; missing data
+  breaches: a reconcile that cannot start (no database, no code, no permission) reports nothing;
+- schedule lag p99 (`ScheduleLagSeconds`, started minus due, 5 minutes, above the threshold) in
+  2 of 3; missing data does not breach: a quiet period started nothing, so nothing was late
+  (work that cannot start shows as backlog age);
+- database unavailable (`DbUnavailable` of reconcile and claim, summed per minute, at least 1)
+  in 3 of 5: a failover's minute is not a page, an outage is; missing data does not breach,
+  as the count is recorded only on a failure;
+- executor throttles (`AWS/Lambda` `Throttles` of execute, per minute) in 3 of 5: Lambda
+  retries a throttled asynchronous event within its maximum age, so a moment at the cap only
+  delays; missing data does not breach, Lambda reports nothing for a function not invoked;
+- executor events dropped (`AsyncEventsDropped` of execute, per minute) in 1 of 1: each is an
+  occurrence whose executor never ran (recovered only when its lease expires); ticks dropped
+  (the same, of reconcile and claim) in 3 of 5, as the next tick does the same work; missing
+  data does not breach either;
+- the executor's dead-letter queue holding a message, and each function's errors (5 minutes),
+  in 1 of 1; missing data does not breach (an idle queue stops reporting; an idle function
+  has no errors).
+Every alarm notifies the topic on ALARM and on OK. The topic is encrypted with a key CloudWatch
+may use, and accepts only TLS.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_iam as iam
@@ -32,6 +52,27 @@ from cronledger_infra.functions import SERVICE_NAME
 
 BACKLOG_METRIC = "OldestPendingAgeSeconds"
 RECONCILE_METRIC = "ReconcileSucceeded"
+LAG_METRIC = "ScheduleLagSeconds"
+DB_UNAVAILABLE_METRIC = "DbUnavailable"
+#: The `Operation`s `DbUnavailable` is recorded with: the two loops.
+DB_OPERATIONS = ("reconcile", "claim")
+
+Compare = cloudwatch.ComparisonOperator
+Missing = cloudwatch.TreatMissingData
+MINUTE = Duration.minutes(1)
+FIVE_MINUTES = Duration.minutes(5)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When an alarm fires: M (`datapoints`) of N (`periods`) periods past the threshold, and
+    what a period without data counts as."""
+
+    threshold: float
+    comparison: cloudwatch.ComparisonOperator
+    missing: cloudwatch.TreatMissingData
+    datapoints: int = 1
+    periods: int = 1
 
 
 class Monitoring(Construct):
@@ -45,6 +86,7 @@ class Monitoring(Construct):
         name: str,
         namespace: str,
         backlog_age_threshold_secs: int,
+        schedule_lag_threshold_secs: int,
         alarm_email: str | None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -55,74 +97,133 @@ class Monitoring(Construct):
         self.topic = sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
-        prefix = name
+        self._name = name
         self._action = actions.SnsAction(self.topic)
 
-        def metric(name: str, statistic: str, period: Duration) -> cloudwatch.Metric:
+        def ours(
+            metric: str, statistic: str, period: Duration, **dimensions: str
+        ) -> cloudwatch.Metric:
             return cloudwatch.Metric(
                 namespace=namespace,
-                metric_name=name,
-                dimensions_map={"service": SERVICE_NAME},
+                metric_name=metric,
+                dimensions_map={"service": SERVICE_NAME, **dimensions},
                 statistic=statistic,
                 period=period,
             )
 
-        backlog = metric(BACKLOG_METRIC, "Maximum", Duration.minutes(1))
-        reconciled = metric(RECONCILE_METRIC, "Sum", Duration.minutes(5))
-        alarms = [
+        def dropped(*names: str) -> cloudwatch.IMetric:
+            return _summed(
+                "Events dropped",
+                {
+                    n: functions[n].metric("AsyncEventsDropped", period=MINUTE, statistic="Sum")
+                    for n in names
+                },
+            )
+
+        backlog = ours(BACKLOG_METRIC, "Maximum", MINUTE)
+        reconciled = ours(RECONCILE_METRIC, "Sum", FIVE_MINUTES)
+        lag = ours(LAG_METRIC, "p99", FIVE_MINUTES)
+        unavailable = _summed(
+            "DbUnavailable",
+            {op: ours(DB_UNAVAILABLE_METRIC, "Sum", MINUTE, Operation=op) for op in DB_OPERATIONS},
+        )
+        execute = functions["execute"]
+        throttles = execute.metric_throttles(period=MINUTE, statistic="Sum")
+        at_least_one = (1, Compare.GREATER_THAN_OR_EQUAL_TO_THRESHOLD)
+        self.alarms = [
             self._alarm(
                 "BacklogAge",
-                f"{prefix}-backlog-age",
+                "backlog-age",
                 backlog,
-                backlog_age_threshold_secs,
-                cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                cloudwatch.TreatMissingData.NOT_BREACHING,
+                Rule(
+                    backlog_age_threshold_secs, Compare.GREATER_THAN_THRESHOLD, Missing.IGNORE, 3, 5
+                ),
                 "The oldest due occurrence has waited longer than the threshold: claims are "
                 "not keeping up, or are failing. See the claim function's errors and logs.",
-                evaluation_periods=3,
             ),
             self._alarm(
                 "ReconcileStalled",
-                f"{prefix}-reconcile-stalled",
+                "reconcile-stalled",
                 reconciled,
-                1,
-                cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-                cloudwatch.TreatMissingData.BREACHING,
+                Rule(1, Compare.LESS_THAN_THRESHOLD, Missing.BREACHING),
                 "No reconcile pass completed in five minutes: no new occurrences are being "
                 "made. See the reconcile function's errors and logs, and the database.",
             ),
             self._alarm(
-                "DeadLetters",
-                f"{prefix}-executor-dead-letters",
-                dead_letters.metric_approximate_number_of_messages_visible(
-                    period=Duration.minutes(1), statistic="Maximum"
+                "ScheduleLag",
+                "schedule-lag",
+                lag,
+                Rule(
+                    schedule_lag_threshold_secs,
+                    Compare.GREATER_THAN_THRESHOLD,
+                    Missing.NOT_BREACHING,
+                    2,
+                    3,
                 ),
-                1,
-                cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                cloudwatch.TreatMissingData.NOT_BREACHING,
+                "Attempts start late: the p99 of started minus due exceeds the threshold. "
+                "Look at executor throttles, claim's duration and the database's load.",
+            ),
+            self._alarm(
+                "DatabaseUnavailable",
+                "database-unavailable",
+                unavailable,
+                Rule(*at_least_one, Missing.NOT_BREACHING, 3, 5),
+                "Reconcile or claim cannot reach the ledger database, or it does not answer "
+                "in time. See the cluster's events, its capacity and connections, and the proxy.",
+            ),
+            self._alarm(
+                "ExecutorThrottles",
+                "executor-throttles",
+                throttles,
+                Rule(*at_least_one, Missing.NOT_BREACHING, 3, 5),
+                "Executor invocations are throttled: the executor is at its reserved "
+                "concurrency (max_in_flight) or the account's limit. Attempts start late, and "
+                "are dropped past their maximum event age.",
+            ),
+            self._alarm(
+                "ExecutorEventsDropped",
+                "executor-events-dropped",
+                dropped("execute"),
+                Rule(*at_least_one, Missing.NOT_BREACHING),
+                "An executor invocation was dropped without running (throttled or failing past "
+                "its maximum event age): its occurrence waits for its lease to expire. See the "
+                "dead-letter queue and the throttles.",
+            ),
+            self._alarm(
+                "TicksDropped",
+                "ticks-dropped",
+                dropped("reconcile", "claim"),
+                Rule(*at_least_one, Missing.NOT_BREACHING, 3, 5),
+                "Reconcile or claim ticks are being dropped (throttled or failing past a "
+                "minute): see their reserved concurrency, errors and logs.",
+            ),
+            self._alarm(
+                "DeadLetters",
+                "executor-dead-letters",
+                dead_letters.metric_approximate_number_of_messages_visible(
+                    period=MINUTE, statistic="Maximum"
+                ),
+                Rule(*at_least_one, Missing.NOT_BREACHING),
                 "An executor invocation was never run to completion (throttled past its age, "
                 "or crashed). The occurrence's lease expires and it is claimed again; inspect "
                 "the message, then delete it.",
             ),
-        ]
-        for name, function in functions.items():
-            alarms.append(
+            *(
                 self._alarm(
-                    f"{name.capitalize()}Errors",
-                    f"{prefix}-{name}-errors",
-                    function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
-                    1,
-                    cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                    cloudwatch.TreatMissingData.NOT_BREACHING,
-                    f"The {name} function failed (an unhandled error or a timeout). "
+                    f"{fn.capitalize()}Errors",
+                    f"{fn}-errors",
+                    function.metric_errors(period=FIVE_MINUTES, statistic="Sum"),
+                    Rule(*at_least_one, Missing.NOT_BREACHING),
+                    f"The {fn} function failed (an unhandled error or a timeout). "
                     "See its log group.",
                 )
-            )
-        self.alarms = alarms
+                for fn, function in functions.items()
+            ),
+        ]
 
-        dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=prefix)
-        dashboard.add_widgets(
-            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms, width=24),
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=name)
+        self.dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=24),
             cloudwatch.GraphWidget(
                 title="Oldest pending occurrence (s)",
                 left=[backlog],
@@ -130,7 +231,26 @@ class Monitoring(Construct):
                     cloudwatch.HorizontalAnnotation(value=backlog_age_threshold_secs)
                 ],
             ),
+            cloudwatch.GraphWidget(
+                title="Schedule lag p99 (s)",
+                left=[lag],
+                left_annotations=[
+                    cloudwatch.HorizontalAnnotation(value=schedule_lag_threshold_secs)
+                ],
+            ),
             cloudwatch.GraphWidget(title="Reconcile passes completed", left=[reconciled]),
+            cloudwatch.GraphWidget(title="Database unavailable", left=[unavailable]),
+            cloudwatch.GraphWidget(
+                title="Executor throttles and events dropped",
+                left=[throttles, dropped("execute"), dropped("reconcile", "claim")],
+            ),
+            cloudwatch.GraphWidget(
+                title="Concurrent executions",
+                left=[
+                    f.metric("ConcurrentExecutions", statistic="Maximum", label=n)
+                    for n, f in functions.items()
+                ],
+            ),
             cloudwatch.GraphWidget(
                 title="Function errors",
                 left=[f.metric_errors(label=n) for n, f in functions.items()],
@@ -141,28 +261,45 @@ class Monitoring(Construct):
             ),
         )
 
+    @property
+    def dashboard_url(self) -> str:
+        region = Stack.of(self).region
+        return (
+            f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}"
+            f"#dashboards/dashboard/{self._name}"
+        )
+
     def _alarm(
         self,
         construct_id: str,
-        name: str,
+        suffix: str,
         metric: cloudwatch.IMetric,
-        threshold: float,
-        comparison: cloudwatch.ComparisonOperator,
-        missing: cloudwatch.TreatMissingData,
+        rule: Rule,
         description: str,
-        evaluation_periods: int = 1,
     ) -> cloudwatch.Alarm:
         alarm = cloudwatch.Alarm(
             self,
             construct_id,
-            alarm_name=name,
+            alarm_name=f"{self._name}-{suffix}",
             alarm_description=description,
             metric=metric,
-            threshold=threshold,
-            comparison_operator=comparison,
-            evaluation_periods=evaluation_periods,
-            treat_missing_data=missing,
+            threshold=rule.threshold,
+            comparison_operator=rule.comparison,
+            datapoints_to_alarm=rule.datapoints,
+            evaluation_periods=rule.periods,
+            treat_missing_data=rule.missing,
         )
         alarm.add_alarm_action(self._action)
         alarm.add_ok_action(self._action)
         return alarm
+
+
+def _summed(label: str, metrics: Mapping[str, cloudwatch.IMetric]) -> cloudwatch.IMetric:
+    """One series, the sum of `metrics` at each period; no data where none of them has any.
+    A single metric is itself."""
+    if len(metrics) == 1:
+        return next(iter(metrics.values()))
+    ids = {f"m_{name}": metric for name, metric in metrics.items()}
+    return cloudwatch.MathExpression(
+        expression=f"SUM([{', '.join(ids)}])", using_metrics=ids, label=label, period=MINUTE
+    )

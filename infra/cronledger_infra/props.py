@@ -97,6 +97,7 @@ class CronledgerProps:
     # monitoring
     metrics_namespace: str | None = None
     backlog_age_threshold_secs: int = 300
+    schedule_lag_threshold_secs: int = 60
     alarm_email: str | None = None
     # scheduler settings (CRONLEDGER_*)
     claim_lease_secs: int = 120
@@ -214,8 +215,8 @@ class CronledgerProps:
             yield budget
         if self.api_throttle_rate <= 0 or self.api_throttle_burst <= 0:
             yield "api_throttle_rate and api_throttle_burst must be positive"
-        if self.backlog_age_threshold_secs <= 0:
-            yield "backlog_age_threshold_secs must be positive"
+        if self.backlog_age_threshold_secs <= 0 or self.schedule_lag_threshold_secs <= 0:
+            yield "backlog_age_threshold_secs and schedule_lag_threshold_secs must be positive"
         for prefix in self.python_targets:
             if not _MODULE.fullmatch(prefix):
                 yield f"python_targets: {prefix!r} is not a module name such as reports.jobs"

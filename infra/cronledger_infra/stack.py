@@ -121,6 +121,7 @@ class CronledgerStack(Stack):
             name=props.name,
             namespace=props.namespace,
             backlog_age_threshold_secs=props.backlog_age_threshold_secs,
+            schedule_lag_threshold_secs=props.schedule_lag_threshold_secs,
             alarm_email=props.alarm_email,
         )
         Migration(
@@ -138,5 +139,6 @@ class CronledgerStack(Stack):
 
         CfnOutput(self, "ApiUrl", value=api.url, description="The operator API (SigV4, IAM)")
         CfnOutput(self, "AlarmTopicArn", value=monitoring.topic.topic_arn)
+        CfnOutput(self, "DashboardUrl", value=monitoring.dashboard_url)
         CfnOutput(self, "ExecutorDeadLetterQueueUrl", value=execution.dead_letters.queue_url)
         CfnOutput(self, "DatabaseEndpoint", value=database.endpoint)

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import cronledger
-from cronledger import metrics
+from cronledger import claim as claim_loop
+from cronledger import metrics, reconcile
 from cronledger.aws import claim, database, migrate, runtime, wake
 from cronledger.settings import Settings
 from tests.aws.stack import INFRA, constants, handler_modules, lambda_import_environment
@@ -30,6 +31,9 @@ def test_the_alarmed_metrics_and_their_one_dimension_are_the_ones_the_handlers_e
 
     assert alarms["BACKLOG_METRIC"] == metrics.OLDEST_PENDING_AGE
     assert alarms["RECONCILE_METRIC"] == runtime.RECONCILE_SUCCEEDED
+    assert alarms["LAG_METRIC"] == metrics.SCHEDULE_LAG
+    assert alarms["DB_UNAVAILABLE_METRIC"] == metrics.DB_UNAVAILABLE
+    assert alarms["DB_OPERATIONS"] == (reconcile.JOB, claim_loop.JOB)  # every Operation recorded
     # The service name is the Powertools logger's name: the package's loggers must sit under it.
     assert constants("functions")["SERVICE_NAME"] == cronledger.__name__
 

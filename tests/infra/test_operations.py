@@ -1,0 +1,123 @@
+"""What an operator sees: alarms that page on what matters, each evaluated M out of N periods
+with missing data counted as designed (infra/cronledger_infra/monitoring.py says why for each),
+JSON access logs that name the route and the caller, and where the dashboard is."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.infra.synthesis import Synthesized
+
+pytestmark = pytest.mark.xdist_group(name="infra")
+
+GE = "GreaterThanOrEqualToThreshold"
+#: alarm name suffix -> (threshold, comparison, M, N, missing data)
+EVALUATION = {
+    "backlog-age": (300, "GreaterThanThreshold", 3, 5, "ignore"),
+    "reconcile-stalled": (1, "LessThanThreshold", 1, 1, "breaching"),
+    "schedule-lag": (60, "GreaterThanThreshold", 2, 3, "notBreaching"),
+    "database-unavailable": (1, GE, 3, 5, "notBreaching"),
+    "executor-throttles": (1, GE, 3, 5, "notBreaching"),
+    "executor-events-dropped": (1, GE, 1, 1, "notBreaching"),
+    "ticks-dropped": (1, GE, 3, 5, "notBreaching"),
+    "executor-dead-letters": (1, GE, 1, 1, "notBreaching"),
+}
+
+
+def alarms(synthesized: Synthesized) -> dict[str, dict[str, Any]]:
+    """Alarm name suffix (after `Cronledger-`) -> its properties."""
+    return {
+        props["AlarmName"].removeprefix("Cronledger-"): props
+        for props in synthesized.resources("AWS::CloudWatch::Alarm").values()
+    }
+
+
+def metric_stats(alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metrics a math-expression alarm reads."""
+    return [query["MetricStat"]["Metric"] for query in alarm["Metrics"] if "MetricStat" in query]
+
+
+def dimension(metric: dict[str, Any], name: str) -> Any:
+    (value,) = [d["Value"] for d in metric["Dimensions"] if d["Name"] == name]
+    return value
+
+
+def test_each_alarm_is_m_out_of_n_with_missing_data_treated_as_designed(synthesized: Synthesized):
+    found = alarms(synthesized)
+    (topic,) = synthesized.resources("AWS::SNS::Topic")
+
+    for suffix, (threshold, comparison, m, n, missing) in EVALUATION.items():
+        alarm = found[suffix]
+        assert (
+            alarm["Threshold"],
+            alarm["ComparisonOperator"],
+            alarm["DatapointsToAlarm"],
+            alarm["EvaluationPeriods"],
+            alarm["TreatMissingData"],
+        ) == (threshold, comparison, m, n, missing), suffix
+        assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": topic}], suffix
+    for fn in ("reconcile", "claim", "execute", "api", "migrate"):
+        assert found[f"{fn}-errors"]["TreatMissingData"] == "notBreaching"
+
+
+def test_schedule_lag_alarms_on_the_p99_of_started_minus_due(synthesized: Synthesized):
+    alarm = alarms(synthesized)["schedule-lag"]
+
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("Cronledger", "ScheduleLagSeconds")
+    assert alarm["ExtendedStatistic"] == "p99"
+    assert alarm["Period"] == 300
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "cronledger"}]
+
+
+def test_database_unavailability_sums_what_both_loops_record(synthesized: Synthesized):
+    alarm = alarms(synthesized)["database-unavailable"]
+    (expression,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
+    stats = metric_stats(alarm)
+
+    assert expression.startswith("SUM([")
+    assert {m["MetricName"] for m in stats} == {"DbUnavailable"}
+    assert {dimension(m, "Operation") for m in stats} == {"reconcile", "claim"}
+    assert {dimension(m, "service") for m in stats} == {"cronledger"}
+
+
+def test_executor_throttles_and_dropped_events_are_lambdas_own_counts(synthesized: Synthesized):
+    functions = synthesized.functions()
+    execute = functions["cronledger.aws.execute.handler"]
+    ticks = {
+        functions["cronledger.aws.reconcile.handler"],
+        functions["cronledger.aws.claim.handler"],
+    }
+    found = alarms(synthesized)
+
+    throttles, dropped = found["executor-throttles"], found["executor-events-dropped"]
+    assert (throttles["Namespace"], throttles["MetricName"]) == ("AWS/Lambda", "Throttles")
+    assert dimension(throttles, "FunctionName") == {"Ref": execute}
+    assert (dropped["Namespace"], dropped["MetricName"]) == ("AWS/Lambda", "AsyncEventsDropped")
+    assert dimension(dropped, "FunctionName") == {"Ref": execute}
+    tick_stats = metric_stats(found["ticks-dropped"])
+    assert {m["MetricName"] for m in tick_stats} == {"AsyncEventsDropped"}
+    assert {dimension(m, "FunctionName")["Ref"] for m in tick_stats} == ticks
+
+
+def test_api_access_logs_are_json_naming_the_route_and_the_caller(synthesized: Synthesized):
+    (stage,) = synthesized.resources("AWS::ApiGatewayV2::Stage").values()
+    logged = json.loads(stage["AccessLogSettings"]["Format"])
+
+    assert logged["routeKey"] == "$context.routeKey"
+    assert logged["callerArn"] == "$context.identity.userArn"
+    assert logged["status"] == "$context.status"
+    # every value a quoted HTTP API variable: a blank one still leaves valid JSON
+    assert all(isinstance(v, str) and v.startswith("$context.") for v in logged.values())
+    # and none of REST APIs' own variables, which an HTTP API leaves unexpanded
+    assert not {"$context.resourcePath", "$context.identity.user"} & set(logged.values())
+
+
+def test_the_dashboard_url_is_an_output(synthesized: Synthesized):
+    (dashboard,) = synthesized.resources("AWS::CloudWatch::Dashboard").values()
+    url = json.dumps(synthesized.template["Outputs"]["DashboardUrl"]["Value"])
+
+    assert dashboard["DashboardName"] == "Cronledger"
+    assert "cloudwatch/home?region=" in url and "#dashboards/dashboard/Cronledger" in url
