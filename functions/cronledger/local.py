@@ -451,8 +451,9 @@ def run_dev(
         print(
             "demo channel 'demo' fires every 5 seconds; settled occurrences print below.", file=out
         )
-    print("Ctrl-C to stop.", file=out, flush=True)
     try:
+        # Inside the try: a Ctrl-C sent the moment this line is read must still drain.
+        print("Ctrl-C to stop.", file=out, flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
