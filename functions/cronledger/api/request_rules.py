@@ -23,7 +23,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,8 @@ def _check_document(body: bytes) -> None:
         raise MalformedBody(
             f"the body must be a JSON object, not {_json_kind(document)}", "type_mismatch"
         )
+    if not _ESCAPED_SURROGATE.search(text):
+        return  # JSON text that is UTF-8 can hold a lone surrogate only as a \ud8xx escape
     problems = []
     for path, is_key in _invalid_text(document):
         where = "a key" if is_key else "the text"
@@ -120,27 +122,43 @@ def _check_document(body: bytes) -> None:
 
 def _invalid_text(document: dict[str, Any]) -> Iterator[tuple[str, bool]]:
     """Every place (path, whether it is a key) holding a lone surrogate, without recursion
-    (JSON may nest deeper than Python's stack)."""
+    (JSON may nest deeper than Python's stack); a path is spelled only where it is needed."""
     stack: list[tuple[str, Any]] = [("", document)]
     while stack:
         path, value = stack.pop()
         if isinstance(value, dict):
-            for key, item in reversed(list(value.items())):
-                child = f"{path}.{printable(key)}" if path else printable(key)
-                if _has_surrogate(key):
-                    yield child, True
-                stack.append((child, item))
+            items: Iterable[tuple[Any, Any]] = value.items()
         elif isinstance(value, list):
-            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
-        elif isinstance(value, str) and _has_surrogate(value):
-            yield path or "body", False
+            items = enumerate(value)
+        else:
+            if isinstance(value, str) and _has_surrogate(value):
+                yield path or "body", False
+            continue
+        children = []
+        for key, item in items:
+            if isinstance(item, str) and not (isinstance(key, str) and _has_surrogate(key)):
+                if _has_surrogate(item):
+                    children.append((_child(path, key), item))
+                continue
+            child = _child(path, key)
+            if isinstance(key, str) and _has_surrogate(key):
+                yield child, True
+            children.append((child, item))
+        stack.extend(reversed(children))
+
+
+def _child(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{printable(key)}" if path else printable(key)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _has_surrogate(text: str) -> bool:
-    return _SURROGATE.search(text) is not None
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def printable(text: str) -> str:
