@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from cronledger.api import PREFIX
+from cronledger.api import PREFIX, create_app
 from cronledger.ledger import Ledger
-from tests.api.helpers import CHANNELS, Api, channel_document, create_channel
+from tests.api.helpers import CHANNELS, SETTINGS, Api, channel_document, create_channel
+from tests.api.http import call
 
 # --- 415: a body must be declared JSON ----------------------------------------------------
 
@@ -251,3 +254,50 @@ def test_head_on_a_missing_channel_is_a_404_without_a_body(api: Api) -> None:
     answer = api("HEAD", f"{CHANNELS}/no-such-channel")
 
     assert (answer.status, answer.body) == (404, None)
+
+
+# --- fuzzed: any JSON, any text ---------------------------------------------------------
+
+#: Text of any code point, a lone surrogate often among them.
+TEXT = st.lists(
+    st.one_of(st.characters(), st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff"])),
+    max_size=8,
+).map("".join)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _holds_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, list):
+        return any(map(_holds_surrogate, value))
+    if isinstance(value, dict):
+        return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
+    return False
+
+
+@given(
+    document=st.dictionaries(TEXT, JSON, max_size=5),
+    where=st.sampled_from(["top", "config", "target"]),
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_json_object_gets_a_5xx_and_any_lone_surrogate_is_a_400(
+    sqlite_ledger: Ledger, document: dict[str, Any], where: str
+) -> None:
+    app = create_app(sqlite_ledger, SETTINGS)
+    body = {
+        "top": document,
+        "config": channel_document(transport_config={"schedule": "0 0 * * * *", **document}),
+        "target": channel_document(target={"type": "http", "url": "https://e.com", **document}),
+    }[where]
+
+    answer = call(app, "POST", CHANNELS, body=body)
+
+    assert answer.status < 500, answer.body
+    if _holds_surrogate(body):
+        assert answer.status == 400
+        assert answer.body["error"]["message"].startswith("invalid text: ")
