@@ -440,7 +440,6 @@ def run_dev(
     # SIGTERM (a process manager, `kill`) drains like Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     scheduler = LocalScheduler(ledger, settings, on_settled=console_printer(ledger, out))
-    scheduler.start()
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
     print(f"cronledger dev: API on http://{host}:{port}  (database {shown_url})", file=out)
     if warning:
@@ -452,8 +451,10 @@ def run_dev(
             "demo channel 'demo' fires every 5 seconds; settled occurrences print below.", file=out
         )
     try:
-        # Inside the try: a Ctrl-C sent the moment this line is read must still drain.
+        # Inside the try: a Ctrl-C sent the moment this line is read, or as soon as the first
+        # attempt runs, must still drain.
         print("Ctrl-C to stop.", file=out, flush=True)
+        scheduler.start()
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
