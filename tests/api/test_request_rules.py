@@ -3,6 +3,7 @@ valid Unicode everywhere, 405 with `Allow` for a wrong method, `HEAD` wherever `
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -298,6 +299,7 @@ def test_no_json_object_gets_a_5xx_and_any_lone_surrogate_is_a_400(
     answer = call(app, "POST", CHANNELS, body=body)
 
     assert answer.status < 500, answer.body
-    if _holds_surrogate(body):
+    # (A high and a low surrogate side by side travel as a pair: one valid character.)
+    if _holds_surrogate(json.loads(json.dumps(body))):
         assert answer.status == 400
         assert answer.body["error"]["message"].startswith("invalid text: ")
