@@ -153,3 +153,32 @@ def test_the_openapi_document_shows_the_new_keys_with_examples(ledger: Ledger) -
     assert {"ended", "at", "starts_at", "ends_at", "jitter_secs"} <= set(
         schemas["CompiledView"]["properties"]
     )
+
+
+def test_backfill_stays_within_the_bounds(api: Api, ledger: Ledger) -> None:
+    now = ledger.db_now().replace(microsecond=0)
+    start = now - timedelta(seconds=60 + now.second % 10)  # on a :x0
+    end = start + timedelta(seconds=30)
+    channel = create_channel(
+        api,
+        status="active",
+        transport_config={
+            "schedule": "*/10 * * * * *",
+            "starts_at": to_rfc3339(start),
+            "ends_at": to_rfc3339(end),
+        },
+    )
+
+    answer = api(
+        "POST",
+        f"{CHANNELS}/{channel['channel_id']}/backfill",
+        body={
+            "from": to_rfc3339(start - timedelta(minutes=5)),
+            "to": to_rfc3339(end + timedelta(seconds=25)),
+        },
+    )
+
+    assert answer.status == 202
+    assert (answer.data["instants"], answer.data["created"]) == (4, 4)
+    written = sorted(o.scheduled_for for o in ledger.list_occurrences().data)
+    assert written == [start + timedelta(seconds=s) for s in (0, 10, 20, 30)]

@@ -378,3 +378,20 @@ def test_at_moves_the_hash_and_jitter_does_not() -> None:
         != compiled(**one_time, at="2026-09-01T02:16:00").config_hash
     )
     assert compiled(**BASE, jitter_secs=600).config_hash == compiled(**BASE).config_hash
+
+
+def test_every_problem_with_the_new_keys_is_reported_at_once() -> None:
+    with pytest.raises(ScheduleInvalid) as caught:
+        compiled(
+            at="2026-09-01 02:15",
+            starts_at="soon",
+            ends_at="2026-01-01T00:00:00Z",
+            jitter_secs=7200,
+        )
+
+    assert sorted(e.path for e in caught.value.errors) == [
+        "transport_config.at",
+        "transport_config.ends_at",
+        "transport_config.jitter_secs",
+        "transport_config.starts_at",
+    ]

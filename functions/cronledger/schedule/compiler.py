@@ -16,6 +16,14 @@ Decisions where SPEC §1.1 is silent:
   to mean (standard cron; croniter's own quirks are not inherited), and the forms without a
   plain meaning are refused there, each with a fix.
 - "At least one occurrence in the next 5 years" is measured from `now=`, or the wall clock.
+- An `at` or an `ends_at` already in the past is accepted: a channel outlives its last instant
+  (it must still compile in every view and pass), and shows as ended. A window of bounds that
+  holds no instant at all is refused; `starts_at`/`ends_at` with `at` are refused (bounds of a
+  single instant are a mistake, not a schedule).
+- `jitter_secs` must be shorter than the shortest gap between two consecutive instants, in
+  UTC, over the next 5 years: wall-clock gaps within a day and across midnight, and the pair
+  straddling each clock change (the `0 30 1 * * *` of a fall-back night is an hour apart). It
+  keeps due times in the instants' order. A one-time schedule takes any jitter up to 3600.
 - `retry.backoff_secs` may be 0 (retry at the next claim); `retry.max_backoff_secs` defaults to
   300, or to `backoff_secs` when that is larger, and is refused below it. `retry` is not in
   the scheduling hash: how failures are retried does not move when the schedule fires.
@@ -228,10 +236,11 @@ def _when(
                 )
             )
         for key in ("starts_at", "ends_at"):
-            if get(key) is not _MISSING:
+            path = f"transport_config.{key}"
+            if get(key) is not _MISSING and all(e.path != path for e in errors):
                 errors.append(
                     FieldError(
-                        f"transport_config.{key}",
+                        path,
                         "invalid",
                         "bounds a recurring `schedule`; a one-time `at` fires once: drop it",
                     )
