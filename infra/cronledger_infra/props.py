@@ -52,6 +52,7 @@ DEFAULT_NAME = "Cronledger"
 MIGRATE_TIMEOUT_SECS = 300
 #: A CloudFormation stack name, short enough that every name derived from it stays within
 #: its service's limit.
+_KMS_KEY = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}")
 #: Two one-minute ticks and a margin for their jitter (see `lookahead_secs`).
 MIN_LOOKAHEAD_SECS = 150
@@ -88,6 +89,8 @@ class CronledgerProps:
     # what the executor may call besides resources tagged `cronledger:target=<name>`
     target_arns: tuple[str, ...] = ()
     allow_tagged_targets: bool = True
+    # customer managed KMS keys of encrypted SQS / EventBridge targets
+    target_kms_keys: tuple[str, ...] = ()
     # what target documents may name (SPEC §10): none of either unless listed here
     python_targets: tuple[str, ...] = ()
     http_allow_networks: tuple[str, ...] = ()
@@ -157,6 +160,9 @@ class CronledgerProps:
         )
 
     def _problems(self) -> typing.Iterator[str]:
+        for key in self.target_kms_keys:
+            if not _KMS_KEY.fullmatch(key):
+                yield f"target_kms_keys: {key!r} is not a KMS key ARN (arn:aws:kms:…:key/<id>)"
         if not _NAME.fullmatch(self.name):
             yield (
                 f"name {self.name!r} must be a letter then up to 31 letters, digits or hyphens "

@@ -103,6 +103,7 @@ class CronledgerStack(Stack):
             installation=props.name,
             target_arns=props.target_arns,
             allow_tagged_targets=props.allow_tagged_targets,
+            kms_keys=props.target_kms_keys,
         )
         api = Api(
             self,

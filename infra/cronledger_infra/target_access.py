@@ -14,6 +14,11 @@ secret or an SSM parameter only when it is tagged `cronledger:secret=<installati
 Step Functions targets that `wait` need `states:DescribeExecution`, which acts on executions;
 executions carry no tags, so for tagged state machines it is granted on every execution in this
 account and region (read-only status polling), and for named ones on that machine's executions.
+A `wait` target on an Express machine runs with `states:StartSyncExecution`, after
+`states:DescribeStateMachine` tells the executor the machine's type; both are granted wherever
+`states:StartExecution` is. A queue or bus encrypted with a customer managed KMS key needs that
+key too: the keys the operator lists in `target_kms_keys` may be used by the executor only
+through SQS and EventBridge (`kms:ViaService`), to encrypt what it sends.
 `http` and `python` targets need no IAM permission.
 """
 
@@ -48,6 +53,7 @@ class TargetAccess(Construct):
         installation: str,
         target_arns: tuple[str, ...],
         allow_tagged_targets: bool,
+        kms_keys: tuple[str, ...] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         self._executor = executor
@@ -57,6 +63,8 @@ class TargetAccess(Construct):
         if allow_tagged_targets:
             self._grant_tagged()
         self._grant_tagged_secrets()
+        if kms_keys:
+            self._grant_keys(kms_keys)
 
     def _grant_named(self, construct_id: str, arn: str) -> None:
         service = arn.split(":")[2] if arn.count(":") >= 5 else ""
@@ -79,6 +87,12 @@ class TargetAccess(Construct):
         elif service == "states":
             machine = sfn.StateMachine.from_state_machine_arn(self, construct_id, arn)
             machine.grant_start_execution(self._executor)
+            machine.grant_start_sync_execution(self._executor)
+            iam.Grant.add_to_principal(
+                grantee=self._executor,
+                actions=["states:DescribeStateMachine"],
+                resource_arns=[":".join(arn.split(":")[:7])],
+            )
             executions = executions_of(arn)
             iam.Grant.add_to_principal(
                 grantee=self._executor,
@@ -130,8 +144,11 @@ class TargetAccess(Construct):
         }
         condition = tagged_for(TARGET_TAG, self._installation)
         for action, resource in tagged.items():
+            actions = [action]
+            if action == "states:StartExecution":  # and an Express machine's, with its type
+                actions += ["states:StartSyncExecution", "states:DescribeStateMachine"]
             self._executor.add_to_role_policy(
-                iam.PolicyStatement(actions=[action], resources=[resource], conditions=condition)
+                iam.PolicyStatement(actions=actions, resources=[resource], conditions=condition)
             )
         executions = stack.format_arn(
             service="states",
@@ -154,7 +171,7 @@ class TargetAccess(Construct):
                     f"lambda:InvokeFunction {scoped}."
                 ),
                 f"AwsSolutions-IAM5[Resource::{account.format('states', 'stateMachine:*')}]": (
-                    f"states:StartExecution {scoped}."
+                    f"states:StartExecution, StartSyncExecution and DescribeStateMachine {scoped}."
                 ),
                 f"AwsSolutions-IAM5[Resource::{account.format('sqs', '*')}]": (
                     f"sqs:SendMessage {scoped}."
@@ -168,6 +185,20 @@ class TargetAccess(Construct):
                     "status of executions it started for tagged `wait` targets."
                 ),
             },
+        )
+
+    def _grant_keys(self, keys: tuple[str, ...]) -> None:
+        """Encrypting with the listed keys, through SQS and EventBridge only."""
+        self._executor.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                resources=list(keys),
+                conditions={
+                    "StringLike": {
+                        "kms:ViaService": ["sqs.*.amazonaws.com", "events.*.amazonaws.com"]
+                    }
+                },
+            )
         )
 
     def _grant_tagged_secrets(self) -> None:

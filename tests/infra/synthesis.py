@@ -18,6 +18,7 @@ INFRA = Path(__file__).resolve().parents[2] / "infra"
 if str(INFRA) not in sys.path:
     sys.path.insert(0, str(INFRA))
 
+TARGET_KMS_KEY = "arn:aws:kms:eu-west-1:111111111111:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 TARGET_ARNS = (
     "arn:aws:lambda:eu-west-1:111111111111:function:nightly-report",
     "arn:aws:states:eu-west-1:111111111111:stateMachine:month-end",
@@ -57,7 +58,10 @@ def synthesize(outdir: Path, profile: str | None = None) -> Synthesized:
     from cronledger_infra.props import DEFAULT_NAME
     from cronledger_infra.stack import PROJECT_ROOT
 
-    context = {"cronledger:target_arns": ",".join(TARGET_ARNS)}
+    context = {
+        "cronledger:target_arns": ",".join(TARGET_ARNS),
+        "cronledger:target_kms_keys": TARGET_KMS_KEY,
+    }
     if profile is not None:
         context["cronledger:profile"] = profile
     app = build_app(context, outdir=str(outdir), code=source_only_code(PROJECT_ROOT))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.synthesis import Synthesized
+from tests.infra.synthesis import TARGET_ARNS, TARGET_KMS_KEY, Synthesized
 
 pytestmark = pytest.mark.xdist_group(name="infra")
 
@@ -121,3 +121,43 @@ def test_the_dashboard_url_is_an_output(synthesized: Synthesized):
 
     assert dashboard["DashboardName"] == "Cronledger"
     assert "cloudwatch/home?region=" in url and "#dashboards/dashboard/Cronledger" in url
+
+
+def _executor_statements(synthesized: Synthesized) -> list[dict[str, Any]]:
+    execute = synthesized.functions()["cronledger.aws.execute.handler"]
+    role = synthesized.resources("AWS::Lambda::Function")[execute]["Role"]["Fn::GetAtt"][0]
+    return [
+        statement
+        for policy in synthesized.resources("AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Roles"]
+        for statement in policy["PolicyDocument"]["Statement"]
+    ]
+
+
+def _actions(statement: dict[str, Any]) -> set[str]:
+    actions = statement["Action"]
+    return set(actions if isinstance(actions, list) else [actions])
+
+
+def test_a_listed_kms_key_may_encrypt_what_the_executor_sends_through_sqs_and_eventbridge(
+    synthesized: Synthesized,
+):
+    (granted,) = [s for s in _executor_statements(synthesized) if _actions(s) & {"kms:Decrypt"}]
+
+    assert _actions(granted) == {"kms:GenerateDataKey", "kms:Decrypt"}
+    assert granted["Resource"] == TARGET_KMS_KEY
+    assert granted["Condition"] == {
+        "StringLike": {"kms:ViaService": ["sqs.*.amazonaws.com", "events.*.amazonaws.com"]}
+    }
+
+
+def test_an_express_machine_may_be_run_to_completion_where_it_may_be_started(
+    synthesized: Synthesized,
+):
+    machine = next(arn for arn in TARGET_ARNS if ":states:" in arn)
+    statements = _executor_statements(synthesized)
+    for action in ("states:StartSyncExecution", "states:DescribeStateMachine"):
+        named = [s for s in statements if action in _actions(s) and machine in json.dumps(s)]
+        tagged = [s for s in statements if action in _actions(s) and "Condition" in s]
+        assert named, action
+        assert tagged and "states:StartExecution" in _actions(tagged[0]), action

@@ -5,6 +5,12 @@ The execution name is `<occurrence_id>-<attempt>`: a second delivery of one atte
 start a second execution, because Step Functions refuses a reused name; it follows the one
 already started instead. Running out of budget does not stop the execution (that would need
 another permission and is rarely what a long workflow wants); the error names it.
+
+An Express state machine keeps no execution history to poll (`DescribeExecution` does not know
+its executions), so with `wait` one runs with `StartSyncExecution` instead, which answers when
+the execution ends (Express executions last at most five minutes), its wait bounded by the
+attempt's budget. The machine's type is asked for (`DescribeStateMachine`) before starting.
+Without `wait` both types start the same way.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ def run(
     machine: str = doc["state_machine_arn"]
     client = clients.stepfunctions(arn_region(machine), timeout_secs)
     name = execution_name(envelope)
+    if doc.get("wait") is not False and _is_express(client, machine):
+        return _run_to_completion(client, machine, name, envelope)
     try:
         execution = client.start_execution(
             stateMachineArn=machine, name=name, input=envelope_json(envelope)
@@ -89,6 +97,27 @@ def run(
             return timed_out(timeout_secs, f"execution {execution} still running")
         time.sleep(min(pause, left))
         pause = min(pause * 2, _MAX_POLL_SECS)
+
+
+def _is_express(client: Any, machine: str) -> bool:
+    unqualified = ":".join(machine.split(":")[:7])  # a version or alias has its machine's type
+    return bool(client.describe_state_machine(stateMachineArn=unqualified)["type"] == "EXPRESS")
+
+
+def _run_to_completion(client: Any, machine: str, name: str, envelope: Envelope) -> TargetOutcome:
+    ended = client.start_sync_execution(
+        stateMachineArn=machine, name=name, input=envelope_json(envelope)
+    )
+    status = ended["status"]
+    if status == "SUCCEEDED":
+        return TargetOutcome(ok=True, result=ended.get("output"))
+    reason = ": ".join(filter(None, (ended.get("error"), ended.get("cause"))))
+    execution = ended.get("executionArn", name)
+    return TargetOutcome(
+        ok=False,
+        result=ended.get("output"),
+        error=f"express execution {execution} ended {status}" + (f": {reason}" if reason else ""),
+    )
 
 
 def _execution_arn(machine: str, name: str) -> str:
