@@ -149,6 +149,8 @@ def test_tagged_targets_must_carry_this_installations_name(synthesized: Synthesi
     assert {action for s in tagged for action in _actions(s)} == {
         "lambda:InvokeFunction",
         "states:StartExecution",
+        "states:StartSyncExecution",  # an Express machine with `wait`
+        "states:DescribeStateMachine",  # which tells the executor the machine is Express
         "sqs:SendMessage",
         "events:PutEvents",
     }
