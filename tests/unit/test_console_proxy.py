@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -152,3 +155,33 @@ def test_requests_to_api_gateway_are_signed_on_the_way(
     assert "/eu-west-1/execute-api/aws4_request" in authorization
     assert answer[0] == 202 and answer[2] == b'{"data": 1}'
     assert "X-Amzn-Trace-Id" not in answer[1]  # only the answer's own headers come back
+
+
+def test_cronledger_console_serves_until_interrupted(sqlite_ledger: Ledger) -> None:
+    with serving(create_app(sqlite_ledger, SETTINGS)) as url:
+        # Given `cronledger console --api-url URL` on any free port
+        command = [sys.executable, "-m", "cronledger.cli", "console", "--api-url", url]
+        with subprocess.Popen(
+            [*command, "--port", "0"], stdout=subprocess.PIPE, text=True
+        ) as process:
+            assert process.stdout is not None
+            first = process.stdout.readline()
+            try:
+                # When the page and the API are asked for through it
+                page_url = first.split()[2]
+                with urllib.request.urlopen(page_url, timeout=10) as page:
+                    html = page.read()
+                health_url = page_url.replace("/console", "/health")
+                with urllib.request.urlopen(health_url, timeout=10) as health:
+                    reachable = json.loads(health.read())["data"]["database"]
+            finally:
+                process.send_signal(signal.SIGINT)
+                rest = process.stdout.read()
+                code = process.wait(timeout=20)
+
+    # Then it said where, served both, and stopped cleanly on Ctrl-C
+    assert first.startswith("cronledger console: http://127.0.0.1:")
+    assert f"(API: {url})" in first
+    assert b"<title>cronledger console</title>" in html
+    assert reachable == "reachable"
+    assert (code, rest.splitlines()[-1]) == (0, "stopped")

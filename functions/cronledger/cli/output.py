@@ -89,7 +89,7 @@ class Out:
 
     def answer(self, value: Any, human: Callable[[], None]) -> None:
         """`value` as JSON or YAML for scripts, else whatever `human` prints."""
-        if self.format is Format.json or self.format is Format.yaml:
+        if self.for_scripts:
             self.data(value)
         else:
             human()
