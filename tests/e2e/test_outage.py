@@ -33,6 +33,7 @@ from cronledger.ledger import (
     OccurrenceFilter,
 )
 from cronledger.local import LocalScheduler
+from cronledger.settings import Settings
 from tests.e2e.test_scheduler import FAST
 from tests.pg import scratch_database
 
@@ -48,6 +49,7 @@ POLICIES = {
     "catch_up": {"misfire_policy": "catch_up", "max_catch_up": 2},
 }
 SETTINGS = replace(FAST, misfire_grace_secs=GRACE_SECS)
+WORKERS = 4
 SUMMARY = re.compile(r"skipped (\d+) missed occurrence")
 
 
@@ -81,7 +83,7 @@ def test_an_outage_runs_the_same_instants_with_and_without_lookahead(
                 CHANNEL_ACTIVE,
             )
     with_lookahead = replace(SETTINGS, lookahead_secs=LOOKAHEAD_SECS)
-    running = [LocalScheduler(ahead, with_lookahead), LocalScheduler(plain, SETTINGS)]
+    running = _schedulers(ahead, plain, with_lookahead)
     for scheduler in running:
         scheduler.start()
 
@@ -92,7 +94,7 @@ def test_an_outage_runs_the_same_instants_with_and_without_lookahead(
         scheduler.shutdown(drain_secs=5)
     restart_at = frozen_at + timedelta(seconds=OUTAGE_SECS)
     _sleep_until(restart_at)
-    running = [LocalScheduler(ahead, with_lookahead), LocalScheduler(plain, SETTINGS)]
+    running = _schedulers(ahead, plain, with_lookahead)
     for scheduler in running:
         scheduler.start()
     time.sleep(3)
@@ -117,6 +119,15 @@ def test_an_outage_runs_the_same_instants_with_and_without_lookahead(
         if "judged at start" in (o.error_message or "") and o.channel_name == "skip"
     ]
     assert sorted(judged) == window[:2]
+
+
+def _schedulers(ahead: Ledger, plain: Ledger, with_lookahead: Settings) -> list[LocalScheduler]:
+    """One scheduler per ledger, with few workers: three channels need no more, and the
+    suite's PostgreSQL serves other tests' connections too."""
+    return [
+        LocalScheduler(ahead, with_lookahead, workers=WORKERS),
+        LocalScheduler(plain, SETTINGS, workers=WORKERS),
+    ]
 
 
 def _outcome(
