@@ -53,6 +53,7 @@ from cronledger.ledger.tables import channel_versions, channels, occurrences, sc
 from cronledger.local import DEMO_MODULE, DEV_LOOKAHEAD_SECS, LocalScheduler
 from cronledger.reconcile import reconcile_once
 from cronledger.schedule import compile_schedule
+from cronledger.schedule.compiler import _croniter_refusal
 from cronledger.schedule.walk import calendar
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
@@ -129,8 +130,9 @@ def reconcile_figures() -> None:
 
 
 def cold_pass(ledger: Ledger, settings: Settings, count: int) -> float:
-    """A pass with nothing compiled, not even the shared calendars."""
+    """A pass with nothing compiled, not even the shared calendars or croniter's verdicts."""
     calendar.cache_clear()
+    _croniter_refusal.cache_clear()
     return timed_pass(ledger, settings, ScheduleCache(), count)
 
 

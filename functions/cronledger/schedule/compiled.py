@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -42,6 +43,7 @@ from cronledger.schedule.walk import (
     FIRST_SECOND,
     LAST_SECOND,
     Instants,
+    Survey,
     ceil_seconds,
     floor_seconds,
     instant,
@@ -52,6 +54,8 @@ ConcurrencyPolicy = Literal["allow", "forbid", "queue_one", "replace"]
 
 WALK_LIMIT: Final = 200_000
 """The most instants one walk returns, so a pathological window cannot hang a pass."""
+FEW_DUE: Final = 8
+"""Up to this many due instants, a plan lists them in the walk that finds the next one."""
 
 
 def is_misfired(due_at: datetime, now: datetime, grace: timedelta) -> bool:
@@ -205,20 +209,54 @@ class Schedule:
             )
         now_s = floor_seconds(now_utc)
         late_cutoff = ceil_seconds(now_utc - grace) if grace < now_utc - EPOCH else FIRST_SECOND
-        late_from = max(cursor_s, late_cutoff)
         catch_up = min(self.max_catch_up, instance_max_catch_up)
-        misfired_until = min(late_from - 1, now_s)
         head = (catch_up if self.misfire_policy == "catch_up" else 0) + 1
-        misfired = self._calendar.survey(cursor_s, misfired_until, head)
-        if self.jitter_secs and misfired.count:
-            # The newest instant before the cutoff may still be due after it. Only one can:
-            # the jitter is shorter than every gap, and due times keep the instants' order.
-            newest = misfired.tail[-1]
-            if newest >= late_cutoff - self.jitter_secs and not is_misfired(
-                self.due_at(instant(newest)), now_utc, grace
-            ):
-                late_from = newest
-                misfired = misfired.without_newest()
+
+        # Most passes find a few instants due: one walk lists them and the next one.
+        few = self._calendar.instants(cursor_s, LAST_SECOND, FEW_DUE + 1)
+        due = [s for s in few if s <= now_s]
+        if len(due) <= FEW_DUE:
+            split = bisect_left(due, late_cutoff)
+            misfired = Survey(split, due[: min(split, head)], due[max(0, split - 3) : split])
+            late = due[split:]
+            if (
+                still_late := self._late_by_jitter(misfired, late_cutoff, now_utc, grace)
+            ) is not None:
+                misfired, late = misfired.without_newest(), [still_late, *late]
+            next_cursor = few[len(due)] if len(few) > len(due) else None
+            return self._plan(misfired, catch_up, late, next_cursor)
+
+        # After an outage: count what was missed without listing it.
+        late_from = max(cursor_s, late_cutoff)
+        misfired = self._calendar.survey(cursor_s, min(late_from - 1, now_s), head)
+        if (still_late := self._late_by_jitter(misfired, late_cutoff, now_utc, grace)) is not None:
+            misfired, late_from = misfired.without_newest(), still_late
+        # Asking for one instant more than there is room for tells a truncated walk apart.
+        room = WALK_LIMIT - len(kept_misfires(self.misfire_policy, misfired.count, catch_up))
+        late = self._calendar.instants(late_from, now_s, room + 1)
+        if len(late) > room:
+            return self._plan(misfired, catch_up, late[:room], late[room])
+        return self._plan(
+            misfired, catch_up, late, self._calendar.first(max(now_s + 1, cursor_s), LAST_SECOND)
+        )
+
+    def _late_by_jitter(
+        self, misfired: Survey, late_cutoff: int, now: datetime, grace: timedelta
+    ) -> int | None:
+        """The newest instant before the cutoff when its row is due after it after all (its
+        jitter carries it past). Only that one can be: the jitter is shorter than every gap,
+        so due times keep the instants' order."""
+        if not self.jitter_secs or not misfired.count:
+            return None
+        newest = misfired.tail[-1]
+        if newest < late_cutoff - self.jitter_secs:
+            return None
+        return None if is_misfired(self.due_at(instant(newest)), now, grace) else newest
+
+    def _plan(
+        self, misfired: Survey, catch_up: int, late: list[int], next_cursor: int | None
+    ) -> PassPlan:
+        """What the policy keeps of the misfired, the one summary of the rest, and the late."""
         keep = kept_misfires(self.misfire_policy, misfired.count, catch_up)
         kept = [misfired.at(i) for i in keep]
         dropped: tuple[int, int, int] | None = None  # oldest, newest, count
@@ -228,16 +266,6 @@ class Schedule:
                 (keep.stop, misfired.count - 1) if keep.start == 0 else (0, keep.start - 1)
             )
             dropped = (misfired.at(first), misfired.at(last), misfired.count - len(keep))
-
-        # Asking for one instant more than there is room for tells a truncated walk apart.
-        room = WALK_LIMIT - len(kept)
-        late = self._calendar.instants(late_from, now_s, room + 1)
-        if len(late) > room:
-            next_cursor: int | None = late[room]
-            late = late[:room]
-        else:
-            next_cursor = self._calendar.first(max(now_s + 1, cursor_s), LAST_SECOND)
-
         return PassPlan(
             materialise=[instant(s) for s in kept + late],
             skipped=None if dropped is None else self._summary(*dropped),

@@ -385,12 +385,22 @@ def _expression(value: Any, errors: list[FieldError]) -> str | None:
         errors.append(FieldError(path, "invalid", str(exc)))
         return None
     expression = " ".join(fields)
+    refused = _croniter_refusal(expression)
+    if refused is not None:
+        errors.append(FieldError(path, "invalid", refused))
+        return None
+    return expression
+
+
+@lru_cache(maxsize=4096)
+def _croniter_refusal(expression: str) -> str | None:
+    """Why croniter, the parser of record, refuses `expression`, or None. Cached: it is most of
+    a compile, and thousands of channels share a handful of expressions."""
     try:
         croniter(expression, second_at_beginning=True)  # parses and checks each field
     except Exception as exc:  # croniter reports some malformed input with non-croniter errors
-        errors.append(FieldError(path, "invalid", _explain_parse_error(fields, exc)))
-        return None
-    return expression
+        return _explain_parse_error(expression.split(), exc)
+    return None
 
 
 def _explain_parse_error(fields: list[str], exc: Exception) -> str:
