@@ -59,8 +59,13 @@ class MisfireStore(Store):
         """Judge every late, unjudged cron row of `channel_id` under `rule`, in one
         transaction, and answer for `occurrence_id` (claimed by `claimant`)."""
         live = status_is(PENDING, CLAIMED)
-        late = sa.and_(
-            occurrences.c.channel_id == channel_id, live, misfire_due(self._sql, rule.grace_secs)
+        of_channel = sa.and_(
+            occurrences.c.channel_id == channel_id, misfire_due(self._sql, rule.grace_secs)
+        )
+        # One arm per status, so each reads its partial index: the channel's unjudged
+        # pending rows, and the claimed rows (the few in flight).
+        late = sa.or_(
+            sa.and_(status_is(PENDING), of_channel), sa.and_(status_is(CLAIMED), of_channel)
         )
         with self._write() as conn:
             if self._cursor_behind(conn, channel_id, rule.grace_secs):

@@ -134,13 +134,15 @@ occurrences = sa.Table(
         "claimed_until",
         postgresql_where=sa.text("status IN ('claimed', 'running')"),
     ),
-    # A channel's live rows the misfire rule has yet to judge, for a judgment at start.
+    # A channel's pending rows the misfire rule has yet to judge, for a judgment at start
+    # (its claimed ones are found through the leased index: few, and already in flight).
+    # Only `pending`: the claim moves a row out of it, so the hot path never adds to it.
     sa.Index(
         "ix_cron_occurrences_unjudged",
         "channel_id",
-        "scheduled_for",
-        postgresql_where=sa.text("status IN ('pending', 'claimed') AND NOT misfire_judged"),
-        sqlite_where=sa.text("status IN ('pending', 'claimed') AND NOT misfire_judged"),
+        "due_at",
+        postgresql_where=sa.text("status = 'pending' AND NOT misfire_judged"),
+        sqlite_where=sa.text("status = 'pending' AND NOT misfire_judged"),
     ),
     # Newest-first listing by instant (per channel: the unique constraint above).
     sa.Index("ix_cron_occurrences_scheduled", "scheduled_for", "id"),
