@@ -84,6 +84,13 @@ class ThreadPoolInvoker(OneByOne):
         with self._idle:
             return self._in_flight
 
+    @property
+    def room(self) -> int:
+        """How many more attempts could start right now: none once the pool is shut down
+        (or the interpreter is exiting), so a claim loop claims nothing it cannot hand over."""
+        with self._idle:
+            return 0 if self._closed else self.max_workers - self._in_flight
+
     def dispatch(self, occurrence_id: str, claimant: str) -> None:
         with self._idle:
             if self._closed:
@@ -91,8 +98,9 @@ class ThreadPoolInvoker(OneByOne):
             self._in_flight += 1
         try:
             future = self._pool.submit(self._run_attempt, occurrence_id, claimant)
-        except RuntimeError as exc:  # shut down between the check above and the submit
+        except RuntimeError as exc:  # shut down since the check above, or the interpreter exits
             with self._idle:
+                self._closed = True
                 self._in_flight -= 1
                 self._idle.notify_all()
             raise DispatchFailed(

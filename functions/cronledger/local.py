@@ -110,7 +110,7 @@ class LocalScheduler:
 
     def _room(self) -> int:
         # A claim's lease starts ticking at once: claim no more than there are free workers.
-        return self.invoker.max_workers - self.invoker.in_flight
+        return self.invoker.room
 
     def start(self) -> None:
         forever = float("inf")
@@ -437,8 +437,11 @@ def run_dev(
         raise OSError(
             f"cannot serve the API on {host}:{port} ({exc.strerror}); pass --port"
         ) from exc
-    # SIGTERM (a process manager, `kill`) drains like Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # The first Ctrl-C (or SIGTERM, from a process manager or `kill`) drains; any after it
+    # ends the process on the spot.
+    first = _first_stop(out)
+    signal.signal(signal.SIGINT, first)
+    signal.signal(signal.SIGTERM, first)
     scheduler = LocalScheduler(ledger, settings, on_settled=console_printer(ledger, out))
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
     print(f"cronledger dev: API on http://{host}:{port}  (database {shown_url})", file=out)
@@ -464,10 +467,6 @@ def run_dev(
             file=out,
             flush=True,
         )
-    # From here a second Ctrl-C (or SIGTERM) ends the process on the spot.
-    on_second = _exit_at_once(out)
-    signal.signal(signal.SIGINT, on_second)
-    signal.signal(signal.SIGTERM, on_second)
     server.shutdown()
     drained = scheduler.shutdown(DRAIN_SECS)
     if not drained:
@@ -481,20 +480,31 @@ def run_dev(
     return 0
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _first_stop(out: TextIO) -> Callable[[int, object], None]:
+    """The handler of the first Ctrl-C or SIGTERM: it makes any later one end the process at
+    once, before it interrupts the main thread to drain. Re-armed here, in the handler, there
+    is no moment at which a second signal finds the default handler and escapes as an
+    uncaught KeyboardInterrupt: that left the interpreter waiting at exit for a target that
+    would not return, while the claim loop, never told to stop, claimed what it could no
+    longer dispatch, over and over."""
 
-
-def _exit_at_once(out: TextIO) -> Callable[[int, object], None]:
-    def handler(signum: int, frame: object) -> None:
+    def at_once(signum: int, frame: object) -> None:
         _stop_now(out, 130)
 
-    return handler
+    def first(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, at_once)
+        signal.signal(signal.SIGTERM, at_once)
+        raise KeyboardInterrupt
+
+    return first
 
 
 def _stop_now(out: TextIO, code: int) -> None:
     """End the process now, whatever its threads are doing (the attempts left running keep
-    their leases until those expire)."""
-    print("stopped.", file=out, flush=True)
-    sys.stderr.flush()
-    os._exit(code)
+    their leases until those expire). It exits even if saying so fails (a signal that came
+    while this thread was writing to `out` finds the stream busy)."""
+    try:
+        print("stopped.", file=out, flush=True)
+        sys.stderr.flush()
+    finally:
+        os._exit(code)

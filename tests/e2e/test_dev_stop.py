@@ -79,13 +79,14 @@ def test_ctrl_c_drains_at_most_ten_seconds_then_exits_leaving_the_lease_to_expir
         # When the user presses Ctrl-C once
         pressed = time.monotonic()
         dev.send_signal(signal.SIGINT)
-        output, _ = dev.communicate(timeout=DRAIN_SECS + 10)
+        output, _ = dev.communicate(timeout=DRAIN_SECS + 30)
         took = time.monotonic() - pressed
     finally:
         _kill(dev)
 
-    # Then it stopped within the drain (and a little), said so, and left the attempt leased
-    assert DRAIN_SECS - 1 <= took < DRAIN_SECS + 4, (took, output)
+    # Then it waited out the drain but not the target (two minutes), said so, and left the
+    # attempt leased
+    assert DRAIN_SECS - 1 <= took < 2 * DRAIN_SECS, (took, output)
     assert dev.returncode == 0, output
     assert "waiting up to 10 s" in output
     assert "their leases will expire and be recovered" in output
@@ -95,24 +96,30 @@ def test_ctrl_c_drains_at_most_ten_seconds_then_exits_leaving_the_lease_to_expir
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once(database: tuple[str, Ledger]) -> None:
+    # Given `cronledger dev` draining after a first Ctrl-C, with a target that will not return
     url, ledger = database
     hanging_channel(ledger)
     dev = start_dev(url)
     try:
         wait_until(lambda: running(ledger) >= 1, timeout=30)
         dev.send_signal(signal.SIGINT)
+        # The line is printed after the first Ctrl-C re-armed the handler: the second one
+        # below can come at any moment from here, as fast as a machine allows.
         _wait_for_line(dev, "Ctrl-C again to stop at once")
 
+        # When the user presses Ctrl-C again
         pressed = time.monotonic()
         dev.send_signal(signal.SIGINT)
-        output, _ = dev.communicate(timeout=DRAIN_SECS)
+        output, _ = dev.communicate(timeout=DRAIN_SECS + 30)
         took = time.monotonic() - pressed
     finally:
         _kill(dev)
 
-    assert took < 2, (took, output)
-    assert dev.returncode == 130
+    # Then it exited without waiting out the drain, said so, and claimed nothing meanwhile
+    assert took < DRAIN_SECS / 2, (took, output)
+    assert dev.returncode == 130, output
     assert output.rstrip().endswith("stopped."), output
+    assert "returning it to pending" not in output, output
 
 
 def test_with_nothing_running_ctrl_c_stops_promptly(database: tuple[str, Ledger]) -> None:
@@ -127,8 +134,8 @@ def test_with_nothing_running_ctrl_c_stops_promptly(database: tuple[str, Ledger]
     finally:
         _kill(dev)
 
-    assert took < 5, (took, output)
-    assert dev.returncode == 0
+    assert took < DRAIN_SECS - 1, (took, output)  # nothing to wait for: no drain
+    assert dev.returncode == 0, output
     assert output.rstrip().endswith("stopped."), output
 
 

@@ -106,6 +106,22 @@ def test_after_shutdown_a_dispatch_is_refused_and_running_attempts_are_waited_fo
     assert attempts.ran == [("occ-1", "claim-1")]
 
 
+def test_room_is_the_free_workers_and_none_once_the_pool_is_shut_down() -> None:
+    # Given a pool of three with one attempt held running
+    attempts = Attempts(hold=True)
+    pool = ThreadPoolInvoker(attempts, max_workers=3)
+    pool.dispatch("occ-1", "claim-1")
+    assert attempts.started.acquire(timeout=5)
+    assert pool.room == 2
+
+    # When it is shut down, even with that attempt finished, there is no room at all
+    pool.shutdown(0.0)
+    attempts.gate.set()
+    assert pool.drain(5.0) is True
+    assert pool.in_flight == 0
+    assert pool.room == 0
+
+
 # --- lambda -------------------------------------------------------------------------------
 
 
