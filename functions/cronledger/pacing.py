@@ -35,6 +35,10 @@ class Every:
             return True
         return False
 
+    def again(self) -> None:
+        """Make the next `due()` true: the work it paces stopped before it was done."""
+        self._last = None
+
 
 class Backoff:
     """The wait after each consecutive database failure of one loop: `first_secs`, doubled

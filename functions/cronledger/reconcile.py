@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 JOB = "reconcile"
 #: Retention is housekeeping, not a per-pass duty.
 RETENTION_EVERY_SECS = 600.0
+#: How long one pass may spend on retention, in batches; what is left waits for the next pass.
+RETENTION_BUDGET_SECS = 5.0
 
 
 @dataclass
@@ -286,9 +288,12 @@ def after_pass(
     if heartbeat.due():
         ledger.record_job_ok(JOB)
     if retention.due():
-        deleted = ledger.delete_terminal_older_than(settings.retention_hours)
+        until = time.monotonic() + RETENTION_BUDGET_SECS
+        deleted = ledger.delete_terminal_older_than(settings.retention_hours, until=until)
         if deleted:
             log.info("retention removed %d terminal occurrence(s)", deleted)
+        if time.monotonic() >= until:
+            retention.again()  # the budget ran out first: the next pass goes on
 
 
 @dataclass

@@ -3,6 +3,7 @@ deleted, a backlog never is."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -143,6 +144,34 @@ def test_retention_deletes_terminal_rows_and_keeps_pending_ones(ledger: Ledger) 
 
     # Then only that terminal row goes: a pending row older than the window is a backlog
     assert ledger.delete_terminal_older_than(1) == 1
+    remaining = {o.id for o in ledger.list_occurrences().data}
+    assert remaining == {pending_old.id, done_now.id}
+
+
+def test_retention_deletes_in_bounded_batches_each_a_statement_of_its_own(
+    ledger: Ledger,
+) -> None:
+    # Given 25 rows that ended a month ago, a month-old pending row and a row that just ended
+    month_ago = ledger.db_now() - timedelta(days=30)
+    ended = [row(month_ago + timedelta(seconds=i), "old", status=COMPLETED) for i in range(25)]
+    pending_old, done_now = row(month_ago, "backlog"), row(month_ago, "fresh", status=FAILED)
+    assert ledger.insert_occurrences([*ended, pending_old, done_now]) == 27
+    for occurrence in ended:
+        age_completion(ledger, occurrence.id, timedelta(days=30))
+
+    # When retention runs in batches of 10 with its time already spent, then with time left
+    with sent_statements(ledger.engine) as sent:
+        first = ledger.delete_terminal_older_than(24, batch_size=10, until=time.monotonic())
+    deletes_first = [s for s, _ in sent if s.lstrip().upper().startswith("DELETE")]
+    with sent_statements(ledger.engine) as sent:
+        rest = ledger.delete_terminal_older_than(24, batch_size=10)
+    deletes_rest = [s for s, _ in sent if s.lstrip().upper().startswith("DELETE")]
+
+    # Then a spent budget still deletes one batch and stops; the next run deletes the rest,
+    # one bounded statement per batch, and nothing live or recent goes
+    assert (first, len(deletes_first)) == (10, 1)
+    assert (rest, len(deletes_rest)) == (15, 2)
+    assert all("LIMIT" in statement.upper() for statement in deletes_first + deletes_rest)
     remaining = {o.id for o in ledger.list_occurrences().data}
     assert remaining == {pending_old.id, done_now.id}
 

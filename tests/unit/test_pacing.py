@@ -1,13 +1,19 @@
 """A loop's backoff while the database is away: doubling waits up to 30 s, reset by the first
-success, and one log line for the outage's start and one for its end."""
+success, and one log line for the outage's start and one for its end; housekeeping that runs
+once per period, and sooner when it ran out of time."""
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import pytest
 
-from cronledger.pacing import MAX_BACKOFF_SECS, Backoff
+from cronledger import reconcile
+from cronledger.ledger import COMPLETED, Ledger
+from cronledger.pacing import MAX_BACKOFF_SECS, Backoff, Every
+from cronledger.settings import Settings
+from tests.ledger.helpers import age_completion, row
 
 
 def test_waits_double_from_the_first_up_to_thirty_seconds_and_a_success_resets_them(
@@ -41,3 +47,30 @@ def test_an_outage_is_two_log_lines_however_many_polls_it_lasts(
         "up to 30 s",
         "reconcile: the database is back after 25 failed tries",
     ]
+
+
+def test_housekeeping_is_due_once_per_period_unless_it_stopped_before_it_was_done() -> None:
+    every = Every(3600)
+
+    assert [every.due(), every.due()] == [True, False]
+    every.again()
+    assert [every.due(), every.due()] == [True, False]
+
+
+@pytest.mark.parametrize(("budget_secs", "due_again"), [(0.0, True), (3600.0, False)])
+def test_retention_whose_budget_ran_out_goes_on_at_the_next_pass(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, budget_secs: float, due_again: bool
+) -> None:
+    # Given a terminal row past the retention window
+    ended = row(sqlite_ledger.db_now() - timedelta(days=60), status=COMPLETED)
+    assert sqlite_ledger.insert_occurrence(ended)
+    age_completion(sqlite_ledger, ended.id, timedelta(days=60))
+    monkeypatch.setattr(reconcile, "RETENTION_BUDGET_SECS", budget_secs)
+    retention, heartbeat = Every(3600), Every(3600)
+
+    # When a pass's bookkeeping runs retention
+    reconcile.after_pass(sqlite_ledger, Settings(), retention, heartbeat)
+
+    # Then the row is gone, and retention is due again only if its time ran out
+    assert sqlite_ledger.list_occurrences().total == 0
+    assert retention.due() is due_again

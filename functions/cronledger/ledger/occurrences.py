@@ -9,6 +9,7 @@ afterwards only decides between "no such occurrence" (404) and "wrong state" (40
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,8 @@ from cronledger.ledger.singletons import release_slots_of
 from cronledger.ledger.tables import channels, occurrences, schedule_state, status_is
 
 MAX_PAGE_SIZE = 1000
+#: Rows per retention DELETE (`delete_terminal_older_than`).
+RETENTION_BATCH = 1000
 #: Rows per INSERT statement, well inside both backends' bound-parameter limits.
 INSERT_CHUNK = 1000
 
@@ -283,16 +286,34 @@ class OccurrenceStore(CursorStore):
             f"{', '.join(ACTIVE_STATUSES)} occurrences can be cancelled"
         )
 
-    def delete_terminal_older_than(self, hours: float) -> int:
+    def delete_terminal_older_than(
+        self, hours: float, *, batch_size: int = RETENTION_BATCH, until: float | None = None
+    ) -> int:
         """Retention: delete terminal rows that reached their end more than `hours` ago.
-        Never `pending` (or any live) row: a backlog is work not yet done, not history."""
-        stmt = (
-            sa.delete(occurrences)
-            .where(status_is(*TERMINAL_STATUSES))
-            .where(occurrences.c.completed_at < self._sql.now_plus(-hours * 3600))
+        Never `pending` (or any live) row: a backlog is work not yet done, not history.
+
+        In batches of `batch_size` rows, each one statement committed on its own: trimming a
+        big ledger never holds one long transaction (and its locks, and the old row versions
+        a vacuum must keep) nor runs into the statement timeout. It stops at the first batch
+        that comes back short, or after the batch that ends past the monotonic `until`,
+        leaving the rest to the next run; answers how many rows went."""
+        expired = sa.and_(
+            status_is(*TERMINAL_STATUSES),
+            occurrences.c.completed_at < self._sql.now_plus(-hours * 3600),
         )
-        with self._write(single=True) as conn:
-            return conn.execute(stmt).rowcount
+        batch = sa.select(occurrences.c.id).where(expired).limit(batch_size)
+        if self._sql.is_postgres:
+            batch = batch.with_for_update(skip_locked=True)
+        # The condition is checked again on the row deleted: one an operator's retry made
+        # pending since the batch was chosen stays.
+        stmt = sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()), expired)
+        deleted = 0
+        while True:
+            with self._write(single=True) as conn:
+                count = conn.execute(stmt).rowcount
+            deleted += count
+            if count < batch_size or (until is not None and time.monotonic() >= until):
+                return deleted
 
     def purge_channel(self, channel_id: str) -> None:
         """Remove a channel's cursor and occurrences, and free the singleton slots they
