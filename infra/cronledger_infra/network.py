@@ -5,7 +5,9 @@ its proxy: isolated, no route out) and, only when NAT gateways are wanted, `publ
 NAT is what lets an `http` target on the internet be reached; with `nat_gateways=0` the `app`
 subnets are isolated too and only AWS services with an interface endpoint are reachable. The
 endpoints are for the services the functions (and the proxy, for its secret) call, so that
-traffic stays inside the VPC either way; the `lean` profile puts them in one AZ only (an
+traffic stays inside the VPC either way (and, without NAT, so that it leaves at all: an `ssm`
+endpoint for `secret_headers` naming SSM parameters, `sync-states` for Express machines run
+with `wait`); the `lean` profile puts them in one AZ only (an
 endpoint is billed per AZ; the other AZ's functions reach it across). Rejected traffic is
 flow-logged.
 """
@@ -23,6 +25,9 @@ _ENDPOINTS = {
     "states": ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS,
     "sqs": ec2.InterfaceVpcEndpointAwsService.SQS,
     "events": ec2.InterfaceVpcEndpointAwsService.EVENTBRIDGE,
+    # Only when asked for: what some targets need without NAT (profiles.OPTIONAL_ENDPOINTS).
+    "ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
+    "sync-states": ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS_SYNC,
 }
 
 
@@ -76,7 +81,7 @@ class Network(Construct):
         endpoint_subnets = ec2.SubnetSelection(subnets=app[:endpoint_azs])
         for name in endpoints:
             self.vpc.add_interface_endpoint(
-                f"{name.capitalize()}Endpoint",
+                "".join(part.capitalize() for part in name.split("-")) + "Endpoint",
                 service=_ENDPOINTS[name],
                 subnets=endpoint_subnets,
                 private_dns_enabled=True,

@@ -20,6 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ALL_ENDPOINTS = ("secretsmanager", "lambda", "states", "sqs", "events")
+#: Endpoints no profile makes, for an operator to add (`vpc_endpoints`) where there is no NAT:
+#: SSM Parameter Store, for `secret_headers` that name a parameter; Step Functions' synchronous
+#: API (`sync-states`), for an Express machine run with `wait` (StartSyncExecution).
+OPTIONAL_ENDPOINTS = ("ssm", "sync-states")
 
 
 @dataclass(frozen=True)

@@ -40,13 +40,19 @@ from cronledger_infra.capacity import (
     ConnectionBudget,
     aurora_max_connections,
 )
-from cronledger_infra.profiles import ALL_ENDPOINTS, DEFAULT_PROFILE, PROFILES, Profile
+from cronledger_infra.profiles import (
+    ALL_ENDPOINTS,
+    DEFAULT_PROFILE,
+    OPTIONAL_ENDPOINTS,
+    PROFILES,
+    Profile,
+)
 
 CONTEXT_PREFIX = "cronledger:"
 
 REMOVAL_POLICIES = ("snapshot", "retain", "destroy")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-ENDPOINT_SERVICES = ALL_ENDPOINTS
+ENDPOINT_SERVICES = (*ALL_ENDPOINTS, *OPTIONAL_ENDPOINTS)
 DEFAULT_NAME = "Cronledger"
 #: How long `migrate` may run (functions.py gives it this timeout).
 MIGRATE_TIMEOUT_SECS = 300

@@ -52,7 +52,10 @@ class Synthesized:
         }
 
 
-def synthesize(outdir: Path, profile: str | None = None) -> Synthesized:
+def synthesize(
+    outdir: Path, profile: str | None = None, more: dict[str, str] | None = None
+) -> Synthesized:
+    """The stack under `profile` (the default's when None), with `more` context values."""
     from cronledger_infra.application import build_app
     from cronledger_infra.bundling import source_only_code
     from cronledger_infra.props import DEFAULT_NAME
@@ -64,6 +67,7 @@ def synthesize(outdir: Path, profile: str | None = None) -> Synthesized:
     }
     if profile is not None:
         context["cronledger:profile"] = profile
+    context.update(more or {})
     app = build_app(context, outdir=str(outdir), code=source_only_code(PROJECT_ROOT))
     try:
         app.synth()

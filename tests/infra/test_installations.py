@@ -1,6 +1,7 @@
 """Two installations deploy side by side in one account and region: every name a stack gives
 a resource itself (an alarm, the dashboard, the proxy, the API, the metrics namespace) follows
-the installation's name, so two names never meet."""
+the installation's name, so two names never meet; and each installation's executor may use
+only the targets and secrets tagged with its own name."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cronledger_infra.application import installation, new_app
 from cronledger_infra.bundling import source_only_code
 from cronledger_infra.props import CronledgerProps
 from cronledger_infra.stack import INSTALLATION_TAG, PROJECT_ROOT
+from cronledger_infra.target_access import SECRET_TAG, TARGET_TAG
 
 pytestmark = pytest.mark.xdist_group(name="infra")
 
@@ -63,6 +65,20 @@ def physical_names(template: dict[str, Any]) -> set[str]:
     }
 
 
+def tag_conditions(template: dict[str, Any]) -> dict[str, set[str]]:
+    """Tag key -> every value an IAM condition on `aws:ResourceTag/<key>` requires."""
+    found: dict[str, set[str]] = {}
+    for resource in template["Resources"].values():
+        if resource["Type"] != "AWS::IAM::Policy":
+            continue
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+            for test in statement.get("Condition", {}).values():
+                for key, value in test.items():
+                    if key.startswith("aws:ResourceTag/"):
+                        found.setdefault(key.removeprefix("aws:ResourceTag/"), set()).add(value)
+    return found
+
+
 def test_two_installations_in_one_app_share_no_name(tmp_path: Path) -> None:
     # Given one app holding two installations
     app = new_app(outdir=str(tmp_path))
@@ -92,6 +108,10 @@ def test_two_installations_in_one_app_share_no_name(tmp_path: Path) -> None:
             if isinstance(tag, dict) and tag.get("Key") == INSTALLATION_TAG
         ]
         assert tagged and all(tag["Value"] == name for tag in tagged)
+        # and the targets and secrets it may use are those tagged with its own name
+        conditions = tag_conditions(stack.template)
+        assert set(conditions) == {TARGET_TAG, SECRET_TAG}
+        assert all(values == {name} for values in conditions.values()), conditions
 
 
 def test_an_installation_name_that_cannot_name_a_stack_is_refused() -> None:

@@ -6,12 +6,13 @@ and a NAT per AZ. Each passes cfn-lint and cdk-nag like the default."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from cfnlint.api import ManualArgs, lint
 
 from cronledger_infra.props import CronledgerProps
-from tests.infra.synthesis import Synthesized
+from tests.infra.synthesis import Synthesized, synthesize
 
 pytestmark = pytest.mark.xdist_group(name="infra")
 
@@ -27,6 +28,15 @@ def _endpoint_subnets(synthesized: Synthesized) -> list[int]:
         for e in synthesized.resources("AWS::EC2::VPCEndpoint").values()
         if e.get("VpcEndpointType") == "Interface"
     ]
+
+
+def _interface_services(synthesized: Synthesized) -> list[str]:
+    """The service names of the interface endpoints (`lambda`, `sync-states`, …)."""
+    return sorted(
+        json.dumps(e["ServiceName"]).split(".")[-1].strip('"]}')
+        for e in synthesized.resources("AWS::EC2::VPCEndpoint").values()
+        if e.get("VpcEndpointType") == "Interface"
+    )
 
 
 def test_standard_is_the_default_and_keeps_the_proxy_one_nat_and_five_endpoints_in_two_azs(
@@ -62,12 +72,7 @@ def test_lean_reaches_aurora_straight_with_iam_and_pays_for_no_proxy_nat_or_seco
     # No proxy, no NAT; two endpoints (lambda, secretsmanager), each in one subnet
     assert lean.resources("AWS::RDS::DBProxy") == {}
     assert lean.resources("AWS::EC2::NatGateway") == {}
-    services = sorted(
-        json.dumps(e["ServiceName"]).split(".")[-1].strip('"]}')
-        for e in lean.resources("AWS::EC2::VPCEndpoint").values()
-        if e.get("VpcEndpointType") == "Interface"
-    )
-    assert services == ["lambda", "secretsmanager"]
+    assert _interface_services(lean) == ["lambda", "secretsmanager"]
     assert _endpoint_subnets(lean) == [1, 1]
 
     # Every function connects to the cluster's endpoint with IAM, TLS verified in the code
@@ -89,6 +94,28 @@ def test_lean_reaches_aurora_straight_with_iam_and_pays_for_no_proxy_nat_or_seco
     # Only migrate, the schema's owner, is told the master user's secret (it logs in with it)
     told = [v for v in _variables(lean) if "CRONLEDGER_DB_ADMIN_SECRET_ARN" in v]
     assert len(told) == 1 and told[0]["CRONLEDGER_DB_USER"] == "cronledger"
+
+
+def test_without_nat_the_endpoints_some_targets_need_can_be_added(tmp_path: Path) -> None:
+    # SSM parameters named by secret_headers, and Express machines run with `wait`
+    synthesized = synthesize(
+        tmp_path,
+        "lean",
+        {"cronledger:vpc_endpoints": "lambda,secretsmanager,ssm,sync-states"},
+    )
+
+    assert synthesized.resources("AWS::EC2::NatGateway") == {}
+    assert _interface_services(synthesized) == ["lambda", "secretsmanager", "ssm", "sync-states"]
+    endpoints = synthesized.resources("AWS::EC2::VPCEndpoint").values()
+    assert all(e["PrivateDnsEnabled"] is True for e in endpoints if "SubnetIds" in e)
+    assert synthesized.nag_failure is None, synthesized.nag_failure
+
+
+def test_an_unknown_endpoint_is_refused_naming_every_choice() -> None:
+    with pytest.raises(ValueError, match=r"vpc_endpoints \['ec2'\] unknown; choose from "
+                       r"\['secretsmanager', 'lambda', 'states', 'sqs', 'events', 'ssm', "
+                       r"'sync-states'\]"):  # fmt: skip
+        CronledgerProps.from_context({"cronledger:vpc_endpoints": "lambda,secretsmanager,ec2"})
 
 
 def test_ha_adds_a_reader_in_the_second_az_and_a_nat_per_az(ha: Synthesized) -> None:

@@ -95,6 +95,24 @@ def test_every_other_function_may_connect_out_only_to_https_and_the_database(
     )
 
 
+def _cluster_group(synthesized: Synthesized) -> str:
+    (cluster,) = synthesized.resources("AWS::RDS::DBCluster").values()
+    (group,) = cluster["VpcSecurityGroupIds"]
+    return str(_getatt(group))
+
+
+@pytest.mark.parametrize("entry", ["reconcile", "claim", "execute", "api", "migrate"])
+def test_without_a_proxy_the_database_port_leads_to_the_cluster_only(
+    lean: Synthesized, entry: str
+) -> None:
+    web = [(443, 443), (80, 80)] if entry == "execute" else [(443, 443)]
+
+    assert _egress(lean, entry) == sorted(
+        [("tcp", low, high, "0.0.0.0/0") for low, high in web]
+        + [("tcp", 5432, 5432, _cluster_group(lean))]
+    )
+
+
 @pytest.mark.parametrize("entry", ["reconcile", "claim", "execute", "api"])
 def test_every_function_but_migrate_connects_as_the_application_role(
     synthesized: Synthesized, entry: str
