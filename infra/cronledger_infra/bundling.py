@@ -104,7 +104,7 @@ def function_code(project_root: Path) -> lambda_.Code:
     return lambda_.Code.from_asset(
         str(project_root / "functions"),
         asset_hash_type=AssetHashType.CUSTOM,
-        asset_hash=_source_hash(project_root),
+        asset_hash=asset_hash(project_root),
         bundling=BundlingOptions(
             image=RUNTIME.bundling_image,  # never pulled: local bundling succeeds or raises
             local=PipBundling(project_root),
@@ -261,7 +261,10 @@ def _uninstall(target: Path, dist_info: Path) -> None:
     shutil.rmtree(dist_info)
 
 
-def _source_hash(project_root: Path) -> str:
+def asset_hash(project_root: Path) -> str:
+    """What names the asset: everything it is built from (the package's source,
+    pyproject.toml, the lock file and this recipe), so two machines with the same inputs
+    ship one asset, and a changed pin or hash in the lock is a new one."""
     digest = hashlib.sha256()
     recipe = Path(__file__).read_bytes()
     files = sorted(

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from cronledger_infra.bundling import RUNTIME_PROVIDED, UNUSED_DISTRIBUTIONS, build_into
+from cronledger_infra.bundling import (
+    RUNTIME_PROVIDED,
+    UNUSED_DISTRIBUTIONS,
+    asset_hash,
+    build_into,
+)
 from cronledger_infra.lockfile import LOCK_FILE, pins, stale_reasons
 from cronledger_infra.stack import PROJECT_ROOT
 
@@ -59,6 +64,18 @@ def test_a_changed_dependency_makes_the_lock_stale(tmp_path: Path) -> None:
 
     assert any("not made from pyproject.toml's current dependencies" in r for r in reasons)
     assert any(re.match(r"pg8000==1\.31\.\d+ does not satisfy", r) for r in reasons), reasons
+
+
+def test_the_assets_name_follows_the_lock_file(tmp_path: Path) -> None:
+    # Given a copy of the project, named as the project is
+    root = project_copy(tmp_path)
+    before = asset_hash(root)
+    assert before == asset_hash(PROJECT_ROOT)
+
+    # When one hash in its lock changes, then so does the asset's name
+    lock = root / LOCK_FILE
+    lock.write_text(lock.read_text().replace("sha256:", "sha256:0", 1))
+    assert asset_hash(root) != before
 
 
 def test_the_asset_holds_exactly_the_locked_versions(tmp_path: Path) -> None:

@@ -45,6 +45,9 @@ def test_context_strings_become_typed_props_and_an_unknown_key_is_refused():
     }
     with pytest.raises(ValueError, match="cronledger:nat_gatways"):
         CronledgerProps.from_context({"cronledger:nat_gatways": "0"})
+    # (the tests' source-only asset is a Python argument, never a context value)
+    with pytest.raises(ValueError, match="cronledger:bundle_dependencies"):
+        CronledgerProps.from_context({"cronledger:bundle_dependencies": "false"})
 
 
 def test_what_targets_may_name_is_empty_unless_listed_and_reaches_the_functions():
