@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from cronledger.api import create_app
 from cronledger.aws import migrate, runtime
 from cronledger.ledger import Ledger
-from cronledger.ledger.tables import metadata
+from cronledger.ledger.tables import metadata, singletons
 from tests.api.helpers import CHANNELS, OCCURRENCES, SETTINGS, Scheduler, channel_document
 from tests.api.http import call
 from tests.aws.invocations import FakeContext
@@ -149,7 +149,8 @@ def test_the_whole_scheduler_works_under_the_application_role(as_role: sa.Engine
         "POST",
         CHANNELS,
         body=channel_document("every-second", status="active",
-                              transport_config={"schedule": "* * * * * *"}),
+                              transport_config={"schedule": "* * * * * *",
+                                                "concurrency": {"policy": "forbid"}}),
     )  # fmt: skip
     nightly = call(app, "POST", CHANNELS, body=channel_document("nightly", status="active"))
     assert (every_second.status, nightly.status) == (201, 201)
@@ -175,3 +176,8 @@ def test_the_whole_scheduler_works_under_the_application_role(as_role: sa.Engine
     assert purged >= 2
     assert call(app, "GET", "/health").status == 200
     assert call(app, "GET", f"{CHANNELS}").body["total"] == 1
+    # and the singleton channel's runs took and released its key under the role too
+    with as_role.connect() as conn:
+        key = conn.execute(sa.select(singletons)).one()
+    assert (key.singleton_key, key.occurrence_id) == (every_second.data["channel_id"], None)
+    assert key.fencing_token >= 2

@@ -3,15 +3,20 @@ and every line it logs says which occurrence, channel, attempt and fencing token
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 
 from cronledger.aws import execute
 from cronledger.ledger import CHANNEL_ACTIVE, CLAIMED, COMPLETED, FAILED, Ledger, NewOccurrence
+from cronledger.targets.secrets import forget_cached_secrets
 from tests.aws import targets
 from tests.aws.conftest import SERVICE
 from tests.aws.invocations import FakeContext, emf_documents, log_lines, metric_values
+from tests.unit.fixtures_targets import Answer, RecordingServer
 
 # Pytest resets the warning filters runtime.py sets; an invocation that records only
 # dimensioned metrics (or none) is expected, and Powertools would warn about it.
@@ -21,13 +26,16 @@ TRACE_ROOT = "1-67890abc-0123456789abcdef01234567"
 TRACE_HEADER = f"Root={TRACE_ROOT};Parent=53995c3f42cd8ad8;Sampled=1"
 
 
-def claimed_occurrence(ledger: Ledger, target: str = "record", **config: Any) -> tuple[str, str]:
-    """An occurrence of an active Python-target channel, due and claimed as a dispatch would
-    leave it; answers its id and the claimant."""
+def claimed_occurrence(
+    ledger: Ledger, target: str = "record", document: dict[str, Any] | None = None, **config: Any
+) -> tuple[str, str]:
+    """An occurrence of an active channel, due and claimed as a dispatch would leave it;
+    answers its id and the claimant. Its target is the Python function `target` of
+    tests.aws.targets, or the target `document`."""
     channel = ledger.create_channel(
         f"ledger-{target}",
         {"schedule": "0 0 2 * * *", **config},
-        {"type": "python", "callable": f"tests.aws.targets:{target}"},
+        document or {"type": "python", "callable": f"tests.aws.targets:{target}"},
         timeout_ms=10_000,
         status=CHANNEL_ACTIVE,
     )
@@ -98,6 +106,49 @@ def test_every_line_of_an_attempt_names_its_occurrence_channel_attempt_and_fenci
     for line in lines:
         assert {key: line.get(key) for key in expected} == expected, line
         assert line["service"] == SERVICE and line["function_name"] == "cronledger-execute"
+
+
+@pytest.fixture
+def secrets_from_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The stack's secret source, and (for a test endpoint on this machine) loopback allowed."""
+    monkeypatch.setenv("CRONLEDGER_SECRETS", "aws")
+    monkeypatch.setenv("CRONLEDGER_HTTP_ALLOW_NETWORKS", "127.0.0.0/8")
+    forget_cached_secrets()
+    yield
+    forget_cached_secrets()
+
+
+def test_a_secret_from_secrets_manager_reaches_the_endpoint_and_no_log_line_row_or_answer(
+    container: Ledger, secrets_from_aws: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a secret in Secrets Manager, named by an http channel whose endpoint echoes it
+    secret = "Bearer 9f1c-aws-secret-77d0"
+    arn = boto3.client("secretsmanager").create_secret(Name="hook", SecretString=secret)["ARN"]
+    echo = Answer(status=500, body=json.dumps({"you sent": secret}).encode())
+    with RecordingServer(echo) as server:
+        target = {"type": "http", "url": server.url, "secret_headers": {"Authorization": arn}}
+        occurrence_id, claimant = claimed_occurrence(
+            container, "hook", target, retry={"max_attempts": 1}
+        )
+
+        # When the executor runs it
+        with log_lines() as lines:
+            answer = invoke({"occurrence_id": occurrence_id, "claimant": claimant})
+
+    # Then the endpoint got the secret, the attempt failed on its answer, scrubbed of it
+    (request,) = server.received
+    assert request.headers["Authorization"] == secret
+    row = container.get_occurrence(occurrence_id)
+    assert (row.status, row.error_message) == (
+        FAILED,
+        "HTTP 500 Internal Server Error (after 1 attempt)",
+    )
+    assert row.result == '{"you sent": "[secret]"}'
+    # and the secret is nowhere else: not in a log line, the function's output or its answer
+    printed = capsys.readouterr()
+    assert any(line["message"] == "attempt finished" for line in lines)
+    for text in (json.dumps(lines), printed.out, printed.err, json.dumps(answer), repr(row)):
+        assert "9f1c-aws-secret" not in text
 
 
 def test_a_dispatch_whose_claim_has_moved_on_writes_nothing(container: Ledger) -> None:
