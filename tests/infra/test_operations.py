@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from cronledger_infra.stack import PROJECT_ROOT
 from tests.infra.synthesis import TARGET_ARNS, TARGET_KMS_KEY, Synthesized
 
 pytestmark = pytest.mark.xdist_group(name="infra")
@@ -121,6 +122,37 @@ def test_the_dashboard_url_is_an_output(synthesized: Synthesized):
 
     assert dashboard["DashboardName"] == "Cronledger"
     assert "cloudwatch/home?region=" in url and "#dashboards/dashboard/Cronledger" in url
+
+
+def test_what_destroy_leaves_behind_is_what_the_readme_lists(synthesized: Synthesized):
+    resources = synthesized.template["Resources"]
+    kept = {
+        logical_id: resource["Type"]
+        for logical_id, resource in resources.items()
+        if resource.get("DeletionPolicy", "Delete") != "Delete"
+    }
+    # the log groups each named by a function, the API's stage or the VPC's flow log
+    writers = [
+        *(f["LoggingConfig"]["LogGroup"]["Ref"] for f in synthesized.resources(
+            "AWS::Lambda::Function").values() if "LoggingConfig" in f),
+        *(s["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0] for s in
+          synthesized.resources("AWS::ApiGatewayV2::Stage").values()),
+        *(f["LogGroupName"]["Ref"] for f in synthesized.resources("AWS::EC2::FlowLog").values()),
+    ]  # fmt: skip
+    readme = (PROJECT_ROOT / "README.md").read_text()
+
+    assert sorted(kept.values()) == sorted(
+        ["AWS::RDS::DBCluster", "AWS::KMS::Key"] + ["AWS::Logs::LogGroup"] * 7
+    )
+    assert sorted(writers) == sorted(i for i, kind in kept.items() if kind.endswith("LogGroup"))
+    assert len(set(writers)) == 7 == len(synthesized.functions()) + 2
+    (key,) = [i for i, kind in kept.items() if kind == "AWS::KMS::Key"]
+    (topic,) = synthesized.resources("AWS::SNS::Topic").values()
+    assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+    assert "| 7 log groups: the five functions', the API's access log, the VPC's flow log |" in (
+        readme
+    )
+    assert "| the alarm topic's KMS key |" in readme
 
 
 def _executor_statements(synthesized: Synthesized) -> list[dict[str, Any]]:

@@ -306,8 +306,12 @@ def test_migrations_run_after_the_database_and_before_the_other_functions(
         if resource["Type"] == "Custom::Trigger"
     ]
     version = resources[trigger["Properties"]["HandlerArn"]["Ref"]]
-    database = set(synthesized.resources("AWS::RDS::DBCluster")) | set(
-        synthesized.resources("AWS::RDS::DBProxy")
+    # (the rotation schedule too: creating it starts the first rotation, which migrate waits
+    # out, cronledger.aws.migrate)
+    database = (
+        set(synthesized.resources("AWS::RDS::DBCluster"))
+        | set(synthesized.resources("AWS::RDS::DBProxy"))
+        | set(synthesized.resources("AWS::SecretsManager::RotationSchedule"))
     )
 
     assert version["Properties"]["FunctionName"] == {
