@@ -237,9 +237,9 @@ def test_redelivering_one_attempt_starts_one_execution_and_the_next_attempt_anot
     machine = create_machine("once", {"Done": {"Type": "Pass", "End": True}})
     doc = {"type": "stepfunctions", "state_machine_arn": machine}
 
-    first = run_target(doc, envelope(attempt=1), 10.0, aws, policy=POLICY)
-    again = run_target(doc, envelope(attempt=1), 10.0, aws, policy=POLICY)
-    retry = run_target(doc, envelope(attempt=2), 10.0, aws, policy=POLICY)
+    first = run_target(doc, envelope(attempt=1), 30.0, aws, policy=POLICY)
+    again = run_target(doc, envelope(attempt=1), 30.0, aws, policy=POLICY)
+    retry = run_target(doc, envelope(attempt=2), 30.0, aws, policy=POLICY)
 
     assert (first.ok, again.ok, retry.ok) == (True, True, True)
     assert sorted(e["name"] for e in executions(machine)) == [f"{OCCURRENCE}-1", f"{OCCURRENCE}-2"]

@@ -43,7 +43,7 @@ def test_a_secrets_manager_secret_and_an_ssm_securestring_reach_the_endpoint(
             "url": server.url,
             "secret_headers": {"Authorization": arn, "X-Hook-Key": "/cronledger/hook-key"},
         }
-        outcome = run_target(doc, envelope(), 5.0, aws, policy=AWS)
+        outcome = run_target(doc, envelope(), 30.0, aws, policy=AWS)
 
     assert (outcome.ok, outcome.error) == (True, None)
     (request,) = server.received
