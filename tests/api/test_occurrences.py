@@ -100,20 +100,25 @@ def test_a_failure_waiting_for_its_retry_shows_its_attempts_next_due_time_and_la
         assert "RuntimeError: report for" in shown["error_message"]
 
 
-def test_retrying_an_occurrence_of_a_paused_channel_is_a_409_naming_its_status(
-    api: Api, ledger: Ledger, scheduler: Scheduler
+@pytest.mark.parametrize("status", ["paused", "archived"])
+def test_retrying_an_occurrence_of_a_channel_not_active_is_a_409_naming_its_status(
+    api: Api, ledger: Ledger, scheduler: Scheduler, status: str
 ) -> None:
     once = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}}
     channel = create_channel(api, status="active", target=FAIL_TARGET, transport_config=once)
     path = f"{CHANNELS}/{channel['channel_id']}"
     failed = api("POST", f"{path}/trigger").data
     scheduler.run_due()
-    assert api("PATCH", f"{path}/status", body={"status": "paused"}).status == 200
+    assert api("PATCH", f"{path}/status", body={"status": status}).status == 200
 
     answer = api("POST", f"{OCCURRENCES}/{failed['id']}/retry")
 
     assert (answer.status, answer.error["code"]) == (409, "conflict")
-    assert "is paused, not active" in answer.error["message"]
+    message = answer.error["message"]
+    assert f"is {status}, not active" in message
+    # Archived is final: the fix offered is never to re-activate it.
+    assert ("activate it first" in message) == (status == "paused")
+    assert ("archived is final" in message) == (status == "archived")
     assert ledger.get_occurrence(failed["id"]).status == "failed"
 
 

@@ -23,6 +23,7 @@ from cronledger.ledger.models import (
     ACTIVE_STATUSES,
     CANCELLED,
     CHANNEL_ACTIVE,
+    CHANNEL_ARCHIVED,
     PENDING,
     RETRYABLE_STATUSES,
     TERMINAL_STATUSES,
@@ -250,10 +251,15 @@ class OccurrenceStore(CursorStore):
                 f"occurrence {occurrence_id} cannot be retried: its channel "
                 f"{current.channel_id} no longer exists"
             )
+        # Archived is final: never point at re-activating it.
+        remedy = (
+            "archived is final; create a new channel to run this schedule"
+            if channel_status == CHANNEL_ARCHIVED
+            else 'activate it first (PATCH …/status with {"status": "active"})'
+        )
         raise Conflict(
             f"occurrence {occurrence_id} cannot be retried: its channel {current.channel_name!r} "
-            f"is {channel_status}, not active; activate it first (PATCH …/status with "
-            '{"status": "active"})'
+            f"is {channel_status}, not active; {remedy}"
         )
 
     def cancel(self, occurrence_id: str) -> Occurrence:
