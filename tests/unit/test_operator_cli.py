@@ -262,6 +262,21 @@ def test_show_prints_a_document_that_applies_back_unchanged(
     assert (stored.version, stored.status) == (1, "paused")
 
 
+def test_show_prints_the_channel_for_people_then_its_document(cli: Cli) -> None:
+    cli.channel("nightly", timezone="Europe/London", concurrency={"policy": "forbid"})
+    cli.scheduler.reconcile()
+
+    shown = cli("channels", "show", "nightly")
+
+    assert shown.code == 0
+    lines = shown.out.splitlines()
+    assert lines[0].split() == ["name:", "nightly"]
+    assert ["schedule:", "0", "15", "2", "*", "*", "*"] in [line.split() for line in lines]
+    assert all(line == line.rstrip() for line in lines)  # no padding left at line ends
+    document = yaml.safe_load(shown.out.split("\n\n", 1)[1])
+    assert document["transport_config"]["concurrency"] == {"policy": "forbid"}
+
+
 # --- history, diff, rollback ------------------------------------------------------------------
 
 
@@ -277,6 +292,7 @@ def test_history_diff_and_rollback_work_on_versions(cli: Cli, tmp_path: Path) ->
     rollback = cli("channels", "rollback", "nightly", "--to", "1")
     after = cli("channels", "history", "nightly", "--json")
     missing = cli("channels", "rollback", "nightly", "--to", "9")
+    same = cli("channels", "diff", "nightly", "--from", "1", "--to", "3")
 
     assert history.code == 0
     assert rows(history)[1][:2] == ["2", "(current)"] and rows(history)[2][0] == "1"
@@ -291,6 +307,7 @@ def test_history_diff_and_rollback_work_on_versions(cli: Cli, tmp_path: Path) ->
     assert versions[0]["transport_config"] == versions[2]["transport_config"]
     assert cli.ledger.get_channel_by_name("nightly").transport_config["schedule"] == "0 15 2 * * *"
     assert missing.code == 2 and "has no version 9" in missing.err
+    assert (same.code, same.out.strip()) == (0, "versions 1 and 3 of nightly are the same")
 
 
 # --- listing and reading ----------------------------------------------------------------------
@@ -386,8 +403,10 @@ def test_a_one_time_channel_shows_its_at_and_ended_once_it_fired(cli: Cli) -> No
     listed = cli("channels", "list")
     status = cli("status")
     preview = cli("preview", channel_id)
+    history = cli("channels", "history", "once")
 
     assert "at 2020-01-01T00:00:00 (ended)" in listed.out
+    assert rows(history)[1][3:5] == ["at", "2020-01-01T00:00:00"]  # its schedule
     assert "at 2020-01-01T00:00:00 (ended)" in status.out
     assert preview.out.splitlines()[0] == "at 2020-01-01T00:00:00 (ended) in UTC:"
 

@@ -186,7 +186,7 @@ def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
 HISTORY_COLUMNS = (
     Column("VERSION", lambda v: f"{v['version']}{' (current)' if v['current'] else ''}", 100),
     Column("WRITTEN (UTC)", lambda v: when(v["created_at"]), 90),
-    Column("SCHEDULE", lambda v: v["transport_config"].get("schedule"), 80),
+    Column("SCHEDULE", lambda v: schedule_of(v["transport_config"]), 80),
     Column("TIMEZONE", lambda v: v["transport_config"].get("timezone", "UTC"), 40),
     Column("TARGET", lambda v: v["target"].get("type"), 30),
     Column("TIMEOUT", lambda v: f"{v['timeout_ms']} ms", 20),
@@ -220,7 +220,14 @@ def diff(
         raise UsageError(f"channel {c['name']} has only version {newer}: nothing to compare")
     a, b = (_version(s, c, n) for n in (older, newer))
     lines = documents.diff(a, b, f"{c['name']} version {older}", f"{c['name']} version {newer}")
-    s.out.answer({"from": a, "to": b, "diff": "".join(lines)}, lambda: s.out.diff(lines))
+
+    def human() -> None:
+        if lines:
+            s.out.diff(lines)
+        else:
+            s.out.say(f"versions {older} and {newer} of {c['name']} are the same")
+
+    s.out.answer({"from": a, "to": b, "diff": "".join(lines)}, human)
 
 
 @api(channels, "rollback")

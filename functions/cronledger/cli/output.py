@@ -136,10 +136,7 @@ class Out:
             table.add_column(column.header, no_wrap=True, overflow="ellipsis", header_style="bold")
         for index in range(len(rows)):
             table.add_row(*(cells[c.header][index] for c in shown))
-        with self.console.capture() as captured:
-            self.console.print(table)
-        for line in captured.get().splitlines():
-            self.console.file.write(line.rstrip() + "\n")
+        self._print_trimmed(table)
         if page is not None:
             self._footer(page)
 
@@ -149,7 +146,14 @@ class Out:
         grid.add_column()
         for label, value in pairs:
             grid.add_row(f"{label}:", value if isinstance(value, Text) else Text(_plain(value)))
-        self.console.print(grid)
+        self._print_trimmed(grid)
+
+    def _print_trimmed(self, table: Table) -> None:
+        """Print `table` without the padding Rich leaves at the end of each line."""
+        with self.console.capture() as captured:
+            self.console.print(table)
+        for line in captured.get().splitlines():
+            self.console.file.write(line.rstrip() + "\n")
 
     def diff(self, lines: Iterable[str]) -> None:
         for line in lines:
