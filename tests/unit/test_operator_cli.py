@@ -235,18 +235,29 @@ def test_apply_dry_run_prints_the_diff_and_writes_nothing(cli: Cli, tmp_path: Pa
     assert cli.ledger.list_channels().total == 1
 
 
+#: Every key of a schedule, dates and times among them (which YAML would read as dates if
+#: they were written unquoted).
+RECURRING = {
+    "schedule": "*/5 * * * * *",
+    "timezone": "Europe/London",
+    "misfire_policy": "catch_up",
+    "max_catch_up": 3,
+    "payload": {"report": "nightly", "when": "2026-01-01", "n": [1, 2.5, None]},
+    "concurrency": {"policy": "forbid", "slots": 2},
+    "retry": {"max_attempts": 5, "backoff_secs": 30, "max_backoff_secs": 600},
+    "starts_at": "2026-09-01T00:00:00+01:00",
+    "ends_at": "2099-12-31T23:59:59Z",
+    "jitter_secs": 2,
+}
+ONE_TIME = {"at": "2099-03-26T01:30:00", "timezone": "Europe/London", "jitter_secs": 60}
+
+
+@pytest.mark.parametrize("config", [RECURRING, ONE_TIME], ids=["recurring", "one-time"])
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
 def test_show_prints_a_document_that_applies_back_unchanged(
-    cli: Cli, tmp_path: Path, fmt: str
+    cli: Cli, tmp_path: Path, fmt: str, config: dict[str, Any]
 ) -> None:
-    config = {
-        "timezone": "Europe/London",
-        "misfire_policy": "catch_up",
-        "max_catch_up": 3,
-        "payload": {"report": "nightly", "when": "2026-01-01", "n": [1, 2.5, None]},
-        "concurrency": {"policy": "forbid", "slots": 2},
-    }
-    cli.channel("nightly", schedule="*/5 * * * * *", **config)
+    cli.ledger.create_channel("nightly", config, OK_TARGET, 5000, "active")
     cli("channels", "pause", "nightly")
 
     shown = cli("channels", "show", "nightly", "-o", fmt)
@@ -256,7 +267,7 @@ def test_show_prints_a_document_that_applies_back_unchanged(
     assert shown.code == 0
     document = yaml.safe_load(shown.out)
     assert set(document) == {"name", "transport_config", "target", "timeout_ms", "status"}
-    assert document["transport_config"]["schedule"] == "*/5 * * * * *"
+    assert document["transport_config"] == config  # every value as a string, not a date
     assert applied.code == 0
     assert [(o["name"], o["outcome"]) for o in applied.json()] == [("nightly", "unchanged")]
     stored = cli.ledger.get_channel_by_name("nightly")
@@ -525,6 +536,44 @@ def test_retry_of_a_filter_counts_asks_and_retries_every_match(cli: Cli, tmp_pat
     assert {o.id for o in cli.ledger.list_occurrences().data if o.status == "pending"} == failed
     assert cli("retry", "1", "--status", "failed").code == 2  # ids or a filter, not both
     assert cli("retry").code == 2
+
+
+@pytest.mark.parametrize(("answer", "code", "status"), [("y", 0, "pending"), ("n", 2, "failed")])
+def test_retry_of_a_filter_at_a_terminal_asks_and_does_what_the_person_answers(
+    cli: Cli, answer: str, code: int, status: str
+) -> None:
+    # Given two failed runs, and the command run at a terminal (a pseudo-terminal)
+    cli.channel("flaky", FAIL_TARGET)
+    for _ in range(2):
+        cli("trigger", "flaky")
+        cli.scheduler.run_due()
+    failed = [o.id for o in cli.ledger.list_occurrences().data]
+    command = [sys.executable, "-c", "from cronledger.cli import entry; entry()"]
+    leader, follower = os.openpty()
+    try:
+        with subprocess.Popen(
+            [*command, "retry", "--channel", "flaky", "--api-url", cli.url],
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ) as process:
+            # When the question comes (on stderr) and the person answers it
+            assert process.stderr is not None and process.stdout is not None
+            asked = b""
+            while b"[y/N]:" not in asked and (chunk := process.stderr.read1(4096)):
+                asked += chunk
+            os.write(leader, f"{answer}\n".encode())
+            said = process.stdout.read().decode()
+            exit_code = process.wait(timeout=30)
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+    # Then the count was asked about, and the rows moved only on a yes
+    assert b"Retry 2 failed occurrence(s) of flaky? [y/N]:" in asked
+    assert exit_code == code
+    assert {cli.ledger.get_occurrence(i).status for i in failed} == {status}
+    assert ("retry: 2 done, 0 refused" in said) == (answer == "y")
 
 
 def test_lifecycle_commands_and_an_archived_channel_is_never_told_to_reactivate(cli: Cli) -> None:
