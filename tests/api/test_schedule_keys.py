@@ -144,8 +144,12 @@ def test_the_openapi_document_shows_the_new_keys_with_examples(ledger: Ledger) -
         if (p := s.get("properties", {})).get("transport_config")
     )
     keys = transport["properties"]
-    assert {"at", "starts_at", "ends_at", "jitter_secs"} <= set(keys)
-    assert all("example" in keys[k] for k in ("at", "starts_at", "ends_at", "jitter_secs"))
+    new_keys = ("at", "starts_at", "ends_at", "jitter_secs", "retry")
+    assert set(new_keys) <= set(keys)
+    assert all("example" in keys[k] for k in new_keys)
+    assert set(keys["retry"]["example"]) == {"max_attempts", "backoff_secs", "max_backoff_secs"}
+    # The document's own example of a transport_config uses the new keys too.
+    assert {"starts_at", "ends_at", "jitter_secs"} <= set(transport["example"])
     assert transport["oneOf"] == [{"required": ["schedule"]}, {"required": ["at"]}]
     assert {"due_at"} <= set(schemas["PreviewInstant"]["properties"])
     assert {"ended", "note", "at"} <= set(schemas["Preview"]["properties"])

@@ -110,6 +110,29 @@ def test_a_one_time_schedule_at_a_repeated_time_fires_once_at_its_first_instant(
     assert cursor(ledger, job.channel_id) is None
 
 
+def test_a_one_time_schedule_at_a_time_the_clocks_skip_never_fires(ledger: Ledger) -> None:
+    # Given a channel whose `at` falls in London's spring-forward gap, stored as a tz database
+    # update could leave one (the API refuses it when written: tests/api), beside one due soon
+    gap = channel(ledger, "gap", at="2027-03-28T01:30:00", timezone="Europe/London")
+    at = whole_second(ledger.db_now()) + timedelta(seconds=2)
+    other = channel(ledger, "other", at=at.strftime("%Y-%m-%dT%H:%M:%S"), timezone="UTC")
+
+    # When the scheduler runs until the other has fired
+    scheduler = LocalScheduler(ledger, FAST)
+    scheduler.start()
+    try:
+        wait_until(lambda: [o.status for o in rows(ledger, other.channel_id)] == [COMPLETED])
+    finally:
+        scheduler.shutdown(drain_secs=5)
+
+    # Then the gap time is neither fired nor moved to a time that exists: the channel has no
+    # row and no cursor, and every pass says why, without stopping the others
+    assert rows(ledger, gap.channel_id) == []
+    assert [s.channel_id for s in ledger.schedule_states()] == [other.channel_id]
+    report = reconcile_once(ledger, FAST)
+    assert "2027-03-28T01:30:00 does not exist in Europe/London" in report.failed[gap.channel_id]
+
+
 def test_bounds_hold_to_the_second_and_a_later_end_resumes_the_channel(ledger: Ledger) -> None:
     # Given a per-second channel bounded to five seconds in the recent past, and a cursor left
     # ten seconds before its start by a scheduler that was down
