@@ -24,9 +24,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from cronledger import claim, reconcile
 from cronledger.api import create_app, handle_event
 from cronledger.ledger import FAILED, SKIPPED_MISFIRE, Ledger, NewOccurrence
 from cronledger.local import serve_api
+from cronledger.targets import target_ref
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -371,7 +373,10 @@ def test_a_screenshot_of_the_console(console: Console, tmp_path: Path) -> None:
         console.ledger.insert_occurrences(
             # Past rows run as a backfill does (a cron row this late would be a misfire).
             NewOccurrence.of(
-                channel, now - timedelta(minutes=minutes * (i + 1)), None, trigger="backfill"
+                channel,
+                now - timedelta(minutes=minutes * (i + 1)),
+                target_ref(channel.target),
+                trigger="backfill",
             )
             for i in range(40)
         )
@@ -389,6 +394,8 @@ def test_a_screenshot_of_the_console(console: Console, tmp_path: Path) -> None:
     console.scheduler.run_due()
     legacy = console.ledger.get_channel_by_name("legacy-export")
     console.ledger.set_channel_status(legacy.channel_id, "paused")
+    for job in (reconcile.JOB, claim.JOB):  # the heartbeats the running loops would record
+        console.ledger.record_job_ok(job)
 
     console.driver.set_window_size(1500, 900)
     console.open()

@@ -152,7 +152,7 @@ function channelRow(channel) {
   return el("tr", { class: `channel${state.selected === channel.channel_id ? " selected" : ""}`, dataset: { channel: channel.name } },
     el("td", {}, el("div", { class: "name", onclick: () => showChannel(channel.channel_id) }, channel.name), badge(channel.status)),
     el("td", {}, el("div", { class: "mono" }, scheduleOf(compiled) || "(invalid)"), el("div", { class: "muted" }, compiled.timezone || "")),
-    el("td", { title: time(compiled.next_fire_at) }, compiled.next_fire_at ? relative(compiled.next_fire_at) : el("span", { class: "muted" }, "–")),
+    el("td", { class: "next", title: time(compiled.next_fire_at) }, compiled.next_fire_at ? relative(compiled.next_fire_at) : el("span", { class: "muted" }, "–")),
     el("td", { class: "last" }, last ? badge(last.status) : el("span", { class: "muted" }, "–")),
     el("td", { class: "strip" }, timeline(channel, strip)),
     el("td", { class: "actions" },
