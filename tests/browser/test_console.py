@@ -330,19 +330,26 @@ def test_the_page_answers_quickly_with_ten_thousand_occurrences(
         )
     assert console.ledger.list_occurrences().total == 10_000
 
-    # When the page is loaded (measured by the browser, from navigation to drawn)
-    console.open()
-    elapsed = console.driver.execute_script(
-        "return Number(document.body.dataset.loaded) - performance.timing.navigationStart"
-    )
+    # When the page is loaded, by a fresh server and again (measured by the browser, from
+    # navigation to drawn)
+    def load() -> int:
+        console.open()
+        return int(
+            console.driver.execute_script(
+                "return Number(document.body.dataset.loaded) - performance.timing.navigationStart"
+            )
+        )
+
+    first, again = load(), load()
 
     # Then every channel's strip is drawn, quickly
     assert all(len(console.cells(f"busy-{i}")) == 60 for i in range(10))
     with capsys.disabled():
         print(
-            f"\nconsole: first draw with 10,000 occurrences in {elapsed} ms ({_backend(console)})"
+            f"\nconsole: drawn with 10,000 occurrences in {first} ms by a fresh server, "
+            f"{again} ms again ({_backend(console)}; load average {os.getloadavg()[0]:.1f})"
         )
-    assert elapsed < LOAD_BOUND_MS
+    assert first < LOAD_BOUND_MS and again < LOAD_BOUND_MS
 
 
 def _backend(console: Console) -> str:

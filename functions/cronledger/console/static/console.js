@@ -70,10 +70,19 @@ function relative(value) {
   return delta >= 0 ? `in ${span(delta)}` : `${span(delta)} ago`;
 }
 
+// One formatter per zone: making one costs far more than using it, and every redraw asks
+// for 62 offsets per channel.
+const offsetFormats = new Map();
+function offsetFormat(zone) {
+  if (!offsetFormats.has(zone)) {
+    offsetFormats.set(zone, new Intl.DateTimeFormat("en-US", { timeZone: zone, timeZoneName: "longOffset" }));
+  }
+  return offsetFormats.get(zone);
+}
+
 // The UTC offset of `zone` at `at`, in minutes ("GMT+01:00" → 60).
 function offset(zone, at) {
-  const part = new Intl.DateTimeFormat("en-US", { timeZone: zone, timeZoneName: "longOffset" })
-    .formatToParts(at).find((p) => p.type === "timeZoneName").value;
+  const part = offsetFormat(zone).formatToParts(at).find((p) => p.type === "timeZoneName").value;
   const match = /GMT([+-])(\d\d):(\d\d)/.exec(part);
   return match ? (match[1] === "-" ? -1 : 1) * (Number(match[2]) * 60 + Number(match[3])) : 0;
 }
