@@ -288,3 +288,45 @@ def test_a_channel_may_be_created_paused_and_resumed_later(api: Api, ledger: Led
     resumed = api("PATCH", f"{CHANNELS}/{created['channel_id']}/status", body={"status": "active"})
     assert resumed.data["status"] == "active"
     assert ledger.get_channel(created["channel_id"]).status == "active"
+
+
+def test_a_dry_run_answers_as_the_request_would_and_writes_nothing(
+    api: Api, ledger: Ledger
+) -> None:
+    dry = {"dry_run": "true"}
+    # A create: the channel it would make, every refusal it would give, nothing written
+    created = api("POST", CHANNELS, dry, channel_document(status="active"))
+    refused = api("POST", CHANNELS, dry, channel_document(transport_config={"schedule": "15 2"}))
+    assert created.status == 201
+    assert (created.data["name"], created.data["status"], created.data["version"]) == (
+        "nightly",
+        "active",
+        1,
+    )
+    assert (refused.status, refused.error["details"][0]["path"]) == (
+        400,
+        "transport_config.schedule",
+    )
+    assert ledger.list_channels().total == 0
+
+    # A new version and a status change: the answers they would give, the channel as it was
+    channel = create_channel(api)
+    path = f"{CHANNELS}/{channel['channel_id']}"
+    edit = {k: v for k, v in channel_document().items() if k != "name"}
+    edit["transport_config"] = {"schedule": "0 30 3 * * *"}
+    edited = api("PUT", path, dry, edit)
+    activated = api("PATCH", f"{path}/status", dry, {"status": "active"})
+    assert (edited.status, edited.data["version"]) == (200, 2)
+    assert edited.data["transport_config"] == {"schedule": "0 30 3 * * *"}
+    assert (activated.status, activated.data["status"]) == (200, "active")
+    stored = ledger.get_channel(channel["channel_id"])
+    assert (stored.version, stored.status) == (1, "draft")
+    assert stored.transport_config == channel["transport_config"]
+    assert ledger.list_channel_versions(channel["channel_id"]).total == 1
+    assert ledger.schedule_states() == []
+
+    # The refusals a state gives: a taken name, an archived channel edited or revived
+    assert api("POST", CHANNELS, dry, channel_document()).status == 409
+    assert api("PATCH", f"{path}/status", body={"status": "archived"}).status == 200
+    assert api("PUT", path, dry, edit).status == 409
+    assert api("PATCH", f"{path}/status", dry, {"status": "active"}).status == 409

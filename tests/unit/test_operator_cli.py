@@ -217,21 +217,34 @@ def test_an_unreadable_file_exits_2_with_what_to_do_and_sends_nothing(
     assert cli.ledger.list_channels().total == 0
 
 
-def test_apply_dry_run_prints_the_diff_and_writes_nothing(cli: Cli, tmp_path: Path) -> None:
+def test_apply_dry_run_reports_what_applying_would_do_prints_the_diff_and_writes_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
     path = write(tmp_path, "nightly.yaml", NIGHTLY_YAML)
     assert cli("channels", "apply", "-f", path).code == 0
-    write(tmp_path, "nightly.yaml", NIGHTLY_YAML.replace("0 15 2", "0 30 3"))
+    write(tmp_path, "nightly.yaml", NIGHTLY_YAML.replace("0 15 2", "0 30 3") + "status: active\n")
     write(tmp_path, "new.yaml", NIGHTLY_YAML.replace("nightly", "fresh"))
+    write(tmp_path, "bad.yaml", NIGHTLY_YAML.replace("nightly", "broken").replace("0 15 2 ", ""))
 
     changed = cli("channels", "apply", "-f", path, "--dry-run")
     fresh = cli("channels", "apply", "-f", str(tmp_path / "new.yaml"), "--dry-run")
+    bad = cli("channels", "apply", "-f", str(tmp_path / "bad.yaml"), "--dry-run", "--json")
 
     assert changed.code == 0
     lines = changed.out.splitlines()
-    assert lines[0].split() == ["updated", "nightly", "(dry", "run)"]
+    assert " ".join(lines[0].split()) == "updated nightly: version 1 → 2, draft → active (dry run)"
     assert "-  schedule: 0 15 2 * * *" in lines and "+  schedule: 0 30 3 * * *" in lines
+    assert " ".join(fresh.out.split("\n")[0].split()) == "created fresh: version 1, draft (dry run)"
     assert "+name: fresh" in fresh.out.splitlines()
-    assert cli.ledger.get_channel_by_name("nightly").version == 1
+    # The API judged the document as applying would: refused, with its problem, exit 1
+    assert bad.code == 1
+    (outcome,) = bad.json()
+    assert (outcome["outcome"], outcome["details"][0]["path"]) == (
+        "refused",
+        "transport_config.schedule",
+    )
+    stored = cli.ledger.get_channel_by_name("nightly")
+    assert (stored.version, stored.status) == (1, "draft")
     assert cli.ledger.list_channels().total == 1
 
 

@@ -13,6 +13,9 @@ Decisions where SPEC is silent:
   or network no longer allowed), for the same reason.
 - The list is oldest first and can be filtered by `status` and by exact `name` (which is how
   the command line resolves a name to an id).
+- `?dry_run=true` on create, new version and status change runs the request as usual and
+  rolls its transaction back (as a Kubernetes server-side dry run does): the same checks, the
+  same refusal or the same answer, nothing written. `channels apply --dry-run` uses it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,13 @@ from cronledger.targets import TargetPolicy, validate_target
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
+DryRun = Annotated[
+    bool,
+    Query(
+        description="check and write as usual, then roll back: the answer (or the refusal) is "
+        "what the request would give, and nothing is written"
+    ),
+]
 
 
 def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Settings) -> None:
@@ -61,7 +71,9 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         custom_response_validation_http_code=BROKEN_RESPONSE,
         status_code=201,
     )
-    def create_channel(body: Annotated[ChannelCreate, Body()]) -> One[ChannelView]:
+    def create_channel(
+        body: Annotated[ChannelCreate, Body()], dry_run: DryRun = False
+    ) -> One[ChannelView]:
         new = read_new_channel(
             body.model_dump(exclude_unset=True), settings.default_timeout_ms, policy
         )
@@ -71,6 +83,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
             new.definition.target,
             new.definition.timeout_ms,
             status=new.status,
+            dry_run=dry_run,
         )
         return view(channel)
 
@@ -137,7 +150,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def update_channel(
-        channel_id: ChannelId, body: Annotated[ChannelUpdate, Body()]
+        channel_id: ChannelId, body: Annotated[ChannelUpdate, Body()], dry_run: DryRun = False
     ) -> One[ChannelView]:
         current = ledger.get_channel(channel_id)
         new = read_new_version(
@@ -150,7 +163,9 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         ):
             return view(current)
         return view(
-            ledger.new_channel_version(channel_id, new.transport_config, new.target, new.timeout_ms)
+            ledger.new_channel_version(
+                channel_id, new.transport_config, new.target, new.timeout_ms, dry_run=dry_run
+            )
         )
 
     @app.patch(
@@ -161,13 +176,13 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def set_status(
-        channel_id: ChannelId, body: Annotated[StatusChange, Body()]
+        channel_id: ChannelId, body: Annotated[StatusChange, Body()], dry_run: DryRun = False
     ) -> One[ChannelView]:
         if body.status == CHANNEL_ACTIVE:
             channel = ledger.get_channel(channel_id)
             SHARED_SCHEDULES.get(channel)
             validate_target(channel.target, policy)
-        return view(ledger.set_channel_status(channel_id, body.status))
+        return view(ledger.set_channel_status(channel_id, body.status, dry_run=dry_run))
 
     @app.delete(
         f"{PREFIX}/channels/<channel_id>",

@@ -5,7 +5,8 @@ preview, status.
 is reported as created, updated, unchanged or refused, and the command exits 1 if any was
 refused. A new channel is created in the document's `status` (draft, active or paused); an
 existing one gets a new version only if its definition changed, then the document's status if
-it differs. `--dry-run` sends nothing that writes and prints the diff instead.
+it differs. `--dry-run` sends the same requests as API dry runs (checked, then rolled back), so
+it reports what applying would do, refusals included, writes nothing, and prints each diff.
 """
 
 from __future__ import annotations
@@ -105,7 +106,12 @@ def apply(
         ),
     ],
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="write nothing; print the diff each would make")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="write nothing: the API checks each document as it would apply it; "
+            "print what each would come to and its diff",
+        ),
     ] = False,
 ) -> None:
     """Create the channels of a file, or write a new version of each that exists by name."""
@@ -140,16 +146,15 @@ def _apply(s: Session, document: Document, dry_run: bool) -> dict[str, Any]:
 
 def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
     name = body["name"]
+    dry = {"dry_run": "true"} if dry_run else None
     found = s.get("/channels", {"name": name})["data"]
     if not found:
-        diff = documents.diff(None, body, "/dev/null", name)
-        if dry_run:
-            return {"outcome": "created", "summary": "", "diff": diff}
-        channel = s.send("POST", "/channels", body)["data"]
+        channel = s.send("POST", "/channels", body, dry)["data"]
         return {
             "outcome": "created",
             "summary": f"version 1, {channel['status']}",
             "channel": channel,
+            "diff": documents.diff(None, body, "/dev/null", name) if dry_run else [],
         }
     current = found[0]
     wanted = body.get("status")
@@ -161,18 +166,17 @@ def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
     before = documents.document_of(current)
     after = {**before, **{k: v for k, v in body.items() if k in documents.DOCUMENT_KEYS}}
     diff = documents.diff(before, after, f"{name} (version {current['version']})", "the file")
-    if dry_run:
-        return {"outcome": "updated" if diff else "unchanged", "summary": "", "diff": diff}
     path = f"/channels/{segment(current['channel_id'])}"
-    channel = s.send("PUT", path, {k: v for k, v in body.items() if k != "status"})["data"]
+    definition = {k: v for k, v in body.items() if k != "status"}
+    channel = s.send("PUT", path, definition, dry)["data"]
     changes = []
     if channel["version"] != current["version"]:
         changes.append(f"version {current['version']} → {channel['version']}")
     if wanted is not None and wanted != channel["status"]:
         try:
-            channel = s.send("PATCH", f"{path}/status", {"status": wanted})["data"]
+            channel = s.send("PATCH", f"{path}/status", {"status": wanted}, dry)["data"]
         except ApiError as exc:
-            done = f" (after {changes[0]})" if changes else ""
+            done = f" (after {changes[0]})" if changes and not dry_run else ""
             raise UsageError(f"status {wanted} refused{done}: {exc.message}") from None
         changes.append(f"{current['status']} → {channel['status']}")
     summary = ", ".join(changes) or f"version {channel['version']}, {channel['status']}"
@@ -180,6 +184,7 @@ def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         "outcome": "updated" if changes else "unchanged",
         "summary": summary,
         "channel": channel,
+        "diff": diff if dry_run else [],
     }
 
 

@@ -121,8 +121,10 @@ class Session:
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         return self.api.call("GET", f"{PREFIX}{path}", query)
 
-    def send(self, method: str, path: str, body: Any = None) -> Any:
-        return self.api.call(method, f"{PREFIX}{path}", body=body)
+    def send(
+        self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None
+    ) -> Any:
+        return self.api.call(method, f"{PREFIX}{path}", query, body=body)
 
     def channel(self, ref: str) -> dict[str, Any]:
         """The channel named `ref`, else the one whose id it is; an error naming both."""

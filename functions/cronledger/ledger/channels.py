@@ -58,9 +58,13 @@ class ChannelStore(OccurrenceStore):
         target: dict[str, Any],
         timeout_ms: int,
         status: str = CHANNEL_DRAFT,
+        *,
+        dry_run: bool = False,
     ) -> Channel:
         """A new channel at version 1. Conflict when the name is taken. A channel created
-        paused has no cursor until it is resumed, like a draft."""
+        paused has no cursor until it is resumed, like a draft. `dry_run`: every statement
+        runs and is rolled back (as in the channel writes below): the answer is what would
+        have been written, its id one that is never used."""
         if status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED):
             raise ValueError(f"a channel is created draft, active or paused, not {status!r}")
         now = self._sql.now()
@@ -92,6 +96,8 @@ class ChannelStore(OccurrenceStore):
                     channel_id=row.channel_id, version=1, created_at=now, **document
                 )
             )
+            if dry_run:
+                conn.rollback()
         return Channel(**row._mapping)
 
     def new_channel_version(
@@ -100,9 +106,11 @@ class ChannelStore(OccurrenceStore):
         transport_config: dict[str, Any],
         target: dict[str, Any],
         timeout_ms: int,
+        *,
+        dry_run: bool = False,
     ) -> Channel:
         """Make the given definition the channel's next version; earlier versions stay as
-        they were. NotFound; Conflict for an archived channel."""
+        they were. NotFound; Conflict for an archived channel. `dry_run`: rolled back."""
         now = self._sql.now()
         document = {
             "transport_config": transport_config,
@@ -124,12 +132,15 @@ class ChannelStore(OccurrenceStore):
                         channel_id=channel_id, version=row.version, created_at=now, **document
                     )
                 )
+                if dry_run:
+                    conn.rollback()
                 return Channel(**row._mapping)
         self.get_channel(channel_id)  # NotFound, if that is why
         raise Conflict(f"channel {channel_id} is archived; an archived channel cannot be edited")
 
-    def set_channel_status(self, channel_id: str, status: str) -> Channel:
-        """Move a channel along its lifecycle; Conflict for a move it does not allow."""
+    def set_channel_status(self, channel_id: str, status: str, *, dry_run: bool = False) -> Channel:
+        """Move a channel along its lifecycle; Conflict for a move it does not allow.
+        `dry_run`: rolled back."""
         if status not in _ALLOWED_FROM:
             raise ValueError(f"unknown channel status {status!r}")
         stmt = (
@@ -144,6 +155,8 @@ class ChannelStore(OccurrenceStore):
             if row is not None:
                 if status in (CHANNEL_PAUSED, CHANNEL_ARCHIVED):
                     self._pause_cursor(conn, channel_id)
+                if dry_run:
+                    conn.rollback()
                 return Channel(**row._mapping)
         current = self.get_channel(channel_id)
         raise Conflict(
