@@ -9,15 +9,27 @@ each with why on the next line.
 from __future__ import annotations
 
 import io
+import logging
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from cronledger.execute import AttemptReport
 from cronledger.instants import human_duration
-from cronledger.ledger import COMPLETED, Ledger, NewOccurrence
-from cronledger.local import console_printer
+from cronledger.ledger import (
+    CANCELLED,
+    COMPLETED,
+    RUNNING,
+    DatabaseUnavailable,
+    Ledger,
+    NewOccurrence,
+)
+from cronledger.local import LocalScheduler, console_printer
 from tests.api.helpers import Scheduler
+from tests.e2e import targets
+from tests.e2e.test_scheduler import FAST, make_channel
+from tests.polling import wait_until
 
 OK = {"type": "python", "callable": "tests.api.jobs:ok"}
 FAIL = {"type": "python", "callable": "tests.api.jobs:fail"}
@@ -113,3 +125,60 @@ def test_stopped_and_superseded_attempts_are_shown_with_why(sqlite_ledger: Ledge
         "    no successful renewal",
     ]
     assert "attempt 2/3" in lines[0] and lines[4].split()[-1] == "gone"
+
+
+class _RenewalsFail:
+    """The real ledger, except that every renewal fails as an unreachable database does."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def renew(self, *args: Any, **kwargs: Any) -> bool:
+        raise DatabaseUnavailable("connection refused")
+
+
+@pytest.mark.parametrize("ending", ["stopped", "superseded"])
+def test_an_attempt_that_stops_itself_or_is_superseded_logs_one_line_and_the_console_prints_it(
+    ledger: Ledger, ending: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given the local scheduler, printing to a console, running a target that blocks: its
+    # renewals all fail (it will stop itself), or an operator cancels it (superseded)
+    targets.reset()
+    channel = make_channel(ledger, "0 0 0 1 1 *", target="wait_for_release")
+    due = NewOccurrence.of(channel, ledger.db_now() - timedelta(seconds=1), None)
+    ledger.insert_occurrence(due)
+    out = io.StringIO()
+    runs_on = _RenewalsFail(ledger) if ending == "stopped" else ledger
+    scheduler = LocalScheduler(runs_on, FAST, on_settled=console_printer(ledger, out), workers=2)  # type: ignore[arg-type]
+
+    # When it runs until the attempt has ended one way or the other
+    with caplog.at_level(logging.WARNING, logger="cronledger.execute"):
+        scheduler.start()
+        try:
+            wait_until(lambda: ledger.get_occurrence(due.id).status == RUNNING, timeout=30)
+            if ending == "superseded":
+                ledger.cancel(due.id)
+            wait_until(lambda: due.id in out.getvalue(), timeout=30)
+        finally:
+            targets.release.set()
+            scheduler.shutdown(drain_secs=5)
+
+    # Then the log has one line naming the occurrence, its attempt and why, and the console
+    # shows the attempt as it ended with the same reason below it
+    why = {
+        "stopped": "no successful renewal within the lease; stopped before a peer could take over",
+        "superseded": "ownership lost: the occurrence is cancelled (cancelled by an operator)",
+    }[ending]
+    lines = [r.getMessage() for r in caplog.records if f"attempt 1 {ending}" in r.getMessage()]
+    assert lines == [f"occurrence {due.id} attempt 1 {ending}: {why}"]
+    shown = out.getvalue().splitlines()
+    assert len(shown) == 2, shown
+    assert shown[0].split()[1:6] == ["job", "cron", ending, "attempt", "1/3"]
+    assert shown[0].split()[-1] == due.id
+    assert shown[1] == f"    {why}"
+    # …and it wrote nothing: a stopped attempt leaves its lease to expire
+    expected = RUNNING if ending == "stopped" else CANCELLED
+    assert ledger.get_occurrence(due.id).status == expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -28,6 +29,7 @@ from cronledger.ledger import (
 from cronledger.local import LocalScheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel, rows
+from tests.ledger.helpers import empty_tables
 from tests.polling import wait_until
 
 
@@ -134,3 +136,164 @@ def _waits(row: Any) -> bool:
         and row.started_at is None
         and row.due_at > row.scheduled_for
     )
+
+
+# --- eight channels on one key, real threads, PostgreSQL -----------------------------------
+
+CONTENDERS = 8
+#: Rounds in which every channel is triggered once, a little apart, so that arrivals, ends,
+#: waits and re-admissions interleave in whatever order eight threads produce.
+ROUNDS = 6
+
+
+def _shared_key_channels(ledger: Ledger, policy: str, slots: int, target: str) -> list[Any]:
+    return [
+        make_channel(
+            ledger,
+            "0 0 0 1 1 *",
+            target=target,
+            name=f"contender-{n}",
+            concurrency={"policy": policy, "key": "shared", "slots": slots},
+        )
+        for n in range(CONTENDERS)
+    ]
+
+
+def _trigger_all(ledger: Ledger, channels: list[Any]) -> list[str]:
+    """One manual run of every channel (never a misfire), due now; their ids."""
+    now = ledger.db_now()
+    new = [NewOccurrence.of(c, now, None, trigger="manual") for c in channels]
+    ledger.insert_occurrences(new)
+    return [n.id for n in new]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slots", [1, 2])
+def test_eight_queue_one_channels_on_one_key_never_run_more_than_slots_nor_queue_two(
+    pg_ledger: Ledger, slots: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given eight channels sharing one queue_one key, and a scheduler of eight workers
+    empty_tables(pg_ledger)
+    monkeypatch.setattr(targets, "slow_secs", 0.3)
+    channels = _shared_key_channels(pg_ledger, "queue_one", slots, "slow")
+    scheduler = LocalScheduler(pg_ledger, FAST, workers=CONTENDERS)
+    ids: list[str] = []
+    waiting_seen: list[int] = []
+    running_seen: list[int] = []
+
+    def look() -> None:
+        found = rows(pg_ledger)
+        waiting_seen.append(sum(_waits(o) for o in found))
+        running_seen.append(sum(o.status == RUNNING for o in found))
+
+    # When every channel is triggered round after round while the scheduler runs
+    scheduler.start()
+    try:
+        for _ in range(ROUNDS):
+            ids += _trigger_all(pg_ledger, channels)
+            for _ in range(5):
+                look()
+                time.sleep(0.05)
+        wait_until(lambda: look() or _all_settled(pg_ledger, ids), timeout=60, every=0.05)
+    finally:
+        scheduler.shutdown(drain_secs=10)
+
+    # Then no more than `slots` targets ever ran at once, as they counted themselves and as
+    # the rows said, no more than one contender ever waited, and every run ended one way or
+    # the other: completed (the holders and the waiters let in) or skipped
+    assert targets.max_running["shared"] <= slots
+    assert max(running_seen) <= slots
+    assert max(waiting_seen) <= 1
+    ended = [pg_ledger.get_occurrence(i) for i in ids]
+    assert {o.status for o in ended} <= {COMPLETED, SKIPPED_SINGLETON}
+    done = [o for o in ended if o.status == COMPLETED]
+    assert len(done) > slots, "the key was held, freed and taken again"
+    assert len(done) == len(targets.received), "each completed run ran its target once"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slots", [1, 2])
+def test_eight_replace_channels_on_one_key_stop_each_replaced_holder_at_its_next_beat(
+    pg_ledger: Ledger, slots: int
+) -> None:
+    # Given eight channels sharing one replace key, their targets blocking until released,
+    # and a scheduler of eight workers that records every renewal's answer
+    empty_tables(pg_ledger)
+    channels = _shared_key_channels(pg_ledger, "replace", slots, "wait_for_release")
+    recording = _RecordedRenewals(pg_ledger)
+    reports: list[AttemptReport] = []
+    scheduler = LocalScheduler(recording, FAST, on_settled=reports.append, workers=CONTENDERS)  # type: ignore[arg-type]
+    ids: list[str] = []
+    held_seen: list[int] = []
+
+    # When every channel is triggered in a few rounds, each arrival replacing a holder, the
+    # rounds a beat and a half apart (so a round's last holders have renewed before the next
+    # round replaces them)
+    scheduler.start()
+    try:
+        for _ in range(3):
+            ids.extend(_trigger_all(pg_ledger, channels))
+            wait_until(lambda: _none_pending(pg_ledger, ids), timeout=60)
+            held_seen.append(pg_ledger.held_slots("shared"))
+            time.sleep(1.5 * FAST.heartbeat_interval.total_seconds())
+        replaced = [i for i in ids if pg_ledger.get_occurrence(i).status == CANCELLED]
+        wait_until(lambda: len(reports) >= len(replaced), timeout=60)
+        targets.release.set()
+        wait_until(lambda: len(reports) == len(ids), timeout=60)
+    finally:
+        targets.release.set()
+        scheduler.shutdown(drain_secs=10)
+
+    # Then `slots` holders were left at each round's end, the rest replaced, each naming its
+    # replacement
+    assert held_seen == [slots] * 3
+    ended = {i: pg_ledger.get_occurrence(i) for i in ids}
+    assert sorted(o.status for o in ended.values()) == sorted(
+        [COMPLETED] * slots + [CANCELLED] * (len(ids) - slots)
+    )
+    for gone in replaced:
+        assert (ended[gone].error_message or "").removeprefix("replaced by ") in ended
+    # …and each replaced attempt stopped at its next beat: its renewals were answered "yours"
+    # until the replacement and "not yours" exactly once, after which it renewed nothing, and
+    # it reported itself superseded, having written nothing (its row is still as the
+    # replacement left it)
+    by_id = {r.occurrence_id: r for r in reports}
+    renewed_before: list[bool] = []
+    for gone in replaced:
+        answers = recording.answers(gone)
+        assert answers == [True] * (len(answers) - 1) + [False], (gone, answers)
+        renewed_before.append(len(answers) > 1)
+        assert (by_id[gone].outcome, by_id[gone].status) == ("superseded", None)
+        assert ended[gone].completed_at is not None and ended[gone].claimed_until is None
+    assert {by_id[i].status for i in ids if i not in replaced} == {COMPLETED}
+    assert any(renewed_before), "some were replaced after holding the key for a beat or more"
+
+
+class _RecordedRenewals:
+    """The real ledger, recording every renewal's answer by occurrence."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._answers: list[tuple[str, bool]] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def renew(self, occurrence_id: str, *args: Any, **kwargs: Any) -> bool:
+        answer = self._ledger.renew(occurrence_id, *args, **kwargs)
+        with self._lock:
+            self._answers.append((occurrence_id, answer))
+        return answer
+
+    def answers(self, occurrence_id: str) -> list[bool]:
+        with self._lock:
+            return [answer for i, answer in self._answers if i == occurrence_id]
+
+
+def _all_settled(ledger: Ledger, ids: list[str]) -> bool:
+    return all(ledger.get_occurrence(i).status in (COMPLETED, SKIPPED_SINGLETON) for i in ids)
+
+
+def _none_pending(ledger: Ledger, ids: list[str]) -> bool:
+    return all(ledger.get_occurrence(i).status in (RUNNING, CANCELLED) for i in ids)
