@@ -8,15 +8,21 @@ import threading
 import time
 import uuid
 
+#: Random bytes are drawn from the OS this many at a time (eight an id): a reconcile pass
+#: mints an id per row, and one `getrandom` call each cost more than the rest of the id.
+RANDOM_AHEAD = 4096
+
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
+_random = b""
+_random_at = 0
 
 
 def uuid7() -> uuid.UUID:
     """A RFC 9562 version-7 UUID, monotonic within this process (a 12-bit counter
     orders ids minted in the same millisecond)."""
-    global _last_ms, _counter
+    global _last_ms, _counter, _random, _random_at
     with _lock:
         ms = time.time_ns() // 1_000_000
         if ms <= _last_ms:
@@ -29,13 +35,26 @@ def uuid7() -> uuid.UUID:
             _counter = 0
         _last_ms = ms
         counter = _counter
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        if _random_at >= len(_random):
+            _random, _random_at = os.urandom(RANDOM_AHEAD), 0
+        drawn = _random[_random_at : _random_at + 8]
+        _random_at += 8
+    rand = int.from_bytes(drawn, "big") & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= counter << 64
     value |= 0b10 << 62
     value |= rand
     return uuid.UUID(int=value)
+
+
+def _forget_random() -> None:
+    """A forked child draws its own bytes: the parent's, left over, would repeat its ids."""
+    global _random, _random_at
+    _random, _random_at = b"", 0
+
+
+os.register_at_fork(after_in_child=_forget_random)
 
 
 def new_occurrence_id() -> str:
