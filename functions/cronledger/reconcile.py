@@ -13,9 +13,11 @@ SQLite). A channel gets its rows only if its cursor compare-and-set wins, so:
 |                                | (planned under the old schedule) land                       |
 
 No lease guards a pass: two reconcilers produce the same ledger. Planning is pure
-(`Schedule.plan_pass`); this module only does the writes, batched: the rows of every due
-channel and every cursor move go in one statement. If a batch fails, the pass falls back to
-one channel at a time, so one bad channel cannot stop the others.
+(`Schedule.plan_pass`); this module only does the writes, batched: the rows and cursor moves
+of up to `WRITE_BATCH` due channels go in one statement, each channel's all in the same one.
+A full batch is written on a thread of its own while the pass plans the next, so the
+database's inserts overlap the planning instead of following it. If a batch fails, the pass
+falls back to one channel at a time, so one bad channel cannot stop the others.
 
 A cursor is (re)initialised at the first instant after *now* when it is new, its scheduling
 hash changed, or it was paused: never back-filled from when the channel was written.
@@ -33,7 +35,8 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,14 +45,14 @@ from cronledger import metrics
 from cronledger.ledger import (
     PENDING,
     SKIPPED_MISFIRE,
-    Channel,
     DatabaseUnavailable,
+    DueChannel,
     Ledger,
     NewOccurrence,
     ScheduleState,
 )
 from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
-from cronledger.schedule import Schedule, ScheduleInvalid
+from cronledger.schedule import PassPlan, Schedule, ScheduleInvalid
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import target_ref
@@ -61,6 +64,9 @@ JOB = "reconcile"
 RETENTION_EVERY_SECS = 600.0
 #: How long one pass may spend on retention, in batches; what is left waits for the next pass.
 RETENTION_BUDGET_SECS = 5.0
+#: Due channels a statement writes. A pass over ten thousand sends ten, each planned while
+#: the one before is written; a pass over a few hundred sends one, from the pass's thread.
+WRITE_BATCH = 1_000
 
 
 @dataclass
@@ -88,6 +94,16 @@ class _Planned:
         return self.move[0]
 
 
+@dataclass
+class _Written:
+    """What writing one batch did: rows inserted, channels whose cursor this pass moved (a
+    peer may have moved the others), channels that failed."""
+
+    inserted: int = 0
+    moved: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
 def reconcile_once(
     ledger: Ledger, settings: Settings, cache: ScheduleCache | None = None
 ) -> PassReport:
@@ -97,12 +113,12 @@ def reconcile_once(
     cache = cache or SHARED_SCHEDULES
     started = time.perf_counter()
     report = PassReport()
-    with _cycle_collection_paused():
+    with _cycle_collection_paused(), _Writes(ledger, report) as writes:
         now = ledger.db_now()
         report.now = now
-        planned = _plan_all(ledger, settings, cache, now, report)
-        report.due = len(planned)
-        _write_batch(ledger, planned, report)
+        for planned in _plan_all(ledger, settings, cache, now, report):
+            writes.add(planned)
+        writes.finish()
     report.duration_secs = time.perf_counter() - started
     metrics.record_reconcile_duration(report.duration_secs)
     if report.failed:
@@ -127,11 +143,14 @@ def _cycle_collection_paused() -> Iterator[None]:
 
 def _plan_all(
     ledger: Ledger, settings: Settings, cache: ScheduleCache, now: datetime, report: PassReport
-) -> list[_Planned]:
+) -> Iterator[_Planned]:
+    """The plan of every due channel, one at a time (cursors to initialise or pause are
+    written here, as they are met)."""
     horizon = now + settings.lookahead
-    planned: list[_Planned] = []
+    shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
     for work in ledger.schedules_needing_work(horizon):
         channel, state = work.channel, work.state
+        planned: _Planned | None = None
         try:
             if channel is None:
                 # Archived, paused, drafted back or deleted: stop materialising, keep history.
@@ -144,17 +163,17 @@ def _plan_all(
                 continue
             assert state is not None and state.next_fire_at is not None
             if state.next_fire_at <= horizon:
-                planned.append(_plan(channel, schedule, state, now, horizon, settings))
+                planned = _plan(channel, schedule, state, now, horizon, settings, shared)
         except DatabaseUnavailable:
             raise  # the whole pass failed: not one channel's problem
         except Exception as exc:  # one channel must not stop the others
             _record_failure(report, work.channel_id, exc)
-
-    return planned
+        if planned is not None:
+            yield planned
 
 
 def _needs_reset(
-    channel: Channel,
+    channel: DueChannel,
     schedule: Schedule,
     state: ScheduleState | None,
     ledger: Ledger,
@@ -187,16 +206,17 @@ def _needs_reset(
 
 
 def _plan(
-    channel: Channel,
+    channel: DueChannel,
     schedule: Schedule,
     state: ScheduleState,
     now: datetime,
     horizon: datetime,
     settings: Settings,
+    shared: dict[Hashable, PassPlan],
 ) -> _Planned:
     assert state.next_fire_at is not None
     plan = schedule.plan_pass(
-        state.next_fire_at, now, settings.misfire_grace, settings.max_catch_up
+        state.next_fire_at, now, settings.misfire_grace, settings.max_catch_up, shared
     )
     instants = list(plan.materialise)
     next_cursor = plan.next_cursor
@@ -236,15 +256,72 @@ def _plan(
     return _Planned(rows, move, skipped)
 
 
-def _write_batch(ledger: Ledger, planned: list[_Planned], report: PassReport) -> None:
-    if not planned:
-        return
-    written: set[str] = set()
+class _Writes:
+    """A pass's writes, `WRITE_BATCH` channels a statement. A full batch goes to a writer
+    thread while the pass plans on; `finish` writes the rest on the caller's thread, so a
+    small pass never starts one. One batch at most is in flight: the next waits for it, so
+    a database that fails stops the pass at the next batch (`DatabaseUnavailable`), not after
+    every batch has waited out its timeout. Leaving waits for the one in flight."""
+
+    def __init__(self, ledger: Ledger, report: PassReport) -> None:
+        self._ledger = ledger
+        self._report = report
+        self._batch: list[_Planned] = []
+        self._writer: ThreadPoolExecutor | None = None
+        self._in_flight: tuple[list[_Planned], Future[_Written]] | None = None
+
+    def __enter__(self) -> _Writes:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+
+    def add(self, planned: _Planned) -> None:
+        self._batch.append(planned)
+        if len(self._batch) < WRITE_BATCH:
+            return
+        self._settle()
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="reconcile-write")
+        batch, self._batch = self._batch, []
+        self._in_flight = batch, self._writer.submit(_write_batch, self._ledger, batch)
+
+    def finish(self) -> None:
+        self._settle()
+        if self._batch:
+            self._count(self._batch, _write_batch(self._ledger, self._batch))
+            self._batch = []
+
+    def _settle(self) -> None:
+        if self._in_flight is not None:
+            batch, written = self._in_flight
+            self._in_flight = None
+            self._count(batch, written.result())
+
+    def _count(self, batch: list[_Planned], written: _Written) -> None:
+        report = self._report
+        report.due += len(batch)
+        report.inserted += written.inserted
+        report.advanced += len(written.moved)
+        report.failed.update(written.failed)
+        # Counted for what this pass wrote: a peer that won a cursor counts its own rows.
+        mine = [p for p in batch if p.channel_id in written.moved]
+        metrics.record_occurrences(
+            PENDING, sum(1 for p in mine for r in p.rows if r.status == PENDING)
+        )
+        if skipped := sum(p.skipped for p in mine):
+            metrics.record_occurrences(SKIPPED_MISFIRE, skipped)
+
+
+def _write_batch(ledger: Ledger, planned: list[_Planned]) -> _Written:
+    """One batch's rows and cursor moves in one statement; if that fails (other than the
+    database being unavailable), channel by channel."""
+    written = _Written()
     try:
-        inserted, written = ledger.materialise(
+        written.inserted, written.moved = ledger.materialise(
             (r for p in planned for r in p.rows), (p.move for p in planned)
         )
-        report.inserted += inserted
     except DatabaseUnavailable:
         raise  # the whole pass failed: channel by channel would only wait out each timeout
     except Exception as exc:
@@ -252,25 +329,25 @@ def _write_batch(ledger: Ledger, planned: list[_Planned], report: PassReport) ->
         for p in planned:
             try:
                 inserted, moved = ledger.materialise(p.rows, [p.move])
-                report.inserted += inserted
-                written |= moved
+                written.inserted += inserted
+                written.moved |= moved
             except Exception as channel_exc:
-                _record_failure(report, p.channel_id, channel_exc)
-    report.advanced += len(written)
-    # Counted for what this pass wrote: a peer that won a cursor counts its own rows.
-    mine = [p for p in planned if p.channel_id in written]
-    metrics.record_occurrences(PENDING, sum(1 for p in mine for r in p.rows if r.status == PENDING))
-    if skipped := sum(p.skipped for p in mine):
-        metrics.record_occurrences(SKIPPED_MISFIRE, skipped)
+                written.failed[p.channel_id] = _failure(p.channel_id, channel_exc)
+    return written
 
 
 def _record_failure(report: PassReport, channel_id: str, exc: Exception) -> None:
+    report.failed[channel_id] = _failure(channel_id, exc)
+
+
+def _failure(channel_id: str, exc: Exception) -> str:
+    """The message a failed channel is reported with (and logged)."""
     if isinstance(exc, ScheduleInvalid):
         message = f"stored schedule is invalid: {exc}"
     else:
         message = f"{type(exc).__name__}: {exc}"
-    report.failed[channel_id] = message
     log.warning("reconciling channel %s failed: %s", channel_id, message)
+    return message
 
 
 def after_pass(

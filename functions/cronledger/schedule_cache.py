@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from cronledger.ledger import Channel
+from cronledger.ledger import Channel, DueChannel
 from cronledger.schedule import Schedule, compile_schedule
 
 
@@ -21,7 +21,7 @@ class ScheduleCache:
         self._compiled: dict[tuple[str, int], Schedule] = {}
         self._lock = threading.Lock()
 
-    def get(self, channel: Channel) -> Schedule:
+    def get(self, channel: Channel | DueChannel) -> Schedule:
         key = (channel.channel_id, channel.version)
         with self._lock:
             found = self._compiled.get(key)

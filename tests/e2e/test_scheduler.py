@@ -239,8 +239,16 @@ def test_a_crash_between_insert_and_cursor_advance_converges(ledger: Ledger) -> 
     assert state.next_fire_at is not None and state.next_fire_at > cursor
 
 
-def test_two_reconcilers_running_at_once_create_one_row_per_instant(ledger: Ledger) -> None:
-    # Given twenty per-second channels, each ten seconds behind
+@pytest.mark.parametrize("batch", [None, 7])
+def test_two_reconcilers_running_at_once_create_one_row_per_instant(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch, batch: int | None
+) -> None:
+    from cronledger import reconcile
+
+    # Given twenty per-second channels, each ten seconds behind (written in one batch, or in
+    # batches of seven, some from a writer thread)
+    if batch is not None:
+        monkeypatch.setattr(reconcile, "WRITE_BATCH", batch)
     channels = [make_channel(ledger, name=f"job-{i}") for i in range(20)]
     reconcile_once(ledger, FAST)
     for channel in channels:
@@ -519,6 +527,125 @@ def test_a_pass_counts_only_the_rows_it_wrote(
     assert (report.inserted, report.advanced) == (0, 0)
     assert recorder.total("Occurrences", Status="pending") == 0
     assert recorder.total("Occurrences", Status="skipped_misfire") == 0
+
+
+def due_channels(ledger: Ledger, count: int) -> list[Channel]:
+    """`count` per-second channels whose cursors are a few seconds behind: each is due."""
+    channels = [make_channel(ledger, name=f"job-{n:02d}") for n in range(count)]
+    reconcile_once(ledger, FAST)  # cursors initialised
+    for channel in channels:
+        move_cursor_back(ledger, channel.channel_id, timedelta(seconds=3))
+    return sorted(channels, key=lambda c: c.channel_id)  # the order a pass meets them in
+
+
+def test_a_pass_plans_the_next_batch_while_the_last_is_written(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronledger import reconcile
+
+    # Given ten due channels, written in batches of four
+    channels = due_channels(ledger, 10)
+    before = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    monkeypatch.setattr(reconcile, "WRITE_BATCH", 4)
+    real_plan, real_materialise = reconcile._plan, ledger.materialise
+    planned: list[str] = []
+    fifth_planned = threading.Event()
+
+    def plan(channel: Channel, *args: Any) -> Any:
+        planned.append(channel.channel_id)
+        if len(planned) == 5:
+            fifth_planned.set()
+        return real_plan(channel, *args)
+
+    # (channels written, from the pass's own thread, the fifth channel planned meanwhile)
+    writes: list[tuple[int, bool, bool]] = []
+
+    def materialise(rows: Any, moves: Any) -> tuple[int, set[str]]:
+        moves = list(moves)
+        # The first batch waits (a generous deadline) for the pass to plan on without it.
+        overlapped = fifth_planned.wait(30) if not writes else fifth_planned.is_set()
+        on_pass_thread = threading.current_thread() is threading.main_thread()
+        writes.append((len(moves), on_pass_thread, overlapped))
+        return real_materialise(rows, moves)
+
+    monkeypatch.setattr(reconcile, "_plan", plan)
+    monkeypatch.setattr(ledger, "materialise", materialise)
+
+    # When one pass runs
+    report = reconcile_once(ledger, FAST)
+
+    # Then two full batches went from a writer thread, the fifth channel planned while the
+    # first was written, and the rest went from the pass's thread
+    assert writes == [(4, False, True), (4, False, True), (2, True, True)]
+    # And every channel got its rows and moved its cursor, once
+    assert (report.due, report.advanced, report.failed) == (10, 10, {})
+    after = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    written = rows(ledger)
+    assert report.inserted == len(written)
+    for channel in channels:
+        old, new = before[channel.channel_id], after[channel.channel_id]
+        assert old is not None and new is not None and new > old
+        instants = [o.scheduled_for for o in written if o.channel_id == channel.channel_id]
+        assert len(instants) == len(set(instants)) >= 3
+        assert min(instants) == old and max(instants) < new
+
+
+def test_a_batch_that_fails_is_written_channel_by_channel_and_the_others_stand(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronledger import reconcile
+
+    # Given six due channels in batches of three, and a write that fails for the second one
+    channels = due_channels(ledger, 6)
+    bad = channels[1].channel_id
+    before = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    monkeypatch.setattr(reconcile, "WRITE_BATCH", 3)
+    real = ledger.materialise
+    calls: list[int] = []
+
+    def refuse_bad(rows: Any, moves: Any) -> tuple[int, set[str]]:
+        rows, moves = list(rows), list(moves)
+        calls.append(len(moves))
+        if any(channel_id == bad for channel_id, _, _ in moves):
+            raise ValueError("refused")
+        return real(rows, moves)
+
+    monkeypatch.setattr(ledger, "materialise", refuse_bad)
+
+    # When one pass runs
+    report = reconcile_once(ledger, FAST)
+
+    # Then its batch was retried channel by channel, the other batch stood as one write
+    assert sorted(calls) == [1, 1, 1, 3, 3]
+    assert report.failed == {bad: "ValueError: refused"}
+    assert report.due == 6 and report.advanced == 5
+    # And the failed channel kept its cursor and got no row; every other one moved
+    after = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    assert after[bad] == before[bad] and not rows(ledger, bad)
+    assert all(after[c.channel_id] != before[c.channel_id] for c in channels if c.channel_id != bad)
+
+
+def test_a_database_failure_in_a_batch_written_meanwhile_stops_the_pass_at_the_next(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cronledger import reconcile
+    from cronledger.ledger import DatabaseUnavailable
+
+    # Given six due channels in batches of two, and a database that is down for writes
+    due_channels(ledger, 6)
+    monkeypatch.setattr(reconcile, "WRITE_BATCH", 2)
+    calls: list[int] = []
+
+    def down(*_args: object) -> None:
+        calls.append(1)
+        raise DatabaseUnavailable("connection refused")
+
+    monkeypatch.setattr(ledger, "materialise", down)
+
+    # When a pass runs, then it fails as the database's failure, after the first batch only
+    with pytest.raises(DatabaseUnavailable):
+        reconcile_once(ledger, FAST)
+    assert calls == [1]
 
 
 def test_the_local_reconciler_wakes_the_claim_loop_when_it_lands_rows(

@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cronledger.schedule import (
     WALK_LIMIT,
@@ -242,3 +244,78 @@ def test_each_policy_keeps_a_prefix_or_a_suffix_of_the_misfired(
     policy: Any, count: int, bound: int, kept: list[int]
 ) -> None:
     assert list(kept_misfires(policy, count, bound)) == kept
+
+
+# --- plans shared within a pass ---------------------------------------------------------------
+
+
+def test_channels_of_one_calendar_due_from_one_cursor_share_one_plan() -> None:
+    # Given three channels on one expression, differing in all else, due from one cursor
+    schedules = [
+        compile_schedule({"schedule": "0 * * * * *", **more}, channel_id)
+        for channel_id, more in [
+            ("c1", {}),
+            ("c2", {"misfire_policy": "skip", "jitter_secs": 30}),
+            ("c3", {"misfire_policy": "catch_up", "max_catch_up": 3}),
+        ]
+    ]
+    shared: dict[Any, PassPlan] = {}
+
+    # When a pass plans them with the instant late, not misfired
+    plans = [s.plan_pass(at(10), NOW, GRACE, 1000, shared) for s in schedules]
+
+    # Then the first one's plan serves all three, as each would have planned alone
+    assert len(shared) == 1 and plans[1] is plans[0] and plans[2] is plans[0]
+    assert plans == [s.plan_pass(at(10), NOW, GRACE, 1000) for s in schedules]
+    assert plans[0].materialise == [at(10)] and plans[0].next_cursor == at(11)
+
+
+def test_a_plan_with_a_misfired_instant_stays_its_channels_own() -> None:
+    # Given two channels of one jittered calendar whose newest misfired instant, 10:08, is due
+    # after the cutoff (10:08:30) for one of them and before it for the other
+    config = {"schedule": "0 * * * * *", "misfire_policy": "skip", "jitter_secs": 50}
+    candidates = [compile_schedule(config, f"c{n}") for n in range(100)]
+    cutoff = NOW - GRACE
+    kept = next(s for s in candidates if not is_misfired(s.due_at(at(8)), NOW, GRACE))
+    dropped = next(s for s in candidates if is_misfired(s.due_at(at(8)), NOW, GRACE))
+    assert kept.due_at(at(8)) >= cutoff > dropped.due_at(at(8))
+    shared: dict[Any, PassPlan] = {}
+
+    # When a pass plans both from one cursor, 10:08
+    plans = [s.plan_pass(at(8), NOW, GRACE, 1000, shared) for s in (kept, dropped)]
+
+    # Then each got the plan it would have got alone: 10:08 runs for one only
+    assert plans == [s.plan_pass(at(8), NOW, GRACE, 1000) for s in (kept, dropped)]
+    assert (plans[0].materialise, plans[0].skipped) == ([at(8), at(9), at(10)], None)
+    assert plans[1].materialise == [at(9), at(10)]
+    assert plans[1].skipped is not None and plans[1].skipped.count == 1
+    assert not shared
+
+
+#: Expressions with their shortest gap (a jitter must be shorter).
+SHARED_CALENDARS = [("0 * * * * *", 60), ("*/10 * * * * *", 10), ("0 0 * * * *", 3600)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_plan_made_through_the_shared_plans_is_the_one_made_alone(data: st.DataObject) -> None:
+    # Given channels on a few calendars, each with its own policy, jitter and cursor (drawn
+    # from a few, so that some share one), and one pass's now and grace
+    now = CURSOR + timedelta(seconds=data.draw(st.integers(-60, 3 * 3600)))
+    grace = timedelta(seconds=data.draw(st.integers(0, 900)))
+    shared: dict[Any, PassPlan] = {}
+    for n in range(data.draw(st.integers(2, 12))):
+        expression, gap = data.draw(st.sampled_from(SHARED_CALENDARS))
+        config = {
+            "schedule": expression,
+            "misfire_policy": data.draw(st.sampled_from(["skip", "latest", "catch_up"])),
+            "max_catch_up": data.draw(st.integers(1, 5)),
+            "jitter_secs": data.draw(st.integers(0, gap - 1)),
+        }
+        schedule = compile_schedule(config, f"c{n}-{data.draw(st.integers(0, 99))}")
+        cursor = CURSOR + timedelta(seconds=data.draw(st.sampled_from([0, 10, 60, 3600])))
+
+        # When the pass plans it through the plans shared so far, then it gets its own plan
+        assert schedule.plan_pass(cursor, now, grace, 3, shared) == schedule.plan_pass(
+            cursor, now, grace, 3
+        )

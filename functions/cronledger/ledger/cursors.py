@@ -21,7 +21,7 @@ from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     PENDING,
     TRIGGER_CRON,
-    Channel,
+    DueChannel,
     ScheduleState,
     ScheduleWork,
 )
@@ -48,8 +48,15 @@ class CursorStore(Store):
         joined = channels.outerjoin(
             schedule_state, schedule_state.c.channel_id == channels.c.channel_id
         )
+        due_channel = (  # `DueChannel`'s fields, in order
+            channels.c.channel_id,
+            channels.c.name,
+            channels.c.version,
+            channels.c.target,
+            sa.cast(channels.c.transport_config, sa.Text),
+        )
         active = (
-            sa.select(channels, schedule_state)
+            sa.select(*due_channel, schedule_state)
             .select_from(joined)
             .where(channels.c.status == CHANNEL_ACTIVE)
             .where(
@@ -72,11 +79,11 @@ class CursorStore(Store):
             .where(sa.or_(channels.c.channel_id.is_(None), channels.c.status != CHANNEL_ACTIVE))
         )
         work: list[ScheduleWork] = []
-        split = len(channels.c)
+        split = len(due_channel)
         with self._read() as conn:
-            # Models in their tables' column order (tests/ledger/test_schema.py checks).
+            # ScheduleState in its table's column order (tests/ledger/test_schema.py checks).
             for found in conn.execute(active):
-                channel = Channel(*found[:split])
+                channel = DueChannel(*found[:split])
                 state = None
                 if found[split] is not None:  # the cursor's channel_id: it has one
                     state = ScheduleState(*found[split:])

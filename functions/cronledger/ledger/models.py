@@ -7,6 +7,7 @@ against these same literals, so one table of names serves both.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -121,7 +122,7 @@ class NewOccurrence:
 
     @classmethod
     def of(
-        cls, channel: Channel, at: datetime, target_ref: str | None, **fields: Any
+        cls, channel: Channel | DueChannel, at: datetime, target_ref: str | None, **fields: Any
     ) -> NewOccurrence:
         """A row of `channel` (as it is now: its name and version) at `at`."""
         return cls(
@@ -148,13 +149,32 @@ class ScheduleState:
 
 
 @dataclass(frozen=True, slots=True)
+class DueChannel:
+    """What a reconcile pass reads of an active channel: who it is, its version and that
+    version's target. Its schedule document stays JSON text, parsed only to compile a
+    version the process has not compiled yet (a warm pass meets none), so a pass over ten
+    thousand channels does not parse ten thousand of them."""
+
+    channel_id: str
+    name: str
+    version: int
+    target: dict[str, Any]
+    transport_config_json: str
+
+    @property
+    def transport_config(self) -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(self.transport_config_json)
+        return parsed
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleWork:
     """One channel a reconcile pass has to look at. `channel` is None when the cursor's
     channel is gone or no longer active (pause the cursor); `state` is None when an active
     channel has no cursor yet (initialise it)."""
 
     channel_id: str
-    channel: Channel | None
+    channel: DueChannel | None
     state: ScheduleState | None
 
 

@@ -33,6 +33,7 @@ import hashlib
 import json
 import random
 from bisect import bisect_left
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -193,8 +194,19 @@ class Schedule:
         now: datetime,
         grace: timedelta,
         instance_max_catch_up: int,
+        shared: dict[Hashable, PassPlan] | None = None,
     ) -> PassPlan:
-        """Plan the due instants in `[cursor, now]`; see the module docstring for the rules."""
+        """Plan the due instants in `[cursor, now]`; see the module docstring for the rules.
+
+        `shared`: the plans made so far in one pass (a dict its caller keeps for the pass,
+        with one `now` and one `grace`). A plan with no misfired instant depends on nothing
+        but the instants and the window, so schedules of one calendar (an expression in a
+        zone, within the same bounds) due from the same cursor share it: a thousand hourly
+        channels due at one instant walk their calendar once. The plan is then shared too;
+        it is not to be changed."""
+        key = (self._calendar, cursor, now, grace, instance_max_catch_up)
+        if shared is not None and (plan := shared.get(key)) is not None:
+            return plan  # made from these very arguments, which passed every check then
         cursor_s = ceil_seconds(require_utc(cursor, "cursor"))
         now_utc = require_utc(now, "now")
         if not isinstance(grace, timedelta) or grace < timedelta(0):
@@ -224,7 +236,10 @@ class Schedule:
             ) is not None:
                 misfired, late = misfired.without_newest(), [still_late, *late]
             next_cursor = few[len(due)] if len(few) > len(due) else None
-            return self._plan(misfired, catch_up, late, next_cursor)
+            plan = self._plan(misfired, catch_up, late, next_cursor)
+            if shared is not None and not split:  # none misfired: no policy, no jitter in it
+                shared[key] = plan
+            return plan
 
         # After an outage: count what was missed without listing it.
         late_from = max(cursor_s, late_cutoff)
