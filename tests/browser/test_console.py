@@ -247,10 +247,12 @@ def test_trigger_and_pause_buttons_act_on_the_channel(console: Console) -> None:
     assert manual.trigger == "manual"
 
 
-def test_a_channels_panel_previews_its_next_fires_in_utc_and_local_time(
+def test_a_channels_panel_previews_its_next_fires_in_utc_local_and_due_time(
     console: Console,
 ) -> None:
-    console.channel("london", OK_TARGET, schedule="0 30 1 * * *", timezone="Europe/London")
+    console.channel(
+        "london", OK_TARGET, schedule="0 30 1 * * *", timezone="Europe/London", jitter_secs=600
+    )
 
     console.open()
     console.click('#channels tr[data-channel="london"] .name')
@@ -261,10 +263,12 @@ def test_a_channels_panel_previews_its_next_fires_in_utc_and_local_time(
     expected = console.ledger.get_channel_by_name("london")
     cells = [[td.text for td in row.find_elements("css selector", "td")] for row in rows]
     assert len(cells) == 10
-    for utc, local in cells:
+    for utc, local, due in cells:
         at = datetime.fromisoformat(utc.replace("Z", "+00:00"))
         assert datetime.fromisoformat(local) == at  # the same instant, in London's wall time
         assert local[11:19] == "01:30:00"
+        # …and when its row falls due, within the jitter after it
+        assert at <= datetime.fromisoformat(due.replace("Z", "+00:00")) < at + timedelta(minutes=10)
     assert expected.name in console.driver.find_element("id", "panel").text
 
 

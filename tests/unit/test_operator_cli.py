@@ -433,7 +433,10 @@ def test_a_one_time_channel_shows_its_at_and_ended_once_it_fired(cli: Cli) -> No
     assert "at 2020-01-01T00:00:00 (ended)" in listed.out
     assert rows(history)[1][3:5] == ["at", "2020-01-01T00:00:00"]  # its schedule
     assert "at 2020-01-01T00:00:00 (ended)" in status.out
-    assert preview.out.splitlines()[0] == "at 2020-01-01T00:00:00 (ended) in UTC:"
+    assert preview.out.splitlines() == [
+        "at 2020-01-01T00:00:00 (ended) in UTC:",
+        "a one-time schedule: its instant (2020-01-01T00:00:00 UTC) has passed",
+    ]
 
 
 def test_status_and_preview_show_the_schedule_in_utc_and_local_time(cli: Cli) -> None:
@@ -456,6 +459,19 @@ def test_status_and_preview_show_the_schedule_in_utc_and_local_time(cli: Cli) ->
     assert lines[1].split() == ["UTC", "LOCAL"]
     offsets = {line.split()[1][-6:] for line in lines[2:]}
     assert offsets == {"+01:00", "+00:00"}  # the fall-back day shows both
+
+
+def test_preview_of_a_jittered_channel_shows_when_each_row_falls_due(cli: Cli) -> None:
+    cli.channel("spread", schedule="0 0 * * * *", jitter_secs=900)
+
+    preview = cli("preview", "spread", "--count", "5")
+
+    header, *lines = rows(preview)[1:]
+    assert header == ["UTC", "LOCAL", "DUE", "(UTC)"]
+    assert len(lines) == 5
+    for utc, _local, due in lines:
+        at = datetime.fromisoformat(utc.replace("Z", "+00:00"))
+        assert at <= datetime.fromisoformat(due.replace("Z", "+00:00")) < at + timedelta(minutes=15)
 
 
 def test_with_json_each_command_prints_the_apis_answer_as_json_alone(cli: Cli) -> None:

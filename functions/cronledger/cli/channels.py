@@ -19,7 +19,7 @@ import typer
 from cronledger.cli import documents
 from cronledger.cli.client import ApiError, segment
 from cronledger.cli.documents import Document, UsageError
-from cronledger.cli.output import Column, ago, when
+from cronledger.cli.output import Column, ago, instant_of, when
 from cronledger.cli.session import (
     EXIT_API,
     ChannelRef,
@@ -338,17 +338,20 @@ def preview(
     channel: ChannelRef,
     count: Annotated[int, typer.Option(min=1, max=100, help="how many, 1..100")] = 10,
 ) -> None:
-    """The next fire times in UTC and in the channel's local time (check a DST day)."""
+    """The next fire times in UTC and in the channel's local time (check a DST day), and when
+    each row falls due if the channel spreads them (`jitter_secs`)."""
     answer = s.get(f"{s.channel_path(channel)}/preview", {"count": count})
     p = answer["data"]
 
     def human() -> None:
         s.out.say(f"{schedule_of(p)} in {p['timezone']}:")
-        columns = (
+        columns = [
             Column("UTC", lambda i: i["utc"], 90),
             Column("LOCAL", lambda i: i["local"], 100),
-        )
-        s.out.table(columns, p["instants"])
+        ]
+        if any(instant_of(i["due_at"]) != instant_of(i["utc"]) for i in p["instants"]):
+            columns.append(Column("DUE (UTC)", lambda i: i["due_at"], 80))
+        s.out.table(columns, p["instants"], empty=p.get("note") or "(none)")
 
     s.out.answer(answer, human)
 

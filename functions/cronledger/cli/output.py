@@ -208,11 +208,16 @@ def when(value: Any) -> str:
     return re.sub(r"\.\d+(?=Z$)", "", str(value))
 
 
+def instant_of(value: Any) -> datetime:
+    """An RFC 3339 instant the API answered, as a datetime."""
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
 def ago(value: Any, now: datetime | None = None) -> str:
     """An instant relative to now: "in 3 s", "2 min ago"."""
     if not value:
         return "-"
-    at = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    at = instant_of(value)
     delta = (at - (now or datetime.now(UTC))).total_seconds()
     span = duration(abs(delta) * 1000)
     return f"in {span}" if delta >= 0 else f"{span} ago"

@@ -243,6 +243,8 @@ async function showChannel(id) {
   } catch (error) { return toast(error.message, true); }
   const compiled = channel.compiled || {};
   const dst = comingDays(compiled.timezone || "UTC").filter((d) => d.change);
+  // With jitter a row falls due after its instant: then the preview shows when.
+  const jittered = preview && preview.instants.some((i) => new Date(i.due_at).getTime() !== new Date(i.utc).getTime());
   showPanel(
     el("h2", {}, channel.name, " ", badge(channel.status)),
     dl([
@@ -258,10 +260,11 @@ async function showChannel(id) {
       ["DST this month", dst.length ? dst.map((d) => `${d.date.toISOString().slice(0, 10)} (${d.change > 0 ? "+" : "−"}${Math.abs(d.change)} min)`).join(", ") : "none"],
     ]),
     el("h3", {}, "next fires"),
-    preview ? el("table", { class: "preview" },
-      el("tr", {}, el("th", {}, "UTC"), el("th", {}, `local (${preview.timezone})`)),
-      preview.instants.map((i) => el("tr", {}, el("td", { class: "mono" }, i.utc), el("td", { class: "mono" }, i.local))))
-      : el("p", { class: "muted" }, "no preview"),
+    preview && preview.instants.length ? el("table", { class: "preview" },
+      el("tr", {}, el("th", {}, "UTC"), el("th", {}, `local (${preview.timezone})`), jittered ? el("th", {}, "due (UTC)") : null),
+      preview.instants.map((i) => el("tr", {}, el("td", { class: "mono" }, i.utc), el("td", { class: "mono" }, i.local),
+        jittered ? el("td", { class: "mono" }, i.due_at) : null)))
+      : el("p", { class: "muted" }, (preview && preview.note) || "no preview"),
     el("h3", {}, "definition"),
     el("pre", {}, JSON.stringify({ transport_config: channel.transport_config, target: channel.target }, null, 2)),
   );
