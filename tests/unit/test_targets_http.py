@@ -113,6 +113,7 @@ def test_an_unreachable_endpoint_is_a_failure_that_names_it() -> None:
     assert not outcome.ok
     assert outcome.error is not None
     assert outcome.error.startswith(f"could not reach http://127.0.0.1:{port}/hook: ")
+    assert "refused" in outcome.error and "timed out" not in outcome.error  # it says why
 
 
 # --- addresses judged after resolution ----------------------------------------------------

@@ -108,7 +108,8 @@ def _pool(
 def _reason(exc: Exception | None) -> str:
     if exc is None:
         return "the host has no address"
-    if isinstance(exc, ConnectTimeoutError):
+    # urllib3 derives NewConnectionError (refused, unreachable…) from ConnectTimeoutError.
+    if isinstance(exc, ConnectTimeoutError) and not isinstance(exc, NewConnectionError):
         return "the connection timed out"
     # urllib3's message starts with the connection object's repr; the cause is what matters.
     cause = exc.__cause__ or exc.__context__
