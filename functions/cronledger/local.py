@@ -352,7 +352,7 @@ def _console_line(report: AttemptReport, row: Occurrence | None, stopped: bool) 
         instant, channel, trigger, allowed = "-", "-", "-", "?"
     else:
         instant = f"{row.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
-        channel, trigger, allowed = row.channel_name, row.trigger, str(row.max_attempts)
+        channel, trigger, allowed = row.channel_name, row.trigger, str(row.allowed_attempts)
     status = report.outcome if stopped else report.status or "-"
     if report.retry_in is not None:
         status = "failed"  # written back to pending, for its next attempt

@@ -77,6 +77,9 @@ def test_retry_keeps_the_id_and_instant_and_the_next_run_is_attempt_2(
     assert (again.status, again.attempt, again.executing_version) == ("completed", 2, 2)
     assert to_rfc3339(again.scheduled_for) == failed["scheduled_for"]
     assert ledger.list_occurrences().total == 1
+    # …and the attempt granted counts among those allowed, after it ran too (never "2 of 1")
+    shown = api("GET", f"{OCCURRENCES}/{failed['id']}").data
+    assert (shown["attempt"], shown["max_attempts"]) == (2, 2)
 
 
 def test_a_failure_waiting_for_its_retry_shows_its_attempts_next_due_time_and_last_error(

@@ -100,6 +100,30 @@ def test_settled_attempts_line_up_whatever_the_trigger(sqlite_ledger: Ledger) ->
     assert {ledger.get_occurrence(r.id).status for r in rows[:2]} == {COMPLETED}
 
 
+def test_an_attempt_an_operator_granted_counts_among_those_allowed(sqlite_ledger: Ledger) -> None:
+    # Given a run that failed its only allowed attempt, then retried by an operator
+    ledger = sqlite_ledger
+    once = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}}
+    channel = ledger.create_channel("job", once, FAIL, 5000, "active")
+    row = NewOccurrence.of(channel, ledger.db_now().replace(microsecond=0), None, trigger="manual")
+    ledger.insert_occurrence(row)
+    scheduler = Scheduler(ledger)
+    assert scheduler.run_due() == 1
+    ledger.requeue(row.id)
+    out = io.StringIO()
+    show = console_printer(ledger, out)
+
+    # When the granted attempt runs (and fails again)
+    scheduler.dispatch = lambda occurrence_id, claimant: show(  # type: ignore[method-assign]
+        scheduler.executor.run_attempt(occurrence_id, claimant)
+    )
+    assert scheduler.run_due() == 1
+
+    # Then it is the second of two allowed, not "2/1"
+    (line,) = [line for line in out.getvalue().splitlines() if not line.startswith("    ")]
+    assert line.split()[3:6] == ["failed", "attempt", "2/2"]
+
+
 def test_stopped_and_superseded_attempts_are_shown_with_why(sqlite_ledger: Ledger) -> None:
     ledger = sqlite_ledger
     channel = ledger.create_channel("job", {"schedule": "0 15 2 * * *"}, OK, 5000, "active")

@@ -91,6 +91,14 @@ class Occurrence:
     #: it, or it is a retry or a queued contender.
     misfire_judged: bool
 
+    @property
+    def allowed_attempts(self) -> int:
+        """The attempts it is allowed in all, as shown: never fewer than it has made. A manual
+        retry's extra attempt raises `max_attempts`, and the start of that attempt refreshes
+        `max_attempts` from the channel's policy again; the attempt made was allowed all
+        the same, so "attempt 2 of 1" is never shown."""
+        return max(self.max_attempts, self.attempt)
+
 
 #: The retry policy's default `max_attempts` (SPEC §1.1), for rows written without a channel's.
 DEFAULT_MAX_ATTEMPTS = 3
