@@ -143,8 +143,10 @@ def test_time_steps_and_lists_mean_their_values() -> None:
 @pytest.mark.parametrize(
     ("expression", "says"),
     [
-        pytest.param("0 0 22-2 * * *", "write it as two: `22-23,0-2`", id="backwards hours"),
-        pytest.param("0 0 0 * * SAT-SUN", "`6,0`", id="SAT-SUN"),
+        pytest.param(
+            "0 0 22-2 * * *", "cron ranges do not wrap, so write `22-23,0-2`", id="backwards hours"
+        ),
+        pytest.param("0 0 0 * * SAT-SUN", "so write `6-7`", id="SAT-SUN"),
         pytest.param("0 0 0 * * FRI-MON", "`5-6,0-1`", id="FRI-MON"),
         pytest.param("0 0 0 1 NOV-FEB *", "`11-12,1-2`", id="NOV-FEB"),
         pytest.param("0 */90 * * * *", "a step of at most 59", id="step longer than the minutes"),
@@ -163,6 +165,8 @@ def test_time_steps_and_lists_mean_their_values() -> None:
         pytest.param("0 0 0 L-3 * *", "offsets such as `L-3`", id="L-3"),
         pytest.param("0 0 0 * * 5L", "`L5`: the last Friday", id="5L"),
         pytest.param("0 0 0 * * L", "`L5`: the last Friday", id="L alone in day-of-week"),
+        pytest.param("0 0 0 * * LFRI", "`L5`: the last Friday", id="LFRI"),
+        pytest.param("0 0 0 * * MON-SUN", "`1-7`", id="MON-SUN: 7 is Sunday too"),
         pytest.param("0 0 0 * * MON-FRI#2", "`MON#2,TUE#2`", id="# on a range"),
         pytest.param("0 0 0 * * MON,FRI#3", "mixes plain weekdays", id="plain and nth mixed"),
         pytest.param("0 0 0 * * 5#6", "1 to 5", id="a sixth Friday"),

@@ -18,7 +18,7 @@ What each form means (the README has the table):
 - A day matches when the month matches and, if both day fields are restricted (neither `*` nor
   `?`), **either** one does, whatever forms they use; if one is restricted, that one does.
 
-Refused, each with its fix: `A-B` with A > B (`22-2` is `22-23,0-2`); a step longer than its
+Refused, each with its fix: `A-B` with A > B (`22-2` is `22-23,0-2`, `SAT-SUN` is `6-7`); a step longer than its
 field; `*` inside a list; `A/S` in day-of-week; `W` or `#` on anything but one day; weekday
 values mixed with `#`/`L` forms; and `*/S` in one day field while the other is restricted,
 because Vixie cron reads that pair as AND and most other crons as OR.
@@ -194,7 +194,7 @@ def _item_values(field: _Field, text: str, item: str) -> set[int]:
         if low > high:
             raise ExpressionRefused(
                 f"the {field.name} field `{text}`: the range `{base}` runs backwards; cron "
-                f"ranges do not wrap, so write it as two: `{_wrapped(field, low, high)}`"
+                f"ranges do not wrap, so write `{_wrapped(field, low, high)}`"
             )
     else:
         low = high = _value(field, text, base)
@@ -242,6 +242,8 @@ def _value(field: _Field, text: str, token: str) -> int:
 
 
 def _wrapped(field: _Field, low: int, high: int) -> str:
+    if field is DAY_OF_WEEK and high == 0:  # to Sunday: 7 is Sunday too (`SAT-SUN` is `6-7`)
+        return f"{low}-7"
     top = DAY_OF_WEEK_LAST if field is DAY_OF_WEEK else field.high
     first = f"{low}-{top}" if low < top else f"{low}"
     second = f"{field.low}-{high}" if high > field.low else f"{field.low}"
