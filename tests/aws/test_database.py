@@ -14,6 +14,7 @@ from sqlalchemy import event
 from cronledger.aws import database
 from cronledger.aws.database import DatabaseConfigError, ledger_engine
 from cronledger.ledger import Ledger, driver
+from tests.aws.invocations import REGION
 
 PROXY = "cronledger-proxy.proxy-c0ffee.us-east-1.rds.amazonaws.com"
 STACK_ENV = {
@@ -65,6 +66,36 @@ def test_every_new_connection_to_the_proxy_presents_an_iam_token_inside_verified
     assert engine.url.password is None
     # and no statement is prepared on the session (the proxy would pin it to one backend)
     assert not event.contains(engine, "do_execute", driver._execute_prepared)
+
+
+def test_the_token_is_the_one_an_rds_client_signs_without_building_one(aws: None) -> None:
+    # Given the token an RDS client signs for the stack's endpoint and user (a user name that
+    # needs escaping in a query string)
+    import boto3
+
+    endpoint = database.DatabaseEndpoint(PROXY, 5432, "cronledger", "cron+ledger@ops")
+    rds = boto3.client("rds")
+    for _ in range(3):  # both signed within one second (X-Amz-Date) compare byte for byte
+        expected = rds.generate_db_auth_token(endpoint.host, endpoint.port, endpoint.user)
+        token = database.IamAuthToken(endpoint, REGION).token()
+        if parse_qs(token)["X-Amz-Date"] == parse_qs(expected)["X-Amz-Date"]:
+            break
+    # Then the function's own signature is the same token
+    assert token == expected
+
+
+def test_without_a_region_or_credentials_a_token_is_refused_naming_them(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in database.REGION_VARIABLES:
+        monkeypatch.delenv(name)
+    with pytest.raises(DatabaseConfigError, match="AWS_REGION or AWS_DEFAULT_REGION"):
+        ledger_engine(STACK_ENV)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    token = database.IamAuthToken(database.DatabaseEndpoint.from_env(STACK_ENV), REGION)
+    with pytest.raises(DatabaseConfigError, match="AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
+        token.token()
 
 
 def test_a_database_url_wins_over_the_stacks_proxy_settings(pg_database_url: str) -> None:

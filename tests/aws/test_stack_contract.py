@@ -4,6 +4,7 @@ a handler, as Lambda does before the first invocation, reads no setting and open
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import subprocess
@@ -92,3 +93,54 @@ def test_importing_every_handler_reads_no_setting_and_touches_no_network() -> No
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == f"imported {len(modules)}"
+
+
+TRACED_AFTER_IMPORT = """
+import sys
+from aws_xray_sdk.core.patcher import _PATCHED_MODULES as patched
+
+def state():
+    return {
+        "patched": sorted(patched),
+        "loaded": sorted(m for m in ("botocore.session", "urllib3") if m in sys.modules),
+    }
+
+__import__(sys.argv[1])
+print(state())
+import botocore.session, urllib3
+print(state())
+"""
+
+
+def traced_after_import(module: str) -> list[dict[str, list[str]]]:
+    """Which libraries X-Ray has patched, and which of botocore's clients and urllib3 are
+    loaded, after importing `module` as Lambda does, then after loading both."""
+    done = subprocess.run(
+        [sys.executable, "-c", TRACED_AFTER_IMPORT, module],
+        env=lambda_import_environment(),  # tracing is on, as on Lambda
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [ast.literal_eval(line) for line in done.stdout.splitlines()]
+
+
+def test_tracing_patches_the_database_at_import_and_aws_and_http_when_a_function_loads_them() -> (
+    None
+):
+    # reconcile never calls AWS: it traces the database, and does not load botocore's clients
+    # to trace them
+    imported, later = traced_after_import("cronledger.aws.reconcile")
+    assert "pg8000" in imported["patched"] and "botocore" not in imported["patched"]
+    assert "botocore.session" not in imported["loaded"]
+    assert ("httplib" in imported["patched"]) == ("urllib3" in imported["loaded"])
+    # they are traced, as HTTP is, as soon as something loads them
+    assert later == {
+        "patched": ["botocore", "httplib", "pg8000"],
+        "loaded": ["botocore.session", "urllib3"],
+    }
+    # claim calls Lambda on every invocation: its clients are loaded, and traced, at import
+    imported, _ = traced_after_import("cronledger.aws.claim")
+    assert imported == later

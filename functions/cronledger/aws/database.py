@@ -6,11 +6,16 @@ The stack tells the functions where the database is (`CRONLEDGER_DB_HOST`, `_POR
 it wants IAM authentication (`CRONLEDGER_DB_IAM_AUTH=true`); it never gives them a password.
 So every new connection presents a fresh authentication token, signed with the function's own
 role at connect time (signing is local, no network call; a token is good for 15 minutes and
-is needed only to connect), inside a TLS context that verifies the server's certificate and
-host name: a proxy's chains to Amazon's public roots, which the runtime's trust store holds;
-the cluster's to the Amazon RDS roots shipped beside this module (`rds-ca-bundle.pem`).
-Through a proxy no statement is prepared on the session (it would pin the session to one
-backend); straight to the cluster they are, as locally. The engine is built once per
+is needed only to connect). The token is what an RDS client's `generate_db_auth_token` makes,
+a SigV4 presigned `connect` URL for the `rds-db` service, signed by the same botocore signer
+with the credentials Lambda puts in the function's environment, but without building an RDS
+client, which would load the RDS service model (a fifth of a second of a cold start) for one
+local signature; botocore's signer is loaded by the first connection. The token travels inside
+a TLS context that verifies the server's certificate and host name: a proxy's chains to
+Amazon's public roots, which the runtime's trust store holds; the cluster's to the Amazon RDS
+roots shipped beside this module (`rds-ca-bundle.pem`). Through a proxy no statement is
+prepared on the session (it would pin the session to one backend); straight to the cluster
+they are, as locally. The engine is built once per
 container; its small pool checks a connection that sat idle before using it
 (`cronledger.ledger.driver`), because the server may close an idle connection between
 invocations. Every container holds at most `PROXY_POOL`'s connections, which the stack counts
@@ -38,7 +43,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -46,10 +51,6 @@ from sqlalchemy import event
 from cronledger.errors import CronledgerError
 from cronledger.ledger import create_ledger_engine
 from cronledger.settings import Settings
-from cronledger.targets.clients import default_clients
-
-if TYPE_CHECKING:
-    from mypy_boto3_rds import RDSClient
 
 DATABASE_URL = "CRONLEDGER_DATABASE_URL"
 DB_HOST = "CRONLEDGER_DB_HOST"
@@ -60,6 +61,10 @@ DB_IAM_AUTH = "CRONLEDGER_DB_IAM_AUTH"
 DB_PROXY = "CRONLEDGER_DB_PROXY"
 DB_ADMIN_SECRET_ARN = "CRONLEDGER_DB_ADMIN_SECRET_ARN"
 DEFAULT_PORT = 5432
+#: Where Lambda tells a function its region (botocore reads the same variables).
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+#: How long a token may start a connection: RDS accepts at most 15 minutes.
+TOKEN_SECS = 900
 #: The Amazon RDS root certificates a direct connection to the cluster is verified against.
 RDS_CA_BUNDLE = Path(__file__).with_name("rds-ca-bundle.pem")
 #: One invocation at a time per container: the calling thread, plus an executor's heartbeat
@@ -121,18 +126,33 @@ class DatabaseEndpoint:
 
 class IamAuthToken:
     """A SQLAlchemy `do_connect` hook: signs a token for this endpoint and user into the
-    parameters of each new connection, as its password."""
+    parameters of each new connection, as its password (see the module header)."""
 
-    def __init__(self, endpoint: DatabaseEndpoint, client: RDSClient) -> None:
+    def __init__(self, endpoint: DatabaseEndpoint, region: str) -> None:
         self._endpoint = endpoint
-        self._client = client
+        self._region = region
 
     def __call__(self, _dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
-        cparams["password"] = self._client.generate_db_auth_token(
-            DBHostname=self._endpoint.host,
-            Port=self._endpoint.port,
-            DBUsername=self._endpoint.user,
+        cparams["password"] = self.token()
+
+    def token(self) -> str:
+        from botocore.auth import SigV4QueryAuth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import EnvProvider
+
+        credentials = EnvProvider().load()
+        if credentials is None:
+            raise DatabaseConfigError(
+                "no AWS credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (Lambda sets "
+                "them to the function's role) to sign the database's IAM token with"
+            )
+        request = AWSRequest(
+            method="GET",
+            url=f"https://{self._endpoint.host}:{self._endpoint.port}/",
+            data={"Action": "connect", "DBUser": self._endpoint.user},
         )
+        SigV4QueryAuth(credentials, "rds-db", self._region, expires=TOKEN_SECS).add_auth(request)
+        return str(request.url).removeprefix("https://")
 
 
 def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
@@ -155,8 +175,20 @@ def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
         connect_args={"ssl_context": endpoint.tls()},
         **PROXY_POOL,
     )
-    event.listen(engine, "do_connect", IamAuthToken(endpoint, default_clients().rds()))
+    event.listen(engine, "do_connect", IamAuthToken(endpoint, function_region()))
     return engine
+
+
+def function_region(environ: Mapping[str, str] = os.environ) -> str:
+    """The function's region, which its database tokens are signed for: the runtime's, like
+    its credentials, not one of the stack's settings."""
+    found = next((environ[name] for name in REGION_VARIABLES if environ.get(name)), None)
+    if found is None:
+        raise DatabaseConfigError(
+            f"set {' or '.join(REGION_VARIABLES)} (Lambda does): the database's IAM tokens are "
+            "signed for the function's region"
+        )
+    return found
 
 
 def admin_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine | None:
@@ -166,6 +198,8 @@ def admin_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine | None:
     arn = environ.get(DB_ADMIN_SECRET_ARN, "").strip()
     if not arn:
         return None
+    from cronledger.targets.clients import default_clients  # loaded by `migrate` already
+
     endpoint = DatabaseEndpoint.from_env(environ)
     secret = json.loads(
         default_clients().secretsmanager().get_secret_value(SecretId=arn)["SecretString"]

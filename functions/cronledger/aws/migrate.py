@@ -38,6 +38,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+# Every invocation the stack makes reads the database secret's state from Secrets Manager:
+# botocore's clients are loaded (and traced, see `runtime.TRACED_WHEN_LOADED`) now, not by the
+# first invocation.
+import botocore.session  # noqa: F401
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger.aws import runtime

@@ -19,8 +19,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar, cast
 
+import wrapt
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -34,9 +36,13 @@ RECONCILE_SUCCEEDED = "ReconcileSucceeded"
 #: Occurrences a claim invocation handed to executors.
 DISPATCHED = "Dispatched"
 LOOP_MARGIN_SECS = 3.0
-#: What X-Ray traces: AWS calls (Lambda, SQS, … targets; dispatches), HTTP targets, and the
-#: database. Naming them (rather than patching everything installed) keeps the import short.
-TRACED_MODULES = ("botocore", "httplib", "pg8000")
+#: What X-Ray traces, as Powertools names it, and the module whose import patches it: AWS
+#: calls (targets, dispatches, the API's wake: botocore's clients, made from a session) and
+#: HTTP (the http target, through urllib3). Patching a library imports it, so each is patched
+#: when a function first loads it (wrapt's post-import hook; X-Ray patches with wrapt), not at
+#: import: a function that never calls AWS (`reconcile`) does not load botocore's clients to
+#: trace them. `claim` and `migrate`, which call AWS on every invocation, load them at import.
+TRACED_WHEN_LOADED = {"botocore": "botocore.session", "httplib": "urllib3"}
 
 # An invocation may record only metrics with dimensions of their own (a pass that failed, an
 # attempt that was no longer its own), leaving `log_metrics` nothing to flush: expected here,
@@ -45,8 +51,17 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 
 logger = Logger()
 metrics = Metrics()
-tracer = Tracer(patch_modules=TRACED_MODULES)
 emf_sink = EmfSink(metrics)
+# The database is traced from the start: every function connects to it.
+tracer = Tracer(patch_modules=("pg8000",))
+
+
+def _trace(library: str, _module: ModuleType) -> None:
+    tracer.patch([library])
+
+
+for _library, _module in TRACED_WHEN_LOADED.items():
+    wrapt.register_post_import_hook(functools.partial(_trace, _library), _module)
 
 T = TypeVar("T")
 _built: dict[Callable[[], Any], Any] = {}

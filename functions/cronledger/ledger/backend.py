@@ -36,14 +36,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 
 from cronledger.ledger.driver import tune_pg8000_engine
 from cronledger.ledger.tables import UtcDateTime
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import sqlite
 
 SQLITE_BUSY_TIMEOUT_SECS = 30.0
 SQLITE_NOW_FORMAT = "%Y-%m-%d %H:%M:%f000"  # %f is SS.SSS; pad to microseconds
@@ -155,7 +158,11 @@ class Backend:
 
     def insert(self, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
         """An INSERT that supports `ON CONFLICT` on this backend."""
-        return postgresql.insert(table) if self.is_postgres else sqlite.insert(table)
+        if self.is_postgres:
+            return postgresql.insert(table)
+        from sqlalchemy.dialects import sqlite  # loaded with a SQLite engine; Lambda has none
+
+        return sqlite.insert(table)
 
     def rows(
         self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]

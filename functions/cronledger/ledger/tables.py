@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from cronledger.instants import require_utc
@@ -26,8 +26,9 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
 
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
         if dialect.name == "sqlite":
-            # The default storage format already pads microseconds to six digits.
-            return dialect.type_descriptor(sqlite.DATETIME())  # type: ignore[no-untyped-call]
+            # SQLite's DATETIME, whose default storage format already pads microseconds to
+            # six digits.
+            return dialect.type_descriptor(sa.DateTime())
         return dialect.type_descriptor(sa.DateTime(timezone=True))
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:

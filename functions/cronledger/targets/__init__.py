@@ -18,8 +18,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from botocore.exceptions import ReadTimeoutError
-
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, RESULT_EXCERPT_BYTES, truncate_excerpt
 from cronledger.targets import aws_lambda, eventbridge, http, python, sqs, stepfunctions
@@ -127,6 +125,9 @@ def run_target(
         return TargetOutcome(ok=False, error=truncate_excerpt(f"invalid target: {detail}"))
     if timeout_secs <= 0:
         return timed_out(0)
+    # Loaded with the first target that runs, as the AWS SDK is (see clients.py).
+    from botocore.exceptions import ReadTimeoutError
+
     kind = _KINDS[doc["type"]]
     try:
         outcome = kind.run(doc, envelope, timeout_secs, clients or default_clients(), policy)

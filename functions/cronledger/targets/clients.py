@@ -1,5 +1,5 @@
-"""boto3 clients for the targets, the Lambda invoker and RDS token signing, made once and
-reused.
+"""AWS clients for the targets, the Lambda invoker, the API's wake and the migration's secret,
+made once and reused.
 
 A Lambda execution environment serves many invocations; building a client costs more than most
 calls made with it, so clients are cached per (service, region, read timeout, retried: a
@@ -9,7 +9,12 @@ timeout is how a synchronous call honours an attempt's time budget, so it is par
 rounded up to a whole second to keep the number of distinct clients small (a budget cut by the
 executor's own deadline differs on every invocation; the executor's margin covers the extra
 fraction); the cache is bounded too.
-Nothing is created until first use, so importing this needs no region or credentials.
+Nothing is created until first use, so importing this needs no region or credentials, and
+botocore's client machinery, a good part of a cold start, is loaded by the first client made:
+a function that never calls AWS (`reconcile`), or only sometimes (the API's wake, an executor
+running HTTP targets), does not pay for it up front. The clients come from a botocore session:
+boto3's would build the same clients, and importing boto3 also brings s3transfer and its
+resource layer.
 """
 
 from __future__ import annotations
@@ -19,13 +24,11 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 
-import boto3
-from botocore.config import Config
-
 if TYPE_CHECKING:
+    from botocore.config import Config
+    from botocore.session import Session
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_lambda import LambdaClient
-    from mypy_boto3_rds import RDSClient
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_ssm import SSMClient
@@ -42,7 +45,7 @@ class AwsClients:
     or a test double speaking the service's wire protocol)."""
 
     def __init__(self, endpoint_url: str | None = None) -> None:
-        self._session: boto3.session.Session | None = None
+        self._session: Session | None = None
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str | None, float | None, bool, int | None], Any] = (
@@ -88,10 +91,6 @@ class AwsClients:
         """For `secret_headers` references to Parameter Store."""
         return cast("SSMClient", self._client("ssm", region, _SECRET_TIMEOUT_SECS))
 
-    def rds(self) -> RDSClient:
-        """For signing IAM database tokens (no call leaves the process)."""
-        return cast("RDSClient", self._client("rds", None, None))
-
     def _client(
         self,
         service: str,
@@ -107,11 +106,13 @@ class AwsClients:
             if client is not None:
                 self._cache.move_to_end(key)
                 return client
-            # A boto3 Session is not thread-safe while it builds clients; the lock covers that.
+            # A botocore Session is not thread-safe while it builds clients; the lock covers that.
             if self._session is None:
-                self._session = boto3.session.Session()
-            client = self._session.client(
-                service,  # type: ignore[call-overload]
+                import botocore.session
+
+                self._session = botocore.session.Session()
+            client = self._session.create_client(
+                service,
                 region_name=region,
                 endpoint_url=self._endpoint_url,
                 config=_config(read_timeout, retried, connections),
@@ -123,6 +124,8 @@ class AwsClients:
 
 
 def _config(read_timeout: float | None, retried: bool, connections: int | None = None) -> Config:
+    from botocore.config import Config
+
     # A retried synchronous Lambda invoke runs the function twice; every other call here is
     # either idempotent by name/deduplication id or harmless to repeat.
     attempts = 3 if retried else 1
