@@ -399,6 +399,15 @@ def test_unknown_channel_and_status_filters_are_errors_not_empty_lists(cli: Cli)
     assert channel.out == status.out == ""
 
 
+def test_a_time_that_is_neither_rfc_3339_nor_an_age_is_a_usage_error(cli: Cli) -> None:
+    word = cli("occurrences", "list", "--since", "yesterday")
+    no_offset = cli("occurrences", "list", "--since", "2026-12-01T00:00:00")
+
+    assert word.code == 2
+    assert "'yesterday' is neither an RFC 3339 time" in word.err and "an age (24h" in word.err
+    assert no_offset.code == 1 and "add 'Z' for UTC" in no_offset.err  # the API's say
+
+
 def test_trigger_then_the_run_shows_in_the_listing_and_in_full(cli: Cli) -> None:
     cli.channel("nightly")
 
@@ -731,6 +740,19 @@ def test_every_option_and_argument_has_help() -> None:
         return gaps
 
     assert missing(command, "cronledger") == []
+
+
+def test_help_reads_as_sentences_not_as_the_docstrings_line_breaks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+
+    assert main(["--help"]) == 0
+
+    listed = capsys.readouterr().out
+    assert (
+        "back to pending (same id and instant; each runs as its next attempt): the ones" in listed
+    )
 
 
 def test_shell_completion_completes_commands(

@@ -29,6 +29,7 @@ app = typer.Typer(
     name="cronledger",
     help="cronledger: a durable cron scheduler that keeps a ledger of every scheduled instant.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -101,11 +101,19 @@ Yes = Annotated[bool, typer.Option("--yes", "-y", help="do it without asking")]
 
 
 def instant(value: str | None) -> str | None:
-    """RFC 3339 passes through (the API checks it); an age like `24h` becomes now - 24h."""
+    """An age like `24h` becomes now - 24h; a date-time passes through (the API checks it
+    further, e.g. for its offset); anything else is a UsageError."""
     if value is None:
         return None
     age = _AGE.fullmatch(value.strip())
     if age is None:
+        try:
+            datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise UsageError(
+                f"{value!r} is neither an RFC 3339 time (2026-09-01T00:00:00Z) nor an age "
+                "(24h, 30m, 7d)"
+            ) from None
         return value
     delta = timedelta(**{_UNITS[age.group(2)]: int(age.group(1))})
     return (datetime.now(UTC) - delta).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
