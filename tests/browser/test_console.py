@@ -247,6 +247,34 @@ def test_trigger_and_pause_buttons_act_on_the_channel(console: Console) -> None:
     assert manual.trigger == "manual"
 
 
+def test_cancel_on_a_pending_occurrence_and_resume_on_a_paused_channel(console: Console) -> None:
+    # Given a channel with a run waiting (triggered, not yet claimed), then paused
+    channel_id = console.channel("nightly", OK_TARGET)
+    channel = console.ledger.get_channel(channel_id)
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    waiting = NewOccurrence.of(channel, at, None, trigger="manual")
+    console.ledger.insert_occurrence(waiting)
+    console.ledger.set_channel_status(channel_id, "paused")
+
+    # When its cell is opened and Cancel clicked, then the channel's Resume
+    console.open()
+    console.click(f'.cell[data-id="{waiting.id}"]')
+    console.wait(lambda d: d.find_element("id", "cancel").is_enabled())
+    console.click("#cancel")
+    console.wait(lambda d: console.ledger.get_occurrence(waiting.id).status == "cancelled")
+    console.click('#channels tr[data-channel="nightly"] button.act:not(.primary)')
+
+    # Then the row is cancelled, the channel active again, and the page shows both
+    console.wait(lambda d: console.ledger.get_channel(channel_id).status == "active")
+    console.wait(lambda d: [c["status"] for c in console.cells("nightly")] == ["cancelled"])
+    console.wait(
+        lambda d: (
+            d.find_element("css selector", '#channels tr[data-channel="nightly"] .badge').text
+            == "active"
+        )
+    )
+
+
 def test_a_channels_panel_previews_its_next_fires_in_utc_local_and_due_time(
     console: Console,
 ) -> None:
