@@ -267,12 +267,9 @@ def test_cancel_on_a_pending_occurrence_and_resume_on_a_paused_channel(console: 
     # Then the row is cancelled, the channel active again, and the page shows both
     console.wait(lambda d: console.ledger.get_channel(channel_id).status == "active")
     console.wait(lambda d: [c["status"] for c in console.cells("nightly")] == ["cancelled"])
-    console.wait(
-        lambda d: (
-            d.find_element("css selector", '#channels tr[data-channel="nightly"] .badge').text
-            == "active"
-        )
-    )
+    badge = """return document.querySelector('#channels tr[data-channel="nightly"] .badge')
+               .textContent"""  # read in one step: a refresh may redraw the row at any time
+    console.wait(lambda d: d.execute_script(badge) == "active")
 
 
 def test_a_channels_panel_previews_its_next_fires_in_utc_local_and_due_time(
