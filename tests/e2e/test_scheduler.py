@@ -34,6 +34,8 @@ from cronledger.ledger import (
 from cronledger.ledger.tables import occurrences, schedule_state
 from cronledger.local import LocalScheduler
 from cronledger.reconcile import reconcile_once
+from cronledger.schedule import Schedule
+from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.e2e import targets
 from tests.ledger.helpers import expire_claim
@@ -547,15 +549,19 @@ def test_a_pass_plans_the_next_batch_while_the_last_is_written(
     channels = due_channels(ledger, 10)
     before = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
     monkeypatch.setattr(reconcile, "WRITE_BATCH", 4)
-    real_plan, real_materialise = reconcile._plan, ledger.materialise
-    planned: list[str] = []
+    real_materialise = ledger.materialise
     fifth_planned = threading.Event()
 
-    def plan(channel: Channel, *args: Any) -> Any:
-        planned.append(channel.channel_id)
-        if len(planned) == 5:
-            fifth_planned.set()
-        return real_plan(channel, *args)
+    class Counting(ScheduleCache):
+        """A pass asks for a due channel's schedule as it plans it."""
+
+        asked = 0
+
+        def get(self, channel: Any) -> Schedule:
+            self.asked += 1
+            if self.asked == 5:
+                fifth_planned.set()
+            return super().get(channel)
 
     # (channels written, from the pass's own thread, the fifth channel planned meanwhile)
     writes: list[tuple[int, bool, bool]] = []
@@ -568,11 +574,10 @@ def test_a_pass_plans_the_next_batch_while_the_last_is_written(
         writes.append((len(moves), on_pass_thread, overlapped))
         return real_materialise(rows, moves)
 
-    monkeypatch.setattr(reconcile, "_plan", plan)
     monkeypatch.setattr(ledger, "materialise", materialise)
 
     # When one pass runs
-    report = reconcile_once(ledger, FAST)
+    report = reconcile_once(ledger, FAST, Counting())
 
     # Then two full batches went from a writer thread, the fifth channel planned while the
     # first was written, and the rest went from the pass's thread

@@ -174,7 +174,7 @@ class Backend:
         if not self.is_postgres:
             raise NotImplementedError("a JSON batch is PostgreSQL's; SQLite batches use VALUES")
         cells = [
-            [_json_instant(v) for v in values] if isinstance(type_, sa.DateTime) else values
+            _instants_text(values) if isinstance(type_, sa.DateTime) else values
             for type_, values in columns.values()
         ]
         document = json.dumps(list(zip(*cells, strict=True)), separators=(",", ":"))
@@ -190,5 +190,8 @@ class Backend:
         ).cte(name)  # a CTE: a statement may read the rows twice, the document goes once
 
 
-def _json_instant(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+def _instants_text(values: Sequence[datetime | None]) -> list[str | None]:
+    """Each instant as ISO 8601 text. A batch repeats its instants (the channels due at one
+    minute share it, and their cursors' moves), so each distinct one is formatted once."""
+    text: dict[datetime, str] = {}
+    return [None if v is None else text.get(v) or text.setdefault(v, v.isoformat()) for v in values]
