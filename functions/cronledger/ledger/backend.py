@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -164,6 +164,18 @@ class Backend:
 
         return sqlite.insert(table)
 
+    def json_rows(self, *columns: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
+        """An aggregate: the selected rows as one JSON text, an array of arrays with the
+        columns in this order, documents nested as JSON, instants as ISO 8601 text
+        (`instant_of_json` reads them), `[]` for no rows. For a read of thousands of rows:
+        pg8000 decodes a row cell by cell in Python (about a microsecond each), one JSON
+        text in C."""
+        if self.is_postgres:
+            rows = sa.func.json_agg(sa.func.json_build_array(*columns))
+            return sa.cast(sa.func.coalesce(rows, sa.literal_column("'[]'::json")), sa.Text)
+        nested = (sa.func.json(c) if isinstance(c.type, sa.JSON) else c for c in columns)
+        return sa.func.json_group_array(sa.func.json_array(*nested), type_=sa.Text)
+
     def rows(
         self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
     ) -> sa.CTE:
@@ -188,6 +200,15 @@ class Backend:
                 for i, (column, (type_, _)) in enumerate(columns.items())
             )
         ).cte(name)  # a CTE: a statement may read the rows twice, the document goes once
+
+
+def instant_of_json(text: str | None) -> datetime | None:
+    """An instant `json_rows` carried, aware UTC: PostgreSQL writes it with its offset,
+    SQLite as its stored naive UTC text."""
+    if text is None:
+        return None
+    at = datetime.fromisoformat(text)
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
 def _instants_text(values: Sequence[datetime | None]) -> list[str | None]:

@@ -11,12 +11,15 @@ is being replaced or paused, and they must not fire.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
 from cronledger.instants import require_utc
+from cronledger.ledger.backend import instant_of_json
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     PENDING,
@@ -56,7 +59,7 @@ class CursorStore(Store):
             sa.cast(channels.c.transport_config, sa.Text),
         )
         active = (
-            sa.select(*due_channel, schedule_state)
+            sa.select(self._sql.json_rows(*due_channel, *schedule_state.c))
             .select_from(joined)
             .where(channels.c.status == CHANNEL_ACTIVE)
             .where(
@@ -82,11 +85,11 @@ class CursorStore(Store):
         split = len(due_channel)
         with self._read() as conn:
             # ScheduleState in its table's column order (tests/ledger/test_schema.py checks).
-            for found in conn.execute(active):
+            for found in json.loads(conn.execute(active).scalar_one()):
                 channel = DueChannel(*found[:split])
                 state = None
                 if found[split] is not None:  # the cursor's channel_id: it has one
-                    state = ScheduleState(*found[split:])
+                    state = _state_of_json(found[split:])
                 work.append(ScheduleWork(channel.channel_id, channel, state))
             for row in conn.execute(orphaned):
                 work.append(ScheduleWork(row.channel_id, None, ScheduleState(*row)))
@@ -217,6 +220,15 @@ class CursorStore(Store):
             .where(occurrences.c.misfire_judged.is_(False))
             .where(occurrences.c.due_at > self._sql.now())
         )
+
+
+#: Which of a cursor's columns are instants, by position.
+_INSTANTS = frozenset(i for i, c in enumerate(schedule_state.c) if isinstance(c.type, UtcDateTime))
+
+
+def _state_of_json(values: list[Any]) -> ScheduleState:
+    cells: list[Any] = [instant_of_json(v) if i in _INSTANTS else v for i, v in enumerate(values)]
+    return ScheduleState(*cells)
 
 
 def moves_of(moves: list[tuple[str, datetime, datetime | None]]) -> list[str]:
