@@ -36,10 +36,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from cronledger import metrics
 from cronledger.ledger import (
@@ -56,6 +56,9 @@ from cronledger.schedule import PassPlan, Schedule, ScheduleInvalid
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import target_ref
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +286,9 @@ class _Writes:
             return
         self._settle()
         if self._writer is None:
+            # Loaded by the first pass that needs it: most passes write one batch.
+            from concurrent.futures import ThreadPoolExecutor
+
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="reconcile-write")
         batch, self._batch = self._batch, []
         self._in_flight = batch, self._writer.submit(_write_batch, self._ledger, batch)
