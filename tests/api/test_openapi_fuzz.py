@@ -10,6 +10,9 @@ success paths are fuzzed too, not only the 404s). About 15 x 3 x 8 requests in a
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 from typing import Any
 
 import schemathesis
@@ -122,3 +125,38 @@ def test_the_document_and_swagger_ui_are_served_and_every_error_is_the_envelope(
                     assert schema == {"$ref": "#/components/schemas/ErrorEnvelope"}
     assert swagger["statusCode"] == 200
     assert swagger["headers"]["Content-Type"].startswith("text/html")
+
+
+SWAGGER_ON_DEMAND = """
+import sys
+from cronledger.api import create_app, handle_event
+from cronledger.ledger import Ledger
+from tests.api.http import v2_event
+
+def answered(path):
+    answer = handle_event(app, v2_event("GET", path))
+    models = "aws_lambda_powertools.event_handler.openapi.models" in sys.modules
+    return [answer["statusCode"], answer["headers"]["Content-Type"].split(";")[0], models]
+
+app = create_app(Ledger.connect(sys.argv[1]))
+print([answered("/health"), answered("/swagger"), answered("/swagger")])
+"""
+
+
+def test_only_the_swagger_ui_builds_the_openapi_documents_models(sqlite_ledger: Ledger) -> None:
+    # Given a fresh process (the models are a module, loaded once) serving the API
+    done = subprocess.run(
+        [sys.executable, "-c", SWAGGER_ON_DEMAND, str(sqlite_ledger.engine.url)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # Then a request answers without them, and the Swagger UI's first request loads them
+    assert ast.literal_eval(done.stdout) == [
+        [200, "application/json", False],
+        [200, "text/html", True],
+        [200, "text/html", True],
+    ]

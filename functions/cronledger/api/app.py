@@ -5,7 +5,10 @@ only, valid Unicode, `HEAD` as `GET`: `request_rules.screen`). Requests are then
 against the pydantic models before a route runs (a malformed one is a 422 in the error
 envelope) and every response is checked against the same models, so `/openapi.json` describes
 exactly what is served; a response that does not match is a bug and answers 500. A known path
-asked with a method it does not answer is a 405 naming the ones it does. The resolver holds no
+asked with a method it does not answer is a 405 naming the ones it does. The Swagger UI's route
+is added by its first request: Powertools' `enable_swagger` builds its OpenAPI document's
+pydantic models as it is called, which no other route needs (and which would cost a Lambda
+container's first request a fifth of a second). The resolver holds no
 state of its own besides the ledger it was given, so one instance serves a Lambda container or
 the local runner's threads alike (through `handle_event`, which answers one request at a
 time).
@@ -45,13 +48,17 @@ DESCRIPTION = (
     "backfill runs, and health. Errors are "
     '`{"error": {"code", "message", "details": [{"path", "code", "message"}]}}`.'
 )
+SWAGGER = "/swagger"
 #: Routes kept out of the OpenAPI document, for the method table.
-_UNDOCUMENTED = {"/openapi.json": "GET", "/swagger": "GET"}
+_UNDOCUMENTED = {"/openapi.json": "GET", SWAGGER: "GET"}
 _one_request_at_a_time = threading.Lock()
 
 
 class ScreenedResolver(APIGatewayHttpResolver):
-    """Powertools' resolver with the request rules of `request_rules.screen` in front of it."""
+    """Powertools' resolver with the request rules of `request_rules.screen` in front of it,
+    and the Swagger UI enabled by its first request (see the module header)."""
+
+    swagger_enabled = False
 
     def resolve(self, event: Mapping[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         http = event.get("requestContext", {}).get("http", {})
@@ -59,6 +66,11 @@ class ScreenedResolver(APIGatewayHttpResolver):
             request = screen(event)
         except (UnsupportedMediaType, MalformedBody, ValidationFailed) as exc:
             return as_v2(error_response(exc, f"{http.get('method')} {event.get('rawPath')}"))
+        if event.get("rawPath") == SWAGGER and not self.swagger_enabled:
+            self.enable_swagger(
+                path=SWAGGER, title=TITLE, version=__version__, description=DESCRIPTION
+            )
+            self.swagger_enabled = True
         answer = super().resolve(request.event, context)  # type: ignore[arg-type]
         if request.head:
             answer["body"] = ""
@@ -77,7 +89,6 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
     add_status_routes(app, ledger)
     add_health_routes(app, ledger)
     add_console_routes(app)
-    app.enable_swagger(path="/swagger", title=TITLE, version=__version__, description=DESCRIPTION)
 
     @cache
     def document() -> str:
