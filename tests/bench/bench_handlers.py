@@ -9,7 +9,9 @@ in a fresh interpreter of the runtime's Python version (`bytecode_python`) as La
 `-B` (nothing written: /var/task is read-only), no site-packages, the asset first on the path
 and then the AWS SDK the runtime provides (copied from this environment and compiled like
 the asset), and the environment of tests/aws/stack.py (tracing on, no credentials, no
-settings read). `python -X importtime`'s cumulative time of the handler module, the median of
+settings read), after the modules Lambda's runtime client has imported before it imports the
+handler (awslambdaric's bootstrap: json, logging, decimal, concurrent.futures, …).
+`python -X importtime`'s cumulative time of the handler module, the median of
 `RUNS` processes, against a target of 600 ms for every handler, with the three heaviest
 direct imports and the CPU time of the import (what it costs when it waits for no other
 process: this machine's load average is printed beside it).
@@ -59,6 +61,7 @@ _LINE = re.compile(r"^import time:\s*(\d+)\s*\|\s*(\d+)\s*\|(\s*)(\S+)\s*$")
 #: environment in place of the import's, do what its first invocation does before a statement.
 COLD_START = """
 import json, os, sys, time
+import concurrent.futures, decimal, importlib, logging, traceback  # Lambda's runtime client's
 module_name, environment = sys.argv[1], json.loads(sys.argv[2])
 cpu = time.process_time()
 module = __import__(module_name, fromlist=["handler"])
