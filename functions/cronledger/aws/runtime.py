@@ -15,6 +15,7 @@ Loops stop `LOOP_MARGIN_SECS` before the function's deadline, enough for the rou
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 import time
 import warnings
@@ -62,6 +63,12 @@ def _trace(library: str, _module: ModuleType) -> None:
 
 for _library, _module in TRACED_WHEN_LOADED.items():
     wrapt.register_post_import_hook(functools.partial(_trace, _library), _module)
+
+# What is loaded by now (SQLAlchemy, Powertools, pg8000, the ledger) lives as long as the
+# container: frozen out of the cyclic collector's sight, it is not walked again by the full
+# collections the rest of the import and every later invocation trigger (a twentieth of a
+# handler's import).
+gc.freeze()
 
 T = TypeVar("T")
 _built: dict[Callable[[], Any], Any] = {}
