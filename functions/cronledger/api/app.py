@@ -7,11 +7,10 @@ envelope) and every response is checked against the same models, so `/openapi.js
 exactly what is served; a response that does not match is a bug and answers 500. A known path
 asked with a method it does not answer is a 405 naming the ones it does. The Swagger UI's route
 is added by its first request: Powertools' `enable_swagger` builds its OpenAPI document's
-pydantic models as it is called, which no other route needs (and which would cost a Lambda
-container's first request a fifth of a second). The resolver holds no
-state of its own besides the ledger it was given, so one instance serves a Lambda container or
-the local runner's threads alike (through `handle_event`, which answers one request at a
-time).
+pydantic models as it is called, which no other route needs (as much work as an eighth of the
+API's import, on a Lambda container's first request). The resolver holds no state of its own
+besides the ledger it was given, so one instance serves a Lambda container or the local
+runner's threads alike (through `handle_event`, which answers one request at a time).
 """
 
 from __future__ import annotations

@@ -5,21 +5,20 @@ The stack tells the functions where the database is (`CRONLEDGER_DB_HOST`, `_POR
 `_USER`), whether that is a proxy (`CRONLEDGER_DB_PROXY`, true unless it says false) and that
 it wants IAM authentication (`CRONLEDGER_DB_IAM_AUTH=true`); it never gives them a password.
 So every new connection presents a fresh authentication token, signed with the function's own
-role at connect time (signing is local, no network call; a token is good for 15 minutes and
-is needed only to connect). The token is what an RDS client's `generate_db_auth_token` makes,
-a SigV4 presigned `connect` URL for the `rds-db` service, signed by the same botocore signer
-with the credentials Lambda puts in the function's environment, but without building an RDS
-client, which would load the RDS service model (a fifth of a second of a cold start) for one
+role at connect time (signing is local, no network call; a token is good for 15 minutes and is
+needed only to connect). The token is what an RDS client's `generate_db_auth_token` makes, a
+SigV4 presigned `connect` URL for the `rds-db` service, signed by the same botocore signer with
+the credentials Lambda puts in the function's environment, but without building an RDS client,
+which would load the RDS service model (as much work as a fifth of a handler's import) for one
 local signature; botocore's signer is loaded by the first connection. The token travels inside
 a TLS context that verifies the server's certificate and host name: a proxy's chains to
 Amazon's public roots, which the runtime's trust store holds; the cluster's to the Amazon RDS
 roots shipped beside this module (`rds-ca-bundle.pem`). Through a proxy no statement is
-prepared on the session (it would pin the session to one backend); straight to the cluster
-they are, as locally. The engine is built once per
-container; its small pool checks a connection that sat idle before using it
-(`cronledger.ledger.driver`), because the server may close an idle connection between
-invocations. Every container holds at most `PROXY_POOL`'s connections, which the stack counts
-in its connection budget (infra/cronledger_infra/capacity.py).
+prepared on the session (it would pin the session to one backend); straight to the cluster they
+are, as locally. The engine is built once per container; its small pool checks a connection
+that sat idle before using it (`cronledger.ledger.driver`), because the server may close an
+idle connection between invocations. Every container holds at most `PROXY_POOL`'s connections,
+which the stack counts in its connection budget (infra/cronledger_infra/capacity.py).
 
 Without a proxy `migrate` connects as the schema's owner, the cluster's master user, with its
 password (an IAM login would cost it the password its rotation uses), from the secret only it
