@@ -161,7 +161,9 @@ def build_into(
     stale = stale_reasons(project_root)
     if stale:
         raise StaleLockFile(f"{'; '.join(stale)}: run `make lock`, then synthesize again")
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile"]
+    # -qq: pip's errors only (its warnings about the machine's own pip configuration, say an
+    # index directory that is not there, would bury a benchmark's figures)
+    pip = [sys.executable, "-m", "pip", "install", "-qq", "--no-compile"]
     pip += ["--disable-pip-version-check", "--target", str(target)]
     with tempfile.TemporaryDirectory(prefix="cronledger-stage-") as stage:
         staged = Path(stage)

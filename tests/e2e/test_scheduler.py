@@ -485,27 +485,6 @@ def test_an_attempt_that_cannot_renew_stops_itself_before_its_lease_could_be_tak
     assert row.status == RUNNING, "it wrote nothing: the lease is left to expire"
 
 
-def test_a_database_failure_while_writing_fails_the_pass_without_retrying_each_channel(
-    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from cronledger.ledger import DatabaseUnavailable
-
-    for n in range(3):
-        make_channel(ledger, name=f"job-{n}")
-    reconcile_once(ledger, FAST)  # cursors initialised
-    time.sleep(1.1)  # every per-second channel is due
-    calls: list[int] = []
-
-    def down(*_args: object) -> None:
-        calls.append(1)
-        raise DatabaseUnavailable("connection refused")
-
-    monkeypatch.setattr(ledger, "materialise", down)
-    with pytest.raises(DatabaseUnavailable):
-        reconcile_once(ledger, FAST)
-    assert calls == [1]  # the batch only: no channel-by-channel fallback against a dead database
-
-
 def test_a_pass_counts_only_the_rows_it_wrote(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -630,15 +609,18 @@ def test_a_batch_that_fails_is_written_channel_by_channel_and_the_others_stand(
     assert all(after[c.channel_id] != before[c.channel_id] for c in channels if c.channel_id != bad)
 
 
-def test_a_database_failure_in_a_batch_written_meanwhile_stops_the_pass_at_the_next(
-    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("batch", [None, 2], ids=["one batch", "batches of two"])
+def test_a_database_failure_while_writing_stops_the_pass_at_its_first_write(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch, batch: int | None
 ) -> None:
     from cronledger import reconcile
     from cronledger.ledger import DatabaseUnavailable
 
-    # Given six due channels in batches of two, and a database that is down for writes
+    # Given six due channels (in one batch, or in batches of two written meanwhile), and a
+    # database that is down for writes
     due_channels(ledger, 6)
-    monkeypatch.setattr(reconcile, "WRITE_BATCH", 2)
+    if batch:
+        monkeypatch.setattr(reconcile, "WRITE_BATCH", batch)
     calls: list[int] = []
 
     def down(*_args: object) -> None:
@@ -647,7 +629,8 @@ def test_a_database_failure_in_a_batch_written_meanwhile_stops_the_pass_at_the_n
 
     monkeypatch.setattr(ledger, "materialise", down)
 
-    # When a pass runs, then it fails as the database's failure, after the first batch only
+    # When a pass runs, then it fails as the database's failure after its first write: no
+    # channel-by-channel fallback, no later batch against a dead database
     with pytest.raises(DatabaseUnavailable):
         reconcile_once(ledger, FAST)
     assert calls == [1]
