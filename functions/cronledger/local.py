@@ -34,6 +34,7 @@ from cronledger.execute import AttemptReport, Executor
 from cronledger.instants import human_duration
 from cronledger.invokers import ThreadPoolInvoker
 from cronledger.ledger import CHANNEL_ACTIVE, Ledger, Occurrence
+from cronledger.pacing import wait_for_interrupt
 from cronledger.reconcile import PassReport, run_reconcile_loop
 from cronledger.settings import Settings
 
@@ -458,8 +459,7 @@ def run_dev(
         # attempt runs, must still drain.
         print("Ctrl-C to stop.", file=out, flush=True)
         scheduler.start()
-        while True:
-            time.sleep(3600)
+        wait_for_interrupt()
     except KeyboardInterrupt:
         print(
             f"\nstopping: waiting up to {DRAIN_SECS:.0f} s for running attempts "

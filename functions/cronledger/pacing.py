@@ -13,11 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import NoReturn
 
 #: How often a loop records that it is alive (the health endpoint reads it).
 JOB_HEARTBEAT_EVERY_SECS = 15.0
 #: The longest a loop waits between two tries while the database is away.
 MAX_BACKOFF_SECS = 30.0
+#: How often a main thread waiting for Ctrl-C looks for a signal that another thread took.
+SIGNAL_LOOK_SECS = 0.5
 
 
 class Every:
@@ -77,3 +80,16 @@ class Backoff:
 def sleep_until_next(stop: threading.Event, secs: float, until: float) -> None:
     """Sleep `secs`, cut short by `stop` and never past the monotonic deadline `until`."""
     stop.wait(max(0.0, min(secs, until - time.monotonic())))
+
+
+def wait_for_interrupt() -> NoReturn:
+    """Block the main thread until a signal's handler raises (Ctrl-C's: KeyboardInterrupt).
+
+    The kernel hands a process's signal to any of its threads that does not block it, and
+    CPython runs the Python handler only on the main thread, when that thread next runs
+    Python. A wait without end (`Event().wait()`, a long sleep) is cut short only when the
+    signal lands on the main thread itself: one that lands on a server's thread instead leaves
+    the process serving after its Ctrl-C. So the main thread sleeps in short steps: a signal
+    that landed elsewhere is acted on within one."""
+    while True:
+        time.sleep(SIGNAL_LOOK_SECS)

@@ -74,3 +74,46 @@ def test_retention_whose_budget_ran_out_goes_on_at_the_next_pass(
     # Then the row is gone, and retention is due again only if its time ran out
     assert sqlite_ledger.list_occurrences().total == 0
     assert retention.due() is due_again
+
+
+def test_a_signal_that_lands_on_another_thread_still_ends_the_wait_for_ctrl_c() -> None:
+    import signal
+    import threading
+    import time
+
+    from cronledger.pacing import SIGNAL_LOOK_SECS, wait_for_interrupt
+
+    class Stop(Exception):
+        pass
+
+    def handler(_signum: int, _frame: object) -> None:
+        raise Stop
+
+    # Given a main thread waiting for Ctrl-C, and a signal sent to another thread (as the
+    # kernel may hand a process's Ctrl-C to a server's thread)
+    main = threading.main_thread()
+    assert threading.current_thread() is main, "signal handlers run on the main thread only"
+    done, rescued = threading.Event(), threading.Event()
+
+    def elsewhere() -> None:
+        time.sleep(0.1)
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # lands on this thread
+        if not done.wait(SIGNAL_LOOK_SECS + 5):  # a wait that missed it: free the test
+            rescued.set()
+            signal.pthread_kill(main.ident or 0, signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    other = threading.Thread(target=elsewhere)
+    try:
+        other.start()
+        started = time.monotonic()
+        # When the main thread waits, then the handler ran there within a step
+        with pytest.raises(Stop):
+            wait_for_interrupt()
+        took = time.monotonic() - started
+        done.set()
+        other.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert not rescued.is_set(), "the wait missed a signal another thread took"
+    assert took < SIGNAL_LOOK_SECS + 1

@@ -23,6 +23,7 @@ from typing import Any, Final
 from cronledger.cli.client import PREFIX, ApiClient, Unreachable
 from cronledger.cli.output import Out
 from cronledger.console import HEADERS, PAGE, asset
+from cronledger.pacing import wait_for_interrupt
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def serve_console(api: ApiClient, port: int, out: Out) -> None:
     out.say(f"cronledger console: {url}  (API: {api.base_url})")
     out.say("Ctrl-C to stop.")
     try:
-        threading.Event().wait()
+        wait_for_interrupt()
     except KeyboardInterrupt:
         out.say("stopped")
     finally:
