@@ -157,12 +157,39 @@ def test_requests_to_api_gateway_are_signed_on_the_way(
     assert "X-Amzn-Trace-Id" not in answer[1]  # only the answer's own headers come back
 
 
-def test_cronledger_console_serves_until_interrupted(sqlite_ledger: Ledger) -> None:
+def _ended(process: subprocess.Popen[str], timeout: float = 20) -> tuple[str, int | None]:
+    """What the process printed from here on, and its exit code: None if it did not end
+    within `timeout` (it is killed then, so a test fails instead of hanging)."""
+    try:
+        rest, _ = process.communicate(timeout=timeout)
+        return rest, process.returncode
+    except subprocess.TimeoutExpired:
+        process.kill()
+        rest, _ = process.communicate()
+        return rest, None
+
+
+def _ignoring_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("stop", "started_with"),
+    [
+        (signal.SIGINT, None),
+        (signal.SIGINT, _ignoring_sigint),  # a shell script's background job: SIGINT ignored
+        (signal.SIGTERM, None),
+    ],
+    ids=["ctrl-c", "ctrl-c in a background job", "sigterm"],
+)
+def test_cronledger_console_serves_until_interrupted(
+    sqlite_ledger: Ledger, stop: signal.Signals, started_with: Any
+) -> None:
     with serving(create_app(sqlite_ledger, SETTINGS)) as url:
         # Given `cronledger console --api-url URL` on any free port
         command = [sys.executable, "-m", "cronledger.cli", "console", "--api-url", url]
         with subprocess.Popen(
-            [*command, "--port", "0"], stdout=subprocess.PIPE, text=True
+            [*command, "--port", "0"], stdout=subprocess.PIPE, text=True, preexec_fn=started_with
         ) as process:
             assert process.stdout is not None
             first = process.stdout.readline()
@@ -175,11 +202,10 @@ def test_cronledger_console_serves_until_interrupted(sqlite_ledger: Ledger) -> N
                 with urllib.request.urlopen(health_url, timeout=10) as health:
                     reachable = json.loads(health.read())["data"]["database"]
             finally:
-                process.send_signal(signal.SIGINT)
-                rest = process.stdout.read()
-                code = process.wait(timeout=20)
+                process.send_signal(stop)
+                rest, code = _ended(process)
 
-    # Then it said where, served both, and stopped cleanly on Ctrl-C
+    # Then it said where, served both, and stopped cleanly on the signal
     assert first.startswith("cronledger console: http://127.0.0.1:")
     assert f"(API: {url})" in first
     assert b"<title>cronledger console</title>" in html

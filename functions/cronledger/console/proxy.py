@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,6 +48,10 @@ def serve_console(api: ApiClient, port: int, out: Out) -> None:
         server = start_proxy(api, port)
     except OSError as exc:
         raise OSError(f"cannot listen on {LOOPBACK}:{port} ({exc.strerror}); pass --port") from exc
+    # Ctrl-C, or SIGTERM from a process manager, stops it cleanly, even when it was started
+    # with SIGINT ignored (a shell script's background job), where Python installs no handler.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _interrupt)
     url = f"http://{LOOPBACK}:{server.server_port}{PAGE}"
     out.say(f"cronledger console: {url}  (API: {api.base_url})")
     out.say("Ctrl-C to stop.")
@@ -57,6 +62,10 @@ def serve_console(api: ApiClient, port: int, out: Out) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _handler(api: ApiClient) -> type[BaseHTTPRequestHandler]:
