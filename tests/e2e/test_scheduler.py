@@ -11,6 +11,7 @@ import gc
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -634,6 +635,82 @@ def test_a_database_failure_while_writing_stops_the_pass_at_its_first_write(
     with pytest.raises(DatabaseUnavailable):
         reconcile_once(ledger, FAST)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("batch", [None, 1], ids=["from the pass", "from the writer"])
+def test_a_channel_paused_after_the_pass_read_it_gets_none_of_the_pass_rows(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch, batch: int | None
+) -> None:
+    from cronledger import reconcile
+
+    # Given a due per-second channel
+    (channel,) = due_channels(ledger, 1)
+    (before,) = ledger.schedule_states()
+    if batch:
+        monkeypatch.setattr(reconcile, "WRITE_BATCH", batch)
+    real = ledger.materialise
+
+    def paused_meanwhile(rows: Any, moves: Any) -> tuple[int, set[str]]:
+        # An operator pauses it between the pass's read and its write
+        ledger.set_channel_status(channel.channel_id, "paused")
+        return real(rows, moves)
+
+    monkeypatch.setattr(ledger, "materialise", paused_meanwhile)
+
+    # When the pass writes its plan
+    report = reconcile_once(ledger, FAST)
+
+    # Then the paused channel got no row and its cursor stayed where the pause left it
+    assert rows(ledger, channel.channel_id) == []
+    (after,) = ledger.schedule_states()
+    assert after.paused_at is not None and after.next_fire_at == before.next_fire_at
+    assert (report.inserted, report.advanced) == (0, 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the cursor's compare-and-set checks only next_fire_at: a reset by a peer onto "
+    "the very instant a stale plan starts from (ABA) lets that plan win; the move should "
+    "also carry the config_hash (or channel_version) it was planned under",
+)
+def test_a_plan_made_before_an_edit_loses_to_a_reset_onto_the_same_instant(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a per-second channel whose cursor is ten seconds ahead, inside a minute's
+    # lookahead, so a pass plans some fifty rows from it
+    settings = replace(FAST, lookahead_secs=60)
+    channel = make_channel(ledger)
+    reconcile_once(ledger, settings)  # cursor initialised
+    start = ledger.db_now().replace(microsecond=0) + timedelta(seconds=10)
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.update(schedule_state).values(next_fire_at=start))
+    real = ledger.materialise
+    peer: list[Any] = []
+
+    def edited_meanwhile(rows: Any, moves: Any) -> tuple[int, set[str]]:
+        if not peer:
+            # Between the pass's read and its write: an edit to once a minute, at the
+            # cursor's second, and a peer's pass that resets the cursor onto that instant
+            ledger.new_channel_version(
+                channel.channel_id,
+                {"schedule": f"{start.second} * * * * *"},
+                channel.target,
+                channel.timeout_ms,
+            )
+            peer.append(reconcile_once(ledger, settings))
+            (reset,) = ledger.schedule_states()
+            assert (reset.next_fire_at, reset.channel_version) == (start, 2)
+        return real(rows, moves)
+
+    monkeypatch.setattr(ledger, "materialise", edited_meanwhile)
+
+    # When the first pass writes the plan it made under the per-second schedule
+    reconcile_once(ledger, settings)
+
+    # Then no row of the old schedule landed: every row is an instant of the new one
+    written = rows(ledger, channel.channel_id)
+    assert [o.scheduled_for for o in written if o.scheduled_for.second != start.second] == []
+    assert {o.channel_version for o in written} <= {2}
 
 
 def test_the_local_reconciler_wakes_the_claim_loop_when_it_lands_rows(

@@ -1,8 +1,10 @@
 """Cursors: per channel, the next instant not yet materialised (`cron_schedule_state`).
 
-A cursor only moves by compare-and-set on the value the caller planned from, so of two
-reconcilers that planned the same pass exactly one advances it (and, through
-`materialise`, inserts its rows); the loser re-plans next pass and finds nothing left to do.
+A cursor only moves by compare-and-set on the value the caller planned from, and only while
+it is not paused, so of two reconcilers that planned the same pass exactly one advances it
+(and, through `materialise`, inserts its rows); the loser re-plans next pass and finds
+nothing left to do. A pause keeps the cursor's value: without the second condition a plan
+read before the pause would still win, and land rows (lookahead ones too) after it.
 
 Resetting or pausing a cursor also removes the channel's not-yet-due `pending` cron rows in
 the same transaction: a lookahead pass may have materialised them under the schedule that
@@ -162,6 +164,7 @@ class CursorStore(Store):
                 sa.and_(
                     schedule_state.c.channel_id == cid,
                     schedule_state.c.next_fire_at == require_utc(from_, "from_"),
+                    schedule_state.c.paused_at.is_(None),
                 )
                 for cid, from_, _ in chunk
             ]
@@ -193,6 +196,7 @@ class CursorStore(Store):
             sa.update(schedule_state)
             .where(schedule_state.c.channel_id == move.c.channel_id)
             .where(schedule_state.c.next_fire_at == move.c.from_)
+            .where(schedule_state.c.paused_at.is_(None))
             .values(next_fire_at=move.c.to_, updated_at=self._sql.now())
             .returning(schedule_state.c.channel_id)
             .cte("moved")
