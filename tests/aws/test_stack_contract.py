@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import cronledger
 from cronledger import claim as claim_loop
 from cronledger import metrics, reconcile
@@ -97,6 +99,8 @@ def test_importing_every_handler_reads_no_setting_and_touches_no_network() -> No
 
 TRACED_AFTER_IMPORT = """
 import sys
+
+import pytest
 from aws_xray_sdk.core.patcher import _PATCHED_MODULES as patched
 
 def state():
@@ -144,3 +148,71 @@ def test_tracing_patches_the_database_at_import_and_aws_and_http_when_a_function
     # claim calls Lambda on every invocation: its clients are loaded, and traced, at import
     imported, _ = traced_after_import("cronledger.aws.claim")
     assert imported == later
+
+
+HTTP_TARGET_UNDER_A_TRACE = """
+import http.server, threading, time
+import cronledger.aws.execute  # as Lambda imports the handler: tracing on, HTTP patched
+from aws_xray_sdk.core import xray_recorder
+from cronledger.aws.runtime import tracer
+from cronledger.targets import pinned_http
+from cronledger.targets.addresses import literal_address
+
+class Emitted:
+    def __init__(self):
+        self.entities = []
+    def send_entity(self, entity):
+        self.entities.append(entity.to_dict())
+    def set_daemon_address(self, address):
+        pass
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+
+def names(entity):
+    return [entity["name"]] + [n for s in entity.get("subsegments", []) for n in names(s)]
+
+emitted = Emitted()
+xray_recorder.configure(emitter=emitted)
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+with tracer.provider.in_subsegment("## attempt"):
+    answer = pinned_http.send(
+        scheme="http", host="127.0.0.1", port=server.server_address[1],
+        addresses=[literal_address("127.0.0.1")], method="POST", target="/hook",
+        headers={}, body=b"{}", deadline=time.monotonic() + 10,
+    )
+print([answer.status, sorted({n for e in emitted.entities for n in names(e)})])
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="X-Ray's httplib patch wraps http.client's _send_request, which urllib3 2's "
+    "HTTPConnection.request never calls: the http target's requests leave no subsegment",
+)
+def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> None:
+    # Given the execute handler imported as on Lambda, inside an invocation's trace
+    done = subprocess.run(
+        [sys.executable, "-c", HTTP_TARGET_UNDER_A_TRACE],
+        env={
+            **lambda_import_environment(),
+            "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;"
+            "Parent=53995c3f42cd8ad8;Sampled=1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # When the http target's request is answered, Then the trace holds it, named by its host
+    status, traced = ast.literal_eval(done.stdout)
+    assert status == 204
+    assert traced == ["## attempt", "127.0.0.1"]
