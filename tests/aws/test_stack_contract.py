@@ -9,8 +9,7 @@ import importlib
 import re
 import subprocess
 import sys
-
-import pytest
+from typing import Any
 
 import cronledger
 from cronledger import claim as claim_loop
@@ -100,25 +99,29 @@ def test_importing_every_handler_reads_no_setting_and_touches_no_network() -> No
 TRACED_AFTER_IMPORT = """
 import sys
 
-import pytest
 from aws_xray_sdk.core.patcher import _PATCHED_MODULES as patched
 
+HTTP_TARGET = "cronledger.targets.pinned_http"
+
 def state():
+    http_target = sys.modules.get(HTTP_TARGET)
     return {
         "patched": sorted(patched),
-        "loaded": sorted(m for m in ("botocore.session", "urllib3") if m in sys.modules),
+        "loaded": sorted(m for m in ("botocore.session", HTTP_TARGET) if m in sys.modules),
+        "http target traced": hasattr(getattr(http_target, "send", None), "__wrapped__"),
     }
 
 __import__(sys.argv[1])
 print(state())
-import botocore.session, urllib3
+import botocore.session, cronledger.targets.pinned_http
 print(state())
 """
 
 
-def traced_after_import(module: str) -> list[dict[str, list[str]]]:
-    """Which libraries X-Ray has patched, and which of botocore's clients and urllib3 are
-    loaded, after importing `module` as Lambda does, then after loading both."""
+def traced_after_import(module: str) -> list[dict[str, Any]]:
+    """Which libraries X-Ray has patched, which of botocore's clients and the http target's
+    sender are loaded, and whether that sender is traced, after importing `module` as Lambda
+    does, then after loading both."""
     done = subprocess.run(
         [sys.executable, "-c", TRACED_AFTER_IMPORT, module],
         env=lambda_import_environment(),  # tracing is on, as on Lambda
@@ -137,17 +140,18 @@ def test_tracing_patches_the_database_at_import_and_aws_and_http_when_a_function
     # reconcile never calls AWS: it traces the database, and does not load botocore's clients
     # to trace them
     imported, later = traced_after_import("cronledger.aws.reconcile")
-    assert "pg8000" in imported["patched"] and "botocore" not in imported["patched"]
+    assert imported["patched"] == ["pg8000"]
     assert "botocore.session" not in imported["loaded"]
-    assert ("httplib" in imported["patched"]) == ("urllib3" in imported["loaded"])
-    # they are traced, as HTTP is, as soon as something loads them
+    # they are traced, as the http target's requests are, as soon as something loads them
     assert later == {
-        "patched": ["botocore", "httplib", "pg8000"],
-        "loaded": ["botocore.session", "urllib3"],
+        "patched": ["botocore", "pg8000"],
+        "loaded": ["botocore.session", "cronledger.targets.pinned_http"],
+        "http target traced": True,
     }
     # claim calls Lambda on every invocation: its clients are loaded, and traced, at import
     imported, _ = traced_after_import("cronledger.aws.claim")
-    assert imported == later
+    assert imported["patched"] == ["botocore", "pg8000"]
+    assert "botocore.session" in imported["loaded"]
 
 
 HTTP_TARGET_UNDER_A_TRACE = """
@@ -174,8 +178,8 @@ class Hook(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-def names(entity):
-    return [entity["name"]] + [n for s in entity.get("subsegments", []) for n in names(s)]
+def walk(entity):
+    return [entity] + [e for s in entity.get("subsegments", []) for e in walk(s)]
 
 emitted = Emitted()
 xray_recorder.configure(emitter=emitted)
@@ -184,18 +188,15 @@ threading.Thread(target=server.serve_forever, daemon=True).start()
 with tracer.provider.in_subsegment("## attempt"):
     answer = pinned_http.send(
         scheme="http", host="127.0.0.1", port=server.server_address[1],
-        addresses=[literal_address("127.0.0.1")], method="POST", target="/hook",
+        addresses=[literal_address("127.0.0.1")], method="POST", target="/hook/T0K3N?sig=S3CR3T",
         headers={}, body=b"{}", deadline=time.monotonic() + 10,
     )
-print([answer.status, sorted({n for e in emitted.entities for n in names(e)})])
+traced = [e for emitted_entity in emitted.entities for e in walk(emitted_entity)]
+request = [e for e in traced if e["name"] == "127.0.0.1"]
+print(repr([answer.status, sorted({e["name"] for e in traced}), request]))
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="X-Ray's httplib patch wraps http.client's _send_request, which urllib3 2's "
-    "HTTPConnection.request never calls: the http target's requests leave no subsegment",
-)
 def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> None:
     # Given the execute handler imported as on Lambda, inside an invocation's trace
     done = subprocess.run(
@@ -212,7 +213,13 @@ def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> N
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
-    # When the http target's request is answered, Then the trace holds it, named by its host
-    status, traced = ast.literal_eval(done.stdout)
+    # When the http target's request is answered, Then the trace holds it, named by its host,
+    # with its method, status and origin, and nothing of its path or query
+    status, names, (request,) = ast.literal_eval(done.stdout)
     assert status == 204
-    assert traced == ["## attempt", "127.0.0.1"]
+    assert names == ["## attempt", "127.0.0.1"]
+    assert request["namespace"] == "remote"
+    origin = request["http"]["request"]["url"]
+    assert request["http"]["request"]["method"] == "POST" and origin.startswith("http://127.0.0.1:")
+    assert request["http"]["response"]["status"] == 204
+    assert "T0K3N" not in repr(request) and "S3CR3T" not in repr(request)

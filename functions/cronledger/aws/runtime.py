@@ -38,12 +38,15 @@ RECONCILE_SUCCEEDED = "ReconcileSucceeded"
 DISPATCHED = "Dispatched"
 LOOP_MARGIN_SECS = 3.0
 #: What X-Ray traces, as Powertools names it, and the module whose import patches it: AWS
-#: calls (targets, dispatches, the API's wake: botocore's clients, made from a session) and
-#: HTTP (the http target, through urllib3). Patching a library imports it, so each is patched
-#: when a function first loads it (wrapt's post-import hook; X-Ray patches with wrapt), not at
-#: import: a function that never calls AWS (`reconcile`) does not load botocore's clients to
-#: trace them. `claim` and `migrate`, which call AWS on every invocation, load them at import.
-TRACED_WHEN_LOADED = {"botocore": "botocore.session", "httplib": "urllib3"}
+#: calls (targets, dispatches, the API's wake: botocore's clients, made from a session).
+#: Patching a library imports it, so it is patched when a function first loads it (wrapt's
+#: post-import hook; X-Ray patches with wrapt), not at import: a function that never calls
+#: AWS (`reconcile`) does not load botocore's clients to trace them. `claim` and `migrate`,
+#: which call AWS on every invocation, load them at import. The http target is traced by
+#: `_trace_http_targets`: X-Ray's own `httplib` patch wraps a method of `http.client` that
+#: urllib3 2, which sends the target's requests, never calls.
+TRACED_WHEN_LOADED = {"botocore": "botocore.session"}
+HTTP_TARGET_MODULE = "cronledger.targets.pinned_http"
 
 # An invocation may record only metrics with dimensions of their own (a pass that failed, an
 # attempt that was no longer its own), leaving `log_metrics` nothing to flush: expected here,
@@ -61,8 +64,30 @@ def _trace(library: str, _module: ModuleType) -> None:
     tracer.patch([library])
 
 
+def _trace_http_targets(module: ModuleType) -> None:
+    """Each request an http target sends becomes a `remote` subsegment named by its host, as
+    X-Ray's own HTTP patches name theirs, with the method, the status and the origin. Not the
+    path or the query: a webhook's path is often its credential."""
+    send = module.send
+
+    @functools.wraps(send)
+    def traced(**request: Any) -> Any:
+        with tracer.provider.in_subsegment(request["host"], namespace="remote") as subsegment:
+            if subsegment is None:  # no trace to join (not in an invocation)
+                return send(**request)
+            origin = f"{request['scheme']}://{request['host']}:{request['port']}"
+            subsegment.put_http_meta("url", origin)
+            subsegment.put_http_meta("method", request["method"])
+            answer = send(**request)
+            subsegment.put_http_meta("status", answer.status)
+            return answer
+
+    module.send = traced
+
+
 for _library, _module in TRACED_WHEN_LOADED.items():
     wrapt.register_post_import_hook(functools.partial(_trace, _library), _module)
+wrapt.register_post_import_hook(_trace_http_targets, HTTP_TARGET_MODULE)
 
 # What is loaded by now (SQLAlchemy, Powertools, pg8000, the ledger) lives as long as the
 # container: frozen out of the cyclic collector's sight, it is not walked again by the full
