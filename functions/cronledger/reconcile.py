@@ -9,8 +9,9 @@ SQLite). A channel gets its rows only if its cursor compare-and-set wins, so:
 | the pass dies before writing   | the cursor has not moved: the next pass plans the same      |
 | a peer runs the same pass      | one wins each cursor and inserts its rows; the other writes |
 |                                | nothing for that channel (and rows are UNIQUE per instant)  |
-| an edit resets a cursor        | the stale plan loses the compare-and-set: none of its rows  |
-|                                | (planned under the old schedule) land                       |
+| an edit resets a cursor        | the stale plan loses the compare-and-set (it also names the |
+|                                | scheduling hash it planned under, so a reset onto the same  |
+|                                | instant is still a change): none of its rows land           |
 
 No lease guards a pass: two reconcilers produce the same ledger. Planning is pure
 (`Schedule.plan_pass`); this module only does the writes, batched: the rows and cursor moves
@@ -45,6 +46,7 @@ from cronledger import metrics
 from cronledger.ledger import (
     PENDING,
     SKIPPED_MISFIRE,
+    CursorMove,
     DatabaseUnavailable,
     DueChannel,
     Ledger,
@@ -89,12 +91,12 @@ class PassReport:
 @dataclass
 class _Planned:
     rows: list[NewOccurrence]
-    move: tuple[str, datetime, datetime | None]
+    move: CursorMove
     skipped: int  # missed instants the summary row stands for
 
     @property
     def channel_id(self) -> str:
-        return self.move[0]
+        return self.move.channel_id
 
 
 @dataclass
@@ -255,7 +257,7 @@ def _plan(
             )
         )
         skipped = plan.skipped.count
-    move = (channel.channel_id, state.next_fire_at, next_cursor)
+    move = CursorMove(channel.channel_id, state.next_fire_at, next_cursor, schedule.config_hash)
     return _Planned(rows, move, skipped)
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from cronledger.ledger import PENDING, SKIPPED_MISFIRE, Ledger
+from cronledger.ledger import PENDING, SKIPPED_MISFIRE, CursorMove, Ledger
 from tests.ledger.helpers import empty_tables, row, sent_statements
 
 PASS_SIZE = 10_000
@@ -32,7 +32,8 @@ def test_ten_thousand_rows_and_cursors_are_one_statement(pg_ledger: Ledger) -> N
     # When the pass writes a row per channel and moves every cursor
     with sent_statements(pg_ledger.engine) as sent:
         inserted, won = pg_ledger.materialise(
-            (row(t0, channel_id) for channel_id in ids), ((cid, t0, t1) for cid in ids)
+            (row(t0, channel_id) for channel_id in ids),
+            (CursorMove(channel_id, t0, t1, "h") for channel_id in ids),
         )
 
     # Then that took one statement, and every row and cursor is where it should be
@@ -59,7 +60,8 @@ def test_a_thousand_cursor_moves_fit_one_sqlite_pass(sqlite_ledger: Ledger) -> N
 
     # When one pass moves them all and writes a row each
     inserted, won = sqlite_ledger.materialise(
-        (row(t0, channel_id) for channel_id in ids), ((cid, t0, t1) for cid in ids)
+        (row(t0, channel_id) for channel_id in ids),
+        (CursorMove(channel_id, t0, t1, "h") for channel_id in ids),
     )
 
     # Then every cursor moved and every row went in

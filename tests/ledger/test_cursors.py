@@ -1,5 +1,6 @@
-"""A cursor moves only by compare-and-set from the value it was planned from, and resetting
-or pausing it drops the not-yet-due cron rows a lookahead pass materialised."""
+"""A cursor moves only by compare-and-set from the value and the scheduling hash it was
+planned from, and resetting or pausing it drops the not-yet-due cron rows a lookahead pass
+materialised."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from cronledger.ledger import (
     CHANNEL_DRAFT,
     COMPLETED,
     TRIGGER_MANUAL,
+    CursorMove,
     Ledger,
     OccurrenceFilter,
 )
@@ -23,25 +25,26 @@ def test_a_cursor_advances_only_from_the_value_it_was_planned_from(ledger: Ledge
     ledger.upsert_cursor("ch", 1, "hash", t0)
 
     # The winner moves it…
-    assert ledger.advance_cursor("ch", t0, t1)
+    assert ledger.advance_cursor(CursorMove("ch", t0, t1, "hash"))
     # …and a reconciler that planned from the old value writes nothing, rather than
     # dragging the cursor backwards and replaying a pass.
-    assert not ledger.advance_cursor("ch", t0, t2)
+    assert not ledger.advance_cursor(CursorMove("ch", t0, t2, "hash"))
 
     [state] = ledger.schedule_states()
     assert state.next_fire_at == t1
-    assert not ledger.advance_cursor("absent", t0, t1)
+    assert not ledger.advance_cursor(CursorMove("absent", t0, t1, "hash"))
 
 
 def test_a_cursor_with_no_instants_left_is_parked(ledger: Ledger) -> None:
     t0 = ledger.db_now()
     ledger.upsert_cursor("ch", 1, "hash", t0)
 
-    assert ledger.advance_cursor("ch", t0, None)
+    assert ledger.advance_cursor(CursorMove("ch", t0, None, "hash"))
 
     [state] = ledger.schedule_states()
     assert state.next_fire_at is None
-    assert not ledger.advance_cursor("ch", t0, t0), "a parked cursor is not at t0 any more"
+    parked = "a parked cursor is not at t0 any more"
+    assert not ledger.advance_cursor(CursorMove("ch", t0, t0, "hash")), parked
 
 
 def test_materialising_moves_exactly_the_cursors_whose_compare_and_set_won(
@@ -52,11 +55,14 @@ def test_materialising_moves_exactly_the_cursors_whose_compare_and_set_won(
     later = t0 + timedelta(minutes=5)
     for channel_id in ("a", "b", "c"):
         ledger.upsert_cursor(channel_id, 1, "hash", t0)
-    assert ledger.advance_cursor("b", t0, later)
+    assert ledger.advance_cursor(CursorMove("b", t0, later, "hash"))
 
     # When one pass moves all three (and a channel with no cursor) from t0, with a row each
-    moves = [("a", t0, later), ("b", t0, later), ("c", t0, None), ("absent", t0, later)]
-    inserted, moved = ledger.materialise([row(t0, cid) for cid, _, _ in moves], moves)
+    moves = [
+        CursorMove(channel_id, t0, to, "hash")
+        for channel_id, to in (("a", later), ("b", later), ("c", None), ("absent", later))
+    ]
+    inserted, moved = ledger.materialise([row(t0, m.channel_id) for m in moves], moves)
 
     # Then only the cursors still at t0 moved, each to its own new value, with their rows
     assert moved == {"a", "c"}
@@ -78,12 +84,42 @@ def test_a_plan_made_before_an_edit_reset_the_cursor_materialises_nothing(
     # When the schedule is edited (the cursor reset elsewhere) before the pass writes
     reset_to = t0 + timedelta(hours=1)
     ledger.upsert_cursor("ch", 2, "new-hash", reset_to)
-    inserted, moved = ledger.materialise(planned, [("ch", t0, t0 + timedelta(minutes=1))])
+    stale = CursorMove("ch", t0, t0 + timedelta(minutes=1), "old-hash")
+    inserted, moved = ledger.materialise(planned, [stale])
 
     # Then none of the stale plan's rows land, and the edit's cursor stands
     assert (inserted, moved) == (0, set())
     assert ledger.list_occurrences().total == 0
     assert [s.next_fire_at for s in ledger.schedule_states()] == [reset_to]
+
+
+def test_a_plan_made_under_another_schedule_loses_even_when_the_reset_lands_on_its_instant(
+    ledger: Ledger,
+) -> None:
+    # Given passes that planned from the cursor at t0 under the old schedule, one channel
+    # written alone and two in a batch (SQLite's and PostgreSQL's batch paths differ)
+    t0 = ledger.db_now()
+    t1 = t0 + timedelta(minutes=1)
+    for channel_id in ("alone", "batched", "unchanged"):
+        ledger.upsert_cursor(channel_id, 1, "old-hash", t0)
+
+    # When an edit resets two of them onto that same instant under a new schedule
+    ledger.upsert_cursor("alone", 2, "new-hash", t0)
+    ledger.upsert_cursor("batched", 2, "new-hash", t0)
+
+    # Then the stale moves lose, and only the unchanged channel moves and gets its row
+    assert not ledger.advance_cursor(CursorMove("alone", t0, t1, "old-hash"))
+    moves = [CursorMove(cid, t0, t1, "old-hash") for cid in ("batched", "unchanged")]
+    inserted, moved = ledger.materialise([row(t0, m.channel_id) for m in moves], moves)
+    assert (inserted, moved) == (1, {"unchanged"})
+    cursors = {s.channel_id: (s.next_fire_at, s.config_hash) for s in ledger.schedule_states()}
+    assert cursors == {
+        "alone": (t0, "new-hash"),
+        "batched": (t0, "new-hash"),
+        "unchanged": (t1, "old-hash"),
+    }
+    # And a plan made under the new schedule still wins from there
+    assert ledger.advance_cursor(CursorMove("alone", t0, t1, "new-hash"))
 
 
 def test_upserting_a_cursor_resets_it_and_clears_a_pause(ledger: Ledger) -> None:

@@ -1,10 +1,13 @@
 """Cursors: per channel, the next instant not yet materialised (`cron_schedule_state`).
 
-A cursor only moves by compare-and-set on the value the caller planned from, and only while
-it is not paused, so of two reconcilers that planned the same pass exactly one advances it
-(and, through `materialise`, inserts its rows); the loser re-plans next pass and finds
-nothing left to do. A pause keeps the cursor's value: without the second condition a plan
-read before the pause would still win, and land rows (lookahead ones too) after it.
+A cursor only moves by compare-and-set on the value the caller planned from and the
+scheduling hash it planned under, and only while it is not paused, so of two reconcilers
+that planned the same pass exactly one advances it (and, through `materialise`, inserts its
+rows); the loser re-plans next pass and finds nothing left to do. The value alone is not
+enough: an edit's reset can land on the very instant a stale plan starts from, and only the
+hash then tells the two schedules apart. A pause keeps the cursor's value and hash: without
+the third condition a plan read before the pause would still win, and land rows (lookahead
+ones too) after it.
 
 Resetting or pausing a cursor also removes the channel's not-yet-due `pending` cron rows in
 the same transaction: a lookahead pass may have materialised them under the schedule that
@@ -26,6 +29,7 @@ from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     PENDING,
     TRIGGER_CRON,
+    CursorMove,
     DueChannel,
     ScheduleState,
     ScheduleWork,
@@ -140,15 +144,13 @@ class CursorStore(Store):
         with self._write() as conn:
             self._pause_cursor(conn, channel_id)
 
-    def advance_cursor(self, channel_id: str, from_: datetime, to: datetime | None) -> bool:
-        """Move the cursor from `from_` to `to` (`None` parks it). False: someone else moved
-        it first, and the caller's plan is stale."""
+    def advance_cursor(self, move: CursorMove) -> bool:
+        """Make one move. False: someone else moved or reset the cursor first, and the
+        caller's plan is stale."""
         with self._write(single=True) as conn:
-            return channel_id in self._advance_in(conn, [(channel_id, from_, to)])
+            return move.channel_id in self._advance_in(conn, [move])
 
-    def _advance_in(
-        self, conn: sa.Connection, moves: list[tuple[str, datetime, datetime | None]]
-    ) -> set[str]:
+    def _advance_in(self, conn: sa.Connection, moves: list[CursorMove]) -> set[str]:
         """The moves as UPDATEs with a condition per move, inside the caller's transaction:
         SQLite's batch, and a single move anywhere (PostgreSQL's batches join a JSON parameter
         instead, `_moves_statement`). SQLite parses a chain of ORs as a tree as deep as the
@@ -157,16 +159,17 @@ class CursorStore(Store):
         for start in range(0, len(moves), MOVE_CHUNK):
             chunk = moves[start : start + MOVE_CHUNK]
             new_value: sa.ColumnElement[datetime | None] = sa.case(
-                {cid: sa.literal(_optional_utc(to), UtcDateTime()) for cid, _, to in chunk},
+                {m.channel_id: sa.literal(_optional_utc(m.to), UtcDateTime()) for m in chunk},
                 value=schedule_state.c.channel_id,
             )
             matches = [
                 sa.and_(
-                    schedule_state.c.channel_id == cid,
-                    schedule_state.c.next_fire_at == require_utc(from_, "from_"),
+                    schedule_state.c.channel_id == m.channel_id,
+                    schedule_state.c.next_fire_at == require_utc(m.from_, "from_"),
+                    schedule_state.c.config_hash == m.config_hash,
                     schedule_state.c.paused_at.is_(None),
                 )
-                for cid, from_, _ in chunk
+                for m in chunk
             ]
             stmt = (
                 sa.update(schedule_state)
@@ -177,25 +180,25 @@ class CursorStore(Store):
             moved.update(conn.execute(stmt).scalars())
         return moved
 
-    def _moves_statement(
-        self, moves: list[tuple[str, datetime, datetime | None]]
-    ) -> tuple[sa.CTE, sa.CTE]:
+    def _moves_statement(self, moves: list[CursorMove]) -> tuple[sa.CTE, sa.CTE]:
         """PostgreSQL: the moves as rows (one JSON parameter, so the statement does not grow
         with the batch), and the compare-and-set UPDATE of every cursor still where its move
-        starts, answering the channel ids it moved."""
+        starts, under the hash it was planned under, answering the channel ids it moved."""
         instant = sa.DateTime(timezone=True)
         move = self._sql.rows(
             "move",
             {
                 "channel_id": (sa.String(), moves_of(moves)),
-                "from_": (instant, [require_utc(from_, "from_") for _, from_, _ in moves]),
-                "to_": (instant, [_optional_utc(to) for _, _, to in moves]),
+                "from_": (instant, [require_utc(m.from_, "from_") for m in moves]),
+                "to_": (instant, [_optional_utc(m.to) for m in moves]),
+                "config_hash": (sa.String(), [m.config_hash for m in moves]),
             },
         )
         moved = (
             sa.update(schedule_state)
             .where(schedule_state.c.channel_id == move.c.channel_id)
             .where(schedule_state.c.next_fire_at == move.c.from_)
+            .where(schedule_state.c.config_hash == move.c.config_hash)
             .where(schedule_state.c.paused_at.is_(None))
             .values(next_fire_at=move.c.to_, updated_at=self._sql.now())
             .returning(schedule_state.c.channel_id)
@@ -235,8 +238,8 @@ def _state_of_json(values: list[Any]) -> ScheduleState:
     return ScheduleState(*cells)
 
 
-def moves_of(moves: list[tuple[str, datetime, datetime | None]]) -> list[str]:
-    return [channel_id for channel_id, _, _ in moves]
+def moves_of(moves: list[CursorMove]) -> list[str]:
+    return [move.channel_id for move in moves]
 
 
 def lost_moves(move: sa.CTE, moved: sa.CTE) -> sa.Select[tuple[str]]:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from cronledger.errors import CronledgerError
 from cronledger.ids import new_occurrence_id
@@ -154,6 +154,18 @@ class ScheduleState:
     next_fire_at: datetime | None
     paused_at: datetime | None
     updated_at: datetime
+
+
+class CursorMove(NamedTuple):
+    """A cursor move as a pass planned it: from `from_` to `to` (`None` parks it), under
+    the schedule whose scheduling hash is `config_hash`. The hash is part of the
+    compare-and-set because an instant alone can repeat: an edit's reset may put the cursor
+    back on the very instant a stale plan starts from, and that plan must still lose."""
+
+    channel_id: str
+    from_: datetime
+    to: datetime | None
+    config_hash: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +26,7 @@ from cronledger.ledger.models import (
     PENDING,
     RETRYABLE_STATUSES,
     TERMINAL_STATUSES,
+    CursorMove,
     NewOccurrence,
     Occurrence,
     OccurrenceFilter,
@@ -63,13 +63,14 @@ class OccurrenceStore(CursorStore):
     def materialise(
         self,
         rows: Iterable[NewOccurrence],
-        moves: Iterable[tuple[str, datetime, datetime | None]],
+        moves: Iterable[CursorMove],
     ) -> tuple[int, set[str]]:
-        """A reconcile pass's writes, all or nothing: move the cursors, each by its own
-        compare-and-set (`advance_cursor`: a move is `(channel_id, from_, to)`; a channel
-        should appear once), and insert the rows of exactly the channels whose cursor moved. A cursor someone
-        else moved meanwhile (a peer's pass, or an edit resetting it) gets none of this
-        pass's rows, so rows planned under a schedule that was just replaced never land.
+        """A reconcile pass's writes, all or nothing: make the moves, each by its own
+        compare-and-set (`advance_cursor`; a channel should appear once), and insert the rows
+        of exactly the channels whose cursor moved. A cursor someone else moved meanwhile (a
+        peer's pass, or an edit resetting it, even onto the instant the move starts from)
+        gets none of this pass's rows, so rows planned under a schedule that was just
+        replaced never land.
         Answers (rows inserted, channel ids moved). PostgreSQL: one statement."""
         rows, moves = list(rows), list(moves)
         if not moves:
