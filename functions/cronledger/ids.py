@@ -48,13 +48,17 @@ def uuid7() -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
-def _forget_random() -> None:
-    """A forked child draws its own bytes: the parent's, left over, would repeat its ids."""
-    global _random, _random_at
+def _start_afresh_in_child() -> None:
+    """A forked child gets a lock of its own: one another thread of the parent held at the
+    fork stays held in the child, where no thread will ever release it, and the child's
+    first id would wait forever. It draws its own bytes too: the parent's, left over, would
+    repeat its ids."""
+    global _lock, _random, _random_at
+    _lock = threading.Lock()
     _random, _random_at = b"", 0
 
 
-os.register_at_fork(after_in_child=_forget_random)
+os.register_at_fork(after_in_child=_start_afresh_in_child)
 
 
 def new_occurrence_id() -> str:
