@@ -72,8 +72,11 @@ def _trace_http_targets(module: ModuleType) -> None:
 
     @functools.wraps(send)
     def traced(**request: Any) -> Any:
-        with tracer.provider.in_subsegment(request["host"], namespace="remote") as subsegment:
-            if subsegment is None:  # no trace to join (not in an invocation)
+        with tracer.provider.in_subsegment(request["host"], namespace="remote") as segment:
+            # X-Ray's Subsegment (Powertools types it as its own abstract segment), or None
+            # with no trace to join (not in an invocation)
+            subsegment: Any = segment
+            if subsegment is None:
                 return send(**request)
             origin = f"{request['scheme']}://{request['host']}:{request['port']}"
             subsegment.put_http_meta("url", origin)
@@ -82,7 +85,7 @@ def _trace_http_targets(module: ModuleType) -> None:
             subsegment.put_http_meta("status", answer.status)
             return answer
 
-    module.send = traced
+    vars(module)["send"] = traced
 
 
 for _library, _module in TRACED_WHEN_LOADED.items():
