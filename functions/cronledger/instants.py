@@ -38,7 +38,10 @@ def parse_rfc3339(text: str) -> datetime:
         raise ValueError(f"not an RFC 3339 timestamp: {text!r}") from exc
     if parsed.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no offset; add 'Z' for UTC")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00:00-02:00 is in year 10000 in UTC
+        raise ValueError(f"timestamp {text!r} is outside years 1..9999 in UTC") from None
 
 
 def human_duration(millis: float | None) -> str:

@@ -303,3 +303,77 @@ def test_no_json_object_gets_a_5xx_and_any_lone_surrogate_is_a_400(
     if _holds_surrogate(json.loads(json.dumps(body))):
         assert answer.status == 400
         assert answer.body["error"]["message"].startswith("invalid text: ")
+
+
+# --- values at the edge of what Python can hold: a 4xx, never a 500 -------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", CHANNELS), ("PATCH", f"{CHANNELS}/any/status"), ("POST", f"{CHANNELS}/any/backfill")],
+)
+def test_a_number_longer_than_python_reads_is_a_422_not_a_500(
+    sqlite_ledger: Ledger, method: str, path: str
+) -> None:
+    # Python refuses to read an integer of more than 4300 digits (a ValueError that is not a
+    # JSONDecodeError), so the body is JSON no reader here will take.
+    app = create_app(sqlite_ledger, SETTINGS)
+
+    answer = call(app, method, path, raw_body=b'{"timeout_ms": ' + b"9" * 5000 + b"}")
+
+    assert answer.status == 422, answer.body
+    assert answer.body["error"]["code"] == "malformed_request"
+    assert answer.body["error"]["details"][0]["path"] == "body"
+
+
+_OUT_OF_RANGE = ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59"]
+
+
+@pytest.mark.parametrize("instant", _OUT_OF_RANGE)
+@pytest.mark.parametrize("key", ["since", "until"])
+def test_a_query_instant_that_is_out_of_range_in_utc_is_a_422(
+    api: Api, key: str, instant: str
+) -> None:
+    answer = api("GET", f"{PREFIX}/cron/occurrences", {key: instant})
+
+    assert answer.status == 422, answer.body
+    assert answer.error["details"][0]["path"] == f"query.{key}"
+
+
+@pytest.mark.parametrize("instant", _OUT_OF_RANGE)
+@pytest.mark.parametrize("key", ["from", "to"])
+def test_a_backfill_bound_that_is_out_of_range_in_utc_is_a_422(
+    api: Api, key: str, instant: str
+) -> None:
+    channel = create_channel(api, status="active")
+    window = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", key: instant}
+
+    answer = api("POST", f"{CHANNELS}/{channel['channel_id']}/backfill", body=window)
+
+    assert answer.status == 422, answer.body
+    assert answer.error["details"][0]["path"] == f"body.{key}"
+
+
+@pytest.mark.parametrize(
+    ("config", "path"),
+    [
+        ({"schedule": "0 15 2 * * *", "starts_at": _OUT_OF_RANGE[0]}, "starts_at"),
+        ({"schedule": "0 15 2 * * *", "ends_at": _OUT_OF_RANGE[1]}, "ends_at"),
+        ({"at": "9999-12-31T23:59:59", "timezone": "America/New_York"}, "at"),
+    ],
+)
+def test_a_schedule_instant_that_is_out_of_range_in_utc_is_a_400_naming_it(
+    api: Api, config: dict[str, Any], path: str
+) -> None:
+    channel = create_channel(api)
+
+    created = api("POST", CHANNELS, body=channel_document(name="edge", transport_config=config))
+    updated = api(
+        "PUT",
+        f"{CHANNELS}/{channel['channel_id']}",
+        body={"transport_config": config, "target": channel["target"]},
+    )
+
+    for answer in (created, updated):
+        assert answer.status == 400, answer.body
+        assert [d["path"] for d in answer.error["details"]] == [f"transport_config.{path}"]

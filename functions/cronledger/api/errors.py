@@ -10,7 +10,7 @@ Every error leaves as `{"error": {"code", "message", "details": [{"path", "code"
 | a known path with a method it does not answer | 405 (with `Allow`) | `method_not_allowed` |
 | `Conflict` | 409 | `conflict` |
 | a body sent as anything but JSON | 415 | `unsupported_media_type` |
-| a malformed query or body (Powertools' request validation), a body that is not a JSON object, not UTF-8 or nested too deep to read | 422 | `malformed_request` |
+| a malformed query or body (Powertools' request validation), a body that is not a JSON object, not UTF-8, nested too deep or holding a number too long to read | 422 | `malformed_request` |
 | `DatabaseUnavailable` | 503 | `database_unavailable` |
 | anything else: a bug, logged at ERROR with its traceback, never echoed | 500 | `internal` |
 

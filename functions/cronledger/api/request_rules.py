@@ -6,7 +6,8 @@ One pass over the raw API Gateway event, before Powertools routes and validates 
   any case, with any parameters), or it is a 415. This is also what keeps a web page from
   driving the API: a browser sends a cross-site request without asking first only with a form
   or text content type;
-- the body must be a JSON object (an array or a scalar is a 422, never read as something else);
+- the body must be a JSON object (an array or a scalar is a 422, never read as something else),
+  and one Python can read (an integer of more than 4300 digits is a 422 too);
 - no text in it may be invalid Unicode (a lone surrogate such as `"\\ud800"`, which JSON can
   spell but nothing can store or print): a 400 naming each place, keys included, so no route,
   compiler or error message ever holds one;
@@ -96,8 +97,10 @@ def _check_document(body: bytes) -> None:
         raise MalformedBody("the body is not UTF-8 text") from None
     try:
         document = json.loads(text)
-    except (ValueError, RecursionError):
+    except (json.JSONDecodeError, RecursionError):
         return  # not JSON: the resolver's validation says why
+    except ValueError:  # JSON, but an integer longer than Python reads (4300 digits)
+        raise MalformedBody("the body holds a number too long to read (over 4300 digits)") from None
     if not isinstance(document, dict):
         raise MalformedBody(
             f"the body must be a JSON object, not {_json_kind(document)}", "type_mismatch"

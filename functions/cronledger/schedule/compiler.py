@@ -448,7 +448,11 @@ def _at(value: Any, zone: str | None, errors: list[FieldError]) -> tuple[str, in
     if zone is None:
         return None  # the zone's own error says what to fix
     z = ZoneInfo(zone)
-    shown = sorted({wall.replace(tzinfo=z, fold=fold).astimezone(UTC) for fold in (0, 1)})
+    try:
+        shown = sorted({wall.replace(tzinfo=z, fold=fold).astimezone(UTC) for fold in (0, 1)})
+    except OverflowError:  # 9999-12-31T23:00:00 west of UTC is in year 10000 in UTC
+        errors.append(FieldError(path, "invalid", "must be between 1970 and 9998"))
+        return None
     real = [t for t in shown if t.astimezone(z).replace(tzinfo=None) == wall]
     if not real:
         errors.append(FieldError(path, "invalid", _skipped(text, wall, z, shown)))
