@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cronledger.api import create_app
 from cronledger.ledger import Ledger
-from tests.api.helpers import CHANNELS, SETTINGS, channel_document
+from tests.api.helpers import CHANNELS, SETTINGS, Api, channel_document
 from tests.api.http import call
 
 BLOCKED = {
@@ -184,3 +184,22 @@ def test_activating_a_channel_whose_target_the_operator_no_longer_allows_is_a_40
     assert answer.body["error"]["details"][0]["path"] == "target.callable"
     assert "CRONLEDGER_PYTHON_TARGETS" in answer.body["error"]["details"][0]["message"]
     assert ledger.get_channel(channel_id).status == "draft"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://[::1/hook",
+        "https://[example.com]/hook",
+        "http://[127.0.0.1]/",
+        "https://example.com:0/",
+    ],
+)
+def test_a_url_python_cannot_split_is_a_400_at_target_url(api: Api, url: str) -> None:
+    # urlsplit raises ValueError for an unclosed or non-address bracketed host; port 0 is
+    # no port a connection can be made to.
+    answer = api("POST", CHANNELS, body=channel_document(target={"type": "http", "url": url}))
+
+    assert answer.status == 400, answer.body
+    assert [d["path"] for d in answer.error["details"]] == ["target.url"]
+    assert api("GET", CHANNELS).body["total"] == 0

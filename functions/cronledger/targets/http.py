@@ -100,21 +100,28 @@ def _check_url(checks: DocumentChecks, url: str, policy: TargetPolicy) -> None:
             "domain name in its xn-- form",
         )
         return
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError as exc:  # an unclosed `[`, or a bracketed host that is no IPv6 address
+        checks.fail("url", "invalid", f"url cannot be read ({exc}); write an IPv6 host as [::1]")
+        return
+    if parts.scheme not in ("http", "https") or not hostname:
         checks.fail("url", "invalid", "url must be an absolute http:// or https:// URL")
         return
     if parts.username is not None or parts.password is not None:
         checks.fail("url", "invalid", "url must not carry a user name or password")
         return
     try:
-        parts.port  # noqa: B018  (raises for a port that is not a number in 0..65535)
+        port = parts.port  # raises for a port that is not a number in 0..65535
     except ValueError:
+        port = 0
+    if port == 0:
         checks.fail("url", "invalid", "url's port must be a number from 1 to 65535")
         return
-    address = literal_address(parts.hostname)
+    address = literal_address(hostname)
     if address is not None and (refused := policy.address_refusal(address)) is not None:
-        checks.fail("url", "invalid", _refused_address(parts.hostname, *refused))
+        checks.fail("url", "invalid", _refused_address(hostname, *refused))
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if looks_secret(name, value):
             checks.fail(
