@@ -275,12 +275,12 @@ def foreign_request(
     attacker does not pass). Clients that are not browsers send no `Origin`."""
     if not host_header:
         return "a request must say which host it is for (Host)"
-    parts = urlsplit(f"//{host_header}")
     try:
+        parts = urlsplit(f"//{host_header}")
+        name = (parts.hostname or "").rstrip(".")
         port = parts.port or 80
-    except ValueError:
-        port = -1
-    name = (parts.hostname or "").rstrip(".")
+    except ValueError:  # an unclosed `[`, a bracketed name, a port that is no number
+        name, port = "", -1
     if port != served_port or not (name in ("localhost", served_host.lower()) or _is_address(name)):
         return (
             f"Host {host_header!r} does not name this server; use "

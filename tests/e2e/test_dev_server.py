@@ -85,7 +85,17 @@ def test_even_without_an_origin_a_body_that_is_not_json_is_refused(
 
 
 @pytest.mark.parametrize(
-    "host", ["evil.example:{port}", "rebound.attacker.test:{port}", "127.0.0.1:1", "localhost"]
+    "host",
+    [
+        "evil.example:{port}",
+        "rebound.attacker.test:{port}",
+        "127.0.0.1:1",
+        "localhost",
+        # Hosts urlsplit cannot read (an unclosed bracket, a bracketed name): refused, not a
+        # dropped connection with a traceback.
+        "[::1",
+        "[evil.example]:{port}",
+    ],
 )
 def test_a_host_that_does_not_name_this_server_is_refused(served: int, host: str) -> None:
     named = host.format(port=served)
