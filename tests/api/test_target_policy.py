@@ -186,6 +186,26 @@ def test_activating_a_channel_whose_target_the_operator_no_longer_allows_is_a_40
     assert ledger.get_channel(channel_id).status == "draft"
 
 
+def test_activating_an_archived_channel_is_a_409_even_when_its_target_is_no_longer_allowed(
+    ledger: Ledger,
+) -> None:
+    # Given an archived channel whose module the operator has since stopped allowing
+    created = call(create_app(ledger, SETTINGS), "POST", CHANNELS, body=channel_document())
+    channel_id = created.data["channel_id"]
+    ledger.set_channel_status(channel_id, "archived")
+
+    # When someone activates it
+    answer = call(
+        create_app(ledger), "PATCH", f"{CHANNELS}/{channel_id}/status", body={"status": "active"}
+    )
+
+    # Then the answer is that archived is final (a 400 about the target would invite a fix,
+    # and an archived channel cannot be edited)
+    assert answer.status == 409, answer.body
+    assert "archived" in answer.body["error"]["message"]
+    assert ledger.get_channel(channel_id).status == "archived"
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -41,7 +41,7 @@ from cronledger.api.models import (
     Text,
 )
 from cronledger.api.views import channel_version, channel_view, cursors_by_channel
-from cronledger.ledger import CHANNEL_ACTIVE, Channel, Ledger, ScheduleState
+from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_ARCHIVED, Channel, Ledger, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy, validate_target
@@ -180,6 +180,9 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
     ) -> One[ChannelView]:
         if body.status == CHANNEL_ACTIVE:
             channel = ledger.get_channel(channel_id)
+            if channel.status == CHANNEL_ARCHIVED:
+                # Final whatever its definition: the ledger's 409, not a 400 inviting a fix.
+                return view(ledger.set_channel_status(channel_id, body.status, dry_run=dry_run))
             SHARED_SCHEDULES.get(channel)
             validate_target(channel.target, policy)
         return view(ledger.set_channel_status(channel_id, body.status, dry_run=dry_run))
