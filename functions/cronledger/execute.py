@@ -39,6 +39,7 @@ from cronledger.ledger import (
     SKIPPED_SINGLETON,
     AttemptStart,
     Channel,
+    DatabaseUnavailable,
     Ledger,
     MisfireRule,
     Occurrence,
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 #: How long past its own timeout a target is waited for before it is abandoned: the target
 #: modules bound their own waits, this only catches one that does not (a Python callable).
 OVERRUN_GRACE_SECS = 1.0
+#: The longest pause between two tries of a settle the database did not serve.
+SETTLE_RETRY_SECS = 1.0
 #: How long a thread that ran a target waits for the next one before it ends.
 TARGET_THREAD_IDLE_SECS = 60.0
 
@@ -500,14 +503,16 @@ class Executor:
         result: str | None = None,
     ) -> AttemptReport:
         """Step 5: write the end (or the retry) under ownership, releasing the slot."""
-        settled = self.ledger.settle(
-            occurrence.id,
-            claimant,
-            end.status,
-            fencing_token=fencing_token,
-            error_message=end.error,
-            result=result,
-            retry_in=end.retry_in,
+        settled = self._settle_through_blips(
+            lambda: self.ledger.settle(
+                occurrence.id,
+                claimant,
+                end.status,
+                fencing_token=fencing_token,
+                error_message=end.error,
+                result=result,
+                retry_in=end.retry_in,
+            )
         )
         if not settled:
             return self._stopped(
@@ -525,6 +530,23 @@ class Executor:
             attempt=occurrence.attempt,
             retry_in=end.retry_in,
         )
+
+    def _settle_through_blips(self, settle: Callable[[], bool]) -> bool:
+        """`settle()`, tried again while the database is unavailable, for as long as an
+        attempt may go without a renewal: the settle is conditional on ownership, so trying
+        again is safe, and giving up would leave a finished run leased until a peer runs it
+        a second time. A settle whose commit was lost with its answer matches nothing when
+        tried again and reads as superseded; the row is settled all the same."""
+        give_up_at = time.monotonic() + self.settings.renewal_give_up.total_seconds()
+        pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
+        while True:
+            try:
+                return settle()
+            except DatabaseUnavailable as exc:
+                if time.monotonic() + pause >= give_up_at:
+                    raise
+                log.warning("settling failed, trying again: %s", exc)
+                time.sleep(pause)
 
     def _default_timeout(self) -> float:
         return self.settings.default_timeout.total_seconds()

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from ipaddress import ip_network
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,16 @@ from cronledger.claim import claim_once
 from cronledger.execute import Executor
 from cronledger.instants import to_rfc3339
 from cronledger.invokers import OneByOne
-from cronledger.ledger import CHANNEL_ACTIVE, FAILED, Ledger, NewOccurrence
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    CLAIMED,
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    DatabaseUnavailable,
+    Ledger,
+    NewOccurrence,
+)
 from cronledger.local import LocalScheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel, rows, run_until_settled
@@ -176,3 +186,50 @@ class _DeadInvoker(OneByOne):
 
     def dispatch(self, occurrence_id: str, claimant: str) -> None:
         self.dispatched.append(occurrence_id)
+
+
+class _SettleBlips:
+    """The real ledger, except that its first settle fails as a dropped connection does
+    (a failover, RDS Proxy recycling the connection): nothing written, `DatabaseUnavailable`."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self.settles = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def settle(self, *args: Any, **kwargs: Any) -> bool:
+        self.settles += 1
+        if self.settles == 1:
+            raise DatabaseUnavailable("ledger database unavailable: connection reset")
+        return self._ledger.settle(*args, **kwargs)
+
+
+def test_a_settle_that_meets_a_passing_database_blip_is_retried_not_run_again(
+    ledger: Ledger,
+) -> None:
+    # Given a claimed occurrence of a channel allowed three attempts, and a ledger whose
+    # first settle fails on a dropped connection
+    channel = make_channel(ledger, "0 0 0 1 1 *", retry=RETRY_AT_ONCE)
+    due = due_now(ledger, channel.channel_id)
+    (claimed,) = ledger.claim_due("node-a", 1, FAST.claim_lease_secs)
+    blips = _SettleBlips(ledger)
+
+    # When the attempt runs its target to success, and later claims recover whatever is left
+    report = Executor(blips, FAST).run_attempt(claimed.id, "node-a")  # type: ignore[arg-type]
+    expire_claim_if_leased(ledger, due.id)
+    run_until_settled(ledger)
+
+    # Then the settle was tried again within the lease: the row is completed by attempt 1
+    # and the target ran once, not a second time after the lease ran out
+    assert report.status == COMPLETED
+    row = ledger.get_occurrence(due.id)
+    assert (row.status, row.attempt, row.claimed_until) == (COMPLETED, 1, None)
+    assert [e["trigger"]["attempt"] for e in targets.received[due.id]] == [1]
+
+
+def expire_claim_if_leased(ledger: Ledger, occurrence_id: str) -> None:
+    """Age a lease that is still held, as if the executor had died with it."""
+    if ledger.get_occurrence(occurrence_id).status in (CLAIMED, RUNNING):
+        expire_claim(ledger, occurrence_id)
