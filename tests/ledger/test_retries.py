@@ -6,11 +6,15 @@ grants one more attempt, and only for an active channel."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 
+from cronledger.claim import claim_once
 from cronledger.errors import Conflict
+from cronledger.invokers import OneByOne
 from cronledger.ledger import (
     CHANNEL_ARCHIVED,
     CHANNEL_PAUSED,
@@ -20,6 +24,7 @@ from cronledger.ledger import (
     Ledger,
 )
 from cronledger.ledger.tables import occurrences, singletons
+from cronledger.settings import Settings
 from tests.ledger.helpers import (
     LEASE,
     active_channel,
@@ -279,3 +284,46 @@ def _due_now(ledger: Ledger, occurrence_id: str) -> None:
             .where(occurrences.c.id == occurrence_id)
             .values(due_at=ledger.db_now() - timedelta(hours=1))
         )
+
+
+class _Recording(OneByOne):
+    def __init__(self) -> None:
+        self.dispatched: list[str] = []
+
+    def dispatch(self, occurrence_id: str, claimant: str) -> None:
+        self.dispatched.append(occurrence_id)
+
+
+def test_a_failure_freeing_an_abandoned_slot_does_not_strand_the_rows_the_claim_leased(
+    ledger: Ledger,
+) -> None:
+    # Given an exhausted expired lease whose executor held a key, beside a due row allowed
+    # one attempt
+    now = ledger.db_now()
+    exhausted = row(now - timedelta(minutes=3), "a", max_attempts=1)
+    due = row(now - timedelta(minutes=2), "b", max_attempts=1)
+    ledger.insert_occurrences([exhausted, due])
+    first = claim_one(ledger, "node-a")
+    assert start(ledger, first, "node-a", "key").started
+    expire_claim(ledger, exhausted.id)
+    expire_singleton(ledger, "key")
+
+    # When a claim round leases the due row and settles the exhausted one, and the
+    # connection drops as the abandoned row's slot is freed (a statement after the claim's)
+    def drop_slot_release(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE CRON_SINGLETONS"):
+            raise OSError("connection reset by peer")
+
+    invoker = _Recording()
+    event.listen(ledger.engine, "before_cursor_execute", drop_slot_release)
+    try:
+        round_ = claim_once(ledger, Settings(), invoker)
+    finally:
+        event.remove(ledger.engine, "before_cursor_execute", drop_slot_release)
+
+    # Then the row it leased is still handed to an executor (its one attempt is not spent
+    # on a lease nobody runs, to be abandoned at expiry without ever running), and the
+    # exhausted one is settled
+    assert invoker.dispatched == [due.id], round_
+    assert ledger.get_occurrence(due.id).status == CLAIMED
+    assert ledger.get_occurrence(exhausted.id).status == FAILED

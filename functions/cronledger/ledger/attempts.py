@@ -22,6 +22,7 @@ nothing trusts an earlier read.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +57,8 @@ from cronledger.ledger.singletons import (
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import occurrences, status_is
 
+log = logging.getLogger(__name__)
+
 #: How many times a `replace` contender looks again for a holder to replace when the one it
 #: found changed hands under it (another contender replaced it first).
 REPLACE_TRIES = 3
@@ -79,8 +82,14 @@ class AttemptStore(Store):
         if abandoned:
             # Rare, so not in the claim's own statement: slots whose lease ran out with
             # their holder's (a slot re-taken meanwhile has a live lease and is left alone).
-            with self._write(single=True) as conn:
-                release_slots_of(conn, [o.id for o in abandoned], expired_by=self._sql.now())
+            # Housekeeping only, since an expired slot is free to take anyway: the claim
+            # above is committed, and a failure here must not cost the caller the rows it
+            # leased (they would wait out their lease unrun, each an attempt spent).
+            try:
+                with self._write(single=True) as conn:
+                    release_slots_of(conn, [o.id for o in abandoned], expired_by=self._sql.now())
+            except Exception as exc:
+                log.warning("could not free the expired slots of abandoned occurrences: %s", exc)
         return ClaimResult([o for o in found if o.status == CLAIMED], abandoned)
 
     def claim_due(self, claimant: str, limit: int, lease_secs: float) -> list[Occurrence]:
