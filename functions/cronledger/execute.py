@@ -446,6 +446,9 @@ class Executor:
         while not done.wait(max(0.0, min(beat, give_up_at - time.monotonic()))):
             if time.monotonic() >= give_up_at:
                 return timed_out(budget, "the target did not return; abandoned")
+            # The lease runs from when the database wrote it, which is after this and
+            # may be well before the answer arrives: time it from here.
+            asked = time.monotonic()
             try:
                 renewed = self.ledger.renew(
                     occurrence.id, claimant, fencing_token, self.settings.claim_lease_secs
@@ -466,7 +469,7 @@ class Executor:
                 return self._stopped(
                     occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
                 )
-            last_renewed = time.monotonic()
+            last_renewed = asked
         return box[0]
 
     def _stopped(

@@ -486,6 +486,55 @@ def test_an_attempt_that_cannot_renew_stops_itself_before_its_lease_could_be_tak
     assert row.status == RUNNING, "it wrote nothing: the lease is left to expire"
 
 
+class _SlowAnswerThenRenewalsFail:
+    """The real ledger, except that the first renewal is written and then answered late (a
+    slow network), and every later one fails as if the database were unreachable."""
+
+    def __init__(self, ledger: Ledger, late_secs: float) -> None:
+        self._ledger = ledger
+        self.late_secs = late_secs
+        self.renewals = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def renew(self, *args: Any, **kwargs: Any) -> bool:
+        from cronledger.ledger import DatabaseUnavailable
+
+        self.renewals += 1
+        if self.renewals > 1:
+            raise DatabaseUnavailable("connection refused")
+        renewed = self._ledger.renew(*args, **kwargs)
+        time.sleep(self.late_secs)
+        return renewed
+
+
+def test_an_attempt_times_its_lease_from_before_a_renewal_that_was_answered_late(
+    ledger: Ledger,
+) -> None:
+    # Given a running attempt (lease 3 s, heartbeat 1 s) whose first renewal is answered
+    # 1.8 s after the database extended the lease, and whose later renewals all fail
+    channel = make_channel(ledger, "0 0 0 1 1 *", target="wait_for_release")
+    from cronledger.ledger import NewOccurrence
+
+    ledger.insert_occurrence(
+        NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
+    )
+    (claimed,) = ledger.claim_due("slow", 1, FAST.claim_lease_secs)
+    slow = _SlowAnswerThenRenewalsFail(ledger, late_secs=1.8)
+
+    # When the attempt runs until it stops itself
+    report = Executor(slow, FAST).run_attempt(claimed.id, "slow")  # type: ignore[arg-type]
+    stopped_at = ledger.db_now()
+
+    # Then it stopped before the lease the database last granted ran out (a peer may take
+    # the occurrence from then on), not a lease's length after the late answer arrived
+    assert report.outcome == "stopped"
+    row = ledger.get_occurrence(claimed.id)
+    assert row.claimed_until is not None
+    assert stopped_at < row.claimed_until, (stopped_at, row.claimed_until)
+
+
 def test_a_pass_counts_only_the_rows_it_wrote(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
