@@ -21,26 +21,17 @@ from cronledger.ledger import Ledger
 from cronledger.local import serve_api
 from tests.api.helpers import SETTINGS
 from tests.bench.pg import scratch_database
-from tests.browser.chromium import (
-    BUSY_CHANNELS,
-    BUSY_ROWS,
-    CHROMEDRIVER,
-    CHROMIUM,
-    MISSING,
-    open_console,
-    seed_busy_ledger,
-    start_chromium,
-)
+from tests.browser import chromium
 
 LOADS = 10
 
 
 def main() -> None:
-    if not (CHROMIUM and CHROMEDRIVER):
-        print(f"console: not measured: {MISSING}")
+    if not (chromium.CHROMIUM and chromium.CHROMEDRIVER):
+        print(f"console: not measured: {chromium.MISSING}")
         return
     with tempfile.TemporaryDirectory() as scratch:
-        driver = start_chromium(Path(scratch) / "profile")
+        driver = chromium.start_chromium(Path(scratch) / "profile")
         try:
             with scratch_database("console") as url:
                 measure(driver, "PostgreSQL", url)
@@ -52,14 +43,15 @@ def main() -> None:
 def measure(driver: Any, backend: str, url: str) -> None:
     ledger = Ledger.connect(url)
     ledger.migrate()
-    seed_busy_ledger(ledger)
+    chromium.seed_busy_ledger(ledger)
     with served(ledger) as base:
-        first = open_console(driver, base, timeout=60)
-        again = sorted(open_console(driver, base, timeout=60) for _ in range(LOADS))
+        first = chromium.open_console(driver, base, timeout=60)
+        again = sorted(chromium.open_console(driver, base, timeout=60) for _ in range(LOADS))
         driver.get("about:blank")  # the page refreshes itself: stop it before the server goes
     ledger.dispose()
+    occurrences = chromium.BUSY_CHANNELS * chromium.BUSY_ROWS
     print(
-        f"console drawn with {BUSY_CHANNELS * BUSY_ROWS:,} occurrences ({backend}): first page "
+        f"console drawn with {occurrences:,} occurrences ({backend}): first page "
         f"{first} ms, then median {statistics.median(again):.0f} ms, slowest {again[-1]} ms "
         f"({LOADS} loads; load average {os.getloadavg()[0]:.1f})",
         flush=True,
