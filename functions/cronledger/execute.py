@@ -225,6 +225,9 @@ class Executor:
         in SPEC §5's steps. `deadline` is the executor's own monotonic end (a Lambda's time
         left)."""
         trace_id = trace_id or uuid.uuid4().hex
+        # A lease runs from when the database wrote it, which is after the call that starts
+        # the attempt and may be well before its answer arrives: it is timed from the call.
+        leased_at = time.monotonic()
         opened = self._open(occurrence_id, claimant, trace_id)
         if isinstance(opened, AttemptReport):
             return opened
@@ -237,10 +240,13 @@ class Executor:
             judged = self._judge_misfire(occurrence, claimant, schedule, deadline)
             if judged is not None:
                 return judged
-        start = opened.start or self._start(occurrence, claimant, channel, schedule, trace_id)
+        start: AttemptStart | AttemptReport | None = opened.start
+        if start is None:
+            leased_at = time.monotonic()
+            start = self._start(occurrence, claimant, channel, schedule, trace_id)
         if isinstance(start, AttemptReport):
             return start
-        outcome = self._run(occurrence, claimant, channel, schedule, start, deadline)
+        outcome = self._run(occurrence, claimant, channel, schedule, start, deadline, leased_at)
         if isinstance(outcome, AttemptReport):
             return outcome
         end = ending(outcome, occurrence.attempt, schedule.retry)
@@ -381,8 +387,10 @@ class Executor:
         schedule: Schedule,
         start: AttemptStart,
         deadline: float | None,
+        leased_at: float,
     ) -> TargetOutcome | AttemptReport:
-        """Steps 3-4: deliver the envelope under the deadline while the lease is renewed."""
+        """Steps 3-4: deliver the envelope under the deadline while the lease (granted no
+        earlier than the monotonic `leased_at`) is renewed."""
         assert start.started_at is not None
         metrics.record_schedule_lag((start.started_at - occurrence.due_at).total_seconds())
         singleton = singleton_of(schedule)
@@ -406,7 +414,7 @@ class Executor:
         if budget <= 0:
             return timed_out(0, "no time left in this executor")
         return self._run_with_heartbeat(
-            occurrence, claimant, start.fencing_token, channel, envelope, budget
+            occurrence, claimant, start.fencing_token, channel, envelope, budget, leased_at
         )
 
     def _run_with_heartbeat(
@@ -417,6 +425,7 @@ class Executor:
         channel: Channel,
         envelope: object,
         budget: float,
+        last_renewed: float,
     ) -> TargetOutcome | AttemptReport:
         """Run the target on its own thread while this one renews the lease. Answers the
         target's outcome, or an `AttemptReport` when the attempt must stop writing nothing."""
@@ -442,13 +451,10 @@ class Executor:
         beat = self.settings.heartbeat_interval.total_seconds()
         give_up = self.settings.renewal_give_up.total_seconds()
         give_up_at = time.monotonic() + budget + OVERRUN_GRACE_SECS
-        last_renewed = time.monotonic()
         while not done.wait(max(0.0, min(beat, give_up_at - time.monotonic()))):
             if time.monotonic() >= give_up_at:
                 return timed_out(budget, "the target did not return; abandoned")
-            # The lease runs from when the database wrote it, which is after this and
-            # may be well before the answer arrives: time it from here.
-            asked = time.monotonic()
+            asked = time.monotonic()  # as the start's lease, timed from the call
             try:
                 renewed = self.ledger.renew(
                     occurrence.id, claimant, fencing_token, self.settings.claim_lease_secs

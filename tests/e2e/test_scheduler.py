@@ -486,34 +486,50 @@ def test_an_attempt_that_cannot_renew_stops_itself_before_its_lease_could_be_tak
     assert row.status == RUNNING, "it wrote nothing: the lease is left to expire"
 
 
-class _SlowAnswerThenRenewalsFail:
-    """The real ledger, except that the first renewal is written and then answered late (a
-    slow network), and every later one fails as if the database were unreachable."""
+class _LateAnswerThenRenewalsFail:
+    """The real ledger, except that one write is made and then answered late (a slow
+    network): the attempt's start (in `open_attempt` on PostgreSQL, `start_attempt` on SQLite)
+    or its first renewal; every renewal after that write fails as if the database were
+    unreachable."""
 
-    def __init__(self, ledger: Ledger, late_secs: float) -> None:
+    def __init__(self, ledger: Ledger, late_secs: float, late: str) -> None:
         self._ledger = ledger
         self.late_secs = late_secs
+        self.late = late
         self.renewals = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ledger, name)
 
+    def open_attempt(self, *args: Any, **kwargs: Any) -> Any:
+        opened = self._ledger.open_attempt(*args, **kwargs)
+        if self.late == "start":
+            time.sleep(self.late_secs)
+        return opened
+
+    def start_attempt(self, *args: Any, **kwargs: Any) -> Any:
+        started = self._ledger.start_attempt(*args, **kwargs)
+        if self.late == "start":
+            time.sleep(self.late_secs)
+        return started
+
     def renew(self, *args: Any, **kwargs: Any) -> bool:
         from cronledger.ledger import DatabaseUnavailable
 
         self.renewals += 1
-        if self.renewals > 1:
+        if self.late != "renewal" or self.renewals > 1:
             raise DatabaseUnavailable("connection refused")
         renewed = self._ledger.renew(*args, **kwargs)
         time.sleep(self.late_secs)
         return renewed
 
 
-def test_an_attempt_times_its_lease_from_before_a_renewal_that_was_answered_late(
-    ledger: Ledger,
+@pytest.mark.parametrize("late", ["start", "renewal"])
+def test_an_attempt_times_its_lease_from_before_a_write_that_was_answered_late(
+    ledger: Ledger, late: str
 ) -> None:
-    # Given a running attempt (lease 3 s, heartbeat 1 s) whose first renewal is answered
-    # 1.8 s after the database extended the lease, and whose later renewals all fail
+    # Given a running attempt (lease 3 s, heartbeat 1 s) whose start, or first renewal, is
+    # answered 1.8 s after the database granted the lease, and whose later renewals all fail
     channel = make_channel(ledger, "0 0 0 1 1 *", target="wait_for_release")
     from cronledger.ledger import NewOccurrence
 
@@ -521,7 +537,7 @@ def test_an_attempt_times_its_lease_from_before_a_renewal_that_was_answered_late
         NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
     )
     (claimed,) = ledger.claim_due("slow", 1, FAST.claim_lease_secs)
-    slow = _SlowAnswerThenRenewalsFail(ledger, late_secs=1.8)
+    slow = _LateAnswerThenRenewalsFail(ledger, late_secs=1.8, late=late)
 
     # When the attempt runs until it stops itself
     report = Executor(slow, FAST).run_attempt(claimed.id, "slow")  # type: ignore[arg-type]
