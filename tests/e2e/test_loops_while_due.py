@@ -62,13 +62,14 @@ def test_a_claim_loop_with_nothing_due_in_its_invocation_returns_at_once(ledger:
 def test_a_claim_loop_stays_for_what_falls_due_in_its_invocation_then_returns(
     ledger: Ledger,
 ) -> None:
-    # Given one occurrence due now and one due in a second
+    # Given one occurrence due now and one due in a second (timed from before the clock is
+    # read: writing the rows takes a while on a busy machine, and the second comes due anyway)
+    started = time.monotonic()
     now = ledger.db_now()
     soon = row(now + timedelta(seconds=1))
     ledger.insert_occurrences([row(now - timedelta(seconds=1)), soon])
     invoker = Collect()
 
-    started = time.monotonic()
     dispatched = run_claim_loop(ledger, SETTINGS, invoker, started + 60, while_due=True)
 
     # Then it dispatched both, the second once due, and returned instead of polling on
