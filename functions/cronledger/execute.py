@@ -521,6 +521,9 @@ class Executor:
                 error_message=end.error,
                 result=result,
                 retry_in=end.retry_in,
+                # Not started: a place or slot it holds from before (the row shows its key)
+                # is given back now, not when its lease runs out.
+                release_held=fencing_token is None and occurrence.singleton_key is not None,
             )
         )
         if not settled:

@@ -45,6 +45,7 @@ from cronledger.ledger.models import (
     SingletonSpec,
 )
 from cronledger.ledger.singletons import (
+    WAITER_SLOT,
     acquire_slot,
     oldest_holder,
     release_slot,
@@ -173,11 +174,11 @@ class AttemptStore(Store):
         # An earlier attempt of this occurrence (a crashed one, now re-claimed, or a queued
         # contender back for its slot) may still hold a slot or the waiting place: give it
         # back first, so one occurrence never holds two. Under `allow`, an occurrence read
-        # after its claim with no `singleton_key` holds none (a slot is only taken together
-        # with it), so the statement is spared and the start is one statement. With a key
-        # it always runs: a duplicate delivery that read the row before its twin started
-        # must find its own slot free again, reach the conditional UPDATE below and come
-        # out `lost`, not `singleton_busy`.
+        # after its claim with no `singleton_key` holds none (a slot, or a waiting place, is
+        # only taken together with it), so the statement is spared and the start is one
+        # statement. With a key it always runs: a duplicate delivery that read the row
+        # before its twin started must find its own slot free again, reach the conditional
+        # UPDATE below and come out `lost`, not `singleton_busy`.
         release = (
             singleton is not None
             or isinstance(occurrence, str)
@@ -193,7 +194,9 @@ class AttemptStore(Store):
                 taken = self._take_key(
                     conn, singleton, occurrence_id, claimant, lease_secs, wait_secs
                 )
-                if taken == "wait" and self._hand_back(conn, occurrence_id, claimant, wait_secs):
+                if taken == "wait" and self._hand_back(
+                    conn, occurrence_id, claimant, wait_secs, waits_on=singleton.key
+                ):
                     return AttemptStart("waiting")
                 if isinstance(taken, str):
                     conn.rollback()
@@ -329,12 +332,16 @@ class AttemptStore(Store):
         result: str | None = None,
         trace_id: str | None = None,
         retry_in: float | None = None,
+        release_held: bool = False,
     ) -> bool:
         """Write the end of an attempt (`completed`, `failed`, `skipped_singleton`) and drop
         its lease, releasing its singleton slot in the same transaction. Conditional on the
         claimant still owning the occurrence and, with a token, the slot. With `retry_in`
         (a failure whose occurrence has attempts left) the occurrence goes back to
         `pending` instead, due `retry_in` seconds from now, its error kept while it waits.
+        `release_held` (without a token: an attempt that ends before it starts) also gives
+        back whatever slot or waiting place the occurrence still holds from before (a
+        queued contender's place, a crashed attempt's slot), in the same transaction.
         False: a superseded holder, and nothing was written."""
         if status not in SETTLED_STATUSES:
             raise ValueError(f"cannot settle as {status!r}; use one of {SETTLED_STATUSES}")
@@ -354,10 +361,13 @@ class AttemptStore(Store):
             if retry_in is None
             else ("retry", self._retry_statement)
         )
-        if fencing_token is None:
+        if fencing_token is None and not release_held:
             return self._run(key, build, parameters)[1] == 1
         with self._write() as conn:
-            if not release_slot(conn, occurrence_id, fencing_token, holder=claimant):
+            if fencing_token is None:
+                # Singleton first (the lock order); rolled back below if the settle loses.
+                release_slots_of(conn, [occurrence_id])
+            elif not release_slot(conn, occurrence_id, fencing_token, holder=claimant):
                 conn.rollback()
                 return False
             if conn.execute(self._statement(key, build), parameters).rowcount != 1:
@@ -381,12 +391,23 @@ class AttemptStore(Store):
         occurrence_id: str,
         claimant: str,
         due_in: float | None = None,
+        *,
+        waits_on: str | None = None,
     ) -> bool:
         """claimed → pending, attempt given back; with `due_in`, due that many seconds from
-        now and exempt from the misfire rule (a queued contender was admitted already)."""
+        now and exempt from the misfire rule (a queued contender was admitted already).
+        `waits_on`: the key whose waiting place it holds, recorded on the row (slot
+        `WAITER_SLOT`) like a held slot, so that whatever ends or starts it next gives the
+        place back even if its channel no longer queues on that key."""
         values: dict[str, Any] = {}
         if due_in is not None:
             values = {"due_at": self._sql.now_plus(due_in), "misfire_judged": True}
+        if waits_on is not None:
+            values |= {
+                "singleton_key": waits_on,
+                "singleton_slot": WAITER_SLOT,
+                "fencing_token": None,
+            }
         stmt = (
             sa.update(occurrences)
             .where(occurrences.c.id == occurrence_id)

@@ -1,0 +1,126 @@
+"""Overlap policies meeting a channel's lifecycle: a `queue_one` contender waiting on a key
+whose channel is then paused, archived or edited gives the key's waiting place back when its
+attempt ends, so a contender of another channel sharing the key is not turned away (nor made
+to wait out the dead waiter's lease) while the key is free."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from cronledger.execute import Executor
+from cronledger.ledger import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    SKIPPED_SINGLETON,
+    Channel,
+    Ledger,
+    NewOccurrence,
+    Occurrence,
+    SingletonSpec,
+)
+from cronledger.ledger.tables import occurrences
+from tests.e2e.test_scheduler import FAST
+from tests.ledger.helpers import LEASE, claim_one
+
+KEY = "shared"
+QUEUE_ONE = {"policy": "queue_one", "key": KEY}
+
+
+def _channel(ledger: Ledger, name: str, concurrency: dict[str, Any]) -> Channel:
+    return ledger.create_channel(
+        name=name,
+        transport_config={"schedule": "0 0 0 1 1 *", "concurrency": concurrency},
+        target={"type": "python", "callable": "tests.e2e.targets:record"},
+        timeout_ms=20_000,
+        status="active",
+    )
+
+
+def _claimed(ledger: Ledger, channel: Channel, ago: float, claimant: str) -> Occurrence:
+    at = ledger.db_now() - timedelta(seconds=ago)
+    assert ledger.insert_occurrence(NewOccurrence(channel.channel_id, channel.name, 1, at))
+    return claim_one(ledger, claimant)
+
+
+def _reclaim(ledger: Ledger, occurrence_id: str, claimant: str) -> Occurrence:
+    """Make a waiting row due now and claim it, as the claim loop would after the wait."""
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            sa.update(occurrences)
+            .where(occurrences.c.id == occurrence_id)
+            .values(due_at=ledger.db_now() - timedelta(hours=1))
+        )
+    again = claim_one(ledger, claimant)
+    assert again.id == occurrence_id
+    return again
+
+
+def _edit(ledger: Ledger, channel: Channel, concurrency: dict[str, Any] | None) -> None:
+    config = {k: v for k, v in channel.transport_config.items() if k != "concurrency"}
+    if concurrency is not None:
+        config["concurrency"] = concurrency
+    ledger.new_channel_version(channel.channel_id, config, channel.target, channel.timeout_ms)
+
+
+CHANGES: dict[str, Any] = {
+    "paused": lambda ledger, ch: ledger.set_channel_status(ch.channel_id, "paused"),
+    "archived": lambda ledger, ch: ledger.set_channel_status(ch.channel_id, "archived"),
+    "policy_forbid": lambda ledger, ch: _edit(ledger, ch, {"policy": "forbid", "key": KEY}),
+    "policy_allow": lambda ledger, ch: _edit(ledger, ch, {"policy": "allow", "key": KEY}),
+    "no_concurrency": lambda ledger, ch: _edit(ledger, ch, None),
+    "key_renamed_busy": lambda ledger, ch: _edit(ledger, ch, {"policy": "forbid", "key": "k2"}),
+}
+
+#: What the waiter's own attempt comes to after the change (SPEC §5 step 1 for a channel that
+#: is no longer active; the new policy otherwise).
+WAITER_ENDS = {
+    "paused": FAILED,
+    "archived": FAILED,
+    "policy_forbid": SKIPPED_SINGLETON,  # the holder still runs
+    "policy_allow": COMPLETED,
+    "no_concurrency": COMPLETED,
+    "key_renamed_busy": SKIPPED_SINGLETON,  # k2 is held too
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_waiter_whose_channel_changed_gives_the_waiting_place_back_when_it_ends(
+    ledger: Ledger, change: str
+) -> None:
+    # Given channel A holding the shared key and a contender of A waiting on it, and a
+    # channel B on the same key (queue_one)
+    a = _channel(ledger, "a", QUEUE_ONE)
+    b = _channel(ledger, "b", QUEUE_ONE)
+    spec = SingletonSpec(KEY, 1, "queue_one")
+    holder = _claimed(ledger, a, 30, "node-h")
+    assert ledger.start_attempt(holder, "node-h", 1, spec, LEASE).started
+    waiter = _claimed(ledger, a, 20, "node-w")
+    assert ledger.start_attempt(waiter, "node-w", 1, spec, LEASE, wait_secs=30).outcome == (
+        "waiting"
+    )
+    if change == "key_renamed_busy":  # the renamed key is held as well
+        other = _claimed(ledger, b, 25, "node-o")
+        assert ledger.start_attempt(other, "node-o", 1, SingletonSpec("k2", 1, "forbid"), LEASE)
+
+    # When A changes, and the waiter comes back for the key and runs its attempt
+    CHANGES[change](ledger, a)
+    executor = Executor(ledger, FAST)
+    _reclaim(ledger, waiter.id, "node-w2")
+    report = executor.run_attempt(waiter.id, "node-w2")
+    assert report.status == WAITER_ENDS[change], report
+    if WAITER_ENDS[change] == FAILED:
+        assert "channel_unavailable" in (report.error or "")
+
+    # Then, once the holder ends, a contender of B finds the key free: it starts (it is not
+    # skipped on account of a waiter that is gone)
+    token = ledger.get_occurrence(holder.id).fencing_token
+    assert ledger.settle(holder.id, "node-h", COMPLETED, fencing_token=token)
+    contender = _claimed(ledger, b, 10, "node-b")
+    start = ledger.start_attempt(contender, "node-b", 1, spec, LEASE)
+    assert start.outcome == "started"
+    assert ledger.get_occurrence(contender.id).status == RUNNING
