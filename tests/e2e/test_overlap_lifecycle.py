@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from cronledger.execute import Executor
 from cronledger.ledger import (
@@ -23,9 +22,8 @@ from cronledger.ledger import (
     Occurrence,
     SingletonSpec,
 )
-from cronledger.ledger.tables import occurrences
 from tests.e2e.test_scheduler import FAST
-from tests.ledger.helpers import LEASE, claim_one
+from tests.ledger.helpers import LEASE, claim_one, reclaim
 
 KEY = "shared"
 QUEUE_ONE = {"policy": "queue_one", "key": KEY}
@@ -45,19 +43,6 @@ def _claimed(ledger: Ledger, channel: Channel, ago: float, claimant: str) -> Occ
     at = ledger.db_now() - timedelta(seconds=ago)
     assert ledger.insert_occurrence(NewOccurrence(channel.channel_id, channel.name, 1, at))
     return claim_one(ledger, claimant)
-
-
-def _reclaim(ledger: Ledger, occurrence_id: str, claimant: str) -> Occurrence:
-    """Make a waiting row due now and claim it, as the claim loop would after the wait."""
-    with ledger.engine.begin() as conn:
-        conn.execute(
-            sa.update(occurrences)
-            .where(occurrences.c.id == occurrence_id)
-            .values(due_at=ledger.db_now() - timedelta(hours=1))
-        )
-    again = claim_one(ledger, claimant)
-    assert again.id == occurrence_id
-    return again
 
 
 def _edit(ledger: Ledger, channel: Channel, concurrency: dict[str, Any] | None) -> None:
@@ -110,7 +95,7 @@ def test_a_waiter_whose_channel_changed_gives_the_waiting_place_back_when_it_end
     # When A changes, and the waiter comes back for the key and runs its attempt
     CHANGES[change](ledger, a)
     executor = Executor(ledger, FAST)
-    _reclaim(ledger, waiter.id, "node-w2")
+    reclaim(ledger, waiter.id, "node-w2")
     report = executor.run_attempt(waiter.id, "node-w2")
     assert report.status == WAITER_ENDS[change], report
     if WAITER_ENDS[change] == FAILED:

@@ -22,8 +22,16 @@ from cronledger.ledger import (
     SingletonSpec,
 )
 from cronledger.ledger.singletons import WAITER_SLOT
-from cronledger.ledger.tables import occurrences, singletons
-from tests.ledger.helpers import LEASE, claim_one, contend, empty_tables, expire_claim, row
+from cronledger.ledger.tables import singletons
+from tests.ledger.helpers import (
+    LEASE,
+    claim_one,
+    contend,
+    empty_tables,
+    expire_claim,
+    reclaim,
+    row,
+)
 
 WAIT = 30.0
 
@@ -72,7 +80,7 @@ def test_a_waiter_that_finds_the_key_still_held_waits_again(ledger: Ledger) -> N
     assert start_as(ledger, holder, "queue_one") == "started"
     assert start_as(ledger, waiter, "queue_one") == "waiting"
 
-    again = _reclaim(ledger, waiter.id, "node-again")
+    again = reclaim(ledger, waiter.id, "node-again")
 
     assert start_as(ledger, again, "queue_one") == "waiting"
     assert ledger.get_occurrence(waiter.id).status == PENDING
@@ -89,7 +97,7 @@ def test_when_the_holder_ends_the_waiter_starts_and_its_place_is_free_again(
 
     # When the holder completes and the waiter comes back for the slot
     assert ledger.settle(holder.id, "node-0", COMPLETED, fencing_token=token)
-    again = _reclaim(ledger, waiter.id, "node-w")
+    again = reclaim(ledger, waiter.id, "node-w")
     assert again.attempt == 1, "the wait was not an attempt"
 
     # Then the waiter holds the slot, and the next contender may wait in its place
@@ -127,7 +135,7 @@ def test_a_waiter_whose_executor_died_loses_its_place_when_the_place_expires(
     holder, waiter, next_ = claimed(ledger, 3)
     assert start_as(ledger, holder, "queue_one") == "started"
     assert start_as(ledger, waiter, "queue_one") == "waiting"
-    _reclaim(ledger, waiter.id, "node-dead")
+    reclaim(ledger, waiter.id, "node-dead")
     _expire_waiter_place(ledger, "k")
 
     # Then another contender can take the place
@@ -254,19 +262,6 @@ def test_eight_replace_contenders_leave_exactly_slots_holders_and_fence_the_rest
                 gone.id, claimant, COMPLETED, fencing_token=gone.fencing_token
             )
         assert {o.singleton_slot for o in running} == set(range(slots))
-
-
-def _reclaim(ledger: Ledger, occurrence_id: str, claimant: str) -> Occurrence:
-    """Make a waiting row due now and claim it, as the claim loop would after the wait."""
-    with ledger.engine.begin() as conn:
-        conn.execute(
-            sa.update(occurrences)
-            .where(occurrences.c.id == occurrence_id)
-            .values(due_at=ledger.db_now() - timedelta(hours=1))
-        )
-    again = claim_one(ledger, claimant)
-    assert again.id == occurrence_id
-    return again
 
 
 def _expire_waiter_place(ledger: Ledger, key: str) -> None:
