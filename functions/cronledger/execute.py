@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cronledger import metrics
+from cronledger import alerts, metrics
 from cronledger.errors import NotFound
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
@@ -250,7 +250,8 @@ class Executor:
         if isinstance(outcome, AttemptReport):
             return outcome
         end = ending(outcome, occurrence.attempt, schedule.retry)
-        return self._settle(occurrence, claimant, start.fencing_token, end, outcome.result)
+        told = alerts.COMPLETED in schedule.alerts.on
+        return self._settle(occurrence, claimant, start.fencing_token, end, outcome.result, told)
 
     def _open(
         self, occurrence_id: str, claimant: str, trace_id: str
@@ -510,6 +511,7 @@ class Executor:
         fencing_token: int | None,
         end: Ending,
         result: str | None = None,
+        completed_is_told: bool = False,
     ) -> AttemptReport:
         """Step 5: write the end (or the retry) under ownership, releasing the slot."""
         settled = self._settle_through_blips(
@@ -524,6 +526,7 @@ class Executor:
                 # Not started: a place or slot it holds from before (the row shows its key)
                 # is given back now, not when its lease runs out.
                 release_held=fencing_token is None and occurrence.singleton_key is not None,
+                completed_is_told=completed_is_told,
             )
         )
         if not settled:

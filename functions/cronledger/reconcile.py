@@ -234,14 +234,25 @@ def _plan(
     ref = target_ref(channel.target)
 
     attempts = schedule.retry.max_attempts
+    overdue = schedule.alerts.overdue_after_secs
     # Jitter spreads when each row is due; its identity stays the instant.
     if schedule.jitter_secs:
         rows = [
-            NewOccurrence.of(channel, at, ref, max_attempts=attempts, due_at=schedule.due_at(at))
+            NewOccurrence.of(
+                channel,
+                at,
+                ref,
+                max_attempts=attempts,
+                due_at=schedule.due_at(at),
+                overdue_after_secs=overdue,
+            )
             for at in instants
         ]
     else:
-        rows = [NewOccurrence.of(channel, at, ref, max_attempts=attempts) for at in instants]
+        rows = [
+            NewOccurrence.of(channel, at, ref, max_attempts=attempts, overdue_after_secs=overdue)
+            for at in instants
+        ]
     skipped = 0
     if plan.skipped is not None:
         # One row for the whole gap, carried by the newest missed instant: a day of a
@@ -254,6 +265,9 @@ def _plan(
                 status=SKIPPED_MISFIRE,
                 error_message=plan.skipped.reason,
                 max_attempts=attempts,
+                overdue_after_secs=overdue,
+                skipped_count=plan.skipped.count,
+                skipped_oldest=plan.skipped.oldest,
             )
         )
         skipped = plan.skipped.count

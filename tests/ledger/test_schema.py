@@ -32,7 +32,7 @@ def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger
         tables = set(sa.inspect(conn).get_table_names())
         revision = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
     assert tables == {*metadata.tables, VERSION_TABLE}
-    assert revision == "0005"
+    assert revision == "0006"
 
 
 def test_the_migrated_schema_matches_the_table_definitions(ledger: Ledger) -> None:
@@ -60,7 +60,9 @@ def test_postgresql_indexes_only_the_live_work_for_claims(pg_ledger: Ledger) -> 
         "ix_cron_occurrences_pending",
         "ix_cron_occurrences_leased",
         "ix_cron_occurrences_unjudged",
+        "ix_cron_occurrences_overdue",
     }
+    assert "IS NOT NULL" in definitions["ix_cron_occurrences_overdue"], "only the watched"
     assert "'pending'" in definitions["ix_cron_occurrences_pending"]
     assert "'claimed'" in definitions["ix_cron_occurrences_leased"]
     assert "'running'" in definitions["ix_cron_occurrences_leased"]

@@ -202,8 +202,15 @@ def _occurrences_of(
 ) -> list[NewOccurrence]:
     """New rows of `channel` at `instants`, run by hand (`manual`) or to fill a gap."""
     ref = safe_target_ref(channel)
-    attempts = SHARED_SCHEDULES.get(channel).retry.max_attempts
+    schedule = SHARED_SCHEDULES.get(channel)
     return [
-        NewOccurrence.of(channel, at, ref, trigger=trigger, max_attempts=attempts)
+        NewOccurrence.of(
+            channel,
+            at,
+            ref,
+            trigger=trigger,
+            max_attempts=schedule.retry.max_attempts,
+            overdue_after_secs=schedule.alerts.overdue_after_secs,
+        )
         for at in instants
     ]

@@ -28,11 +28,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cronledger import alerts
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ledger.backend import Backend
+from cronledger.ledger.events import Draft, EventStore, draft
 from cronledger.ledger.models import (
     CANCELLED,
     CLAIMED,
+    COMPLETED,
     FAILED,
     LEASED_STATUSES,
     PENDING,
@@ -55,8 +58,7 @@ from cronledger.ledger.singletons import (
     take_waiter_place,
     waiter_of,
 )
-from cronledger.ledger.store import Store
-from cronledger.ledger.tables import occurrences, status_is
+from cronledger.ledger.tables import channel_alerts, occurrences, status_is
 
 log = logging.getLogger(__name__)
 
@@ -65,21 +67,31 @@ log = logging.getLogger(__name__)
 REPLACE_TRIES = 3
 
 
-class AttemptStore(Store):
+class AttemptStore(EventStore):
     def claim(self, claimant: str, limit: int, lease_secs: float) -> ClaimResult:
         """Lease up to `limit` claimable occurrences to `claimant`, oldest due first, and
         settle as abandoned the expired ones that have no attempt left (their slots are
         given back too)."""
         if limit <= 0:
             return ClaimResult([], [])
-        rows, _ = self._run(
-            ("claim", lease_secs),
-            lambda: self._claim_statement(lease_secs),
-            {"p_claimant": claimant, "p_limit": limit},
+        statement = self._statement(
+            ("claim", lease_secs), lambda: self._claim_statement(lease_secs)
         )
-        # RETURNING promises no order; the caller gets the oldest due first.
-        found = sorted(map(occurrence_of, rows), key=lambda o: (o.due_at, o.scheduled_for, o.id))
-        abandoned = [o for o in found if o.status != CLAIMED]
+        with self._write() as conn:
+            rows = conn.execute(statement, {"p_claimant": claimant, "p_limit": limit}).all()
+            # RETURNING promises no order; the caller gets the oldest due first.
+            found = sorted(
+                map(occurrence_of, rows), key=lambda o: (o.due_at, o.scheduled_for, o.id)
+            )
+            abandoned = [o for o in found if o.status != CLAIMED]
+            made = self._record(
+                conn,
+                [
+                    draft(alerts.ABANDONED, o)
+                    for o in sorted(abandoned, key=lambda o: (o.channel_id, o.scheduled_for))
+                ],
+            )
+        self._announce(made)
         if abandoned:
             # Rare, so not in the claim's own statement: slots whose lease ran out with
             # their holder's (a slot re-taken meanwhile has a live lease and is left alone).
@@ -187,7 +199,7 @@ class AttemptStore(Store):
         with self._write(single=not release) as conn:
             slot: int | None = None
             token: int | None = None
-            replaced: str | None = None
+            replaced: Occurrence | None = None
             if release:
                 release_slots_of(conn, [occurrence_id])
             if singleton is not None:
@@ -220,8 +232,16 @@ class AttemptStore(Store):
                 # taken above (and any holder replaced for it) is rolled back with the rest.
                 conn.rollback()
                 return AttemptStart("lost")
+            made = (
+                [] if replaced is None else self._record(conn, [draft(alerts.CANCELLED, replaced)])
+            )
+        self._announce(made)
         return AttemptStart(
-            "started", fencing_token=token, slot=slot, started_at=started_at, replaced=replaced
+            "started",
+            fencing_token=token,
+            slot=slot,
+            started_at=started_at,
+            replaced=None if replaced is None else replaced.id,
         )
 
     def _take_key(
@@ -232,7 +252,7 @@ class AttemptStore(Store):
         holder: str,
         lease_secs: float,
         wait_secs: float,
-    ) -> tuple[int, int, str | None] | str:
+    ) -> tuple[int, int, Occurrence | None] | str:
         """(slot, fencing token, replaced holder) of the slot this occurrence now holds, or
         "busy" (give up) or "wait" (it has taken the key's waiting place)."""
         sql = self._sql
@@ -260,7 +280,7 @@ class AttemptStore(Store):
         occurrence_id: str,
         holder: str,
         lease_secs: float,
-    ) -> tuple[int, int, str | None] | None:
+    ) -> tuple[int, int, Occurrence | None] | None:
         """Cancel the key's holder that started first ("replaced by <this id>") and take
         its slot under the next token. The slot row is locked first (the lock order); when
         it changed hands before the lock was had, look again."""
@@ -280,7 +300,7 @@ class AttemptStore(Store):
             )
             if token is None:
                 continue
-            conn.execute(
+            cancelled = conn.execute(
                 sa.update(occurrences)
                 .where(occurrences.c.id == victim_id)
                 .where(status_is(*LEASED_STATUSES))
@@ -290,9 +310,11 @@ class AttemptStore(Store):
                     error_message=f"replaced by {occurrence_id}",
                     completed_at=sql.now(),
                     updated_at=sql.now(),
+                    overdue_at=None,
                 )
-            )
-            return slot, token, victim_id
+                .returning(*occurrences.c)
+            ).one_or_none()
+            return slot, token, None if cancelled is None else occurrence_of(cancelled)
         return None
 
     def renew(
@@ -333,6 +355,7 @@ class AttemptStore(Store):
         trace_id: str | None = None,
         retry_in: float | None = None,
         release_held: bool = False,
+        completed_is_told: bool = False,
     ) -> bool:
         """Write the end of an attempt (`completed`, `failed`, `skipped_singleton`) and drop
         its lease, releasing its singleton slot in the same transaction. Conditional on the
@@ -342,7 +365,10 @@ class AttemptStore(Store):
         `release_held` (without a token: an attempt that ends before it starts) also gives
         back whatever slot or waiting place the occurrence still holds from before (a
         queued contender's place, a crashed attempt's slot), in the same transaction.
-        False: a superseded holder, and nothing was written."""
+        The end's event (`attempt_failed`, `failed`, `skipped`; for `completed` the
+        recovery of an open alert, and the completion itself when `completed_is_told`) is
+        written in that transaction too. False: a superseded holder, and nothing was
+        written."""
         if status not in SETTLED_STATUSES:
             raise ValueError(f"cannot settle as {status!r}; use one of {SETTLED_STATUSES}")
         if retry_in is not None and status != FAILED:
@@ -356,24 +382,54 @@ class AttemptStore(Store):
             "p_trace": trace_id,
             "p_retry_in": retry_in,
         }
+        quiet = status == COMPLETED and fencing_token is None and not release_held
+        # The common end: one statement, unless the channel has failures or an open alert
+        # this completion must answer (then it matches nothing and the end is written
+        # below, with its events).
+        if (
+            quiet
+            and not completed_is_told
+            and self._run("settle-quiet", self._quiet_settle_statement, parameters)[1] == 1
+        ):
+            return True
         key, build = (
             ("settle", self._settle_statement)
             if retry_in is None
             else ("retry", self._retry_statement)
         )
-        if fencing_token is None and not release_held:
-            return self._run(key, build, parameters)[1] == 1
         with self._write() as conn:
             if fencing_token is None:
-                # Singleton first (the lock order); rolled back below if the settle loses.
-                release_slots_of(conn, [occurrence_id])
+                if release_held:
+                    # Singleton first (the lock order); rolled back below if the settle loses.
+                    release_slots_of(conn, [occurrence_id])
             elif not release_slot(conn, occurrence_id, fencing_token, holder=claimant):
                 conn.rollback()
                 return False
-            if conn.execute(self._statement(key, build), parameters).rowcount != 1:
+            row = conn.execute(self._statement(key, build), parameters).one_or_none()
+            if row is None:
                 conn.rollback()
                 return False
+            settled = occurrence_of(row)
+            made = self._record(
+                conn, self._end_drafts(conn, settled, retry_in is not None, completed_is_told)
+            )
+        self._announce(made)
         return True
+
+    def _end_drafts(
+        self, conn: sa.Connection, settled: Occurrence, retried: bool, completed_is_told: bool
+    ) -> list[Draft]:
+        """The events an attempt's end makes; a completion makes one only when it is told
+        or answers failures or an alert of its channel."""
+        if retried:
+            return [draft(alerts.ATTEMPT_FAILED, settled)]
+        if settled.status == FAILED:
+            return [draft(alerts.FAILED, settled)]
+        if settled.status == SKIPPED_SINGLETON:
+            return [draft(alerts.SKIPPED, settled)]
+        if completed_is_told or conn.execute(_alerting(settled.channel_id)).first() is not None:
+            return [draft(alerts.COMPLETED, settled)]
+        return []
 
     def settle_skipped(self, occurrence_id: str, claimant: str, reason: str) -> bool:
         """Record `skipped_singleton` for a claimed occurrence whose key was busy."""
@@ -466,26 +522,53 @@ class AttemptStore(Store):
         return self._statement(("start", lease_secs), build)
 
     def _settle_statement(self) -> sa.Update:
-        """A leased occurrence's end, conditional on its claimant; drops the lease."""
-        return self._owned_update().values(
-            status=param(occurrences.c.status, "p_status"),
-            claimed_until=None,
-            completed_at=self._sql.now(),
+        """A leased occurrence's end, conditional on its claimant; drops the lease. A
+        completed instant is no longer watched for being overdue."""
+        status = param(occurrences.c.status, "p_status")
+        return (
+            self._owned_update()
+            .values(
+                status=status,
+                claimed_until=None,
+                completed_at=self._sql.now(),
+                overdue_at=sa.case(
+                    (status == _text(COMPLETED), sa.null()), else_=occurrences.c.overdue_at
+                ),
+            )
+            .returning(*occurrences.c)
+        )
+
+    def _quiet_settle_statement(self) -> sa.Update:
+        """`completed`, as `_settle_statement`, for a channel with no failures in a row and
+        no open alert: such a completion makes no event."""
+        return (
+            self._owned_update()
+            .where(~_alerting(occurrences.c.channel_id).exists())
+            .values(
+                status=_text(COMPLETED),
+                claimed_until=None,
+                completed_at=self._sql.now(),
+                overdue_at=None,
+            )
         )
 
     def _retry_statement(self) -> sa.Update:
         """A failed attempt's occurrence back to `pending`, due after its backoff, holding
         nothing, its error kept; conditional on its claimant."""
-        return self._owned_update().values(
-            status=PENDING,
-            claimed_by=None,
-            claimed_until=None,
-            due_at=self._sql.now_plus_bound("p_retry_in"),
-            singleton_key=None,
-            singleton_slot=None,
-            fencing_token=None,
-            started_at=None,
-            completed_at=None,
+        return (
+            self._owned_update()
+            .values(
+                status=PENDING,
+                claimed_by=None,
+                claimed_until=None,
+                due_at=self._sql.now_plus_bound("p_retry_in"),
+                singleton_key=None,
+                singleton_slot=None,
+                fencing_token=None,
+                started_at=None,
+                completed_at=None,
+            )
+            .returning(*occurrences.c)
         )
 
     def _owned_update(self) -> sa.Update:
@@ -524,6 +607,15 @@ def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
             updated_at=sql.now(),
             **values,
         )
+    )
+
+
+def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:
+    """The channel's alert row, when a completion must answer it: failures in a row to
+    reset, or a delivered alert to recover from."""
+    return sa.select(channel_alerts.c.channel_id).where(
+        channel_alerts.c.channel_id == channel_id,
+        sa.or_(channel_alerts.c.consecutive_failures > 0, channel_alerts.c.open_alert.is_not(None)),
     )
 
 

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from cronledger.instants import require_utc
 from cronledger.ledger.backend import instant_of_json
+from cronledger.ledger.events import EventStore
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     PENDING,
@@ -34,14 +35,13 @@ from cronledger.ledger.models import (
     ScheduleState,
     ScheduleWork,
 )
-from cronledger.ledger.store import Store
 from cronledger.ledger.tables import UtcDateTime, channels, occurrences, schedule_state, status_is
 
 #: The most cursor moves in one SQLite UPDATE (see `_advance_in`).
 MOVE_CHUNK = 250
 
 
-class CursorStore(Store):
+class CursorStore(EventStore):
     def schedule_states(self, channel_ids: Collection[str] | None = None) -> list[ScheduleState]:
         """Every cursor (or those of `channel_ids`), in channel id order."""
         stmt = sa.select(schedule_state).order_by(schedule_state.c.channel_id)

@@ -23,9 +23,18 @@ from typing import Literal
 
 import sqlalchemy as sa
 
+from cronledger import alerts
 from cronledger.ledger.backend import Backend
-from cronledger.ledger.models import CLAIMED, PENDING, SKIPPED_MISFIRE, TRIGGER_CRON, MisfireRule
-from cronledger.ledger.store import Store
+from cronledger.ledger.events import EventStore, draft
+from cronledger.ledger.models import (
+    CLAIMED,
+    PENDING,
+    SKIPPED_MISFIRE,
+    TRIGGER_CRON,
+    Event,
+    MisfireRule,
+    Occurrence,
+)
 from cronledger.ledger.tables import occurrences, schedule_state, status_is
 
 Verdict = Literal["run", "skipped", "behind", "lost"]
@@ -52,7 +61,7 @@ def misfire_due(sql: Backend, grace_secs: float) -> sa.ColumnElement[bool]:
     )
 
 
-class MisfireStore(Store):
+class MisfireStore(EventStore):
     def judge_misfires(
         self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
     ) -> Judgment:
@@ -67,6 +76,7 @@ class MisfireStore(Store):
         late = sa.or_(
             sa.and_(status_is(PENDING), of_channel), sa.and_(status_is(CLAIMED), of_channel)
         )
+        made: list[Event] = []
         with self._write() as conn:
             if self._cursor_behind(conn, channel_id, rule.grace_secs):
                 return Judgment("behind")
@@ -95,7 +105,7 @@ class MisfireStore(Store):
                     f"which runs {len(keep_ids)} of the channel's {len(ids)} late "
                     "occurrence(s)"
                 )
-                dropped = conn.execute(
+                skipped = conn.execute(
                     sa.update(occurrences)
                     .where(occurrences.c.id.in_(drop_ids), unjudged)
                     .values(
@@ -105,12 +115,31 @@ class MisfireStore(Store):
                         completed_at=self._sql.now(),
                         updated_at=self._sql.now(),
                     )
-                ).rowcount
+                    .returning(*occurrences.c)
+                ).all()
+                dropped = len(skipped)
+                if skipped:
+                    # One event for the judgment, carried by the newest instant it dropped.
+                    ordered = sorted(
+                        (Occurrence(*r) for r in skipped), key=lambda o: o.scheduled_for
+                    )
+                    made = self._record(
+                        conn,
+                        [
+                            draft(
+                                alerts.SKIPPED,
+                                ordered[-1],
+                                count=dropped,
+                                oldest_scheduled_for=ordered[0].scheduled_for,
+                            )
+                        ],
+                    )
             mine = conn.execute(
                 sa.select(
                     occurrences.c.status, occurrences.c.claimed_by, occurrences.c.misfire_judged
                 ).where(occurrences.c.id == occurrence_id)
             ).one_or_none()
+        self._announce(made)
         if mine is not None and mine.status == SKIPPED_MISFIRE:
             return Judgment("skipped", dropped)
         if mine is not None and (mine.status, mine.claimed_by) == (CLAIMED, claimant):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from cronledger.errors import CronledgerError
@@ -90,6 +90,9 @@ class Occurrence:
     #: The misfire rule no longer applies to it: it started once, a judgment at start kept
     #: it, or it is a retry or a queued contender.
     misfire_judged: bool
+    #: When it is overdue if not completed by then; None once it completed, was cancelled
+    #: or was reported overdue, or when its channel sets no `alerts.overdue_after_secs`.
+    overdue_at: datetime | None = None
 
     @property
     def allowed_attempts(self) -> int:
@@ -122,11 +125,22 @@ class NewOccurrence:
     due_at: datetime | None = None
     #: The channel's `retry.max_attempts` (refreshed from the channel at every start).
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    #: The channel's `alerts.overdue_after_secs`: the row is overdue that long after it is due.
+    overdue_after_secs: int | None = None
+    #: A misfire summary's count of the instants it stands for, and the oldest of them.
+    skipped_count: int | None = None
+    skipped_oldest: datetime | None = None
     id: str = field(default_factory=new_occurrence_id)
 
     @property
     def due(self) -> datetime:
         return self.scheduled_for if self.due_at is None else self.due_at
+
+    @property
+    def overdue_at(self) -> datetime | None:
+        if self.overdue_after_secs is None:
+            return None
+        return self.due + timedelta(seconds=self.overdue_after_secs)
 
     @classmethod
     def of(
@@ -288,6 +302,56 @@ class OccurrenceFilter:
     until: datetime | None = None
     limit: int = 50
     offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One row of `cron_events`: `document` is the event as a receiver gets it; `sequence`
+    is None for an event that is listed but not delivered (its kind is not in the channel's
+    `alerts.on`)."""
+
+    event_id: str
+    channel_id: str
+    sequence: int | None
+    kind: str
+    at: datetime
+    occurrence_id: str | None
+    document: dict[str, Any]
+    send_attempts: int = 0
+    last_error: str | None = None
+    delivered_at: datetime | None = None
+
+    @property
+    def deliver(self) -> bool:
+        return self.sequence is not None
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Events listing filter, newest first; `since` bounds `at` (inclusive); `after` is
+    the opaque key of the last event of the previous page."""
+
+    channel_id: str | None = None
+    kind: str | None = None
+    since: datetime | None = None
+    after: str | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    data: list[Event]
+    limit: int
+    #: The key to pass as `after` for the next page; None on the last page.
+    next: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outbox:
+    """Events still to deliver, at the database's clock."""
+
+    undelivered: int
+    oldest_age_secs: float | None
 
 
 @dataclass(frozen=True, slots=True)

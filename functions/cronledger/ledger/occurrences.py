@@ -15,9 +15,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
+from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.instants import require_utc
 from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
+from cronledger.ledger.events import draft
 from cronledger.ledger.models import (
     ACTIVE_STATUSES,
     CANCELLED,
@@ -25,8 +28,10 @@ from cronledger.ledger.models import (
     CHANNEL_ARCHIVED,
     PENDING,
     RETRYABLE_STATUSES,
+    SKIPPED_MISFIRE,
     TERMINAL_STATUSES,
     CursorMove,
+    Event,
     NewOccurrence,
     Occurrence,
     OccurrenceFilter,
@@ -75,20 +80,51 @@ class OccurrenceStore(CursorStore):
         rows, moves = list(rows), list(moves)
         if not moves:
             return 0, set()
+        summaries = [row for row in rows if row.status == SKIPPED_MISFIRE]
+        made: list[Event] = []
         if not self._sql.is_postgres:
             with self._write() as conn:
                 moved_ids = self._advance_in(conn, moves)
                 mine = [row for row in rows if row.channel_id in moved_ids]
-                return (self._insert_in(conn, mine) if mine else 0), moved_ids
+                count = self._insert_in(conn, mine) if mine else 0
+                made = self._summary_events(conn, summaries)
+            self._announce(made)
+            return count, moved_ids
         move, moved = self._moves_statement(moves)
         if rows:
             inserted = _counted(self._insert_statement(rows, only=sa.select(moved.c.channel_id)))
         else:
             inserted = sa.select(sa.literal(0))
         lost = sa.func.array(lost_moves(move, moved).scalar_subquery())
-        with self._write(single=True) as conn:
+        # A pass after an outage writes misfire summaries, and their events with them.
+        with self._write(single=not summaries) as conn:
             count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
+            made = self._summary_events(conn, summaries)
+        self._announce(made)
         return int(count), set(moves_of(moves)) - set(lost_ids)
+
+    def _summary_events(self, conn: sa.Connection, summaries: list[NewOccurrence]) -> list[Event]:
+        """`occurrence.skipped` for each misfire summary this transaction inserted (its id is
+        fresh, so a summary that lost to a row already there is not found by it)."""
+        if not summaries:
+            return []
+        by_id = {row.id: row for row in summaries}
+        written = conn.execute(
+            sa.select(occurrences).where(occurrences.c.id.in_(list(by_id)))
+        ).all()
+        found = sorted((Occurrence(*r) for r in written), key=lambda o: o.channel_id)
+        return self._record(
+            conn,
+            [
+                draft(
+                    alerts.SKIPPED,
+                    o,
+                    count=by_id[o.id].skipped_count,
+                    oldest_scheduled_for=by_id[o.id].skipped_oldest,
+                )
+                for o in found
+            ],
+        )
 
     def _insert_in(self, conn: sa.Connection, rows: list[NewOccurrence]) -> int:
         """SQLite: multi-row INSERTs of a thousand rows, inside the caller's transaction."""
@@ -128,6 +164,7 @@ class OccurrenceStore(CursorStore):
             "error_message": (sa.Text(), [r.error_message for r in rows]),
             "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
             "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
+            "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
         }
         given = self._sql.rows("new", columns)
         now = self._sql.now()
@@ -263,10 +300,14 @@ class OccurrenceStore(CursorStore):
             f"is {channel_status}, not active; {remedy}"
         )
 
-    def cancel(self, occurrence_id: str) -> Occurrence:
+    def cancel(
+        self, occurrence_id: str, *, by: str | None = None, reason: str | None = None
+    ) -> Occurrence:
         """Cancel a pending, claimed or running occurrence: it becomes `cancelled`, loses its
-        claim and gives back any singleton slot, in one transaction. A running attempt
+        claim and gives back any singleton slot, and its `occurrence.cancelled` event
+        (saying who and why, when known) is written, in one transaction. A running attempt
         finds out at its next renewal, which then matches nothing. NotFound / Conflict."""
+        message = f"cancelled by {by or 'an operator'}" + (f": {reason}" if reason else "")
         with self._write() as conn:
             # Singleton first (the lock order). Rolled back below if the cancel loses.
             release_slots_of(conn, [occurrence_id])
@@ -278,15 +319,21 @@ class OccurrenceStore(CursorStore):
                     status=CANCELLED,
                     claimed_by=None,
                     claimed_until=None,
-                    error_message="cancelled by an operator",
+                    error_message=truncate_excerpt(message, ERROR_MESSAGE_BYTES),
                     completed_at=self._sql.now(),
                     updated_at=self._sql.now(),
+                    overdue_at=None,
                 )
                 .returning(*occurrences.c)
             ).one_or_none()
             if row is not None:
-                return Occurrence(**row._mapping)
-            conn.rollback()
+                cancelled = Occurrence(**row._mapping)
+                made = self._record(conn, [draft(alerts.CANCELLED, cancelled)])
+            else:
+                conn.rollback()
+        if row is not None:
+            self._announce(made)
+            return cancelled
         current = self.get_occurrence(occurrence_id)
         raise Conflict(
             f"occurrence {occurrence_id} is {current.status!r}; only "
@@ -357,6 +404,7 @@ class OccurrenceStore(CursorStore):
             "error_message": row.error_message,
             "due_at": require_utc(row.due, "due_at"),
             "max_attempts": row.max_attempts,
+            "overdue_at": row.overdue_at,
             "misfire_judged": False,
             # A row born terminal (a misfire summary) ended when it was written.
             "completed_at": None if row.status in ACTIVE_STATUSES else now,

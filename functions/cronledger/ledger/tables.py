@@ -83,6 +83,13 @@ schedule_state = sa.Table(
     sa.Column("next_fire_at", UtcDateTime, nullable=True),
     sa.Column("paused_at", UtcDateTime, nullable=True),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    # Running cursors by their next instant: the ones behind the clock, without a scan.
+    sa.Index(
+        "ix_cron_schedule_state_next",
+        "next_fire_at",
+        postgresql_where=sa.text("paused_at IS NULL"),
+        sqlite_where=sa.text("paused_at IS NULL"),
+    ),
 )
 
 occurrences = sa.Table(
@@ -119,6 +126,10 @@ occurrences = sa.Table(
     # The misfire rule no longer applies: the row started once, a judgment at start kept
     # it, or it is a retry. A late cron row without it is judged before it may start.
     sa.Column("misfire_judged", sa.Boolean, nullable=False),
+    # When the instant is overdue if it has not completed by then (its channel's
+    # `alerts.overdue_after_secs` after its due time); cleared when it completes, is
+    # cancelled, or its `occurrence.overdue` event is written: an instant is overdue once.
+    sa.Column("overdue_at", UtcDateTime, nullable=True),
     # The identity of an occurrence, and what makes materialisation idempotent.
     sa.UniqueConstraint("channel_id", "scheduled_for", name="uq_cron_occurrences_instant"),
     # The claim's two arms, the backlog and the in-flight count. Partial on PostgreSQL, so
@@ -147,6 +158,13 @@ occurrences = sa.Table(
     ),
     # Newest-first listing by instant (per channel: the unique constraint above).
     sa.Index("ix_cron_occurrences_scheduled", "scheduled_for", "id"),
+    # The overdue watch: only instants that may still become overdue.
+    sa.Index(
+        "ix_cron_occurrences_overdue",
+        "overdue_at",
+        postgresql_where=sa.text("overdue_at IS NOT NULL"),
+        sqlite_where=sa.text("overdue_at IS NOT NULL"),
+    ),
 )
 
 singletons = sa.Table(
@@ -160,6 +178,51 @@ singletons = sa.Table(
     sa.Column("fencing_token", sa.BigInteger, nullable=False),
     sa.Column("lease_until", UtcDateTime, nullable=True),
     sa.Index("ix_cron_singletons_occurrence", "occurrence_id"),
+)
+
+events = sa.Table(
+    "cron_events",
+    metadata,
+    sa.Column("event_id", sa.String, primary_key=True),
+    sa.Column("channel_id", sa.String, nullable=False),
+    # Per channel, counting only the events to deliver: gapless, so a receiver sees a gap.
+    sa.Column("sequence", sa.BigInteger, nullable=True),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("occurrence_id", sa.String, nullable=True),
+    # The event as delivered (`cronledger.events.Event.document`), JSON text.
+    sa.Column("document", sa.Text, nullable=False),
+    # NULL: listed only (its kind is not in the channel's `alerts.on`), never sent.
+    sa.Column("send_after", UtcDateTime, nullable=True),
+    sa.Column("send_attempts", sa.Integer, nullable=False),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("delivered_at", UtcDateTime, nullable=True),
+    sa.UniqueConstraint("channel_id", "sequence", name="uq_cron_events_sequence"),
+    # Newest first, overall and per channel.
+    sa.Index("ix_cron_events_at", "at", "event_id"),
+    sa.Index("ix_cron_events_channel", "channel_id", "at", "event_id"),
+    # The outbox: events still to send, by when they may next be tried.
+    sa.Index(
+        "ix_cron_events_outbox",
+        "send_after",
+        postgresql_where=sa.text("send_after IS NOT NULL AND delivered_at IS NULL"),
+        sqlite_where=sa.text("send_after IS NOT NULL AND delivered_at IS NULL"),
+    ),
+)
+
+channel_alerts = sa.Table(
+    "cron_channel_alerts",
+    metadata,
+    sa.Column("channel_id", sa.String, primary_key=True),
+    # The last `sequence` given to one of the channel's delivered events.
+    sa.Column("sequence", sa.BigInteger, nullable=False),
+    # Failed occurrences (abandoned included) since the last completed one.
+    sa.Column("consecutive_failures", sa.Integer, nullable=False),
+    # The kind of the delivered alert no completed occurrence has answered yet, if any:
+    # the next completion raises `channel.recovered`.
+    sa.Column("open_alert", sa.String, nullable=True),
+    # Since when the channel's cursor is known to be stalled (`channel.stalled` written).
+    sa.Column("stalled_at", UtcDateTime, nullable=True),
 )
 
 job_runs = sa.Table(

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
+from cronledger.alerts import AlertRules
 from cronledger.instants import require_utc, to_rfc3339
 from cronledger.schedule.walk import (
     EPOCH,
@@ -157,6 +158,8 @@ class Schedule:
     jitter_secs: int
     config_hash: str
     _calendar: Instants = field(repr=False)
+    #: Who is told of what (not in `config_hash`: it never moves when the channel fires).
+    alerts: AlertRules = field(default_factory=AlertRules)
 
     @property
     def payload(self) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import croniter
 
+from cronledger.alerts import alert_rules
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import parse_rfc3339, require_utc, to_rfc3339
 from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy, Schedule
@@ -83,6 +84,7 @@ _KEYS: Final = (
     "starts_at",
     "ends_at",
     "jitter_secs",
+    "alerts",
 )
 _JITTER: Final = "transport_config.jitter_secs"
 _AT: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
@@ -171,12 +173,14 @@ def compile_schedule(
     max_catch_up = _max_catch_up(get("max_catch_up"), policy, errors)
     concurrency = _concurrency(get("concurrency"), channel_id, errors)
     retry = _retry(get("retry"), errors)
+    alerts = alert_rules(transport_config.get("alerts"), errors)
     if errors:
         raise ScheduleInvalid(errors)
 
     assert when is not None and zone is not None
     assert payload_json is not None and policy is not None
     assert max_catch_up is not None and concurrency is not None and retry is not None
+    assert alerts is not None
     misfire_policy = cast(MisfirePolicy, policy)
     return Schedule(
         channel_id=channel_id,
@@ -195,6 +199,7 @@ def compile_schedule(
         jitter_secs=when.jitter_secs,
         config_hash=_config_hash(when, zone, misfire_policy, max_catch_up),
         _calendar=when.instants,
+        alerts=alerts,
     )
 
 

@@ -1,0 +1,467 @@
+"""Events: an outbox written by the transaction that makes the change it reports.
+
+- `_record` is only ever called inside a write transaction that has just changed an
+  occurrence or a cursor: the change and its event commit together or not at all. It locks
+  the channels' alert rows in channel id order, after every other row the transaction
+  writes, so two recording transactions cannot wait on each other in a cycle.
+- An event to deliver takes its channel's next `sequence` (gapless: the counter moves in the
+  same transaction) and `send_after` a short lease in the future: the function that made it
+  sends it right after the commit, and only if that send never lands does the sweep
+  (`take_outbox`) take it, once the lease has run out. A crash between a send and its mark
+  sends the event again with the same `event_id`: delivery is at least once.
+- Overdue detection is one indexed read of `overdue_at` (rows not yet completed, cancelled
+  or reported) and one of the running cursors behind the clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cronledger import alerts
+from cronledger.alerts import AlertRules, AlertState, advance, rules_of
+from cronledger.errors import FieldError, ValidationFailed
+from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
+from cronledger.ids import uuid7
+from cronledger.instants import to_rfc3339
+from cronledger.ledger.models import (
+    Event,
+    EventFilter,
+    EventPage,
+    Occurrence,
+    Outbox,
+)
+from cronledger.ledger.store import Store
+from cronledger.ledger.tables import (
+    channel_alerts,
+    channels,
+    events,
+    occurrences,
+    schedule_state,
+)
+
+#: How long the function that made an event has to send it before the sweep may.
+SEND_LEASE_SECS = 30.0
+#: The most events one sweep or detection takes at a time.
+OUTBOX_BATCH = 100
+#: Retries of a delivery that failed back off this much, doubling, up to the cap.
+RETRY_FIRST_SECS = 2.0
+RETRY_MAX_SECS = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """An event to record: its kind, the occurrence it is about (None for a channel's), and
+    what the row alone does not say."""
+
+    kind: str
+    channel_id: str
+    occurrence: Occurrence | None = None
+    error: str | None = None
+    count: int | None = None
+    oldest_scheduled_for: datetime | None = None
+    channel_name: str | None = None
+
+
+def draft(kind: str, occurrence: Occurrence, **fields: Any) -> Draft:
+    return Draft(kind, occurrence.channel_id, occurrence, **fields)
+
+
+class EventStore(Store):
+    #: Told the events a committed write made that are to be delivered, right after the
+    #: commit (the caller's thread): the function that made them sends them.
+    on_events: Any = None
+
+    def _announce(self, made: Sequence[Event]) -> None:
+        deliver = [event for event in made if event.deliver]
+        if deliver and self.on_events is not None:
+            self.on_events(deliver)
+
+    def _record(self, conn: sa.Connection, drafts: Sequence[Draft]) -> list[Event]:
+        """Write the events of `drafts` in the caller's transaction, moving each channel's
+        alert state; answers them in order."""
+        if not drafts:
+            return []
+        ids = sorted({d.channel_id for d in drafts})
+        conn.execute(
+            self._sql.insert(channel_alerts)
+            .values([{"channel_id": i, "sequence": 0, "consecutive_failures": 0} for i in ids])
+            .on_conflict_do_nothing(index_elements=[channel_alerts.c.channel_id])
+        )
+        read = (
+            sa.select(
+                channel_alerts.c.channel_id,
+                channel_alerts.c.sequence,
+                channel_alerts.c.consecutive_failures,
+                channel_alerts.c.open_alert,
+                channels.c.name,
+                channels.c.transport_config,
+                self._sql.now().label("now"),
+            )
+            .select_from(
+                channel_alerts.outerjoin(
+                    channels, channels.c.channel_id == channel_alerts.c.channel_id
+                )
+            )
+            .where(channel_alerts.c.channel_id.in_(ids))
+            .order_by(channel_alerts.c.channel_id)
+        )
+        if self._sql.is_postgres:
+            read = read.with_for_update(of=channel_alerts)
+        states: dict[str, AlertState] = {}
+        config: dict[str, tuple[str | None, dict[str, Any], AlertRules]] = {}
+        now: datetime | None = None
+        for row in conn.execute(read):
+            states[row.channel_id] = AlertState(
+                row.sequence, row.consecutive_failures, row.open_alert
+            )
+            document = row.transport_config or {}
+            config[row.channel_id] = (row.name, document, rules_of(document))
+            now = row.now
+        assert now is not None
+        made: list[Event] = []
+        for d in drafts:
+            name, document, rules = config[d.channel_id]
+            before = states[d.channel_id]
+            after, recorded = advance(before, rules, d.kind)
+            sequence = before.sequence
+            for kind, deliver in recorded:
+                if deliver:
+                    sequence += 1
+                made.append(
+                    _event(d, kind, sequence if deliver else None, now, name, document, after)
+                )
+            states[d.channel_id] = after
+        for channel_id in ids:
+            state = states[channel_id]
+            conn.execute(
+                sa.update(channel_alerts)
+                .where(channel_alerts.c.channel_id == channel_id)
+                .values(
+                    sequence=state.sequence,
+                    consecutive_failures=state.consecutive_failures,
+                    open_alert=state.open_alert,
+                )
+            )
+        lease = now + timedelta(seconds=SEND_LEASE_SECS)
+        conn.execute(
+            sa.insert(events),
+            [
+                {
+                    "event_id": e.event_id,
+                    "channel_id": e.channel_id,
+                    "sequence": e.sequence,
+                    "kind": e.kind,
+                    "at": e.at,
+                    "occurrence_id": e.occurrence_id,
+                    "document": json.dumps(e.document, separators=(",", ":")),
+                    "send_after": lease if e.deliver else None,
+                    "send_attempts": 0,
+                }
+                for e in made
+            ],
+        )
+        return made
+
+    # --- the outbox -----------------------------------------------------------------------
+
+    def take_outbox(
+        self, limit: int = OUTBOX_BATCH, lease_secs: float = SEND_LEASE_SECS
+    ) -> list[Event]:
+        """Lease up to `limit` undelivered events whose lease has run out, oldest first, to
+        this sender: each one's next try waits `lease_secs` (doubling with its tries, capped),
+        so a sender that dies with them leaves them to a later sweep, and two sweeps never
+        take the same event at once."""
+        outbox = sa.and_(events.c.send_after.is_not(None), events.c.delivered_at.is_(None))
+        due = (
+            sa.select(events.c.event_id)
+            .where(outbox, events.c.send_after <= self._sql.now())
+            .order_by(events.c.send_after)
+            .limit(limit)
+        )
+        if self._sql.is_postgres:
+            due = due.with_for_update(skip_locked=True)
+        with self._write() as conn:
+            taken = conn.execute(
+                sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), outbox)
+            ).all()
+            for attempts in sorted({row.send_attempts for row in taken}):
+                wait = max(lease_secs, min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2**attempts))
+                conn.execute(
+                    sa.update(events)
+                    .where(
+                        events.c.event_id.in_(
+                            [r.event_id for r in taken if r.send_attempts == attempts]
+                        )
+                    )
+                    .values(send_after=self._sql.now_plus(wait), send_attempts=attempts + 1)
+                )
+        found = [_event_of(row) for row in taken]
+        return sorted(found, key=lambda e: (e.at, e.event_id))
+
+    def mark_delivered(self, event_ids: Iterable[str]) -> int:
+        """The destination accepted these events: they leave the outbox."""
+        ids = list(event_ids)
+        if not ids:
+            return 0
+        with self._write(single=True) as conn:
+            return conn.execute(
+                sa.update(events)
+                .where(events.c.event_id.in_(ids), events.c.delivered_at.is_(None))
+                .values(delivered_at=self._sql.now(), last_error=None)
+            ).rowcount
+
+    def mark_undelivered(self, failures: dict[str, str]) -> None:
+        """The destination refused or could not be reached: note why; the event stays in
+        the outbox for the sweep, after its lease."""
+        if not failures:
+            return
+        with self._write() as conn:
+            for event_id, error in failures.items():
+                conn.execute(
+                    sa.update(events)
+                    .where(events.c.event_id == event_id, events.c.delivered_at.is_(None))
+                    .values(last_error=truncate_excerpt(error, ERROR_MESSAGE_BYTES))
+                )
+
+    def outbox(self) -> Outbox:
+        """How many events wait to be delivered, and how long the oldest has waited."""
+        waiting = sa.and_(events.c.send_after.is_not(None), events.c.delivered_at.is_(None))
+        with self._read() as conn:
+            count, oldest, now = conn.execute(
+                sa.select(sa.func.count(), sa.func.min(events.c.at), self._sql.now()).where(waiting)
+            ).one()
+        age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
+        return Outbox(int(count), age)
+
+    # --- listing --------------------------------------------------------------------------
+
+    def list_events(self, filter: EventFilter | None = None) -> EventPage:
+        """Events newest first, by (`at`, `event_id`), a page at a time: `next` is the key of
+        the page's last event, and the following page starts strictly after it, so pages
+        neither skip nor repeat events while new ones are written."""
+        f = filter or EventFilter()
+        stmt = sa.select(events)
+        if f.channel_id is not None:
+            stmt = stmt.where(events.c.channel_id == f.channel_id)
+        if f.kind is not None:
+            stmt = stmt.where(events.c.kind == alerts.KINDS.get(f.kind, f.kind))
+        if f.since is not None:
+            stmt = stmt.where(events.c.at >= f.since)
+        if f.after is not None:
+            at, event_id = _read_key(f.after)
+            stmt = stmt.where(
+                sa.or_(events.c.at < at, sa.and_(events.c.at == at, events.c.event_id < event_id))
+            )
+        stmt = stmt.order_by(events.c.at.desc(), events.c.event_id.desc()).limit(f.limit + 1)
+        with self._read() as conn:
+            rows = [_event_of(row) for row in conn.execute(stmt)]
+        more = len(rows) > f.limit
+        rows = rows[: f.limit]
+        return EventPage(rows, f.limit, _key_of(rows[-1]) if more and rows else None)
+
+    def open_alerts(self, channel_ids: Iterable[str] | None = None) -> dict[str, str]:
+        """Per channel, the kind of its delivered alert not yet answered by a completed
+        occurrence."""
+        stmt = sa.select(channel_alerts.c.channel_id, channel_alerts.c.open_alert).where(
+            channel_alerts.c.open_alert.is_not(None)
+        )
+        if channel_ids is not None:
+            stmt = stmt.where(channel_alerts.c.channel_id.in_(list(channel_ids)))
+        with self._read() as conn:
+            return {row.channel_id: row.open_alert for row in conn.execute(stmt)}
+
+    # --- detection ------------------------------------------------------------------------
+
+    def detect_overdue(self, limit: int = OUTBOX_BATCH) -> list[Event]:
+        """Report, once each, the instants not completed by their `overdue_at`, and the
+        channels whose cursor has fallen behind their schedule by more than their
+        `alerts.overdue_after_secs`; answers the events written."""
+        made = self._overdue_occurrences(limit) + self._stalled_channels(limit)
+        self._announce(made)
+        return made
+
+    def _overdue_occurrences(self, limit: int) -> list[Event]:
+        now = self._sql.now()
+        due = sa.select(occurrences.c.id).where(occurrences.c.overdue_at <= now)
+        due = due.order_by(occurrences.c.overdue_at).limit(limit)
+        if self._sql.is_postgres:
+            due = due.with_for_update(skip_locked=True)
+        with self._write() as conn:
+            rows = conn.execute(
+                sa.update(occurrences)
+                .where(occurrences.c.id.in_(due.scalar_subquery()), occurrences.c.overdue_at <= now)
+                .values(overdue_at=None)
+                .returning(*occurrences.c)
+            ).all()
+            found = sorted((Occurrence(*row) for row in rows), key=lambda o: o.channel_id)
+            return self._record(conn, [draft(alerts.OVERDUE, o) for o in found])
+
+    def _stalled_channels(self, limit: int) -> list[Event]:
+        """Running cursors behind the clock are few (a pass moves each past now), and read
+        through their index; the limit of each is checked here, in the channel's rules."""
+        now = self._sql.now()
+        behind = (
+            sa.select(
+                schedule_state.c.channel_id,
+                schedule_state.c.next_fire_at,
+                channels.c.transport_config,
+                channel_alerts.c.stalled_at,
+                now.label("now"),
+            )
+            .select_from(
+                schedule_state.join(
+                    channels, channels.c.channel_id == schedule_state.c.channel_id
+                ).outerjoin(
+                    channel_alerts, channel_alerts.c.channel_id == schedule_state.c.channel_id
+                )
+            )
+            .where(schedule_state.c.paused_at.is_(None), schedule_state.c.next_fire_at < now)
+            .limit(limit * 10)
+        )
+        stalled_back = sa.select(channel_alerts.c.channel_id).where(
+            channel_alerts.c.stalled_at.is_not(None)
+        )
+        with self._write() as conn:
+            stalled: list[tuple[str, datetime]] = []
+            still: set[str] = set()
+            for row in conn.execute(behind):
+                limit_secs = rules_of(row.transport_config).overdue_after_secs
+                if limit_secs is None:
+                    continue
+                if row.next_fire_at + timedelta(seconds=limit_secs) < row.now:
+                    still.add(row.channel_id)
+                    if row.stalled_at is None:
+                        stalled.append((row.channel_id, row.next_fire_at))
+            caught_up = set(conn.execute(stalled_back).scalars()) - still
+            if caught_up:
+                conn.execute(
+                    sa.update(channel_alerts)
+                    .where(channel_alerts.c.channel_id.in_(sorted(caught_up)))
+                    .values(stalled_at=None)
+                )
+            made = self._record(
+                conn,
+                [
+                    Draft(alerts.STALLED, channel_id, oldest_scheduled_for=since)
+                    for channel_id, since in sorted(stalled)
+                ],
+            )
+            if stalled:
+                conn.execute(
+                    sa.update(channel_alerts)
+                    .where(channel_alerts.c.channel_id.in_([c for c, _ in stalled]))
+                    .values(stalled_at=self._sql.now())
+                )
+            return made
+
+
+def _event(
+    d: Draft,
+    kind: str,
+    sequence: int | None,
+    now: datetime,
+    name: str | None,
+    document: dict[str, Any],
+    state: AlertState,
+) -> Event:
+    """The event as a receiver gets it: everything a message needs to say what happened,
+    where, and where to look, with no secret (the error is the excerpt the ledger keeps)."""
+    o = d.occurrence
+    event_id = str(uuid7())
+    channel_name = d.channel_name or (o.channel_name if o is not None else None) or name
+    body: dict[str, Any] = {
+        "event_id": event_id,
+        "sequence": sequence,
+        "kind": kind,
+        "at": to_rfc3339(now),
+        "channel_id": d.channel_id,
+        "channel_name": channel_name,
+        "timezone": document.get("timezone", "UTC"),
+        "occurrence_id": None,
+        "scheduled_for": None,
+        "due_at": None,
+        "trigger": None,
+        "attempt": None,
+        "max_attempts": None,
+        "status": None,
+        "error": d.error,
+        "count": d.count,
+        "consecutive_failures": state.consecutive_failures,
+        "links": {
+            "api": f"/api/v1/admin/channels/{d.channel_id}",
+            "console": f"/#channel={d.channel_id}",
+        },
+    }
+    if d.oldest_scheduled_for is not None:
+        body["oldest_scheduled_for"] = to_rfc3339(d.oldest_scheduled_for)
+    if o is not None:
+        body |= {
+            "occurrence_id": o.id,
+            "scheduled_for": to_rfc3339(o.scheduled_for),
+            "due_at": to_rfc3339(o.due_at),
+            "trigger": o.trigger,
+            "attempt": o.attempt,
+            "max_attempts": o.allowed_attempts,
+            "status": o.status,
+            "error": d.error if d.error is not None else o.error_message,
+            "singleton_key": o.singleton_key,
+            "links": {
+                "api": f"/api/v1/admin/cron/occurrences/{o.id}",
+                "console": f"/#occurrence={o.id}",
+            },
+        }
+    if kind == alerts.RECOVERED:
+        body["error"] = None
+    return Event(
+        event_id=event_id,
+        channel_id=d.channel_id,
+        sequence=sequence,
+        kind=kind,
+        at=now,
+        occurrence_id=o.id if o is not None else None,
+        document=body,
+    )
+
+
+def _event_of(row: Any) -> Event:
+    document = json.loads(row.document)
+    return Event(
+        event_id=row.event_id,
+        channel_id=row.channel_id,
+        sequence=row.sequence,
+        kind=row.kind,
+        at=row.at,
+        occurrence_id=row.occurrence_id,
+        document=document,
+        send_attempts=row.send_attempts,
+        last_error=row.last_error,
+        delivered_at=row.delivered_at,
+    )
+
+
+def _key_of(event: Event) -> str:
+    raw = f"{event.at.isoformat()}|{event.event_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _read_key(key: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4)).decode()
+        at, event_id = raw.split("|", 1)
+        return datetime.fromisoformat(at), event_id
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise ValidationFailed(
+            [
+                FieldError(
+                    "after", "invalid", "is not a page key; pass the `next` of the previous page"
+                )
+            ]
+        ) from exc
