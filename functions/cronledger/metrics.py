@@ -15,6 +15,7 @@ import threading
 from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Literal, Protocol
 
 Unit = Literal["Count", "Seconds", "Milliseconds"]
@@ -27,6 +28,11 @@ RECONCILE_DURATION = "ReconcileDurationSeconds"  # one value per reconcile pass
 OLDEST_PENDING_AGE = "OldestPendingAgeSeconds"  # gauge
 PENDING_COUNT = "PendingCount"  # gauge
 DB_UNAVAILABLE = "DbUnavailable"  # counter, dimension Operation
+EVENT_DELIVERY_LAG = "EventDeliveryLagSeconds"  # delivered minus written, one value per event
+EVENTS_DELIVERED = "EventsDelivered"  # counter, dimension Kind
+EVENT_DELIVERY_FAILURES = "EventDeliveryFailures"  # counter: a send the destination refused
+OLDEST_UNDELIVERED_EVENT_AGE = "OldestUndeliveredEventAgeSeconds"  # gauge
+UNDELIVERED_EVENTS = "UndeliveredEvents"  # gauge
 
 _log = logging.getLogger(__name__)
 Dimensions = tuple[tuple[str, str], ...]
@@ -150,3 +156,19 @@ def record_pending_count(count: int) -> None:
 def record_db_unavailable(operation: str) -> None:
     """A database call failed; `operation` names the loop or step (`reconcile`, `claim`, …)."""
     _record(DB_UNAVAILABLE, 1, "Count", {"Operation": operation})
+
+
+def record_event_delivered(kind: str, written_at: datetime) -> None:
+    """An event its destination accepted, and how long after it was written."""
+    _record(EVENTS_DELIVERED, 1, "Count", {"Kind": kind})
+    _record(EVENT_DELIVERY_LAG, (datetime.now(UTC) - written_at).total_seconds(), "Seconds")
+
+
+def record_event_delivery_failures(count: int) -> None:
+    _record(EVENT_DELIVERY_FAILURES, count, "Count")
+
+
+def record_outbox(undelivered: int, oldest_age_secs: float | None) -> None:
+    """Events waiting for delivery, and the oldest one's age (0 when none waits)."""
+    _record(UNDELIVERED_EVENTS, undelivered, "Count")
+    _record(OLDEST_UNDELIVERED_EVENT_AGE, oldest_age_secs or 0.0, "Seconds")

@@ -23,6 +23,9 @@ Reading the environment happens only when asked: importing this module reads not
 | `CRONLEDGER_DB_SOCKET_TIMEOUT_SECS` | 40 | 1..3600, above the statement timeout: a connection silent this long (connecting included) is dropped |
 | `CRONLEDGER_PYTHON_TARGETS` | none | comma-separated module prefixes whose functions `python` targets may call |
 | `CRONLEDGER_HTTP_ALLOW_NETWORKS` | none | comma-separated CIDRs `http` targets may reach although private, loopback, … |
+| `CRONLEDGER_EVENTS_WEBHOOK_URL` | none | locally: an http(s) URL each delivered event is POSTed to (the address rules of `http` targets apply) |
+| `CRONLEDGER_EVENT_BUS_NAME` | none | on AWS: the EventBridge bus events are put on |
+| `CRONLEDGER_INSTALLATION` | `cronledger` | the installation's name: events' `source` is `cronledger.<name>` |
 | `CRONLEDGER_SECRETS` | `env` | where `secret_headers` references point: `env` (`env:CRONLEDGER_SECRET_*` variables) or `aws` (Secrets Manager, SSM Parameter Store) |
 
 The defaults not fixed by the spec were chosen so: a job gets a minute unless its channel says
@@ -89,6 +92,9 @@ class Settings:
     python_targets: tuple[str, ...] = ()
     http_allow_networks: tuple[Network, ...] = ()
     secrets: SecretSource = "env"
+    events_webhook_url: str = ""
+    event_bus_name: str = ""
+    installation: str = "cronledger"
 
     def __post_init__(self) -> None:
         # Built directly (tests, the local runner) or from the environment: the same rules hold.
@@ -271,6 +277,25 @@ def _networks(variable: str, raw: str) -> tuple[Network, ...]:
     return tuple(networks)
 
 
+def _webhook_url(variable: str, raw: str) -> str:
+    text = raw.strip()
+    if text and not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", text):
+        raise ValueError(
+            f"{variable} must be an http:// or https:// URL, e.g. http://127.0.0.1:9000/events"
+        )
+    return text
+
+
+def _name(variable: str, raw: str) -> str:
+    text = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", text):
+        raise ValueError(
+            f"{variable}={raw!r} must be 1-64 letters, digits, `.`, `_` or `-`, starting with a "
+            "letter or digit"
+        )
+    return text
+
+
 def _secret_source(variable: str, raw: str) -> str:
     text = raw.strip().lower()
     if text not in SECRET_SOURCES:
@@ -286,5 +311,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "python_targets": _module_prefixes,
     "http_allow_networks": _networks,
     "secrets": _secret_source,
+    "events_webhook_url": _webhook_url,
+    "event_bus_name": lambda variable, raw: raw.strip(),
+    "installation": _name,
     **dict.fromkeys(_RANGES, _integer),
 }

@@ -212,20 +212,23 @@ def run(
             ok=False,
             error=f"the secret for {', '.join(unsendable)} is not one line of printable ASCII",
         )
-    outcome = _deliver(doc, parts, envelope, timeout_secs, deadline, secrets, policy)
+    body = envelope_json(envelope).encode("utf-8")
+    outcome = post(doc, parts, body, timeout_secs, deadline, secrets, policy)
     values = list(secrets.values())
     return TargetOutcome(outcome.ok, scrub(outcome.result, values), scrub(outcome.error, values))
 
 
-def _deliver(
+def post(
     doc: Mapping[str, Any],
     parts: SplitResult,
-    envelope: Envelope,
+    body: bytes,
     timeout_secs: float,
     deadline: float,
     secrets: Mapping[str, str],
     policy: TargetPolicy,
 ) -> TargetOutcome:
+    """Send `body` as JSON to the document's URL, at an address the policy allows, the
+    connection pinned to it; 2xx is success."""
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     endpoint = _endpoint(parts)
@@ -256,7 +259,7 @@ def _deliver(
                 "Content-Type": "application/json",
                 "User-Agent": f"cronledger/{__version__}",
             },
-            body=envelope_json(envelope).encode("utf-8"),
+            body=body,
             deadline=deadline,
         )
     except pinned_http.TimedOut:

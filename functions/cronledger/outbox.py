@@ -1,0 +1,181 @@
+"""Delivering events: at least once, never lost, each marked delivered only when its
+destination accepted it.
+
+The function that made an event hands it to `deliver` right after its commit (the ledger's
+`on_events`); whatever that does not land, the sweep (`sweep`: from the reconcile pass on
+AWS, a `Courier` thread locally) takes from the outbox once its lease runs out, with backoff.
+A crash between a send and its mark sends the event again under the same `event_id`; each
+event carries its channel's gapless `sequence`, so a receiver orders and deduplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from cronledger import metrics
+from cronledger.ledger import DatabaseUnavailable, Event, Ledger
+from cronledger.targets.policy import TargetPolicy
+
+log = logging.getLogger(__name__)
+
+#: How long one webhook POST may take.
+WEBHOOK_TIMEOUT_SECS = 10.0
+#: How often the local courier sweeps the outbox when nothing wakes it.
+SWEEP_INTERVAL_SECS = 1.0
+
+
+class Sender(Protocol):
+    def send(self, events: Sequence[Event]) -> dict[str, str | None]:
+        """Send each event; answers, per `event_id`, None when the destination accepted it
+        or why it did not."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What one delivery did: events accepted and refused (or unreachable)."""
+
+    delivered: int = 0
+    failed: int = 0
+
+    def __add__(self, other: Delivery) -> Delivery:
+        return Delivery(self.delivered + other.delivered, self.failed + other.failed)
+
+
+def detail_type(kind: str) -> str:
+    """`occurrence.attempt_failed` → "Occurrence Attempt Failed"."""
+    return " ".join(word.capitalize() for word in kind.replace(".", "_").split("_"))
+
+
+def deliver(ledger: Ledger, sender: Sender, events: Sequence[Event]) -> Delivery:
+    """Send `events` and mark the accepted ones delivered. A refusal, or a sender that
+    raises, leaves them in the outbox for the sweep."""
+    if not events:
+        return Delivery()
+    try:
+        answers = sender.send(events)
+    except Exception as exc:
+        log.warning("sending %d event(s) failed: %s", len(events), exc)
+        answers = {e.event_id: f"{type(exc).__name__}: {exc}" for e in events}
+    accepted = [e for e in events if e.event_id in answers and answers[e.event_id] is None]
+    refused = {i: error or "not answered" for i, error in answers.items() if error is not None}
+    refused |= {e.event_id: "not answered" for e in events if e.event_id not in answers}
+    ledger.mark_delivered(e.event_id for e in accepted)
+    if refused:
+        ledger.mark_undelivered(refused)
+    for event in accepted:
+        metrics.record_event_delivered(event.kind, event.at)
+    if refused:
+        metrics.record_event_delivery_failures(len(refused))
+    return Delivery(len(accepted), len(refused))
+
+
+def sweep(
+    ledger: Ledger, sender: Sender, *, until: float | None = None, batch: int = 100
+) -> Delivery:
+    """Deliver the outbox's events whose lease ran out, a batch at a time, until none is
+    left, a batch fails whole, or the monotonic `until` passes."""
+    done = Delivery()
+    while until is None or time.monotonic() < until:
+        taken = ledger.take_outbox(batch)
+        if not taken:
+            break
+        report = deliver(ledger, sender, taken)
+        done += report
+        if report.delivered == 0 or len(taken) < batch:
+            break
+    return done
+
+
+class WebhookSender:
+    """POSTs each event's JSON to one URL, under the address rules of `http` targets; a 2xx
+    answer is acceptance. Events go in order of their channel's sequence."""
+
+    def __init__(self, url: str, policy: TargetPolicy, timeout_secs: float = WEBHOOK_TIMEOUT_SECS):
+        self.url = url
+        self.policy = policy
+        self.timeout_secs = timeout_secs
+
+    def send(self, events: Sequence[Event]) -> dict[str, str | None]:
+        from cronledger.targets import http
+
+        parts = urlsplit(self.url)
+        doc = {"type": "http", "url": self.url}
+        answers: dict[str, str | None] = {}
+        for event in sorted(events, key=lambda e: (e.channel_id, e.sequence or 0)):
+            body = json.dumps(event.document, separators=(",", ":")).encode()
+            deadline = time.monotonic() + self.timeout_secs
+            outcome = http.post(doc, parts, body, self.timeout_secs, deadline, {}, self.policy)
+            answers[event.event_id] = None if outcome.ok else (outcome.error or "refused")
+            if not outcome.ok:
+                # The receiver is down or refusing: the rest wait for the sweep, in order.
+                for rest in events:
+                    answers.setdefault(rest.event_id, "not sent: an earlier event was refused")
+                break
+        return answers
+
+
+class PrintSender:
+    """Events as lines for a person watching `cronledger dev`; wraps another sender (a
+    webhook) or stands alone, when printing is the only destination."""
+
+    def __init__(self, write: Callable[[Event], None], then: Sender | None = None) -> None:
+        self.write = write
+        self.then = then
+
+    def send(self, events: Sequence[Event]) -> dict[str, str | None]:
+        answers = self.then.send(events) if self.then is not None else {}
+        for event in events:
+            if self.then is None or answers.get(event.event_id, "") is None:
+                self.write(event)
+        return answers if self.then is not None else dict.fromkeys(e.event_id for e in events)
+
+
+class Courier:
+    """Local delivery on a thread of its own: events a commit just made are sent at once,
+    and the outbox is swept every `interval` for what failed or was left by a crash. The
+    ledger's writers only queue: a receiver that is down never slows an attempt."""
+
+    def __init__(self, ledger: Ledger, sender: Sender, interval: float = SWEEP_INTERVAL_SECS):
+        self.ledger = ledger
+        self.sender = sender
+        self.interval = interval
+        self._fresh: list[Event] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cronledger-courier", daemon=True)
+
+    def submit(self, events: Sequence[Event]) -> None:
+        with self._lock:
+            self._fresh.extend(events)
+        self._wake.set()
+
+    def start(self) -> Courier:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            with self._lock:
+                fresh, self._fresh = self._fresh, []
+            try:
+                deliver(self.ledger, self.sender, fresh)
+                sweep(self.ledger, self.sender, until=time.monotonic() + self.interval * 5)
+            except DatabaseUnavailable as exc:
+                log.warning("event delivery paused: %s", exc)
+            except Exception:
+                log.exception("event delivery failed")
