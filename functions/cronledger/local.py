@@ -33,7 +33,8 @@ from cronledger.errors import NotFound
 from cronledger.execute import AttemptReport, Executor
 from cronledger.instants import human_duration
 from cronledger.invokers import ThreadPoolInvoker
-from cronledger.ledger import CHANNEL_ACTIVE, Ledger, Occurrence
+from cronledger.ledger import CHANNEL_ACTIVE, Event, Ledger, Occurrence
+from cronledger.outbox import Courier, event_line, local_sender
 from cronledger.pacing import wait_for_interrupt
 from cronledger.reconcile import PassReport, run_reconcile_loop
 from cronledger.settings import Settings
@@ -91,10 +92,15 @@ class LocalScheduler:
     on_settled: Callable[[AttemptReport], None] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     workers: int = MAX_LOCAL_WORKERS
+    #: Shown each delivered event (`cronledger dev` prints it).
+    on_event: Callable[[Event], None] | None = None
 
     def __post_init__(self) -> None:
         self.executor = Executor(self.ledger, self.settings)
         self.invoker = ThreadPoolInvoker(self._attempt, max_workers=self.workers)
+        sender = local_sender(self.settings, self.on_event)
+        # Without a destination events are still written, and listed; nothing sends them.
+        self.courier = Courier(self.ledger, sender) if sender is not None else None
         self._threads: list[threading.Thread] = []
         # Set by the reconciler when it materialised rows, and by shutdown: ends a claim nap.
         self._wake = threading.Event()
@@ -139,6 +145,9 @@ class LocalScheduler:
             thread = threading.Thread(target=loop, name=f"cronledger-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        if self.courier is not None:
+            self.ledger.on_events = self.courier.submit
+            self.courier.start()
 
     def shutdown(self, drain_secs: float = DRAIN_SECS) -> bool:
         """Stop the loops and wait for in-flight attempts, `drain_secs` at most in all.
@@ -148,7 +157,11 @@ class LocalScheduler:
         self._wake.set()
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        return self.invoker.shutdown(max(0.0, deadline - time.monotonic()))
+        drained = self.invoker.shutdown(max(0.0, deadline - time.monotonic()))
+        if self.courier is not None:
+            # Last: the drained attempts' events go out now; what does not waits in the outbox.
+            self.courier.stop(max(0.5, deadline - time.monotonic()))
+        return drained
 
 
 def v2_event(method: str, target: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
@@ -443,13 +456,27 @@ def run_dev(
     first = _first_stop(out)
     signal.signal(signal.SIGINT, first)
     signal.signal(signal.SIGTERM, first)
-    scheduler = LocalScheduler(ledger, settings, on_settled=console_printer(ledger, out))
+    lock = threading.Lock()
+
+    def show_event(event: Event) -> None:
+        with lock:
+            print(event_line(event), file=out, flush=True)
+
+    scheduler = LocalScheduler(
+        ledger, settings, on_settled=console_printer(ledger, out), on_event=show_event
+    )
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
     print(f"cronledger dev: API on http://{host}:{port}  (database {shown_url})", file=out)
     if warning:
         print(warning, file=out)
     for line in describe_policy(settings):
         print(line, file=out)
+    webhook = settings.events_webhook_url
+    print(
+        f"events: printed below{f' and POSTed to {webhook}' if webhook else ''} "
+        "(CRONLEDGER_EVENTS_WEBHOOK_URL sends them to a webhook)",
+        file=out,
+    )
     if demo:
         print(
             "demo channel 'demo' fires every 5 seconds; settled occurrences print below.", file=out

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from cronledger import metrics
 from cronledger.ledger import DatabaseUnavailable, Event, Ledger
+from cronledger.settings import Settings
 from cronledger.targets.policy import TargetPolicy
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,9 @@ class PrintSender:
 
 class Courier:
     """Local delivery on a thread of its own: events a commit just made are sent at once,
-    and the outbox is swept every `interval` for what failed or was left by a crash. The
-    ledger's writers only queue: a receiver that is down never slows an attempt."""
+    and every `interval` the overdue watch runs and the outbox is swept for what failed or
+    was left by a crash. The ledger's writers only queue: a receiver that is down never
+    slows an attempt."""
 
     def __init__(self, ledger: Ledger, sender: Sender, interval: float = SWEEP_INTERVAL_SECS):
         self.ledger = ledger
@@ -153,6 +155,7 @@ class Courier:
         self._thread = threading.Thread(target=self._run, name="cronledger-courier", daemon=True)
 
     def submit(self, events: Sequence[Event]) -> None:
+        """Queue events a commit just made (the ledger's `on_events`)."""
         with self._lock:
             self._fresh.extend(events)
         self._wake.set()
@@ -174,8 +177,44 @@ class Courier:
                 fresh, self._fresh = self._fresh, []
             try:
                 deliver(self.ledger, self.sender, fresh)
+                deliver(self.ledger, self.sender, self.ledger.detect_overdue())
                 sweep(self.ledger, self.sender, until=time.monotonic() + self.interval * 5)
             except DatabaseUnavailable as exc:
                 log.warning("event delivery paused: %s", exc)
             except Exception:
                 log.exception("event delivery failed")
+        with self._lock:
+            fresh, self._fresh = self._fresh, []
+        try:  # what a drained attempt just made; what fails here waits in the outbox
+            deliver(self.ledger, self.sender, fresh)
+        except Exception as exc:
+            log.warning("events left for the next start's sweep: %s", exc)
+
+
+def local_sender(settings: Settings, show: Callable[[Event], None] | None = None) -> Sender | None:
+    """Where events go locally: the webhook, if one is set, and `show`, if given (printing
+    alone counts as delivery when there is no webhook). None: nowhere, they stay listed."""
+    webhook = (
+        WebhookSender(settings.events_webhook_url, TargetPolicy.from_settings(settings))
+        if settings.events_webhook_url
+        else None
+    )
+    if show is None:
+        return webhook
+    return PrintSender(show, then=webhook)
+
+
+def event_line(event: Event) -> str:
+    """An event as `cronledger dev` prints it: kind, channel, instant, attempt, why."""
+    d = event.document
+    parts = [f"event {event.kind}", f"channel {d.get('channel_name') or event.channel_id!s}"]
+    if d.get("scheduled_for"):
+        parts.append(str(d["scheduled_for"]))
+    if d.get("attempt") is not None:
+        parts.append(f"attempt {d['attempt']}/{d.get('max_attempts')}")
+    if d.get("count") is not None:
+        parts.append(f"{d['count']} instant(s)")
+    line = "  ".join(parts)
+    if d.get("error"):
+        line += f"\n    {d['error']}"
+    return line

@@ -150,6 +150,8 @@ class EventStore(Store):
                     open_alert=state.open_alert,
                 )
             )
+        if not made:
+            return made
         lease = now + timedelta(seconds=SEND_LEASE_SECS)
         conn.execute(
             sa.insert(events),

@@ -38,7 +38,14 @@ from cronledger.ledger.models import (
     Page,
 )
 from cronledger.ledger.singletons import release_slots_of
-from cronledger.ledger.tables import channels, occurrences, schedule_state, status_is
+from cronledger.ledger.tables import (
+    channel_alerts,
+    channels,
+    events,
+    occurrences,
+    schedule_state,
+    status_is,
+)
 
 MAX_PAGE_SIZE = 1000
 #: Rows per retention DELETE (`delete_terminal_older_than`).
@@ -367,7 +374,16 @@ class OccurrenceStore(CursorStore):
                 count = conn.execute(stmt).rowcount
             deleted += count
             if count < batch_size or (until is not None and time.monotonic() >= until):
-                return deleted
+                break
+        # Events go with the same window, once nothing is left to send of them.
+        sent = sa.or_(events.c.send_after.is_(None), events.c.delivered_at.is_not(None))
+        old = sa.and_(sent, events.c.at < self._sql.now_plus(-hours * 3600))
+        old_events = sa.select(events.c.event_id).where(old).limit(batch_size)
+        with self._write(single=True) as conn:
+            conn.execute(
+                sa.delete(events).where(events.c.event_id.in_(old_events.scalar_subquery()))
+            )
+        return deleted
 
     def purge_channel(self, channel_id: str) -> None:
         """Remove a channel's cursor and occurrences, and free the singleton slots they
@@ -380,6 +396,8 @@ class OccurrenceStore(CursorStore):
         release_slots_of(conn, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
         conn.execute(sa.delete(schedule_state).where(schedule_state.c.channel_id == channel_id))
+        conn.execute(sa.delete(events).where(events.c.channel_id == channel_id))
+        conn.execute(sa.delete(channel_alerts).where(channel_alerts.c.channel_id == channel_id))
 
     def _fetch(self, conn: sa.Connection, occurrence_id: str) -> Occurrence:
         row = conn.execute(

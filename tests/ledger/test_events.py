@@ -1,0 +1,397 @@
+"""Events are written by the transaction that makes the change they report, once each, with
+each channel's delivered events numbered without gaps; the rows are read back to check."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from cronledger.ledger import COMPLETED, FAILED, SKIPPED_MISFIRE, Channel, Event, Ledger
+from cronledger.ledger.models import EventFilter
+from cronledger.ledger.tables import channels, events, occurrences, schedule_state
+from tests.ledger.helpers import LEASE, active_channel, claim_one, expire_claim, row
+
+ALERTS_OFF_COMPLETED = {"on": ["failed", "abandoned", "overdue", "stalled", "recovered"]}
+
+
+def all_events(ledger: Ledger, channel_id: str | None = None) -> list[Event]:
+    """Every event, oldest first."""
+    page = ledger.list_events(EventFilter(channel_id=channel_id, limit=1000))
+    return list(reversed(page.data))
+
+
+def kinds(found: list[Event]) -> list[str]:
+    return [e.kind for e in found]
+
+
+def run_once(
+    ledger: Ledger, channel: Channel, ok: bool, *, attempts: int = 1, ago: float = 30
+) -> str:
+    """Materialise one due occurrence of `channel` and take it through one attempt that
+    succeeds or fails for good (a single allowed attempt); answers its id."""
+    new = row(
+        ledger.db_now() - timedelta(seconds=ago),
+        channel.channel_id,
+        channel_name=channel.name,
+        max_attempts=attempts,
+    )
+    assert ledger.insert_occurrence(new)
+    claimed = claim_one(ledger, "c")
+    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.settle(claimed.id, "c", COMPLETED if ok else FAILED, error_message="boom")
+    return claimed.id
+
+
+def test_an_occurrence_makes_one_attempt_failed_per_retried_attempt_and_one_failed_at_the_end(
+    ledger: Ledger,
+) -> None:
+    # Given an occurrence allowed three attempts
+    channel = active_channel(ledger)
+    assert ledger.insert_occurrence(
+        row(ledger.db_now() - timedelta(seconds=5), channel.channel_id, max_attempts=3)
+    )
+    # When every attempt fails (the first two go back to pending, the third is final)
+    for attempt in (1, 2, 3):
+        claimed = claim_one(ledger, f"c{attempt}")
+        assert claimed.attempt == attempt
+        assert ledger.start_attempt(claimed, f"c{attempt}", 1, None, LEASE).started
+        retry = 0.0 if attempt < 3 else None
+        assert ledger.settle(
+            claimed.id, f"c{attempt}", FAILED, error_message=f"e{attempt}", retry_in=retry
+        )
+    # Then the ledger holds two attempt_failed events and one failed, in that order
+    found = all_events(ledger)
+    assert kinds(found) == [
+        "occurrence.attempt_failed",
+        "occurrence.attempt_failed",
+        "occurrence.failed",
+    ]
+    assert [e.document["attempt"] for e in found] == [1, 2, 3]
+    assert [e.document["error"] for e in found] == ["e1", "e2", "e3"]
+    # only the final failure is delivered by default, and it is the channel's first
+    assert [e.sequence for e in found] == [None, None, 1]
+    final = found[-1].document
+    assert final["occurrence_id"] == claimed.id
+    assert final["channel_name"] == "nightly"
+    assert final["status"] == "failed"
+    assert final["max_attempts"] == 3
+    assert final["links"]["api"] == f"/api/v1/admin/cron/occurrences/{claimed.id}"
+
+
+def test_a_quiet_completion_writes_no_event_and_stays_one_statement(ledger: Ledger) -> None:
+    channel = active_channel(ledger)
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        statements.append(statement.split()[0].upper())
+
+    new = row(ledger.db_now() - timedelta(seconds=5), channel.channel_id)
+    assert ledger.insert_occurrence(new)
+    claimed = claim_one(ledger, "c")
+    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    sa.event.listen(ledger.engine, "before_cursor_execute", count)
+    try:
+        assert ledger.settle(claimed.id, "c", COMPLETED)
+    finally:
+        sa.event.remove(ledger.engine, "before_cursor_execute", count)
+    assert all_events(ledger) == []
+    assert [s for s in statements if s not in ("BEGIN", "COMMIT")] == ["UPDATE"]
+    assert ledger.get_occurrence(claimed.id).status == COMPLETED
+
+
+def test_a_transaction_that_fails_after_the_change_leaves_neither_the_change_nor_its_event(
+    ledger: Ledger,
+) -> None:
+    # Given an occurrence on its last attempt, and an events table that refuses every row
+    channel = active_channel(ledger)
+    assert ledger.insert_occurrence(
+        row(ledger.db_now() - timedelta(seconds=5), channel.channel_id, max_attempts=1)
+    )
+    claimed = claim_one(ledger, "c")
+    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    with ledger.engine.begin() as conn:
+        if ledger.engine.dialect.name == "postgresql":
+            conn.execute(
+                sa.text(
+                    "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION 'no events today'; END $$"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER refuse BEFORE INSERT ON cron_events "
+                    "FOR EACH ROW EXECUTE FUNCTION refuse()"
+                )
+            )
+        else:
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER refuse BEFORE INSERT ON cron_events "
+                    "BEGIN SELECT RAISE(ABORT, 'no events today'); END"
+                )
+            )
+    try:
+        # When the settle writes its change and then its event fails
+        with pytest.raises(sa.exc.DBAPIError, match="no events today"):
+            ledger.settle(claimed.id, "c", FAILED, error_message="boom")
+    finally:
+        with ledger.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "DROP TRIGGER refuse ON cron_events"
+                    if ledger.engine.dialect.name == "postgresql"
+                    else "DROP TRIGGER refuse"
+                )
+            )
+            if ledger.engine.dialect.name == "postgresql":
+                conn.execute(sa.text("DROP FUNCTION refuse()"))
+    # Then the occurrence is still running, leased to its attempt, and there is no event
+    after = ledger.get_occurrence(claimed.id)
+    assert after.status == "running"
+    assert after.claimed_by == "c"
+    assert all_events(ledger) == []
+    # and the attempt can still settle it, event and all
+    assert ledger.settle(claimed.id, "c", FAILED, error_message="boom")
+    assert kinds(all_events(ledger)) == ["occurrence.failed"]
+
+
+def test_failed_is_delivered_from_the_third_failure_in_a_row_only(ledger: Ledger) -> None:
+    channel = active_channel(ledger, alerts={"after_consecutive_failures": 3})
+    for n in range(4):
+        run_once(ledger, channel, ok=False, ago=30 + n)
+    found = all_events(ledger)
+    assert kinds(found) == ["occurrence.failed"] * 4
+    assert [e.sequence for e in found] == [None, None, 1, 2]
+    assert [e.document["consecutive_failures"] for e in found] == [1, 2, 3, 4]
+
+
+def test_a_success_resets_the_run_of_failures(ledger: Ledger) -> None:
+    channel = active_channel(ledger, alerts={"after_consecutive_failures": 2})
+    run_once(ledger, channel, ok=False, ago=40)
+    run_once(ledger, channel, ok=True, ago=39)
+    run_once(ledger, channel, ok=False, ago=38)
+    found = all_events(ledger)
+    # the success answered no delivered alert, so it records nothing; the run starts again
+    assert kinds(found) == ["occurrence.failed", "occurrence.failed"]
+    assert [e.sequence for e in found] == [None, None]
+
+
+def test_recovered_is_written_once_at_the_first_success_after_a_delivered_failure(
+    ledger: Ledger,
+) -> None:
+    channel = active_channel(ledger)
+    run_once(ledger, channel, ok=False, ago=40)
+    first_ok = run_once(ledger, channel, ok=True, ago=39)
+    run_once(ledger, channel, ok=True, ago=38)
+    found = all_events(ledger)
+    assert kinds(found) == ["occurrence.failed", "channel.recovered"]
+    assert [e.sequence for e in found] == [1, 2]
+    assert found[1].occurrence_id == first_ok
+    assert found[1].document["error"] is None
+    assert ledger.open_alerts() == {}
+
+
+def test_completed_is_written_only_when_the_channel_asks_to_be_told(ledger: Ledger) -> None:
+    told = active_channel(ledger, "told", alerts={"on": ["completed"]})
+    quiet = active_channel(ledger, "quiet")
+    run_once(ledger, told, ok=True, ago=40)
+    run_once(ledger, quiet, ok=True, ago=39)
+    # the executor says whether completions are told (it has the compiled rules)
+    new = row(ledger.db_now() - timedelta(seconds=38), told.channel_id, channel_name="told")
+    assert ledger.insert_occurrence(new)
+    claimed = claim_one(ledger, "c")
+    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.settle(claimed.id, "c", COMPLETED, completed_is_told=True)
+    assert kinds(all_events(ledger, quiet.channel_id)) == []
+    found = all_events(ledger, told.channel_id)
+    assert kinds(found) == ["occurrence.completed"]
+    assert found[0].sequence == 1
+
+
+def test_an_abandoned_occurrence_makes_one_abandoned_event(ledger: Ledger) -> None:
+    channel = active_channel(ledger)
+    assert ledger.insert_occurrence(
+        row(ledger.db_now() - timedelta(seconds=5), channel.channel_id, max_attempts=1)
+    )
+    claimed = claim_one(ledger, "c")
+    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    expire_claim(ledger, claimed.id)
+    result = ledger.claim("d", 10, LEASE)
+    assert [o.id for o in result.abandoned] == [claimed.id]
+    found = all_events(ledger)
+    assert kinds(found) == ["occurrence.abandoned"]
+    assert found[0].sequence == 1
+    assert "abandoned" in found[0].document["error"]
+    assert ledger.open_alerts() == {channel.channel_id: "occurrence.abandoned"}
+
+
+def test_a_cancel_says_who_and_why(ledger: Ledger) -> None:
+    channel = active_channel(ledger)
+    new = row(ledger.db_now() - timedelta(seconds=5), channel.channel_id)
+    assert ledger.insert_occurrence(new)
+    ledger.cancel(new.id, by="arn:aws:iam::1:user/ops", reason="wrong data")
+    (event,) = all_events(ledger)
+    assert event.kind == "occurrence.cancelled"
+    assert event.sequence is None  # not delivered by default
+    assert event.document["error"] == "cancelled by arn:aws:iam::1:user/ops: wrong data"
+
+
+def test_a_misfire_summary_event_carries_its_count_and_range(ledger: Ledger) -> None:
+    channel = active_channel(ledger, alerts={"on": ["skipped"]})
+    now = ledger.db_now().replace(microsecond=0)
+    summary = row(
+        now - timedelta(seconds=10),
+        channel.channel_id,
+        status=SKIPPED_MISFIRE,
+        error_message="skipped 7 missed occurrence(s)",
+        skipped_count=7,
+        skipped_oldest=now - timedelta(seconds=16),
+    )
+    ledger.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
+    from cronledger.ledger import CursorMove
+
+    inserted, moved = ledger.materialise(
+        [summary], [CursorMove(channel.channel_id, now - timedelta(seconds=20), now, "h")]
+    )
+    assert (inserted, moved) == (1, {channel.channel_id})
+    (event,) = all_events(ledger)
+    assert event.kind == "occurrence.skipped"
+    assert event.document["count"] == 7
+    assert event.document["oldest_scheduled_for"] == (now - timedelta(seconds=16)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    assert event.sequence == 1
+    # a pass that loses the race writes no second summary and no second event
+    again = row(summary.scheduled_for, channel.channel_id, status=SKIPPED_MISFIRE, skipped_count=7)
+    ledger.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
+    ledger.materialise(
+        [again], [CursorMove(channel.channel_id, now - timedelta(seconds=20), now, "h")]
+    )
+    assert len(all_events(ledger)) == 1
+
+
+def overdue_rows(
+    ledger: Ledger, channel: Channel, *, count: int, due_ago: float, limit: int
+) -> list[str]:
+    rows = [
+        row(
+            ledger.db_now() - timedelta(seconds=due_ago + i),
+            channel.channel_id,
+            channel_name=channel.name,
+            overdue_after_secs=limit,
+        )
+        for i in range(count)
+    ]
+    assert ledger.insert_occurrences(rows) == count
+    return [r.id for r in rows]
+
+
+def test_an_instant_stuck_pending_is_reported_overdue_once(ledger: Ledger) -> None:
+    channel = active_channel(ledger, alerts={"overdue_after_secs": 10})
+    (stuck,) = overdue_rows(ledger, channel, count=1, due_ago=30, limit=10)
+    (fresh,) = overdue_rows(ledger, channel, count=1, due_ago=2, limit=10)
+    first = ledger.detect_overdue()
+    second = ledger.detect_overdue()
+    assert [e.occurrence_id for e in first] == [stuck]
+    assert second == []
+    (event,) = all_events(ledger)
+    assert event.kind == "occurrence.overdue"
+    assert event.document["status"] == "pending"
+    assert event.sequence == 1
+    assert ledger.get_occurrence(fresh).overdue_at is not None
+
+
+def test_a_run_longer_than_the_limit_is_overdue_and_a_completed_one_never(ledger: Ledger) -> None:
+    channel = active_channel(ledger, alerts={"overdue_after_secs": 10})
+    # a completed instant, even one completed late, is not watched any more
+    done = run_once_with_overdue(ledger, channel, ago=40, ok=True)
+    running_id = overdue_rows(ledger, channel, count=1, due_ago=30, limit=10)[0]
+    claimed = claim_one(ledger, "r")
+    assert claimed.id == running_id
+    assert ledger.start_attempt(claimed, "r", 1, None, LEASE).started
+    found = ledger.detect_overdue()
+    assert [(e.occurrence_id, e.document["status"]) for e in found] == [(running_id, "running")]
+    assert ledger.get_occurrence(done).overdue_at is None
+    assert ledger.detect_overdue() == []
+
+
+def run_once_with_overdue(ledger: Ledger, channel: Channel, *, ago: float, ok: bool) -> str:
+    (occurrence_id,) = overdue_rows(ledger, channel, count=1, due_ago=ago, limit=10)
+    claimed = claim_one(ledger, "c")
+    assert claimed.id == occurrence_id
+    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.settle(claimed.id, "c", COMPLETED if ok else FAILED)
+    return occurrence_id
+
+
+def test_a_cursor_behind_by_more_than_the_limit_is_stalled_once_and_recovers(
+    ledger: Ledger,
+) -> None:
+    channel = active_channel(ledger, alerts={"overdue_after_secs": 60})
+    now = ledger.db_now()
+    ledger.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(minutes=5))
+    (stalled,) = ledger.detect_overdue()
+    assert stalled.kind == "channel.stalled"
+    assert stalled.occurrence_id is None
+    assert stalled.sequence == 1
+    assert ledger.detect_overdue() == []
+    assert ledger.open_alerts() == {channel.channel_id: "channel.stalled"}
+    # the cursor catches up: nothing new is written, and the next completion recovers
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            sa.update(schedule_state)
+            .where(schedule_state.c.channel_id == channel.channel_id)
+            .values(next_fire_at=now + timedelta(minutes=1))
+        )
+    assert ledger.detect_overdue() == []
+    run_once(ledger, channel, ok=True)
+    assert kinds(all_events(ledger)) == ["channel.stalled", "channel.recovered"]
+
+
+def test_a_channel_without_a_limit_is_never_stalled(ledger: Ledger) -> None:
+    channel = active_channel(ledger)
+    ledger.upsert_cursor(channel.channel_id, 1, "h", ledger.db_now() - timedelta(days=1))
+    assert ledger.detect_overdue() == []
+
+
+def test_sequences_stay_gapless_per_channel_across_kinds_and_channels(ledger: Ledger) -> None:
+    a = active_channel(ledger, "a")
+    b = active_channel(ledger, "b")
+    for n in range(3):
+        run_once(ledger, a, ok=False, ago=50 + n)
+        run_once(ledger, b, ok=n % 2 == 0, ago=40 + n)
+    run_once(ledger, a, ok=True, ago=10)
+    for channel in (a, b):
+        delivered = [e.sequence for e in all_events(ledger, channel.channel_id) if e.deliver]
+        assert delivered == list(range(1, len(delivered) + 1))
+    assert len(all_events(ledger, a.channel_id)) == 4
+
+
+def test_the_outbox_leases_events_so_two_sweeps_never_take_one_and_delivery_marks_them(
+    ledger: Ledger,
+) -> None:
+    channel = active_channel(ledger)
+    run_once(ledger, channel, ok=False)
+    # a fresh event is the maker's to send for a while: the sweep leaves it
+    assert ledger.take_outbox() == []
+    assert ledger.outbox().undelivered == 1
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.update(events).values(send_after=ledger.db_now() - timedelta(seconds=1)))
+    taken = ledger.take_outbox()
+    assert len(taken) == 1
+    assert ledger.take_outbox() == []  # leased again, with backoff
+    assert ledger.mark_delivered([taken[0].event_id]) == 1
+    assert ledger.outbox().undelivered == 0
+    assert ledger.mark_delivered([taken[0].event_id]) == 0
+
+
+def test_purging_a_channel_removes_its_events(ledger: Ledger) -> None:
+    channel = active_channel(ledger)
+    run_once(ledger, channel, ok=False)
+    ledger.purge_channel(channel.channel_id)
+    with ledger.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one() == 0
+        assert conn.execute(sa.select(channels.c.channel_id)).first() is not None
+        assert conn.execute(sa.select(occurrences.c.id)).first() is None
