@@ -8,9 +8,21 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from cronledger.ledger import COMPLETED, FAILED, SKIPPED_MISFIRE, Channel, Event, Ledger
+from cronledger.ledger import (
+    COMPLETED,
+    FAILED,
+    SKIPPED_MISFIRE,
+    Channel,
+    CursorMove,
+    Event,
+    Ledger,
+    SingletonSpec,
+)
 from cronledger.ledger.models import EventFilter
 from cronledger.ledger.tables import channels, events, occurrences, schedule_state
+from cronledger.reconcile import reconcile_once
+from cronledger.schedule_cache import ScheduleCache
+from cronledger.settings import Settings
 from tests.ledger.helpers import LEASE, active_channel, claim_one, expire_claim, row
 
 ALERTS_OFF_COMPLETED = {"on": ["failed", "abandoned", "overdue", "stalled", "recovered"]}
@@ -250,8 +262,6 @@ def test_a_misfire_summary_event_carries_its_count_and_range(ledger: Ledger) -> 
         skipped_oldest=now - timedelta(seconds=16),
     )
     ledger.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
-    from cronledger.ledger import CursorMove
-
     inserted, moved = ledger.materialise(
         [summary], [CursorMove(channel.channel_id, now - timedelta(seconds=20), now, "h")]
     )
@@ -395,3 +405,53 @@ def test_purging_a_channel_removes_its_events(ledger: Ledger) -> None:
         assert conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one() == 0
         assert conn.execute(sa.select(channels.c.channel_id)).first() is not None
         assert conn.execute(sa.select(occurrences.c.id)).first() is None
+
+
+def test_an_instant_waiting_behind_a_held_key_is_overdue_once(ledger: Ledger) -> None:
+    # Given a holder running on a key and a queue_one contender waiting for it
+    channel = active_channel(ledger, alerts={"overdue_after_secs": 10})
+    holder_id, waiter_id = overdue_rows(ledger, channel, count=2, due_ago=30, limit=10)
+    spec = SingletonSpec("nightly-key", 1, "queue_one")
+    for claimant in ("h", "w"):
+        claimed = claim_one(ledger, claimant)
+        outcome = ledger.start_attempt(claimed, claimant, 1, spec, LEASE).outcome
+        assert outcome == ("started" if claimant == "h" else "waiting")
+    # When the overdue watch runs, twice
+    first = ledger.detect_overdue()
+    assert ledger.detect_overdue() == []
+    # Then each instant is reported once, the waiter as pending behind the key
+    status = {e.occurrence_id: e.document["status"] for e in first}
+    assert status == {holder_id: "running", waiter_id: "pending"} or status == {
+        waiter_id: "running",
+        holder_id: "pending",
+    }
+    assert kinds(all_events(ledger)) == ["occurrence.overdue"] * 2
+
+
+def test_a_channel_whose_reconcile_keeps_failing_is_reported_stalled(ledger: Ledger) -> None:
+    # Given a channel with an overdue limit whose cursor is due, and whose stored schedule no
+    # longer compiles (every pass fails for it)
+    channel = active_channel(ledger, alerts={"overdue_after_secs": 60})
+    settings = Settings()
+    reconcile_once(ledger, settings)
+    broken = {**channel.transport_config, "schedule": "not a schedule"}
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            sa.update(channels)
+            .where(channels.c.channel_id == channel.channel_id)
+            .values(transport_config=broken)
+        )
+        conn.execute(
+            sa.update(schedule_state)
+            .where(schedule_state.c.channel_id == channel.channel_id)
+            .values(next_fire_at=ledger.db_now() - timedelta(minutes=3))
+        )
+    # When passes fail for it and the watch runs
+    report = reconcile_once(ledger, settings, ScheduleCache())
+    assert channel.channel_id in report.failed
+    found = ledger.detect_overdue()
+    # Then it is stalled, once
+    assert kinds(found) == ["channel.stalled"]
+    assert found[0].document["channel_name"] == "nightly"
+    reconcile_once(ledger, settings, ScheduleCache())
+    assert ledger.detect_overdue() == []
