@@ -90,40 +90,26 @@ class EventStore(Store):
         if not drafts:
             return []
         ids = sorted({d.channel_id for d in drafts})
-        conn.execute(
-            self._sql.insert(channel_alerts)
-            .values([{"channel_id": i, "sequence": 0, "consecutive_failures": 0} for i in ids])
-            .on_conflict_do_nothing(index_elements=[channel_alerts.c.channel_id])
-        )
-        read = (
-            sa.select(
-                channel_alerts.c.channel_id,
-                channel_alerts.c.sequence,
-                channel_alerts.c.consecutive_failures,
-                channel_alerts.c.open_alert,
-                channels.c.name,
-                channels.c.transport_config,
-                self._sql.now().label("now"),
-            )
-            .select_from(
-                channel_alerts.outerjoin(
-                    channels, channels.c.channel_id == channel_alerts.c.channel_id
+        rows = self._alert_rows(conn, ids)
+        missing = [i for i in ids if i not in rows]
+        if missing:
+            # A channel's first event creates its row (a peer may create it first).
+            conn.execute(
+                self._sql.insert(channel_alerts)
+                .values(
+                    [{"channel_id": i, "sequence": 0, "consecutive_failures": 0} for i in missing]
                 )
+                .on_conflict_do_nothing(index_elements=[channel_alerts.c.channel_id])
             )
-            .where(channel_alerts.c.channel_id.in_(ids))
-            .order_by(channel_alerts.c.channel_id)
-        )
-        if self._sql.is_postgres:
-            read = read.with_for_update(of=channel_alerts)
+            rows |= self._alert_rows(conn, missing)
         states: dict[str, AlertState] = {}
         config: dict[str, tuple[str | None, dict[str, Any], AlertRules]] = {}
         now: datetime | None = None
-        for row in conn.execute(read):
-            states[row.channel_id] = AlertState(
-                row.sequence, row.consecutive_failures, row.open_alert
-            )
+        for channel_id in ids:
+            row = rows[channel_id]
+            states[channel_id] = AlertState(row.sequence, row.consecutive_failures, row.open_alert)
             document = row.transport_config or {}
-            config[row.channel_id] = (row.name, document, rules_of(document))
+            config[channel_id] = (row.name, document, rules_of(document))
             now = row.now
         assert now is not None
         made: list[Event] = []
@@ -141,6 +127,12 @@ class EventStore(Store):
             states[d.channel_id] = after
         for channel_id in ids:
             state = states[channel_id]
+            if state == AlertState(
+                rows[channel_id].sequence,
+                rows[channel_id].consecutive_failures,
+                rows[channel_id].open_alert,
+            ):
+                continue
             conn.execute(
                 sa.update(channel_alerts)
                 .where(channel_alerts.c.channel_id == channel_id)
@@ -171,6 +163,31 @@ class EventStore(Store):
             ],
         )
         return made
+
+    def _alert_rows(self, conn: sa.Connection, ids: list[str]) -> dict[str, Any]:
+        """The channels' alert rows with their names and documents, locked, in channel id
+        order (the lock order)."""
+        read = (
+            sa.select(
+                channel_alerts.c.channel_id,
+                channel_alerts.c.sequence,
+                channel_alerts.c.consecutive_failures,
+                channel_alerts.c.open_alert,
+                channels.c.name,
+                channels.c.transport_config,
+                self._sql.now().label("now"),
+            )
+            .select_from(
+                channel_alerts.outerjoin(
+                    channels, channels.c.channel_id == channel_alerts.c.channel_id
+                )
+            )
+            .where(channel_alerts.c.channel_id.in_(ids))
+            .order_by(channel_alerts.c.channel_id)
+        )
+        if self._sql.is_postgres:
+            read = read.with_for_update(of=channel_alerts)
+        return {row.channel_id: row for row in conn.execute(read)}
 
     # --- the outbox -----------------------------------------------------------------------
 
