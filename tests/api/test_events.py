@@ -9,13 +9,14 @@ key, neither skip nor repeat an event while new ones are written between them.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api import PREFIX, handle_event
-from cronledger.instants import parse_rfc3339
-from cronledger.ledger import Ledger
+from cronledger.instants import parse_rfc3339, to_rfc3339
+from cronledger.ledger import Ledger, NewOccurrence
 from tests.api.helpers import CHANNELS, FAIL_TARGET, OCCURRENCES, Api, Scheduler, create_channel
 from tests.api.http import v2_event
 
@@ -31,10 +32,14 @@ def _failed_run(api: Api, scheduler: Scheduler, channel: dict[str, Any]) -> str:
     return str(run["id"])
 
 
-def _cancelled_run(api: Api, channel: dict[str, Any]) -> str:
-    run = api("POST", f"{CHANNELS}/{channel['channel_id']}/trigger").data
-    assert api("POST", f"{OCCURRENCES}/{run['id']}/cancel").status == 200
-    return str(run["id"])
+def _cancelled_run(api: Api, ledger: Ledger, channel: dict[str, Any]) -> str:
+    """A pending row of `channel` cancelled through the API; its id. Each is an instant of
+    its own (a trigger's would clash when two fall in one millisecond of SQLite's clock)."""
+    at = ledger.db_now() - timedelta(days=1, seconds=ledger.list_occurrences().total)
+    row = NewOccurrence(channel["channel_id"], channel["name"], 1, at, trigger="manual")
+    assert ledger.insert_occurrence(row)
+    assert api("POST", f"{OCCURRENCES}/{row.id}/cancel").status == 200
+    return row.id
 
 
 def test_events_are_listed_newest_first_with_their_document_and_delivery_state(
@@ -43,7 +48,7 @@ def test_events_are_listed_newest_first_with_their_document_and_delivery_state(
     # Given a channel whose run failed (delivered by default), then one cancelled (recorded)
     channel = create_channel(api, status="active", target=FAIL_TARGET, transport_config=ONCE)
     failed = _failed_run(api, scheduler, channel)
-    cancelled = _cancelled_run(api, channel)
+    cancelled = _cancelled_run(api, ledger, channel)
 
     # When the events are listed
     answer = api("GET", EVENTS)
@@ -79,15 +84,17 @@ def test_each_filter_narrows_the_listing_to_the_events_it_names(
     first = create_channel(api, status="active", target=FAIL_TARGET, transport_config=ONCE)
     second = create_channel(api, name="second", status="active")
     _failed_run(api, scheduler, first)
-    cancelled = [_cancelled_run(api, second)]
+    cancelled = [_cancelled_run(api, ledger, second)]
     cut = api("GET", EVENTS).data[0]["at"]
-    cancelled.append(_cancelled_run(api, second))
+    cancelled.append(_cancelled_run(api, ledger, second))
 
     # When each filter is asked
     by_channel = api("GET", EVENTS, {"channel_id": first["channel_id"]}).data
     by_short_kind = api("GET", EVENTS, {"kind": "cancelled"}).data
     by_full_kind = api("GET", EVENTS, {"kind": "occurrence.failed"}).data
     since = api("GET", EVENTS, {"since": cut, "kind": "cancelled"}).data
+    after_all = to_rfc3339(parse_rfc3339(api("GET", EVENTS).data[0]["at"]) + timedelta(seconds=1))
+    none_since = api("GET", EVENTS, {"since": after_all}).data
     nothing = api("GET", EVENTS, {"channel_id": second["channel_id"], "kind": "failed"}).data
 
     # Then each answers exactly the events it names
@@ -95,9 +102,8 @@ def test_each_filter_narrows_the_listing_to_the_events_it_names(
     assert [e["occurrence_id"] for e in by_short_kind] == cancelled[::-1]
     assert {e["channel_id"] for e in by_short_kind} == {second["channel_id"]}
     assert [e["channel_id"] for e in by_full_kind] == [first["channel_id"]]
-    assert all(parse_rfc3339(e["at"]) >= parse_rfc3339(cut) for e in since)
-    assert cancelled[1] in [e["occurrence_id"] for e in since]
-    assert nothing == []
+    assert [e["occurrence_id"] for e in since] == cancelled[::-1]  # `since` is inclusive
+    assert none_since == nothing == []
 
 
 def test_keyset_pages_neither_skip_nor_repeat_while_new_events_are_written_between_them(
@@ -105,7 +111,7 @@ def test_keyset_pages_neither_skip_nor_repeat_while_new_events_are_written_betwe
 ) -> None:
     # Given five events
     channel = create_channel(api, status="active")
-    written = [_cancelled_run(api, channel) for _ in range(5)]
+    written = [_cancelled_run(api, ledger, channel) for _ in range(5)]
 
     # When they are read two at a time, and a new event is written before each next page
     seen: list[str] = []
@@ -117,7 +123,7 @@ def test_keyset_pages_neither_skip_nor_repeat_while_new_events_are_written_betwe
         seen += [e["occurrence_id"] for e in page.data]
         if page.body["next"] is None:
             break
-        later.append(_cancelled_run(api, channel))
+        later.append(_cancelled_run(api, ledger, channel))
         page = api("GET", EVENTS, {"limit": 2, "after": page.body["next"]})
         pages += 1
 
@@ -153,7 +159,7 @@ def test_health_counts_the_undelivered_events_and_the_age_of_the_oldest(
     empty = api("GET", "/health").data
     channel = create_channel(api, status="active", target=FAIL_TARGET, transport_config=ONCE)
     _failed_run(api, scheduler, channel)
-    _cancelled_run(api, channel)
+    _cancelled_run(api, ledger, channel)
 
     busy = api("GET", "/health").data
 
@@ -193,33 +199,34 @@ def test_a_cancel_records_the_iam_caller_and_the_reason_given(
 ) -> None:
     # Given two pending runs
     channel = create_channel(api, status="active")
-    trigger = f"{CHANNELS}/{channel['channel_id']}/trigger"
-    signed, anonymous = api("POST", trigger).data, api("POST", trigger).data
+    now = ledger.db_now()
+    rows = [
+        NewOccurrence(channel["channel_id"], "nightly", 1, now - timedelta(minutes=m))
+        for m in (1, 2)
+    ]
+    assert all(ledger.insert_occurrence(row) for row in rows)
+    signed, anonymous = (row.id for row in rows)
     arn = "arn:aws:iam::123456789012:user/ops"
 
     # When one is cancelled by an IAM caller with a reason, the other with no body at all
     # (labelled as a server's default labels it: nothing was sent, so nothing is refused)
     event = v2_event(
         "POST",
-        f"{OCCURRENCES}/{signed['id']}/cancel",
+        f"{OCCURRENCES}/{signed}/cancel",
         headers={"content-type": "application/json"},
         body=json.dumps({"reason": "upstream is down"}).encode(),
     )
     event["requestContext"]["authorizer"] = {"iam": {"userArn": arn}}
     answer = handle_event(app, event)
-    plain = api(
-        "POST", f"{OCCURRENCES}/{anonymous['id']}/cancel", headers={"content-type": "text/plain"}
-    )
+    plain = api("POST", f"{OCCURRENCES}/{anonymous}/cancel", headers={"content-type": "text/plain"})
 
     # Then each row and its event say who and why, as far as it is known
     assert (answer["statusCode"], plain.status) == (200, 200)
-    assert ledger.get_occurrence(signed["id"]).error_message == (
-        f"cancelled by {arn}: upstream is down"
-    )
-    assert ledger.get_occurrence(anonymous["id"]).error_message == "cancelled by an operator"
+    assert ledger.get_occurrence(signed).error_message == (f"cancelled by {arn}: upstream is down")
+    assert ledger.get_occurrence(anonymous).error_message == "cancelled by an operator"
     errors = {e["occurrence_id"]: e["error"] for e in api("GET", EVENTS).data}
-    assert errors[signed["id"]] == f"cancelled by {arn}: upstream is down"
-    assert errors[anonymous["id"]] == "cancelled by an operator"
+    assert errors[signed] == f"cancelled by {arn}: upstream is down"
+    assert errors[anonymous] == "cancelled by an operator"
 
 
 def test_a_cancel_body_with_an_unknown_key_is_a_422_and_cancels_nothing(

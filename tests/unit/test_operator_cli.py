@@ -624,7 +624,9 @@ def test_retry_of_a_filter_at_a_terminal_asks_and_does_what_the_person_answers(
 
 def _cancel_one(ledger: Ledger, channel_id: str, name: str) -> str:
     """A manual row of the channel, cancelled with a reason: one recorded event."""
-    row = NewOccurrence(channel_id, name, 1, ledger.db_now(), trigger="manual")
+    # An instant of its own: two "now"s can fall in one millisecond of SQLite's clock.
+    at = ledger.db_now() - timedelta(days=1, seconds=ledger.list_occurrences().total)
+    row = NewOccurrence(channel_id, name, 1, at, trigger="manual")
     assert ledger.insert_occurrence(row)
     ledger.cancel(row.id, by="ops", reason="not today")
     return row.id
@@ -692,7 +694,7 @@ def test_events_watch_prints_an_event_written_while_it_watches(cli: Cli, fmt: st
     # When the events are watched while another is written
     writer.start()
     try:
-        ran = cli("events", "--watch", "--interval", "0.2", "--watch-for", "2.5", "-o", fmt)
+        ran = cli("events", "--watch", "--interval", "0.2", "--watch-for", "4", "-o", fmt)
     finally:
         writer.join()
 

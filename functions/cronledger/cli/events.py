@@ -4,9 +4,9 @@ A listing is the API's: newest first, a page at a time by key (`--after` the `ne
 footer names). `--watch` reads as a log instead: the newest page oldest first, then each event
 as it arrives, until Ctrl-C. It polls by the events' own instants (the database's clock, so a
 skewed local clock loses nothing), looking back a little further than the last one seen
-(`_LOOK_BACK`): an event is stamped when its transaction starts and listed once it commits, so
-one may appear a moment behind another already shown; ids already printed are not printed
-twice.
+(`_LOOK_BACK`): an event is stamped inside its transaction and listed once that commits, so
+one may appear a moment behind another already shown. Ids already printed are not printed
+twice, and are forgotten once they fall out of that window (the poll cannot see them again).
 """
 
 from __future__ import annotations
@@ -114,6 +114,10 @@ def _watch(
         pause = interval if deadline is None else min(interval, deadline - time.monotonic())
         time.sleep(max(0.0, pause))
         _show(s, _arrived(s, query, seen), seen, header=not seen)
+        if seen:
+            horizon = max(seen.values()) - _LOOK_BACK
+            for event_id in [i for i, at in seen.items() if at < horizon]:
+                del seen[event_id]
 
 
 def _arrived(s: Session, query: Mapping[str, Any], seen: Mapping[str, Any]) -> list[dict[str, Any]]:
