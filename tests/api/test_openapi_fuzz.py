@@ -44,7 +44,7 @@ def test_no_request_gets_a_5xx_or_an_answer_the_document_does_not_describe(
 ) -> None:
     schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app(create_app(sqlite_ledger)))
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 17  # every route of SPEC §6 (and versions) but /openapi.json
+    assert len(operations) == 18  # every route of SPEC §6 (and versions) but /openapi.json
     failures: dict[str, str] = {}
 
     for operation in operations:
@@ -115,6 +115,7 @@ def test_the_document_and_swagger_ui_are_served_and_every_error_is_the_envelope(
         f"{PREFIX}/cron/occurrences/{{occurrence_id}}/retry",
         f"{PREFIX}/cron/occurrences/{{occurrence_id}}/cancel",
         f"{PREFIX}/cron/status",
+        f"{PREFIX}/cron/events",
         "/health",
     }
     for operations in paths.values():

@@ -3,7 +3,9 @@ against the API as `cronledger dev` serves it (`local.serve_api`), with the real
 
 Invariant: the page loads with no console error and asks nothing of any other origin; a
 channel's timeline shows each occurrence in its status's colour, misfire summaries as such,
-and the DST days of the coming month; retry on a failed occurrence makes it run again; the
+and the DST days of the coming month; a channel with an open alert is flagged and its panel
+lists its events; an event's console link opens its panel; retry on a failed occurrence makes
+it run again; the
 page draws every channel with 10,000 occurrences in the ledger (how fast is a benchmark's
 figure: `python -m tests.bench console`).
 
@@ -295,6 +297,77 @@ def test_a_channels_panel_previews_its_next_fires_in_utc_local_and_due_time(
         # …and when its row falls due, within the jitter after it
         assert at <= datetime.fromisoformat(due.replace("Z", "+00:00")) < at + timedelta(minutes=10)
     assert expected.name in console.driver.find_element("id", "panel").text
+
+
+def _failed_run(console: Console, name: str) -> str:
+    """A past run of the (failing) channel `name`, run to its final failure; its id."""
+    channel = console.ledger.get_channel_by_name(name)
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    row = NewOccurrence.of(channel, at, None, trigger="backfill")
+    console.ledger.insert_occurrence(row)
+    console.scheduler.run_due()
+    assert console.ledger.get_occurrence(row.id).status == FAILED
+    return row.id
+
+
+def test_a_failed_channel_shows_an_alert_badge_and_its_panel_lists_the_event(
+    console: Console,
+) -> None:
+    # Given a channel whose run failed (an alert it delivers by default), beside a quiet one
+    console.channel("flaky", FAIL_TARGET)
+    console.channel("quiet", OK_TARGET)
+    failed = _failed_run(console, "flaky")
+
+    # When the page is drawn
+    console.open()
+    alert = """return [...document.querySelectorAll('#channels tr.channel')].map((r) =>
+               [r.dataset.channel, r.querySelector('.badge.alert')?.dataset.alert ?? null])"""
+
+    # Then the failed channel's row carries the open alert, the quiet one's none
+    console.wait(lambda d: dict(d.execute_script(alert)).get("flaky") is not None)
+    assert dict(console.driver.execute_script(alert)) == {
+        "flaky": "occurrence.failed",
+        "quiet": None,
+    }
+    # …and its panel lists the event, which opens the occurrence it is about
+    console.click('#channels tr[data-channel="flaky"] .name')
+    event = console.wait(
+        lambda d: (
+            d.find_elements("css selector", '#panel tr.event[data-kind="occurrence.failed"]')
+            or False
+        )
+    )[0]
+    assert "RuntimeError: report for" in event.text
+    assert "open alert: occurrence.failed" in console.driver.find_element("id", "panel").text
+    event.click()
+    console.wait(lambda d: "Occurrence of flaky" in d.find_element("id", "panel").text)
+    assert console.driver.execute_script("return location.hash") == f"#occurrence={failed}"
+
+
+def test_an_events_console_links_open_its_channel_and_its_occurrence(console: Console) -> None:
+    # Given a failed run's event, and the console links it carries
+    channel_id = console.channel("flaky", FAIL_TARGET)
+    failed = _failed_run(console, "flaky")
+    (event,) = [e for e in console.ledger.list_events().data if e.kind == "occurrence.failed"]
+    to_occurrence = event.document["links"]["console"]
+    to_channel = f"/#channel={channel_id}"  # what a channel's own events (stalled) link to
+
+    # When each link is opened from the site's root (as a receiver's message would)
+    shown: dict[str, str] = {}
+    for link in (to_occurrence, to_channel):
+        console.driver.get("about:blank")
+        console.driver.get(f"{console.url}{link}")
+        panel = console.wait(
+            lambda d: (p := d.find_element("id", "panel")).is_displayed() and "flaky" in p.text
+        )
+        assert panel
+        shown[link] = console.driver.find_element("css selector", "#panel h2").text
+
+    # Then the console opened the panel the link names
+    assert to_occurrence == f"/#occurrence={failed}"
+    assert shown[to_occurrence] == "Occurrence of flaky"
+    assert shown[to_channel].startswith("flaky")
+    assert console.driver.current_url.endswith(f"/console#channel={channel_id}")
 
 
 def test_the_page_works_through_the_signing_proxy(console: Console) -> None:

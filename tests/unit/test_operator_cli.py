@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ import yaml
 from cronledger.api import create_app
 from cronledger.cli import app, main
 from cronledger.cli.client import ApiClient
-from cronledger.ledger import Ledger
+from cronledger.ledger import Ledger, NewOccurrence
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
 from tests.api.http import serving
 
@@ -539,13 +540,17 @@ def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
     failed = cli.ledger.list_occurrences().data[0]
 
     retried = cli("retry", failed.id)
-    cancelled = cli("cancel", failed.id)
+    cancelled = cli("cancel", failed.id, "--reason", "upstream is down")
 
     assert retried.code == 0
     assert "is pending; its next run is attempt 2" in retried.out
     assert cancelled.code == 0
     assert cancelled.out.strip().endswith("is cancelled")
-    assert cli.ledger.get_occurrence(failed.id).status == "cancelled"
+    stored = cli.ledger.get_occurrence(failed.id)
+    assert (stored.status, stored.error_message) == (
+        "cancelled",
+        "cancelled by an operator: upstream is down",
+    )
 
 
 def test_retry_of_a_filter_counts_asks_and_retries_every_match(cli: Cli, tmp_path: Path) -> None:
@@ -612,6 +617,100 @@ def test_retry_of_a_filter_at_a_terminal_asks_and_does_what_the_person_answers(
     assert exit_code == code
     assert {cli.ledger.get_occurrence(i).status for i in failed} == {status}
     assert ("retry: 2 done, 0 refused" in said) == (answer == "y")
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+def _cancel_one(ledger: Ledger, channel_id: str, name: str) -> str:
+    """A manual row of the channel, cancelled with a reason: one recorded event."""
+    # An instant of its own: two "now"s can fall in one millisecond of SQLite's clock.
+    at = ledger.db_now() - timedelta(days=1, seconds=ledger.list_occurrences().total)
+    row = NewOccurrence(channel_id, name, 1, at, trigger="manual")
+    assert ledger.insert_occurrence(row)
+    ledger.cancel(row.id, by="ops", reason="not today")
+    return row.id
+
+
+def test_events_show_kind_channel_instant_and_error_newest_first_and_json_for_scripts(
+    cli: Cli,
+) -> None:
+    # Given a failed run of one channel (an alert) and a cancelled run of another
+    cli.channel("flaky", FAIL_TARGET)
+    quiet_id = cli.channel("quiet")
+    assert cli("trigger", "flaky").code == 0
+    cli.scheduler.run_due()
+    cancelled = _cancel_one(cli.ledger, quiet_id, "quiet")
+
+    table = cli("events")
+    as_json = cli("events", "--json")
+    failed_only = cli("events", "--kind", "failed", "--channel", "flaky", "--json")
+    status = cli("status")
+
+    # Then the table reads newest first with kind, channel, instant, delivery and error
+    assert table.code == 0
+    header, newest, oldest = table.out.splitlines()
+    assert header.split()[:6] == ["AT", "(UTC)", "KIND", "CHANNEL", "SCHEDULED", "(UTC)"]
+    assert newest.split()[1:3] == ["occurrence.cancelled", "quiet"]
+    assert "recorded" in newest and "cancelled by ops: not today" in newest
+    assert oldest.split()[1:3] == ["occurrence.failed", "flaky"]
+    assert "undelivered" in oldest and "RuntimeError: report for" in oldest
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", newest)
+    # …scripts get the API's page, and the filters narrow it
+    body = as_json.json()
+    assert [e["kind"] for e in body["data"]] == ["occurrence.cancelled", "occurrence.failed"]
+    assert (body["limit"], body["next"], body["data"][0]["occurrence_id"]) == (50, None, cancelled)
+    assert [e["channel_name"] for e in failed_only.json()["data"]] == ["flaky"]
+    # …and the status view names the channel whose alert is open
+    header, *lines = status.out.splitlines()
+    assert "LAST STATUS  ALERT" in header
+    alerts = {line.split()[0]: line.split() for line in lines}
+    assert alerts["flaky"].count("failed") == 2  # its last status, and its open alert
+    assert "failed" not in alerts["quiet"]
+
+
+def test_events_page_by_key_and_an_unknown_kind_is_refused(cli: Cli) -> None:
+    channel_id = cli.channel("quiet")
+    written = [_cancel_one(cli.ledger, channel_id, "quiet") for _ in range(3)]
+
+    first = cli("events", "--limit", "2")
+    key = first.out.splitlines()[-1].split()[1]
+    second = cli("events", "--limit", "2", "--after", key, "--json")
+    unknown = cli("events", "--kind", "exploded")
+
+    assert first.code == second.code == 0
+    assert first.out.splitlines()[-1] == f"(--after {key} for more)"
+    assert [e["occurrence_id"] for e in second.json()["data"]] == written[:1]
+    assert unknown.code == 1 and "unknown kind 'exploded'" in unknown.err
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_events_watch_prints_an_event_written_while_it_watches(cli: Cli, fmt: str) -> None:
+    # Given an event already written
+    channel_id = cli.channel("quiet")
+    before = _cancel_one(cli.ledger, channel_id, "quiet")
+    later: list[str] = []
+    writer = threading.Timer(
+        0.6, lambda: later.append(_cancel_one(cli.ledger, channel_id, "quiet"))
+    )
+
+    # When the events are watched while another is written
+    writer.start()
+    try:
+        ran = cli("events", "--watch", "--interval", "0.2", "--watch-for", "4", "-o", fmt)
+    finally:
+        writer.join()
+
+    # Then the one there is printed first, and the new one after it, once
+    assert ran.code == 0 and len(later) == 1
+    if fmt == "json":
+        shown = [json.loads(line)["occurrence_id"] for line in ran.out.splitlines()]
+    else:
+        lines = ran.out.splitlines()
+        assert lines[0].split()[:3] == ["AT", "(UTC)", "KIND"]
+        ids = {before: before[:12], later[0]: later[0][:12]}
+        shown = [next(i for i, short in ids.items() if short in line) for line in lines[1:]]
+    assert shown == [before, later[0]]
 
 
 def test_lifecycle_commands_and_an_archived_channel_is_never_told_to_reactivate(cli: Cli) -> None:

@@ -4,7 +4,8 @@
     app = create_app(ledger, settings)
     response = handle_event(app, api_gateway_v2_event)
 
-Routes live one subject per module (`channels`, `channel_runs`, `occurrences`, `status`), the
+Routes live one subject per module (`channels`, `channel_runs`, `occurrences`, `status`,
+`events`), the
 wire shapes in `models`, their formatting in `views`, channel document validation in
 `documents`, and the exception → HTTP mapping in `errors`, its only home.
 """

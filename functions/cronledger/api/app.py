@@ -28,6 +28,7 @@ from cronledger import __version__
 from cronledger.api.channel_runs import add_channel_run_routes
 from cronledger.api.channels import add_channel_routes
 from cronledger.api.errors import as_v2, error_response, install_error_mapping
+from cronledger.api.events import add_event_routes
 from cronledger.api.occurrences import add_occurrence_routes
 from cronledger.api.request_rules import (
     MalformedBody,
@@ -86,6 +87,7 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
     add_channel_run_routes(app, ledger)
     add_occurrence_routes(app, ledger)
     add_status_routes(app, ledger)
+    add_event_routes(app, ledger)
     add_health_routes(app, ledger)
     add_console_routes(app)
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from cronledger.alerts import KINDS, MAX_CONSECUTIVE, MAX_OVERDUE_SECS
 from cronledger.api.documents import NAME, TIMEOUT_MAX_MS, storable_text
 from cronledger.instants import parse_rfc3339
 from cronledger.ledger import Page as LedgerPage
@@ -67,6 +68,43 @@ Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
 
 # --- request bodies -------------------------------------------------------------------------
 
+_ALERTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": (
+        "Which of the channel's events are delivered (every event is listed whatever these "
+        "say). Without it: failed, abandoned, overdue, stalled and recovered. Not in the "
+        "scheduling hash: who is told never moves when the channel fires."
+    ),
+    "properties": {
+        "on": {
+            "type": "array",
+            "items": {"type": "string", "enum": [*KINDS, *KINDS.values()]},
+            "uniqueItems": True,
+            "description": "the kinds to deliver, short or full name; [] delivers none",
+            "example": ["failed", "overdue", "recovered"],
+        },
+        "overdue_after_secs": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_OVERDUE_SECS,
+            "description": (
+                "an instant not completed this long after its due time is overdue (once), and "
+                "a cursor this far behind its schedule is stalled; unset: neither is reported"
+            ),
+            "example": 3600,
+        },
+        "after_consecutive_failures": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_CONSECUTIVE,
+            "default": 1,
+            "description": "deliver `failed` only once this many occurrences failed in a row",
+            "example": 3,
+        },
+    },
+    "additionalProperties": False,
+    "example": {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600},
+}
 _TRANSPORT_CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": (
@@ -139,6 +177,7 @@ _TRANSPORT_CONFIG_SCHEMA: dict[str, Any] = {
             },
             "example": {"max_attempts": 3, "backoff_secs": 10, "max_backoff_secs": 300},
         },
+        "alerts": _ALERTS_SCHEMA,
     },
     "oneOf": [{"required": ["schedule"]}, {"required": ["at"]}],
     "example": {
@@ -147,6 +186,7 @@ _TRANSPORT_CONFIG_SCHEMA: dict[str, Any] = {
         "starts_at": "2026-09-01T00:00:00Z",
         "ends_at": "2026-12-31T23:59:59Z",
         "jitter_secs": 300,
+        "alerts": {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600},
     },
 }
 _TARGET_SCHEMA: dict[str, Any] = {
@@ -213,6 +253,14 @@ class StatusChange(BaseModel):
     status: Literal["active", "paused", "archived"]
 
 
+class CancelReason(BaseModel):
+    """Why an operator cancels; recorded in the occurrence's error and its event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Text | None = None
+
+
 class BackfillWindow(BaseModel):
     """Both ends inclusive, on the schedule's instants; `to` must not be in the future."""
 
@@ -244,6 +292,14 @@ class Page(BaseModel, Generic[T]):
             limit=page.limit,
             offset=page.offset,
         )
+
+
+class KeysetPage(BaseModel, Generic[T]):
+    """A page of a list read by key: pass `next` back as `after` for the one after it."""
+
+    data: list[T]
+    limit: int
+    next: str | None = Field(description="the `after` of the next page; null on the last page")
 
 
 class ErrorDetail(BaseModel):
@@ -428,6 +484,10 @@ class ChannelStatus(BaseModel):
     concurrency_key: str | None
     slots: int | None
     slots_held: int | None = Field(description='live holders of the key under "forbid"')
+    open_alert: str | None = Field(
+        description="the kind of the channel's delivered failed, abandoned, overdue or stalled "
+        "event that no completed occurrence has answered yet; null when none is open"
+    )
 
 
 class Health(BaseModel):
@@ -437,3 +497,47 @@ class Health(BaseModel):
     pending: int
     last_reconcile_at: Timestamp | None
     last_claim_at: Timestamp | None
+    undelivered_events: int = Field(description="events waiting to be delivered")
+    oldest_undelivered_event_secs: float | None = Field(
+        description="how long the oldest of them has waited; null when none waits"
+    )
+
+
+class EventLinks(BaseModel):
+    api: str = Field(description="the API path of the occurrence, or of the channel")
+    console: str = Field(
+        description="the console's deep link", examples=["/#occurrence=0193…", "/#channel=0193…"]
+    )
+
+
+class EventView(BaseModel):
+    """An event as its receiver gets it, with where its delivery stands. Keys a kind adds
+    (`oldest_scheduled_for` of a stalled channel, `singleton_key`) are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    event_id: str = Field(description="stable: a redelivery carries the same one")
+    sequence: int | None = Field(
+        description="the channel's gapless delivery counter; null for an event only recorded "
+        "(its kind is not in the channel's `alerts.on`)"
+    )
+    kind: str = Field(examples=["occurrence.failed"])
+    at: Timestamp
+    channel_id: str
+    channel_name: str | None
+    timezone: str
+    occurrence_id: str | None
+    scheduled_for: Timestamp | None
+    due_at: Timestamp | None
+    trigger: str | None
+    attempt: int | None
+    max_attempts: int | None
+    status: str | None
+    error: str | None = Field(description="the error excerpt the ledger keeps")
+    count: int | None = Field(description="instants a skip summary stands for")
+    consecutive_failures: int
+    links: EventLinks
+    deliver: bool = Field(description="whether the event is to be delivered")
+    delivered_at: Timestamp | None = Field(description="when the destination accepted it")
+    send_attempts: int
+    last_error: str | None = Field(description="why the last send did not land")

@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
-from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import (
     PREFIX,
+    CancelReason,
     Instant,
     Limit,
     OccurrenceRecord,
@@ -91,13 +92,27 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
 
     @app.post(
         f"{PREFIX}/cron/occurrences/<occurrence_id>/cancel",
-        summary="Cancel a pending, claimed or running occurrence",
+        summary="Cancel a pending, claimed or running occurrence; an optional "
+        '`{"reason": "…"}` is recorded with it, beside the IAM caller when there is one',
         tags=["occurrences"],
         responses=responses(200, "the occurrence, cancelled", 404, 409),
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
-    def cancel(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
-        return One(data=occurrence_record(ledger.cancel(occurrence_id)))
+    def cancel(
+        occurrence_id: OccurrenceId, body: Annotated[CancelReason | None, Body()] = None
+    ) -> One[OccurrenceRecord]:
+        reason = None if body is None else body.reason
+        cancelled = ledger.cancel(occurrence_id, by=_caller(app), reason=reason)
+        return One(data=occurrence_record(cancelled))
+
+
+def _caller(app: APIGatewayHttpResolver) -> str | None:
+    """Who asks, as API Gateway's IAM authorizer names them (their ARN); None where no
+    authorizer stands in front (the local server), rather than a guess."""
+    context = app.current_event.raw_event.get("requestContext") or {}
+    iam = (context.get("authorizer") or {}).get("iam") or {}
+    caller = iam.get("userArn") or iam.get("callerId")
+    return str(caller) if caller else None
 
 
 def _known(name: str, value: str | None, known: tuple[str, ...]) -> None:

@@ -5,7 +5,8 @@ One pass over the raw API Gateway event, before Powertools routes and validates 
 - a request that carries a body must say `Content-Type: application/json` (the media type in
   any case, with any parameters), or it is a 415. This is also what keeps a web page from
   driving the API: a browser sends a cross-site request without asking first only with a form
-  or text content type;
+  or text content type. A request without a body has nothing to label: its `Content-Type`
+  is dropped;
 - the body must be a JSON object (an array or a scalar is a 422, never read as something else),
   and one Python can read (an integer of more than 4300 digits is a 422 too);
 - no text in it may be invalid Unicode (a lone surrogate such as `"\\ud800"`, which JSON can
@@ -73,6 +74,12 @@ def screen(event: Mapping[str, Any]) -> Request:
         # The resolver's own check is case-sensitive; the media type is not (RFC 9110).
         screened["headers"] = {**headers, "content-type": JSON_MEDIA_TYPE}
         _check_document(body)
+    elif event.get("headers"):
+        # Nothing to label: a server's default (wsgiref says `text/plain`) must not make a
+        # route whose body is optional refuse a request that sent none.
+        screened["headers"] = {
+            k: v for k, v in event["headers"].items() if str(k).lower() != "content-type"
+        }
     return Request(screened, head)
 
 

@@ -49,9 +49,16 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         # A fixed handful of reads for the whole page, whatever its size.
         states = cursors_by_channel(ledger.schedule_states(ids))
         activity = ledger.channel_activity(ids, keys)
+        alerts = ledger.open_alerts(ids)
         return Page.of(
             page,
-            lambda c: _status(c, schedules[c.channel_id], states.get(c.channel_id), activity),
+            lambda c: _status(
+                c,
+                schedules[c.channel_id],
+                states.get(c.channel_id),
+                activity,
+                alerts.get(c.channel_id),
+            ),
         )
 
 
@@ -59,7 +66,8 @@ def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
 
     @app.get(
         "/health",
-        summary="Database reachability, backlog, and the last successful reconcile and claim",
+        summary="Database reachability, backlog, the events outbox, and the last successful "
+        "reconcile and claim",
         tags=["status"],
         responses=responses(200, "the database answered"),
         custom_response_validation_http_code=BROKEN_RESPONSE,
@@ -67,6 +75,7 @@ def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     def health() -> One[Health]:
         beats = ledger.job_heartbeats()
         backlog = ledger.backlog()
+        outbox = ledger.outbox()
         return One(
             data=Health(
                 database="reachable",
@@ -75,6 +84,8 @@ def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
                 pending=backlog.pending,
                 last_reconcile_at=timestamp(beats.get(RECONCILE_JOB)),
                 last_claim_at=timestamp(beats.get(CLAIM_JOB)),
+                undelivered_events=outbox.undelivered,
+                oldest_undelivered_event_secs=outbox.oldest_age_secs,
             )
         )
 
@@ -84,6 +95,7 @@ def _status(
     schedule: Schedule | None,
     state: ScheduleState | None,
     activity: ChannelActivity,
+    open_alert: str | None,
 ) -> ChannelStatus:
     last = activity.latest.get(channel.channel_id)
     key = None if schedule is None else schedule.singleton_key
@@ -107,4 +119,5 @@ def _status(
         concurrency_key=None if schedule is None else schedule.concurrency_key,
         slots=None if schedule is None else schedule.slots,
         slots_held=None if key is None else activity.held_slots.get(key, 0),
+        open_alert=open_alert,
     )

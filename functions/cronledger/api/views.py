@@ -16,13 +16,14 @@ from cronledger.api.models import (
     ChannelVersion,
     ChannelView,
     CompiledView,
+    EventView,
     OccurrenceRecord,
     OccurrenceSummary,
     PreviewInstant,
 )
 from cronledger.errors import ValidationFailed
 from cronledger.instants import to_rfc3339
-from cronledger.ledger import Channel, Occurrence, ScheduleState
+from cronledger.ledger import Channel, Event, Occurrence, ScheduleState
 from cronledger.schedule import Schedule
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import target_ref
@@ -196,3 +197,17 @@ def _millis(start: datetime | None, end: datetime | None) -> int | None:
     if start is None or end is None:
         return None
     return round((end - start).total_seconds() * 1000)
+
+
+def event_view(event: Event) -> EventView:
+    """The event's document as delivered, and where its delivery stands: a receiver and an
+    operator read the same words."""
+    return EventView.model_validate(
+        {
+            **event.document,
+            "deliver": event.deliver,
+            "delivered_at": timestamp(event.delivered_at),
+            "send_attempts": event.send_attempts,
+            "last_error": event.last_error,
+        }
+    )

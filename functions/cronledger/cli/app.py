@@ -3,8 +3,8 @@
 `cronledger migrate` upgrades a database to the newest schema; `cronledger dev --demo` runs the
 scheduler locally; `cronledger console` serves the web console through a signing proxy; the
 operator commands (`channels`, `occurrences`, `trigger`, `backfill`, `retry`, `cancel`,
-`status`, `preview`) talk to the HTTP API. Every failure exits non-zero with one message, never
-a traceback; a closed pipe (`… | head -1`) ends the command quietly.
+`status`, `preview`, `events`) talk to the HTTP API. Every failure exits non-zero with one
+message, never a traceback; a closed pipe (`… | head -1`) ends the command quietly.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import typer
 from cronledger import __version__
 from cronledger.cli.channels import channels
 from cronledger.cli.channels import root as channel_commands
+from cronledger.cli.events import root as event_commands
 from cronledger.cli.occurrences import occurrences
 from cronledger.cli.occurrences import root as occurrence_commands
 from cronledger.cli.session import Json, Output, RootApiUrl, Session, api
@@ -35,7 +36,7 @@ app = typer.Typer(
 )
 app.add_typer(channels, name="channels")
 app.add_typer(occurrences, name="occurrences")
-for commands in (channel_commands, occurrence_commands):
+for commands in (channel_commands, occurrence_commands, event_commands):
     app.registered_commands += commands.registered_commands
 
 

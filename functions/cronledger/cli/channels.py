@@ -382,6 +382,10 @@ STATUS_COLUMNS = (
     Column("NEXT FIRE (UTC)", lambda s: when(s.get("next_fire_at")), 80),
     Column("LAST RUN", lambda s: when(s.get("last_scheduled_for")), 50),
     Column("LAST STATUS", lambda s: s.get("last_status"), 90, status=True),
+    # An open alert by its short name ("failed"), coloured as that status is.
+    Column(
+        "ALERT", lambda s: (s.get("open_alert") or "").rpartition(".")[2] or None, 85, status=True
+    ),
     Column("PENDING", lambda s: s["pending"], 60),
     Column("CONCURRENCY", lambda s: concurrency(s, held=s.get("slots_held")), 20),
 )

@@ -168,19 +168,25 @@ def retry(
 
 
 @api(root, "cancel")
-def cancel(s: Session, ids: Annotated[list[str], typer.Argument(help="occurrence ids")]) -> None:
+def cancel(
+    s: Session,
+    ids: Annotated[list[str], typer.Argument(help="occurrence ids")],
+    reason: Annotated[
+        str | None, typer.Option(help="why: recorded on each row and in its event")
+    ] = None,
+) -> None:
     """Cancel pending, claimed or running occurrences (a running attempt stops at its next
     lease renewal)."""
-    _each(s, "cancel", ids)
+    _each(s, "cancel", ids, None if reason is None else {"reason": reason})
 
 
-def _each(s: Session, action: str, ids: list[str]) -> None:
+def _each(s: Session, action: str, ids: list[str], body: Any = None) -> None:
     """`action` each occurrence: one line per row as it happens, then a count."""
     answers: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     for id in ids:
         try:
-            answers.append(s.send("POST", f"/cron/occurrences/{segment(id)}/{action}"))
+            answers.append(s.send("POST", f"/cron/occurrences/{segment(id)}/{action}", body))
         except ApiError as exc:
             if len(ids) == 1:
                 raise

@@ -53,6 +53,9 @@ STYLES: Final = {
     "updated": "cyan",
     "unchanged": "bright_black",
     "refused": "bold red",
+    "delivered": "green",
+    "undelivered": "yellow",
+    "recorded": "bright_black",
 }
 SHORT_ID: Final = 13  # "01a22832-3cee…": the id's time-ordered head
 _UNCUT: Final = 100_000
@@ -102,6 +105,18 @@ class Out:
         else:
             sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
+    def record(self, value: Any) -> None:
+        """One item of a stream for scripts: a line of JSON, or a YAML document."""
+        if self.format is Format.yaml:
+            sys.stdout.write("---\n")
+            self.data(value)
+        else:
+            sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+    def flush(self) -> None:
+        """Out now, not when a buffer fills: a stream's reader is waiting for it."""
+        sys.stdout.flush()
+
     def say(self, *parts: str | Text) -> None:
         """A line for a person: stdout, or stderr when stdout carries JSON or YAML."""
         line = Text.assemble(*parts)
@@ -122,6 +137,7 @@ class Out:
         rows: Sequence[Mapping[str, Any]],
         page: Mapping[str, Any] | None = None,
         empty: str = "(none)",
+        header: bool = True,
     ) -> None:
         if not rows:
             self.say(empty)
@@ -131,7 +147,9 @@ class Out:
         cells = {c.header: [self._cell(c, row, wide) for row in rows] for c in shown}
         if self.width is not None:
             shown = _fitting(shown, cells, self.width)
-        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+        table = Table(
+            box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0), show_header=header
+        )
         for column in shown:
             table.add_column(column.header, no_wrap=True, overflow="ellipsis", header_style="bold")
         for index in range(len(rows)):

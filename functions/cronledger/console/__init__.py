@@ -1,5 +1,5 @@
 """The web console: static files shipped in the package, served at `/console` by the API
-(`add_console_routes`) and by `cronledger console`'s local proxy.
+(`add_console_routes`) and by `cronledger console`'s local proxy; both send `/` there.
 
 The page is plain HTML, CSS and JavaScript (no build step, nothing from a CDN) over the same
 JSON API the command line uses. Its Content-Security-Policy allows nothing but this origin, so
@@ -56,6 +56,12 @@ def add_console_routes(app: APIGatewayHttpResolver) -> None:
             return Response(404, "text/plain; charset=utf-8", b"no such file", headers=HEADERS)
         body, content_type = found
         return Response(200, content_type, body, headers=HEADERS)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> Response[bytes]:
+        # Event links name the console as `/#channel=…`: the browser keeps the fragment
+        # across this redirect, so the link opens that panel (as the local proxy's does).
+        return Response(302, "text/plain; charset=utf-8", b"", headers={"Location": PAGE})
 
     @app.get(PAGE, include_in_schema=False)
     def page() -> Response[bytes]:

@@ -7,7 +7,10 @@ const API = "/api/v1/admin";
 const STRIP = 60; // occurrences per channel timeline
 const REFRESH_MS = 3000;
 const STATUSES = ["completed", "failed", "skipped_misfire", "skipped_singleton", "running", "claimed", "pending", "cancelled"];
-const state = { channels: [], strips: new Map(), selected: null, utc: true, busy: false };
+const EVENTS = 20; // recent events in a channel's panel
+// A delivered alert stays open until a completed occurrence answers it: the row says so.
+const ALERTS = { "occurrence.failed": "failed", "occurrence.abandoned": "abandoned", "occurrence.overdue": "overdue", "channel.stalled": "stalled" };
+const state = { channels: [], strips: new Map(), alerts: new Map(), selected: null, utc: true, busy: false };
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -150,6 +153,17 @@ function lastRun(strip) {
   return strip.find((o) => new Date(o.scheduled_for).getTime() <= now && o.status !== "pending") || null;
 }
 
+function alertBadge(channel) {
+  const kind = state.alerts.get(channel.channel_id);
+  if (!kind) return null;
+  return el("span", {
+    class: "badge alert",
+    title: `open alert: ${kind}, until a run of ${channel.name} completes`,
+    dataset: { alert: kind },
+    onclick: () => showChannel(channel.channel_id),
+  }, `⚠ ${ALERTS[kind] || kind}`);
+}
+
 function channelRow(channel) {
   const strip = state.strips.get(channel.channel_id) || [];
   const compiled = channel.compiled || {};
@@ -159,7 +173,7 @@ function channelRow(channel) {
     ? el("button", { class: "act", onclick: () => act(`channels/${enc(channel.channel_id)}/status`, "PATCH", { status: "paused" }, `paused ${channel.name}`) }, "Pause")
     : el("button", { class: "act", disabled: !["paused", "draft"].includes(channel.status), onclick: () => act(`channels/${enc(channel.channel_id)}/status`, "PATCH", { status: "active" }, `resumed ${channel.name}`) }, "Resume");
   return el("tr", { class: `channel${state.selected === channel.channel_id ? " selected" : ""}`, dataset: { channel: channel.name } },
-    el("td", {}, el("div", { class: "name", onclick: () => showChannel(channel.channel_id) }, channel.name), badge(channel.status)),
+    el("td", {}, el("div", { class: "name", onclick: () => showChannel(channel.channel_id) }, channel.name), badge(channel.status), " ", alertBadge(channel)),
     el("td", {}, el("div", { class: "mono" }, scheduleOf(compiled) || "(invalid)"), el("div", { class: "muted" }, compiled.timezone || "")),
     el("td", { class: "next", title: time(compiled.next_fire_at) }, compiled.next_fire_at ? relative(compiled.next_fire_at) : el("span", { class: "muted" }, "–")),
     el("td", { class: "last" }, last ? badge(last.status) : el("span", { class: "muted" }, "–")),
@@ -191,9 +205,33 @@ function showPanel(...content) {
   $("#panel").hidden = false;
 }
 
+// The panel open is in the address (#channel=… or #occurrence=…), as event links write it,
+// so a link from an alert opens the same panel and a reload keeps it.
+function remember(kind, id) {
+  history.replaceState(null, "", id ? `#${kind}=${enc(id)}` : `${location.pathname}${location.search}`);
+}
+
+function openFromAddress() {
+  const wanted = new URLSearchParams(location.hash.slice(1));
+  if (wanted.get("occurrence")) showOccurrence(wanted.get("occurrence"));
+  else if (wanted.get("channel")) showChannel(wanted.get("channel"));
+}
+
+function eventRow(e) {
+  const open = e.occurrence_id ? () => showOccurrence(e.occurrence_id) : null;
+  const delivery = !e.deliver ? "recorded" : e.delivered_at ? "delivered" : "undelivered";
+  return el("tr", { class: `event${open ? " link" : ""}`, dataset: { kind: e.kind, id: e.event_id }, onclick: open, title: e.error || "" },
+    el("td", { class: "mono at" }, time(e.at)),
+    el("td", {},
+      el("div", {}, el("span", { class: `kind ${e.kind.replace(".", "-")}` }, e.kind), " ",
+        el("span", { class: "muted", title: e.last_error || "" }, delivery)),
+      e.error ? el("div", { class: "event-error" }, e.error) : null));
+}
+
 async function showOccurrence(id) {
   state.selected = id;
   render();
+  remember("occurrence", id);
   let record;
   try { record = (await api("GET", `cron/occurrences/${enc(id)}`)).data; } catch (error) { return toast(error.message, true); }
   const known = ["id", "channel_name", "channel_id", "trigger", "scheduled_for", "due_at", "status", "attempt", "channel_version", "executing_version", "target_ref", "claimed_by", "claimed_until", "singleton_key", "singleton_slot", "fencing_token", "trace_id", "started_at", "completed_at", "lag_ms", "duration_ms", "error_message", "result", "created_at", "updated_at"];
@@ -234,13 +272,16 @@ async function showOccurrence(id) {
 async function showChannel(id) {
   state.selected = id;
   render();
-  let channel, preview;
+  remember("channel", id);
+  let channel, preview, events;
   try {
-    [channel, preview] = await Promise.all([
+    [channel, preview, events] = await Promise.all([
       api("GET", `channels/${enc(id)}`).then((a) => a.data),
       api("GET", `channels/${enc(id)}/preview?count=10`).then((a) => a.data).catch(() => null),
+      api("GET", `cron/events?channel_id=${enc(id)}&limit=${EVENTS}`).then((a) => a.data).catch(() => null),
     ]);
   } catch (error) { return toast(error.message, true); }
+  const alert = state.alerts.get(id);
   const compiled = channel.compiled || {};
   const dst = comingDays(compiled.timezone || "UTC").filter((d) => d.change);
   // With jitter a row falls due after its instant: then the preview shows when.
@@ -259,6 +300,11 @@ async function showChannel(id) {
       ["timeout", `${channel.timeout_ms} ms`],
       ["DST this month", dst.length ? dst.map((d) => `${d.date.toISOString().slice(0, 10)} (${d.change > 0 ? "+" : "−"}${Math.abs(d.change)} min)`).join(", ") : "none"],
     ]),
+    alert ? el("p", { class: "alert-text" }, `open alert: ${alert}, until a run completes`) : null,
+    el("h3", {}, "recent events"),
+    events && events.length
+      ? el("table", { class: "events" }, events.map(eventRow))
+      : el("p", { class: "muted" }, events ? "no events yet" : "events unavailable"),
     el("h3", {}, "next fires"),
     preview && preview.instants.length ? el("table", { class: "preview" },
       el("tr", {}, el("th", {}, "UTC"), el("th", {}, `local (${preview.timezone})`), jittered ? el("th", {}, "due (UTC)") : null),
@@ -302,7 +348,8 @@ async function refreshHealth() {
     $("#health").replaceChildren(
       `database ${h.database} · ${h.pending} pending`,
       h.oldest_pending_secs ? ` (oldest ${span(h.oldest_pending_secs * 1000)})` : "",
-      ` · ${beat("reconciled", h.last_reconcile_at)} · ${beat("claimed", h.last_claim_at)}`);
+      ` · ${beat("reconciled", h.last_reconcile_at)} · ${beat("claimed", h.last_claim_at)}`,
+      h.undelivered_events ? el("span", { class: "warn" }, ` · ${h.undelivered_events} event${h.undelivered_events === 1 ? "" : "s"} undelivered (oldest ${span(h.oldest_undelivered_event_secs * 1000)})`) : "");
   } catch (error) {
     $("#health").replaceChildren(el("span", { class: "bad" }, `API unavailable: ${error.message}`));
   }
@@ -312,10 +359,14 @@ async function refresh() {
   if (state.busy) return;
   state.busy = true;
   try {
-    const page = await api("GET", "channels?limit=1000");
+    const [page, status] = await Promise.all([
+      api("GET", "channels?limit=1000"),
+      api("GET", "cron/status?limit=1000").then((a) => a.data).catch(() => []),
+    ]);
     const strips = await Promise.all(page.data.map((c) =>
       api("GET", `cron/occurrences?channel_id=${enc(c.channel_id)}&limit=${STRIP}`).then((a) => a.data).catch(() => [])));
     state.channels = page.data;
+    state.alerts = new Map(status.filter((r) => r.open_alert).map((r) => [r.channel_id, r.open_alert]));
     state.strips = new Map(page.data.map((c, i) => [c.channel_id, strips[i]]));
     render();
     document.body.dataset.loaded = String(Date.now());
@@ -329,8 +380,9 @@ async function refresh() {
 
 document.addEventListener("DOMContentLoaded", () => {
   legend();
-  $("#close").addEventListener("click", () => { $("#panel").hidden = true; state.selected = null; render(); });
+  $("#close").addEventListener("click", () => { $("#panel").hidden = true; state.selected = null; remember(); render(); });
+  window.addEventListener("hashchange", openFromAddress);
   $("#utc").addEventListener("change", (event) => { state.utc = event.target.checked; render(); });
-  refresh();
+  refresh().then(openFromAddress);
   setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);
 });
