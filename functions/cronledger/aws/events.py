@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 #: The most entries one PutEvents call takes.
 PUT_EVENTS_BATCH = 10
 #: One try of one call, short: the send right after a commit holds up the function that made
-#: the event, and whatever misses it the sweep sends again.
-SEND_TIMEOUT_SECS = 2.0
+#: the event, and an executor that settled at its deadline has only its margin left for it.
+#: Whatever misses it, the sweep sends again.
+SEND_TIMEOUT_SECS = 1.0
 
 
 class EventBridgeSender:
@@ -53,6 +54,8 @@ class EventBridgeSender:
         self._clients = clients
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
+        if not events:
+            return {}
         from botocore.exceptions import BotoCoreError, ClientError
 
         clients = self._clients or default_clients()
