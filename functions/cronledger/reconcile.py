@@ -53,6 +53,7 @@ from cronledger.ledger import (
     NewOccurrence,
     ScheduleState,
 )
+from cronledger.outbox import Sender, sweep
 from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
 from cronledger.schedule import PassPlan, Schedule, ScheduleInvalid
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
@@ -395,14 +396,35 @@ def after_pass(
             retention.again()  # the budget ran out first: the next pass goes on
 
 
+@dataclass(frozen=True)
+class OutboxRound:
+    """Events after a pass: write the overdue instants and stalled channels detection finds,
+    sweep the outbox to `sender` (with one) until the loop's deadline, and gauge what is
+    left. Detection rides the pass because a pass runs wherever the scheduler does, and only
+    the clock makes those events: no write of their own announces them."""
+
+    sender: Sender | None = None
+
+    def __call__(self, ledger: Ledger, until: float) -> None:
+        ledger.detect_overdue()
+        if self.sender is not None:
+            done = sweep(ledger, self.sender, until=until)
+            if done.failed:
+                log.warning("outbox sweep: %d event(s) not accepted", done.failed)
+        waiting = ledger.outbox()
+        metrics.record_outbox(waiting.undelivered, waiting.oldest_age_secs)
+
+
 @dataclass
 class Housekeeping:
-    """When the bookkeeping after a pass is due: the job heartbeat and retention. A loop that
-    lives for one pass (on Lambda) is handed the container's, so retention still runs every
-    `RETENTION_EVERY_SECS` rather than after every pass."""
+    """What runs after a pass besides it: the job heartbeat and retention, each when due, and
+    `events` (an `OutboxRound`) after every pass, where no other thread delivers events. A
+    loop that lives for one pass (on Lambda) is handed the container's, so retention still
+    runs every `RETENTION_EVERY_SECS` rather than after every pass."""
 
     retention: Every = field(default_factory=lambda: Every(RETENTION_EVERY_SECS))
     heartbeat: Every = field(default_factory=lambda: Every(JOB_HEARTBEAT_EVERY_SECS))
+    events: Callable[[Ledger, float], None] | None = None
 
 
 def run_reconcile_loop(
@@ -431,6 +453,8 @@ def run_reconcile_loop(
         try:
             report = reconcile_once(ledger, settings)
             after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
+            if housekeeping.events is not None:
+                housekeeping.events(ledger, until)
         except Exception as exc:
             metrics.record_db_unavailable(JOB)
             sleep_until_next(stop, backoff.failed(exc), until)

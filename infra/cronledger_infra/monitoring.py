@@ -15,6 +15,10 @@ Each alarm is M out of N one-period evaluations, and says what a period with no 
 - schedule lag p99 (`ScheduleLagSeconds`, started minus due, 5 minutes, above the threshold) in
   2 of 3; missing data does not breach: a quiet period started nothing, so nothing was late
   (work that cannot start shows as backlog age);
+- events undelivered (`OldestUndeliveredEventAgeSeconds`, max over a minute, above the
+  threshold) in 3 of 5: the sweep retries with a backoff, so one slow minute is not a page, a
+  bus that refuses or cannot be reached is; missing data keeps the state, as for the backlog
+  (reconcile gauges the outbox after each pass);
 - database unavailable (`DbUnavailable` of reconcile and claim, summed per minute, at least 1)
   in 3 of 5: a failover's minute is not a page, an outage is; missing data does not breach,
   as the count is recorded only on a failure;
@@ -54,6 +58,7 @@ BACKLOG_METRIC = "OldestPendingAgeSeconds"
 RECONCILE_METRIC = "ReconcileSucceeded"
 LAG_METRIC = "ScheduleLagSeconds"
 DB_UNAVAILABLE_METRIC = "DbUnavailable"
+UNDELIVERED_AGE_METRIC = "OldestUndeliveredEventAgeSeconds"
 #: The `Operation`s `DbUnavailable` is recorded with: the two loops.
 DB_OPERATIONS = ("reconcile", "claim")
 
@@ -87,6 +92,7 @@ class Monitoring(Construct):
         namespace: str,
         backlog_age_threshold_secs: int,
         schedule_lag_threshold_secs: int,
+        undelivered_event_age_threshold_secs: int,
         alarm_email: str | None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -123,6 +129,7 @@ class Monitoring(Construct):
         backlog = ours(BACKLOG_METRIC, "Maximum", MINUTE)
         reconciled = ours(RECONCILE_METRIC, "Sum", FIVE_MINUTES)
         lag = ours(LAG_METRIC, "p99", FIVE_MINUTES)
+        undelivered = ours(UNDELIVERED_AGE_METRIC, "Maximum", MINUTE)
         unavailable = _summed(
             "DbUnavailable",
             {op: ours(DB_UNAVAILABLE_METRIC, "Sum", MINUTE, Operation=op) for op in DB_OPERATIONS},
@@ -162,6 +169,22 @@ class Monitoring(Construct):
                 ),
                 "Attempts start late: the p99 of started minus due exceeds the threshold. "
                 "Look at executor throttles, claim's duration and the database's load.",
+            ),
+            self._alarm(
+                "EventsUndelivered",
+                "events-undelivered",
+                undelivered,
+                Rule(
+                    undelivered_event_age_threshold_secs,
+                    Compare.GREATER_THAN_THRESHOLD,
+                    Missing.IGNORE,
+                    3,
+                    5,
+                ),
+                "An event has waited longer than the threshold to reach the installation's "
+                "event bus: alerts are not being delivered. See the last_error of undelivered "
+                "events (GET /api/v1/admin/cron/events), the bus, and the functions' "
+                "events:PutEvents permission and network route.",
             ),
             self._alarm(
                 "DatabaseUnavailable",
@@ -239,6 +262,13 @@ class Monitoring(Construct):
                 ],
             ),
             cloudwatch.GraphWidget(title="Reconcile passes completed", left=[reconciled]),
+            cloudwatch.GraphWidget(
+                title="Oldest undelivered event (s)",
+                left=[undelivered],
+                left_annotations=[
+                    cloudwatch.HorizontalAnnotation(value=undelivered_event_age_threshold_secs)
+                ],
+            ),
             cloudwatch.GraphWidget(title="Database unavailable", left=[unavailable]),
             cloudwatch.GraphWidget(
                 title="Executor throttles and events dropped",

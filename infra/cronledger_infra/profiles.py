@@ -5,7 +5,7 @@ database an installation pays for, chosen in one word (README "Profiles" has the
 |---|---|---|---|
 | database | the writer, reached straight over verified TLS with IAM tokens | the writer behind RDS Proxy (TLS, IAM) | as standard, plus a reader in the second AZ that fails over |
 | NAT gateways | none (no `http` target on the internet) | one | one per AZ |
-| interface endpoints | `lambda` and `secretsmanager`, in one AZ | all five, in both AZs | all five, in both AZs |
+| interface endpoints | `lambda`, `secretsmanager` and `events`, in one AZ | all five, in both AZs | all five, in both AZs |
 
 `standard` is the default because it is what every earlier deploy made: switching an existing
 installation's profile replaces its database endpoint and network, so that is left to an
@@ -37,12 +37,13 @@ class Profile:
 
 PROFILES = {
     # claim invokes the executor and api wakes claim (lambda); migrate reads the master
-    # user's secret and the rotation writes it (secretsmanager)
+    # user's secret and the rotation writes it (secretsmanager); every function puts the
+    # events its commits make on the installation's bus (events)
     "lean": Profile(
         proxy=False,
         readers=0,
         nat_gateways=0,
-        vpc_endpoints=("lambda", "secretsmanager"),
+        vpc_endpoints=("lambda", "secretsmanager", "events"),
         endpoint_azs=1,
     ),
     "standard": Profile(

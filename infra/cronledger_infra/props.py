@@ -62,6 +62,8 @@ _KMS_KEY = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,31}")
 #: Two one-minute ticks and a margin for their jitter (see `lookahead_secs`).
 MIN_LOOKAHEAD_SECS = 150
+_BUS = re.compile(r"(arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,256}")
+_TOPIC = re.compile(r"arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -108,6 +110,12 @@ class CronledgerProps:
     backlog_age_threshold_secs: int = 300
     schedule_lag_threshold_secs: int = 60
     alarm_email: str | None = None
+    # events (bus.py): the bus the stack makes unless one is named (its name or ARN); who is
+    # told of alerting events; when undelivered events page
+    event_bus: str | None = None
+    alert_email: str | None = None
+    alert_topic_arn: str | None = None
+    undelivered_event_age_threshold_secs: int = 600
     # scheduler settings (CRONLEDGER_*)
     claim_lease_secs: int = 120
     claim_batch_size: int | None = None
@@ -189,6 +197,11 @@ class CronledgerProps:
             )
         if not shape.nat_gateways and "lambda" not in shape.vpc_endpoints:
             yield "without NAT, vpc_endpoints must include lambda: claim invokes the executor"
+        if not shape.nat_gateways and "events" not in shape.vpc_endpoints:
+            yield (
+                "without NAT, vpc_endpoints must include events: the functions put the "
+                "installation's events on its bus"
+            )
         if not 0 <= self.min_capacity_acu <= self.max_capacity_acu <= 256:
             yield "need 0 <= min_capacity_acu <= max_capacity_acu <= 256"
         if self.removal_policy not in REMOVAL_POLICIES:
@@ -229,6 +242,15 @@ class CronledgerProps:
             yield "api_throttle_rate and api_throttle_burst must be positive"
         if self.backlog_age_threshold_secs <= 0 or self.schedule_lag_threshold_secs <= 0:
             yield "backlog_age_threshold_secs and schedule_lag_threshold_secs must be positive"
+        if self.undelivered_event_age_threshold_secs <= 0:
+            yield "undelivered_event_age_threshold_secs must be positive"
+        if self.event_bus is not None and not _BUS.fullmatch(self.event_bus):
+            yield f"event_bus: {self.event_bus!r} is not an event bus name or ARN"
+        if self.alert_topic_arn is not None and not _TOPIC.fullmatch(self.alert_topic_arn):
+            yield (
+                f"alert_topic_arn: {self.alert_topic_arn!r} is not an SNS topic ARN "
+                "(arn:aws:sns:<region>:<account>:<name>)"
+            )
         for prefix in self.python_targets:
             if not _MODULE.fullmatch(prefix):
                 yield f"python_targets: {prefix!r} is not a module name such as reports.jobs"

@@ -17,6 +17,7 @@ from constructs import Construct
 
 from cronledger_infra.api import Api
 from cronledger_infra.bundling import function_code
+from cronledger_infra.bus import Bus
 from cronledger_infra.database import Database
 from cronledger_infra.execution import Execution
 from cronledger_infra.functions import Functions
@@ -72,13 +73,18 @@ class CronledgerStack(Stack):
             proxy=shape.proxy,
             readers=shape.readers,
         )
+        bus = Bus(self, "Events", name=props.name, existing_bus=props.event_bus)
         functions = Functions(
             self,
             "Functions",
             code=code or function_code(PROJECT_ROOT),
             vpc=network.vpc,
             subnets=network.app_subnets,
-            environment={**database.environment, **props.scheduler_environment()},
+            environment={
+                **database.environment,
+                **props.scheduler_environment(),
+                **bus.environment,
+            },
             metrics_namespace=props.namespace,
             log_level=props.log_level,
             memory_mb=props.memory_mb,
@@ -88,6 +94,7 @@ class CronledgerStack(Stack):
         )
         database.admit(f for name, f in functions.all.items() if name != "migrate")
         database.admit_owner(functions.migrate)
+        bus.grant_put(f for name, f in functions.all.items() if name != "migrate")
 
         Scheduling(self, "Scheduling", reconcile=functions.reconcile, claim=functions.claim)
         execution = Execution(
@@ -114,6 +121,9 @@ class CronledgerStack(Stack):
             throttle_burst=props.api_throttle_burst,
             log_retention=retention,
         )
+        bus.route_alerts(
+            api_url=api.url, alert_email=props.alert_email, alert_topic_arn=props.alert_topic_arn
+        )
         monitoring = Monitoring(
             self,
             "Monitoring",
@@ -123,6 +133,7 @@ class CronledgerStack(Stack):
             namespace=props.namespace,
             backlog_age_threshold_secs=props.backlog_age_threshold_secs,
             schedule_lag_threshold_secs=props.schedule_lag_threshold_secs,
+            undelivered_event_age_threshold_secs=props.undelivered_event_age_threshold_secs,
             alarm_email=props.alarm_email,
         )
         Migration(
@@ -141,5 +152,8 @@ class CronledgerStack(Stack):
         CfnOutput(self, "ApiUrl", value=api.url, description="The operator API (SigV4, IAM)")
         CfnOutput(self, "AlarmTopicArn", value=monitoring.topic.topic_arn)
         CfnOutput(self, "DashboardUrl", value=monitoring.dashboard_url)
+        CfnOutput(self, "EventBusArn", value=bus.bus.event_bus_arn)
+        if bus.topic is not None:
+            CfnOutput(self, "AlertTopicArn", value=bus.topic.topic_arn)
         CfnOutput(self, "ExecutorDeadLetterQueueUrl", value=execution.dead_letters.queue_url)
         CfnOutput(self, "DatabaseEndpoint", value=database.endpoint)

@@ -1,11 +1,13 @@
 """The claim function: an EventBridge tick leases what is due and hands each occurrence to the
-executor function as an asynchronous invocation carrying ids only."""
+executor function as an asynchronous invocation carrying ids only; what it settles as
+abandoned is on the installation's bus when it returns."""
 
 from __future__ import annotations
 
 import json
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,9 +15,10 @@ import pytest
 from cronledger.aws import claim
 from cronledger.errors import CronledgerError
 from cronledger.invokers import dispatch_client
-from cronledger.ledger import CLAIMED, Ledger
+from cronledger.ledger import CLAIMED, FAILED, Ledger, NewOccurrence
+from tests.aws.bus import BUS, INSTALLATION, bus_to_queue, received
 from tests.aws.invocations import FakeContext, moto_function, scheduled_event
-from tests.ledger.helpers import seed_due
+from tests.ledger.helpers import LEASE, active_channel, expire_claim, seed_due, start
 
 # Pytest resets the warning filters runtime.py sets; an invocation that records only
 # dimensioned metrics (or none) is expected, and Powertools would warn about it.
@@ -95,3 +98,36 @@ def test_without_the_executors_name_a_tick_fails_naming_the_variable_and_claims_
         claim.handler(scheduled_event("Cronledger-Claim"), FakeContext("cronledger-claim", 3_600))
 
     assert container.get_occurrence(occurrence.id).status == "pending"
+
+
+def test_a_last_attempt_whose_lease_ran_out_is_on_the_bus_as_abandoned_when_the_tick_ends(
+    container: Ledger, executor_function: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the installation's bus forwarding to a queue, and an occurrence whose only
+    # attempt started and then stopped renewing its lease
+    monkeypatch.setenv("CRONLEDGER_EVENT_BUS_NAME", BUS)
+    monkeypatch.setenv("CRONLEDGER_INSTALLATION", INSTALLATION)
+    queue = bus_to_queue()
+    channel = active_channel(container, "invoices")
+    new = NewOccurrence(
+        channel.channel_id,
+        channel.name,
+        channel.version,
+        container.db_now() - timedelta(minutes=5),
+        max_attempts=1,
+    )
+    assert container.insert_occurrence(new)
+    (claimed,) = container.claim("claim-gone", 1, LEASE).leased
+    start(container, claimed, "claim-gone")
+    expire_claim(container, claimed.id)
+
+    # When the scheduled event arrives
+    claim.handler(scheduled_event("Cronledger-Claim"), FakeContext("cronledger-claim", 3_600))
+
+    # Then the tick that settled it abandoned has told the bus, and nothing waits
+    (message,) = received(queue)
+    assert message["detail-type"] == "Occurrence Abandoned"
+    assert message["detail"]["occurrence_id"] == claimed.id
+    assert message["detail"]["channel_name"] == "invoices"
+    assert container.get_occurrence(claimed.id).status == FAILED
+    assert container.outbox().undelivered == 0

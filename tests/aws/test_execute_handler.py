@@ -1,5 +1,6 @@
 """The execute function: an asynchronous invocation of ids runs one attempt to a settled row,
-and every line it logs says which occurrence, channel, attempt and fencing token it is about."""
+every line it logs says which occurrence, channel, attempt and fencing token it is about, and
+the events its settle makes are on the installation's bus when it returns."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cronledger.aws import execute
 from cronledger.ledger import CHANNEL_ACTIVE, CLAIMED, COMPLETED, FAILED, Ledger, NewOccurrence
 from cronledger.targets.secrets import forget_cached_secrets
 from tests.aws import targets
+from tests.aws.bus import BUS, INSTALLATION, bus_to_queue, received
 from tests.aws.conftest import SERVICE
 from tests.aws.invocations import FakeContext, emf_documents, log_lines, metric_values
 from tests.unit.fixtures_targets import Answer, RecordingServer
@@ -228,3 +230,26 @@ def test_a_batch_that_is_empty_repeats_an_id_or_holds_a_non_id_is_refused(
 ) -> None:
     with pytest.raises(execute.MalformedDispatch, match="occurrence_ids"):
         invoke(event)
+
+
+def test_a_target_that_fails_its_last_attempt_is_on_the_bus_when_the_executor_returns(
+    container: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the installation's bus forwarding to a queue, and a claimed occurrence whose
+    # target fails on its only attempt
+    monkeypatch.setenv("CRONLEDGER_EVENT_BUS_NAME", BUS)
+    monkeypatch.setenv("CRONLEDGER_INSTALLATION", INSTALLATION)
+    queue = bus_to_queue()
+    occurrence_id, claimant = claimed_occurrence(container, "fail", retry={"max_attempts": 1})
+
+    # When the executor is invoked with the dispatch's ids
+    answer = invoke({"occurrence_id": occurrence_id, "claimant": claimant})
+
+    # Then its failure was sent right after the settle, by the executor: no sweep has run,
+    # and nothing waits in the outbox
+    (message,) = received(queue)
+    assert answer["status"] == FAILED
+    assert message["detail-type"] == "Occurrence Failed"
+    assert message["detail"]["occurrence_id"] == occurrence_id
+    assert "the ledger printer is jammed" in message["detail"]["error"]
+    assert container.outbox().undelivered == 0

@@ -1,5 +1,6 @@
 """The reconcile function: an EventBridge tick runs passes until close to the deadline, and
-what the alarms watch arrives as EMF under the one dimension they select."""
+what the alarms watch arrives as EMF under the one dimension they select; after its pass it
+reports overdue instants and sweeps the outbox to the installation's bus."""
 
 from __future__ import annotations
 
@@ -8,12 +9,27 @@ from datetime import timedelta
 import pytest
 
 from cronledger.aws import reconcile
-from cronledger.ledger import CHANNEL_ACTIVE, PENDING, Channel, Ledger, OccurrenceFilter
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    PENDING,
+    Channel,
+    Ledger,
+    NewOccurrence,
+    OccurrenceFilter,
+)
 from cronledger.schedule import compile_schedule
 from cronledger.settings import SettingsError
+from tests.aws.bus import (
+    BUS,
+    INSTALLATION,
+    bus_to_queue,
+    failed_on_its_last_attempt,
+    lapse_send_leases,
+    received,
+)
 from tests.aws.conftest import NAMESPACE, SERVICE
 from tests.aws.invocations import FakeContext, emf_documents, metric_values, scheduled_event
-from tests.ledger.helpers import seed_due
+from tests.ledger.helpers import active_channel, seed_due
 
 # Pytest resets the warning filters runtime.py sets; an invocation that records only
 # dimensioned metrics (or none) is expected, and Powertools would warn about it.
@@ -22,6 +38,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publis
 EVERY_SECOND = {"schedule": "* * * * * *", "timezone": "UTC"}
 #: Three seconds are kept back for the last round: this leaves a loop of about half a second.
 SHORT_INVOCATION_MS = 3_500
+#: Long enough that the sweep after the pass is never cut short by the test's own deadline.
+LONG_INVOCATION_MS = 15_000
 
 
 def due_channel(ledger: Ledger, behind: timedelta) -> tuple[Channel, str]:
@@ -131,3 +149,75 @@ def test_a_bad_setting_fails_the_first_invocation_naming_the_variable(
 
     with pytest.raises(SettingsError, match="CRONLEDGER_HEARTBEAT_INTERVAL_SECS=90"):
         invoke()
+
+
+def overdue_occurrence(ledger: Ledger) -> str:
+    """An occurrence half a minute past due, never claimed, of a channel that calls an
+    instant overdue a second after it is due; answers its id."""
+    channel = active_channel(ledger, "payroll")
+    new = NewOccurrence(
+        channel.channel_id,
+        channel.name,
+        channel.version,
+        ledger.db_now() - timedelta(seconds=30),
+        overdue_after_secs=1,
+    )
+    assert ledger.insert_occurrence(new)
+    return new.id
+
+
+def test_a_tick_tells_the_bus_of_an_overdue_instant_and_sweeps_an_event_never_sent(
+    container: Ledger, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the installation's bus forwarding to a queue
+    monkeypatch.setenv("CRONLEDGER_EVENT_BUS_NAME", BUS)
+    monkeypatch.setenv("CRONLEDGER_INSTALLATION", INSTALLATION)
+    queue = bus_to_queue()
+    # And a failure whose event the function that made it never sent
+    failed = failed_on_its_last_attempt(container, "invoices")
+    lapse_send_leases(container)
+    # And an instant past its overdue limit that nobody has reported
+    overdue_id = overdue_occurrence(container)
+
+    # When the scheduled event arrives
+    answer = invoke(LONG_INVOCATION_MS)
+
+    # Then the bus carried both: the failure from the outbox, the overdue instant as found
+    details = {m["detail-type"]: m["detail"] for m in received(queue)}
+    assert answer["passes"] == 1
+    assert set(details) == {"Occurrence Failed", "Occurrence Overdue"}
+    assert details["Occurrence Failed"]["occurrence_id"] == failed.id
+    assert details["Occurrence Overdue"]["occurrence_id"] == overdue_id
+    assert details["Occurrence Overdue"]["channel_name"] == "payroll"
+
+    # And nothing waits, which is what the outbox gauges say
+    assert container.outbox().undelivered == 0
+    documents = emf_documents(capsys.readouterr().out)
+    alarmed = {"service": SERVICE}
+    assert metric_values(documents, "UndeliveredEvents", alarmed) == [0.0]
+    assert metric_values(documents, "OldestUndeliveredEventAgeSeconds", alarmed) == [0.0]
+
+
+def test_events_the_bus_cannot_take_wait_in_the_outbox_and_the_gauges_count_them(
+    container: Ledger, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a bus that was never created, a failure never sent and an overdue instant
+    monkeypatch.setenv("CRONLEDGER_EVENT_BUS_NAME", "no-such-bus")
+    failed_on_its_last_attempt(container, "invoices")
+    lapse_send_leases(container)
+    overdue_occurrence(container)
+
+    # When the scheduled event arrives
+    answer = invoke(LONG_INVOCATION_MS)
+
+    # Then the pass still succeeded, both events wait with the bus's refusal, and the
+    # gauges count them, the oldest by its age
+    assert answer["passes"] == 1
+    waiting = container.list_events().data
+    assert len(waiting) == 2
+    assert all(e.delivered_at is None and e.last_error for e in waiting)
+    documents = emf_documents(capsys.readouterr().out)
+    alarmed = {"service": SERVICE}
+    assert metric_values(documents, "UndeliveredEvents", alarmed) == [2.0]
+    (oldest,) = metric_values(documents, "OldestUndeliveredEventAgeSeconds", alarmed)
+    assert oldest > 0

@@ -12,9 +12,10 @@ import sys
 from typing import Any
 
 import cronledger
+from cronledger import alerts, metrics, reconcile
 from cronledger import claim as claim_loop
-from cronledger import metrics, reconcile
 from cronledger.aws import claim, database, migrate, runtime, wake
+from cronledger.outbox import detail_type
 from cronledger.settings import Settings
 from tests.aws.stack import INFRA, constants, handler_modules, lambda_import_environment
 
@@ -36,6 +37,7 @@ def test_the_alarmed_metrics_and_their_one_dimension_are_the_ones_the_handlers_e
     assert alarms["LAG_METRIC"] == metrics.SCHEDULE_LAG
     assert alarms["DB_UNAVAILABLE_METRIC"] == metrics.DB_UNAVAILABLE
     assert alarms["DB_OPERATIONS"] == (reconcile.JOB, claim_loop.JOB)  # every Operation recorded
+    assert alarms["UNDELIVERED_AGE_METRIC"] == metrics.OLDEST_UNDELIVERED_EVENT_AGE
     # The service name is the Powertools logger's name: the package's loggers must sit under it.
     assert constants("functions")["SERVICE_NAME"] == cronledger.__name__
 
@@ -62,6 +64,19 @@ def test_the_variables_the_stack_sets_are_the_ones_the_functions_read() -> None:
         == 300
     )
     assert f'"{wake.CLAIM_FUNCTION_NAME}"' in functions_source
+    bus = constants("bus")
+    told = Settings.from_env(
+        {bus["BUS_VARIABLE"]: "acme-events", bus["INSTALLATION_VARIABLE"]: "acme"}
+    )
+    assert (told.event_bus_name, told.installation) == ("acme-events", "acme")
+
+
+def test_the_alert_rules_match_the_detail_types_of_the_kinds_a_channel_delivers_by_default() -> (
+    None
+):
+    assert set(constants("bus")["ALERT_DETAIL_TYPES"]) == {
+        detail_type(kind) for kind in alerts.DEFAULT_ON
+    }
 
 
 IMPORT_WITHOUT_NETWORK = """

@@ -1,5 +1,5 @@
 """Each deployment profile makes what it promises (infra/cronledger_infra/profiles.py): `lean`
-no proxy, IAM straight to Aurora, no NAT and two endpoints in one AZ; `standard` (the default,
+no proxy, IAM straight to Aurora, no NAT and three endpoints in one AZ; `standard` (the default,
 `synthesized`) the proxy, one NAT, five endpoints in two AZs; `ha` a reader in the second AZ
 and a NAT per AZ. Each passes cfn-lint and cdk-nag like the default."""
 
@@ -69,11 +69,11 @@ def test_lean_reaches_aurora_straight_with_iam_and_pays_for_no_proxy_nat_or_seco
     (cluster_id,) = lean.resources("AWS::RDS::DBCluster")
     cluster = lean.resources("AWS::RDS::DBCluster")[cluster_id]
 
-    # No proxy, no NAT; two endpoints (lambda, secretsmanager), each in one subnet
+    # No proxy, no NAT; three endpoints (events, lambda, secretsmanager), each in one subnet
     assert lean.resources("AWS::RDS::DBProxy") == {}
     assert lean.resources("AWS::EC2::NatGateway") == {}
-    assert _interface_services(lean) == ["lambda", "secretsmanager"]
-    assert _endpoint_subnets(lean) == [1, 1]
+    assert _interface_services(lean) == ["events", "lambda", "secretsmanager"]
+    assert _endpoint_subnets(lean) == [1, 1, 1]
 
     # Every function connects to the cluster's endpoint with IAM, TLS verified in the code
     assert cluster["EnableIAMDatabaseAuthentication"] is True
@@ -101,11 +101,17 @@ def test_without_nat_the_endpoints_some_targets_need_can_be_added(tmp_path: Path
     synthesized = synthesize(
         tmp_path,
         "lean",
-        {"cronledger:vpc_endpoints": "lambda,secretsmanager,ssm,sync-states"},
+        {"cronledger:vpc_endpoints": "lambda,secretsmanager,events,ssm,sync-states"},
     )
 
     assert synthesized.resources("AWS::EC2::NatGateway") == {}
-    assert _interface_services(synthesized) == ["lambda", "secretsmanager", "ssm", "sync-states"]
+    assert _interface_services(synthesized) == [
+        "events",
+        "lambda",
+        "secretsmanager",
+        "ssm",
+        "sync-states",
+    ]
     endpoints = synthesized.resources("AWS::EC2::VPCEndpoint").values()
     assert all(e["PrivateDnsEnabled"] is True for e in endpoints if "SubnetIds" in e)
     assert synthesized.nag_failure is None, synthesized.nag_failure
@@ -116,6 +122,14 @@ def test_an_unknown_endpoint_is_refused_naming_every_choice() -> None:
                        r"\['secretsmanager', 'lambda', 'states', 'sqs', 'events', 'ssm', "
                        r"'sync-states'\]"):  # fmt: skip
         CronledgerProps.from_context({"cronledger:vpc_endpoints": "lambda,secretsmanager,ec2"})
+
+
+def test_without_nat_an_installation_without_the_events_endpoint_is_refused() -> None:
+    # Every function puts the events its commits make on the bus: without NAT, only through it
+    with pytest.raises(ValueError, match="without NAT, vpc_endpoints must include events"):
+        CronledgerProps.from_context(
+            {"cronledger:profile": "lean", "cronledger:vpc_endpoints": "lambda,secretsmanager"}
+        )
 
 
 def test_ha_adds_a_reader_in_the_second_az_and_a_nat_per_az(ha: Synthesized) -> None:

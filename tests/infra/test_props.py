@@ -77,3 +77,23 @@ def test_what_targets_may_name_is_empty_unless_listed_and_reaches_the_functions(
 def test_a_bad_target_allow_list_is_refused_at_synth(key: str, value: str, problem: str):
     with pytest.raises(ValueError, match=problem):
         CronledgerProps.from_context({f"cronledger:{key}": value})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("alert_topic_arn", "pager", "alert_topic_arn: 'pager' is not an SNS topic ARN"),
+        (
+            "alert_topic_arn",
+            "arn:aws:sqs:eu-west-1:111111111111:pager",
+            "is not an SNS topic ARN",
+        ),
+        ("event_bus", "ops bus", "event_bus: 'ops bus' is not an event bus name or ARN"),
+        ("undelivered_event_age_threshold_secs", "0", "must be positive"),
+    ],
+)
+def test_a_bad_event_destination_is_refused_at_synth_naming_its_field(
+    key: str, value: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        CronledgerProps.from_context({f"cronledger:{key}": value})

@@ -139,6 +139,10 @@ def test_a_well_formed_document_of_each_type_has_no_errors(type_name: str) -> No
             [("target.source", "invalid")],
         ),
         (
+            {"type": "eventbridge", "source": "cronledger.acme", "detail_type": "d"},
+            [("target.source", "invalid")],
+        ),
+        (
             {"type": "eventbridge", "source": "s", "detail_type": "d" * 129},
             [("target.detail_type", "too_long")],
         ),

@@ -8,9 +8,11 @@ overlapping invocations are harmless (a pass is idempotent).
 
 After each successful pass it emits `ReconcileSucceeded` = 1, which the reconcile alarm counts
 (missing data is breaching), beside the pass's own metrics (`OldestPendingAgeSeconds`,
-`PendingCount`, `ReconcileDurationSeconds`, `Occurrences` by status). A failed pass records
-`DbUnavailable` and the loop tries again after its backoff; an invocation in which none
-succeeded is what the alarm is for.
+`PendingCount`, `ReconcileDurationSeconds`, `Occurrences` by status); then it writes the
+overdue and stalled events, sweeps the outbox to the bus within the same deadline, and gauges
+what is left (`UndeliveredEvents`, `OldestUndeliveredEventAgeSeconds`, which an alarm reads).
+A failed pass records `DbUnavailable` and the loop tries again after its backoff; an
+invocation in which none succeeded is what the alarm is for.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger.aws import runtime
 from cronledger.aws.runtime import logger, metrics, tracer
-from cronledger.reconcile import Housekeeping, PassReport, run_reconcile_loop
+from cronledger.reconcile import Housekeeping, OutboxRound, PassReport, run_reconcile_loop
 
 
 @runtime.per_container
 def housekeeping() -> Housekeeping:
-    """Heartbeat and retention timing, kept across the container's one-pass invocations."""
-    return Housekeeping()
+    """Heartbeat and retention timing, kept across the container's one-pass invocations, and
+    the events round after each pass: detection, the sweep to the bus, the outbox gauges."""
+    return Housekeeping(events=OutboxRound(runtime.event_sender()))
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -1,5 +1,6 @@
 """What every Lambda function shares: Powertools' logger, metrics and tracer, and the things a
-container builds once and keeps for its life (settings, the ledger, an executor, the API).
+container builds once and keeps for its life (settings, the ledger and its event sender, an
+executor, the API).
 
 Import time reads only Powertools' own variables (`POWERTOOLS_SERVICE_NAME`, `…_NAMESPACE`,
 `…_LOG_LEVEL`): a container builds the rest on its first invocation, through
@@ -29,6 +30,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger.aws.database import ledger_engine
 from cronledger.aws.emf import EmfSink
+from cronledger.aws.events import EventBridgeSender, bus_sender, send_after_commit
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
 
@@ -134,7 +136,18 @@ def settings() -> Settings:
 
 @per_container
 def ledger() -> Ledger:
-    return Ledger(ledger_engine())
+    """The container's ledger; the events a commit makes are sent to the installation's bus
+    right after it, by the function that made them (what misses that, the sweep sends)."""
+    built = Ledger(ledger_engine())
+    sender = event_sender()
+    if sender is not None:
+        built.on_events = send_after_commit(built, sender)
+    return built
+
+
+@per_container
+def event_sender() -> EventBridgeSender | None:
+    return bus_sender(settings())
 
 
 def deadline(context: LambdaContext) -> float:

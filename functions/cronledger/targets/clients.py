@@ -77,9 +77,10 @@ class AwsClients:
         return cast("SFNClient", self._client("stepfunctions", region, timeout_secs))
 
     def events(
-        self, region: str | None = None, timeout_secs: float | None = None
+        self, region: str | None = None, timeout_secs: float | None = None, *, retried: bool = True
     ) -> EventBridgeClient:
-        return cast("EventBridgeClient", self._client("events", region, timeout_secs))
+        """`retried=False`: one try, for a send that something else repeats (the outbox)."""
+        return cast("EventBridgeClient", self._client("events", region, timeout_secs, retried))
 
     def secretsmanager(self, region: str | None = None) -> SecretsManagerClient:
         """For `secret_headers` references (cronledger.targets.secrets)."""

@@ -33,6 +33,12 @@ def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
     source = checks.string("source", example="com.example.reports", max_len=256)
     if source and source.startswith("aws."):
         checks.fail("source", "invalid", "sources starting with 'aws.' are reserved for AWS")
+    elif source and source.startswith("cronledger."):
+        # The executor may put on the installation's own bus: a target must not pass for
+        # the scheduler telling of a failure.
+        checks.fail(
+            "source", "invalid", "sources starting with 'cronledger.' are the scheduler's events"
+        )
     checks.string("detail_type", example="nightly-report-due", max_len=128)
     return checks.errors
 

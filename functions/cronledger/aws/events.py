@@ -1,0 +1,114 @@
+"""Events onto the installation's EventBridge bus: `source` is `cronledger.<installation>`,
+`detail-type` the kind's readable form ("Occurrence Failed"), `detail` the event's document.
+
+PutEvents answers entry by entry: a refused entry comes back in a successful call with an
+`ErrorCode`, so the entry, not the call, says whether its event was accepted. Entries go ten
+to a call, the API's most. A call that fails whole (unreachable, throttled, denied) ends the
+send: its events and those after it stay in the outbox for the sweep, so a bus that cannot be
+reached costs one short timeout, not one per batch. The client is made on the first send, so a
+function whose commits made nothing to deliver never loads botocore for events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from cronledger.ledger import Event, Ledger
+from cronledger.outbox import Sender, deliver, detail_type
+from cronledger.settings import Settings
+from cronledger.targets.clients import AwsClients, arn_region, default_clients
+
+if TYPE_CHECKING:
+    from mypy_boto3_events.type_defs import (
+        PutEventsRequestEntryTypeDef,
+        PutEventsResultEntryTypeDef,
+    )
+
+log = logging.getLogger(__name__)
+
+#: The most entries one PutEvents call takes.
+PUT_EVENTS_BATCH = 10
+#: One try of one call, short: the send right after a commit holds up the function that made
+#: the event, and an executor that settled at its deadline has only its margin left for it.
+#: Whatever misses it, the sweep sends again.
+SEND_TIMEOUT_SECS = 1.0
+
+
+class EventBridgeSender:
+    """A `Sender` to one bus (a name, or an ARN for a bus in another account or region)."""
+
+    def __init__(
+        self,
+        bus: str,
+        installation: str,
+        *,
+        timeout_secs: float = SEND_TIMEOUT_SECS,
+        clients: AwsClients | None = None,
+    ) -> None:
+        self.bus = bus
+        self.source = f"cronledger.{installation}"
+        self.timeout_secs = timeout_secs
+        self._clients = clients
+
+    def send(self, events: Sequence[Event]) -> dict[str, str | None]:
+        if not events:
+            return {}
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        clients = self._clients or default_clients()
+        client = clients.events(arn_region(self.bus), self.timeout_secs, retried=False)
+        ordered = sorted(events, key=lambda e: (e.channel_id, e.sequence or 0))
+        answers: dict[str, str | None] = {}
+        for start in range(0, len(ordered), PUT_EVENTS_BATCH):
+            batch = ordered[start : start + PUT_EVENTS_BATCH]
+            try:
+                response = client.put_events(Entries=[self._entry(e) for e in batch])
+            except (BotoCoreError, ClientError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                answers |= {e.event_id: reason for e in ordered[start:]}
+                break
+            # Entries answer in the order they were sent.
+            for event, entry in zip(batch, response["Entries"], strict=False):
+                answers[event.event_id] = _refusal(entry)
+        return answers
+
+    def _entry(self, event: Event) -> PutEventsRequestEntryTypeDef:
+        return {
+            "EventBusName": self.bus,
+            "Source": self.source,
+            "DetailType": detail_type(event.kind),
+            "Detail": json.dumps(event.document, separators=(",", ":")),
+            # When it happened (the database's clock), not when a sweep got to send it.
+            "Time": event.at,
+        }
+
+
+def _refusal(entry: PutEventsResultEntryTypeDef) -> str | None:
+    """None for an accepted entry, else its error."""
+    if entry.get("EventId") and not entry.get("ErrorCode"):
+        return None
+    return f"{entry.get('ErrorCode', 'refused')}: {entry.get('ErrorMessage', 'no message')}"
+
+
+def bus_sender(settings: Settings) -> EventBridgeSender | None:
+    """The installation's sender; None where no bus is configured."""
+    if not settings.event_bus_name:
+        return None
+    return EventBridgeSender(settings.event_bus_name, settings.installation)
+
+
+def send_after_commit(ledger: Ledger, sender: Sender) -> Callable[[Sequence[Event]], None]:
+    """A `Ledger.on_events` that sends a commit's events at once from the caller's thread.
+    It never raises: the change is already committed, and an event not marked delivered is
+    left for the sweep."""
+
+    def send(events: Sequence[Event]) -> None:
+        try:
+            deliver(ledger, sender, events)
+        except Exception as exc:
+            log.warning("%d event(s) left for the sweep: %s", len(events), exc)
+
+    return send
