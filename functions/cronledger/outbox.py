@@ -167,7 +167,8 @@ class Courier:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # stopped before it started: nothing to wait for
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -392,6 +392,7 @@ def after_pass(
         deleted = ledger.delete_terminal_older_than(settings.retention_hours, until=until)
         if deleted:
             log.info("retention removed %d terminal occurrence(s)", deleted)
+        ledger.delete_events_older_than(settings.retention_hours)
         if time.monotonic() >= until:
             retention.again()  # the budget ran out first: the next pass goes on
 

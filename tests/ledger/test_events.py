@@ -455,3 +455,22 @@ def test_a_channel_whose_reconcile_keeps_failing_is_reported_stalled(ledger: Led
     assert found[0].document["channel_name"] == "nightly"
     reconcile_once(ledger, settings, ScheduleCache())
     assert ledger.detect_overdue() == []
+
+
+def test_retention_deletes_old_events_with_nothing_left_to_send(ledger: Ledger) -> None:
+    # Given three month-old events: one waiting for delivery, one delivered, one listed only
+    channel = active_channel(ledger)
+    run_once(ledger, channel, ok=False, ago=50)
+    sent = run_once(ledger, channel, ok=False, ago=40)
+    (delivered,) = [e for e in all_events(ledger) if e.occurrence_id == sent]
+    assert ledger.mark_delivered([delivered.event_id]) == 1
+    listed = row(ledger.db_now() - timedelta(seconds=1), channel.channel_id)
+    assert ledger.insert_occurrence(listed)
+    ledger.cancel(listed.id, reason="not needed")
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.update(events).values(at=ledger.db_now() - timedelta(days=40)))
+    # When retention runs, then only the one still waiting for its destination stays
+    assert ledger.delete_events_older_than(24 * 30) == 2
+    (left,) = all_events(ledger)
+    assert left.kind == "occurrence.failed"
+    assert left.delivered_at is None

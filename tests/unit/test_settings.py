@@ -49,6 +49,9 @@ def test_every_variable_is_read_from_its_prefixed_name() -> None:
         "CRONLEDGER_PYTHON_TARGETS": "reports.jobs, billing",
         "CRONLEDGER_HTTP_ALLOW_NETWORKS": "10.20.0.0/16 ,fd12:3456::/48,192.0.2.7",
         "CRONLEDGER_SECRETS": "AWS",
+        "CRONLEDGER_EVENTS_WEBHOOK_URL": "https://hooks.example.com/cron",
+        "CRONLEDGER_EVENT_BUS_NAME": "prod-events",
+        "CRONLEDGER_INSTALLATION": "prod",
         "CRONLEDGER_SOMETHING_ELSE": "belongs to another module",
     }
 
@@ -76,6 +79,9 @@ def test_every_variable_is_read_from_its_prefixed_name() -> None:
             ip_network("192.0.2.7/32"),
         ),
         "secrets": "aws",
+        "events_webhook_url": "https://hooks.example.com/cron",
+        "event_bus_name": "prod-events",
+        "installation": "prod",
     }
 
 

@@ -300,13 +300,13 @@ def test_sending_to_a_missing_queue_is_a_failure(aws: AwsClients) -> None:
 
 
 def route_bus_to_queue(bus: str) -> str:
-    """A rule on `bus` that forwards every cronledger.test event to a new queue."""
+    """A rule on `bus` that forwards every reports.test event to a new queue."""
     sqs, events = boto3.client("sqs"), boto3.client("events")
     queue_url = sqs.create_queue(QueueName=f"{bus}-events")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
     if bus != "default":
         events.create_event_bus(Name=bus)
-    pattern = json.dumps({"source": ["cronledger.test"]})
+    pattern = json.dumps({"source": ["reports.test"]})
     events.put_rule(Name=f"{bus}-all", EventBusName=bus, EventPattern=pattern)
     events.put_targets(
         Rule=f"{bus}-all",
@@ -321,7 +321,7 @@ def test_an_eventbridge_target_puts_the_envelope_as_the_event_detail(
     aws: AwsClients, bus: str | None
 ) -> None:
     queue_url = route_bus_to_queue(bus or "default")
-    doc: dict[str, Any] = {"type": "eventbridge", "source": "cronledger.test", "detail_type": "due"}
+    doc: dict[str, Any] = {"type": "eventbridge", "source": "reports.test", "detail_type": "due"}
     if bus:
         doc["event_bus_name"] = bus
     sent = envelope()
@@ -332,7 +332,7 @@ def test_an_eventbridge_target_puts_the_envelope_as_the_event_detail(
     (message,) = receive_all(queue_url)
     event = json.loads(message["Body"])
     assert (event["source"], event["detail-type"], event["detail"]) == (
-        "cronledger.test",
+        "reports.test",
         "due",
         sent,
     )

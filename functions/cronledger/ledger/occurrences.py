@@ -374,16 +374,7 @@ class OccurrenceStore(CursorStore):
                 count = conn.execute(stmt).rowcount
             deleted += count
             if count < batch_size or (until is not None and time.monotonic() >= until):
-                break
-        # Events go with the same window, once nothing is left to send of them.
-        sent = sa.or_(events.c.send_after.is_(None), events.c.delivered_at.is_not(None))
-        old = sa.and_(sent, events.c.at < self._sql.now_plus(-hours * 3600))
-        old_events = sa.select(events.c.event_id).where(old).limit(batch_size)
-        with self._write(single=True) as conn:
-            conn.execute(
-                sa.delete(events).where(events.c.event_id.in_(old_events.scalar_subquery()))
-            )
-        return deleted
+                return deleted
 
     def purge_channel(self, channel_id: str) -> None:
         """Remove a channel's cursor and occurrences, and free the singleton slots they
