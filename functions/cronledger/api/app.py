@@ -1,7 +1,7 @@
 """The resolver: every route of SPEC §6 on one `APIGatewayHttpResolver`, validated both ways.
 
 Before any route is chosen, a request passes the body rules every route shares (JSON objects
-only, valid Unicode, `HEAD` as `GET`: `request_rules.screen`). Requests are then checked
+only, of bounded size and depth, valid Unicode, `HEAD` as `GET`: `request_rules.screen`). Requests are then checked
 against the pydantic models before a route runs (a malformed one is a 422 in the error
 envelope) and every response is checked against the same models, so `/openapi.json` describes
 exactly what is served; a response that does not match is a bug and answers 500. A known path
@@ -30,6 +30,7 @@ from cronledger.api.channels import add_channel_routes
 from cronledger.api.errors import as_v2, error_response, install_error_mapping
 from cronledger.api.occurrences import add_occurrence_routes
 from cronledger.api.request_rules import (
+    BodyTooLarge,
     MalformedBody,
     RouteMethods,
     UnsupportedMediaType,
@@ -63,7 +64,7 @@ class ScreenedResolver(APIGatewayHttpResolver):
         http = event.get("requestContext", {}).get("http", {})
         try:
             request = screen(event)
-        except (UnsupportedMediaType, MalformedBody, ValidationFailed) as exc:
+        except (UnsupportedMediaType, BodyTooLarge, MalformedBody, ValidationFailed) as exc:
             return as_v2(error_response(exc, f"{http.get('method')} {event.get('rawPath')}"))
         if event.get("rawPath") == SWAGGER and not self.swagger_enabled:
             self.enable_swagger(
