@@ -1,13 +1,16 @@
 """`cronledger dev` and `cronledger console` as real processes, outliving every peer that goes
-away: a broken pipe, the database cutting their connections.
+away: the database cutting their connections, an HTTP target hanging up mid-request, clients
+giving up before their answer or sending what is not a request.
 
-Invariant: whichever peer goes away, its exchange fails as an ordinary error, and the process
-goes on serving: it is still running and answers `GET /health` afterwards.
+Invariant: whichever peer goes away, its exchange fails as an ordinary error (the attempt
+fails, the request is answered or dropped with one log line), and the process goes on
+serving: it is still running and answers `GET /health` afterwards.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import socket
@@ -21,10 +24,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, OccurrenceFilter
+from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, FAILED, Ledger, OccurrenceFilter
 from tests.conftest import PG_SERVER_URL
 from tests.pg import scratch_database
 from tests.polling import wait_until
+from tests.raw_http import HangUp, give_up, request
 
 REPO = Path(__file__).resolve().parents[2]
 CHANNELS = "/api/v1/admin/channels"
@@ -206,3 +210,132 @@ def test_dev_and_a_console_in_front_of_it_outlive_the_database_cutting_every_con
 
 def _completed(ledger: Ledger) -> int:
     return ledger.list_occurrences(OccurrenceFilter(status=COMPLETED)).total
+
+
+# --- an HTTP target ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_dev_outlives_an_http_target_that_hangs_up_mid_request(
+    start: object, sqlite_url: tuple[str, Ledger]
+) -> None:
+    url, ledger = sqlite_url
+    with HangUp() as target:
+        # Given a channel whose target hangs up once the request starts, with a large payload
+        # (the more there is to send, the likelier the hang-up meets the writer)
+        channel = ledger.create_channel(
+            "hangs-up",
+            {"schedule": "0 0 0 1 1 *", "payload": {"blob": "x" * 200_000},
+             "retry": {"max_attempts": 1}},
+            {"type": "http", "url": f"http://127.0.0.1:{target.port}/hook"},
+            5000,
+            CHANNEL_ACTIVE,
+        )  # fmt: skip
+        dev = start("dev", "--database-url", url)  # type: ignore[operator]
+
+        # When it is triggered three times
+        for _ in range(3):
+            connection = http.client.HTTPConnection("127.0.0.1", dev.port, timeout=10)
+            connection.request(
+                "POST", f"{CHANNELS}/{channel.channel_id}/trigger", b"{}",
+                {"Content-Type": "application/json"},
+            )  # fmt: skip
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 202
+            connection.close()
+            time.sleep(0.01)  # a distinct instant for each manual run
+        wait_until(lambda: _failed(ledger) == 3, timeout=30)
+
+    # Then each attempt failed naming the endpoint, and the server still runs and answers
+    assert target.hung_up >= 3
+    errors = {o.error_message for o in ledger.list_occurrences().data}
+    assert all(
+        e and e.startswith(f"could not reach http://127.0.0.1:{target.port}/hook") for e in errors
+    ), errors
+    _still_serving(dev)
+
+
+def _failed(ledger: Ledger) -> int:
+    return ledger.list_occurrences(OccurrenceFilter(status=FAILED)).total
+
+
+# --- clients -------------------------------------------------------------------------------
+
+
+def _many_channels(ledger: Ledger) -> None:
+    """Enough channels that listing them is an answer larger than a socket's buffers."""
+    document = {"schedule": "0 0 0 1 1 *", "payload": {"blob": "x" * 2000}}
+    target = {"type": "python", "callable": "tests.e2e.targets:record"}
+    for number in range(300):
+        ledger.create_channel(f"channel-{number:03}", document, target, 5000)
+
+
+def _misbehave(port: int) -> None:
+    """Clients that give up before their answer, stop halfway through a body, or send a
+    `Content-Length` that is no size, ten of each."""
+    big = request("GET", f"{CHANNELS}?limit=1000", port)
+    half = request("POST", CHANNELS, port, b'{"na', Content_Type="application/json",
+                   Content_Length="100")  # fmt: skip
+    for _ in range(10):
+        for abort in (False, True):
+            give_up(port, big, abort=abort)
+            give_up(port, big, after_secs=0.05, abort=abort)
+            give_up(port, half, abort=abort)
+            for length in ("-1", "abc", str(1 << 40)):
+                give_up(port, request("POST", CHANNELS, port, Content_Length=length), abort=abort)
+
+
+def test_dev_outlives_clients_that_give_up_or_send_broken_requests(
+    start: object, sqlite_url: tuple[str, Ledger]
+) -> None:
+    url, ledger = sqlite_url
+    _many_channels(ledger)
+    dev = start("dev", "--database-url", url)  # type: ignore[operator]
+
+    _misbehave(dev.port)
+
+    _still_serving(dev)
+
+
+def test_console_outlives_clients_that_give_up_or_send_broken_requests(
+    start: object, sqlite_url: tuple[str, Ledger]
+) -> None:
+    url, ledger = sqlite_url
+    _many_channels(ledger)
+    dev = start("dev", "--database-url", url)  # type: ignore[operator]
+    console = start(  # type: ignore[operator]
+        "console", "--api-url", f"http://127.0.0.1:{dev.port}", ready="cronledger console:"
+    )
+
+    _misbehave(console.port)
+
+    _still_serving(console)
+    _still_serving(dev)
+
+
+def test_console_outlives_an_api_that_hangs_up_mid_request(start: object) -> None:
+    with HangUp() as api:
+        # Given the console in front of an "API" that hangs up on every request
+        console = start(  # type: ignore[operator]
+            "console", "--api-url", f"http://127.0.0.1:{api.port}", ready="cronledger console:"
+        )
+
+        # When a large body is passed on to it, three times
+        body = json.dumps({"name": "x", "payload": "x" * 500_000}).encode()
+        answers = []
+        for _ in range(3):
+            connection = http.client.HTTPConnection("127.0.0.1", console.port, timeout=10)
+            connection.request("POST", CHANNELS, body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answers.append((response.status, json.loads(response.read())["error"]["code"]))
+            connection.close()
+
+        # Then each is a 502 in the error shape, and the console still runs and serves its page
+        assert answers == [(502, "refused")] * 3
+        assert console.alive(), console.output()
+        page = http.client.HTTPConnection("127.0.0.1", console.port, timeout=10)
+        page.request("GET", "/console")
+        assert page.getresponse().status == 200
+        page.close()
+        assert "Traceback" not in console.output(), console.output()
