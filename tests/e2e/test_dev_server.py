@@ -273,7 +273,8 @@ def test_a_client_that_goes_away_mid_body_costs_one_log_line_and_nothing_else(
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
     [("BREW", "/health", "GET, HEAD"), ("FOO", CHANNELS, "GET, HEAD, POST"),
-     ("TRACE", "/health", "GET, HEAD")],
+     ("TRACE", "/health", "GET, HEAD"), ("POST", "/console", "GET, HEAD"),
+     ("BREW", "/console/console.js", "GET, HEAD")],
 )  # fmt: skip
 def test_a_method_no_route_takes_is_a_json_405_naming_those_it_does(
     served: int, method: str, path: str, allowed: str

@@ -37,7 +37,7 @@ from cronledger.api.request_rules import (
     screen,
 )
 from cronledger.api.status import add_health_routes, add_status_routes
-from cronledger.console import add_console_routes
+from cronledger.console import PAGE, add_console_routes
 from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
@@ -50,7 +50,7 @@ DESCRIPTION = (
 )
 SWAGGER = "/swagger"
 #: Routes kept out of the OpenAPI document, for the method table.
-_UNDOCUMENTED = {"/openapi.json": "GET", SWAGGER: "GET"}
+_UNDOCUMENTED = {"/openapi.json": "GET", SWAGGER: "GET", PAGE: "GET", f"{PAGE}/{{name}}": "GET"}
 _one_request_at_a_time = threading.Lock()
 
 
