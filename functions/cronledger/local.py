@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import json
 import logging
 import os
 import signal
@@ -22,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, TextIO, cast
 from urllib.parse import unquote_plus, urlsplit
 
@@ -34,6 +33,7 @@ from cronledger.execute import AttemptReport, Executor
 from cronledger.instants import human_duration
 from cronledger.invokers import ThreadPoolInvoker
 from cronledger.ledger import CHANNEL_ACTIVE, Event, Ledger, Occurrence
+from cronledger.local_http import READ_TIMEOUT_SECS, JsonRequestHandler, PeerSafeServer, error_body
 from cronledger.outbox import Courier, event_line, local_sender
 from cronledger.pacing import wait_for_interrupt
 from cronledger.reconcile import PassReport, run_reconcile_loop
@@ -215,18 +215,27 @@ class _LocalContext:
 
 
 def serve_api(
-    answer: Callable[[dict[str, Any], Any], dict[str, Any]], host: str, port: int
+    answer: Callable[[dict[str, Any], Any], dict[str, Any]],
+    host: str,
+    port: int,
+    read_timeout_secs: float = READ_TIMEOUT_SECS,
 ) -> ThreadingHTTPServer:
     """An HTTP server on `host:port` answering every request through `answer(event, context)`,
-    except those a web page on another site may have sent (`foreign_request`): 403."""
+    except those a web page on another site may have sent (`foreign_request`): 403. A client
+    that misbehaves or goes away fails only its own request (`cronledger.local_http`)."""
     from cronledger.api.errors import forbidden  # Powertools: only when serving
+    from cronledger.api.request_rules import MAX_BODY_BYTES
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    class Handler(JsonRequestHandler):
+        timeout = read_timeout_secs
+        max_body = MAX_BODY_BYTES
 
-        def _handle(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
+        def handle_method(self) -> None:
+            # Every method goes to the resolver, which answers one no route takes with a 405
+            # naming those the path does.
+            body = self.read_body()
+            if body is None:
+                return
             served_port = cast(ThreadingHTTPServer, self.server).server_port
             refusal = foreign_request(
                 self.headers.get("host"), self.headers.get("origin"), host, served_port
@@ -242,9 +251,7 @@ def serve_api(
                 response = {
                     "statusCode": 500,
                     "headers": {"content-type": "application/json"},
-                    "body": json.dumps(
-                        {"error": {"code": "internal", "message": "internal error"}}
-                    ),
+                    "body": error_body("internal", "internal error").decode(),
                 }
             self._send(response)
 
@@ -256,22 +263,10 @@ def serve_api(
                 if response.get("isBase64Encoded")
                 else raw.encode("utf-8", "replace")
             )
-            self.send_response(int(response.get("statusCode", 200)))
-            for name, value in (response.get("headers") or {}).items():
-                if name.lower() not in ("content-length", "connection"):
-                    self.send_header(name, str(value))
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(payload)
+            headers = {name: str(value) for name, value in (response.get("headers") or {}).items()}
+            self.answer(int(response.get("statusCode", 200)), headers, payload)
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s - " + format, self.address_string(), *args)
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = PeerSafeServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="cronledger-http", daemon=True).start()
     return server
 

@@ -5,7 +5,10 @@ every answer matches the document: a documented status, JSON, and the documented
 
 Each operation gets a few cases in three flavours: valid per the document, invalid per the
 document, and valid with its path pointing at a channel and an occurrence that exist (so the
-success paths are fuzzed too, not only the 404s). About 15 x 3 x 8 requests in all.
+success paths are fuzzed too, not only the 404s). About 15 x 3 x 8 requests in all. Then every
+operation that takes a body gets bodies no document describes (nested hundreds deep, larger
+than the cap, odd JSON of any shape, whole or inside a channel document), beside a channel
+stored deeper than a body may be, which every listing and read must still serve.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import (
@@ -26,6 +30,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from cronledger.api import PREFIX, create_app, handle_event
+from cronledger.api.request_rules import MAX_BODY_BYTES, MAX_DEPTH
 from cronledger.ledger import Ledger, NewOccurrence
 from tests.api.helpers import OK_TARGET
 from tests.api.http import call, v2_event, wsgi_app
@@ -73,6 +78,93 @@ def test_no_request_gets_a_5xx_or_an_answer_the_document_does_not_describe(
             except Exception as exc:  # collect every operation's failure, then report them all
                 failures[f"{operation.label} ({flavour})"] = str(exc)[:2000]
 
+    assert not failures, "\n\n".join(f"{label}:\n{text}" for label, text in failures.items())
+
+
+def _nested(depth: int, leaf: Any, arrays: bool) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value] if arrays else {"k": value}
+    return value
+
+
+_LEAF = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+_ODD = st.recursive(
+    _LEAF,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+_DEEP = st.builds(
+    _nested, st.integers(MAX_DEPTH - 4, 400), _LEAF, st.booleans()
+)  # around the limit, and far past it
+_HUGE = st.sampled_from([MAX_BODY_BYTES // 2, MAX_BODY_BYTES + 1]).map(lambda size: "x" * size)
+_VALUES = _DEEP | _HUGE | _ODD
+ODD_BODIES = st.one_of(
+    _VALUES,
+    _VALUES.map(lambda value: {"payload": value}),
+    _VALUES.map(
+        lambda value: {
+            "name": "odd",
+            "transport_config": {"schedule": "* * * * * *", "payload": value},
+            "target": OK_TARGET,
+        }
+    ),
+    _VALUES.map(lambda value: {"name": "odd", "transport_config": value, "target": value}),
+)
+
+
+def test_no_deep_huge_or_odd_body_gets_a_5xx_and_a_deep_stored_channel_is_still_served(
+    sqlite_ledger: Ledger,
+) -> None:
+    # Given a channel stored 300 levels deep, as the API took it before bodies were limited
+    deep = sqlite_ledger.create_channel(
+        "stored-deep",
+        {"schedule": "* * * * * *", "payload": _nested(300, 1, arrays=False)},
+        OK_TARGET,
+        1000,
+        "active",
+    )
+    schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app(create_app(sqlite_ledger)))
+    operations = [result.ok() for result in schema.get_all_operations()]
+    with_bodies = [operation for operation in operations if operation.body]
+    assert len(with_bodies) >= 4  # create, new version, status, backfill
+    failures: dict[str, str] = {}
+
+    # When every operation with a body is sent odd bodies, and every one without is asked
+    # as the document allows (the reads about the deep channel, the listings with it)
+    for operation in operations:
+        path_parameters = _existing_ids(sqlite_ledger, operation.path)
+        if operation.method.upper() == "GET" and path_parameters is not None:
+            path_parameters["channel_id"] = deep.channel_id
+        strategy = operation.as_strategy(GenerationMode.POSITIVE, path_parameters=path_parameters)
+        bodies = ODD_BODIES if operation.body else st.none()
+
+        @given(case=strategy, body=bodies)
+        @settings(
+            max_examples=EXAMPLES_PER_FLAVOUR * 2,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def run(case: schemathesis.Case, body: Any) -> None:
+            if case.operation.body:
+                case.body = body
+            case.call_and_validate(checks=CHECKS)
+
+        try:
+            run()
+        except Exception as exc:  # collect every operation's failure, then report them all
+            failures[operation.label] = str(exc)[:2000]
+
+    # Then none answered 5xx or anything the document does not describe
     assert not failures, "\n\n".join(f"{label}:\n{text}" for label, text in failures.items())
 
 

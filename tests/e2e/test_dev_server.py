@@ -1,11 +1,13 @@
 """The local API over real HTTP (`cronledger dev`'s server): a web page on another site cannot
-drive it, bad text never costs a client its connection, and `cronledger dev` starts only on
-loopback unless told otherwise, printing what it allows and no password."""
+drive it, bad text never costs a client its connection, a request that is not what it says is
+a JSON 4xx and the server serves on, and `cronledger dev` starts only on loopback unless told
+otherwise, printing what it allows and no password."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import signal
 import socket
@@ -20,11 +22,13 @@ import pytest
 import sqlalchemy as sa
 
 from cronledger.api import create_app, handle_event
+from cronledger.api.request_rules import MAX_BODY_BYTES
 from cronledger.cli import main
 from cronledger.ledger import Ledger
 from cronledger.local import describe_policy, dev_settings, exposure_warning, serve_api
 from tests.api.helpers import CHANNELS, SETTINGS, channel_document
 from tests.polling import wait_until
+from tests.raw_http import exchange, give_up, request
 
 
 @pytest.fixture
@@ -157,6 +161,148 @@ def test_head_answers_like_get_without_a_body(served: int) -> None:
 
     assert (status, body) == (200, None)
     assert headers["Content-Type"] == "application/json"
+
+
+# --- requests that are not what they say -------------------------------------------------
+
+
+def _posting(port: int, body: bytes = b"{}", **headers: str) -> bytes:
+    return request("POST", CHANNELS, port, body, Content_Type="application/json", **headers)
+
+
+@pytest.mark.parametrize("length", ["-1", "abc", "+12", "1_0", "0x10", "12, 12", "²"])
+def test_a_content_length_that_is_no_size_is_a_json_400_and_the_server_serves_on(
+    served: int, sqlite_ledger: Ledger, length: str
+) -> None:
+    answer = exchange(served, _posting(served, Content_Length=length))
+
+    assert (answer.status, answer.headers["connection"]) == (400, "close")
+    assert answer.json == {
+        "error": {
+            "code": "malformed_request",
+            "message": f"Content-Length must be a number of bytes, not {length!r}",
+            "details": [],
+        }
+    }
+    assert send(served, "GET", "/health")[0] == 200
+    assert sqlite_ledger.list_channels().total == 0
+
+
+def test_two_content_lengths_that_differ_are_a_json_400(served: int) -> None:
+    raw = _posting(served, Content_Length="2").replace(
+        b"Content-Length: 2", b"Content-Length: 2\r\nContent-Length: 3"
+    )
+
+    answer = exchange(served, raw)
+
+    assert answer.status == 400
+    assert answer.json["error"]["message"] == "Content-Length is given more than once, differently"
+
+
+@pytest.mark.parametrize("length", [str(MAX_BODY_BYTES + 1), "9" * 5000])
+def test_a_body_over_the_cap_is_a_json_413_before_a_byte_of_it_is_read(
+    served: int, length: str
+) -> None:
+    # No body follows: the answer comes from the header alone
+    answer = exchange(served, _posting(served, b"", Content_Length=length))
+
+    assert (answer.status, answer.json["error"]["code"]) == (413, "too_large")
+    assert answer.json["error"]["message"].endswith(f"at most {MAX_BODY_BYTES} are accepted")
+    assert send(served, "GET", "/health")[0] == 200
+
+
+def test_a_body_sent_in_chunks_is_a_json_411(served: int) -> None:
+    answer = exchange(
+        served, _posting(served, b"2\r\n{}\r\n0\r\n\r\n", Transfer_Encoding="chunked")
+    )
+
+    assert (answer.status, answer.json["error"]["code"]) == (411, "length_required")
+
+
+def test_a_body_that_ends_before_its_length_is_a_json_400(served: int) -> None:
+    answer = exchange(served, _posting(served, b'{"na', Content_Length="10"), half_close=True)
+
+    assert answer.status == 400
+    assert answer.json["error"]["message"] == (
+        "the body ended after 4 of its 10 bytes (Content-Length)"
+    )
+    assert send(served, "GET", "/health")[0] == 200
+
+
+def test_a_body_that_never_arrives_is_a_json_408_after_the_read_timeout(
+    sqlite_ledger: Ledger,
+) -> None:
+    app = create_app(sqlite_ledger, SETTINGS)
+    server = serve_api(
+        lambda event, context: handle_event(app, event, context), "127.0.0.1", 0, 0.5
+    )
+    try:
+        port = server.server_port
+        answer = exchange(port, _posting(port, b'{"na', Content_Length="10"))
+        health = send(port, "GET", "/health")[0]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert (answer.status, answer.headers["connection"]) == (408, "close")
+    assert answer.json["error"] == {
+        "code": "request_timeout",
+        "message": "the body did not arrive within 0.5 s",
+        "details": [],
+    }
+    assert health == 200
+    assert sqlite_ledger.list_channels().total == 0
+
+
+def test_a_client_that_goes_away_mid_body_costs_one_log_line_and_nothing_else(
+    served: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="cronledger"):
+        give_up(served, _posting(served, b'{"na', Content_Length="10"), abort=True)
+        wait_until(lambda: any("went away" in r.getMessage() for r in caplog.records))
+        health = send(served, "GET", "/health")[0]
+
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(": ")[0] for r in said] == [
+        "client 127.0.0.1 went away mid-request"
+    ]
+    assert said[0].exc_info is None  # one line, no traceback
+    assert health == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [("BREW", "/health", "GET, HEAD"), ("FOO", CHANNELS, "GET, HEAD, POST"),
+     ("TRACE", "/health", "GET, HEAD"), ("POST", "/console", "GET, HEAD"),
+     ("BREW", "/console/console.js", "GET, HEAD")],
+)  # fmt: skip
+def test_a_method_no_route_takes_is_a_json_405_naming_those_it_does(
+    served: int, method: str, path: str, allowed: str
+) -> None:
+    status, headers, answer = send(served, method, path)
+
+    assert (status, headers["Allow"]) == (405, allowed)
+    assert answer["error"]["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GET /health HTTP/1.x\r\n\r\n", 400),
+        (b"GET /health HTTP/1.1\r\n" + b"X: 1\r\n" * 101 + b"\r\n", 431),
+        (b"GET /" + b"x" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
+    ],
+    ids=["bad version", "too many headers", "path too long"],
+)
+def test_what_the_http_library_refuses_is_answered_in_the_error_shape(
+    served: int, raw: bytes, status: int
+) -> None:
+    answer = exchange(served, raw)
+
+    assert answer.status == status
+    assert answer.headers["content-type"] == "application/json"
+    assert set(answer.json["error"]) == {"code", "message", "details"}
+    assert send(served, "GET", "/health")[0] == 200
 
 
 # --- cronledger dev -----------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Invariant: it serves the page from the package and passes the API's own paths on, signed
 (SigV4) when the API is API Gateway's; it answers nothing addressed to another host, sent from
-another site's page, or carrying a body that is not JSON, and passes nothing else on.
+another site's page, or carrying a body that is not JSON, and passes nothing else on. A request
+that is not what it says, or an API that answers no HTTP, is a JSON 4xx or 502, and the proxy
+serves on.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,10 +26,11 @@ import pytest
 
 from cronledger.api import create_app
 from cronledger.cli.client import ApiClient
-from cronledger.console.proxy import start_proxy
+from cronledger.console.proxy import MAX_BODY, start_proxy
 from cronledger.ledger import Ledger
 from tests.api.helpers import CHANNELS, SETTINGS, channel_document
 from tests.api.http import serving
+from tests.raw_http import exchange, request
 
 
 @dataclass
@@ -116,6 +121,99 @@ def test_only_the_apis_own_paths_are_passed_on(proxy: Proxy) -> None:
 
     assert status == 404
     assert json.loads(answer)["error"]["message"] == "no such path"
+
+
+@pytest.mark.parametrize(
+    ("length", "status", "code"),
+    [("-1", 400, "malformed_request"), ("abc", 400, "malformed_request"),
+     (str(MAX_BODY + 1), 413, "too_large")],
+)  # fmt: skip
+def test_a_content_length_that_is_no_size_or_too_large_is_a_json_4xx_and_it_serves_on(
+    proxy: Proxy, length: str, status: int, code: str
+) -> None:
+    raw = request("POST", CHANNELS, proxy.port, Content_Type="application/json",
+                  Content_Length=length)  # fmt: skip
+
+    answer = exchange(proxy.port, raw)
+
+    assert (answer.status, answer.json["error"]["code"]) == (status, code)
+    assert answer.headers["connection"] == "close"
+    assert proxy.send("GET", "/health")[0] == 200
+    assert proxy.ledger.list_channels().total == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("POST", "/console", "GET, HEAD"),
+        ("BREW", "/console/console.js", "GET, HEAD"),
+        ("BREW", "/health", "DELETE, GET, HEAD, PATCH, POST, PUT"),
+    ],
+)
+def test_a_method_it_does_not_take_is_a_json_405_naming_those_it_does(
+    proxy: Proxy, method: str, path: str, allowed: str
+) -> None:
+    status, headers, answer = proxy.send(method, path)
+
+    assert (status, headers["allow"]) == (405, allowed)
+    assert json.loads(answer)["error"]["code"] == "method_not_allowed"
+
+
+def test_a_wrong_method_on_an_api_path_gets_the_apis_own_405(proxy: Proxy) -> None:
+    status, headers, answer = proxy.send("DELETE", "/health")
+
+    assert (status, headers["allow"]) == (405, "GET, HEAD")
+    assert json.loads(answer)["error"]["message"] == "/health answers GET, HEAD, not DELETE"
+
+
+def test_a_body_that_never_arrives_is_a_json_408_after_the_read_timeout(
+    sqlite_ledger: Ledger,
+) -> None:
+    with serving(create_app(sqlite_ledger, SETTINGS)) as url:
+        server = start_proxy(ApiClient(url), 0, read_timeout_secs=0.5)
+        try:
+            port = server.server_port
+            raw = request("POST", CHANNELS, port, b'{"na', Content_Type="application/json",
+                          Content_Length="10")  # fmt: skip
+            answer = exchange(port, raw)
+            health = Proxy(port, sqlite_ledger).send("GET", "/health")[0]
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    assert (answer.status, answer.json["error"]["code"]) == (408, "request_timeout")
+    assert health == 200
+    assert sqlite_ledger.list_channels().total == 0
+
+
+def test_an_api_that_answers_no_http_is_a_json_502() -> None:
+    # Given an "API" that answers every request with a line that is not HTTP, and hangs up
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_nonsense() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"nonsense\r\n")
+
+    threading.Thread(target=answer_nonsense, daemon=True).start()
+    server = start_proxy(ApiClient(f"http://127.0.0.1:{listener.getsockname()[1]}"), 0)
+    try:
+        proxy = Proxy(server.server_port, None)  # type: ignore[arg-type]
+        status, _, body = proxy.send("GET", "/health")
+        page = proxy.send("GET", "/console")[0]
+    finally:
+        server.shutdown()
+        server.server_close()
+        listener.close()
+
+    assert status == 502
+    assert json.loads(body)["error"]["message"].startswith("cannot reach the cronledger API")
+    assert page == 200
 
 
 def test_requests_to_api_gateway_are_signed_on_the_way(

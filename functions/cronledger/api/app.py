@@ -1,7 +1,7 @@
 """The resolver: every route of SPEC §6 on one `APIGatewayHttpResolver`, validated both ways.
 
 Before any route is chosen, a request passes the body rules every route shares (JSON objects
-only, valid Unicode, `HEAD` as `GET`: `request_rules.screen`). Requests are then checked
+only, of bounded size and depth, valid Unicode, `HEAD` as `GET`: `request_rules.screen`). Requests are then checked
 against the pydantic models before a route runs (a malformed one is a 422 in the error
 envelope) and every response is checked against the same models, so `/openapi.json` describes
 exactly what is served; a response that does not match is a bug and answers 500. A known path
@@ -31,13 +31,14 @@ from cronledger.api.errors import as_v2, error_response, install_error_mapping
 from cronledger.api.events import add_event_routes
 from cronledger.api.occurrences import add_occurrence_routes
 from cronledger.api.request_rules import (
+    BodyTooLarge,
     MalformedBody,
     RouteMethods,
     UnsupportedMediaType,
     screen,
 )
 from cronledger.api.status import add_health_routes, add_status_routes
-from cronledger.console import add_console_routes
+from cronledger.console import PAGE, add_console_routes
 from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
@@ -50,7 +51,7 @@ DESCRIPTION = (
 )
 SWAGGER = "/swagger"
 #: Routes kept out of the OpenAPI document, for the method table.
-_UNDOCUMENTED = {"/openapi.json": "GET", SWAGGER: "GET"}
+_UNDOCUMENTED = {"/openapi.json": "GET", SWAGGER: "GET", PAGE: "GET", f"{PAGE}/{{name}}": "GET"}
 _one_request_at_a_time = threading.Lock()
 
 
@@ -64,7 +65,7 @@ class ScreenedResolver(APIGatewayHttpResolver):
         http = event.get("requestContext", {}).get("http", {})
         try:
             request = screen(event)
-        except (UnsupportedMediaType, MalformedBody, ValidationFailed) as exc:
+        except (UnsupportedMediaType, BodyTooLarge, MalformedBody, ValidationFailed) as exc:
             return as_v2(error_response(exc, f"{http.get('method')} {event.get('rawPath')}"))
         if event.get("rawPath") == SWAGGER and not self.swagger_enabled:
             self.enable_swagger(

@@ -2,8 +2,9 @@
 
 One pass checks the name, `transport_config` (by compiling it), `target`, `timeout_ms` and
 `status`, refuses unknown keys, and refuses values the database cannot hold (NUL characters,
-lone surrogates, non-finite numbers), so a user fixes a document in one round trip and a bad
-document is a 400, never a 500 from the database.
+lone surrogates, non-finite numbers) or the API could not serve back (objects and arrays
+nested deeper than `request_rules.MAX_DEPTH`), so a user fixes a document in one round trip
+and a bad document is a 400, never a 500 from the database or from reading it back.
 
 Decisions where SPEC is silent:
 - A name is 1..128 characters of `[A-Za-z0-9_.-]`, starting with a letter or digit, so that it
@@ -23,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
 from cronledger.schedule import ScheduleInvalid, compile_schedule
@@ -208,18 +210,21 @@ def _unknown_keys(
     return errors
 
 
-def _unstorable(value: Any, path: str) -> Iterator[FieldError]:
-    """Values JSON allows in transit but the ledger's JSON columns refuse."""
-    if isinstance(value, Mapping):
+def _unstorable(value: Any, path: str, depth: int = 1) -> Iterator[FieldError]:
+    """Values JSON allows in transit but the ledger's JSON columns refuse, or nested deeper
+    than the API can serve back (`value` is at `depth`; the document is the first level)."""
+    if isinstance(value, Mapping | list) and depth > MAX_DEPTH:
+        yield FieldError(path, "invalid", TOO_DEEP)
+    elif isinstance(value, Mapping):
         for key, item in value.items():
             child = f"{path}.{key}" if path else str(key)
             if not storable_text(str(key)):
                 yield FieldError(child, "invalid", "keys must be text without NUL characters")
             else:
-                yield from _unstorable(item, child)
+                yield from _unstorable(item, child, depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _unstorable(item, f"{path}[{index}]")
+            yield from _unstorable(item, f"{path}[{index}]", depth + 1)
     elif isinstance(value, str) and not storable_text(value):
         yield FieldError(path, "invalid", "must be text without NUL characters")
     elif isinstance(value, float) and not math.isfinite(value):

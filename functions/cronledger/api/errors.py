@@ -9,8 +9,9 @@ Every error leaves as `{"error": {"code", "message", "details": [{"path", "code"
 | `NotFound`, or no such route | 404 | `not_found` |
 | a known path with a method it does not answer | 405 (with `Allow`) | `method_not_allowed` |
 | `Conflict` | 409 | `conflict` |
+| a body over `request_rules.MAX_BODY_BYTES` | 413 | `too_large` |
 | a body sent as anything but JSON | 415 | `unsupported_media_type` |
-| a malformed query or body (Powertools' request validation), a body that is not a JSON object, not UTF-8, nested too deep or holding a number too long to read | 422 | `malformed_request` |
+| a malformed query or body (Powertools' request validation), a body that is not a JSON object, not UTF-8, nested deeper than `request_rules.MAX_DEPTH` (the detail's path says where) or holding a number too long to read | 422 | `malformed_request` |
 | `DatabaseUnavailable` | 503 | `database_unavailable` |
 | anything else: a bug, logged at ERROR with its traceback, never echoed | 500 | `internal` |
 
@@ -38,7 +39,13 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from cronledger.api.models import ErrorEnvelope
-from cronledger.api.request_rules import MalformedBody, RouteMethods, UnsupportedMediaType
+from cronledger.api.request_rules import (
+    TOO_DEEP,
+    BodyTooLarge,
+    MalformedBody,
+    RouteMethods,
+    UnsupportedMediaType,
+)
 from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.ledger import DatabaseUnavailable
 
@@ -55,12 +62,12 @@ _TOO_LONG = {"string_too_long", "too_long"}
 
 def responses(status: int, description: str, *errors: int) -> dict[int, OpenAPIResponse]:
     """A route's OpenAPI `responses`: its success (schema from the route's return annotation;
-    none for 204), the given error statuses, and those any route can answer (400 and 415 for a
-    body that breaks the body rules, 422, 500, 503), each of them the error envelope."""
+    none for 204), the given error statuses, and those any route can answer (400, 413 and 415
+    for a body that breaks the body rules, 422, 500, 503), each of them the error envelope."""
     documented: dict[int, OpenAPIResponse] = {status: {"description": description}}
     if status == HTTPStatus.NO_CONTENT:
         documented[status]["content"] = {}
-    for error in sorted({*errors, 400, 415, 422, 500, 503}):
+    for error in sorted({*errors, 400, 413, 415, 422, 500, 503}):
         documented[error] = {
             "description": HTTPStatus(error).phrase,
             "content": {"application/json": {"model": ErrorEnvelope}},
@@ -99,8 +106,11 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
             HTTPStatus.NOT_FOUND, "not_found", f"no route for {request}; see /openapi.json"
         )
     if isinstance(exc, MalformedBody):
-        detail = FieldError("body", exc.code, str(exc))
+        detail = FieldError(exc.path, exc.code, str(exc))
         return _answer(MALFORMED, "malformed_request", f"malformed request: {exc}", [detail])
+    if isinstance(exc, BodyTooLarge):
+        detail = FieldError("body", "too_long", str(exc))
+        return _answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", str(exc), [detail])
     if isinstance(exc, Conflict):
         return _answer(HTTPStatus.CONFLICT, "conflict", str(exc))
     if isinstance(exc, RequestUnsupportedContentType | UnsupportedMediaType):
@@ -114,9 +124,7 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
         summary = "; ".join(f"{d.path}: {d.message}" for d in details)
         return _answer(MALFORMED, "malformed_request", f"malformed request: {summary}", details)
     if isinstance(exc, RecursionError):
-        return _answer(
-            MALFORMED, "malformed_request", "malformed request: nested too deeply to read"
-        )
+        return _answer(MALFORMED, "malformed_request", f"malformed request: {TOO_DEEP}")
     if isinstance(exc, UnicodeDecodeError):
         return _answer(
             MALFORMED, "malformed_request", "malformed request: the body is not UTF-8 text"

@@ -7,8 +7,10 @@ One pass over the raw API Gateway event, before Powertools routes and validates 
   driving the API: a browser sends a cross-site request without asking first only with a form
   or text content type. A request without a body has nothing to label: its `Content-Type`
   is dropped;
-- the body must be a JSON object (an array or a scalar is a 422, never read as something else),
-  and one Python can read (an integer of more than 4300 digits is a 422 too);
+- the body is at most `MAX_BODY_BYTES` (else a 413), a JSON object (an array or a scalar is a
+  422, never read as something else), nested at most `MAX_DEPTH` objects and arrays deep (a
+  422 naming where it goes deeper), and one Python can read (an integer of more than 4300
+  digits is a 422 too);
 - no text in it may be invalid Unicode (a lone surrogate such as `"\\ud800"`, which JSON can
   spell but nothing can store or print): a 400 naming each place, keys included, so no route,
   compiler or error message ever holds one;
@@ -27,13 +29,24 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from cronledger.errors import FieldError, ValidationFailed
 
 JSON_MEDIA_TYPE = "application/json"
 #: How many invalid-Unicode places one answer lists.
 _MAX_REPORTED = 20
+#: The largest body any route takes: a channel document's payload is at most 256 KiB as
+#: compact UTF-8 JSON, and this leaves room for it escaped and indented.
+MAX_BODY_BYTES: Final = 1 << 20
+#: How deeply a body's objects and arrays may nest (the body itself is the first level): far
+#: more than any document needs, and far less than reading, storing and serving one allows,
+#: so whatever is accepted can be answered.
+MAX_DEPTH: Final = 64
+TOO_DEEP: Final = (
+    f"objects and arrays nest at most {MAX_DEPTH} levels deep (the body is the first); store "
+    "deeper data elsewhere and pass a reference to it"
+)
 
 
 class UnsupportedMediaType(Exception):
@@ -41,12 +54,20 @@ class UnsupportedMediaType(Exception):
 
 
 class MalformedBody(Exception):
-    """A body that is JSON but not an object (`type_mismatch`), or not UTF-8 text
-    (`invalid`)."""
+    """A body that is JSON but not an object (`type_mismatch`), or not UTF-8 text, or nested
+    too deeply (`invalid`); `path` says where, when it is a place inside the body."""
 
-    def __init__(self, message: str, code: str = "invalid") -> None:
+    def __init__(self, message: str, code: str = "invalid", path: str = "body") -> None:
         super().__init__(message)
         self.code = code
+        self.path = path
+
+
+class BodyTooLarge(Exception):
+    """A body over `MAX_BODY_BYTES`."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"the body is {size} bytes; at most {MAX_BODY_BYTES} are accepted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +88,8 @@ def screen(event: Mapping[str, Any]) -> Request:
         http["method"] = "GET"
         screened["requestContext"] = {**event.get("requestContext", {}), "http": http}
     body = _body_bytes(event)
+    if len(body) > MAX_BODY_BYTES:
+        raise BodyTooLarge(len(body))
     if body:
         headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
         if not is_json_media_type(str(headers.get("content-type", ""))):
@@ -104,14 +127,19 @@ def _check_document(body: bytes) -> None:
         raise MalformedBody("the body is not UTF-8 text") from None
     try:
         document = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except json.JSONDecodeError:
         return  # not JSON: the resolver's validation says why
+    except RecursionError:
+        raise MalformedBody(TOO_DEEP) from None
     except ValueError:  # JSON, but an integer longer than Python reads (4300 digits)
         raise MalformedBody("the body holds a number too long to read (over 4300 digits)") from None
     if not isinstance(document, dict):
         raise MalformedBody(
             f"the body must be a JSON object, not {_json_kind(document)}", "type_mismatch"
         )
+    deep = too_deep(document)
+    if deep is not None:
+        raise MalformedBody(TOO_DEEP, path=deep)
     if not _ESCAPED_SURROGATE.search(text):
         return  # JSON text that is UTF-8 can hold a lone surrogate only as a \ud8xx escape
     problems = []
@@ -128,6 +156,28 @@ def _check_document(body: bytes) -> None:
             break
     if problems:
         raise ValidationFailed(problems, "invalid text")
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> str | None:
+    """The path of an object or array nested more than `limit` deep in `value` (itself the
+    first level), or None; found without recursion, however deep it goes."""
+    stack: list[tuple[str, Any, int]] = [("", value, 1)]
+    while stack:
+        path, item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[tuple[Any, Any]] = item.items()
+        elif isinstance(item, list):
+            children = enumerate(item)
+        else:
+            continue
+        if depth > limit:
+            return path or "body"
+        stack.extend(
+            (_child(path, key), child, depth + 1)
+            for key, child in children
+            if isinstance(child, dict | list)
+        )
+    return None
 
 
 def _invalid_text(document: dict[str, Any]) -> Iterator[tuple[str, bool]]:

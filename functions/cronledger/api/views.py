@@ -3,13 +3,20 @@
 Every instant leaves as RFC 3339 UTC with a `Z`. A listing carries summaries (no result
 excerpt, the error cut short) so a page of a thousand stays small; the full record, lease and
 fencing detail included, is served one occurrence at a time.
+
+A channel's definition is served as stored, except an object or array nested deeper than a
+body may be (`request_rules.MAX_DEPTH`, counting the channel document as the first level),
+which only a channel written before bodies were limited can hold: it is served as its JSON
+text. The serializer behind every answer refuses to go much deeper, and one such channel
+would otherwise make every page that lists it fail.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from cronledger.api.models import (
@@ -21,6 +28,7 @@ from cronledger.api.models import (
     OccurrenceSummary,
     PreviewInstant,
 )
+from cronledger.api.request_rules import MAX_DEPTH, too_deep
 from cronledger.errors import ValidationFailed
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import Channel, Event, Occurrence, ScheduleState
@@ -29,6 +37,10 @@ from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import target_ref
 
 SUMMARY_ERROR_CHARS: Final = 300
+#: The level of `transport_config` and `target` in a channel document.
+_DEFINITION_DEPTH: Final = 2
+#: What stands for a part of a definition too deep even to write as text.
+TOO_DEEP_TO_SHOW: Final = "(nested too deeply to show)"
 
 
 def timestamp(value: datetime | None) -> str | None:
@@ -51,8 +63,8 @@ def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
         name=channel.name,
         status=channel.status,
         version=channel.version,
-        transport_config=channel.transport_config,
-        target=channel.target,
+        transport_config=servable(channel.transport_config),
+        target=servable(channel.target),
         target_ref=safe_target_ref(channel),
         timeout_ms=channel.timeout_ms,
         created_at=to_rfc3339(channel.created_at),
@@ -68,11 +80,33 @@ def channel_version(channel: Channel, current: int) -> ChannelVersion:
         name=channel.name,
         version=channel.version,
         current=channel.version == current,
-        transport_config=channel.transport_config,
-        target=channel.target,
+        transport_config=servable(channel.transport_config),
+        target=servable(channel.target),
         timeout_ms=channel.timeout_ms,
         created_at=to_rfc3339(channel.updated_at),
     )
+
+
+def servable(definition: dict[str, Any]) -> dict[str, Any]:
+    """A channel's `transport_config` or `target` as served (see the module header): itself,
+    unless it nests deeper than a body may."""
+    if too_deep(definition, MAX_DEPTH - _DEFINITION_DEPTH + 1) is None:
+        return definition
+    served: dict[str, Any] = _cut(definition, _DEFINITION_DEPTH)
+    return served
+
+
+def _cut(value: Any, depth: int) -> Any:
+    if not isinstance(value, dict | list):
+        return value
+    if depth > MAX_DEPTH:
+        try:
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        except RecursionError:
+            return TOO_DEEP_TO_SHOW
+    if isinstance(value, dict):
+        return {key: _cut(item, depth + 1) for key, item in value.items()}
+    return [_cut(item, depth + 1) for item in value]
 
 
 def cursors_by_channel(states: Iterable[ScheduleState]) -> dict[str, ScheduleState]:

@@ -4,7 +4,9 @@
 scheduler locally; `cronledger console` serves the web console through a signing proxy; the
 operator commands (`channels`, `occurrences`, `trigger`, `backfill`, `retry`, `cancel`,
 `status`, `preview`, `events`) talk to the HTTP API. Every failure exits non-zero with one
-message, never a traceback; a closed pipe (`… | head -1`) ends the command quietly.
+message, never a traceback; a closed pipe (`… | head -1`) ends a command that prints and exits
+quietly. `dev` and `console` serve until stopped: to them a peer that goes away (a client, a
+target, the database) is an ordinary error, so a broken pipe or socket never ends them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Final
 
 import sqlalchemy as sa
 import typer
@@ -39,6 +41,15 @@ app.add_typer(occurrences, name="occurrences")
 for commands in (channel_commands, occurrence_commands, event_commands):
     app.registered_commands += commands.registered_commands
 
+#: The commands that serve until stopped. They keep Python's handling of a broken pipe (an
+#: exception, which ends one request or one attempt) instead of the default action (the end
+#: of the process), which every other command takes so that `… | head -1` ends it quietly.
+SERVERS: Final = frozenset({"dev", "console"})
+#: What `entry` hands the root command: this process is the `cronledger` executable, so the
+#: command may take the default action on a broken pipe (a test calling `main` in-process
+#: must never change its own process's signal handling).
+_EXECUTABLE: Final = "executable"
+
 
 def _version(value: bool) -> None:
     if value:
@@ -48,6 +59,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
+    ctx: typer.Context,
     api_url: RootApiUrl = None,
     output: Output = None,
     json_: Json = False,
@@ -62,6 +74,10 @@ def root(
     URL is signed with your AWS credentials). Exit codes: 0 done, 1 the API refused, 2 bad
     usage, 3 the API could not be reached.
     """
+    if ctx.obj == _EXECUTABLE and ctx.invoked_subcommand not in SERVERS:
+        # A closed pipe ends the command as it ends a C tool (exit 141), quietly, instead of
+        # as a Python error.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
 DatabaseUrl = Annotated[
@@ -123,11 +139,17 @@ def console(
     serve_console(s.api, port, s.out)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; the exit code."""
+def main(argv: Sequence[str] | None = None, *, executable: bool = False) -> int:
+    """Run the command line; the exit code. `executable`: this process is the `cronledger`
+    executable, and no more than that command runs in it (see `SERVERS`)."""
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="cronledger", standalone_mode=True)
+        command.main(
+            args=argv,
+            prog_name="cronledger",
+            standalone_mode=True,
+            obj=_EXECUTABLE if executable else None,
+        )
     except SystemExit as exit:
         return exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
     except KeyboardInterrupt:
@@ -139,7 +161,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `cronledger` executable. A closed pipe (`… | head -1`) ends it quietly, by the
-    default SIGPIPE action, as it ends a C tool (exit 141), instead of a Python error."""
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    sys.exit(main())
+    """The `cronledger` executable. A closed pipe (`… | head -1`) ends a command that prints
+    and exits quietly, by the default SIGPIPE action; never `dev` or `console`."""
+    sys.exit(main(executable=True))

@@ -9,6 +9,7 @@ valid for).
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import urllib.error
@@ -113,7 +114,8 @@ class ApiClient:
         request = self.prepare(method, target, data)
         try:
             return self.send(request, self.timeout)
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            # HTTPException: an answer that is no HTTP (a peer that hung up mid-answer, say).
             reason = getattr(exc, "reason", exc)
             raise Unreachable(
                 f"cannot reach the cronledger API at {self.base_url}: {reason}. Is it running "

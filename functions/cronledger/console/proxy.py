@@ -13,31 +13,35 @@ JSON (no simple cross-site form). Only the API's own paths are passed on.
 
 from __future__ import annotations
 
-import json
-import logging
 import signal
 import threading
-from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from http.server import ThreadingHTTPServer
+from typing import Final
 
 from cronledger.cli.client import PREFIX, ApiClient, Unreachable
 from cronledger.cli.output import Out
 from cronledger.console import HEADERS, PAGE, asset
+from cronledger.local_http import READ_TIMEOUT_SECS, JsonRequestHandler, PeerSafeServer, error_body
 from cronledger.pacing import wait_for_interrupt
-
-log = logging.getLogger(__name__)
 
 LOOPBACK: Final = "127.0.0.1"
 _PASSED_ON: Final = (f"{PREFIX}/", "/health", "/openapi.json")
 _ANSWER_HEADERS: Final = ("content-type", "allow", "retry-after")
-MAX_BODY: Final = 1 << 20  # far above any channel document the API takes
+#: The methods passed on to the API (which answers a wrong one for a path with its own 405),
+#: and those the proxy's own pages answer.
+_PASSED_METHODS: Final = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+_PAGE_METHODS: Final = ("GET", "HEAD")
+#: The API's own cap on a body (`cronledger.api.request_rules.MAX_BODY_BYTES`): a larger one
+#: is refused here, before a byte of it is read.
+MAX_BODY: Final = 1 << 20
 
 
-def start_proxy(api: ApiClient, port: int) -> ThreadingHTTPServer:
-    """The proxy, serving on 127.0.0.1:`port` (0: any free port) on a thread of its own."""
-    server = ThreadingHTTPServer((LOOPBACK, port), _handler(api))
-    server.daemon_threads = True
+def start_proxy(
+    api: ApiClient, port: int, read_timeout_secs: float = READ_TIMEOUT_SECS
+) -> ThreadingHTTPServer:
+    """The proxy, serving on 127.0.0.1:`port` (0: any free port) on a thread of its own. A
+    client that misbehaves or goes away fails only its own request (`cronledger.local_http`)."""
+    server = PeerSafeServer((LOOPBACK, port), _handler(api, read_timeout_secs))
     threading.Thread(target=server.serve_forever, name="cronledger-console", daemon=True).start()
     return server
 
@@ -68,40 +72,54 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _handler(api: ApiClient) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _handler(api: ApiClient, read_timeout_secs: float) -> type[JsonRequestHandler]:
+    class Handler(JsonRequestHandler):
+        timeout = read_timeout_secs
+        max_body = MAX_BODY
         body: bytes | None = None
 
-        def _handle(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            if length > MAX_BODY:
-                self.close_connection = True
-                return self._answer(413, {"content-type": "application/json"}, _error("too large"))
-            self.body = self.rfile.read(length) if length else None
+        def handle_method(self) -> None:
+            body = self.read_body()
+            if body is None:
+                return
+            self.body = body or None
             refusal = self._refusal()
             if refusal is not None:
-                return self._answer(403, {"content-type": "application/json"}, _error(refusal))
+                return self._json(403, _error(refusal))
             path = self.path.split("?", 1)[0]
-            found = asset(path) if self.command in ("GET", "HEAD") else None
-            if found is not None:
-                body, content_type = found
-                return self._answer(200, {**HEADERS, "content-type": content_type}, body)
-            if path == "/":
-                return self._answer(302, {"location": PAGE}, b"")
-            if not path.startswith(_PASSED_ON):
-                return self._answer(
-                    404, {"content-type": "application/json"}, _error("no such path")
-                )
-            self._pass_on()
+            if path.startswith(_PASSED_ON):
+                if self.command not in _PASSED_METHODS:
+                    return self._not_allowed(_PASSED_METHODS)
+                return self._pass_on()
+            found = asset(path)
+            if found is None and path != "/":
+                return self._json(404, _error("no such path"))
+            if self.command not in _PAGE_METHODS:
+                return self._not_allowed(_PAGE_METHODS)
+            if found is None:
+                return self.answer(302, {"location": PAGE}, b"")
+            body, content_type = found
+            self.answer(200, {**HEADERS, "content-type": content_type}, body)
 
         def _pass_on(self) -> None:
             try:
                 status, headers, body = api.exchange(self.command, self.path, self.body)
             except Unreachable as exc:
-                return self._answer(502, {"content-type": "application/json"}, _error(str(exc)))
+                return self._json(502, _error(str(exc)))
             kept = {k.lower(): v for k, v in headers.items() if k.lower() in _ANSWER_HEADERS}
-            self._answer(status, kept, body)
+            self.answer(status, kept, body)
+
+        def _not_allowed(self, allowed: tuple[str, ...]) -> None:
+            listed = ", ".join(allowed)
+            message = f"{self.path.split('?', 1)[0]} answers {listed}, not {self.command}"
+            self.answer(
+                405,
+                {"content-type": "application/json", "allow": listed},
+                error_body("method_not_allowed", message),
+            )
+
+        def _json(self, status: int, body: bytes) -> None:
+            self.answer(status, {"content-type": "application/json"}, body)
 
         def _refusal(self) -> str | None:
             port = self.server.server_port  # type: ignore[attr-defined]
@@ -119,22 +137,8 @@ def _handler(api: ApiClient) -> type[BaseHTTPRequestHandler]:
                 return "send the body as JSON with Content-Type: application/json"
             return None
 
-        def _answer(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s - " + format, self.address_string(), *args)
-
     return Handler
 
 
 def _error(message: str) -> bytes:
-    return json.dumps({"error": {"code": "refused", "message": message, "details": []}}).encode()
+    return error_body("refused", message)

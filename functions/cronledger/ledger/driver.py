@@ -11,21 +11,26 @@ pg8000's cursor (pinned to 1.31 in pyproject.toml; a test checks the hook is sti
 
 Also here: TCP_NODELAY, a faster `timestamptz` reader, a liveness check on checkout only
 for a connection that sat idle (a ping on every checkout was a round trip, plus its BEGIN,
-per transaction), and `DirectStatements`, which sends the statements of every attempt
-without SQLAlchemy's per-execution machinery.
+per transaction), a quiet close of a connection the server already cut, and
+`DirectStatements`, which sends the statements of every attempt without SQLAlchemy's
+per-execution machinery.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
+
+log = logging.getLogger(__name__)
 
 #: Prepared statements a connection keeps (least recently used closed first). The ledger
 #: sends a few dozen distinct statements; the API's filters add some.
@@ -55,6 +60,27 @@ def tune_pg8000_engine(engine: sa.Engine, *, prepared_statements: bool = True) -
     event.listen(engine, "checkout", _on_checkout)
     if prepared_statements:
         event.listen(engine, "do_execute", _execute_prepared)
+    _close_cut_connections_quietly(engine.dialect)
+
+
+def _close_cut_connections_quietly(dialect: Any) -> None:
+    """A connection the server cut (`pg_terminate_backend`, a restart, a failover) cannot say
+    goodbye: pg8000's close fails writing its Terminate message, though it closes the socket
+    all the same, and the pool would log that failure with two tracebacks for every such
+    connection, after the statement's own error has already said the database went away."""
+    from pg8000.exceptions import InterfaceError  # the driver is loaded with the engine
+
+    def quietly(close: Callable[[Any], None]) -> Callable[[Any], None]:
+        def close_quietly(dbapi_connection: Any) -> None:
+            try:
+                close(dbapi_connection)
+            except InterfaceError as exc:
+                log.debug("closed a connection the server had cut: %s", exc)
+
+        return close_quietly
+
+    dialect.do_close = quietly(dialect.do_close)
+    dialect.do_terminate = quietly(dialect.do_terminate)
 
 
 def _configure_connection(dbapi_connection: Any, _record: Any) -> None:

@@ -1,0 +1,169 @@
+"""The HTTP server under `cronledger dev`'s API and `cronledger console`'s proxy: a peer can
+fail its own request, never the server.
+
+A request's body is read whole before anything answers it, and only when its
+`Content-Length` is one decimal number within the server's cap. Anything else (negative, not
+a number, several that differ, over the cap, a body sent in chunks, a body that stops short
+or stays silent for `READ_TIMEOUT_SECS`) is refused in the API's error shape and the
+connection closed, since where the next request would start is then unknown. A client that
+goes away mid-exchange (reset, closed before its answer) costs only its own connection and
+one log line. The standard library's own refusals (a malformed request line, headers too
+long) leave in the same JSON shape instead of its HTML pages, and every method, known or
+not, reaches the handler's `handle_method` instead of an HTML 501.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Final
+
+log = logging.getLogger(__name__)
+
+#: How long a client may stay silent in the middle of a request, or idle between two on one
+#: connection, before the server gives its connection up.
+READ_TIMEOUT_SECS: Final = 30.0
+#: The error codes of the refusals made here, in the API's vocabulary where it has one.
+_CODES: Final = {
+    HTTPStatus.BAD_REQUEST: "malformed_request",
+    HTTPStatus.METHOD_NOT_ALLOWED: "method_not_allowed",
+    HTTPStatus.REQUEST_TIMEOUT: "request_timeout",
+    HTTPStatus.LENGTH_REQUIRED: "length_required",
+    HTTPStatus.REQUEST_ENTITY_TOO_LARGE: "too_large",
+    HTTPStatus.REQUEST_URI_TOO_LONG: "too_large",
+    HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE: "too_large",
+}
+
+
+def error_body(code: str, message: str) -> bytes:
+    """`{"error": {"code", "message", "details": []}}`, ASCII-only whatever `message` holds."""
+    return json.dumps({"error": {"code": code, "message": message, "details": []}}).encode()
+
+
+class PeerSafeServer(ThreadingHTTPServer):
+    """A threading HTTP server that logs a client going away as one line, not a traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            log.warning("client %s went away mid-request: %s", client_address[0], exc)
+        else:
+            log.error("error serving client %s", client_address[0], exc_info=exc)
+
+
+class _BodyRefused(Exception):
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class JsonRequestHandler(BaseHTTPRequestHandler):
+    """A handler whose every method goes to `handle_method`, which reads the body with
+    `read_body` and answers with `answer`; refusals are JSON in the error shape."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = READ_TIMEOUT_SECS
+    #: The largest body accepted, in bytes; a larger one is a 413 before a byte of it is read.
+    max_body: int = 1 << 20
+
+    def handle_method(self) -> None:
+        raise NotImplementedError
+
+    if not TYPE_CHECKING:  # kept from the type checker: every attribute would be Any
+
+        def __getattr__(self, name: str) -> Any:
+            # The standard library answers `do_<METHOD>`; any method, known or not, is
+            # `handle_method`'s to answer (a 405 naming those it takes, not an HTML 501).
+            if name.startswith("do_"):
+                return self.handle_method
+            raise AttributeError(name)
+
+    def read_body(self) -> bytes | None:
+        """The request's body, whole; None when it was refused (answered, and the connection
+        is closing)."""
+        try:
+            length = self._content_length()
+            if not length:
+                return b""
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                raise _BodyRefused(
+                    HTTPStatus.REQUEST_TIMEOUT,
+                    f"the body did not arrive within {self.timeout:g} s",
+                ) from None
+            if len(body) < length:
+                raise _BodyRefused(
+                    HTTPStatus.BAD_REQUEST,
+                    f"the body ended after {len(body)} of its {length} bytes (Content-Length)",
+                )
+            return body
+        except _BodyRefused as refused:
+            self.refuse(refused.status, str(refused))
+            return None
+
+    def _content_length(self) -> int:
+        if self.headers.get("transfer-encoding") is not None:
+            raise _BodyRefused(
+                HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not in chunks"
+            )
+        values = {value.strip() for value in self.headers.get_all("content-length") or ()}
+        if not values:
+            return 0
+        if len(values) > 1:
+            raise _BodyRefused(
+                HTTPStatus.BAD_REQUEST, "Content-Length is given more than once, differently"
+            )
+        (value,) = values
+        if not (value.isascii() and value.isdigit()):
+            raise _BodyRefused(
+                HTTPStatus.BAD_REQUEST,
+                f"Content-Length must be a number of bytes, not {value[:40]!r}",
+            )
+        if len(value) > len(str(self.max_body)) or int(value) > self.max_body:
+            raise _BodyRefused(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"the body is {value[:40]} bytes; at most {self.max_body} are accepted",
+            )
+        return int(value)
+
+    def refuse(
+        self, status: HTTPStatus, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        """Answer `status` in the error shape and close the connection."""
+        self.close_connection = True
+        code = _CODES.get(status, "malformed_request")
+        self.answer(status, {**(headers or {}), "content-type": "application/json"},
+                    error_body(code, message))  # fmt: skip
+
+    def answer(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        """Send one answer; its length (and whether the connection closes) is set here."""
+        self.send_response(status)
+        for name, value in headers.items():
+            if name.lower() not in ("content-length", "connection"):
+                self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("connection", "close")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (a malformed request line, headers too long…),
+        in the error shape instead of an HTML page."""
+        self.log_error("code %d, message %s", code, message)
+        if self.request_version == "HTTP/0.9":
+            # A request line too malformed to name its version still gets a status line.
+            self.request_version = "HTTP/1.0"
+        status = HTTPStatus(code)
+        self.refuse(status, message or status.phrase)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s - " + format, self.address_string(), *args)
