@@ -17,12 +17,11 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-from cronledger.ledger import COMPLETED, Ledger
+from cronledger.ledger import COMPLETED, DeadlineReached, Ledger
 from cronledger.ledger.migration import (
     ALEMBIC_INI,
     MIGRATION_LOCK_ID,
     VERSION_TABLE,
-    MigrationDeadline,
 )
 from tests.pg import scratch_database
 
@@ -207,7 +206,7 @@ def test_a_migration_kept_waiting_past_its_deadline_stops_naming_it(
 
         # When this one may take a second
         started = time.monotonic()
-        with pytest.raises(MigrationDeadline, match=r"deadline of 1 s .*held the lock"):
+        with pytest.raises(DeadlineReached, match=r"deadline of 1 s .*held the lock"):
             ledger.migrate(until=started + 1.0)
 
         # Then it stopped by then and created nothing

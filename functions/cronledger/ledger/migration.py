@@ -16,7 +16,7 @@ still serves this code: it is left as it is, and the log says so.
 A revision whose DDL waits past the lock timeout for a table (behind a long transaction) is
 rolled back whole and tried again, a few times, backing off. With a deadline (`until`, on the
 monotonic clock) the lock wait, the statements (`statement_timeout`) and the retries all end by
-it, with `MigrationDeadline` naming it; without one the statements may run as long as they
+it, with `DeadlineReached` naming it; without one the statements may run as long as they
 need, since an index build on a large table rightly outlasts any other statement.
 """
 
@@ -33,8 +33,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
-from cronledger.errors import CronledgerError
 from cronledger.ledger.driver import sqlstate
+from cronledger.ledger.models import DeadlineReached
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
 #: Where the revision is recorded: namespaced, as the ledger may share its database.
@@ -49,11 +49,6 @@ LOCK_NOT_AVAILABLE = "55P03"
 QUERY_CANCELED = "57014"
 
 _log = logging.getLogger(__name__)
-
-
-class MigrationDeadline(CronledgerError):
-    """The migration could not finish by its deadline; what it committed stays, and running it
-    again resumes after the last revision that committed."""
 
 
 def upgrade(conn: sa.Connection, *, until: float | None = None) -> None:
@@ -80,7 +75,7 @@ def upgrade(conn: sa.Connection, *, until: float | None = None) -> None:
         _upgrade_retrying_locks(conn, config, until)
     except sa.exc.DBAPIError as exc:
         if budget is not None and sqlstate(exc) == QUERY_CANCELED:
-            raise MigrationDeadline(_past_deadline(budget, "a statement was cancelled")) from exc
+            raise DeadlineReached(_past_deadline(budget, "a statement was cancelled")) from exc
         raise
 
 
@@ -101,7 +96,7 @@ def _take_lock(conn: sa.Connection, until: float | None) -> None:
             return
         if until is not None and time.monotonic() + LOCK_POLL_SECS > until:
             assert budget is not None
-            raise MigrationDeadline(_past_deadline(budget, "another migration held the lock"))
+            raise DeadlineReached(_past_deadline(budget, "another migration held the lock"))
         time.sleep(LOCK_POLL_SECS)
 
 

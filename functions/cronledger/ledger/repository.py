@@ -8,6 +8,7 @@ two nodes with skewed clocks plan and claim the same way.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 from cronledger.ledger.attempts import AttemptStore
 from cronledger.ledger.backend import WRITE_OPTION, create_ledger_engine
 from cronledger.ledger.channels import ChannelStore
+from cronledger.ledger.connecting import deadline
 from cronledger.ledger.misfires import MisfireStore
 from cronledger.ledger.reporting import ReportingStore
 from cronledger.ledger.store import _unavailable_when_lost
@@ -31,18 +33,19 @@ class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
 
     def migrate(self, *, until: float | None = None) -> None:
         """Upgrade the database to the newest schema (idempotent), or leave a schema newer
-        than this code as it is; with `until` (monotonic), end by then or raise
-        `MigrationDeadline` (`cronledger.ledger.migration`). A database that cannot be
-        reached raises `DatabaseUnavailable`."""
+        than this code as it is (`cronledger.ledger.migration`). With `until` (monotonic),
+        connecting included, end by then or raise `DeadlineReached`. A database that cannot
+        be reached raises `DatabaseUnavailable`."""
         if not self._sql.is_postgres and self.engine.url.database:
             Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)
         # Alembic is needed only here: importing it lazily keeps it off every cold start.
         from cronledger.ledger import migration
 
         # On SQLite each revision's transaction takes the write lock up front, as writes do.
-        conn = self._connect(
-            lambda: self.engine.connect().execution_options(**{WRITE_OPTION: True})
-        )
+        with contextlib.nullcontext() if until is None else deadline(until):
+            conn = self._connect(
+                lambda: self.engine.connect().execution_options(**{WRITE_OPTION: True})
+            )
         try:
             with _unavailable_when_lost():
                 migration.upgrade(conn, until=until)
