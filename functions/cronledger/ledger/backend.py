@@ -67,7 +67,7 @@ def create_ledger_engine(
     *,
     prepared_statements: bool = True,
     statement_timeout_ms: int | None = STATEMENT_TIMEOUT_MS,
-    socket_timeout_secs: float = SOCKET_TIMEOUT_SECS,
+    socket_timeout_secs: float | None = SOCKET_TIMEOUT_SECS,
     connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
     password: Callable[[], str] | None = None,
     **engine_options: Any,
@@ -78,7 +78,7 @@ def create_ledger_engine(
     URL says `?prepared_statements=false`, as it must behind a transaction-pooling PgBouncer,
     which hands each transaction a different server session. The three timeouts are
     PostgreSQL's (see the module header); `statement_timeout_ms=None` sends none, leaving the
-    database's default. `password`, when given, makes the password of each new connection
+    database's default, and `socket_timeout_secs=None` lets a read wait as long as it takes. `password`, when given, makes the password of each new connection
     (an IAM token, good for minutes)."""
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
