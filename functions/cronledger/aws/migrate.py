@@ -7,7 +7,7 @@ head, deploys taking turns on an advisory lock), so running it again is harmless
 A first deploy runs it as soon as the database exists, which is while the master secret's first
 rotation (started when its rotation schedule is created) may still be changing the password
 and before RDS Proxy reaches the cluster. So, within `CRONLEDGER_MIGRATE_WAIT_SECS` (240 s by
-default, never past the function's deadline less `MIGRATION_SECS` for the migration itself):
+default, never past its own stop, below, less `MIGRATION_SECS` for the migration itself):
 1. it waits while that secret (`CRONLEDGER_DB_SECRET_ARN`) has a rotation under way or has yet
    to finish its first, polling `DescribeSecret` (metadata only, never the value), for at most
    half the time: a rotation stuck for longer is the rotation function's problem, and whether
