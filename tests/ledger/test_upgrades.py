@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -26,6 +27,8 @@ from cronledger.ledger.migration import (
 from tests.pg import scratch_database
 
 AN_INSTANT = datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
+#: How long a migration's DDL waits for a table lock (ledger/migrations/env.py).
+LOCK_TIMEOUT_SECS = 5
 
 
 @contextlib.contextmanager
@@ -212,3 +215,34 @@ def test_a_migration_kept_waiting_past_its_deadline_stops_naming_it(
         # Then it stopped by then and created nothing
         assert time.monotonic() - started < 1.5
         assert "cron_occurrences" not in sa.inspect(ledger.engine).get_table_names()
+
+
+def test_ddl_kept_waiting_by_a_long_transaction_gives_way_and_is_tried_again(
+    pg_database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with database("postgresql", pg_database_url, tmp_path) as ledger:
+        # Given the previous schema, and a transaction reading the occurrences for longer
+        # than DDL may wait for its lock
+        migrate_to(ledger, "0005")
+        held = threading.Event()
+
+        def long_reader() -> None:
+            with ledger.engine.begin() as conn:
+                conn.execute(sa.text("SELECT count(*) FROM cron_occurrences"))
+                held.set()
+                time.sleep(LOCK_TIMEOUT_SECS + 1)
+
+        reader = threading.Thread(target=long_reader)
+        reader.start()
+        held.wait()
+
+        # When the deploy migrates meanwhile
+        with caplog.at_level(logging.WARNING, logger="cronledger.ledger.migration"):
+            ledger.migrate()
+        reader.join()
+
+        # Then the revision gave way once (letting the table's other users through) and,
+        # tried again once the reader was done, completed
+        assert recorded_revision(ledger) == "0006"
+        waited = [r for r in caplog.records if "waited too long for a table lock" in r.message]
+        assert len(waited) == 1
