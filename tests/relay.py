@@ -1,7 +1,8 @@
 """A TCP relay on 127.0.0.1 in front of the test PostgreSQL, to play a database that misbehaves
 on the network: one that refuses connections until it is opened (nothing listens on its port
 yet), and one that goes silent (it keeps every connection open but stops passing bytes, like
-a half-open connection after a failover).
+a half-open connection after a failover). `SilentServer` plays an address that accepts
+connections and never answers at all (a proxy with nothing behind it).
 
     with Relay(pg_url) as relay:        # refusing until relay.open()
         relay.open()
@@ -11,6 +12,7 @@ a half-open connection after a failover).
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import threading
@@ -122,3 +124,29 @@ class Relay:
                     peers[sock].sendall(data)
                 if self._frozen.is_set():
                     self._stopped.wait(0.1)
+
+
+class SilentServer:
+    """A TCP port that accepts connections and never says a word (a proxy with nothing behind
+    it), counting the connections it was offered."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                self.accepted.append(self._listener.accept()[0])
+
+    def url(self, database_url: str) -> str:
+        """`database_url`, pointed at this server instead."""
+        moved = sa.make_url(database_url).set(host="127.0.0.1", port=self.port)
+        return moved.render_as_string(hide_password=False)
+
+    def close(self) -> None:
+        self._listener.close()
+        for conn in self.accepted:
+            conn.close()

@@ -12,10 +12,12 @@ import pytest
 import sqlalchemy as sa
 
 from cronledger.aws import migrate, runtime
+from cronledger.ledger import DeadlineReached
+from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS
 from cronledger.ledger.tables import metadata
 from tests.aws.invocations import FakeContext
 from tests.pg import scratch_database
-from tests.relay import Relay
+from tests.relay import Relay, SilentServer
 
 #: Where the ledger's migrations record the schema revision (ledger/migrations/env.py).
 VERSION_TABLE = "cronledger_alembic_version"
@@ -184,3 +186,32 @@ def test_a_rotation_that_never_finishes_is_waited_for_only_until_the_bound(aws: 
     client.put_secret_value(SecretId=arn, SecretString="b", VersionStages=["AWSPENDING"])
 
     assert migrate.wait_for_rotation(client, arn, time.monotonic() + 1) is False
+
+
+def test_migrate_facing_a_silent_database_stops_once_at_its_deadline_saying_so(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a database address that accepts connections and never answers, and a function
+    # with less time left than a connection may take to open
+    silent = SilentServer()
+    try:
+        monkeypatch.setenv("CRONLEDGER_DATABASE_URL", silent.url(fresh_database))
+        runtime.forget_container()
+        remaining_ms = int((migrate.STOP_MARGIN_SECS + 2) * 1000)
+        assert remaining_ms / 1000 - migrate.STOP_MARGIN_SECS < CONNECT_TIMEOUT_SECS
+
+        # When the deploy's trigger runs migrate
+        started = time.monotonic()
+        with pytest.raises(DeadlineReached) as stopped:
+            migrate.handler({}, FakeContext("cronledger-migrate", remaining_ms))
+        took = time.monotonic() - started
+    finally:
+        silent.close()
+
+    # Then it gave up by its deadline, on its one try, saying which deadline it met
+    assert took < 3.5, "by the deadline, well before the function's timeout"
+    assert len(silent.accepted) == 1, "a connection cut short by the deadline is not retried"
+    message = str(stopped.value)
+    assert "migrate stopped at its deadline, 10 s before the function's timeout" in message
+    assert f"127.0.0.1:{silent.port} did not answer before the deadline" in message
+    assert tables_and_revision(fresh_database) == (set(), [])

@@ -16,7 +16,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 
 from cronledger.ledger import Channel, Ledger, Occurrence, ScheduleState
-from cronledger.ledger.repository import ALEMBIC_INI
+from cronledger.ledger.migration import ALEMBIC_INI
 from cronledger.ledger.tables import channels, metadata, occurrences, schedule_state
 from tests.ledger.helpers import empty_tables, row
 from tests.pg import scratch_database

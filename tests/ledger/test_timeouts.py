@@ -6,6 +6,7 @@ the function's own timeout, and neither writes anything."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from cronledger.ledger import CLAIMED, COMPLETED, DatabaseUnavailable, Ledger
 from cronledger.ledger.tables import occurrences
 from tests.ledger.helpers import claim_one, empty_tables, seed_due
-from tests.relay import Relay
+from tests.relay import Relay, SilentServer
 
 #: How long the blocking transaction holds its lock: far past the timeouts under test, so a
 #: statement that waited for it instead of being cancelled would succeed, and the test fail.
@@ -116,3 +117,25 @@ def test_a_connection_that_goes_silent_is_given_up_after_the_socket_timeout(
         finally:
             ledger.dispose()
     assert pg_ledger.in_flight_count() == 0
+
+
+def test_a_connection_that_never_answers_is_given_up_after_the_connect_timeout(
+    pg_database_url: str,
+) -> None:
+    # Given a ledger with a long socket timeout (migrate's is the function's) and a short
+    # connect timeout, pointed at an address that accepts and never answers
+    silent = SilentServer()
+    ledger = Ledger.connect(
+        silent.url(pg_database_url), socket_timeout_secs=300, connect_timeout_secs=0.5
+    )
+    try:
+        # When it connects
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable, match=r"within the 0\.5 s connect timeout"):
+            ledger.db_now()
+
+        # Then it waited the connect timeout, not the socket's
+        assert time.monotonic() - started < 2
+    finally:
+        ledger.dispose()
+        silent.close()

@@ -1,18 +1,24 @@
 """Secret references on AWS (moto): a Secrets Manager secret and an SSM SecureString are read
 when an attempt runs, cached briefly, and sent to the endpoint; an unreadable one fails the
-attempt naming the reference only."""
+attempt naming the reference only; one bound to hosts by its tag goes to those hosts only."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from ipaddress import ip_network
+from dataclasses import replace
+from ipaddress import ip_address, ip_network
 
 import boto3
 import pytest
 from moto import mock_aws
 
 from cronledger.targets import AwsClients, TargetPolicy, run_target
-from cronledger.targets.secrets import SecretUnavailable, forget_cached_secrets, resolve_secret
+from cronledger.targets.secrets import (
+    HOSTS_TAG,
+    SecretUnavailable,
+    forget_cached_secrets,
+    resolve_secret,
+)
 from tests.unit.fixtures_targets import RecordingServer
 from tests.unit.test_targets_aws import envelope
 
@@ -93,3 +99,63 @@ def test_an_env_reference_is_not_read_when_the_source_is_aws(aws: AwsClients) ->
         resolve_secret("env:CRONLEDGER_SECRET_X", AWS, aws)
 
     assert str(refused.value).startswith("secret env:CRONLEDGER_SECRET_X: a secret reference is")
+
+
+REPORTS = "reports.example.com"
+BOUND_TO_REPORTS = [{"Key": HOSTS_TAG, "Value": f" Reports.Example.com , {'status.example.com'}"}]
+
+
+def test_a_secret_bound_to_another_host_is_never_sent_and_the_attempt_says_why(
+    aws: AwsClients,
+) -> None:
+    # Given a secret its tag binds to the reports host
+    arn = boto3.client("secretsmanager").create_secret(
+        Name="hook", SecretString="Bearer bound-1", Tags=BOUND_TO_REPORTS
+    )["ARN"]
+
+    # When a channel's attempt would send it to another host
+    with RecordingServer() as server:
+        doc = {"type": "http", "url": server.url, "secret_headers": {"Authorization": arn}}
+        outcome = run_target(doc, envelope(), 5.0, aws, policy=AWS)
+
+    # Then the attempt failed naming the binding, and nothing reached the endpoint
+    assert not outcome.ok
+    assert outcome.error == (
+        f"refused: secret {arn} may be sent only to reports.example.com, status.example.com "
+        "(its tag cronledger:secret-hosts), not to 127.0.0.1"
+    )
+    assert server.received == []
+
+
+def test_a_parameter_bound_to_another_host_is_refused_as_a_secret_is(aws: AwsClients) -> None:
+    boto3.client("ssm").put_parameter(
+        Name="/cronledger/bound", Value="key-2", Type="SecureString", Tags=BOUND_TO_REPORTS
+    )
+
+    with RecordingServer() as server:
+        doc = {"type": "http", "url": server.url, "secret_headers": {"X-Key": "/cronledger/bound"}}
+        outcome = run_target(doc, envelope(), 5.0, aws, policy=AWS)
+
+    assert not outcome.ok and outcome.error is not None
+    assert outcome.error.startswith("refused: secret /cronledger/bound may be sent only to ")
+    assert server.received == []
+
+
+def test_a_secret_bound_to_a_host_reaches_that_host(aws: AwsClients) -> None:
+    # Given a secret bound to the reports host, which (here) resolves to a local endpoint
+    arn = boto3.client("secretsmanager").create_secret(
+        Name="hook", SecretString="Bearer bound-3", Tags=BOUND_TO_REPORTS
+    )["ARN"]
+    to_local = replace(AWS, resolver=lambda _host, _port: [ip_address("127.0.0.1")])
+
+    # When an attempt sends it to that host (its name spelt in another case)
+    with RecordingServer() as server:
+        url = f"http://Reports.Example.COM:{server.port}/hook"
+        doc = {"type": "http", "url": url, "secret_headers": {"Authorization": arn}}
+        outcome = run_target(doc, envelope(), 5.0, aws, policy=to_local)
+
+    # Then it arrived
+    assert (outcome.ok, outcome.error) == (True, None)
+    (request,) = server.received
+    assert request.headers["Authorization"] == "Bearer bound-3"
+    assert request.headers["Host"] == f"Reports.Example.COM:{server.port}"

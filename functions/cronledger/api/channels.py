@@ -20,6 +20,7 @@ Decisions where SPEC is silent:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -45,6 +46,8 @@ from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_ARCHIVED, Channel, Ledger,
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy, validate_target
+from cronledger.targets.clients import default_clients
+from cronledger.targets.secrets import hosts_where_readable
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
@@ -59,6 +62,10 @@ DryRun = Annotated[
 
 def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Settings) -> None:
     policy = TargetPolicy.from_settings(settings)
+    if policy.secrets == "aws":
+        # A secret bound to hosts is refused for another when a channel is saved, where this
+        # process may read its tags; the executor checks again in any case.
+        policy = replace(policy, secret_hosts=hosts_where_readable(default_clients()))
 
     def view(channel: Channel) -> One[ChannelView]:
         return One(data=channel_view(channel, _cursor(ledger, channel.channel_id)))

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from cronledger.errors import CronledgerError
 from cronledger.ledger import create_ledger_engine
@@ -124,15 +123,12 @@ class DatabaseEndpoint:
 
 
 class IamAuthToken:
-    """A SQLAlchemy `do_connect` hook: signs a token for this endpoint and user into the
-    parameters of each new connection, as its password (see the module header)."""
+    """Signs a token for this endpoint and user, the password each new connection presents
+    (see the module header)."""
 
     def __init__(self, endpoint: DatabaseEndpoint, region: str) -> None:
         self._endpoint = endpoint
         self._region = region
-
-    def __call__(self, _dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
-        cparams["password"] = self.token()
 
     def token(self) -> str:
         from botocore.auth import SigV4QueryAuth
@@ -165,17 +161,16 @@ def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
             socket_timeout_secs=settings.db_socket_timeout_secs,
         )
     endpoint = DatabaseEndpoint.from_env(environ)
-    engine = create_ledger_engine(
+    return create_ledger_engine(
         endpoint.url(),
         prepared_statements=not endpoint.via_proxy,  # a proxy would pin every session
         # the proxy takes no startup option: behind it, the database's default
         statement_timeout_ms=None if endpoint.via_proxy else settings.db_statement_timeout_ms,
         socket_timeout_secs=settings.db_socket_timeout_secs,
+        password=IamAuthToken(endpoint, function_region()).token,
         connect_args={"ssl_context": endpoint.tls()},
         **PROXY_POOL,
     )
-    event.listen(engine, "do_connect", IamAuthToken(endpoint, function_region()))
-    return engine
 
 
 def function_region(environ: Mapping[str, str] = os.environ) -> str:

@@ -7,7 +7,7 @@ head, deploys taking turns on an advisory lock), so running it again is harmless
 A first deploy runs it as soon as the database exists, which is while the master secret's first
 rotation (started when its rotation schedule is created) may still be changing the password
 and before RDS Proxy reaches the cluster. So, within `CRONLEDGER_MIGRATE_WAIT_SECS` (240 s by
-default, never past the function's deadline less `MIGRATION_SECS` for the migration itself):
+default, never past its own stop, below, less `MIGRATION_SECS` for the migration itself):
 1. it waits while that secret (`CRONLEDGER_DB_SECRET_ARN`) has a rotation under way or has yet
    to finish its first, polling `DescribeSecret` (metadata only, never the value), for at most
    half the time: a rotation stuck for longer is the rotation function's problem, and whether
@@ -17,6 +17,12 @@ default, never past the function's deadline less `MIGRATION_SECS` for the migrat
    how long it waited and why.
 Migrating makes the statement timeout (`CRONLEDGER_DB_STATEMENT_TIMEOUT_MS`) the database's
 default, which is how sessions through RDS Proxy get it, then upgrades the schema.
+
+Whatever happens, it stops `STOP_MARGIN_SECS` before the function's own deadline, so the deploy
+shows its error rather than Lambda's timeout: every connection it opens finishes its handshake
+and every read by then (`cronledger.ledger.connecting`), its statements are cancelled by then,
+and it raises `DeadlineReached` naming that deadline. A connection that is slow to open is
+given up after `CONNECT_TIMEOUT_SECS` and tried again; one that the deadline cut short is not.
 
 `migrate` is the one function that connects as the schema's owner. After upgrading it makes
 sure the application role the other functions connect as (`CRONLEDGER_DB_APP_USER`, set by the
@@ -48,7 +54,8 @@ from cronledger.aws import runtime
 from cronledger.aws.database import admin_engine
 from cronledger.aws.runtime import logger, tracer
 from cronledger.errors import CronledgerError
-from cronledger.ledger import DatabaseUnavailable, Ledger
+from cronledger.ledger import DatabaseUnavailable, DeadlineReached, Ledger
+from cronledger.ledger.connecting import deadline
 from cronledger.ledger.roles import grant_application_role
 from cronledger.pacing import Backoff
 from cronledger.targets.clients import default_clients
@@ -62,6 +69,8 @@ SECRET_ARN = "CRONLEDGER_DB_SECRET_ARN"
 DEFAULT_WAIT_SECS = 240.0
 #: Kept back from the function's deadline for the migration itself.
 MIGRATION_SECS = 45.0
+#: How long before the function's deadline everything stops, leaving time to say why.
+STOP_MARGIN_SECS = 10.0
 FIRST_RETRY_SECS = 1.0
 ROTATION_POLL_SECS = 5.0
 
@@ -76,14 +85,24 @@ class DatabaseNeverAnswered(CronledgerError):
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, bool]:
     started = time.monotonic()
-    until = min(started + wait_secs(os.environ), runtime.deadline(context) - MIGRATION_SECS)
+    stop_by = runtime.deadline(context) - STOP_MARGIN_SECS
+    until = min(started + wait_secs(os.environ), stop_by - MIGRATION_SECS)
     secret = os.environ.get(SECRET_ARN, "").strip()
     if secret:
         wait_for_rotation(
             default_clients().secretsmanager(), secret, started + (until - started) / 2
         )
     ledger, timeout_ms = owner(), runtime.settings().db_statement_timeout_ms
-    tries = until_available(lambda: migrate(ledger, timeout_ms), until)
+    try:
+        with deadline(stop_by):
+            tries = until_available(lambda: migrate(ledger, timeout_ms, stop_by), until)
+    except DeadlineReached as exc:
+        raise DeadlineReached(
+            f"migrate stopped at its deadline, {STOP_MARGIN_SECS:.0f} s before the function's "
+            f"timeout and {stop_by - started:.0f} s after it started: {exc}"
+        ) from exc
+    finally:
+        ledger.dispose()  # its connections' timeouts were cut to this invocation's deadline
     logger.info("the ledger schema is up to date", extra={"tries": tries})
     return {"migrated": True}
 
@@ -95,9 +114,9 @@ def owner() -> Ledger:
     return runtime.ledger() if engine is None else Ledger(engine)
 
 
-def migrate(ledger: Ledger, statement_timeout_ms: int) -> None:
+def migrate(ledger: Ledger, statement_timeout_ms: int, until: float | None = None) -> None:
     ledger.make_statement_timeout_default(statement_timeout_ms)
-    ledger.migrate()
+    ledger.migrate(until=until)
     ensure_application_role(ledger)
 
 

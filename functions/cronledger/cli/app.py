@@ -100,7 +100,9 @@ def migrate(database_url: DatabaseUrl = None) -> None:
     from cronledger.ledger import Ledger
 
     url = _database_url(database_url)
-    Ledger.connect(url).migrate()
+    # An index build on a large table sends nothing back until it ends: no read timeout cuts
+    # it short (TCP keepalives still notice a server that went away).
+    Ledger.connect(url, socket_timeout_secs=None).migrate()
     typer.echo(f"migrated {sa.make_url(url).render_as_string(hide_password=True)}")
 
 

@@ -19,9 +19,10 @@ compiling one), and encoding it is one `json.dumps` rather than a bound paramete
 pg8000's Python, per cell. SQLite gets multi-row VALUES and per-row conditions instead.
 
 Every PostgreSQL connection is bounded in time: the server cancels a statement that runs past
-`statement_timeout` (sent as a startup parameter: no SET, no round trip), and the socket gives
-up on a connection that stays silent for `socket_timeout_secs`, connecting included (a
-half-open connection after a failover would otherwise wait for the function's own timeout).
+`statement_timeout` (sent as a startup parameter: no SET, no round trip), the socket gives up
+on a connection that stays silent for `socket_timeout_secs` (a half-open connection after a
+failover would otherwise wait for the function's own timeout), and opening one, handshake
+included, takes at most `connect_timeout_secs` (`cronledger.ledger.connecting`).
 Either raises `DatabaseUnavailable` (`cronledger.ledger.store`). Behind RDS Proxy, which takes
 no startup parameters, the statement timeout comes from the database's own default instead
 (`Ledger.make_statement_timeout_default`, which the deploy's migration sets).
@@ -34,7 +35,7 @@ which under concurrent writers fails at once rather than waiting.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import postgresql
 
+from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS, BoundedConnect
 from cronledger.ledger.driver import tune_pg8000_engine
 from cronledger.ledger.tables import UtcDateTime
 
@@ -65,16 +67,19 @@ def create_ledger_engine(
     *,
     prepared_statements: bool = True,
     statement_timeout_ms: int | None = STATEMENT_TIMEOUT_MS,
-    socket_timeout_secs: float = SOCKET_TIMEOUT_SECS,
+    socket_timeout_secs: float | None = SOCKET_TIMEOUT_SECS,
+    connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
+    password: Callable[[], str] | None = None,
     **engine_options: Any,
 ) -> sa.Engine:
     """An engine for `postgresql+pg8000://…` or `sqlite:///path` (a file: the local runner's
     threads must share one database, which an in-memory SQLite cannot give them).
     `prepared_statements` (PostgreSQL only; see `cronledger.ledger.driver`): off when the
     URL says `?prepared_statements=false`, as it must behind a transaction-pooling PgBouncer,
-    which hands each transaction a different server session. The two timeouts are
+    which hands each transaction a different server session. The three timeouts are
     PostgreSQL's (see the module header); `statement_timeout_ms=None` sends none, leaving the
-    database's default."""
+    database's default, and `socket_timeout_secs=None` lets a read wait as long as it takes. `password`, when given, makes the password of each new connection
+    (an IAM token, good for minutes)."""
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
     if backend == "postgresql":
@@ -97,6 +102,7 @@ def create_ledger_engine(
             parsed, **{"pool_size": PG_POOL_SIZE, "connect_args": connect_args, **engine_options}
         )
         tune_pg8000_engine(engine, prepared_statements=prepared_statements)
+        event.listen(engine, "do_connect", BoundedConnect(connect_timeout_secs, password))
         return engine
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):

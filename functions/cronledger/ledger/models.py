@@ -56,6 +56,11 @@ class DatabaseUnavailable(CronledgerError):
     empty answer: "nothing is due" and "cannot tell" must never look the same."""
 
 
+class DeadlineReached(CronledgerError):
+    """Work given a deadline (a migration, a connection opened within it) stopped at it rather
+    than outlive it. Not `DatabaseUnavailable`: trying again cannot help, the time is gone."""
+
+
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     """One row of `cron_occurrences`: one scheduled instant (or manual/backfill run)."""

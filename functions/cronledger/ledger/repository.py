@@ -8,6 +8,7 @@ two nodes with skewed clocks plan and claim the same way.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,14 +16,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from cronledger.ledger.attempts import AttemptStore
-from cronledger.ledger.backend import create_ledger_engine
+from cronledger.ledger.backend import WRITE_OPTION, create_ledger_engine
 from cronledger.ledger.channels import ChannelStore
+from cronledger.ledger.connecting import deadline
 from cronledger.ledger.misfires import MisfireStore
 from cronledger.ledger.reporting import ReportingStore
-
-ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
-#: Two deploys migrating at once take turns on this PostgreSQL advisory lock.
-MIGRATION_LOCK_ID = 0x63726F6E  # "cron"
+from cronledger.ledger.store import _unavailable_when_lost
 
 
 class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
@@ -32,23 +31,28 @@ class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
         the first call."""
         return cls(create_ledger_engine(url, **engine_options))
 
-    def migrate(self) -> None:
-        """Upgrade the database to the newest schema (idempotent)."""
+    def migrate(self, *, until: float | None = None) -> None:
+        """Upgrade the database to the newest schema (idempotent), or leave a schema newer
+        than this code as it is (`cronledger.ledger.migration`). With `until` (monotonic),
+        connecting included, end by then or raise `DeadlineReached`. A database that cannot
+        be reached raises `DatabaseUnavailable`."""
         if not self._sql.is_postgres and self.engine.url.database:
             Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)
         # Alembic is needed only here: importing it lazily keeps it off every cold start.
-        from alembic import command
-        from alembic.config import Config
+        from cronledger.ledger import migration
 
-        config = Config(str(ALEMBIC_INI))
-        with self._write() as conn:
-            if self._sql.is_postgres:
-                # Waiting for another deploy's migration, or building an index on a large
-                # table, may rightly take longer than any other statement is allowed.
-                conn.execute(sa.text("SET LOCAL statement_timeout = 0"))
-                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_ID)))
-            config.attributes["connection"] = conn
-            command.upgrade(config, "head")
+        # On SQLite each revision's transaction takes the write lock up front, as writes do.
+        with contextlib.nullcontext() if until is None else deadline(until):
+            conn = self._connect(
+                lambda: self.engine.connect().execution_options(**{WRITE_OPTION: True})
+            )
+        try:
+            with _unavailable_when_lost():
+                migration.upgrade(conn, until=until)
+        finally:
+            # Its session settings and advisory lock must not reach the pool.
+            conn.invalidate()
+            conn.close()
 
     def make_statement_timeout_default(self, milliseconds: int) -> None:
         """PostgreSQL: make `statement_timeout` this database's default for new sessions,

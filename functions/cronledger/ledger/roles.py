@@ -16,10 +16,12 @@ application role gets it: it then logs in only with an IAM token, never a passwo
 from __future__ import annotations
 
 import re
+import time
 
 import sqlalchemy as sa
 
-from cronledger.ledger.repository import MIGRATION_LOCK_ID, Ledger
+from cronledger.ledger.migration import LOCK_POLL_SECS, MIGRATION_LOCK_ID
+from cronledger.ledger.repository import Ledger
 
 ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 TABLE_PREFIX = "cron_"
@@ -36,7 +38,10 @@ def grant_application_role(ledger: Ledger, role: str) -> None:
     quote = ledger.engine.dialect.identifier_preparer.quote
     with ledger.engine.begin() as conn:
         # Deploys take turns, as migrations do: CREATE ROLE twice at once would fail one.
-        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK_ID)))
+        # Asked for until granted, not waited for (`cronledger.ledger.migration`).
+        take = sa.select(sa.func.pg_try_advisory_xact_lock(MIGRATION_LOCK_ID))
+        while not conn.execute(take).scalar_one():
+            time.sleep(LOCK_POLL_SECS)
         name = quote(role)
         exists = conn.execute(
             sa.text("SELECT 1 FROM pg_roles WHERE rolname = :role"), {"role": role}

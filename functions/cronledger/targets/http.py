@@ -9,7 +9,8 @@ when an attempt runs, after resolution, and the request goes to the address that
 Target documents are stored and listed in plain text, so anything that looks like a credential
 in `url` or `headers` is refused (`cronledger.targets.secret_looking`); a credential goes in
 `secret_headers`, by reference (`cronledger.targets.secrets`), read when an attempt runs, and
-scrubbed from the result excerpt and the error if the endpoint echoes it back. Header values
+scrubbed from the result excerpt and the error if the endpoint echoes it back; a secret bound
+to hosts goes to no other, checked before anything is sent. Header values
 are single lines of printable ASCII. Only methods that carry a body are allowed, because every
 target receives the envelope. Redirects are not followed: a 3xx is a failure that names where
 the endpoint moved, so the envelope never goes to a host nobody configured.
@@ -36,9 +37,11 @@ from cronledger.targets.secret_looking import looks_secret
 from cronledger.targets.secrets import (
     EXAMPLES,
     SecretUnavailable,
+    host_refusal,
     reference_problem,
     resolve_secret,
     scrub,
+    secret_hosts,
 )
 
 METHODS = ("POST", "PUT", "PATCH")
@@ -85,7 +88,19 @@ def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
             checks.fail(key, "too_long", "a secret reference is at most 2048 characters")
         elif (problem := reference_problem(reference, policy)) is not None:
             checks.fail(key, "invalid", f"{problem}, e.g. {EXAMPLES[policy.secrets]!r}")
+        elif policy.secret_hosts is not None and (host := _hostname(url)):
+            refusal = host_refusal(reference, host, policy.secret_hosts(reference))
+            if refusal is not None:
+                checks.fail(key, "invalid", refusal)
     return checks.errors
+
+
+def _hostname(url: str | None) -> str | None:
+    """The URL's host, or None when there is none to read (its own check says why)."""
+    try:
+        return urlsplit(url).hostname if isinstance(url, str) else None
+    except ValueError:
+        return None
 
 
 def _check_url(checks: DocumentChecks, url: str, policy: TargetPolicy) -> None:
@@ -199,13 +214,22 @@ def run(
 ) -> TargetOutcome:
     deadline = time.monotonic() + timeout_secs
     parts = urlsplit(doc["url"])
+    host = parts.hostname or ""
     try:
         secrets = {
             name: resolve_secret(reference, policy, clients)
             for name, reference in (doc.get("secret_headers") or {}).items()
         }
+        refusals = [
+            refusal
+            for reference in (doc.get("secret_headers") or {}).values()
+            if policy.secrets == "aws"
+            and (refusal := host_refusal(reference, host, secret_hosts(reference, clients)))
+        ]
     except SecretUnavailable as exc:
         return TargetOutcome(ok=False, error=str(exc))
+    if refusals:
+        return TargetOutcome(ok=False, error=f"refused: {'; '.join(refusals)}")
     unsendable = [name for name, value in secrets.items() if not _HEADER_VALUE.fullmatch(value)]
     if unsendable:
         return TargetOutcome(

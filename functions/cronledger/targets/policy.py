@@ -20,6 +20,8 @@ from cronledger.targets.addresses import Address, refusal, resolve
 
 #: `resolver(host, port)`: every address `host` has, as the connection would use them.
 Resolver = Callable[[str, int], Sequence[Address]]
+#: `secret_hosts(reference)`: the hosts a secret is bound to, None when unbound or unknown.
+SecretHosts = Callable[[str], frozenset[str] | None]
 
 PYTHON_TARGETS = "CRONLEDGER_PYTHON_TARGETS"
 HTTP_ALLOW_NETWORKS = "CRONLEDGER_HTTP_ALLOW_NETWORKS"
@@ -30,12 +32,15 @@ class TargetPolicy:
     """`python_modules`: module prefixes whose functions `python` targets may call (a prefix
     covers itself and its submodules). `http_allow_networks`: networks `http` targets may reach
     although they are not public. `secrets`: where `secret_headers` references point.
-    `resolver` is how host names become addresses (a test passes its own)."""
+    `resolver` is how host names become addresses (a test passes its own). `secret_hosts`,
+    where a secret's tags can be read when a channel is saved, reads the hosts it is bound
+    to (`cronledger.targets.secrets`); an attempt always reads them itself."""
 
     python_modules: tuple[str, ...] = ()
     http_allow_networks: tuple[Network, ...] = ()
     secrets: SecretSource = "env"
     resolver: Resolver = field(default=resolve, compare=False, repr=False)
+    secret_hosts: SecretHosts | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TargetPolicy:

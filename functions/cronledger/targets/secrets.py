@@ -12,6 +12,14 @@ reference may point is the operator's choice (`CRONLEDGER_SECRETS`):
   name (or ARN), decrypted. IAM limits the executor to secrets and parameters tagged
   `cronledger:secret=<installation name>` (infra/cronledger_infra/target_access.py).
 
+A secret on AWS may also be bound to hosts: its tag `cronledger:secret-hosts` lists, comma
+separated, the host names it may be sent to, and an http target naming any other host is
+refused, when a channel is saved (where the API can read the secret's tags) and again when an
+attempt runs, before anything is sent, so a channel edited to point elsewhere cannot carry the
+credential along. The executor refuses the attempt when it cannot read the tags at all; a
+secret without the tag may go to any host its channels name. `env` secrets have no tags: they
+are the operator's own, set in the scheduler's environment, and bound to nothing.
+
 No message here repeats a secret's value, only its reference.
 """
 
@@ -20,6 +28,8 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from cronledger.targets.clients import AwsClients, arn_region
@@ -30,6 +40,8 @@ if TYPE_CHECKING:
 
 ENV_PREFIX: Final = "CRONLEDGER_SECRET_"
 CACHE_SECS: Final = 60
+#: The tag that binds a secret to the hosts it may be sent to.
+HOSTS_TAG: Final = "cronledger:secret-hosts"
 _ENV_REFERENCE = re.compile(rf"env:{ENV_PREFIX}[A-Z0-9_]+")
 _SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+")
 _PARAMETER_ARN = re.compile(r"arn:aws[a-z-]*:ssm:[a-z0-9-]+:\d{12}:parameter/[\w./-]+")
@@ -87,8 +99,69 @@ def resolve_secret(reference: str, policy: TargetPolicy, clients: AwsClients) ->
     return value
 
 
+def secret_hosts(reference: str, clients: AwsClients) -> frozenset[str] | None:
+    """The hosts the secret's `cronledger:secret-hosts` tag names (lowercase), or None when it
+    has no such tag; read now or from the short cache. `SecretUnavailable` when its tags
+    cannot be read. For AWS references only (see `reference_problem`)."""
+    with _providers_lock:
+        cached = _hosts.get(reference)
+    if cached is not None and time.monotonic() - cached[0] < CACHE_SECS:
+        return cached[1]
+    tags: list[Any]  # each service's own TypedDict of Key and Value
+    try:
+        if _SECRET_ARN.fullmatch(reference):
+            client = clients.secretsmanager(arn_region(reference))
+            tags = client.describe_secret(SecretId=reference).get("Tags", [])
+        else:
+            answer = clients.ssm(arn_region(reference)).list_tags_for_resource(
+                ResourceType="Parameter", ResourceId=_name(reference)
+            )
+            tags = answer.get("TagList", [])
+    except Exception as exc:  # the service's error names the secret, never its value
+        raise SecretUnavailable(
+            f"secret {reference}: its tags, which say where it may be sent, could not be "
+            f"read: {exc}"
+        ) from None
+    listed = next((t.get("Value", "") for t in tags if t.get("Key") == HOSTS_TAG), None)
+    hosts = None if listed is None else frozenset(filter(None, map(_host, listed.split(","))))
+    with _providers_lock:
+        _hosts[reference] = (time.monotonic(), hosts)
+    return hosts
+
+
+def hosts_where_readable(clients: AwsClients) -> Callable[[str], frozenset[str] | None]:
+    """`secret_hosts` for a check that may go without: None also when the tags cannot be read
+    (the caller lacks the permission, the secret is not there yet)."""
+
+    def read(reference: str) -> frozenset[str] | None:
+        try:
+            return secret_hosts(reference, clients)
+        except SecretUnavailable:
+            return None
+
+    return read
+
+
+def host_refusal(reference: str, host: str, hosts: frozenset[str] | None) -> str | None:
+    """Why the secret at `reference`, bound to `hosts`, may not be sent to `host`, or None."""
+    if hosts is None or _host(host) in hosts:
+        return None
+    bound = ", ".join(sorted(hosts)) or "no host"
+    return (
+        f"secret {reference} may be sent only to {bound} (its tag {HOSTS_TAG}), "
+        f"not to {_host(host)}"
+    )
+
+
+def _host(name: str) -> str:
+    """A host name as the binding compares it: case and a final dot do not matter."""
+    return name.strip().lower().rstrip(".")
+
+
 _providers: dict[tuple[str, str | None], BaseProvider] = {}
 _providers_lock = threading.Lock()
+#: Per reference: when its hosts were read, and what they were.
+_hosts: dict[str, tuple[float, frozenset[str] | None]] = {}
 
 
 def _provider(service: str, region: str | None, clients: AwsClients) -> BaseProvider:
@@ -121,6 +194,7 @@ def forget_cached_secrets() -> None:
     """Drop every cached value (tests, or after a rotation one cannot wait a minute for)."""
     with _providers_lock:
         _providers.clear()
+        _hosts.clear()
 
 
 def scrub(text: str | None, secrets: list[str]) -> str | None:

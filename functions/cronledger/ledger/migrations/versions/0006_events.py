@@ -6,13 +6,17 @@ Create Date: 2026-12-02
 
 Additive only, so code of the previous revision keeps working against this schema: new
 tables, one nullable column on `cron_occurrences` (no rewrite, no default to backfill) and
-indexes. `cron_channel_alerts` rows are created by the first event of a channel.
+indexes. The indexes on the tables already in use are built without blocking their writers
+(`create_index_online`); the new tables' are built with them, before any code uses them.
+`cron_channel_alerts` rows are created by the first event of a channel.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from cronledger.ledger.online_ddl import create_index_online
 
 revision = "0006"
 down_revision = "0005"
@@ -23,22 +27,13 @@ UtcDateTime = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
-    op.add_column("cron_occurrences", sa.Column("overdue_at", UtcDateTime, nullable=True))
-    watched = sa.text("overdue_at IS NOT NULL")
-    op.create_index(
-        "ix_cron_occurrences_overdue",
+    # On PostgreSQL the first index built online commits what precedes it, so a run stopped
+    # after that commit finds these done: each step is skipped when it is.
+    postgres = op.get_context().dialect.name == "postgresql"
+    op.add_column(
         "cron_occurrences",
-        ["overdue_at"],
-        postgresql_where=watched,
-        sqlite_where=watched,
-    )
-    running = sa.text("paused_at IS NULL")
-    op.create_index(
-        "ix_cron_schedule_state_next",
-        "cron_schedule_state",
-        ["next_fire_at"],
-        postgresql_where=running,
-        sqlite_where=running,
+        sa.Column("overdue_at", UtcDateTime, nullable=True),
+        if_not_exists=postgres,  # SQLite has no ADD COLUMN IF NOT EXISTS, nor needs it
     )
     op.create_table(
         "cron_events",
@@ -54,9 +49,15 @@ def upgrade() -> None:
         sa.Column("last_error", sa.Text, nullable=True),
         sa.Column("delivered_at", UtcDateTime, nullable=True),
         sa.UniqueConstraint("channel_id", "sequence", name="uq_cron_events_sequence"),
+        if_not_exists=True,
     )
-    op.create_index("ix_cron_events_at", "cron_events", ["at", "event_id"])
-    op.create_index("ix_cron_events_channel", "cron_events", ["channel_id", "at", "event_id"])
+    op.create_index("ix_cron_events_at", "cron_events", ["at", "event_id"], if_not_exists=True)
+    op.create_index(
+        "ix_cron_events_channel",
+        "cron_events",
+        ["channel_id", "at", "event_id"],
+        if_not_exists=True,
+    )
     outbox = sa.text("send_after IS NOT NULL AND delivered_at IS NULL")
     op.create_index(
         "ix_cron_events_outbox",
@@ -64,6 +65,7 @@ def upgrade() -> None:
         ["send_after"],
         postgresql_where=outbox,
         sqlite_where=outbox,
+        if_not_exists=True,
     )
     op.create_table(
         "cron_channel_alerts",
@@ -72,6 +74,20 @@ def upgrade() -> None:
         sa.Column("consecutive_failures", sa.Integer, nullable=False),
         sa.Column("open_alert", sa.String, nullable=True),
         sa.Column("stalled_at", UtcDateTime, nullable=True),
+        if_not_exists=True,
+    )
+    # Last: each commits what came before it and runs outside a transaction.
+    create_index_online(
+        "ix_cron_occurrences_overdue",
+        "cron_occurrences",
+        ["overdue_at"],
+        where="overdue_at IS NOT NULL",
+    )
+    create_index_online(
+        "ix_cron_schedule_state_next",
+        "cron_schedule_state",
+        ["next_fire_at"],
+        where="paused_at IS NULL",
     )
 
 

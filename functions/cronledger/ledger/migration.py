@@ -1,0 +1,138 @@
+"""Upgrading the ledger's schema while the previous release keeps running on it.
+
+One migration at a time: deploys take turns on a PostgreSQL session-level advisory lock,
+asked for with `pg_try_advisory_lock` until granted rather than waited for in
+`pg_advisory_lock`. A session waiting there keeps a snapshot open, and an index built
+`CONCURRENTLY` by the session holding the lock waits for every older snapshot to end: the two
+would wait on each other. The lock lives on a connection of its own, outside any transaction,
+because each revision runs in a transaction of its own and builds its indexes in autocommit
+(`cronledger.ledger.online_ddl`); `Ledger.migrate` discards that connection afterwards, so its
+session settings and its lock go with it.
+
+A database whose revision this code does not know was migrated by newer code (this code is a
+rollback, or an older release still deploying). Revisions are expand/contract, so that schema
+still serves this code: it is left as it is, and the log says so.
+
+A revision whose DDL waits past the lock timeout for a table (behind a long transaction) is
+rolled back whole and tried again, a few times, backing off. With a deadline (`until`, on the
+monotonic clock) the lock wait, the statements (`statement_timeout`) and the retries all end by
+it, with `DeadlineReached` naming it; without one the statements may run as long as they
+need, since an index build on a large table rightly outlasts any other statement.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+
+from cronledger.ledger.driver import sqlstate
+from cronledger.ledger.models import DeadlineReached
+
+ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
+#: Where the revision is recorded: namespaced, as the ledger may share its database.
+VERSION_TABLE = "cronledger_alembic_version"
+#: Two deploys migrating at once take turns on this PostgreSQL advisory lock.
+MIGRATION_LOCK_ID = 0x63726F6E  # "cron"
+LOCK_POLL_SECS = 0.5
+#: How many times a revision that timed out waiting for a table lock is run in all.
+LOCK_TRIES = 5
+FIRST_LOCK_RETRY_SECS = 1.0
+LOCK_NOT_AVAILABLE = "55P03"
+QUERY_CANCELED = "57014"
+
+_log = logging.getLogger(__name__)
+
+
+def upgrade(conn: sa.Connection, *, until: float | None = None) -> None:
+    """Bring the database on `conn` (outside a transaction) to this code's newest revision,
+    or leave one newer than this code as it is (see the module header)."""
+    config = Config(str(ALEMBIC_INI))
+    postgres = conn.dialect.name == "postgresql"
+    budget = None if until is None else until - time.monotonic()
+    try:
+        if postgres:
+            _bound_statements(conn, until)
+            _take_lock(conn, until)
+        unknown = _unknown_revisions(conn, ScriptDirectory.from_config(config))
+        if unknown:
+            newest = ScriptDirectory.from_config(config).get_current_head()
+            _log.warning(
+                "the database is ahead of this code: its schema revision %s is unknown here "
+                "(this code's newest is %s); leaving the schema as it is",
+                ", ".join(unknown),
+                newest,
+            )
+            return
+        config.attributes["connection"] = conn
+        _upgrade_retrying_locks(conn, config, until)
+    except sa.exc.DBAPIError as exc:
+        if budget is not None and sqlstate(exc) == QUERY_CANCELED:
+            raise DeadlineReached(_past_deadline(budget, "a statement was cancelled")) from exc
+        raise
+
+
+def _bound_statements(conn: sa.Connection, until: float | None) -> None:
+    """No statement runs past the deadline; without one, none is cut short."""
+    milliseconds = 0 if until is None else max(1, int((until - time.monotonic()) * 1000))
+    conn.execute(sa.text(f"SET statement_timeout = {milliseconds}"))
+    conn.commit()
+
+
+def _take_lock(conn: sa.Connection, until: float | None) -> None:
+    budget = None if until is None else until - time.monotonic()
+    while True:
+        taken = conn.execute(sa.select(sa.func.pg_try_advisory_lock(MIGRATION_LOCK_ID)))
+        granted = bool(taken.scalar_one())
+        conn.commit()  # no snapshot stays open between tries (module header)
+        if granted:
+            return
+        if until is not None and time.monotonic() + LOCK_POLL_SECS > until:
+            assert budget is not None
+            raise DeadlineReached(_past_deadline(budget, "another migration held the lock"))
+        time.sleep(LOCK_POLL_SECS)
+
+
+def _unknown_revisions(conn: sa.Connection, script: ScriptDirectory) -> list[str]:
+    """The revisions the database records that this code's migrations do not include."""
+    heads = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    recorded = heads.get_current_heads()
+    conn.commit()
+    unknown = []
+    for revision in recorded:
+        try:
+            script.get_revision(revision)
+        except CommandError:
+            unknown.append(revision)
+    return unknown
+
+
+def _upgrade_retrying_locks(conn: sa.Connection, config: Config, until: float | None) -> None:
+    wait = FIRST_LOCK_RETRY_SECS
+    for tries in range(1, LOCK_TRIES + 1):
+        try:
+            command.upgrade(config, "head")
+            return
+        except sa.exc.DBAPIError as exc:
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE or tries == LOCK_TRIES:
+                raise
+            conn.rollback()
+            if until is not None and time.monotonic() + wait > until:
+                raise
+            _log.warning("a revision waited too long for a table lock; again in %.0f s", wait)
+            time.sleep(wait)
+            wait *= 2
+
+
+def _past_deadline(budget: float, why: str) -> str:
+    return (
+        f"the migration did not finish within its deadline of {budget:.0f} s ({why}); what "
+        "it committed stays, and running it again resumes from there"
+    )
