@@ -217,9 +217,11 @@ class TargetAccess(Construct):
             arn_format=ArnFormat.SLASH_RESOURCE_NAME,
         )
         condition = tagged_for(SECRET_TAG, self._installation)
+        # Reading the tags too: a secret goes only to the hosts its cronledger:secret-hosts
+        # tag names, checked after it is resolved.
         for actions, resource in (
-            (["secretsmanager:GetSecretValue"], secrets),
-            (["ssm:GetParameter"], parameters),
+            (["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"], secrets),
+            (["ssm:GetParameter", "ssm:ListTagsForResource"], parameters),
         ):
             self._executor.add_to_role_policy(
                 iam.PolicyStatement(actions=actions, resources=[resource], conditions=condition)
@@ -234,10 +236,10 @@ class TargetAccess(Construct):
             self._executor,
             {
                 f"AwsSolutions-IAM5[Resource::{account.format('secretsmanager', 'secret:*')}]": (
-                    f"secretsmanager:GetSecretValue {scoped}."
+                    f"secretsmanager:GetSecretValue and DescribeSecret {scoped}."
                 ),
                 f"AwsSolutions-IAM5[Resource::{account.format('ssm', 'parameter/*')}]": (
-                    f"ssm:GetParameter {scoped}."
+                    f"ssm:GetParameter and ListTagsForResource {scoped}."
                 ),
             },
         )

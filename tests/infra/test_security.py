@@ -188,8 +188,10 @@ def test_the_executor_reads_only_secrets_tagged_for_this_installation(
     ]
 
     assert sorted(a for s in reads for a in _actions(s)) == [
+        "secretsmanager:DescribeSecret",
         "secretsmanager:GetSecretValue",
         "ssm:GetParameter",
+        "ssm:ListTagsForResource",
     ]
     for statement in reads:
         assert statement["Condition"] == {
