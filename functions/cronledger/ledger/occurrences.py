@@ -267,9 +267,10 @@ class OccurrenceStore(CursorStore):
         """Cancel a pending, claimed or running occurrence: it becomes `cancelled`, loses its
         claim and gives back any singleton slot, in one transaction. A running attempt
         finds out at its next renewal, which then matches nothing. NotFound / Conflict."""
-        with self._write() as conn:
+
+        def cancel(conn: sa.Connection) -> Occurrence | None:
             # Singleton first (the lock order). Rolled back below if the cancel loses.
-            release_slots_of(conn, [occurrence_id])
+            release_slots_of(conn, self._sql, [occurrence_id])
             row = conn.execute(
                 sa.update(occurrences)
                 .where(occurrences.c.id == occurrence_id)
@@ -287,6 +288,11 @@ class OccurrenceStore(CursorStore):
             if row is not None:
                 return Occurrence(**row._mapping)
             conn.rollback()
+            return None
+
+        cancelled = self._atomic(cancel)
+        if cancelled is not None:
+            return cancelled
         current = self.get_occurrence(occurrence_id)
         raise Conflict(
             f"occurrence {occurrence_id} is {current.status!r}; only "
@@ -325,12 +331,11 @@ class OccurrenceStore(CursorStore):
     def purge_channel(self, channel_id: str) -> None:
         """Remove a channel's cursor and occurrences, and free the singleton slots they
         hold. For a deleted channel; an archived one keeps its history."""
-        with self._write() as conn:
-            self._purge(conn, channel_id)
+        self._atomic(lambda conn: self._purge(conn, channel_id))
 
     def _purge(self, conn: sa.Connection, channel_id: str) -> None:
         ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
-        release_slots_of(conn, ids)
+        release_slots_of(conn, self._sql, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
         conn.execute(sa.delete(schedule_state).where(schedule_state.c.channel_id == channel_id))
 
