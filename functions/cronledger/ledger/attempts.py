@@ -464,11 +464,17 @@ class AttemptStore(Store):
         )
         return conn.execute(stmt).rowcount == 1
 
-    def release_singleton(self, key: str, occurrence_id: str, fencing_token: int) -> bool:
-        """Free the slot of `key` this occurrence holds under `fencing_token`; a superseded
-        holder matches nothing, so it cannot free the new holder's slot."""
+    def release_singleton(
+        self, key: str, occurrence_id: str, claimant: str, fencing_token: int
+    ) -> bool:
+        """Free the slot of `key` this claimant holds for the occurrence under
+        `fencing_token`. Conditional on all three like every attempt write: a superseded
+        claimant matches nothing, so it cannot free the slot of whoever holds it now, even
+        one a later attempt of the same occurrence holds under an equal token in another
+        slot."""
         return self._atomic(
-            lambda conn: release_slot(conn, occurrence_id, fencing_token, key=key), single=True
+            lambda conn: release_slot(conn, occurrence_id, fencing_token, holder=claimant, key=key),
+            single=True,
         )
 
     def set_trace_id(self, occurrence_id: str, claimant: str, trace_id: str) -> bool:

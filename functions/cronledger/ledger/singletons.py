@@ -142,17 +142,18 @@ def release_slot(
     occurrence_id: str,
     fencing_token: int,
     *,
-    holder: str | None = None,
+    holder: str,
     key: str | None = None,
 ) -> bool:
+    """Free the slot this holder holds for this occurrence under `fencing_token` (of `key`,
+    when given); a superseded holder matches nothing."""
     stmt = (
         sa.update(singletons)
         .where(singletons.c.occurrence_id == occurrence_id)
+        .where(singletons.c.holder == holder)
         .where(singletons.c.fencing_token == fencing_token)
         .values(occurrence_id=None, holder=None, lease_until=None)
     )
-    if holder is not None:
-        stmt = stmt.where(singletons.c.holder == holder)
     if key is not None:
         stmt = stmt.where(singletons.c.singleton_key == key)
     return conn.execute(stmt).rowcount == 1
