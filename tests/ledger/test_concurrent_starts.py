@@ -1,11 +1,16 @@
 """Concurrent starts on one key never deadlock: a start locks the key's slot rows in slot
 order and frees the occurrence's earlier slot within that same walk, so two starts wait on
 each other in one direction only. Each case runs many times from real threads released by
-a barrier, on PostgreSQL, and checks the outcomes against the rows read back."""
+a barrier, on PostgreSQL, and checks the outcomes against the rows read back.
+
+A cancel or purge that waits for a start in flight must still free the slot that start
+took: its release ran before the start committed, so it could not see that slot yet."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -22,7 +27,7 @@ from cronledger.ledger import (
 )
 from cronledger.ledger.driver import sqlstate
 from cronledger.ledger.singletons import WAITER_SLOT
-from cronledger.ledger.tables import singletons
+from cronledger.ledger.tables import occurrences, singletons
 from tests.ledger.helpers import (
     LEASE,
     claim_one,
@@ -232,3 +237,99 @@ def _expire_slot(ledger: Ledger, key: str, slot: int) -> None:
             .where(singletons.c.singleton_key == key, singletons.c.slot == slot)
             .values(lease_until=ledger.db_now() - timedelta(hours=1))
         )
+
+
+def test_a_cancel_that_waited_for_a_start_in_flight_frees_the_slot_the_start_took(
+    pg_ledger: Ledger,
+) -> None:
+    # Given a start of a claimed occurrence that has taken slot 0 and gone running, not yet
+    # committed, and a cancel of it that runs meanwhile
+    (mine,) = seeded(pg_ledger, 1, "c")
+    cancelling = _while_a_start_is_in_flight(pg_ledger, mine, lambda: pg_ledger.cancel(mine.id))
+
+    # Then the cancel went through after the start, and gave back the slot it took
+    assert cancelling == []
+    cancelled = pg_ledger.get_occurrence(mine.id)
+    assert cancelled.status == CANCELLED
+    assert slot_rows(pg_ledger, "c")[0] == (None, 1)
+    assert pg_ledger.held_slots("c") == 0
+
+
+def test_a_purge_that_waited_for_a_start_in_flight_frees_the_slot_the_start_took(
+    pg_ledger: Ledger,
+) -> None:
+    (mine,) = seeded(pg_ledger, 1, "p")
+    purging = _while_a_start_is_in_flight(
+        pg_ledger, mine, lambda: pg_ledger.purge_channel(mine.channel_id)
+    )
+
+    assert purging == []
+    with pg_ledger.engine.connect() as conn:
+        left = conn.execute(sa.select(occurrences.c.id).where(occurrences.c.id == mine.id))
+        assert left.all() == []
+    assert slot_rows(pg_ledger, "p")[0] == (None, 1)
+    assert pg_ledger.held_slots("p") == 0
+
+
+def _while_a_start_is_in_flight(
+    ledger: Ledger, occurrence: Occurrence, act: Callable[[], object]
+) -> list[BaseException]:
+    """Run `act` in a thread while a start of `occurrence` (the statements a start sends,
+    written directly so the test can hold the transaction open) has taken slot 0 of its key
+    and moved the occurrence to running; commit the start once `act` waits on it. Answers
+    what `act` raised."""
+    key = occurrence.channel_id.split("-ch-")[0]  # as `seeded` named it
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.insert(singletons).values(singleton_key=key, slot=0, fencing_token=0))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            act()
+        except BaseException as exc:  # surfaced by the caller
+            errors.append(exc)
+
+    with ledger.engine.connect() as start:
+        with start.begin():
+            lease = ledger.db_now() + timedelta(seconds=LEASE)
+            start.execute(
+                sa.update(singletons)
+                .where(singletons.c.singleton_key == key, singletons.c.slot == 0)
+                .values(
+                    occurrence_id=occurrence.id,
+                    holder=occurrence.claimed_by,
+                    fencing_token=1,
+                    lease_until=lease,
+                )
+            )
+            start.execute(
+                sa.update(occurrences)
+                .where(occurrences.c.id == occurrence.id)
+                .values(
+                    status=RUNNING,
+                    singleton_key=key,
+                    singleton_slot=0,
+                    fencing_token=1,
+                    claimed_until=lease,
+                )
+            )
+            thread = threading.Thread(target=run)
+            thread.start()
+            _wait_until_blocked(ledger)
+        thread.join()
+    return errors
+
+
+def _wait_until_blocked(ledger: Ledger) -> None:
+    """Until some session of this database waits for a lock."""
+    waiting = sa.text(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE NOT l.granted AND a.datname = current_database()"
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with ledger.engine.connect() as conn:
+            if conn.execute(waiting).scalar_one():
+                return
+        time.sleep(0.02)
+    raise AssertionError("nothing waited for the start in flight")

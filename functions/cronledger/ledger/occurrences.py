@@ -32,7 +32,7 @@ from cronledger.ledger.models import (
     OccurrenceFilter,
     Page,
 )
-from cronledger.ledger.singletons import release_slots_of
+from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
 from cronledger.ledger.tables import channels, occurrences, schedule_state, status_is
 
 MAX_PAGE_SIZE = 1000
@@ -270,7 +270,7 @@ class OccurrenceStore(CursorStore):
 
         def cancel(conn: sa.Connection) -> Occurrence | None:
             # Singleton first (the lock order). Rolled back below if the cancel loses.
-            release_slots_of(conn, self._sql, [occurrence_id])
+            freed = release_slots_of(conn, self._sql, [occurrence_id])
             row = conn.execute(
                 sa.update(occurrences)
                 .where(occurrences.c.id == occurrence_id)
@@ -285,10 +285,16 @@ class OccurrenceStore(CursorStore):
                 )
                 .returning(*occurrences.c)
             ).one_or_none()
-            if row is not None:
-                return Occurrence(**row._mapping)
-            conn.rollback()
-            return None
+            if row is None:
+                conn.rollback()
+                return None
+            cancelled = Occurrence(**row._mapping)
+            held = (cancelled.singleton_key, cancelled.singleton_slot)
+            if cancelled.singleton_key is not None and held not in freed:
+                # A start of this occurrence committed while the UPDATE above waited for
+                # its row: the slot it took was not yet its own when the release ran.
+                release_slots_of(conn, self._sql, [occurrence_id])
+            return cancelled
 
         cancelled = self._atomic(cancel)
         if cancelled is not None:
@@ -337,6 +343,9 @@ class OccurrenceStore(CursorStore):
         ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
         release_slots_of(conn, self._sql, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
+        # A start that committed while the DELETE waited for its row took a slot the
+        # release above could not see yet; its occurrence is gone now.
+        release_orphaned_slots(conn, self._sql)
         conn.execute(sa.delete(schedule_state).where(schedule_state.c.channel_id == channel_id))
 
     def _fetch(self, conn: sa.Connection, occurrence_id: str) -> Occurrence:

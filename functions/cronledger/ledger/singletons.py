@@ -165,20 +165,40 @@ def release_slots_of(
     occurrence_ids: Sequence[str] | sa.Select[Any],
     *,
     expired_by: sa.ColumnElement[Any] | None = None,
-) -> None:
+) -> set[tuple[str, int]]:
     """Free every slot (and waiting place) these occurrences hold; with `expired_by` (the
     database's now), only those whose lease ran out before it. Released, not deleted: the
     row keeps its fencing token, so the slot's next holder still gets a higher one. On
-    PostgreSQL the rows are locked in (key, slot) order first, like a start's."""
+    PostgreSQL the rows are locked in (key, slot) order first, like a start's. Answers the
+    (key, slot) of each row freed."""
     chosen = sa.select(singletons.c.singleton_key, singletons.c.slot).where(
         singletons.c.occurrence_id.in_(occurrence_ids)
     )
     if expired_by is not None:
         chosen = chosen.where(singletons.c.lease_until < expired_by)
+    return _release_chosen(conn, sql, chosen)
+
+
+def release_orphaned_slots(conn: sa.Connection, sql: Backend) -> set[tuple[str, int]]:
+    """Free every slot (and waiting place) held by an occurrence that no longer exists."""
+    gone = sa.not_(
+        sa.exists().where(occurrences.c.id == singletons.c.occurrence_id).correlate(singletons)
+    )
+    chosen = sa.select(singletons.c.singleton_key, singletons.c.slot).where(
+        singletons.c.occurrence_id.is_not(None), gone
+    )
+    return _release_chosen(conn, sql, chosen)
+
+
+def _release_chosen(
+    conn: sa.Connection, sql: Backend, chosen: sa.Select[tuple[str, int]]
+) -> set[tuple[str, int]]:
     if sql.is_postgres:
         chosen = chosen.order_by(singletons.c.singleton_key, singletons.c.slot).with_for_update()
-    conn.execute(
+    freed = conn.execute(
         sa.update(singletons)
         .where(sa.tuple_(singletons.c.singleton_key, singletons.c.slot).in_(chosen))
         .values(occurrence_id=None, holder=None, lease_until=None)
+        .returning(singletons.c.singleton_key, singletons.c.slot)
     )
+    return {(str(key), int(slot)) for key, slot in freed}
