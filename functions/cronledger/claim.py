@@ -14,7 +14,7 @@ ticking at the claim, so claiming more than can run would only age leases in a q
 invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.invokers`); each
 occurrence it could not hand over goes straight back to `pending`.
 A failed claim (the database is down) records DB unavailability and claims nothing; the loop
-then backs off (`cronledger.pacing.Backoff`).
+then backs off (`cronledger.pacing.Backoff`), probing for the database's return meanwhile.
 
 On Lambda the loop runs only while something is due before the invocation's deadline
 (`while_due`) and otherwise returns, so a quiet installation pays for a query a minute, not
@@ -143,7 +143,7 @@ def run_claim_loop(
         round_ = claim_once(ledger, settings, invoker, free)
         dispatched += len(round_.dispatched)
         if round_.error is not None:
-            sleep_until_next(nap, backoff.failed(round_.error), until)
+            backoff.wait(round_.error, nap, until, probe=ledger.db_now)
             continue
         backoff.succeeded()
         if heartbeat.due():

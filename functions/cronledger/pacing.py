@@ -5,7 +5,10 @@ Both loops (reconcile, claim) run until a monotonic deadline, so a Lambda invoca
 before its timeout and a local run stops promptly on Ctrl-C. A loop whose database fails
 waits longer after each consecutive failure (`Backoff`), so an outage costs neither a busy
 loop against a dead server nor a log line per poll: one line when the database goes away, one
-when it is back.
+when it is back. While it waits it probes the database with one cheap statement every poll
+interval (at most every second) and stops waiting at the first answer: a loop runs again
+within a probe of the database's return, not after whatever its backoff had grown to, which
+could be longer than the misfire grace and skip instants due just after the outage.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import NoReturn
 
 #: How often a loop records that it is alive (the health endpoint reads it).
 JOB_HEARTBEAT_EVERY_SECS = 15.0
 #: The longest a loop waits between two tries while the database is away.
 MAX_BACKOFF_SECS = 30.0
+#: The longest between two probes of a database that is away (`Backoff.wait`).
+PROBE_EVERY_SECS = 1.0
 #: How often a main thread waiting for Ctrl-C looks for a signal that another thread took.
 SIGNAL_LOOK_SECS = 0.5
 
@@ -65,6 +71,28 @@ class Backoff:
                 MAX_BACKOFF_SECS,
             )
         return min(MAX_BACKOFF_SECS, self.first_secs * 2.0 ** (self.failures - 1))
+
+    def wait(
+        self,
+        error: BaseException,
+        stop: threading.Event,
+        until: float,
+        probe: Callable[[], object],
+    ) -> None:
+        """Count a failure (`failed`) and wait before the next try, cut short by `stop`, by
+        the monotonic deadline `until`, and by the database's return: `probe` (one cheap
+        statement) runs every `first_secs`, at most every `PROBE_EVERY_SECS`, and its first
+        success ends the wait. A failing probe is not counted or logged: the next try is."""
+        end = min(until, time.monotonic() + self.failed(error))
+        every = min(self.first_secs, PROBE_EVERY_SECS)
+        while not stop.wait(max(0.0, min(every, end - time.monotonic()))):
+            if time.monotonic() >= end:
+                return
+            try:
+                probe()
+            except Exception:
+                continue
+            return
 
     def succeeded(self) -> None:
         if self.failures:

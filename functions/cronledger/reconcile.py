@@ -440,7 +440,8 @@ def run_reconcile_loop(
 ) -> int:
     """Run passes every poll interval until the monotonic deadline `until` (or `stop`), or
     until `passes` have succeeded. A failed pass is recorded as DB unavailability and retried
-    after a backoff: a database blip must not end the loop. Answers how many passes succeeded.
+    after a backoff, or as soon as a probe finds the database back: a database blip must not
+    end the loop. Answers how many passes succeeded.
 
     On Lambda `passes=1`: a pass materialises everything due within the lookahead, which the
     stack sets to cover the next tick's claim too, so nothing is due before the next
@@ -458,7 +459,7 @@ def run_reconcile_loop(
                 housekeeping.events(ledger, until)
         except Exception as exc:
             metrics.record_db_unavailable(JOB)
-            sleep_until_next(stop, backoff.failed(exc), until)
+            backoff.wait(exc, stop, until, probe=ledger.db_now)
             continue
         backoff.succeeded()
         succeeded += 1

@@ -1,9 +1,11 @@
 """The loops on Lambda: they run only while something is due in the invocation and otherwise
-return, and both back off while the database is away, logging its going and its return once."""
+return, and both back off while the database is away, logging its going and its return once,
+and run again as soon as a probe finds it back rather than when the backoff runs out."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -18,6 +20,10 @@ from cronledger.settings import Settings
 from tests.ledger.helpers import row
 
 SETTINGS = Settings(poll_interval_ms=50, misfire_grace_secs=1)
+#: An outage of one second: tries at 0, 50, 150, 350 and 750 ms fail, and without a probe
+#: the next would come at 1,550 ms.
+AWAY_SECS = 1.0
+BACKOFF_RUNS_OUT_SECS = 1.55
 
 
 class Collect(OneByOne):
@@ -28,20 +34,29 @@ class Collect(OneByOne):
         self.dispatched.append(occurrence_id)
 
 
-class FlakyLedger:
-    """The real ledger, except that its first `failures` calls of any kind raise as a lost
-    database does."""
+class Outage:
+    """The real ledger, except that while `down` is set every call fails as a lost database
+    does; `failed_at` is when each failed (monotonic)."""
 
-    def __init__(self, ledger: Ledger, failures: int) -> None:
+    def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
-        self.failures = failures
+        self.down = threading.Event()
+        self.failed_at: list[float] = []
+
+    def for_secs(self, secs: float) -> Outage:
+        """Down from now, for `secs`."""
+        self.down.set()
+        threading.Timer(secs, self.down.clear).start()
+        return self
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._ledger, name)
+        if not callable(real):
+            return real
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if self.failures > 0:
-                self.failures -= 1
+            if self.down.is_set():
+                self.failed_at.append(time.monotonic())
                 raise DatabaseUnavailable("connection refused")
             return real(*args, **kwargs)
 
@@ -86,38 +101,44 @@ def test_without_while_due_a_claim_loop_polls_until_its_deadline(ledger: Ledger)
 def test_a_reconcile_loop_of_one_pass_retries_a_failed_pass_and_then_returns(
     ledger: Ledger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    flaky = FlakyLedger(ledger, failures=3)
-
+    # Given a database away for the first second
     with caplog.at_level(logging.INFO, logger="cronledger"):
-        passes = run_reconcile_loop(flaky, SETTINGS, time.monotonic() + 30, passes=1)  # type: ignore[arg-type]
+        started = time.monotonic()
+        away = Outage(ledger).for_secs(AWAY_SECS)
+        passes = run_reconcile_loop(away, SETTINGS, started + 30, passes=1)  # type: ignore[arg-type]
+        elapsed = time.monotonic() - started
 
-    assert passes == 1 and flaky.failures == 0
+    # Then it tried at 0, 50, 150, 350 and 750 ms, ran its pass once a probe found the
+    # database back (not at 1,550 ms, when the backoff ran out), and said so twice
+    assert passes == 1
+    assert AWAY_SECS <= elapsed < BACKOFF_RUNS_OUT_SECS - 0.1
     outage = [r.getMessage() for r in caplog.records if "database" in r.getMessage()]
     assert outage == [
         "reconcile: the database is unavailable (connection refused); retrying with backoff "
         "up to 30 s",
-        "reconcile: the database is back after 3 failed tries",
+        "reconcile: the database is back after 5 failed tries",
     ]
 
 
 def test_a_claim_loop_backs_off_while_the_database_is_away_and_logs_it_twice(
     ledger: Ledger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Given a database that fails the next four calls, then one due occurrence
+    # Given one due occurrence, and a database away for the next second
     ledger.insert_occurrence(row(ledger.db_now() - timedelta(seconds=1)))
-    flaky = FlakyLedger(ledger, failures=4)
     invoker = Collect()
 
     with caplog.at_level(logging.INFO, logger="cronledger"):
         started = time.monotonic()
-        run_claim_loop(flaky, SETTINGS, invoker, started + 30, while_due=True)  # type: ignore[arg-type]
+        away = Outage(ledger).for_secs(AWAY_SECS)
+        run_claim_loop(away, SETTINGS, invoker, started + 30, while_due=True)  # type: ignore[arg-type]
         elapsed = time.monotonic() - started
 
-    # Then it waited 50 + 100 + 200 + 400 ms between tries, claimed once back, and said so twice
+    # Then it waited 50 + 100 + 200 + 400 ms between tries, and claimed once a probe found
+    # the database back instead of waiting out 800 ms more; it said so twice
     assert len(invoker.dispatched) == 1
-    assert elapsed >= 0.75
+    assert AWAY_SECS <= elapsed < BACKOFF_RUNS_OUT_SECS - 0.1
     outage = [r.getMessage() for r in caplog.records if "database" in r.getMessage()]
     assert outage == [
         "claim: the database is unavailable (connection refused); retrying with backoff up to 30 s",
-        "claim: the database is back after 4 failed tries",
+        "claim: the database is back after 5 failed tries",
     ]

@@ -145,7 +145,7 @@ def test_holders_of_slots_an_edit_removed_still_renew_and_settle(ledger: Ledger)
 
 @pytest.mark.xfail(
     strict=True,
-    reason="acquire_slot tries slots 0..slots-1 only and never counts live holders of higher "
+    reason="a start tries slots 0..slots-1 only and never counts live holders of higher "
     "slots: after an edit cuts `slots` from 2 to 1, a contender takes slot 0 as soon as its "
     "holder ends while slot 1's holder still runs, so two run under slots=1 (SPEC §1: at "
     "most `slots` running per key)",

@@ -147,14 +147,14 @@ def test_a_superseded_holder_cannot_renew_settle_or_release(ledger: Ledger) -> N
     # When node-a, still believing it holds token 1, renews, settles and releases
     renewed = ledger.renew(first.id, "node-a", 1, LEASE)
     settled = ledger.settle(first.id, "node-a", "completed", fencing_token=1)
-    released = ledger.release_singleton("key", first.id, 1)
+    released = ledger.release_singleton("key", first.id, "node-a", 1)
 
     # Then every one of those matches nothing: node-a's row and node-b's slot are untouched
     assert (renewed, settled, released) == (False, False, False)
     assert ledger.get_occurrence(first.id).status == "running"
     assert ledger.held_slots("key") == 1
     assert ledger.renew(taken_over.id, "node-b", 2, LEASE), "the real holder still renews"
-    assert ledger.release_singleton("key", taken_over.id, 2), "and releases its own slot"
+    assert ledger.release_singleton("key", taken_over.id, "node-b", 2), "and releases its own slot"
     assert ledger.held_slots("key") == 0
 
 
@@ -174,6 +174,35 @@ def test_a_reclaimed_occurrence_fences_its_own_earlier_attempt(ledger: Ledger) -
     assert ledger.held_slots("key") == 1, "one occurrence never holds two slots"
     assert not ledger.renew(due.id, "node-a", 1, LEASE)
     assert ledger.get_occurrence(due.id).attempt == 2
+
+
+def test_a_superseded_claimant_cannot_release_a_later_attempts_slot_under_an_equal_token(
+    ledger: Ledger,
+) -> None:
+    # Given attempt 1 (node-a) held slot 0 under token 1 and stalled; another occurrence
+    # took that expired slot, and attempt 2 (node-b) holds slot 1, under token 1 as well
+    now = ledger.db_now()
+    ledger.insert_occurrences([row(now - timedelta(minutes=5)), row(now - timedelta(minutes=4))])
+    stalled, other = claim_one(ledger, "node-a"), claim_one(ledger, "node-c")
+    assert shape(start(ledger, stalled, "node-a", "key", slots=2)) == ("started", 1, 0)
+    expire_claim(ledger, stalled.id)
+    expire_singleton(ledger, "key")
+    assert shape(start(ledger, other, "node-c", "key", slots=2)) == ("started", 2, 0)
+    again = claim_one(ledger, "node-b")
+    assert again.id == stalled.id
+    assert shape(start(ledger, again, "node-b", "key", slots=2)) == ("started", 1, 1)
+
+    # When node-a, still believing it holds token 1, releases
+    released = ledger.release_singleton("key", stalled.id, "node-a", 1)
+
+    # Then nothing is freed: attempt 2 still holds slot 1 and renews under its token
+    assert not released
+    assert ledger.held_slots("key") == 2
+    current = ledger.get_occurrence(stalled.id)
+    assert (current.claimed_by, current.singleton_slot, current.fencing_token) == ("node-b", 1, 1)
+    assert ledger.renew(stalled.id, "node-b", 1, LEASE)
+    assert ledger.release_singleton("key", stalled.id, "node-b", 1)
+    assert ledger.held_slots("key") == 1
 
 
 def test_a_released_slot_hands_the_next_holder_a_higher_token(ledger: Ledger) -> None:

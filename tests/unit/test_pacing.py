@@ -1,10 +1,13 @@
 """A loop's backoff while the database is away: doubling waits up to 30 s, reset by the first
-success, and one log line for the outage's start and one for its end; housekeeping that runs
-once per period, and sooner when it ran out of time."""
+success, cut short by the first probe that finds the database back, and one log line for the
+outage's start and one for its end; housekeeping that runs once per period, and sooner when
+it ran out of time."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -28,6 +31,31 @@ def test_waits_double_from_the_first_up_to_thirty_seconds_and_a_success_resets_t
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, MAX_BACKOFF_SECS, MAX_BACKOFF_SECS, MAX_BACKOFF_SECS]
     assert MAX_BACKOFF_SECS == 30.0
     assert after == 1.0
+
+
+def test_a_wait_ends_at_the_first_probe_that_answers_and_a_failed_probe_is_no_try() -> None:
+    # Given a loop whose backoff has grown to 800 ms
+    backoff = Backoff("claim", 0.05, logging.getLogger("cronledger.test"))
+    for _ in range(4):
+        backoff.failed(ConnectionError("refused"))
+    answers: list[Exception | None] = [ConnectionError("refused"), ConnectionError("refused"), None]
+    probed: list[float] = []
+
+    def probe() -> None:
+        probed.append(time.monotonic())
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    # When it waits after its next failure, the database answering the third probe
+    started = time.monotonic()
+    backoff.wait(ConnectionError("refused"), threading.Event(), started + 60, probe)
+
+    # Then the wait ended at that probe, one poll apart each, and only the try counted
+    assert len(probed) == 3 and answers == []
+    assert all(b - a >= 0.045 for a, b in zip([started, *probed], probed, strict=False))
+    assert time.monotonic() - started < 0.8
+    assert backoff.failures == 5
 
 
 def test_an_outage_is_two_log_lines_however_many_polls_it_lasts(

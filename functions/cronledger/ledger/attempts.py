@@ -11,9 +11,11 @@ nothing trusts an earlier read.
   share, a row; SQLite runs the same `UPDATE … RETURNING` inside an immediate transaction.
 - Starting takes the singleton slot and moves the occurrence `claimed → running` in one
   transaction: there is no instant at which an occurrence runs without holding its key.
-  When every slot is held, the overlap policy decides in that same transaction: `forbid`
-  gives up, `queue_one` makes the contender the key's one waiter (back to `pending`, due
-  again shortly), `replace` cancels the oldest holder and takes its slot.
+  It locks the key's slot rows (and any its occurrence still holds) in slot order before
+  deciding, so concurrent starts never wait on each other both ways. When every slot is
+  held, the overlap policy decides in that same transaction: `forbid` gives up, `queue_one`
+  makes the contender the key's one waiter (back to `pending`, due again shortly),
+  `replace` cancels the oldest holder and takes its slot.
 - A slot acquisition bumps the slot's fencing token. Renew, settle and release are
   conditional on (occurrence, holder, token), so a superseded holder writes nothing.
 - A failed attempt with attempts left is settled back to `pending`, due after its backoff,
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -44,27 +47,27 @@ from cronledger.ledger.models import (
     SKIPPED_SINGLETON,
     AttemptStart,
     ClaimResult,
+    Event,
     Occurrence,
     SingletonSpec,
 )
 from cronledger.ledger.singletons import (
     WAITER_SLOT,
-    acquire_slot,
-    oldest_holder,
+    SlotRow,
+    add_slot_rows,
+    lock_slots,
     release_slot,
     release_slots_of,
     renew_slot,
-    take_slot_from,
-    take_waiter_place,
-    waiter_of,
+    take_slot,
 )
 from cronledger.ledger.tables import channel_alerts, occurrences, status_is
 
 log = logging.getLogger(__name__)
 
-#: How many times a `replace` contender looks again for a holder to replace when the one it
-#: found changed hands under it (another contender replaced it first).
-REPLACE_TRIES = 3
+#: Starts tried in all when the key lacks slot rows: the first adds them, the next finds
+#: them (rows are never deleted, so a third is never needed).
+SLOT_ROW_TRIES = 3
 
 
 class AttemptStore(EventStore):
@@ -77,30 +80,35 @@ class AttemptStore(EventStore):
         statement = self._statement(
             ("claim", lease_secs), lambda: self._claim_statement(lease_secs)
         )
-        with self._write() as conn:
+
+        def claim(conn: sa.Connection) -> tuple[list[Occurrence], list[Event]]:
             rows = conn.execute(statement, {"p_claimant": claimant, "p_limit": limit}).all()
             # RETURNING promises no order; the caller gets the oldest due first.
             found = sorted(
                 map(occurrence_of, rows), key=lambda o: (o.due_at, o.scheduled_for, o.id)
             )
-            abandoned = [o for o in found if o.status != CLAIMED]
-            made = self._record(
-                conn,
-                [
-                    draft(alerts.ABANDONED, o)
-                    for o in sorted(abandoned, key=lambda o: (o.channel_id, o.scheduled_for))
-                ],
+            abandoned = sorted(
+                (o for o in found if o.status != CLAIMED),
+                key=lambda o: (o.channel_id, o.scheduled_for),
             )
+            # An abandoned one is settled by this statement: its event is written with it.
+            return found, self._record(conn, [draft(alerts.ABANDONED, o) for o in abandoned])
+
+        found, made = self._atomic(claim)
         self._announce(made)
+        abandoned = [o for o in found if o.status != CLAIMED]
         if abandoned:
             # Rare, so not in the claim's own statement: slots whose lease ran out with
             # their holder's (a slot re-taken meanwhile has a live lease and is left alone).
             # Housekeeping only, since an expired slot is free to take anyway: the claim
             # above is committed, and a failure here must not cost the caller the rows it
             # leased (they would wait out their lease unrun, each an attempt spent).
+            ids = [o.id for o in abandoned]
             try:
-                with self._write(single=True) as conn:
-                    release_slots_of(conn, [o.id for o in abandoned], expired_by=self._sql.now())
+                self._atomic(
+                    lambda conn: release_slots_of(conn, self._sql, ids, expired_by=self._sql.now()),
+                    single=True,
+                )
             except Exception as exc:
                 log.warning("could not free the expired slots of abandoned occurrences: %s", exc)
         return ClaimResult([o for o in found if o.status == CLAIMED], abandoned)
@@ -173,76 +181,93 @@ class AttemptStore(EventStore):
         wait_secs: float = 1.0,
     ) -> AttemptStart:
         """Take a slot of the singleton key and move the occurrence to `running`, in one
-        transaction. A slot (or waiting place) this occurrence still holds from an earlier
-        attempt is given back first (under `allow`, pass the `Occurrence` as read after the
-        claim: one that shows no `singleton_key` holds none); then slots `0..slots-1` are
-        tried in order: a free or expired one is taken, a missing one inserted, each
-        acquisition with the slot's next fencing token, so the earlier holder's writes stop
-        matching. When every slot is held, `singleton.policy` decides (see `AttemptStart`);
-        a `queue_one` waiter is due again `wait_secs` later. `trace_id`, when given, is
-        recorded in the same write, so a run that dies is visible as started with its trace;
-        `max_attempts`, when given, refreshes the occurrence's from its channel's policy."""
+        transaction. The key's slot rows, and any slot or waiting place this occurrence
+        still holds from an earlier attempt, are locked first, in (key, slot) order; then
+        what it held is given back (so one occurrence never holds two) and the first of
+        slots `0..slots-1` that is free, expired or its own is taken under the slot's next
+        fencing token, so the earlier holder's writes stop matching. When every slot is
+        held, `singleton.policy` decides (see `AttemptStart`); a `queue_one` waiter is due
+        again `wait_secs` later. Under `allow`, pass the `Occurrence` as read after the
+        claim: one that shows no `singleton_key` holds nothing, and the start is one
+        statement. `trace_id`, when given, is recorded in the same write, so a run that
+        dies is visible as started with its trace; `max_attempts`, when given, refreshes
+        the occurrence's from its channel's policy."""
         occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
         # An earlier attempt of this occurrence (a crashed one, now re-claimed, or a queued
-        # contender back for its slot) may still hold a slot or the waiting place: give it
-        # back first, so one occurrence never holds two. Under `allow`, an occurrence read
-        # after its claim with no `singleton_key` holds none (a slot, or a waiting place, is
-        # only taken together with it), so the statement is spared and the start is one
-        # statement. With a key it always runs: a duplicate delivery that read the row
-        # before its twin started must find its own slot free again, reach the conditional
-        # UPDATE below and come out `lost`, not `singleton_busy`.
+        # contender back for its slot) may still hold a slot or the waiting place. Under
+        # `allow`, an occurrence read after its claim with no `singleton_key` holds none (a
+        # slot, or a waiting place, is only taken together with it). With a key the rows
+        # are always read: a duplicate delivery that read the row before its twin started
+        # must find its own slot free again, reach the conditional UPDATE below and come
+        # out `lost`, not `singleton_busy`.
         release = (
             singleton is not None
             or isinstance(occurrence, str)
             or occurrence.singleton_key is not None
         )
-        with self._write(single=not release) as conn:
-            slot: int | None = None
-            token: int | None = None
-            replaced: Occurrence | None = None
-            if release:
-                release_slots_of(conn, [occurrence_id])
+        key = singleton.key if singleton else None
+        parameters = {
+            "p_id": occurrence_id,
+            "p_claimant": claimant,
+            "p_version": executing_version,
+            "p_key": key,
+            "p_trace": trace_id,
+            "p_max": max_attempts,
+        }
+
+        def start(conn: sa.Connection) -> tuple[AttemptStart, list[Event]] | None:
+            taken: tuple[int, int, Occurrence | None] | str | None = None
             if singleton is not None:
                 taken = self._take_key(
                     conn, singleton, occurrence_id, claimant, lease_secs, wait_secs
                 )
-                if taken == "wait" and self._hand_back(
-                    conn, occurrence_id, claimant, wait_secs, waits_on=singleton.key
-                ):
-                    return AttemptStart("waiting")
-                if isinstance(taken, str):
-                    conn.rollback()
-                    return AttemptStart("singleton_busy" if taken == "busy" else "lost")
-                slot, token, replaced = taken
+                if taken is None:
+                    return None  # the key lacks slot rows: nothing written yet
+            elif release:
+                release_slots_of(conn, self._sql, [occurrence_id])
+            if taken == "wait" and self._hand_back(
+                conn, occurrence_id, claimant, wait_secs, waits_on=key
+            ):
+                return AttemptStart("waiting"), []
+            if isinstance(taken, str):
+                conn.rollback()
+                return AttemptStart("singleton_busy" if taken == "busy" else "lost"), []
+            slot, token, replaced = taken or (None, None, None)
             started_at = conn.execute(
                 self._start_statement(lease_secs),
-                {
-                    "p_id": occurrence_id,
-                    "p_claimant": claimant,
-                    "p_version": executing_version,
-                    "p_key": singleton.key if singleton else None,
-                    "p_slot": slot,
-                    "p_token": token,
-                    "p_trace": trace_id,
-                    "p_max": max_attempts,
-                },
+                {**parameters, "p_slot": slot, "p_token": token},
             ).scalar_one_or_none()
             if started_at is None:
                 # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
                 # taken above (and any holder replaced for it) is rolled back with the rest.
                 conn.rollback()
-                return AttemptStart("lost")
+                return AttemptStart("lost"), []
             made = (
                 [] if replaced is None else self._record(conn, [draft(alerts.CANCELLED, replaced)])
             )
-        self._announce(made)
-        return AttemptStart(
-            "started",
-            fencing_token=token,
-            slot=slot,
-            started_at=started_at,
-            replaced=None if replaced is None else replaced.id,
-        )
+            return AttemptStart(
+                "started",
+                fencing_token=token,
+                slot=slot,
+                started_at=started_at,
+                replaced=None if replaced is None else replaced.id,
+            ), made
+
+        for _ in range(SLOT_ROW_TRIES):
+            started = self._atomic(start, single=not release)
+            if started is not None:
+                self._announce(started[1])
+                return started[0]
+            assert singleton is not None
+            # Added in a statement of its own, holding no lock: see `singletons.py`.
+            self._atomic(lambda conn: self._add_slot_rows(conn, singleton), single=True)
+        raise RuntimeError(f"the slot rows of key {key!r} keep disappearing")
+
+    def _add_slot_rows(self, conn: sa.Connection, spec: SingletonSpec) -> None:
+        """The rows a start under `spec` may take: its slots and, under `queue_one`, the
+        waiting place."""
+        first = WAITER_SLOT if spec.policy == "queue_one" else 0
+        add_slot_rows(conn, self._sql, spec.key, range(first, spec.slots))
 
     def _take_key(
         self,
@@ -252,77 +277,89 @@ class AttemptStore(EventStore):
         holder: str,
         lease_secs: float,
         wait_secs: float,
-    ) -> tuple[int, int, Occurrence | None] | str:
-        """(slot, fencing token, replaced holder) of the slot this occurrence now holds, or
-        "busy" (give up) or "wait" (it has taken the key's waiting place)."""
+    ) -> tuple[int, int, Occurrence | None] | str | None:
+        """(slot, fencing token, replaced holder) of the slot this occurrence now holds,
+        "busy" (give up) or "wait" (it has taken the key's waiting place); None when the key
+        lacks a slot row it needs, before anything is written. Every row it may write is
+        locked by the one read it starts with."""
         sql = self._sql
-        if spec.policy == "queue_one" and waiter_of(conn, sql, spec.key) is not None:
+        rows = lock_slots(conn, sql, spec.key, occurrence_id)
+        of_key = {r.slot: r for r in rows if r.key == spec.key}
+        waiter = of_key.get(WAITER_SLOT)
+        if spec.policy == "queue_one" and _held_by_another(waiter, occurrence_id):
             return "busy"  # one contender already waits, and goes first when a slot frees
-        acquired = acquire_slot(conn, sql, spec.key, spec.slots, occurrence_id, holder, lease_secs)
-        if acquired is not None:
-            return (*acquired, None)
-        if spec.policy == "queue_one":
+        needed = range(WAITER_SLOT if spec.policy == "queue_one" else 0, spec.slots)
+        if any(slot not in of_key for slot in needed):  # see `_add_slot_rows`
+            return None
+        if any(r.occurrence_id == occurrence_id for r in rows):
+            release_slots_of(conn, sql, [occurrence_id])
+        free = next(
+            (
+                of_key[slot]
+                for slot in range(spec.slots)
+                if not _held_by_another(of_key[slot], occurrence_id)
+            ),
+            None,
+        )
+        if free is not None:
+            token = take_slot(conn, sql, free, occurrence_id, holder, lease_secs)
+            return "busy" if token is None else (free.slot, token, None)
+        if spec.policy == "queue_one" and waiter is not None:
             # The place outlives the wait and a claim of the waiter in between.
             place_secs = lease_secs + wait_secs
-            return (
-                "wait"
-                if take_waiter_place(conn, sql, spec.key, occurrence_id, place_secs)
-                else "busy"
-            )
+            placed = take_slot(conn, sql, waiter, occurrence_id, None, place_secs)
+            return "busy" if placed is None else "wait"
         if spec.policy == "replace":
-            return self._replace_oldest(conn, spec, occurrence_id, holder, lease_secs) or "busy"
+            return self._replace_oldest(conn, rows, spec, occurrence_id, holder, lease_secs)
         return "busy"
 
     def _replace_oldest(
         self,
         conn: sa.Connection,
+        rows: list[SlotRow],
         spec: SingletonSpec,
         occurrence_id: str,
         holder: str,
         lease_secs: float,
-    ) -> tuple[int, int, Occurrence | None] | None:
-        """Cancel the key's holder that started first ("replaced by <this id>") and take
-        its slot under the next token. The slot row is locked first (the lock order); when
-        it changed hands before the lock was had, look again."""
+    ) -> tuple[int, int, Occurrence | None] | str:
+        """Cancel the key's live holder that started first ("replaced by <this id>") and take
+        its slot under the next token. Its slot row is among those locked already, so it
+        cannot change hands meanwhile."""
         sql = self._sql
-        for _ in range(REPLACE_TRIES):
-            victim = oldest_holder(conn, sql, spec.key)
-            if victim is None:  # a slot came free meanwhile
-                acquired = acquire_slot(
-                    conn, sql, spec.key, spec.slots, occurrence_id, holder, lease_secs
-                )
-                if acquired is not None:
-                    return (*acquired, None)
-                continue
-            slot, victim_id, victim_token = victim
-            token = take_slot_from(
-                conn, sql, spec.key, slot, victim_token, occurrence_id, holder, lease_secs
+        holders = [
+            r
+            for r in rows
+            if r.key == spec.key and r.slot >= 0 and _held_by_another(r, occurrence_id)
+        ]
+        if not holders:
+            return "busy"
+        victim = min(holders, key=_start_order)
+        token = take_slot(conn, sql, victim, occurrence_id, holder, lease_secs)
+        if token is None or victim.occurrence_id is None:
+            return "busy"
+        cancelled = conn.execute(
+            sa.update(occurrences)
+            .where(occurrences.c.id == victim.occurrence_id)
+            .where(status_is(*LEASED_STATUSES))
+            .values(
+                status=CANCELLED,
+                claimed_until=None,
+                error_message=f"replaced by {occurrence_id}",
+                completed_at=sql.now(),
+                updated_at=sql.now(),
+                overdue_at=None,
             )
-            if token is None:
-                continue
-            cancelled = conn.execute(
-                sa.update(occurrences)
-                .where(occurrences.c.id == victim_id)
-                .where(status_is(*LEASED_STATUSES))
-                .values(
-                    status=CANCELLED,
-                    claimed_until=None,
-                    error_message=f"replaced by {occurrence_id}",
-                    completed_at=sql.now(),
-                    updated_at=sql.now(),
-                    overdue_at=None,
-                )
-                .returning(*occurrences.c)
-            ).one_or_none()
-            return slot, token, None if cancelled is None else occurrence_of(cancelled)
-        return None
+            .returning(*occurrences.c)
+        ).one_or_none()
+        return victim.slot, token, None if cancelled is None else occurrence_of(cancelled)
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
     ) -> bool:
         """Extend a running attempt's claim and (with a token) its singleton slot, both or
         neither. False: ownership is lost and the attempt must stop without writing."""
-        with self._write(single=fencing_token is None) as conn:
+
+        def renew(conn: sa.Connection) -> bool:
             if fencing_token is not None and not renew_slot(
                 conn, self._sql, occurrence_id, claimant, fencing_token, lease_secs
             ):
@@ -341,7 +378,9 @@ class AttemptStore(EventStore):
             if renewed != 1:
                 conn.rollback()
                 return False
-        return True
+            return True
+
+        return self._atomic(renew, single=fencing_token is None)
 
     def settle(
         self,
@@ -397,22 +436,26 @@ class AttemptStore(EventStore):
             if retry_in is None
             else ("retry", self._retry_statement)
         )
-        with self._write() as conn:
+
+        def settle(conn: sa.Connection) -> list[Event] | None:
             if fencing_token is None:
                 if release_held:
                     # Singleton first (the lock order); rolled back below if the settle loses.
-                    release_slots_of(conn, [occurrence_id])
+                    release_slots_of(conn, self._sql, [occurrence_id])
             elif not release_slot(conn, occurrence_id, fencing_token, holder=claimant):
                 conn.rollback()
-                return False
+                return None
             row = conn.execute(self._statement(key, build), parameters).one_or_none()
             if row is None:
                 conn.rollback()
-                return False
+                return None
             settled = occurrence_of(row)
-            made = self._record(
-                conn, self._end_drafts(conn, settled, retry_in is not None, completed_is_told)
-            )
+            ended = self._end_drafts(conn, settled, retry_in is not None, completed_is_told)
+            return self._record(conn, ended)
+
+        made = self._atomic(settle)
+        if made is None:
+            return False
         self._announce(made)
         return True
 
@@ -438,8 +481,9 @@ class AttemptStore(EventStore):
     def release_claim(self, occurrence_id: str, claimant: str) -> bool:
         """Hand a claimed, not yet started occurrence back to `pending`. The claim's attempt
         is given back too: a deferral is not an attempt."""
-        with self._write(single=True) as conn:
-            return self._hand_back(conn, occurrence_id, claimant)
+        return self._atomic(
+            lambda conn: self._hand_back(conn, occurrence_id, claimant), single=True
+        )
 
     def _hand_back(
         self,
@@ -480,11 +524,18 @@ class AttemptStore(EventStore):
         )
         return conn.execute(stmt).rowcount == 1
 
-    def release_singleton(self, key: str, occurrence_id: str, fencing_token: int) -> bool:
-        """Free the slot of `key` this occurrence holds under `fencing_token`; a superseded
-        holder matches nothing, so it cannot free the new holder's slot."""
-        with self._write(single=True) as conn:
-            return release_slot(conn, occurrence_id, fencing_token, key=key)
+    def release_singleton(
+        self, key: str, occurrence_id: str, claimant: str, fencing_token: int
+    ) -> bool:
+        """Free the slot of `key` this claimant holds for the occurrence under
+        `fencing_token`. Conditional on all three like every attempt write: a superseded
+        claimant matches nothing, so it cannot free the slot of whoever holds it now, even
+        one a later attempt of the same occurrence holds under an equal token in another
+        slot."""
+        return self._atomic(
+            lambda conn: release_slot(conn, occurrence_id, fencing_token, holder=claimant, key=key),
+            single=True,
+        )
 
     def set_trace_id(self, occurrence_id: str, claimant: str, trace_id: str) -> bool:
         """Record the attempt's trace before its target runs, so a run that dies is visible
@@ -496,8 +547,7 @@ class AttemptStore(EventStore):
             .where(status_is(*LEASED_STATUSES))
             .values(trace_id=trace_id, updated_at=self._sql.now())
         )
-        with self._write(single=True) as conn:
-            return conn.execute(stmt).rowcount == 1
+        return self._atomic(lambda conn: conn.execute(stmt).rowcount == 1, single=True)
 
     def _start_statement(self, lease_secs: float) -> sa.Update:
         """claimed → running, with the slot (if any), trace id and attempts allowed (each
@@ -588,6 +638,16 @@ class AttemptStore(EventStore):
                 updated_at=self._sql.now(),
             )
         )
+
+
+def _held_by_another(row: SlotRow | None, occurrence_id: str) -> bool:
+    """The slot is held under a live lease, and not by this occurrence."""
+    return row is not None and row.live and row.occurrence_id != occurrence_id
+
+
+def _start_order(row: SlotRow) -> tuple[bool, datetime, int]:
+    """Holders by when they started (one with no start recorded last), then by slot."""
+    return (row.started_at is None, row.started_at or datetime.min.replace(tzinfo=UTC), row.slot)
 
 
 def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:

@@ -37,7 +37,7 @@ from cronledger.ledger.models import (
     OccurrenceFilter,
     Page,
 )
-from cronledger.ledger.singletons import release_slots_of
+from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
 from cronledger.ledger.tables import (
     channel_alerts,
     channels,
@@ -315,9 +315,10 @@ class OccurrenceStore(CursorStore):
         (saying who and why, when known) is written, in one transaction. A running attempt
         finds out at its next renewal, which then matches nothing. NotFound / Conflict."""
         message = f"cancelled by {by or 'an operator'}" + (f": {reason}" if reason else "")
-        with self._write() as conn:
+
+        def cancel(conn: sa.Connection) -> tuple[Occurrence, list[Event]] | None:
             # Singleton first (the lock order). Rolled back below if the cancel loses.
-            release_slots_of(conn, [occurrence_id])
+            freed = release_slots_of(conn, self._sql, [occurrence_id])
             row = conn.execute(
                 sa.update(occurrences)
                 .where(occurrences.c.id == occurrence_id)
@@ -333,14 +334,21 @@ class OccurrenceStore(CursorStore):
                 )
                 .returning(*occurrences.c)
             ).one_or_none()
-            if row is not None:
-                cancelled = Occurrence(**row._mapping)
-                made = self._record(conn, [draft(alerts.CANCELLED, cancelled)])
-            else:
+            if row is None:
                 conn.rollback()
-        if row is not None:
-            self._announce(made)
-            return cancelled
+                return None
+            cancelled = Occurrence(**row._mapping)
+            held = (cancelled.singleton_key, cancelled.singleton_slot)
+            if cancelled.singleton_key is not None and held not in freed:
+                # A start of this occurrence committed while the UPDATE above waited for
+                # its row: the slot it took was not yet its own when the release ran.
+                release_slots_of(conn, self._sql, [occurrence_id])
+            return cancelled, self._record(conn, [draft(alerts.CANCELLED, cancelled)])
+
+        done = self._atomic(cancel)
+        if done is not None:
+            self._announce(done[1])
+            return done[0]
         current = self.get_occurrence(occurrence_id)
         raise Conflict(
             f"occurrence {occurrence_id} is {current.status!r}; only "
@@ -379,13 +387,15 @@ class OccurrenceStore(CursorStore):
     def purge_channel(self, channel_id: str) -> None:
         """Remove a channel's cursor and occurrences, and free the singleton slots they
         hold. For a deleted channel; an archived one keeps its history."""
-        with self._write() as conn:
-            self._purge(conn, channel_id)
+        self._atomic(lambda conn: self._purge(conn, channel_id))
 
     def _purge(self, conn: sa.Connection, channel_id: str) -> None:
         ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
-        release_slots_of(conn, ids)
+        release_slots_of(conn, self._sql, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
+        # A start that committed while the DELETE waited for its row took a slot the
+        # release above could not see yet; its occurrence is gone now.
+        release_orphaned_slots(conn, self._sql)
         conn.execute(sa.delete(schedule_state).where(schedule_state.c.channel_id == channel_id))
         conn.execute(sa.delete(events).where(events.c.channel_id == channel_id))
         conn.execute(sa.delete(channel_alerts).where(channel_alerts.c.channel_id == channel_id))

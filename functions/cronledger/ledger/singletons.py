@@ -3,17 +3,25 @@
 A key has slot rows `0..slots-1`. A slot is held by one occurrence under a lease and a
 fencing token that climbs on every acquisition; a released or expired slot keeps its row, so
 its next holder still gets a higher token. Under `queue_one` the row at `WAITER_SLOT` holds
-the key's one waiting contender under a lease of its own: taking that place is the same
-conditional upsert as taking a slot, so two contenders can never both wait.
+the key's one waiting contender under a lease of its own.
+
+A start locks the rows it may touch in one statement, in (key, slot) order, and only then
+decides in Python which to take and which to give back; every statement that writes several
+slot rows locks them in that same order. Rows are locked in one direction only, so two
+transactions can wait on each other's slot rows in one direction only, never both ways. Slot
+rows a key lacks are added by a statement of their own, outside any transaction that holds a
+lock, so adding them never waits while holding one.
 
 These functions run inside the caller's transaction, which writes singleton rows before any
-occurrence row (the lock order, `store.py`); each is one conditional statement whose answer
-is what it matched.
+occurrence row (the lock order, `store.py`); each write is one conditional statement whose
+answer is what it matched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,85 +33,79 @@ from cronledger.ledger.tables import occurrences, singletons
 WAITER_SLOT = -1
 
 
-def acquire_slot(
-    conn: sa.Connection,
-    sql: Backend,
-    key: str,
-    slots: int,
-    occurrence_id: str,
-    holder: str,
-    lease_secs: float,
-) -> tuple[int, int] | None:
-    """(slot, fencing token) of the first slot this occurrence can hold, or None. One upsert
-    per slot: a slot never used is inserted with token 1; a released or abandoned one (its
-    lease ran out) is taken with the next token; a live holder's is left alone (the upsert's
-    condition fails and nothing comes back)."""
-    for slot in range(slots):
-        token = _take(conn, sql, key, slot, occurrence_id, holder, lease_secs)
-        if token is not None:
-            return slot, token
-    return None
+@dataclass(frozen=True, slots=True)
+class SlotRow:
+    """One slot row as locked: who holds it under which token, whether that lease is live
+    (by the database's clock), and when its holder started (for `replace`)."""
+
+    key: str
+    slot: int
+    occurrence_id: str | None
+    fencing_token: int
+    live: bool
+    started_at: datetime | None
 
 
-def take_waiter_place(
-    conn: sa.Connection, sql: Backend, key: str, occurrence_id: str, lease_secs: float
-) -> bool:
-    """Make this occurrence the key's waiting contender, unless another one waits under a
-    live lease."""
-    return _take(conn, sql, key, WAITER_SLOT, occurrence_id, None, lease_secs) is not None
-
-
-def waiter_of(conn: sa.Connection, sql: Backend, key: str) -> str | None:
-    """The occurrence waiting on `key` under a live lease, if any. On PostgreSQL the row is
-    locked until the transaction ends, so the answer holds while the caller acts on it."""
+def lock_slots(conn: sa.Connection, sql: Backend, key: str, occurrence_id: str) -> list[SlotRow]:
+    """Every slot row of `key`, and any row `occurrence_id` holds under another key, in
+    (key, slot) order; on PostgreSQL each is locked, in that order, until the transaction
+    ends, so what is decided from them still holds when it is written."""
+    live = sa.and_(singletons.c.occurrence_id.is_not(None), singletons.c.lease_until >= sql.now())
     stmt = (
-        sa.select(singletons.c.occurrence_id)
-        .where(singletons.c.singleton_key == key)
-        .where(singletons.c.slot == WAITER_SLOT)
-        .where(singletons.c.occurrence_id.is_not(None))
-        .where(singletons.c.lease_until >= sql.now())
-    )
-    if sql.is_postgres:
-        stmt = stmt.with_for_update()
-    found: str | None = conn.execute(stmt).scalar_one_or_none()
-    return found
-
-
-def oldest_holder(conn: sa.Connection, sql: Backend, key: str) -> tuple[int, str, int] | None:
-    """(slot, occurrence id, fencing token) of the live holder of `key` that started first,
-    its slot row locked on PostgreSQL; None when no slot is held live."""
-    stmt = (
-        sa.select(singletons.c.slot, singletons.c.occurrence_id, singletons.c.fencing_token)
-        .join(occurrences, occurrences.c.id == singletons.c.occurrence_id)
-        .where(singletons.c.singleton_key == key)
-        .where(singletons.c.slot >= 0)
-        .where(singletons.c.lease_until >= sql.now())
-        .order_by(occurrences.c.started_at, singletons.c.slot)
-        .limit(1)
+        sa.select(
+            singletons.c.singleton_key,
+            singletons.c.slot,
+            singletons.c.occurrence_id,
+            singletons.c.fencing_token,
+            sa.case((live, sa.true()), else_=sa.false()),
+            occurrences.c.started_at,
+        )
+        .select_from(
+            singletons.outerjoin(occurrences, occurrences.c.id == singletons.c.occurrence_id)
+        )
+        .where(
+            sa.or_(
+                singletons.c.singleton_key == key,
+                singletons.c.occurrence_id == occurrence_id,
+            )
+        )
+        .order_by(singletons.c.singleton_key, singletons.c.slot)
     )
     if sql.is_postgres:
         stmt = stmt.with_for_update(of=singletons)
-    row = conn.execute(stmt).one_or_none()
-    return None if row is None else (int(row[0]), str(row[1]), int(row[2]))
+    return [
+        SlotRow(str(k), int(slot), holder, int(token), bool(is_live), started)
+        for k, slot, holder, token, is_live, started in conn.execute(stmt)
+    ]
 
 
-def take_slot_from(
+def add_slot_rows(conn: sa.Connection, sql: Backend, key: str, slots: Iterable[int]) -> None:
+    """Add the free rows `key` lacks among `slots` (token 0, so the first holder gets 1);
+    rows already there, held or not, are left alone."""
+    rows = [{"singleton_key": key, "slot": slot, "fencing_token": 0} for slot in sorted(set(slots))]
+    conn.execute(
+        sql.insert(singletons)
+        .values(rows)
+        .on_conflict_do_nothing(index_elements=[singletons.c.singleton_key, singletons.c.slot])
+    )
+
+
+def take_slot(
     conn: sa.Connection,
     sql: Backend,
-    key: str,
-    slot: int,
-    fencing_token: int,
+    row: SlotRow,
     occurrence_id: str,
-    holder: str,
+    holder: str | None,
     lease_secs: float,
 ) -> int | None:
-    """Hand a held slot to this occurrence under the next token, if it is still held under
-    `fencing_token`: the previous holder's renew, settle and release then match nothing."""
+    """Hand the slot `row` locked to this occurrence under the next token, if it is still
+    at the token it was read with: whoever held it before then matches nothing with its
+    renew, settle and release."""
     token = conn.execute(
         sa.update(singletons)
-        .where(singletons.c.singleton_key == key)
-        .where(singletons.c.slot == slot)
-        .where(singletons.c.fencing_token == fencing_token)
+        .where(singletons.c.singleton_key == row.key)
+        .where(singletons.c.slot == row.slot)
+        .where(singletons.c.fencing_token == row.fencing_token)
         .values(
             occurrence_id=occurrence_id,
             holder=holder,
@@ -140,17 +142,18 @@ def release_slot(
     occurrence_id: str,
     fencing_token: int,
     *,
-    holder: str | None = None,
+    holder: str,
     key: str | None = None,
 ) -> bool:
+    """Free the slot this holder holds for this occurrence under `fencing_token` (of `key`,
+    when given); a superseded holder matches nothing."""
     stmt = (
         sa.update(singletons)
         .where(singletons.c.occurrence_id == occurrence_id)
+        .where(singletons.c.holder == holder)
         .where(singletons.c.fencing_token == fencing_token)
         .values(occurrence_id=None, holder=None, lease_until=None)
     )
-    if holder is not None:
-        stmt = stmt.where(singletons.c.holder == holder)
     if key is not None:
         stmt = stmt.where(singletons.c.singleton_key == key)
     return conn.execute(stmt).rowcount == 1
@@ -158,54 +161,44 @@ def release_slot(
 
 def release_slots_of(
     conn: sa.Connection,
+    sql: Backend,
     occurrence_ids: Sequence[str] | sa.Select[Any],
     *,
     expired_by: sa.ColumnElement[Any] | None = None,
-) -> None:
+) -> set[tuple[str, int]]:
     """Free every slot (and waiting place) these occurrences hold; with `expired_by` (the
     database's now), only those whose lease ran out before it. Released, not deleted: the
-    row keeps its fencing token, so the slot's next holder still gets a higher one."""
-    stmt = (
-        sa.update(singletons)
-        .where(singletons.c.occurrence_id.in_(occurrence_ids))
-        .values(occurrence_id=None, holder=None, lease_until=None)
+    row keeps its fencing token, so the slot's next holder still gets a higher one. On
+    PostgreSQL the rows are locked in (key, slot) order first, like a start's. Answers the
+    (key, slot) of each row freed."""
+    chosen = sa.select(singletons.c.singleton_key, singletons.c.slot).where(
+        singletons.c.occurrence_id.in_(occurrence_ids)
     )
     if expired_by is not None:
-        stmt = stmt.where(singletons.c.lease_until < expired_by)
-    conn.execute(stmt)
+        chosen = chosen.where(singletons.c.lease_until < expired_by)
+    return _release_chosen(conn, sql, chosen)
 
 
-def _take(
-    conn: sa.Connection,
-    sql: Backend,
-    key: str,
-    slot: int,
-    occurrence_id: str,
-    holder: str | None,
-    lease_secs: float,
-) -> int | None:
-    lease_until = sql.now_plus(lease_secs)
-    take = sql.insert(singletons).values(
-        singleton_key=key,
-        slot=slot,
-        occurrence_id=occurrence_id,
-        holder=holder,
-        fencing_token=1,
-        lease_until=lease_until,
+def release_orphaned_slots(conn: sa.Connection, sql: Backend) -> set[tuple[str, int]]:
+    """Free every slot (and waiting place) held by an occurrence that no longer exists."""
+    gone = sa.not_(
+        sa.exists().where(occurrences.c.id == singletons.c.occurrence_id).correlate(singletons)
     )
-    token = conn.execute(
-        take.on_conflict_do_update(
-            index_elements=[singletons.c.singleton_key, singletons.c.slot],
-            set_={
-                "occurrence_id": occurrence_id,
-                "holder": holder,
-                "fencing_token": singletons.c.fencing_token + 1,
-                "lease_until": lease_until,
-            },
-            where=sa.or_(
-                singletons.c.occurrence_id.is_(None),
-                singletons.c.lease_until < sql.now(),
-            ),
-        ).returning(singletons.c.fencing_token)
-    ).scalar_one_or_none()
-    return None if token is None else int(token)
+    chosen = sa.select(singletons.c.singleton_key, singletons.c.slot).where(
+        singletons.c.occurrence_id.is_not(None), gone
+    )
+    return _release_chosen(conn, sql, chosen)
+
+
+def _release_chosen(
+    conn: sa.Connection, sql: Backend, chosen: sa.Select[tuple[str, int]]
+) -> set[tuple[str, int]]:
+    if sql.is_postgres:
+        chosen = chosen.order_by(singletons.c.singleton_key, singletons.c.slot).with_for_update()
+    freed = conn.execute(
+        sa.update(singletons)
+        .where(sa.tuple_(singletons.c.singleton_key, singletons.c.slot).in_(chosen))
+        .values(occurrence_id=None, holder=None, lease_until=None)
+        .returning(singletons.c.singleton_key, singletons.c.slot)
+    )
+    return {(str(key), int(slot)) for key, slot in freed}

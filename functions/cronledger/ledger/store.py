@@ -7,11 +7,16 @@ or is shutting down; any other database error (a constraint, a deadlock, a bug i
 propagates as SQLAlchemy raised it. No method turns either into an empty answer.
 
 Lock order: a transaction that writes both a singleton row and an occurrence row writes the
-singleton row first, everywhere, so two such transactions cannot deadlock on each other.
+singleton row first, everywhere, and takes several singleton rows in (key, slot) order, so
+two such transactions cannot deadlock on each other. Should PostgreSQL abort a write anyway
+for a deadlock or a serialization failure (something outside the ledger holding locks, a
+stricter isolation level), the write is run again at once, a bounded number of times: an
+aborted transaction was rolled back whole, so nothing of it is written twice.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -22,8 +27,11 @@ from cronledger.ledger.backend import WRITE_OPTION, Backend
 from cronledger.ledger.driver import DirectStatements, sqlstate
 from cronledger.ledger.models import DatabaseUnavailable
 
+log = logging.getLogger(__name__)
+
 S = TypeVar("S")
 C = TypeVar("C")
+T = TypeVar("T")
 #: What `_run` sends: a read, or a write whose RETURNING (if any) is the answer.
 OneStatement = sa.Select[Any] | sa.Update
 #: Server errors that mean the database did not serve the statement, not that it was wrong:
@@ -35,6 +43,11 @@ UNAVAILABLE_STATES = {
     "57P02": "the server is shutting down",
     "57P03": "the server is not accepting connections yet",
 }
+#: Server errors that abort a transaction to resolve its conflict with another one (a
+#: serialization failure, a deadlock): nothing of it was written, and it may simply run again.
+TRANSIENT_STATES = frozenset({"40001", "40P01"})
+#: Tries in all of a write that keeps being aborted that way, before the error is raised.
+TRANSIENT_TRIES = 3
 
 
 class Store:
@@ -65,7 +78,19 @@ class Store:
         it returned and its row count (rows a write changed). On PostgreSQL with prepared
         statements it goes straight to a pooled connection (`DirectStatements`) unless a
         listener watches executions; otherwise through SQLAlchemy, as `_write(single=True)`
-        (or `_read()`, with `write=False`)."""
+        (or `_read()`, with `write=False`). A write is retried like `_atomic`'s."""
+        if write:
+            return _retried(lambda: self._run_once(key, build, parameters, write=True))
+        return self._run_once(key, build, parameters, write=False)
+
+    def _run_once(
+        self,
+        key: Hashable,
+        build: Callable[[], OneStatement],
+        parameters: dict[str, Any],
+        *,
+        write: bool,
+    ) -> tuple[Sequence[Sequence[Any]], int]:
         direct = self._direct
         if direct is None or direct.observed():
             with self._transaction(write=write, autocommit=True) as conn:
@@ -91,6 +116,18 @@ class Store:
             raise DatabaseUnavailable(f"cannot connect to the ledger database: {exc}") from exc
         except sa.exc.TimeoutError as exc:
             raise DatabaseUnavailable(f"no ledger connection available: {exc}") from exc
+
+    def _atomic(self, body: Callable[[sa.Connection], T], *, single: bool = False) -> T:
+        """What `body` answers, run in a write transaction (`_write`, committed unless the
+        body rolled it back), and run again at once, up to `TRANSIENT_TRIES` times in all,
+        when the database aborted the transaction for a deadlock or a serialization failure.
+        `body` must write through the connection only: it may run more than once."""
+
+        def once() -> T:
+            with self._write(single=single) as conn:
+                return body(conn)
+
+        return _retried(once)
 
     @contextmanager
     def _write(self, *, single: bool = False) -> Iterator[sa.Connection]:
@@ -120,6 +157,21 @@ class Store:
                         yield conn
         finally:
             conn.close()
+
+
+def _retried(attempt: Callable[[], T]) -> T:
+    """`attempt()`, tried again while it fails with one of `TRANSIENT_STATES`, up to
+    `TRANSIENT_TRIES` times in all; any other failure, or the last one, is raised."""
+    tries = 1
+    while True:
+        try:
+            return attempt()
+        except sa.exc.DBAPIError as exc:
+            state = sqlstate(exc)
+            if state not in TRANSIENT_STATES or tries >= TRANSIENT_TRIES:
+                raise
+            log.info("ledger write aborted (%s), trying again: %s", state, exc.orig)
+            tries += 1
 
 
 @contextmanager

@@ -1,0 +1,72 @@
+"""After a long database outage the loops run again within a probe of its return, not after
+whatever their backoff had grown to: an instant due just after the database is back runs,
+rather than being skipped as a misfire because the loops were still waiting.
+
+The outage is simulated: every ledger call fails as a lost database does while it lasts. Time
+is real and scaled down: polls of 100 ms make the backoff grow past the 1 s misfire grace
+within a few seconds, as polls of 1 s make it grow past 5 s within half a minute.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, OccurrenceFilter
+from cronledger.local import LocalScheduler
+from tests.e2e.test_loops_while_due import Outage
+from tests.e2e.test_scheduler import FAST
+
+SETTINGS = replace(FAST, poll_interval_ms=100, misfire_grace_secs=1)
+#: Long enough for the loops' backoff to reach 6.4 s between two tries.
+OUTAGE_SECS = 6.0
+
+
+@pytest.mark.slow
+def test_an_instant_due_just_after_a_long_outage_runs_under_skip(ledger: Ledger) -> None:
+    # Given a channel every second that skips misfires, run by a scheduler whose database
+    # then goes away for six seconds
+    channel = ledger.create_channel(
+        "every-second",
+        {"schedule": "* * * * * *", "misfire_policy": "skip"},
+        {"type": "python", "callable": "tests.e2e.targets:record"},
+        5000,
+        CHANNEL_ACTIVE,
+    )
+    outage = Outage(ledger)
+    scheduler = LocalScheduler(outage, SETTINGS, workers=2)  # type: ignore[arg-type]
+    scheduler.start()
+    try:
+        time.sleep(1.0)
+        outage.down.set()
+        went = time.monotonic()
+
+        # When it comes back right after one of the loops' tries failed (so that, left to
+        # its backoff, the next try would be the longest wait away)
+        while not _just_failed(outage, since=went + OUTAGE_SECS):
+            time.sleep(0.005)
+        outage.down.clear()
+        back = ledger.db_now()
+        instant = back.replace(microsecond=0) + timedelta(seconds=2)  # 1-2 s after
+        _sleep_until(ledger, instant + timedelta(seconds=2))
+    finally:
+        scheduler.shutdown(drain_secs=5)
+
+    # Then the instant due just after the database came back ran
+    found = ledger.list_occurrences(
+        OccurrenceFilter(channel_id=channel.channel_id, since=instant, until=instant)
+    ).data
+    assert [(o.scheduled_for, o.status) for o in found] == [(instant, COMPLETED)]
+
+
+def _just_failed(outage: Outage, since: float) -> bool:
+    """A call failed in the last 20 ms, at `since` or later."""
+    now = time.monotonic()
+    return bool(outage.failed_at) and since <= outage.failed_at[-1] > now - 0.02
+
+
+def _sleep_until(ledger: Ledger, at: datetime) -> None:
+    time.sleep(max(0.0, (at - ledger.db_now()).total_seconds()))
