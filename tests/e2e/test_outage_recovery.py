@@ -17,6 +17,7 @@ import pytest
 
 from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, OccurrenceFilter
 from cronledger.local import LocalScheduler
+from cronledger.settings import Settings
 from tests.e2e.test_loops_while_due import Outage
 from tests.e2e.test_scheduler import FAST
 
@@ -27,8 +28,24 @@ OUTAGE_SECS = 6.0
 
 @pytest.mark.slow
 def test_an_instant_due_just_after_a_long_outage_runs_under_skip(ledger: Ledger) -> None:
+    # polls of 100 ms and a 1 s grace: the backoff passes the grace within six seconds
+    _outage_then_an_instant(ledger, SETTINGS, OUTAGE_SECS, due_after=timedelta(seconds=2))
+
+
+@pytest.mark.slow
+def test_after_a_25_second_outage_an_instant_due_3_seconds_later_runs_under_skip(
+    sqlite_ledger: Ledger,
+) -> None:
+    # the installation's own polls (1 s) and grace (5 s): the backoff alone would wait 16 s
+    settings = replace(FAST, poll_interval_ms=1000, misfire_grace_secs=5)
+    _outage_then_an_instant(sqlite_ledger, settings, 25.0, due_after=timedelta(seconds=3))
+
+
+def _outage_then_an_instant(
+    ledger: Ledger, settings: Settings, outage_secs: float, due_after: timedelta
+) -> None:
     # Given a channel every second that skips misfires, run by a scheduler whose database
-    # then goes away for six seconds
+    # then goes away for `outage_secs`
     channel = ledger.create_channel(
         "every-second",
         {"schedule": "* * * * * *", "misfire_policy": "skip"},
@@ -37,7 +54,7 @@ def test_an_instant_due_just_after_a_long_outage_runs_under_skip(ledger: Ledger)
         CHANNEL_ACTIVE,
     )
     outage = Outage(ledger)
-    scheduler = LocalScheduler(outage, SETTINGS, workers=2)  # type: ignore[arg-type]
+    scheduler = LocalScheduler(outage, settings, workers=2)  # type: ignore[arg-type]
     scheduler.start()
     try:
         time.sleep(1.0)
@@ -46,11 +63,11 @@ def test_an_instant_due_just_after_a_long_outage_runs_under_skip(ledger: Ledger)
 
         # When it comes back right after one of the loops' tries failed (so that, left to
         # its backoff, the next try would be the longest wait away)
-        while not _just_failed(outage, since=went + OUTAGE_SECS):
+        while not _just_failed(outage, since=went + outage_secs):
             time.sleep(0.005)
         outage.down.clear()
         back = ledger.db_now()
-        instant = back.replace(microsecond=0) + timedelta(seconds=2)  # 1-2 s after
+        instant = back.replace(microsecond=0) + due_after  # due_after, up to 1 s more
         _sleep_until(ledger, instant + timedelta(seconds=2))
     finally:
         scheduler.shutdown(drain_secs=5)
