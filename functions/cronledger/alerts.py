@@ -11,12 +11,11 @@ channel fires.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from cronledger.errors import FieldError
+from cronledger.errors import FieldError, refuse_unknown_keys
 
 FAILED: Final = "occurrence.failed"
 ATTEMPT_FAILED: Final = "occurrence.attempt_failed"
@@ -118,11 +117,7 @@ def alert_rules(value: Any, errors: list[FieldError]) -> AlertRules | None:
         )
         return None
     found = len(errors)
-    for key in value:
-        if key not in _KEYS:
-            close = difflib.get_close_matches(str(key), _KEYS, n=1)
-            hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(_KEYS)}"
-            errors.append(FieldError(f"{_PATH}.{key}", "invalid", f'unknown key "{key}"; {hint}'))
+    refuse_unknown_keys(value, _KEYS, _PATH, errors)
     on = _kinds(value.get("on"), errors)
     overdue = _count(
         value.get("overdue_after_secs"), "overdue_after_secs", MAX_OVERDUE_SECS, errors

@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from croniter import croniter
 
 from cronledger.alerts import alert_rules
-from cronledger.errors import FieldError, ValidationFailed
+from cronledger.errors import FieldError, ValidationFailed, refuse_unknown_keys
 from cronledger.instants import parse_rfc3339, require_utc, to_rfc3339
 from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy, Schedule
 from cronledger.schedule.expression import ExpressionRefused, parse_expression
@@ -165,7 +165,7 @@ def compile_schedule(
         return transport_config.get(key, _MISSING)
 
     errors: list[FieldError] = []
-    _refuse_unknown_keys(transport_config, _KEYS, "transport_config", errors)
+    refuse_unknown_keys(transport_config, _KEYS, "transport_config", errors)
     zone = _timezone(get("timezone"), errors)
     when = _when(get, zone, anchor, errors)
     payload_json = _payload(get("payload"), errors)
@@ -327,17 +327,6 @@ def _config_hash(when: _When, zone: str, policy: MisfirePolicy, max_catch_up: in
         digest.update(len(raw).to_bytes(8, "big"))
         digest.update(raw)
     return digest.hexdigest()
-
-
-def _refuse_unknown_keys(
-    document: Mapping[str, Any], known: tuple[str, ...], prefix: str, errors: list[FieldError]
-) -> None:
-    for key in document:
-        if key in known:
-            continue
-        close = difflib.get_close_matches(str(key), known, n=1)
-        hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(known)}"
-        errors.append(FieldError(f"{prefix}.{key}", "invalid", f'unknown key "{key}"; {hint}'))
 
 
 def _expression(value: Any, errors: list[FieldError]) -> str | None:
@@ -651,7 +640,7 @@ def _concurrency(
         )
         return None
     found = len(errors)
-    _refuse_unknown_keys(value, _CONCURRENCY_KEYS, prefix, errors)
+    refuse_unknown_keys(value, _CONCURRENCY_KEYS, prefix, errors)
 
     policy = _choice(
         value.get("policy", _MISSING), "concurrency.policy", _CONCURRENCY_POLICIES, "allow", errors
@@ -697,7 +686,7 @@ def _retry(value: Any, errors: list[FieldError]) -> RetryPolicy | None:
         )
         return None
     found = len(errors)
-    _refuse_unknown_keys(value, _RETRY_KEYS, prefix, errors)
+    refuse_unknown_keys(value, _RETRY_KEYS, prefix, errors)
     attempts = _integer(
         value.get("max_attempts", default.max_attempts),
         f"{prefix}.max_attempts",
