@@ -160,6 +160,8 @@ class LocalScheduler:
         drained = self.invoker.shutdown(max(0.0, deadline - time.monotonic()))
         if self.courier is not None:
             # Last: the drained attempts' events go out now; what does not waits in the outbox.
+            if self.ledger.on_events == self.courier.submit:
+                self.ledger.on_events = None
             self.courier.stop(max(0.5, deadline - time.monotonic()))
         return drained
 
