@@ -110,6 +110,8 @@ class CronledgerProps:
     backlog_age_threshold_secs: int = 300
     schedule_lag_threshold_secs: int = 60
     alarm_email: str | None = None
+    # an SNS topic of the operator's (a pager's) that the alarms notify too
+    alarm_topic_arn: str | None = None
     # events (bus.py): the bus the stack makes unless one is named (its name or ARN); who is
     # told of alerting events; when undelivered events page
     event_bus: str | None = None
@@ -246,11 +248,13 @@ class CronledgerProps:
             yield "undelivered_event_age_threshold_secs must be positive"
         if self.event_bus is not None and not _BUS.fullmatch(self.event_bus):
             yield f"event_bus: {self.event_bus!r} is not an event bus name or ARN"
-        if self.alert_topic_arn is not None and not _TOPIC.fullmatch(self.alert_topic_arn):
-            yield (
-                f"alert_topic_arn: {self.alert_topic_arn!r} is not an SNS topic ARN "
-                "(arn:aws:sns:<region>:<account>:<name>)"
-            )
+        for field in ("alert_topic_arn", "alarm_topic_arn"):
+            topic = getattr(self, field)
+            if topic is not None and not _TOPIC.fullmatch(topic):
+                yield (
+                    f"{field}: {topic!r} is not an SNS topic ARN "
+                    "(arn:aws:sns:<region>:<account>:<name>)"
+                )
         for prefix in self.python_targets:
             if not _MODULE.fullmatch(prefix):
                 yield f"python_targets: {prefix!r} is not a module name such as reports.jobs"

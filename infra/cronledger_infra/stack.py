@@ -135,6 +135,8 @@ class CronledgerStack(Stack):
             schedule_lag_threshold_secs=props.schedule_lag_threshold_secs,
             undelivered_event_age_threshold_secs=props.undelivered_event_age_threshold_secs,
             alarm_email=props.alarm_email,
+            alarm_topic_arn=props.alarm_topic_arn,
+            database_secret=database.cluster.secret,
         )
         Migration(
             self,
@@ -151,6 +153,12 @@ class CronledgerStack(Stack):
 
         CfnOutput(self, "ApiUrl", value=api.url, description="The operator API (SigV4, IAM)")
         CfnOutput(self, "AlarmTopicArn", value=monitoring.topic.topic_arn)
+        CfnOutput(
+            self,
+            "NoticeTopicArn",
+            value=monitoring.notices.topic_arn,
+            description="What heals itself (dead letters): subscribe a queue or an inbox",
+        )
         CfnOutput(self, "DashboardUrl", value=monitoring.dashboard_url)
         CfnOutput(self, "EventBusArn", value=bus.bus.event_bus_arn)
         if bus.topic is not None:

@@ -82,7 +82,7 @@ def test_reconcile_and_claim_each_have_a_one_minute_rule(synthesized: Synthesize
     targeted = {
         _getatt_id(target["Arn"])
         for rule in synthesized.resources("AWS::Events::Rule").values()
-        if rule["ScheduleExpression"] == "rate(1 minute)" and rule["State"] == "ENABLED"
+        if rule.get("ScheduleExpression") == "rate(1 minute)" and rule["State"] == "ENABLED"
         for target in rule["Targets"]
     }
 
@@ -195,7 +195,7 @@ def test_every_api_route_requires_iam_and_the_stage_is_throttled(synthesized: Sy
 
 def test_the_backlog_alarm_watches_the_oldest_pending_age(synthesized: Synthesized):
     alarm = _alarm_on(synthesized, "OldestPendingAgeSeconds")
-    (topic,) = synthesized.resources("AWS::SNS::Topic")
+    (topic,) = [t for t in synthesized.resources("AWS::SNS::Topic") if "Alarms" in t]
 
     assert alarm["Namespace"] == "Cronledger"
     assert alarm["Dimensions"] == [{"Name": "service", "Value": "cronledger"}]
@@ -204,15 +204,29 @@ def test_the_backlog_alarm_watches_the_oldest_pending_age(synthesized: Synthesiz
     assert alarm["AlarmActions"] == [{"Ref": topic}]
 
 
-def test_a_reconcile_that_reports_nothing_is_alarmed(synthesized: Synthesized):
-    alarm = _alarm_on(synthesized, "ReconcileSucceeded")
+def test_a_reconcile_invoked_without_completing_a_pass_is_alarmed(synthesized: Synthesized):
+    (alarm,) = [
+        a
+        for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
+        if a["AlarmName"].endswith("-reconcile-stalled")
+    ]
+    read = {q["Id"]: q["MetricStat"]["Metric"] for q in alarm["Metrics"] if "MetricStat" in q}
+    (expression,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
 
-    assert alarm["TreatMissingData"] == "breaching"
-    assert alarm["ComparisonOperator"] == "LessThanThreshold"
-    assert alarm["Threshold"] == 1
+    assert read["invoked"]["MetricName"] == "Invocations"
+    assert read["invoked"]["Dimensions"] == [
+        {
+            "Name": "FunctionName",
+            "Value": {"Ref": synthesized.functions()["cronledger.aws.reconcile.handler"]},
+        }
+    ]
+    assert read["passed"]["MetricName"] == "ReconcileSucceeded"
+    assert expression == "IF(FILL(invoked, 0) > 0 AND FILL(passed, 0) < 1, 1, 0)"
+    # before the first tick there is neither, and a fresh installation pages nobody
+    assert alarm["TreatMissingData"] == "notBreaching"
 
 
-def test_dead_letters_and_each_functions_errors_are_alarmed(synthesized: Synthesized):
+def test_each_function_errors_and_each_dead_letter_sent_are_alarmed(synthesized: Synthesized):
     alarms = list(synthesized.resources("AWS::CloudWatch::Alarm").values())
     (queue,) = synthesized.resources("AWS::SQS::Queue")
     errored = {
@@ -221,10 +235,12 @@ def test_dead_letters_and_each_functions_errors_are_alarmed(synthesized: Synthes
         if alarm.get("MetricName") == "Errors"
         for dimension in alarm["Dimensions"]
     }
-    depth = [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
+    (sent,) = [a for a in alarms if a.get("MetricName") == "NumberOfMessagesSent"]
 
     assert errored == set(synthesized.functions().values())
-    assert [_getatt_id(d["Value"]) for d in depth[0]["Dimensions"]] == [queue]
+    assert [_getatt_id(d["Value"]) for d in sent["Dimensions"]] == [queue]
+    assert sent["Statistic"] == "Sum"
+    assert not [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
 
 
 def test_the_database_is_encrypted_private_and_reached_through_a_tls_iam_proxy(
