@@ -151,6 +151,8 @@ class CronledgerStack(Stack):
             ],
         )
 
+        database.protect_after([c for c in self.node.children if c is not database])
+
         CfnOutput(self, "ApiUrl", value=api.url, description="The operator API (SigV4, IAM)")
         CfnOutput(self, "AlarmTopicArn", value=monitoring.topic.topic_arn)
         CfnOutput(

@@ -137,10 +137,11 @@ def test_what_destroy_leaves_behind_is_what_the_readme_lists(synthesized: Synthe
         for logical_id, resource in resources.items()
         if resource.get("DeletionPolicy", "Delete") != "Delete"
     }
-    # the log groups each named by a function, the API's stage or the VPC's flow log
+    # the log groups each named by a function, the API's stage or the VPC's flow log; CDK's
+    # helper functions' own log groups are not kept
+    lambdas = synthesized.resources("AWS::Lambda::Function")
     writers = [
-        *(f["LoggingConfig"]["LogGroup"]["Ref"] for f in synthesized.resources(
-            "AWS::Lambda::Function").values() if "LoggingConfig" in f),
+        *(lambdas[f]["LoggingConfig"]["LogGroup"]["Ref"] for f in synthesized.functions().values()),
         *(s["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0] for s in
           synthesized.resources("AWS::ApiGatewayV2::Stage").values()),
         *(f["LogGroupName"]["Ref"] for f in synthesized.resources("AWS::EC2::FlowLog").values()),

@@ -251,7 +251,7 @@ def test_the_database_is_encrypted_private_and_reached_through_a_tls_iam_proxy(
 
     assert cluster["StorageEncrypted"] is True
     assert cluster["EnableIAMDatabaseAuthentication"] is True
-    assert cluster["DeletionProtection"] is True
+    assert cluster["DeletionProtection"] is False  # turned on last (test_first_deploy.py)
     assert cluster["Engine"] == "aurora-postgresql"
     assert "ServerlessV2ScalingConfiguration" in cluster
     assert proxy["RequireTLS"] is True
