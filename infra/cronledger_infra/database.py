@@ -124,7 +124,7 @@ class Database(Construct):
         assert isinstance(writer, rds.CfnDBInstance)
         for schedule in self.cluster.node.find_all():
             if isinstance(schedule, secretsmanager.CfnRotationSchedule):
-                schedule.add_dependency(writer)
+                schedule.node.add_dependency(writer)
         self.proxy: rds.DatabaseProxy | None = None
         if proxy:
             proxy_role = iam.Role(

@@ -1,8 +1,8 @@
 """The five Lambda functions, made by one helper so they differ only where they must.
 
 Every function runs the same asset (the `cronledger` package) on arm64 Python 3.13 in the `app`
-subnets, with its own role, its own security group, its own log group, active tracing and the
-same environment: where the database is (never a password), the Powertools names, and the
+subnets, with its own role, its own security group, its own log group, active tracing (where
+traces have a way out, profiles.py) and the same environment: where the database is (never a password), the Powertools names, and the
 scheduler settings. What differs is the handler, the timeout and what else it is granted,
 which the other constructs add with `grant_*` calls. Only `claim` learns the executor's name,
 and only `claim` may invoke it; only `api` learns `claim`'s, to wake it after a manual run.
@@ -56,6 +56,7 @@ class Functions(Construct):
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
         environment: Mapping[str, str],
+        tracing: bool,
         metrics_namespace: str,
         log_level: str,
         memory_mb: int,
@@ -70,12 +71,15 @@ class Functions(Construct):
         self._memory_mb = memory_mb
         self._log_retention = log_retention
         self._reserved = reserved
+        self._tracing = lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED
         self._environment = {
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": metrics_namespace,
             "POWERTOOLS_LOG_LEVEL": log_level,
             # Target results may carry data the operator would not put in a trace.
             "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+            # without a way out to X-Ray, nothing is traced (profiles.py)
+            **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
             **environment,
         }
 
@@ -131,7 +135,7 @@ class Functions(Construct):
             vpc=self._vpc,
             vpc_subnets=self._subnets,
             security_groups=[security],
-            tracing=lambda_.Tracing.ACTIVE,
+            tracing=self._tracing,
             log_group=logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention),
         )
         acknowledge(

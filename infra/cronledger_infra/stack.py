@@ -53,6 +53,7 @@ class CronledgerStack(Stack):
         network = Network(
             self,
             "Network",
+            cidr=props.vpc_cidr,
             nat_gateways=shape.nat_gateways,
             endpoints=shape.vpc_endpoints,
             endpoint_azs=shape.endpoint_azs,
@@ -91,6 +92,7 @@ class CronledgerStack(Stack):
             execute_timeout=Duration.seconds(props.execute_timeout_secs),
             log_retention=retention,
             reserved=props.reserved_concurrency(),
+            tracing=props.tracing,
         )
         database.admit(f for name, f in functions.all.items() if name != "migrate")
         database.admit_owner(functions.migrate)
