@@ -21,6 +21,7 @@ from cronledger_infra.bus import Bus
 from cronledger_infra.database import Database
 from cronledger_infra.execution import Execution
 from cronledger_infra.functions import Functions
+from cronledger_infra.helper_logs import HelperLogs
 from cronledger_infra.migration import Migration
 from cronledger_infra.monitoring import Monitoring
 from cronledger_infra.network import Network
@@ -153,6 +154,7 @@ class CronledgerStack(Stack):
             ],
         )
 
+        HelperLogs(self, "HelperLogs", log_retention=retention)
         database.protect_after([c for c in self.node.children if c is not database])
 
         CfnOutput(self, "ApiUrl", value=api.url, description="The operator API (SigV4, IAM)")

@@ -200,3 +200,16 @@ def test_an_express_machine_may_be_run_to_completion_where_it_may_be_started(
         tagged = [s for s in statements if action in _actions(s) and "Condition" in s]
         assert named, action
         assert tagged and "states:StartExecution" in _actions(tagged[0]), action
+
+
+def test_every_function_in_the_stack_cdks_helpers_included_logs_with_its_retention(
+    synthesized: Synthesized,
+):
+    groups = synthesized.resources("AWS::Logs::LogGroup")
+    functions = synthesized.resources("AWS::Lambda::Function")
+    helpers = set(functions) - set(synthesized.functions().values())
+
+    assert len(helpers) >= 3  # the trigger's provider, log retention's, the default SG's
+    for logical_id, function in functions.items():
+        group = function["LoggingConfig"]["LogGroup"]["Ref"]
+        assert groups[group]["RetentionInDays"] == 30, logical_id
