@@ -54,11 +54,6 @@ def test_standard_is_the_default_with_the_proxy_one_nat_and_two_endpoints_in_two
     assert all(v["CRONLEDGER_DB_PROXY"] == "true" for v in _variables(synthesized))
 
 
-@pytest.fixture(scope="module")
-def lean_nat(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    return synthesize(tmp_path_factory.mktemp("cdk.out-lean-nat"), "lean-nat")
-
-
 def _tracing(synthesized: Synthesized) -> list[bool]:
     """Per cronledger function, whether it traces (and Powertools' tracer is left on)."""
     functions = synthesized.resources("AWS::Lambda::Function")
