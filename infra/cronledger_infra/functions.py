@@ -6,6 +6,10 @@ traces have a way out, profiles.py) and the same environment: where the database
 scheduler settings. What differs is the handler, the timeout and what else it is granted,
 which the other constructs add with `grant_*` calls. Only `claim` learns the executor's name,
 and only `claim` may invoke it; only `api` learns `claim`'s, to wake it after a manual run.
+A wake goes to `claim`'s `wake` alias, not to the function, so Lambda counts what it does with
+wakes (`AsyncEventsDropped` with `Resource` = `<claim>:wake`) apart from what it does with the
+minute's ticks; and a wake that cannot start within a minute is dropped without a retry, as
+the next tick claims the same runs.
 
 Reserved concurrency (`reserved`, see capacity.py) guarantees and caps each function's
 containers; `migrate` reserves none.
@@ -94,8 +98,12 @@ class Functions(Construct):
 
         self.claim.add_environment("CRONLEDGER_EXECUTE_FUNCTION_NAME", self.execute.function_name)
         self.execute.grant_invoke_latest_version(self.claim)
-        self.api.add_environment("CRONLEDGER_CLAIM_FUNCTION_NAME", self.claim.function_name)
-        self.claim.grant_invoke_latest_version(self.api)
+        self.claim_wake = lambda_.Alias(
+            self, "ClaimWake", alias_name="wake", version=self.claim.current_version
+        )
+        self.claim_wake.configure_async_invoke(retry_attempts=0, max_event_age=minute)
+        self.api.add_environment("CRONLEDGER_CLAIM_FUNCTION_NAME", self.claim_wake.function_arn)
+        self.claim_wake.grant_invoke(self.api)
 
     @property
     def all(self) -> dict[str, lambda_.Function]:

@@ -29,8 +29,9 @@ Each alarm is M out of N one-period evaluations, and says what a period with no 
   delays; missing data does not breach, Lambda reports nothing for a function not invoked;
 - executor events dropped (`AsyncEventsDropped` of execute, per minute) in 3 of 5: a dropped
   event is an occurrence whose lease expires and which is claimed again, so one is not a page,
-  a run of them is; ticks dropped (the same, of reconcile and claim) in 3 of 5, as the next
-  tick does the same work; missing data does not breach either;
+  a run of them is; ticks dropped (the same, of reconcile and claim, less the API's wakes of
+  claim, which Lambda counts under claim's `wake` alias and which the next tick makes good) in
+  3 of 5, as the next tick does the same work; missing data does not breach either;
 - occurrences that failed or were skipped as misfires (`Occurrences` with `Status` `failed`
   and `skipped_misfire`, summed over 5 minutes) in 1 of 1: each is a run that did not happen
   or did not succeed, which only a person can judge;
@@ -109,6 +110,7 @@ class Monitoring(Construct):
         construct_id: str,
         *,
         functions: Mapping[str, lambda_.IFunction],
+        claim_wake: lambda_.IFunction,
         dead_letters: sqs.IQueue,
         name: str,
         namespace: str,
@@ -224,6 +226,23 @@ class Monitoring(Construct):
                 },
             )
 
+        wakes_dropped = claim_wake.metric(
+            "AsyncEventsDropped", period=MINUTE, statistic="Sum", label="API wakes dropped"
+        )
+        ticks_dropped = cloudwatch.MathExpression(
+            expression="SUM([m_reconcile, m_claim]) - FILL(m_wakes, 0)",
+            using_metrics={
+                "m_reconcile": functions["reconcile"].metric(
+                    "AsyncEventsDropped", period=MINUTE, statistic="Sum"
+                ),
+                "m_claim": functions["claim"].metric(
+                    "AsyncEventsDropped", period=MINUTE, statistic="Sum"
+                ),
+                "m_wakes": wakes_dropped,
+            },
+            label="Ticks dropped",
+            period=MINUTE,
+        )
         backlog = ours(BACKLOG_METRIC, "Maximum", MINUTE)
         reconciled = ours(RECONCILE_METRIC, "Sum", FIVE_MINUTES)
         # Invoked yet passed none: 1; anything else, 0. With neither series (before the first
@@ -343,7 +362,7 @@ class Monitoring(Construct):
             self._alarm(
                 "TicksDropped",
                 "ticks-dropped",
-                dropped("reconcile", "claim"),
+                ticks_dropped,
                 Rule(*at_least_one, Missing.NOT_BREACHING, 3, 5),
                 "Reconcile or claim ticks are being dropped (throttled or failing past a "
                 "minute): see their reserved concurrency, errors and logs.",
@@ -400,7 +419,7 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(title="Database unavailable", left=[unavailable]),
             cloudwatch.GraphWidget(
                 title="Executor throttles and events dropped",
-                left=[throttles, dropped("execute"), dropped("reconcile", "claim")],
+                left=[throttles, dropped("execute"), ticks_dropped, wakes_dropped],
             ),
             cloudwatch.GraphWidget(
                 title="Concurrent executions",

@@ -131,6 +131,7 @@ class CronledgerStack(Stack):
             self,
             "Monitoring",
             functions=functions.all,
+            claim_wake=functions.claim_wake,
             dead_letters=execution.dead_letters,
             name=props.name,
             namespace=props.namespace,

@@ -109,6 +109,19 @@ def test_executor_throttles_and_dropped_events_are_lambdas_own_counts(synthesize
     assert {dimension(m, "FunctionName")["Ref"] for m in tick_stats} == ticks
 
 
+def test_api_wakes_dropped_are_not_counted_as_dropped_ticks(synthesized: Synthesized):
+    claim = synthesized.functions()["cronledger.aws.claim.handler"]
+    alarm = alarms(synthesized)["ticks-dropped"]
+    read = {q["Id"]: q["MetricStat"]["Metric"] for q in alarm["Metrics"] if "MetricStat" in q}
+    (expression,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
+    resource = json.dumps(dimension(read["m_wakes"], "Resource"))
+
+    assert expression == "SUM([m_reconcile, m_claim]) - FILL(m_wakes, 0)"
+    assert dimension(read["m_wakes"], "FunctionName") == {"Ref": claim}
+    assert claim in resource and ":wake" in resource  # Lambda's count for the wake alias
+    assert [d["Name"] for d in read["m_claim"]["Dimensions"]] == ["FunctionName"]
+
+
 def test_api_access_logs_are_json_naming_the_route_and_the_caller(synthesized: Synthesized):
     (stage,) = synthesized.resources("AWS::ApiGatewayV2::Stage").values()
     logged = json.loads(stage["AccessLogSettings"]["Format"])

@@ -143,11 +143,37 @@ def test_only_claim_knows_and_may_invoke_the_executor(synthesized: Synthesized):
     assert invokers == told == {"cronledger.aws.claim.handler"}
 
 
-def test_only_the_api_knows_and_may_invoke_claim_to_wake_it(synthesized: Synthesized):
-    invokers, told = _invokers_and_told(
-        synthesized, "cronledger.aws.claim.handler", "CRONLEDGER_CLAIM_FUNCTION_NAME"
-    )
-    assert invokers == told == {"cronledger.aws.api.handler"}
+def test_only_the_api_knows_and_may_invoke_claim_to_wake_it_through_its_wake_alias(
+    synthesized: Synthesized,
+):
+    functions = synthesized.functions()
+    lambdas = synthesized.resources("AWS::Lambda::Function")
+    ((alias_id, alias),) = synthesized.resources("AWS::Lambda::Alias").items()
+    invokers = {
+        name
+        for name, logical_id in functions.items()
+        for statement in _statements(synthesized, _getatt_id(lambdas[logical_id]["Role"]))
+        if "lambda:InvokeFunction" in statement["Action"]
+        and alias_id in json.dumps(statement["Resource"])
+    }
+    told = {
+        name: variables["CRONLEDGER_CLAIM_FUNCTION_NAME"]
+        for name, logical_id in functions.items()
+        if "CRONLEDGER_CLAIM_FUNCTION_NAME"
+        in (variables := lambdas[logical_id]["Environment"]["Variables"])
+    }
+    (delivery,) = [
+        c
+        for c in synthesized.resources("AWS::Lambda::EventInvokeConfig").values()
+        if alias_id in json.dumps(c["Qualifier"])
+    ]
+
+    assert alias["FunctionName"] == {"Ref": functions["cronledger.aws.claim.handler"]}
+    assert alias["Name"] == "wake"
+    assert invokers == set(told) == {"cronledger.aws.api.handler"}
+    assert told["cronledger.aws.api.handler"] == {"Ref": alias_id}  # its qualified ARN
+    # a wake that cannot start within a minute is left to the next tick
+    assert (delivery["MaximumRetryAttempts"], delivery["MaximumEventAgeInSeconds"]) == (0, 60)
 
 
 def test_the_executor_reaches_only_named_or_tagged_targets(synthesized: Synthesized):
