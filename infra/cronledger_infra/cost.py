@@ -5,7 +5,7 @@ to what a profile deploys cannot leave the table behind.
 
 `python -m cronledger_infra.cost` prints the table; `--write` puts it in the README between
 its markers; `--check` exits non-zero when the README's differs. Prices are AWS's us-east-1
-on-demand list prices (Aurora Standard storage, arm64 Lambda), 730 hours a month; usage is a
+on-demand list prices (Aurora Standard storage, arm64 Lambda), `HOURS` a month; usage is a
 small installation's: a few hourly jobs, about 1 GB of ledger, what `make bench` measures of
 `reconcile` + `claim`.
 """

@@ -48,8 +48,9 @@ nothing retries it before the next schedule, and the secret is what the proxy an
 in with.
 
 The topics accept only TLS, and only CloudWatch alarms of this installation (account, and
-alarm names under its prefix) and EventBridge rules of this account may publish; their key is
-usable by those same services on the same terms. Without an address or a topic to page, the
+alarm names under its prefix) and EventBridge rules of this installation may publish; their key
+serves CloudWatch on the same terms, and EventBridge without them, as its requests to KMS carry
+no source to condition on. Without an address or a topic to page, the
 synth says so loudly: alarms nobody receives are the same as none.
 """
 
@@ -142,9 +143,11 @@ class Monitoring(Construct):
                 f"{stack.account}:rule/{name}-*"
             },
         }
-        for service, conditions in (
-            ("cloudwatch.amazonaws.com", alarms_of_ours),
-            ("events.amazonaws.com", rules_of_ours),
+        # EventBridge's requests to KMS carry no source keys, so its use of the key cannot be
+        # conditioned on them (it would be refused, silently); the topics' policies are.
+        for service, conditions, key_conditions in (
+            ("cloudwatch.amazonaws.com", alarms_of_ours, alarms_of_ours),
+            ("events.amazonaws.com", rules_of_ours, None),
         ):
             principal = iam.ServicePrincipal(service)
             key.add_to_resource_policy(
@@ -152,7 +155,7 @@ class Monitoring(Construct):
                     principals=[principal],
                     actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                     resources=["*"],
-                    conditions=conditions,
+                    conditions=key_conditions,
                 )
             )
             for topic in (self.topic, self.notices):

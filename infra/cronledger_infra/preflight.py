@@ -8,8 +8,8 @@ hour into a stack create.
 - The account: Lambda keeps 100 of an account's concurrency unreserved, so a function's
   reserved concurrency is refused unless the account's limit holds every reservation of the
   installation plus those 100 (capacity.py). The limit is asked of Lambda
-  (`GetAccountSettings`, in the deploying credentials' region), never assumed; a new account's
-  is 10, which holds no reservation at all.
+  (`GetAccountSettings`, in the deploying credentials' region), never assumed: a new account's
+  holds no reservation at all.
 
 Run as `python -m cronledger_infra.preflight [-c cronledger:<field>=<value> ...]`, with the
 same context values as the deploy, so the reservations it checks are the deploy's.

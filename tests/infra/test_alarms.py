@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 from aws_cdk.assertions import Annotations, Match
+from cfnlint.api import ManualArgs, lint  # type: ignore[import-untyped]
 
 from tests.infra.synthesis import Synthesized, synthesize
+from tests.infra.test_lint import findings
 
 pytestmark = pytest.mark.xdist_group(name="infra")
 
@@ -108,10 +110,10 @@ def test_the_topic_key_serves_cloudwatch_for_this_installations_alarms_alone(
     assert _joined(granted["Condition"]["ArnLike"]["aws:SourceArn"]) == OUR_ALARMS
 
 
-def test_every_service_the_topics_and_their_key_admit_is_held_to_this_account(
+def test_every_service_the_topics_admit_is_held_to_this_installation(
     synthesized: Synthesized,
 ):
-    statements = _key_policy(synthesized) + [
+    statements = [
         s
         for prefix in ("MonitoringAlarms", "MonitoringNotices")
         for s in _policy_of(synthesized, _topic(synthesized, prefix))
@@ -127,6 +129,25 @@ def test_every_service_the_topics_and_their_key_admit_is_held_to_this_account(
             "aws:SourceAccount": {"Ref": "AWS::AccountId"}
         }, statement
         assert "aws:SourceArn" in statement["Condition"]["ArnLike"], statement
+
+
+def test_the_topic_key_serves_eventbridge_without_source_conditions_it_could_not_meet(
+    synthesized: Synthesized,
+):
+    (granted,) = [
+        s for s in _key_policy(synthesized) if s["Principal"] == {"Service": "events.amazonaws.com"}
+    ]
+
+    assert set(granted["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    assert "Condition" not in granted
+
+
+def test_with_someone_paged_the_template_passes_cfn_lint_and_cdk_nag(paged: Synthesized):
+    matches = lint(json.dumps(paged.template), config=ManualArgs(regions=["us-east-1"]))
+
+    assert [str(m) for m in matches if m.rule.id.startswith("E")] == []
+    assert paged.nag_failure is None, paged.nag_failure
+    assert findings(paged) == []
 
 
 def test_a_synth_with_nobody_to_page_warns_and_one_with_someone_does_not(
