@@ -10,7 +10,7 @@ PG_PORT ?= 5432
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: install run test lint bench synth lock postgres clean screenshot
+.PHONY: install run test lint bench synth preflight deploy lock postgres clean screenshot
 
 install: $(STAMP)
 
@@ -54,6 +54,16 @@ screenshot: $(STAMP) postgres
 # `make synth PROFILE=lean` (or ha); the default profile is standard.
 synth: $(STAMP)
 	$(BIN)/python infra/app.py $(if $(PROFILE),-c cronledger:profile=$(PROFILE))
+
+# Before a deploy: the tools it needs (Python 3.13 for the asset's bytecode, Node.js >= 22 for
+# the CDK CLI) and an account whose Lambda concurrency holds the reservations; each missing
+# one is named, with its fix. CONTEXT="-c cronledger:alarm_email=ops@example.com ..." is
+# passed to both the check and the deploy, so the reservations checked are the deploy's.
+preflight: $(STAMP)
+	PYTHONPATH=infra $(BIN)/python -m cronledger_infra.preflight $(CONTEXT)
+
+deploy: preflight
+	npx aws-cdk@2 deploy $(CONTEXT) $(CDK_ARGS)
 
 # The code asset's lock file (requirements-lambda.txt), resolved for arm64 CPython 3.13 with
 # hashes; run after changing [project].dependencies (needs PyPI). A test fails while it is stale.

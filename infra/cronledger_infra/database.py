@@ -15,6 +15,14 @@ itself (`rds-db:connect`, granted per function and per database user). Two users
   without a proxy, by `migrate` itself, which then logs in with it (an IAM login would cost the
   master user the password its rotation uses).
 
+A first deploy that fails must roll back cleanly and be retried: so the cluster is created
+unprotected, and deletion protection (when chosen) is turned on by a call of its own that runs
+only once everything else in the stack has been created (`protect_after`). A create that fails
+before then deletes what it made; one that fails after it cannot, as nothing is left to fail.
+`retain` keeps the cluster on delete but not when its own create is rolled back
+(`RETAIN_EXCEPT_ON_CREATE`). Every name the cluster and what the stack keeps carry is
+CloudFormation's, never a fixed one, so a retry never collides with what a failed try left.
+
 Storage is encrypted; the cluster sits in the isolated `data` subnets and accepts connections
 from the proxy (or, without one, the admitted functions) and the rotation function alone, the
 proxy from admitted functions alone. `ha` adds a reader in the second AZ, sized with the
@@ -25,12 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import CfnDeletionPolicy, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from cronledger_infra.nag import acknowledge
@@ -41,6 +51,7 @@ APP_USER = "cronledger_app"
 DB_PORT = 5432
 
 _CDK_LOG_RETENTION_HELPER = "LogRetentionaae0aa3c5b4d4f87b02d85b201efdd8a"
+_CDK_SDK_CALL_FUNCTION = "AWS679f53fac002430cb0da5b7982bd2287"
 _REMOVAL = {
     "snapshot": RemovalPolicy.SNAPSHOT,
     "retain": RemovalPolicy.RETAIN,
@@ -92,16 +103,28 @@ class Database(Construct):
             credentials=rds.Credentials.from_generated_secret(DB_USER),
             storage_encrypted=True,
             iam_authentication=True,
-            deletion_protection=deletion_protection,
+            deletion_protection=False,  # turned on once the stack exists (protect_after)
             removal_policy=_REMOVAL[removal_policy],
             backup=rds.BackupProps(retention=Duration.days(7)),
             cloudwatch_logs_exports=["postgresql"],
             cloudwatch_logs_retention=log_retention,
         )
+        if removal_policy == "retain":
+            for kept in self.cluster.node.find_all():
+                if isinstance(kept, (rds.CfnDBCluster, rds.CfnDBInstance)):
+                    kept.cfn_options.deletion_policy = CfnDeletionPolicy.RETAIN_EXCEPT_ON_CREATE
         # The rotation function runs in `app` (it needs Secrets Manager), reaching the cluster.
         self.cluster.add_rotation_single_user(
             automatically_after=Duration.days(secret_rotation_days), vpc_subnets=app_subnets
         )
+        # Creating the schedule starts the first rotation at once, which logs in to the
+        # database: the cluster alone (what the secret's attachment waits for) has no instance
+        # to answer it until the writer is up.
+        writer = self.cluster.node.find_child("Writer").node.default_child
+        assert isinstance(writer, rds.CfnDBInstance)
+        for schedule in self.cluster.node.find_all():
+            if isinstance(schedule, secretsmanager.CfnRotationSchedule):
+                schedule.node.add_dependency(writer)
         self.proxy: rds.DatabaseProxy | None = None
         if proxy:
             proxy_role = iam.Role(
@@ -133,14 +156,17 @@ class Database(Construct):
                 "only put and delete retention policies.",
             },
         )
-        if not deletion_protection:
-            acknowledge(
-                self.cluster,
-                {
-                    "AwsSolutions-RDS10": "The operator turned deletion protection off for "
-                    "this installation (props.deletion_protection), e.g. a disposable one.",
-                },
-            )
+        self._deletion_protection = deletion_protection
+        self._log_retention = log_retention
+        acknowledge(
+            self.cluster,
+            {
+                "AwsSolutions-RDS10": "Deletion protection is turned on by an SDK call once "
+                "the rest of the stack exists, so a failed first deploy can roll the cluster "
+                "back (protect_after); unless the operator turned it off for this "
+                "installation (props.deletion_protection), e.g. a disposable one.",
+            },
+        )
         acknowledge(
             self.cluster,
             {
@@ -149,6 +175,66 @@ class Database(Construct):
                 "one, the admitted functions) and the "
                 "password-rotation function, so a "
                 "non-default port would add no protection, only client configuration.",
+            },
+        )
+
+    def protect_after(self, others: Iterable[Construct]) -> None:
+        """Turn the cluster's deletion protection on (when chosen) once `others` (the rest of
+        the stack) are created, and again on every update."""
+        if not self._deletion_protection:
+            return
+        protect = cr.AwsSdkCall(
+            service="RDS",
+            action="modifyDBCluster",
+            parameters={
+                "DBClusterIdentifier": self.cluster.cluster_identifier,
+                "DeletionProtection": True,
+                "ApplyImmediately": True,
+            },
+            physical_resource_id=cr.PhysicalResourceId.of(self.cluster.cluster_identifier),
+        )
+        # A sibling of this construct, not a child: what waits for the database must not wait
+        # for this too.
+        stack = Stack.of(self)
+        protection = cr.AwsCustomResource(
+            stack,
+            f"{self.node.id}DeletionProtection",
+            on_create=protect,
+            on_update=protect,
+            policy=cr.AwsCustomResourcePolicy.from_statements(
+                [
+                    iam.PolicyStatement(
+                        actions=["rds:ModifyDBCluster"], resources=[self.cluster.cluster_arn]
+                    )
+                ]
+            ),
+            install_latest_aws_sdk=False,
+            log_group=logs.LogGroup(
+                stack,
+                f"{self.node.id}DeletionProtectionLogs",
+                retention=self._log_retention,
+                removal_policy=RemovalPolicy.DESTROY,  # the call's own lines, nothing to keep
+            ),
+        )
+        for other in others:
+            protection.node.add_dependency(other)
+        acknowledge(
+            protection,
+            {
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AWSLambdaBasicExecutionRole]": "CDK's SDK-call function writes only its own "
+                "logs with this AWS-maintained policy.",
+            },
+        )
+        singleton = stack.node.find_child(_CDK_SDK_CALL_FUNCTION)
+        acknowledge(
+            singleton,
+            {
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AWSLambdaBasicExecutionRole]": "CDK's SDK-call function writes only its own "
+                "logs with this AWS-maintained policy.",
+                "AwsSolutions-L1": "CDK's SDK-call function runs on the Node.js runtime CDK "
+                "chose for it, and only calls rds:ModifyDBCluster on this cluster.",
             },
         )
 

@@ -1,11 +1,15 @@
 """The five Lambda functions, made by one helper so they differ only where they must.
 
 Every function runs the same asset (the `cronledger` package) on arm64 Python 3.13 in the `app`
-subnets, with its own role, its own security group, its own log group, active tracing and the
-same environment: where the database is (never a password), the Powertools names, and the
+subnets, with its own role, its own security group, its own log group, active tracing (where
+traces have a way out, profiles.py) and the same environment: where the database is (never a password), the Powertools names, and the
 scheduler settings. What differs is the handler, the timeout and what else it is granted,
 which the other constructs add with `grant_*` calls. Only `claim` learns the executor's name,
 and only `claim` may invoke it; only `api` learns `claim`'s, to wake it after a manual run.
+A wake goes to `claim`'s `wake` alias, not to the function, so Lambda counts what it does with
+wakes (`AsyncEventsDropped` with `Resource` = `<claim>:wake`) apart from what it does with the
+minute's ticks; and a wake that cannot start within a minute is dropped without a retry, as
+the next tick claims the same runs.
 
 Reserved concurrency (`reserved`, see capacity.py) guarantees and caps each function's
 containers; `migrate` reserves none.
@@ -56,6 +60,7 @@ class Functions(Construct):
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
         environment: Mapping[str, str],
+        tracing: bool,
         metrics_namespace: str,
         log_level: str,
         memory_mb: int,
@@ -70,12 +75,15 @@ class Functions(Construct):
         self._memory_mb = memory_mb
         self._log_retention = log_retention
         self._reserved = reserved
+        self._tracing = lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED
         self._environment = {
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": metrics_namespace,
             "POWERTOOLS_LOG_LEVEL": log_level,
             # Target results may carry data the operator would not put in a trace.
             "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+            # without a way out to X-Ray, nothing is traced (profiles.py)
+            **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
             **environment,
         }
 
@@ -90,8 +98,12 @@ class Functions(Construct):
 
         self.claim.add_environment("CRONLEDGER_EXECUTE_FUNCTION_NAME", self.execute.function_name)
         self.execute.grant_invoke_latest_version(self.claim)
-        self.api.add_environment("CRONLEDGER_CLAIM_FUNCTION_NAME", self.claim.function_name)
-        self.claim.grant_invoke_latest_version(self.api)
+        self.claim_wake = lambda_.Alias(
+            self, "ClaimWake", alias_name="wake", version=self.claim.current_version
+        )
+        self.claim_wake.configure_async_invoke(retry_attempts=0, max_event_age=minute)
+        self.api.add_environment("CRONLEDGER_CLAIM_FUNCTION_NAME", self.claim_wake.function_arn)
+        self.claim_wake.grant_invoke(self.api)
 
     @property
     def all(self) -> dict[str, lambda_.Function]:
@@ -131,7 +143,7 @@ class Functions(Construct):
             vpc=self._vpc,
             vpc_subnets=self._subnets,
             security_groups=[security],
-            tracing=lambda_.Tracing.ACTIVE,
+            tracing=self._tracing,
             log_group=logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention),
         )
         acknowledge(

@@ -12,21 +12,29 @@ included, but creating that schedule only starts the secret's first rotation; `m
 for it to finish (and for the proxy to answer) by itself, so it is told the secret's ARN and
 may describe it (its metadata: never its value). A migration may take longer than any other
 statement is allowed, so its connections wait as long as the function may run.
+
+A migration cannot hang a deploy. The trigger waits for `migrate` a margin longer than
+`migrate` may run (`TRIGGER_MARGIN`: a cold start inside the VPC comes on top of the run),
+and CloudFormation waits for the trigger's answer that margin longer again (`ServiceTimeout`),
+instead of its default hour: a provider that never answers fails the deploy in minutes, which
+then rolls back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aws_cdk import CfnResource, Duration, triggers
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import triggers
 from constructs import Construct
 
 #: The variables `cronledger.aws.migrate` reads.
 SECRET_ARN = "CRONLEDGER_DB_SECRET_ARN"
 SOCKET_TIMEOUT = "CRONLEDGER_DB_SOCKET_TIMEOUT_SECS"
+#: How much longer the trigger waits for `migrate`, and CloudFormation for the trigger.
+TRIGGER_MARGIN = Duration.minutes(2)
 
 
 class Migration(Construct):
@@ -59,5 +67,10 @@ class Migration(Construct):
             execute_before=list(before),
             execute_on_handler_change=True,
             invocation_type=triggers.InvocationType.REQUEST_RESPONSE,
-            timeout=migrate.timeout,
+            timeout=Duration.seconds(timeout.to_seconds() + TRIGGER_MARGIN.to_seconds()),
+        )
+        resource = self.trigger.node.find_child("Default").node.default_child
+        assert isinstance(resource, CfnResource)
+        resource.add_property_override(
+            "ServiceTimeout", int(timeout.to_seconds() + 2 * TRIGGER_MARGIN.to_seconds())
         )

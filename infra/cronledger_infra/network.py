@@ -18,7 +18,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-CIDR = "10.40.0.0/16"
+#: The VPC's range unless the operator chooses one (`vpc_cidr`).
+DEFAULT_CIDR = "10.40.0.0/16"
 _ENDPOINTS = {
     "secretsmanager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
     "lambda": ec2.InterfaceVpcEndpointAwsService.LAMBDA_,
@@ -28,6 +29,7 @@ _ENDPOINTS = {
     # Only when asked for: what some targets need without NAT (profiles.OPTIONAL_ENDPOINTS).
     "ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
     "sync-states": ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS_SYNC,
+    "xray": ec2.InterfaceVpcEndpointAwsService.XRAY,
 }
 
 
@@ -37,6 +39,7 @@ class Network(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        cidr: str,
         nat_gateways: int,
         endpoints: tuple[str, ...],
         endpoint_azs: int,
@@ -61,7 +64,7 @@ class Network(Construct):
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(CIDR),
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
             max_azs=2,
             nat_gateways=nat_gateways,
             subnet_configuration=subnets,
@@ -76,7 +79,7 @@ class Network(Construct):
             description="HTTPS from inside the VPC to the AWS service endpoints",
             allow_all_outbound=False,
         )
-        endpoint_security.add_ingress_rule(ec2.Peer.ipv4(CIDR), ec2.Port.tcp(443))
+        endpoint_security.add_ingress_rule(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443))
         app = self.vpc.select_subnets(subnet_group_name="app").subnets
         endpoint_subnets = ec2.SubnetSelection(subnets=app[:endpoint_azs])
         for name in endpoints:

@@ -40,6 +40,7 @@ from cronledger_infra.capacity import (
     ConnectionBudget,
     aurora_max_connections,
 )
+from cronledger_infra.network import DEFAULT_CIDR
 from cronledger_infra.profiles import (
     ALL_ENDPOINTS,
     DEFAULT_PROFILE,
@@ -76,6 +77,7 @@ class CronledgerProps:
     # network
     nat_gateways: int | None = None
     vpc_endpoints: tuple[str, ...] | None = None
+    vpc_cidr: str = DEFAULT_CIDR
     # database
     min_capacity_acu: float = 0.5
     max_capacity_acu: float = 4.0
@@ -110,6 +112,8 @@ class CronledgerProps:
     backlog_age_threshold_secs: int = 300
     schedule_lag_threshold_secs: int = 60
     alarm_email: str | None = None
+    # an SNS topic of the operator's (a pager's) that the alarms notify too
+    alarm_topic_arn: str | None = None
     # events (bus.py): the bus the stack makes unless one is named (its name or ARN); who is
     # told of alerting events; when undelivered events page
     event_bus: str | None = None
@@ -147,11 +151,19 @@ class CronledgerProps:
     def shape(self) -> Profile:
         """The profile, with the operator's network overrides."""
         chosen = PROFILES.get(self.profile, PROFILES[DEFAULT_PROFILE])
-        return replace(
-            chosen,
-            nat_gateways=chosen.nat_gateways if self.nat_gateways is None else self.nat_gateways,
-            vpc_endpoints=self.vpc_endpoints or chosen.vpc_endpoints,
-        )
+        nat_gateways = chosen.nat_gateways if self.nat_gateways is None else self.nat_gateways
+        endpoints = self.vpc_endpoints or chosen.vpc_endpoints
+        if not nat_gateways and not self.vpc_endpoints:
+            # a profile's NAT taken away: what it reached through the NAT needs its endpoint
+            endpoints = tuple(dict.fromkeys((*endpoints, *PROFILES["lean"].vpc_endpoints)))
+        return replace(chosen, nat_gateways=nat_gateways, vpc_endpoints=endpoints)
+
+    @property
+    def tracing(self) -> bool:
+        """Whether the functions trace: only where X-Ray can be reached, through a NAT or
+        its endpoint."""
+        shape = self.shape
+        return shape.nat_gateways > 0 or "xray" in shape.vpc_endpoints
 
     def concurrency(self) -> dict[str, int]:
         """Each function's concurrent containers at most (capacity.py), migrate aside."""
@@ -190,11 +202,22 @@ class CronledgerProps:
         unknown = sorted(set(shape.vpc_endpoints) - set(ENDPOINT_SERVICES))
         if unknown:
             yield f"vpc_endpoints {unknown} unknown; choose from {list(ENDPOINT_SERVICES)}"
-        if "secretsmanager" not in shape.vpc_endpoints:
+        if not shape.nat_gateways and "secretsmanager" not in shape.vpc_endpoints:
             yield (
-                "vpc_endpoints must include secretsmanager: the password rotation (and the "
-                "proxy, or migrate without one) reads the master user's secret through it"
+                "without NAT, vpc_endpoints must include secretsmanager: the password rotation "
+                "(and the proxy, or migrate without one) reads the master user's secret "
+                "through it"
             )
+        try:
+            cidr = ipaddress.ip_network(self.vpc_cidr)
+        except ValueError as exc:
+            yield f"vpc_cidr: {self.vpc_cidr!r} is not a network in CIDR form ({exc})"
+        else:
+            if not (cidr.version == 4 and cidr.is_private and 16 <= cidr.prefixlen <= 20):
+                yield (
+                    f"vpc_cidr: {self.vpc_cidr!r} must be a private IPv4 range from /16 to "
+                    "/20: the VPC's six subnets (two /22, four /24) must fit in it"
+                )
         if not shape.nat_gateways and "lambda" not in shape.vpc_endpoints:
             yield "without NAT, vpc_endpoints must include lambda: claim invokes the executor"
         if not shape.nat_gateways and "events" not in shape.vpc_endpoints:
@@ -246,11 +269,13 @@ class CronledgerProps:
             yield "undelivered_event_age_threshold_secs must be positive"
         if self.event_bus is not None and not _BUS.fullmatch(self.event_bus):
             yield f"event_bus: {self.event_bus!r} is not an event bus name or ARN"
-        if self.alert_topic_arn is not None and not _TOPIC.fullmatch(self.alert_topic_arn):
-            yield (
-                f"alert_topic_arn: {self.alert_topic_arn!r} is not an SNS topic ARN "
-                "(arn:aws:sns:<region>:<account>:<name>)"
-            )
+        for field in ("alert_topic_arn", "alarm_topic_arn"):
+            topic = getattr(self, field)
+            if topic is not None and not _TOPIC.fullmatch(topic):
+                yield (
+                    f"{field}: {topic!r} is not an SNS topic ARN "
+                    "(arn:aws:sns:<region>:<account>:<name>)"
+                )
         for prefix in self.python_targets:
             if not _MODULE.fullmatch(prefix):
                 yield f"python_targets: {prefix!r} is not a module name such as reports.jobs"

@@ -21,6 +21,7 @@ from cronledger_infra.bus import Bus
 from cronledger_infra.database import Database
 from cronledger_infra.execution import Execution
 from cronledger_infra.functions import Functions
+from cronledger_infra.helper_logs import HelperLogs
 from cronledger_infra.migration import Migration
 from cronledger_infra.monitoring import Monitoring
 from cronledger_infra.network import Network
@@ -53,6 +54,7 @@ class CronledgerStack(Stack):
         network = Network(
             self,
             "Network",
+            cidr=props.vpc_cidr,
             nat_gateways=shape.nat_gateways,
             endpoints=shape.vpc_endpoints,
             endpoint_azs=shape.endpoint_azs,
@@ -91,6 +93,7 @@ class CronledgerStack(Stack):
             execute_timeout=Duration.seconds(props.execute_timeout_secs),
             log_retention=retention,
             reserved=props.reserved_concurrency(),
+            tracing=props.tracing,
         )
         database.admit(f for name, f in functions.all.items() if name != "migrate")
         database.admit_owner(functions.migrate)
@@ -128,6 +131,7 @@ class CronledgerStack(Stack):
             self,
             "Monitoring",
             functions=functions.all,
+            claim_wake=functions.claim_wake,
             dead_letters=execution.dead_letters,
             name=props.name,
             namespace=props.namespace,
@@ -135,6 +139,8 @@ class CronledgerStack(Stack):
             schedule_lag_threshold_secs=props.schedule_lag_threshold_secs,
             undelivered_event_age_threshold_secs=props.undelivered_event_age_threshold_secs,
             alarm_email=props.alarm_email,
+            alarm_topic_arn=props.alarm_topic_arn,
+            database_secret=database.cluster.secret,
         )
         Migration(
             self,
@@ -149,8 +155,17 @@ class CronledgerStack(Stack):
             ],
         )
 
+        HelperLogs(self, "HelperLogs", log_retention=retention)
+        database.protect_after([c for c in self.node.children if c is not database])
+
         CfnOutput(self, "ApiUrl", value=api.url, description="The operator API (SigV4, IAM)")
         CfnOutput(self, "AlarmTopicArn", value=monitoring.topic.topic_arn)
+        CfnOutput(
+            self,
+            "NoticeTopicArn",
+            value=monitoring.notices.topic_arn,
+            description="What heals itself (dead letters): subscribe a queue or an inbox",
+        )
         CfnOutput(self, "DashboardUrl", value=monitoring.dashboard_url)
         CfnOutput(self, "EventBusArn", value=bus.bus.event_bus_arn)
         if bus.topic is not None:

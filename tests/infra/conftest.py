@@ -22,6 +22,12 @@ def lean(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
 
 
 @pytest.fixture(scope="session")
+def lean_nat(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The stack under `-c cronledger:profile=lean-nat`."""
+    return synthesize(tmp_path_factory.mktemp("cdk.out-lean-nat"), "lean-nat")
+
+
+@pytest.fixture(scope="session")
 def ha(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The stack under `-c cronledger:profile=ha`."""
     return synthesize(tmp_path_factory.mktemp("cdk.out-ha"), "ha")

@@ -18,14 +18,17 @@ GE = "GreaterThanOrEqualToThreshold"
 #: alarm name suffix -> (threshold, comparison, M, N, missing data)
 EVALUATION = {
     "backlog-age": (300, "GreaterThanThreshold", 3, 5, "ignore"),
-    "reconcile-stalled": (1, "LessThanThreshold", 1, 1, "breaching"),
+    "reconcile-stalled": (1, GE, 1, 1, "notBreaching"),
     "schedule-lag": (60, "GreaterThanThreshold", 2, 3, "notBreaching"),
     "database-unavailable": (1, GE, 3, 5, "notBreaching"),
     "executor-throttles": (1, GE, 3, 5, "notBreaching"),
-    "executor-events-dropped": (1, GE, 1, 1, "notBreaching"),
+    "executor-events-dropped": (1, GE, 3, 5, "notBreaching"),
     "ticks-dropped": (1, GE, 3, 5, "notBreaching"),
     "executor-dead-letters": (1, GE, 1, 1, "notBreaching"),
+    "occurrences-failed-or-skipped": (1, GE, 1, 1, "notBreaching"),
 }
+#: The alarms that heal themselves and go to the notice topic, not the paging one.
+NOTICES = {"executor-dead-letters"}
 
 
 def alarms(synthesized: Synthesized) -> dict[str, dict[str, Any]]:
@@ -48,7 +51,9 @@ def dimension(metric: dict[str, Any], name: str) -> Any:
 
 def test_each_alarm_is_m_out_of_n_with_missing_data_treated_as_designed(synthesized: Synthesized):
     found = alarms(synthesized)
-    (topic,) = synthesized.resources("AWS::SNS::Topic")
+    topics = synthesized.resources("AWS::SNS::Topic")
+    (paging,) = [t for t in topics if t.startswith("MonitoringAlarms")]
+    (notices,) = [t for t in topics if t.startswith("MonitoringNotices")]
 
     for suffix, (threshold, comparison, m, n, missing) in EVALUATION.items():
         alarm = found[suffix]
@@ -59,6 +64,7 @@ def test_each_alarm_is_m_out_of_n_with_missing_data_treated_as_designed(synthesi
             alarm["EvaluationPeriods"],
             alarm["TreatMissingData"],
         ) == (threshold, comparison, m, n, missing), suffix
+        topic = notices if suffix in NOTICES else paging
         assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": topic}], suffix
     for fn in ("reconcile", "claim", "execute", "api", "migrate"):
         assert found[f"{fn}-errors"]["TreatMissingData"] == "notBreaching"
@@ -103,6 +109,19 @@ def test_executor_throttles_and_dropped_events_are_lambdas_own_counts(synthesize
     assert {dimension(m, "FunctionName")["Ref"] for m in tick_stats} == ticks
 
 
+def test_api_wakes_dropped_are_not_counted_as_dropped_ticks(synthesized: Synthesized):
+    claim = synthesized.functions()["cronledger.aws.claim.handler"]
+    alarm = alarms(synthesized)["ticks-dropped"]
+    read = {q["Id"]: q["MetricStat"]["Metric"] for q in alarm["Metrics"] if "MetricStat" in q}
+    (expression,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
+    resource = json.dumps(dimension(read["m_wakes"], "Resource"))
+
+    assert expression == "SUM([m_reconcile, m_claim]) - FILL(m_wakes, 0)"
+    assert dimension(read["m_wakes"], "FunctionName") == {"Ref": claim}
+    assert claim in resource and ":wake" in resource  # Lambda's count for the wake alias
+    assert [d["Name"] for d in read["m_claim"]["Dimensions"]] == ["FunctionName"]
+
+
 def test_api_access_logs_are_json_naming_the_route_and_the_caller(synthesized: Synthesized):
     (stage,) = synthesized.resources("AWS::ApiGatewayV2::Stage").values()
     logged = json.loads(stage["AccessLogSettings"]["Format"])
@@ -131,10 +150,11 @@ def test_what_destroy_leaves_behind_is_what_the_readme_lists(synthesized: Synthe
         for logical_id, resource in resources.items()
         if resource.get("DeletionPolicy", "Delete") != "Delete"
     }
-    # the log groups each named by a function, the API's stage or the VPC's flow log
+    # the log groups each named by a function, the API's stage or the VPC's flow log; CDK's
+    # helper functions' own log groups are not kept
+    lambdas = synthesized.resources("AWS::Lambda::Function")
     writers = [
-        *(f["LoggingConfig"]["LogGroup"]["Ref"] for f in synthesized.resources(
-            "AWS::Lambda::Function").values() if "LoggingConfig" in f),
+        *(lambdas[f]["LoggingConfig"]["LogGroup"]["Ref"] for f in synthesized.functions().values()),
         *(s["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0] for s in
           synthesized.resources("AWS::ApiGatewayV2::Stage").values()),
         *(f["LogGroupName"]["Ref"] for f in synthesized.resources("AWS::EC2::FlowLog").values()),
@@ -147,8 +167,8 @@ def test_what_destroy_leaves_behind_is_what_the_readme_lists(synthesized: Synthe
     assert sorted(writers) == sorted(i for i, kind in kept.items() if kind.endswith("LogGroup"))
     assert len(set(writers)) == 7 == len(synthesized.functions()) + 2
     (key,) = [i for i, kind in kept.items() if kind == "AWS::KMS::Key"]
-    (topic,) = synthesized.resources("AWS::SNS::Topic").values()
-    assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+    for topic in synthesized.resources("AWS::SNS::Topic").values():
+        assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
     assert "| 7 log groups: the five functions', the API's access log, the VPC's flow log |" in (
         readme
     )
@@ -193,3 +213,16 @@ def test_an_express_machine_may_be_run_to_completion_where_it_may_be_started(
         tagged = [s for s in statements if action in _actions(s) and "Condition" in s]
         assert named, action
         assert tagged and "states:StartExecution" in _actions(tagged[0]), action
+
+
+def test_every_function_in_the_stack_cdks_helpers_included_logs_with_its_retention(
+    synthesized: Synthesized,
+):
+    groups = synthesized.resources("AWS::Logs::LogGroup")
+    functions = synthesized.resources("AWS::Lambda::Function")
+    helpers = set(functions) - set(synthesized.functions().values())
+
+    assert len(helpers) >= 3  # the trigger's provider, log retention's, the default SG's
+    for logical_id, function in functions.items():
+        group = function["LoggingConfig"]["LogGroup"]["Ref"]
+        assert groups[group]["RetentionInDays"] == 30, logical_id

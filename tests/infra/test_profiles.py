@@ -1,7 +1,9 @@
 """Each deployment profile makes what it promises (infra/cronledger_infra/profiles.py): `lean`
-no proxy, IAM straight to Aurora, no NAT and three endpoints in one AZ; `standard` (the default,
-`synthesized`) the proxy, one NAT, five endpoints in two AZs; `ha` a reader in the second AZ
-and a NAT per AZ. Each passes cfn-lint and cdk-nag like the default."""
+no proxy, IAM straight to Aurora, no NAT and three endpoints in one AZ, and no tracing unless
+X-Ray's endpoint is added; `lean-nat` no proxy, a NAT and no endpoint; `standard` (the default,
+`synthesized`) the proxy, one NAT, and only the two endpoints whose traffic must not depend on
+it; `ha` a reader in the second AZ and a NAT per AZ. Each passes cfn-lint and cdk-nag like the
+default. The VPC's range is the operator's to choose."""
 
 from __future__ import annotations
 
@@ -39,18 +41,34 @@ def _interface_services(synthesized: Synthesized) -> list[str]:
     )
 
 
-def test_standard_is_the_default_and_keeps_the_proxy_one_nat_and_five_endpoints_in_two_azs(
+def test_standard_is_the_default_with_the_proxy_one_nat_and_two_endpoints_in_two_azs(
     synthesized: Synthesized,
 ) -> None:
     assert CronledgerProps().profile == "standard"
     assert len(synthesized.resources("AWS::RDS::DBProxy")) == 1
     assert len(synthesized.resources("AWS::EC2::NatGateway")) == 1
-    assert _endpoint_subnets(synthesized) == [2] * 5
+    assert _interface_services(synthesized) == ["lambda", "secretsmanager"]
+    assert _endpoint_subnets(synthesized) == [2] * 2
+    assert all(_tracing(synthesized))
     assert len(synthesized.resources("AWS::RDS::DBInstance")) == 1
     assert all(v["CRONLEDGER_DB_PROXY"] == "true" for v in _variables(synthesized))
 
 
-@pytest.mark.parametrize("profile", ["lean", "ha"])
+def _tracing(synthesized: Synthesized) -> list[bool]:
+    """Per cronledger function, whether it traces (and Powertools' tracer is left on)."""
+    functions = synthesized.resources("AWS::Lambda::Function")
+    found = []
+    for logical_id in synthesized.functions().values():
+        active = functions[logical_id].get("TracingConfig") == {"Mode": "Active"}
+        disabled = functions[logical_id]["Environment"]["Variables"].get(
+            "POWERTOOLS_TRACE_DISABLED"
+        )
+        assert active != (disabled == "true"), logical_id
+        found.append(active)
+    return found
+
+
+@pytest.mark.parametrize("profile", ["lean", "lean_nat", "ha"])
 def test_each_profile_passes_cfn_lint_and_cdk_nag(
     profile: str, request: pytest.FixtureRequest
 ) -> None:
@@ -58,7 +76,7 @@ def test_each_profile_passes_cfn_lint_and_cdk_nag(
     matches = lint(
         json.dumps(synthesized.template), config=ManualArgs(regions=["us-east-1", "eu-west-1"])
     )
-    assert synthesized.profile == profile
+    assert synthesized.profile == profile.replace("_", "-")
     assert [str(m) for m in matches if m.rule.id.startswith("E")] == []
     assert synthesized.nag_failure is None, synthesized.nag_failure
 
@@ -120,7 +138,7 @@ def test_without_nat_the_endpoints_some_targets_need_can_be_added(tmp_path: Path
 def test_an_unknown_endpoint_is_refused_naming_every_choice() -> None:
     with pytest.raises(ValueError, match=r"vpc_endpoints \['ec2'\] unknown; choose from "
                        r"\['secretsmanager', 'lambda', 'states', 'sqs', 'events', 'ssm', "
-                       r"'sync-states'\]"):  # fmt: skip
+                       r"'sync-states', 'xray'\]"):  # fmt: skip
         CronledgerProps.from_context({"cronledger:vpc_endpoints": "lambda,secretsmanager,ec2"})
 
 
@@ -142,6 +160,50 @@ def test_ha_adds_a_reader_in_the_second_az_and_a_nat_per_az(ha: Synthesized) -> 
     assert _endpoint_subnets(ha) == [2] * 5
 
 
+def test_lean_nat_has_no_proxy_a_nat_and_no_interface_endpoint(lean_nat: Synthesized) -> None:
+    assert lean_nat.resources("AWS::RDS::DBProxy") == {}
+    assert len(lean_nat.resources("AWS::EC2::NatGateway")) == 1
+    assert _interface_services(lean_nat) == []
+    assert all(_tracing(lean_nat))  # through the NAT
+    assert all(v["CRONLEDGER_DB_PROXY"] == "false" for v in _variables(lean_nat))
+
+
+def test_lean_does_not_trace_as_x_ray_cannot_be_reached(lean: Synthesized) -> None:
+    assert not any(_tracing(lean))
+
+
+def test_lean_traces_once_the_x_ray_endpoint_is_added(tmp_path: Path) -> None:
+    traced = synthesize(
+        tmp_path, "lean", {"cronledger:vpc_endpoints": "lambda,secretsmanager,events,xray"}
+    )
+
+    assert "xray" in _interface_services(traced)
+    assert all(_tracing(traced))
+    assert traced.nag_failure is None, traced.nag_failure
+
+
+def test_the_vpc_takes_the_range_the_operator_chose(tmp_path: Path) -> None:
+    chosen = synthesize(tmp_path, "lean", {"cronledger:vpc_cidr": "172.20.0.0/20"})
+    (vpc,) = chosen.resources("AWS::EC2::VPC").values()
+    ingress = [
+        rule["CidrIp"]
+        for group in chosen.resources("AWS::EC2::SecurityGroup").values()
+        for rule in group.get("SecurityGroupIngress", [])
+        if "CidrIp" in rule
+    ]
+
+    assert vpc["CidrBlock"] == "172.20.0.0/20"
+    assert ingress == ["172.20.0.0/20"]  # the endpoints admit the VPC, whatever its range
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/24", "8.8.0.0/16", "fd00::/48", "ten"])
+def test_a_vpc_range_that_is_public_too_small_or_not_ipv4_is_refused(cidr: str) -> None:
+    with pytest.raises(ValueError, match="vpc_cidr"):
+        CronledgerProps.from_context({"cronledger:vpc_cidr": cidr})
+
+
 def test_an_unknown_profile_is_refused_naming_the_choices() -> None:
-    with pytest.raises(ValueError, match=r"profile must be one of \['lean', 'standard', 'ha'\]"):
+    with pytest.raises(
+        ValueError, match=r"profile must be one of \['lean', 'lean-nat', 'standard', 'ha'\]"
+    ):
         CronledgerProps.from_context({"cronledger:profile": "cheap"})

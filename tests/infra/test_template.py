@@ -82,7 +82,7 @@ def test_reconcile_and_claim_each_have_a_one_minute_rule(synthesized: Synthesize
     targeted = {
         _getatt_id(target["Arn"])
         for rule in synthesized.resources("AWS::Events::Rule").values()
-        if rule["ScheduleExpression"] == "rate(1 minute)" and rule["State"] == "ENABLED"
+        if rule.get("ScheduleExpression") == "rate(1 minute)" and rule["State"] == "ENABLED"
         for target in rule["Targets"]
     }
 
@@ -143,11 +143,37 @@ def test_only_claim_knows_and_may_invoke_the_executor(synthesized: Synthesized):
     assert invokers == told == {"cronledger.aws.claim.handler"}
 
 
-def test_only_the_api_knows_and_may_invoke_claim_to_wake_it(synthesized: Synthesized):
-    invokers, told = _invokers_and_told(
-        synthesized, "cronledger.aws.claim.handler", "CRONLEDGER_CLAIM_FUNCTION_NAME"
-    )
-    assert invokers == told == {"cronledger.aws.api.handler"}
+def test_only_the_api_knows_and_may_invoke_claim_to_wake_it_through_its_wake_alias(
+    synthesized: Synthesized,
+):
+    functions = synthesized.functions()
+    lambdas = synthesized.resources("AWS::Lambda::Function")
+    ((alias_id, alias),) = synthesized.resources("AWS::Lambda::Alias").items()
+    invokers = {
+        name
+        for name, logical_id in functions.items()
+        for statement in _statements(synthesized, _getatt_id(lambdas[logical_id]["Role"]))
+        if "lambda:InvokeFunction" in statement["Action"]
+        and alias_id in json.dumps(statement["Resource"])
+    }
+    told = {
+        name: variables["CRONLEDGER_CLAIM_FUNCTION_NAME"]
+        for name, logical_id in functions.items()
+        if "CRONLEDGER_CLAIM_FUNCTION_NAME"
+        in (variables := lambdas[logical_id]["Environment"]["Variables"])
+    }
+    (delivery,) = [
+        c
+        for c in synthesized.resources("AWS::Lambda::EventInvokeConfig").values()
+        if alias_id in json.dumps(c["Qualifier"])
+    ]
+
+    assert alias["FunctionName"] == {"Ref": functions["cronledger.aws.claim.handler"]}
+    assert alias["Name"] == "wake"
+    assert invokers == set(told) == {"cronledger.aws.api.handler"}
+    assert told["cronledger.aws.api.handler"] == {"Ref": alias_id}  # its qualified ARN
+    # a wake that cannot start within a minute is left to the next tick
+    assert (delivery["MaximumRetryAttempts"], delivery["MaximumEventAgeInSeconds"]) == (0, 60)
 
 
 def test_the_executor_reaches_only_named_or_tagged_targets(synthesized: Synthesized):
@@ -195,7 +221,7 @@ def test_every_api_route_requires_iam_and_the_stage_is_throttled(synthesized: Sy
 
 def test_the_backlog_alarm_watches_the_oldest_pending_age(synthesized: Synthesized):
     alarm = _alarm_on(synthesized, "OldestPendingAgeSeconds")
-    (topic,) = synthesized.resources("AWS::SNS::Topic")
+    (topic,) = [t for t in synthesized.resources("AWS::SNS::Topic") if "Alarms" in t]
 
     assert alarm["Namespace"] == "Cronledger"
     assert alarm["Dimensions"] == [{"Name": "service", "Value": "cronledger"}]
@@ -204,15 +230,29 @@ def test_the_backlog_alarm_watches_the_oldest_pending_age(synthesized: Synthesiz
     assert alarm["AlarmActions"] == [{"Ref": topic}]
 
 
-def test_a_reconcile_that_reports_nothing_is_alarmed(synthesized: Synthesized):
-    alarm = _alarm_on(synthesized, "ReconcileSucceeded")
+def test_a_reconcile_invoked_without_completing_a_pass_is_alarmed(synthesized: Synthesized):
+    (alarm,) = [
+        a
+        for a in synthesized.resources("AWS::CloudWatch::Alarm").values()
+        if a["AlarmName"].endswith("-reconcile-stalled")
+    ]
+    read = {q["Id"]: q["MetricStat"]["Metric"] for q in alarm["Metrics"] if "MetricStat" in q}
+    (expression,) = [q["Expression"] for q in alarm["Metrics"] if "Expression" in q]
 
-    assert alarm["TreatMissingData"] == "breaching"
-    assert alarm["ComparisonOperator"] == "LessThanThreshold"
-    assert alarm["Threshold"] == 1
+    assert read["invoked"]["MetricName"] == "Invocations"
+    assert read["invoked"]["Dimensions"] == [
+        {
+            "Name": "FunctionName",
+            "Value": {"Ref": synthesized.functions()["cronledger.aws.reconcile.handler"]},
+        }
+    ]
+    assert read["passed"]["MetricName"] == "ReconcileSucceeded"
+    assert expression == "IF(FILL(invoked, 0) > 0 AND FILL(passed, 0) < 1, 1, 0)"
+    # before the first tick there is neither, and a fresh installation pages nobody
+    assert alarm["TreatMissingData"] == "notBreaching"
 
 
-def test_dead_letters_and_each_functions_errors_are_alarmed(synthesized: Synthesized):
+def test_each_function_errors_and_each_dead_letter_sent_are_alarmed(synthesized: Synthesized):
     alarms = list(synthesized.resources("AWS::CloudWatch::Alarm").values())
     (queue,) = synthesized.resources("AWS::SQS::Queue")
     errored = {
@@ -221,10 +261,12 @@ def test_dead_letters_and_each_functions_errors_are_alarmed(synthesized: Synthes
         if alarm.get("MetricName") == "Errors"
         for dimension in alarm["Dimensions"]
     }
-    depth = [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
+    (sent,) = [a for a in alarms if a.get("MetricName") == "NumberOfMessagesSent"]
 
     assert errored == set(synthesized.functions().values())
-    assert [_getatt_id(d["Value"]) for d in depth[0]["Dimensions"]] == [queue]
+    assert [_getatt_id(d["Value"]) for d in sent["Dimensions"]] == [queue]
+    assert sent["Statistic"] == "Sum"
+    assert not [a for a in alarms if a.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
 
 
 def test_the_database_is_encrypted_private_and_reached_through_a_tls_iam_proxy(
@@ -235,7 +277,7 @@ def test_the_database_is_encrypted_private_and_reached_through_a_tls_iam_proxy(
 
     assert cluster["StorageEncrypted"] is True
     assert cluster["EnableIAMDatabaseAuthentication"] is True
-    assert cluster["DeletionProtection"] is True
+    assert cluster["DeletionProtection"] is False  # turned on last (test_first_deploy.py)
     assert cluster["Engine"] == "aurora-postgresql"
     assert "ServerlessV2ScalingConfiguration" in cluster
     assert proxy["RequireTLS"] is True
