@@ -5,6 +5,7 @@ out a database that is not answering yet and a secret whose rotation is under wa
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 
 import boto3
@@ -92,6 +93,31 @@ def test_the_statement_timeout_becomes_the_databases_default(
     migrate.handler({}, FakeContext("cronledger-migrate", 300_000))
 
     assert statement_timeout_default(fresh_database) == "12s"
+
+
+def test_with_an_application_role_the_timeout_is_the_roles_and_not_the_owners(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a stack that names the role the other functions connect as
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("CRONLEDGER_DB_APP_USER", role)
+    monkeypatch.setenv("CRONLEDGER_DB_STATEMENT_TIMEOUT_MS", "12000")
+    engine = sa.create_engine(fresh_database)
+    try:
+        # When migrate runs
+        migrate.handler({}, FakeContext("cronledger-migrate", 300_000))
+        with engine.connect() as conn:
+            settings = conn.execute(
+                sa.text("SELECT rolconfig FROM pg_roles WHERE rolname = :role"), {"role": role}
+            ).scalar_one()
+        # Then the role's sessions are held to it, and the owner's (an index build) are not
+        assert settings == ["statement_timeout=12000"]
+        assert statement_timeout_default(fresh_database) == "0"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP OWNED BY {role}"))
+            conn.execute(sa.text(f"DROP ROLE {role}"))
+        engine.dispose()
 
 
 def test_migrate_waits_out_a_database_that_refuses_connections_at_first(

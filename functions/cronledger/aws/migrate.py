@@ -115,19 +115,23 @@ def owner() -> Ledger:
 
 
 def migrate(ledger: Ledger, statement_timeout_ms: int, until: float | None = None) -> None:
-    ledger.make_statement_timeout_default(statement_timeout_ms)
+    role = os.environ.get(APP_USER, "").strip()
+    if not role:
+        # One user for everything: the timeout becomes the database's default.
+        ledger.make_statement_timeout_default(statement_timeout_ms)
     ledger.migrate(until=until)
-    ensure_application_role(ledger)
+    ensure_application_role(ledger, statement_timeout_ms)
 
 
-def ensure_application_role(ledger: Ledger) -> None:
+def ensure_application_role(ledger: Ledger, statement_timeout_ms: int) -> None:
     """Grant the application role, when the stack names one (a database outside the stack,
-    reached with CRONLEDGER_DATABASE_URL, may not want one)."""
+    reached with CRONLEDGER_DATABASE_URL, may not want one), with the statement timeout as
+    its own default: the schema's owner, building an index, is never held to it."""
     role = os.environ.get(APP_USER, "").strip()
     if not role:
         logger.info(f"{APP_USER} is not set: no application role to grant")
         return
-    grant_application_role(ledger, role)
+    grant_application_role(ledger, role, statement_timeout_ms=statement_timeout_ms)
     logger.info("the application role may use the cron_* tables", extra={"role": role})
 
 

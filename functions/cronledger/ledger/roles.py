@@ -29,8 +29,12 @@ _ROW_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE"
 _SEQUENCE_PRIVILEGES = "USAGE, SELECT, UPDATE"
 
 
-def grant_application_role(ledger: Ledger, role: str) -> None:
-    """Create `role` if it does not exist and give it exactly the rights above (PostgreSQL)."""
+def grant_application_role(
+    ledger: Ledger, role: str, *, statement_timeout_ms: int | None = None
+) -> None:
+    """Create `role` if it does not exist and give it exactly the rights above (PostgreSQL);
+    with `statement_timeout_ms`, that is the role's default for its sessions (set on the
+    role, since RDS Proxy takes no startup parameters and pins a session that runs SET)."""
     if not ROLE_NAME.fullmatch(role):
         raise ValueError(f"{role!r} is not a role name: lowercase letters, digits and '_'")
     if ledger.engine.dialect.name != "postgresql":
@@ -65,6 +69,11 @@ def grant_application_role(ledger: Ledger, role: str) -> None:
         for sequence in _owned_by_schema(conn, schema, "S"):
             conn.execute(
                 sa.text(f"GRANT {_SEQUENCE_PRIVILEGES} ON SEQUENCE {quote(sequence)} TO {name}")
+            )
+        if statement_timeout_ms is not None:
+            # A utility statement takes no bind parameters: the name is checked above.
+            conn.execute(
+                sa.text(f"ALTER ROLE {name} SET statement_timeout = {int(statement_timeout_ms)}")
             )
 
 
