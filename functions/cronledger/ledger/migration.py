@@ -72,6 +72,7 @@ def upgrade(conn: sa.Connection, *, until: float | None = None) -> None:
             )
             return
         config.attributes["connection"] = conn
+        config.attributes["until"] = until  # for a revision's batched backfill
         _upgrade_retrying_locks(conn, config, until)
     except sa.exc.DBAPIError as exc:
         if budget is not None and sqlstate(exc) == QUERY_CANCELED:

@@ -13,10 +13,17 @@ and a single writer; it builds the index plainly in the revision's transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+from cronledger.ledger.models import DeadlineReached
+
+#: Rows one batch of a backfill updates: small enough that each batch is short and its locks
+#: brief, large enough that a table of tens of millions takes thousands of batches, not more.
+BACKFILL_BATCH = 10_000
 
 
 def create_index_online(
@@ -61,3 +68,61 @@ def _invalid_index(name: str) -> bool:
         .scalar_one_or_none()
     )
     return found is False
+
+
+def backfill_online(
+    table: str, values: str, pending: str, *, key: str = "id", batch: int = BACKFILL_BATCH
+) -> int:
+    """From a revision: `backfill_in_batches` on the migration's connection, within the
+    deadline the migration was given (`Ledger.migrate(until=…)`)."""
+    context = op.get_context()
+    until = context.config.attributes.get("until") if context.config is not None else None
+    if context.as_sql:  # an offline script: one statement shows what runs
+        op.execute(_batch_statement(table, values, pending, key, batch))
+        return 0
+    if context.dialect.name != "postgresql":
+        return backfill_in_batches(op.get_bind(), table, values, pending, key=key, batch=batch)
+    with context.autocommit_block():
+        op.execute("COMMIT")  # see `create_index_online`
+        return backfill_in_batches(
+            op.get_bind(), table, values, pending, key=key, batch=batch, until=until
+        )
+
+
+def backfill_in_batches(
+    conn: sa.Connection,
+    table: str,
+    values: str,
+    pending: str,
+    *,
+    key: str = "id",
+    batch: int = BACKFILL_BATCH,
+    until: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """`UPDATE table SET values` on the rows `pending` selects, `batch` rows a statement, each
+    committed on its own (the connection is in autocommit, or SQLite's single writer holds
+    the whole revision anyway): a large table is never rewritten in one transaction that a
+    function's deadline would roll back whole. `pending` must exclude the rows already done,
+    so a run stopped at `until` on `clock` (`DeadlineReached`) resumes where it stopped the
+    next time the revision runs. Answers the rows updated."""
+    statement = _batch_statement(table, values, pending, key, batch)
+    done = 0
+    while True:
+        if until is not None and clock() >= until:
+            raise DeadlineReached(
+                f"backfilling {table} stopped at its deadline after {done} row(s); the next "
+                "migration resumes it"
+            )
+        count = conn.execute(statement).rowcount
+        done += count
+        if count < batch:
+            return done
+
+
+def _batch_statement(table: str, values: str, pending: str, key: str, batch: int) -> sa.TextClause:
+    # Names and conditions come from a revision's own source, never from input.
+    return sa.text(
+        f"UPDATE {table} SET {values} WHERE {key} IN "
+        f"(SELECT {key} FROM {table} WHERE {pending} LIMIT {int(batch)})"
+    )
