@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from cronledger.ledger import Ledger
 from cronledger.ledger.tables import singletons
+from tests.ledger.helpers import empty_tables
 
 STEP_SECS = 10.0
 
@@ -30,6 +31,7 @@ def bump(conn: sa.Connection, key: str, by: int) -> None:
 
 def test_a_write_aborted_by_a_deadlock_is_run_again_and_written_once(pg_ledger: Ledger) -> None:
     # Given two rows, and a peer transaction that holds the lock on "b" and will want "a"
+    empty_tables(pg_ledger)  # the run's database is shared by the tests of this worker
     with pg_ledger.engine.begin() as conn:
         conn.execute(
             sa.insert(singletons),
