@@ -322,16 +322,14 @@ function shownChannels() {
 }
 
 function render() {
-  // Where each strip was scrolled to, from its newest end, so a redraw keeps the reader's place.
-  const scrolled = new Map([...document.querySelectorAll(".timeline")].map((t) => {
-    const past = t.querySelector(".past");
-    return [t.dataset.id, past.scrollWidth - past.clientWidth - past.scrollLeft];
-  }));
+  // Where each strip was scrolled to, from its newest end (scrollLeft 0, negative further
+  // back: the strip is row-reverse), so a redraw keeps the reader's place.
+  const scrolled = new Map([...document.querySelectorAll(".timeline")].map((t) => [t.dataset.id, t.querySelector(".past").scrollLeft]));
   const shown = shownChannels();
   $("#channels tbody").replaceChildren(...shown.map(channelRow));
   for (const t of document.querySelectorAll(".timeline")) {
     const past = t.querySelector(".past");
-    past.scrollLeft = past.scrollWidth - past.clientWidth - (scrolled.get(t.dataset.id) || 0);
+    past.scrollLeft = scrolled.get(t.dataset.id) || 0;
     markClipped(past);
   }
   $("#empty").hidden = state.channels.length > 0;
@@ -354,10 +352,12 @@ function dl(pairs) {
 }
 
 function showPanel(...content) {
-  const panel = $("#panel"), top = panel.scrollTop;
+  const panel = $("#panel"), top = panel.scrollTop, opening = panel.hidden;
   $("#panel-body").replaceChildren(...content.flat());
   panel.hidden = false;
   panel.scrollTop = top; // a refresh redraws it in place
+  // Where the panel is a sheet over the page, keep the chosen row above it.
+  if (opening) { const row = $("#channels tr.selected") || $(".cell.selected"); if (row) row.scrollIntoView({ block: "nearest" }); }
 }
 
 // The panel open, redrawn from the ledger (after an action, and on every refresh).
