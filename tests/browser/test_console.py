@@ -208,6 +208,35 @@ def test_the_dst_days_of_the_coming_month_are_marked_as_the_tz_database_says(
         assert marked == expected, zone
 
 
+def test_the_coming_month_marks_the_days_each_channel_fires_on(console: Console) -> None:
+    # Given a channel that fires on Mondays at 09:00 UTC, and one that fires every minute
+    console.channel("mondays", OK_TARGET, schedule="0 0 9 * * MON")
+    console.channel("minutely", OK_TARGET, schedule="0 * * * * *")
+
+    # When the page is drawn
+    console.open()
+    marked = """return [...document.querySelectorAll(
+                  `.timeline[data-channel='${arguments[0]}'] .day`)].map((d) => d.className)"""
+    fires = (
+        "return [...document.querySelectorAll(`.timeline[data-channel='${arguments[0]}'] "
+        ".day.fire:not(.likely)`)].map((d) => d.dataset.fire)"
+    )
+    console.wait(lambda d: d.execute_script(fires, "mondays"))
+
+    # Then the Mondays of the next 31 days are marked, and only they
+    now = datetime.now(UTC)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    mondays = [
+        day.date().isoformat()
+        for day in (today + timedelta(days=i) for i in range(31))
+        if day.weekday() == 0 and day.replace(hour=9) > now
+    ]
+    assert console.driver.execute_script(fires, "mondays") == mondays
+    # …and every day for the one firing every minute (past its hundredth instant: "likely")
+    console.wait(lambda d: all(" fire" in c for c in d.execute_script(marked, "minutely")))
+    assert len(console.driver.execute_script(marked, "minutely")) == 31
+
+
 def _offset(zone: str, at: datetime) -> timedelta | None:
     return at.astimezone(ZoneInfo(zone)).utcoffset()
 

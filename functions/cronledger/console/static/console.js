@@ -7,6 +7,7 @@ const API = "/api/v1/admin";
 const STRIP = 60; // occurrences per channel timeline, and how many more "older" shows
 const AHEAD = 10; // pending cells drawn after "now"
 const MISFIRES = 1000; // the newest misfire summaries over all channels, read once a refresh
+const PREVIEW = 100; // instants read (once per channel version and day) to mark its fire days
 const REFRESH_MS = 3000;
 const STATUSES = ["completed", "failed", "skipped_misfire", "skipped_singleton", "running", "claimed", "pending", "cancelled"];
 const EVENTS = 20; // recent events in a channel's panel
@@ -15,6 +16,7 @@ const ALERTS = { "occurrence.failed": "failed", "occurrence.abandoned": "abandon
 const state = {
   channels: [], strips: new Map(), totals: new Map(), depth: new Map(), misfires: new Map(),
   status: new Map(), alerts: new Map(), selected: null, panel: null, utc: true, busy: null,
+  fireDays: new Map(), // channel_id → { asked: version@day, days: Set of UTC dates, until: last instant read }
   view: { search: "", filter: "", sort: "name" },
 };
 
@@ -208,13 +210,15 @@ function timeline(channel, strip) {
   const past = rows.filter((o) => new Date(o.scheduled_for).getTime() <= Date.now() || o.status !== "pending");
   const ahead = rows.filter((o) => !past.includes(o));
   const pinned = pinnedSummaries(channel, past);
-  const nextDay = channel.compiled && channel.compiled.next_fire_at ? channel.compiled.next_fire_at.slice(0, 10) : null;
+  const fires = fireDays(channel);
   const days = comingDays(zone).map((d) => {
     const date = d.date.toISOString().slice(0, 10);
+    // Past the last instant read (a busy schedule's hundredth), a day is "likely", not known.
+    const fire = !fires ? "" : fires.days.has(date) ? " fire" : fires.until && date > fires.until ? " fire likely" : "";
     return el("span", {
-      class: `day${d.change ? " dst" : ""}${date === nextDay ? " fire" : ""}`,
-      title: `${date}${d.change ? ` · ${zone}: clocks go ${d.change > 0 ? "forward" : "back"} ${Math.abs(d.change)} min` : ""}${date === nextDay ? " · next fire" : ""}`,
-      dataset: d.change ? { dst: date } : {},
+      class: `day${d.change ? " dst" : ""}${fire}`,
+      title: `${date}${d.change ? ` · ${zone}: clocks go ${d.change > 0 ? "forward" : "back"} ${Math.abs(d.change)} min` : ""}${fire ? (fire.includes("likely") ? " · fires (beyond the preview)" : " · fires") : ""}`,
+      dataset: { ...(d.change ? { dst: date } : {}), ...(fire === " fire" ? { fire: date } : {}) },
     });
   });
   const ended = statusOf(channel) === "ended";
@@ -230,6 +234,46 @@ function timeline(channel, strip) {
       ahead.length > AHEAD ? el("span", { class: "muted more" }, `+${ahead.length - AHEAD}`) : null,
       ended ? el("span", { class: "muted ended-note" }, "no instant left")
         : el("span", { class: "days", title: `the next 31 days in ${zone}` }, days)));
+}
+
+// The days a channel fires on, from its preview: read once per version and day, in the
+// background (a page of 200 channels asks for them a few at a time, never on every refresh).
+function fireDays(channel) {
+  if (channel.status !== "active") return null;
+  const key = `${channel.version}@${new Date().toISOString().slice(0, 10)}`;
+  const known = state.fireDays.get(channel.channel_id) || {};
+  if (known.asked !== key) wantPreview(channel.channel_id, key);
+  return known.days ? known : null;
+}
+
+const previewQueue = [];
+let previewsRunning = 0;
+function wantPreview(channelId, key) {
+  state.fireDays.set(channelId, { ...(state.fireDays.get(channelId) || {}), asked: key });
+  previewQueue.push([channelId, key]);
+  while (previewsRunning < 3 && previewQueue.length) readPreview(...previewQueue.shift());
+}
+
+async function readPreview(channelId, key) {
+  previewsRunning += 1;
+  try {
+    const preview = (await api("GET", `channels/${enc(channelId)}/preview?count=${PREVIEW}`)).data;
+    const dates = preview.instants.map((i) => i.utc.slice(0, 10));
+    const full = preview.instants.length === PREVIEW;
+    state.fireDays.set(channelId, { asked: key, days: new Set(dates), until: full ? dates[dates.length - 1] : null });
+  } catch (_) {
+    state.fireDays.set(channelId, { asked: key, days: null });
+  } finally {
+    previewsRunning -= 1;
+    if (previewQueue.length) readPreview(...previewQueue.shift());
+    else redrawSoon();
+  }
+}
+
+let redrawTimer = null;
+function redrawSoon() {
+  clearTimeout(redrawTimer);
+  redrawTimer = setTimeout(render, 50);
 }
 
 // A misfire summary scrolled past either edge sticks to that edge (CSS `position: sticky`);
@@ -343,7 +387,7 @@ function legend() {
   $("#legend").replaceChildren(...Object.entries(names).map(([status, label]) =>
     el("span", {}, el("span", { class: `cell ${status}` }), label)),
   el("span", {}, el("span", { class: "cell skipped_misfire clipped" }), "summary held in view"),
-  el("span", {}, el("span", { class: "day fire" }), "next fire"),
+  el("span", {}, el("span", { class: "day fire" }), "fires that day"),
   el("span", {}, el("span", { class: "day dst" }), "DST change"));
 }
 
