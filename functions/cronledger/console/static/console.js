@@ -174,7 +174,8 @@ function withTicks(rows, cells) {
   const out = [];
   let last = -Infinity;
   rows.forEach((o, i) => {
-    if (i > 0 && Math.floor(times[i] / step) !== Math.floor(times[i - 1] / step) && i - last >= 5) {
+    // Not in the last two cells: a label there would hang past the newest end.
+    if (i > 0 && i < rows.length - 2 && Math.floor(times[i] / step) !== Math.floor(times[i - 1] / step) && i - last >= 5) {
       const at = new Date(Math.floor(times[i] / step) * step);
       out.push(el("span", { class: "tick", title: time(at.toISOString()), dataset: { at: at.toISOString() } },
         el("span", { class: "tick-label" }, tickLabel(at, step))));
@@ -383,10 +384,10 @@ function render() {
 }
 
 function legend() {
-  const names = { completed: "completed", failed: "failed", skipped_misfire: "skipped (misfire summary)", skipped_singleton: "skipped (overlap)", running: "running", pending: "pending", cancelled: "cancelled" };
+  const names = { completed: "completed", failed: "failed", skipped_misfire: "misfire summary", skipped_singleton: "skipped (overlap)", running: "running", pending: "pending", cancelled: "cancelled" };
   $("#legend").replaceChildren(...Object.entries(names).map(([status, label]) =>
     el("span", {}, el("span", { class: `cell ${status}` }), label)),
-  el("span", {}, el("span", { class: "cell skipped_misfire clipped" }), "summary held in view"),
+  el("span", {}, el("span", { class: "cell skipped_misfire clipped" }), "summary kept in view"),
   el("span", {}, el("span", { class: "day fire" }), "fires that day"),
   el("span", {}, el("span", { class: "day dst" }), "DST change"));
 }
