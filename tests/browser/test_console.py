@@ -296,9 +296,12 @@ def test_cancel_on_a_pending_occurrence_and_resume_on_a_paused_channel(console: 
     console.wait(lambda d: d.find_element("id", "cancel").is_enabled())
     console.click("#cancel")
     console.wait(lambda d: console.ledger.get_occurrence(waiting.id).status == "cancelled")
+    status = "return document.querySelector('#panel dl .badge')?.textContent"
+    console.wait(lambda d: d.execute_script(status) == "cancelled")  # the panel too
     console.click('#channels tr[data-channel="nightly"] button.act:not(.primary)')
 
-    # Then the row is cancelled, the channel active again, and the page shows both
+    # Then the row is cancelled (its panel says so), the channel active again, and the page
+    # shows both
     console.wait(lambda d: console.ledger.get_channel(channel_id).status == "active")
     console.wait(lambda d: [c["status"] for c in console.cells("nightly")] == ["cancelled"])
     badge = """return document.querySelector('#channels tr[data-channel="nightly"] .badge')
