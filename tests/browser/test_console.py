@@ -5,7 +5,10 @@ Invariant: the page loads with no console error and asks nothing of any other or
 channel's timeline shows each occurrence in its status's colour, misfire summaries as such,
 and the DST days of the coming month; a channel with an open alert is flagged and its panel
 lists its events; an event's console link opens its panel; retry on a failed occurrence makes
-it run again; the
+it run again, and its panel follows the row to its end; a misfire summary stays in view however
+many runs follow it; the strip's axis ticks fall between the runs they separate; search,
+filters and sort narrow 200 channels; at 1280 and 800 px the strip stays in view beside (or
+above) the panel; an ended one-time channel reads "ended", a draft offers "Activate"; the
 page draws every channel with 10,000 occurrences in the ledger (how fast is a benchmark's
 figure: `python -m tests.bench console`).
 
@@ -205,6 +208,35 @@ def test_the_dst_days_of_the_coming_month_are_marked_as_the_tz_database_says(
         assert marked == expected, zone
 
 
+def test_the_coming_month_marks_the_days_each_channel_fires_on(console: Console) -> None:
+    # Given a channel that fires on Mondays at 09:00 UTC, and one that fires every minute
+    console.channel("mondays", OK_TARGET, schedule="0 0 9 * * MON")
+    console.channel("minutely", OK_TARGET, schedule="0 * * * * *")
+
+    # When the page is drawn
+    console.open()
+    marked = """return [...document.querySelectorAll(
+                  `.timeline[data-channel='${arguments[0]}'] .day`)].map((d) => d.className)"""
+    fires = (
+        "return [...document.querySelectorAll(`.timeline[data-channel='${arguments[0]}'] "
+        ".day.fire:not(.likely)`)].map((d) => d.dataset.fire)"
+    )
+    console.wait(lambda d: d.execute_script(fires, "mondays"))
+
+    # Then the Mondays of the next 31 days are marked, and only they
+    now = datetime.now(UTC)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    mondays = [
+        day.date().isoformat()
+        for day in (today + timedelta(days=i) for i in range(31))
+        if day.weekday() == 0 and day.replace(hour=9) > now
+    ]
+    assert console.driver.execute_script(fires, "mondays") == mondays
+    # …and every day for the one firing every minute (past its hundredth instant: "likely")
+    console.wait(lambda d: all(" fire" in c for c in d.execute_script(marked, "minutely")))
+    assert len(console.driver.execute_script(marked, "minutely")) == 31
+
+
 def _offset(zone: str, at: datetime) -> timedelta | None:
     return at.astimezone(ZoneInfo(zone)).utcoffset()
 
@@ -264,9 +296,12 @@ def test_cancel_on_a_pending_occurrence_and_resume_on_a_paused_channel(console: 
     console.wait(lambda d: d.find_element("id", "cancel").is_enabled())
     console.click("#cancel")
     console.wait(lambda d: console.ledger.get_occurrence(waiting.id).status == "cancelled")
+    status = "return document.querySelector('#panel dl .badge')?.textContent"
+    console.wait(lambda d: d.execute_script(status) == "cancelled")  # the panel too
     console.click('#channels tr[data-channel="nightly"] button.act:not(.primary)')
 
-    # Then the row is cancelled, the channel active again, and the page shows both
+    # Then the row is cancelled (its panel says so), the channel active again, and the page
+    # shows both
     console.wait(lambda d: console.ledger.get_channel(channel_id).status == "active")
     console.wait(lambda d: [c["status"] for c in console.cells("nightly")] == ["cancelled"])
     badge = """return document.querySelector('#channels tr[data-channel="nightly"] .badge')
@@ -297,6 +332,268 @@ def test_a_channels_panel_previews_its_next_fires_in_utc_local_and_due_time(
         # …and when its row falls due, within the jitter after it
         assert at <= datetime.fromisoformat(due.replace("Z", "+00:00")) < at + timedelta(minutes=10)
     assert expected.name in console.driver.find_element("id", "panel").text
+
+
+#: Where a cell is drawn, and whether it is what the browser shows at its centre (not hidden
+#: under a sticky neighbour, nor scrolled out of its strip).
+IN_VIEW = """
+const cell = arguments[0], past = cell.closest('.timeline');
+const box = cell.getBoundingClientRect(), strip = past.getBoundingClientRect();
+const top = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+return { left: box.left, right: box.right, width: box.width, stripLeft: strip.left,
+         stripRight: strip.right, onTop: top === cell || cell.contains(top),
+         classes: [...cell.classList], text: cell.textContent };
+"""
+
+
+def _every_5_s(console: Console, name: str, outage_ago: timedelta, newer: int) -> None:
+    """A channel firing every 5 s: a misfire summary for a 2-minute outage `outage_ago`, then
+    `newer` completed runs 5 s apart up to now, seeded straight into the ledger."""
+    channel = console.ledger.get_channel(console.channel(name, OK_TARGET, schedule="*/5 * * * * *"))
+    now = datetime.now(UTC).replace(microsecond=0)
+    now -= timedelta(seconds=now.second % 5)
+    console.ledger.insert_occurrence(
+        NewOccurrence.of(
+            channel,
+            now - outage_ago,
+            None,
+            status=SKIPPED_MISFIRE,
+            error_message='skipped 24 missed occurrence(s) (misfire_policy "latest")',
+        )
+    )
+    console.ledger.insert_occurrences(
+        NewOccurrence.of(channel, now - timedelta(seconds=5 * i), None, status="completed")
+        for i in range(newer)
+    )
+
+
+def test_a_5_s_channels_misfire_summary_stays_in_view_after_an_hour_of_newer_runs(
+    console: Console,
+) -> None:
+    # Given a 5 s channel whose 2-minute outage was an hour ago (720 runs since), and one
+    # whose outage was 100 runs ago
+    _every_5_s(console, "hour-ago", timedelta(minutes=62), newer=720)
+    _every_5_s(console, "minutes-ago", timedelta(seconds=5 * 100 + 2), newer=300)
+
+    # When the page is drawn, and the second strip paged back once (120 runs read: the
+    # summary among them, scrolled past the strip's left edge)
+    console.driver.set_window_size(1500, 760)
+    console.open()
+    console.click('.timeline[data-channel="minutes-ago"] button.older')
+    console.wait(lambda d: len(console.cells("minutes-ago")) == 120)
+
+    # Then each summary is drawn inside its strip, on top, and marked as held there: the
+    # hour-old one pinned before the strip, the other stuck to its edge
+    for name, mark in (("hour-ago", "pinned"), ("minutes-ago", "clipped")):
+        selector = f'.timeline[data-channel="{name}"] .cell.skipped_misfire'
+        summary = console.driver.find_element("css selector", selector)
+        shown = console.driver.execute_script(IN_VIEW, summary)
+        assert shown["text"] == "24 missed", name
+        assert shown["width"] > 30, name
+        assert shown["stripLeft"] <= shown["left"] < shown["right"] <= shown["stripRight"], name
+        assert shown["onTop"], name
+        assert mark in shown["classes"], name
+    # …and the hour-old one's 60 newer runs drawn after it, the rest a click away
+    statuses = [c["status"] for c in console.cells("hour-ago")]
+    assert statuses == ["skipped_misfire", *["completed"] * 60]
+    older = console.driver.find_element(
+        "css selector", '.timeline[data-channel="hour-ago"] button.older'
+    )
+    assert older.text == "\u2039 661"  # "older": 721 runs, 60 drawn
+
+
+def test_the_strips_time_axis_ticks_fall_between_the_runs_they_separate(
+    console: Console,
+) -> None:
+    # Given a 5 s channel with 60 runs
+    _every_5_s(console, "five", timedelta(hours=2), newer=60)
+
+    # When the page is drawn
+    console.driver.set_window_size(1500, 760)
+    console.open()
+
+    # Then the strip has ticks every 30 s, each between the runs before and after it
+    ticks = console.driver.execute_script(
+        """return [...document.querySelectorAll('.timeline[data-channel="five"] .tick')]
+           .map((t) => [t.previousElementSibling.dataset.at, t.dataset.at,
+                        t.nextElementSibling.dataset.at, t.textContent])"""
+    )
+    assert len(ticks) >= 6
+    for before, at, after, label in ticks:
+        tick = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        assert _at(before) < tick <= _at(after)
+        assert tick.second % 30 == 0 and label == tick.strftime("%H:%M:%S")
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+ROWS_SHOWN = """return [...document.querySelectorAll('#channels tbody tr.channel')]
+                .map((r) => r.dataset.channel)"""
+
+
+def test_search_and_filters_narrow_a_table_of_two_hundred_channels(console: Console) -> None:
+    # Given 200 channels: every tenth paused, four drafts, three whose latest run failed
+    names = [f"job-{i:03d}" for i in range(200)]
+    paused, drafts, failing = names[::10], ["job-001", "job-051", "job-101", "job-151"], []
+    for name in names:
+        status = "paused" if name in paused else "draft" if name in drafts else "active"
+        console.ledger.create_channel(name, {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000, status)
+    for name in ("job-007", "job-077", "job-177"):
+        channel = console.ledger.get_channel_by_name(name)
+        at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+        console.ledger.insert_occurrence(NewOccurrence.of(channel, at, None, status=FAILED))
+        failing.append(name)
+    console.driver.set_window_size(1500, 760)
+    console.open(timeout=60)
+    assert console.driver.execute_script(ROWS_SHOWN) == names
+
+    def shown(expected: list[str]) -> None:
+        console.wait(lambda d: d.execute_script(ROWS_SHOWN) == expected)
+        count = console.driver.find_element("id", "shown").text
+        assert count == f"{len(expected)} of 200 channels"
+
+    # When a name is searched for, then each filter chosen, then a sort
+    search = console.driver.find_element("id", "search")
+    search.send_keys("07")
+    shown([n for n in names if "07" in n])
+    search.clear()
+    search.send_keys("JOB-19")  # case does not matter
+    shown([n for n in names if n.startswith("job-19")])
+    search.clear()
+    console.driver.execute_script("arguments[0].dispatchEvent(new Event('input'))", search)
+
+    from selenium.webdriver.support.ui import Select
+
+    choose = Select(console.driver.find_element("id", "filter"))
+    choose.select_by_value("paused")
+    shown(paused)
+    choose.select_by_value("draft")
+    shown(drafts)
+    choose.select_by_value("failing")
+    shown(failing)
+    search.send_keys("77")
+    shown(["job-077", "job-177"])  # search and filter together
+
+    # Then failing first puts the three on top of all 200
+    search.clear()
+    console.driver.execute_script("arguments[0].dispatchEvent(new Event('input'))", search)
+    choose.select_by_value("")
+    Select(console.driver.find_element("id", "sort")).select_by_value("failing")
+    console.wait(lambda d: d.execute_script(ROWS_SHOWN)[:3] == failing)
+    assert sorted(console.driver.execute_script(ROWS_SHOWN)) == names
+    # …and a failing row reads so
+    last = """return document.querySelector('#channels tr[data-channel="job-007"] .last .badge')
+              .textContent"""  # read in one step: a refresh may redraw the row at any time
+    assert console.driver.execute_script(last) == "failed"
+
+
+GEOMETRY = """
+const rect = (el) => { const r = el.getBoundingClientRect();
+  return { left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width }; };
+const row = document.querySelector(`#channels tr[data-channel="${arguments[0]}"]`);
+const cells = row.querySelectorAll('.past .cell');
+return { strip: rect(row.querySelector('.past')), newest: rect(cells[cells.length - 1]),
+         now: rect(row.querySelector('.now')), actions: rect(row.querySelector('.actions')),
+         panel: rect(document.getElementById('panel')), width: innerWidth, height: innerHeight,
+         page: document.documentElement.scrollWidth };
+"""
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_at_1280_and_800_px_the_strip_stays_in_view_with_the_panel_open(
+    console: Console, width: int
+) -> None:
+    # Given a channel with a long history, and its panel open in a window `width` wide
+    channel = console.ledger.get_channel(
+        console.channel("nightly-report", OK_TARGET, timezone="Europe/London")
+    )
+    now = datetime.now(UTC).replace(microsecond=0)
+    console.ledger.insert_occurrences(
+        NewOccurrence.of(channel, now - timedelta(days=i + 1), None, status="completed")
+        for i in range(40)
+    )
+    console.driver.set_window_size(width, 760)
+    console.open()
+    console.click('#channels tr[data-channel="nightly-report"] .name')
+    console.wait(lambda d: "nightly-report" in d.find_element("id", "panel").text)
+
+    # When it is measured
+    box = console.driver.execute_script(GEOMETRY, "nightly-report")
+    strip, newest, panel = box["strip"], box["newest"], box["panel"]
+
+    # Then nothing is wider than the window, the strip has room, and its newest cell and
+    # the actions are in the window
+    assert box["page"] <= box["width"]
+    assert strip["width"] >= 200
+    assert strip["left"] >= 0 and strip["right"] <= box["width"]
+    assert strip["left"] <= newest["left"] and newest["right"] <= strip["right"]
+    assert box["actions"]["right"] <= box["width"]
+    if width == 1280:
+        # …beside the panel, not under it
+        assert box["now"]["right"] <= box["actions"]["right"] <= panel["left"]
+    else:
+        # …above the panel, which is a sheet over the lower part of the window
+        assert newest["bottom"] <= panel["top"] and panel["bottom"] <= box["height"] + 1
+
+
+def test_the_occurrence_panel_shows_the_run_that_follows_a_retry(console: Console) -> None:
+    # Given a failed occurrence, its panel open
+    console.channel("flaky", {"type": "python", "callable": "tests.api.jobs:fail_first"})
+    channel = console.ledger.get_channel_by_name("flaky")
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    console.ledger.insert_occurrence(NewOccurrence.of(channel, at, None, trigger="backfill"))
+    console.scheduler.run_due()
+    (failed,) = console.ledger.list_occurrences().data
+    console.driver.set_window_size(1500, 760)
+    console.open()
+    console.click(f'.cell[data-id="{failed.id}"]')
+    status = "return document.querySelector('#panel dl .badge')?.textContent"
+    # Read in one step: the panel is redrawn on every refresh.
+    retry_disabled = "return document.getElementById('retry').disabled"
+    console.wait(lambda d: d.execute_script(status) == "failed")
+
+    # When Retry is clicked, and then the scheduler runs it (no click on the page)
+    console.click("#retry")
+    console.wait(lambda d: d.execute_script(status) == "pending")
+    assert console.driver.execute_script(retry_disabled)
+    assert console.scheduler.run_due() == 1
+
+    # Then the panel follows: completed, as the second attempt, nothing left to retry
+    console.wait(lambda d: d.execute_script(status) == "completed", timeout=15)
+    panel = "return document.getElementById('panel').innerText"
+    assert "attempt\n2" in console.driver.execute_script(panel)
+    assert console.driver.execute_script(retry_disabled)
+
+
+def test_an_ended_one_time_channel_shows_ended_and_a_draft_offers_activate(
+    console: Console,
+) -> None:
+    # Given a one-time channel that has fired (its cursor parked), and a draft
+    at = (console.ledger.db_now() + timedelta(seconds=2)).replace(microsecond=0)
+    once = {"at": at.strftime("%Y-%m-%dT%H:%M:%S"), "timezone": "UTC"}
+    console.ledger.create_channel("once", once, OK_TARGET, 5000, "active")
+    console.scheduler.reconcile()
+    console.wait(lambda d: console.ledger.db_now() >= at)
+    console.scheduler.reconcile()
+    assert console.scheduler.run_due() == 1
+    console.ledger.create_channel("drafted", {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000)
+
+    # When the page is drawn
+    console.driver.set_window_size(1500, 760)
+    console.open()
+    label = """const row = document.querySelector(`#channels tr[data-channel="${arguments[0]}"]`);
+               return [row.querySelector('.badge').textContent,
+                       [...row.querySelectorAll('.actions button')].map((b) => b.textContent)]"""
+
+    # Then the one-time channel reads "ended", with nothing to pause; the draft offers Activate
+    assert console.driver.execute_script(label, "once") == ["ended", ["Trigger"]]
+    assert console.driver.execute_script(label, "drafted") == ["draft", ["Trigger", "Activate"]]
+    # …which makes it active
+    console.click('#channels tr[data-channel="drafted"] .actions button:not(.primary)')
+    console.wait(lambda d: console.ledger.get_channel_by_name("drafted").status == "active")
+    console.wait(lambda d: d.execute_script(label, "drafted") == ["active", ["Trigger", "Pause"]])
 
 
 def _failed_run(console: Console, name: str) -> str:

@@ -4,13 +4,21 @@
 "use strict";
 
 const API = "/api/v1/admin";
-const STRIP = 60; // occurrences per channel timeline
+const STRIP = 60; // occurrences per channel timeline, and how many more "older" shows
+const AHEAD = 10; // pending cells drawn after "now"
+const MISFIRES = 1000; // the newest misfire summaries over all channels, read once a refresh
+const PREVIEW = 100; // instants read (once per channel version and day) to mark its fire days
 const REFRESH_MS = 3000;
 const STATUSES = ["completed", "failed", "skipped_misfire", "skipped_singleton", "running", "claimed", "pending", "cancelled"];
 const EVENTS = 20; // recent events in a channel's panel
 // A delivered alert stays open until a completed occurrence answers it: the row says so.
 const ALERTS = { "occurrence.failed": "failed", "occurrence.abandoned": "abandoned", "occurrence.overdue": "overdue", "channel.stalled": "stalled" };
-const state = { channels: [], strips: new Map(), alerts: new Map(), selected: null, utc: true, busy: false };
+const state = {
+  channels: [], strips: new Map(), totals: new Map(), depth: new Map(), misfires: new Map(),
+  status: new Map(), alerts: new Map(), selected: null, panel: null, utc: true, busy: null,
+  fireDays: new Map(), // channel_id → { asked: version@day, days: Set of UTC dates, until: last instant read }
+  view: { search: "", filter: "", sort: "name" },
+};
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -113,6 +121,20 @@ function scheduleOf(compiled) {
   return text && compiled.ended ? `${text} (ended)` : text;
 }
 
+// What a channel is, as an operator reads it: an active channel with no instant left has ended.
+function statusOf(channel) {
+  const ended = (channel.compiled && channel.compiled.ended) || (state.status.get(channel.channel_id) || {}).ended;
+  return channel.status === "active" && ended ? "ended" : channel.status;
+}
+
+// Failing now: its latest run failed, or an alert is open until a run completes.
+function failing(channel) {
+  const row = state.status.get(channel.channel_id);
+  if (row) return row.last_status === "failed" || Boolean(row.open_alert);
+  const last = lastRun(state.strips.get(channel.channel_id) || []);
+  return Boolean(last && last.status === "failed") || state.alerts.has(channel.channel_id);
+}
+
 function badge(status) {
   return el("span", { class: `badge ${status || ""}` }, status || "–");
 }
@@ -122,15 +144,65 @@ function misfireCount(o) {
   return match ? Number(match[1]) : null;
 }
 
-function cell(o) {
+function cell(o, extra = "") {
   const missed = o.status === "skipped_misfire" ? misfireCount(o) : null;
   const title = [`${o.status} · ${o.trigger} · ${time(o.scheduled_for)}`, o.error_message].filter(Boolean).join("\n");
   return el("button", {
-    class: `cell ${STATUSES.includes(o.status) ? o.status : "unknown"}${state.selected === o.id ? " selected" : ""}`,
+    class: `cell ${STATUSES.includes(o.status) ? o.status : "unknown"}${extra}${state.selected === o.id ? " selected" : ""}`,
     title,
-    dataset: { id: o.id, status: o.status },
+    dataset: { id: o.id, status: o.status, at: o.scheduled_for },
     onclick: (event) => { event.stopPropagation(); showOccurrence(o.id); },
-  }, missed === null ? "" : `${missed} missed`);
+  }, missed === null ? (o.status === "skipped_misfire" ? "missed" : "") : `${missed} missed`);
+}
+
+// The axis: a tick where the strip's times cross a round step, the step chosen so that ticks
+// fall some eight cells apart whatever the channel's period (seconds for a 5 s channel, days
+// for a nightly one).
+const STEPS = [1, 5, 15, 30, 60, 300, 900, 1800, 3600, 10800, 21600, 43200, 86400, 604800, 2592000].map((s) => s * 1000);
+
+function tickLabel(at, step) {
+  const iso = state.utc ? at.toISOString() : new Date(at.getTime() - at.getTimezoneOffset() * 60000).toISOString();
+  if (step >= 86400000) return iso.slice(5, 10);
+  return step < 60000 ? iso.slice(11, 19) : iso.slice(11, 16);
+}
+
+function withTicks(rows, cells) {
+  if (rows.length < 2) return cells;
+  const times = rows.map((o) => new Date(o.scheduled_for).getTime());
+  const wanted = ((times[times.length - 1] - times[0]) / (rows.length - 1)) * 8;
+  const step = STEPS.filter((s) => s <= wanted).pop() || STEPS[0];
+  const out = [];
+  let last = -Infinity;
+  rows.forEach((o, i) => {
+    // Not in the last two cells: a label there would hang past the newest end.
+    if (i > 0 && i < rows.length - 2 && Math.floor(times[i] / step) !== Math.floor(times[i - 1] / step) && i - last >= 5) {
+      const at = new Date(Math.floor(times[i] / step) * step);
+      out.push(el("span", { class: "tick", title: time(at.toISOString()), dataset: { at: at.toISOString() } },
+        el("span", { class: "tick-label" }, tickLabel(at, step))));
+      last = i;
+    }
+    out.push(cells[i]);
+  });
+  return out;
+}
+
+// Misfire summaries older than the rows the strip holds: pinned at its left, so an outage's
+// summary is never pushed out of sight by the runs after it.
+function pinnedSummaries(channel, rows) {
+  const oldest = rows.length ? new Date(rows[0].scheduled_for).getTime() : Infinity;
+  const more = (state.totals.get(channel.channel_id) || 0) > rows.length;
+  return (state.misfires.get(channel.channel_id) || [])
+    .filter((o) => more && new Date(o.scheduled_for).getTime() < oldest)
+    .slice(0, 3).reverse();
+}
+
+function olderButton(channel, loaded) {
+  const total = state.totals.get(channel.channel_id) || 0;
+  if (total <= loaded) return null;
+  return el("button", {
+    class: "older", title: `${total - loaded} older runs: show ${STRIP} more`,
+    onclick: (event) => { event.stopPropagation(); loadOlder(channel.channel_id); },
+  }, `‹ ${total - loaded}`);
 }
 
 function timeline(channel, strip) {
@@ -138,14 +210,85 @@ function timeline(channel, strip) {
   const rows = strip.slice().reverse(); // oldest first
   const past = rows.filter((o) => new Date(o.scheduled_for).getTime() <= Date.now() || o.status !== "pending");
   const ahead = rows.filter((o) => !past.includes(o));
-  const days = comingDays(zone).map((d) => el("span", {
-    class: `day${d.change ? " dst" : ""}`,
-    title: `${d.date.toISOString().slice(0, 10)}${d.change ? ` · ${zone}: clocks go ${d.change > 0 ? "forward" : "back"} ${Math.abs(d.change)} min` : ""}`,
-    dataset: d.change ? { dst: d.date.toISOString().slice(0, 10) } : {},
-  }));
-  return el("div", { class: "timeline", dataset: { channel: channel.name } },
-    el("span", { class: "past" }, past.map(cell)), el("span", { class: "now", title: "now" }),
-    el("span", { class: "ahead" }, ahead.map(cell), el("span", { class: "days", title: `the next 31 days in ${zone}` }, days)));
+  const pinned = pinnedSummaries(channel, past);
+  const fires = fireDays(channel);
+  const days = comingDays(zone).map((d) => {
+    const date = d.date.toISOString().slice(0, 10);
+    // Past the last instant read (a busy schedule's hundredth), a day is "likely", not known.
+    const fire = !fires ? "" : fires.days.has(date) ? " fire" : fires.until && date > fires.until ? " fire likely" : "";
+    return el("span", {
+      class: `day${d.change ? " dst" : ""}${fire}`,
+      title: `${date}${d.change ? ` · ${zone}: clocks go ${d.change > 0 ? "forward" : "back"} ${Math.abs(d.change)} min` : ""}${fire ? (fire.includes("likely") ? " · fires (beyond the preview)" : " · fires") : ""}`,
+      dataset: { ...(d.change ? { dst: date } : {}), ...(fire === " fire" ? { fire: date } : {}) },
+    });
+  });
+  const ended = statusOf(channel) === "ended";
+  return el("div", { class: "timeline", dataset: { channel: channel.name, id: channel.channel_id } },
+    pinned.length ? el("span", { class: "pinned", title: "misfire summaries older than the runs shown" },
+      pinned.map((o) => el("span", { class: "pin" }, cell(o, " pinned"),
+        el("span", { class: "tick-label" }, relative(o.scheduled_for)))),
+      el("span", { class: "gap", title: "runs not shown" }, "⋯")) : null,
+    el("div", { class: "past", onscroll: (event) => markClipped(event.currentTarget) },
+      el("div", { class: "track" }, olderButton(channel, past.length), withTicks(past, past.map((o) => cell(o))))),
+    el("span", { class: "now", title: "now" }),
+    el("span", { class: "ahead" }, ahead.slice(0, AHEAD).map((o) => cell(o)),
+      ahead.length > AHEAD ? el("span", { class: "muted more" }, `+${ahead.length - AHEAD}`) : null,
+      ended ? el("span", { class: "muted ended-note" }, "no instant left")
+        : el("span", { class: "days", title: `the next 31 days in ${zone}` }, days)));
+}
+
+// The days a channel fires on, from its preview: read once per version and day, in the
+// background (a page of 200 channels asks for them a few at a time, never on every refresh).
+function fireDays(channel) {
+  if (channel.status !== "active") return null;
+  const key = `${channel.version}@${new Date().toISOString().slice(0, 10)}`;
+  const known = state.fireDays.get(channel.channel_id) || {};
+  if (known.asked !== key) wantPreview(channel.channel_id, key);
+  return known.days ? known : null;
+}
+
+const previewQueue = [];
+let previewsRunning = 0;
+function wantPreview(channelId, key) {
+  state.fireDays.set(channelId, { ...(state.fireDays.get(channelId) || {}), asked: key });
+  previewQueue.push([channelId, key]);
+  while (previewsRunning < 3 && previewQueue.length) readPreview(...previewQueue.shift());
+}
+
+async function readPreview(channelId, key) {
+  previewsRunning += 1;
+  try {
+    const preview = (await api("GET", `channels/${enc(channelId)}/preview?count=${PREVIEW}`)).data;
+    const dates = preview.instants.map((i) => i.utc.slice(0, 10));
+    const full = preview.instants.length === PREVIEW;
+    state.fireDays.set(channelId, { asked: key, days: new Set(dates), until: full ? dates[dates.length - 1] : null });
+  } catch (_) {
+    state.fireDays.set(channelId, { asked: key, days: null });
+  } finally {
+    previewsRunning -= 1;
+    if (previewQueue.length) readPreview(...previewQueue.shift());
+    else redrawSoon();
+  }
+}
+
+let redrawTimer = null;
+function redrawSoon() {
+  clearTimeout(redrawTimer);
+  redrawTimer = setTimeout(render, 50);
+}
+
+// A misfire summary scrolled past either edge sticks to that edge (CSS `position: sticky`);
+// marked so that a stuck cell does not read as the newest or the oldest.
+function markClipped(scroller) {
+  const box = scroller.getBoundingClientRect();
+  for (const summary of scroller.querySelectorAll(".cell.skipped_misfire")) {
+    // Where it would be unstuck: beside its neighbours (2 px apart), which do not stick.
+    const width = summary.getBoundingClientRect().width;
+    const before = summary.previousElementSibling, after = summary.nextElementSibling;
+    const left = after ? after.getBoundingClientRect().left - 2 - width
+      : before ? before.getBoundingClientRect().right + 2 : box.left;
+    summary.classList.toggle("clipped", left < box.left - 1 || left + width > box.right + 1);
+  }
 }
 
 function lastRun(strip) {
@@ -164,35 +307,88 @@ function alertBadge(channel) {
   }, `⚠ ${ALERTS[kind] || kind}`);
 }
 
+function setStatus(channel, status, done) {
+  return () => act(`channels/${enc(channel.channel_id)}/status`, "PATCH", { status }, `${done} ${channel.name}`);
+}
+
+// Active → Pause; paused → Resume; a draft was never active → Activate; ended or archived: none.
+function toggleButton(channel) {
+  const shown = statusOf(channel);
+  if (shown === "active") return el("button", { class: "act", onclick: setStatus(channel, "paused", "paused") }, "Pause");
+  if (shown === "paused") return el("button", { class: "act", onclick: setStatus(channel, "active", "resumed") }, "Resume");
+  if (shown === "draft") return el("button", { class: "act", onclick: setStatus(channel, "active", "activated") }, "Activate");
+  return null;
+}
+
 function channelRow(channel) {
   const strip = state.strips.get(channel.channel_id) || [];
   const compiled = channel.compiled || {};
   const last = lastRun(strip);
-  const canRun = channel.status === "active";
-  const toggle = channel.status === "active"
-    ? el("button", { class: "act", onclick: () => act(`channels/${enc(channel.channel_id)}/status`, "PATCH", { status: "paused" }, `paused ${channel.name}`) }, "Pause")
-    : el("button", { class: "act", disabled: !["paused", "draft"].includes(channel.status), onclick: () => act(`channels/${enc(channel.channel_id)}/status`, "PATCH", { status: "active" }, `resumed ${channel.name}`) }, "Resume");
   return el("tr", { class: `channel${state.selected === channel.channel_id ? " selected" : ""}`, dataset: { channel: channel.name } },
-    el("td", {}, el("div", { class: "name", onclick: () => showChannel(channel.channel_id) }, channel.name), badge(channel.status), " ", alertBadge(channel)),
-    el("td", {}, el("div", { class: "mono" }, scheduleOf(compiled) || "(invalid)"), el("div", { class: "muted" }, compiled.timezone || "")),
-    el("td", { class: "next", title: time(compiled.next_fire_at) }, compiled.next_fire_at ? relative(compiled.next_fire_at) : el("span", { class: "muted" }, "–")),
-    el("td", { class: "last" }, last ? badge(last.status) : el("span", { class: "muted" }, "–")),
+    el("td", { class: "who" },
+      el("div", {}, el("span", { class: "name", onclick: () => showChannel(channel.channel_id) }, channel.name), " ", badge(statusOf(channel)), " ", alertBadge(channel)),
+      el("div", { class: "mono muted schedule", title: compiled.timezone || "" }, scheduleOf(compiled) || "(invalid)", compiled.timezone && compiled.timezone !== "UTC" ? ` · ${compiled.timezone}` : "")),
+    el("td", { class: "next", title: time(compiled.next_fire_at) },
+      el("div", {}, compiled.next_fire_at ? relative(compiled.next_fire_at) : el("span", { class: "muted" }, "–")),
+      el("div", { class: "last" }, last ? badge(last.status) : el("span", { class: "muted" }, "–"))),
     el("td", { class: "strip" }, timeline(channel, strip)),
     el("td", { class: "actions" },
-      el("button", { class: "act primary", disabled: !canRun, onclick: () => act(`channels/${enc(channel.channel_id)}/trigger`, "POST", undefined, `triggered ${channel.name}`) }, "Trigger"),
-      toggle));
+      el("button", { class: "act primary", disabled: channel.status !== "active", onclick: () => act(`channels/${enc(channel.channel_id)}/trigger`, "POST", undefined, `triggered ${channel.name}`) }, "Trigger"),
+      toggleButton(channel)));
+}
+
+// --- search, filter, sort --------------------------------------------------------------------
+
+const SORTS = {
+  name: (a, b) => a.name.localeCompare(b.name),
+  next: (a, b) => when(a, "next") - when(b, "next") || SORTS.name(a, b),
+  last: (a, b) => when(b, "last") - when(a, "last") || SORTS.name(a, b),
+  failing: (a, b) => Number(failing(b)) - Number(failing(a)) || SORTS.name(a, b),
+};
+
+function when(channel, which) {
+  if (which === "next") {
+    const at = channel.compiled && channel.compiled.next_fire_at;
+    return at ? new Date(at).getTime() : Infinity;
+  }
+  const last = lastRun(state.strips.get(channel.channel_id) || []);
+  return last ? new Date(last.scheduled_for).getTime() : -Infinity;
+}
+
+function wanted(channel) {
+  const { search, filter } = state.view;
+  if (search && !channel.name.toLowerCase().includes(search.toLowerCase())) return false;
+  if (filter === "failing") return failing(channel);
+  return !filter || statusOf(channel) === filter;
+}
+
+function shownChannels() {
+  return state.channels.filter(wanted).sort(SORTS[state.view.sort] || SORTS.name);
 }
 
 function render() {
-  const body = $("#channels tbody");
-  body.replaceChildren(...state.channels.map(channelRow));
+  // Where each strip was scrolled to, from its newest end (scrollLeft 0, negative further
+  // back: the strip is row-reverse), so a redraw keeps the reader's place.
+  const scrolled = new Map([...document.querySelectorAll(".timeline")].map((t) => [t.dataset.id, t.querySelector(".past").scrollLeft]));
+  const shown = shownChannels();
+  $("#channels tbody").replaceChildren(...shown.map(channelRow));
+  for (const t of document.querySelectorAll(".timeline")) {
+    const past = t.querySelector(".past");
+    past.scrollLeft = scrolled.get(t.dataset.id) || 0;
+    markClipped(past);
+  }
   $("#empty").hidden = state.channels.length > 0;
+  $("#shown").textContent = shown.length === state.channels.length
+    ? `${state.channels.length} channel${state.channels.length === 1 ? "" : "s"}`
+    : `${shown.length} of ${state.channels.length} channels`;
 }
 
 function legend() {
-  const names = { completed: "completed", failed: "failed", skipped_misfire: "skipped (misfire summary)", skipped_singleton: "skipped (overlap)", running: "running", pending: "pending", cancelled: "cancelled" };
+  const names = { completed: "completed", failed: "failed", skipped_misfire: "misfire summary", skipped_singleton: "skipped (overlap)", running: "running", pending: "pending", cancelled: "cancelled" };
   $("#legend").replaceChildren(...Object.entries(names).map(([status, label]) =>
     el("span", {}, el("span", { class: `cell ${status}` }), label)),
+  el("span", {}, el("span", { class: "cell skipped_misfire clipped" }), "summary kept in view"),
+  el("span", {}, el("span", { class: "day fire" }), "fires that day"),
   el("span", {}, el("span", { class: "day dst" }), "DST change"));
 }
 
@@ -201,8 +397,24 @@ function dl(pairs) {
 }
 
 function showPanel(...content) {
+  const panel = $("#panel"), top = panel.scrollTop, opening = panel.hidden;
   $("#panel-body").replaceChildren(...content.flat());
-  $("#panel").hidden = false;
+  panel.hidden = false;
+  panel.scrollTop = top; // a refresh redraws it in place
+  // Where the panel is a sheet over the page, keep the chosen row above it.
+  if (opening) { const row = $("#channels tr.selected") || $(".cell.selected"); if (row) row.scrollIntoView({ block: "nearest" }); }
+}
+
+// The panel open, redrawn from the ledger (after an action, and on every refresh).
+function refreshPanel() {
+  if (!state.panel || $("#panel").hidden) return Promise.resolve();
+  const { kind, id } = state.panel;
+  return kind === "occurrence" ? showOccurrence(id, true) : showChannel(id, true);
+}
+
+// Still the panel asked for? A slow answer must not draw over a newer choice.
+function current(kind, id) {
+  return state.panel && state.panel.kind === kind && state.panel.id === id;
 }
 
 // The panel open is in the address (#channel=… or #occurrence=…), as event links write it,
@@ -228,12 +440,16 @@ function eventRow(e) {
       e.error ? el("div", { class: "event-error" }, e.error) : null));
 }
 
-async function showOccurrence(id) {
-  state.selected = id;
-  render();
-  remember("occurrence", id);
+async function showOccurrence(id, again = false) {
+  if (!again) {
+    state.selected = id;
+    state.panel = { kind: "occurrence", id };
+    render();
+    remember("occurrence", id);
+  }
   let record;
-  try { record = (await api("GET", `cron/occurrences/${enc(id)}`)).data; } catch (error) { return toast(error.message, true); }
+  try { record = (await api("GET", `cron/occurrences/${enc(id)}`)).data; } catch (error) { return again ? null : toast(error.message, true); }
+  if (!current("occurrence", id)) return null;
   const known = ["id", "channel_name", "channel_id", "trigger", "scheduled_for", "due_at", "status", "attempt", "channel_version", "executing_version", "target_ref", "claimed_by", "claimed_until", "singleton_key", "singleton_slot", "fencing_token", "trace_id", "started_at", "completed_at", "lag_ms", "duration_ms", "error_message", "result", "created_at", "updated_at"];
   const pairs = [
     ["id", el("span", { class: "mono" }, record.id)],
@@ -257,7 +473,7 @@ async function showOccurrence(id) {
   ];
   const retryable = ["failed", "cancelled", "skipped_misfire", "skipped_singleton"].includes(record.status);
   const cancellable = ["pending", "claimed", "running"].includes(record.status);
-  showPanel(
+  return showPanel(
     el("h2", {}, `Occurrence of ${record.channel_name}`),
     el("div", {},
       el("button", { class: "act primary", id: "retry", disabled: !retryable, onclick: () => act(`cron/occurrences/${enc(id)}/retry`, "POST", undefined, "retried: pending again", () => showOccurrence(id)) }, "Retry"),
@@ -269,10 +485,13 @@ async function showOccurrence(id) {
   );
 }
 
-async function showChannel(id) {
-  state.selected = id;
-  render();
-  remember("channel", id);
+async function showChannel(id, again = false) {
+  if (!again) {
+    state.selected = id;
+    state.panel = { kind: "channel", id };
+    render();
+    remember("channel", id);
+  }
   let channel, preview, events;
   try {
     [channel, preview, events] = await Promise.all([
@@ -280,14 +499,15 @@ async function showChannel(id) {
       api("GET", `channels/${enc(id)}/preview?count=10`).then((a) => a.data).catch(() => null),
       api("GET", `cron/events?channel_id=${enc(id)}&limit=${EVENTS}`).then((a) => a.data).catch(() => null),
     ]);
-  } catch (error) { return toast(error.message, true); }
+  } catch (error) { return again ? null : toast(error.message, true); }
+  if (!current("channel", id)) return null;
   const alert = state.alerts.get(id);
   const compiled = channel.compiled || {};
   const dst = comingDays(compiled.timezone || "UTC").filter((d) => d.change);
   // With jitter a row falls due after its instant: then the preview shows when.
   const jittered = preview && preview.instants.some((i) => new Date(i.due_at).getTime() !== new Date(i.utc).getTime());
-  showPanel(
-    el("h2", {}, channel.name, " ", badge(channel.status)),
+  return showPanel(
+    el("h2", {}, channel.name, " ", badge(statusOf(channel))),
     dl([
       ["id", el("span", { class: "mono" }, channel.channel_id)],
       ["version", channel.version],
@@ -341,6 +561,12 @@ async function act(path, method, body, done, then) {
   if (then) await then();
 }
 
+// Page a strip back: the next refreshes read that many more of its rows.
+async function loadOlder(channelId) {
+  state.depth.set(channelId, Math.min((state.depth.get(channelId) || STRIP) + STRIP, 1000));
+  await refresh();
+}
+
 async function refreshHealth() {
   try {
     const h = (await api("GET", "/health")).data;
@@ -355,32 +581,48 @@ async function refreshHealth() {
   }
 }
 
+// One refresh at a time; one asked for meanwhile (an action's) runs after it, never skipped,
+// so what an action changed is on the page once its promise settles.
 async function refresh() {
-  if (state.busy) return;
-  state.busy = true;
+  while (state.busy) await state.busy.catch(() => null);
+  state.busy = readLedger();
+  try { await state.busy; } finally { state.busy = null; }
+  refreshHealth();
+  await refreshPanel();
+}
+
+async function readLedger() {
   try {
-    const [page, status] = await Promise.all([
+    const [page, status, misfires] = await Promise.all([
       api("GET", "channels?limit=1000"),
       api("GET", "cron/status?limit=1000").then((a) => a.data).catch(() => []),
+      api("GET", `cron/occurrences?status=skipped_misfire&limit=${MISFIRES}`).then((a) => a.data).catch(() => []),
     ]);
     const strips = await Promise.all(page.data.map((c) =>
-      api("GET", `cron/occurrences?channel_id=${enc(c.channel_id)}&limit=${STRIP}`).then((a) => a.data).catch(() => [])));
+      api("GET", `cron/occurrences?channel_id=${enc(c.channel_id)}&limit=${state.depth.get(c.channel_id) || STRIP}`).catch(() => ({ data: [], total: 0 }))));
     state.channels = page.data;
+    state.status = new Map(status.map((r) => [r.channel_id, r]));
     state.alerts = new Map(status.filter((r) => r.open_alert).map((r) => [r.channel_id, r.open_alert]));
-    state.strips = new Map(page.data.map((c, i) => [c.channel_id, strips[i]]));
+    state.strips = new Map(page.data.map((c, i) => [c.channel_id, strips[i].data]));
+    state.totals = new Map(page.data.map((c, i) => [c.channel_id, strips[i].total]));
+    state.misfires = new Map();
+    for (const o of misfires) {
+      if (!state.misfires.has(o.channel_id)) state.misfires.set(o.channel_id, []);
+      state.misfires.get(o.channel_id).push(o);
+    }
     render();
     document.body.dataset.loaded = String(Date.now());
   } catch (error) {
     toast(error.message, true);
-  } finally {
-    state.busy = false;
   }
-  refreshHealth();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   legend();
-  $("#close").addEventListener("click", () => { $("#panel").hidden = true; state.selected = null; remember(); render(); });
+  $("#close").addEventListener("click", () => { $("#panel").hidden = true; state.selected = null; state.panel = null; remember(); render(); });
+  $("#search").addEventListener("input", (event) => { state.view.search = event.target.value.trim(); render(); });
+  $("#filter").addEventListener("change", (event) => { state.view.filter = event.target.value; render(); });
+  $("#sort").addEventListener("change", (event) => { state.view.sort = event.target.value; render(); });
   window.addEventListener("hashchange", openFromAddress);
   $("#utc").addEventListener("change", (event) => { state.utc = event.target.checked; render(); });
   refresh().then(openFromAddress);
