@@ -152,6 +152,8 @@ class Ending:
     status: str
     error: str | None = None
     retry_in: float | None = None
+    #: Where the target failed, when it says (a Python target's last frames).
+    detail: str | None = None
 
 
 def ending(
@@ -162,9 +164,11 @@ def ending(
     if outcome.ok:
         return Ending(COMPLETED)
     if attempt < policy.max_attempts:
-        return Ending(FAILED, outcome.error, policy.backoff_secs_after(attempt, rng))
+        return Ending(
+            FAILED, outcome.error, policy.backoff_secs_after(attempt, rng), outcome.detail
+        )
     unit = "attempt" if attempt == 1 else "attempts"
-    return Ending(FAILED, f"{outcome.error} (after {attempt} {unit})")
+    return Ending(FAILED, f"{outcome.error} (after {attempt} {unit})", detail=outcome.detail)
 
 
 def singleton_of(schedule: Schedule) -> SingletonSpec | None:
@@ -521,6 +525,7 @@ class Executor:
                 end.status,
                 fencing_token=fencing_token,
                 error_message=end.error,
+                error_detail=end.detail,
                 result=result,
                 retry_in=end.retry_in,
                 # Not started: a place or slot it holds from before (the row shows its key)

@@ -429,6 +429,25 @@ class OccurrenceRecord(BaseModel):
     updated_at: Timestamp
     lag_ms: int | None
     duration_ms: int | None
+    attempts: list[AttemptRecord] = Field(
+        default_factory=list,
+        description="every attempt on record, first to last (in the single-occurrence read)",
+    )
+
+
+class AttemptRecord(BaseModel):
+    number: int
+    claimant: str
+    started_at: Timestamp
+    ended_at: Timestamp | None = Field(description="None while it runs")
+    outcome: str | None = Field(
+        description="completed, failed, cancelled, skipped_singleton, or abandoned (its lease "
+        "ran out unsettled); None while it runs"
+    )
+    error_message: str | None
+    error_detail: str | None = Field(description="a Python target's last traceback frames")
+    duration_ms: int | None
+    fencing_token: int | None
 
 
 class PreviewInstant(BaseModel):

@@ -14,12 +14,13 @@ would otherwise make every page that lists it fail.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from cronledger.api.models import (
+    AttemptRecord,
     ChannelVersion,
     ChannelView,
     CompiledView,
@@ -31,7 +32,7 @@ from cronledger.api.models import (
 from cronledger.api.request_rules import MAX_DEPTH, too_deep
 from cronledger.errors import ValidationFailed
 from cronledger.instants import to_rfc3339
-from cronledger.ledger import Channel, Event, Occurrence, ScheduleState
+from cronledger.ledger import Attempt, Channel, Event, Occurrence, ScheduleState
 from cronledger.schedule import Schedule
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import target_ref
@@ -185,8 +186,10 @@ def occurrence_summary(occurrence: Occurrence) -> OccurrenceSummary:
     )
 
 
-def occurrence_record(occurrence: Occurrence) -> OccurrenceRecord:
+def occurrence_record(occurrence: Occurrence, attempts: Sequence[Attempt] = ()) -> OccurrenceRecord:
+    """The occurrence with `attempts`, its log (only the single-occurrence read fetches it)."""
     return OccurrenceRecord(
+        attempts=[attempt_record(a) for a in attempts],
         id=occurrence.id,
         channel_id=occurrence.channel_id,
         channel_name=occurrence.channel_name,
@@ -213,6 +216,20 @@ def occurrence_record(occurrence: Occurrence) -> OccurrenceRecord:
         updated_at=to_rfc3339(occurrence.updated_at),
         lag_ms=_millis(occurrence.due_at, occurrence.started_at),
         duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
+    )
+
+
+def attempt_record(attempt: Attempt) -> AttemptRecord:
+    return AttemptRecord(
+        number=attempt.number,
+        claimant=attempt.claimant,
+        started_at=to_rfc3339(attempt.started_at),
+        ended_at=timestamp(attempt.ended_at),
+        outcome=attempt.outcome,
+        error_message=attempt.error_message,
+        error_detail=attempt.error_detail,
+        duration_ms=attempt.duration_ms,
+        fencing_token=attempt.fencing_token,
     )
 
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
+from cronledger.ledger import attempt_log
 from cronledger.ledger.attempts import occurrence_of, param, running_update
 from cronledger.ledger.misfires import misfire_due
 from cronledger.ledger.models import (
@@ -261,7 +262,7 @@ class ChannelStore(OccurrenceStore):
         if not self._sql.is_postgres:
             return read.add_columns(sa.null())
         policy = channels.c.transport_config["concurrency"]["policy"].as_string()
-        started = (
+        running = (
             running_update(
                 self._sql,
                 lease_secs,
@@ -274,11 +275,12 @@ class ChannelStore(OccurrenceStore):
             .where(channels.c.channel_id == occurrences.c.channel_id)
             .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
             .where(sa.func.coalesce(policy, "allow") == "allow")
-            .returning(occurrences.c.started_at)
-            .cte("started")
         )
-        return read.add_columns(started.c.started_at).outerjoin_from(
-            occurrences, started, sa.true()
+        started, logged = attempt_log.logged_start_cte(running)
+        return (
+            read.add_columns(started.c.started_at)
+            .outerjoin_from(occurrences, started, sa.true())
+            .add_cte(logged)
         )
 
     def get_channel_by_name(self, name: str) -> Channel:

@@ -61,6 +61,35 @@ class DeadlineReached(CronledgerError):
     than outlive it. Not `DatabaseUnavailable`: trying again cannot help, the time is gone."""
 
 
+#: How an attempt ended when its lease ran out without a settle (its executor died).
+ABANDONED = "abandoned"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One row of `cron_attempts`: one attempt of an occurrence, from its start to its end."""
+
+    occurrence_id: str
+    number: int
+    claimant: str
+    started_at: datetime
+    ended_at: datetime | None
+    #: A settled status (`completed`, `failed`, `cancelled`, `skipped_singleton`), or
+    #: `abandoned`; None while it runs.
+    outcome: str | None
+    error_message: str | None
+    #: The last frames of the traceback, when a Python target raised.
+    error_detail: str | None
+    fencing_token: int | None
+
+    @property
+    def duration_ms(self) -> int | None:
+        """From its start to its end, derived from the two so it cannot disagree with them."""
+        if self.ended_at is None:
+            return None
+        return round((self.ended_at - self.started_at).total_seconds() * 1000)
+
+
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     """One row of `cron_occurrences`: one scheduled instant (or manual/backfill run)."""

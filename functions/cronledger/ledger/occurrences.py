@@ -19,6 +19,7 @@ from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.instants import require_utc
+from cronledger.ledger import attempt_log
 from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
 from cronledger.ledger.events import draft
 from cronledger.ledger.models import (
@@ -30,6 +31,7 @@ from cronledger.ledger.models import (
     RETRYABLE_STATUSES,
     SKIPPED_MISFIRE,
     TERMINAL_STATUSES,
+    Attempt,
     CursorMove,
     Event,
     NewOccurrence,
@@ -203,6 +205,11 @@ class OccurrenceStore(CursorStore):
         with self._read() as conn:
             return self._fetch(conn, occurrence_id)
 
+    def attempts_of(self, occurrence_id: str) -> list[Attempt]:
+        """The occurrence's attempts on record, first to last (none before it first started)."""
+        with self._read() as conn:
+            return attempt_log.attempts_of(conn, occurrence_id)
+
     def list_occurrences(self, filter: OccurrenceFilter | None = None) -> Page[Occurrence]:
         """Newest first by `scheduled_for` (a backfilled 06:00 row sits below a 09:00 one
         whenever it was written): an operator opening the list asks what happened recently.
@@ -338,6 +345,9 @@ class OccurrenceStore(CursorStore):
                 conn.rollback()
                 return None
             cancelled = Occurrence(**row._mapping)
+            attempt_log.end_open(
+                conn, self._sql, [occurrence_id], CANCELLED, cancelled.error_message
+            )
             held = (cancelled.singleton_key, cancelled.singleton_slot)
             if cancelled.singleton_key is not None and held not in freed:
                 # A start of this occurrence committed while the UPDATE above waited for

@@ -167,6 +167,30 @@ occurrences = sa.Table(
     ),
 )
 
+attempts = sa.Table(
+    "cron_attempts",
+    metadata,
+    # Deleted with its occurrence (retention, a purge, a future row dropped by a pause).
+    sa.Column(
+        "occurrence_id",
+        sa.String,
+        sa.ForeignKey("cron_occurrences.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    # The occurrence's `attempt` when it started: it only climbs, a manual retry included.
+    sa.Column("number", sa.Integer, primary_key=True),
+    sa.Column("claimant", sa.String, nullable=False),
+    sa.Column("started_at", UtcDateTime, nullable=False),
+    # NULL while it runs (or until the claim finds its lease ran out).
+    sa.Column("ended_at", UtcDateTime, nullable=True),
+    # How it ended: a settled status, or `abandoned` when its lease ran out unsettled.
+    sa.Column("outcome", sa.String, nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    # The last frames of the traceback, for a Python target that raised.
+    sa.Column("error_detail", sa.Text, nullable=True),
+    sa.Column("fencing_token", sa.BigInteger, nullable=True),
+)
+
 singletons = sa.Table(
     "cron_singletons",
     metadata,

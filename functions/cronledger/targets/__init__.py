@@ -15,6 +15,7 @@ because the policy may have narrowed since the channel was saved.
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -135,9 +136,24 @@ def run_target(
         return timed_out(timeout_secs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt… fail the attempt, as any error
         _log.warning("%s target %s failed", kind.type, target_ref(doc), exc_info=True)
-        outcome = TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+        outcome = TargetOutcome(
+            ok=False,
+            error=f"{type(exc).__name__}: {exc}",
+            detail=last_frames(exc) if kind.type == "python" else None,
+        )
     return TargetOutcome(
         ok=outcome.ok,
         result=truncate_excerpt(outcome.result),
         error=truncate_excerpt(outcome.error, ERROR_MESSAGE_BYTES),
+        detail=truncate_excerpt(outcome.detail, ERROR_MESSAGE_BYTES),
     )
+
+
+#: Frames of a raising Python target's traceback kept on its attempt: where it failed.
+TRACEBACK_FRAMES = 3
+
+
+def last_frames(exc: BaseException) -> str:
+    """The innermost frames of `exc`'s traceback and the exception line, as Python prints
+    them: the callable's own frames, not the executor's that called it."""
+    return "".join(traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)).strip()

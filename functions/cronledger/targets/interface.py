@@ -27,6 +27,8 @@ class TargetOutcome:
     ok: bool
     result: str | None = None
     error: str | None = None
+    #: Where it failed, when the target can say: a Python target's last traceback frames.
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

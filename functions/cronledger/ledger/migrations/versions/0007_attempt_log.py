@@ -1,0 +1,50 @@
+"""The attempt log: one row per attempt of an occurrence.
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-12-02
+
+Additive only: one new table, which code of the previous revision never reads nor writes.
+Its primary key (occurrence, number) is also the index a cascading delete of an occurrence
+reads, so no other index is built. The foreign key's creation locks `cron_occurrences`
+against writes only for as long as the table takes to create (readers are not blocked), and
+the migration's lock timeout bounds its wait for that lock. Occurrences that ran before it have no attempts on
+record; their own row still carries the last error.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0007"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+UtcDateTime = sa.DateTime(timezone=True)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "cron_attempts",
+        sa.Column(
+            "occurrence_id",
+            sa.String,
+            sa.ForeignKey("cron_occurrences.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        sa.Column("number", sa.Integer, primary_key=True),
+        sa.Column("claimant", sa.String, nullable=False),
+        sa.Column("started_at", UtcDateTime, nullable=False),
+        sa.Column("ended_at", UtcDateTime, nullable=True),
+        sa.Column("outcome", sa.String, nullable=True),
+        sa.Column("error_message", sa.Text, nullable=True),
+        sa.Column("error_detail", sa.Text, nullable=True),
+        sa.Column("fencing_token", sa.BigInteger, nullable=True),
+        if_not_exists=True,
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("cron_attempts")
