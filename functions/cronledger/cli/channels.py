@@ -31,6 +31,7 @@ from cronledger.cli.session import (
     confirm,
     instant,
 )
+from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
 
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
@@ -392,9 +393,22 @@ STATUS_COLUMNS = (
 
 
 @api(root, "status")
-def status(s: Session, limit: Limit = 50, offset: Offset = 0) -> None:
-    """Per active channel: next fire, last run and its status, pending count, concurrency."""
-    page = s.get("/cron/status", {"limit": limit, "offset": offset})
+def status(
+    s: Session,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    watch: Watch = False,
+    interval: Interval = 2.0,
+    watch_for: WatchFor = None,
+) -> None:
+    """Per active channel: next fire, last run and its status, pending count, concurrency;
+    with --watch, then each channel's row again whenever it changes."""
+    query = {"limit": limit, "offset": offset}
+    if watch:
+        fetch = lambda: s.get("/cron/status", query)["data"]  # noqa: E731
+        watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS, interval, watch_for)
+        return
+    page = s.get("/cron/status", query)
     s.out.answer(
         page, lambda: s.out.table(STATUS_COLUMNS, page["data"], page, empty="(no active channels)")
     )
