@@ -166,3 +166,28 @@ def test_two_documents_of_one_name_are_both_refused_naming_each_other(
     ]
     assert len(refusals) == 2
     assert [c.name for c in cli.ledger.list_channels().data] == ["weekly"]
+
+
+def test_apply_of_a_past_at_is_refused_unless_allowed_and_then_warns(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Given a one-time channel document for a date long gone
+    path = tmp_path / "once.yaml"
+    path.write_text(
+        NIGHTLY_YAML.replace('schedule: "0 15 2 * * *"', 'at: "2020-01-01T00:00:00"'),
+        encoding="utf-8",
+    )
+
+    # When it is applied, then applied with --allow-past
+    refused = cli("channels", "apply", "-f", str(path))
+    allowed = cli("channels", "apply", "-f", str(path), "--allow-past")
+
+    # Then the first is refused at transport_config.at, the second saved with a warning
+    assert refused.code == 1
+    assert "transport_config.at: 2020-01-01T00:00:00 in Europe/London is in the past" in (
+        refused.out
+    )
+    assert allowed.code == 0
+    assert "warning  nightly: transport_config.at:" in allowed.out
+    assert "will never run" in allowed.out
+    assert [c.name for c in cli.ledger.list_channels().data] == ["nightly"]

@@ -359,6 +359,10 @@ class ChannelView(BaseModel):
     compiled: CompiledView | None = Field(
         description="null when the stored definition no longer compiles"
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what the write accepted but the caller should know (a past `at`)",
+    )
 
 
 class ChannelVersion(BaseModel):

@@ -114,23 +114,34 @@ def apply(
             "print what each would come to and its diff",
         ),
     ] = False,
+    allow_past: Annotated[
+        bool,
+        typer.Option(
+            "--allow-past",
+            help="save a one-time `at` that is already past (it will never run) instead of "
+            "refusing it",
+        ),
+    ] = False,
 ) -> None:
     """Create the channels of a file, or write a new version of each that exists by name."""
-    outcomes = [_apply(s, d, dry_run) for d in documents.read(file)]
+    query = {"dry_run": "true"} if dry_run else {}
+    if allow_past:
+        query["allow_past_at"] = "true"
+    outcomes = [_apply(s, d, dry_run, query) for d in documents.read(file)]
     if s.out.for_scripts:
         s.out.data(outcomes)
     if any(o["outcome"] == "refused" for o in outcomes):
         raise typer.Exit(EXIT_API)
 
 
-def _apply(s: Session, document: Document, dry_run: bool) -> dict[str, Any]:
+def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str]) -> dict[str, Any]:
     """One document applied (or compared, with `dry_run`); said as soon as it is known, so
     a failure part-way through a file still shows what was done."""
     outcome: dict[str, Any] = {"name": document.name, "where": document.where}
     try:
         if document.problem is not None:
             raise UsageError(document.problem)
-        outcome |= _applied(s, document.body, dry_run)
+        outcome |= _applied(s, document.body, dry_run, query)
     except (ApiError, UsageError) as exc:
         outcome |= {"outcome": "refused", "error": str(exc)}
         details = exc.details if isinstance(exc, ApiError) else []
@@ -142,15 +153,19 @@ def _apply(s: Session, document: Document, dry_run: bool) -> dict[str, Any]:
     summary = ": ".join(filter(None, [document.name, outcome.pop("summary")]))
     s.out.say(s.out.status(outcome["outcome"]), f"  {summary}{' (dry run)' if dry_run else ''}")
     s.out.diff(outcome.pop("diff", []))
+    for warning in outcome.get("channel", {}).get("warnings", []):
+        s.out.say(s.out.status("warning"), f"  {document.name}: {warning}")
     return outcome
 
 
-def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+def _applied(
+    s: Session, body: dict[str, Any], dry_run: bool, query: dict[str, str]
+) -> dict[str, Any]:
     name = body["name"]
     dry = {"dry_run": "true"} if dry_run else None
     found = s.get("/channels", {"name": name})["data"]
     if not found:
-        channel = s.send("POST", "/channels", body, dry)["data"]
+        channel = s.send("POST", "/channels", body, query or None)["data"]
         return {
             "outcome": "created",
             "summary": f"version 1, {channel['status']}",
@@ -169,7 +184,7 @@ def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
     diff = documents.diff(before, after, f"{name} (version {current['version']})", "the file")
     path = f"/channels/{segment(current['channel_id'])}"
     definition = {k: v for k, v in body.items() if k != "status"}
-    channel = s.send("PUT", path, definition, dry)["data"]
+    channel = s.send("PUT", path, definition, query or None)["data"]
     changes = []
     if channel["version"] != current["version"]:
         changes.append(f"version {current['version']} → {channel['version']}")

@@ -54,6 +54,7 @@ STYLES: Final = {
     "updated": "cyan",
     "unchanged": "bright_black",
     "refused": "bold red",
+    "warning": "yellow",
     "delivered": "green",
     "undelivered": "yellow",
     "recorded": "bright_black",
