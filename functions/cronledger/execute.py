@@ -360,6 +360,18 @@ class Executor:
             wait_secs=self.settings.poll_interval.total_seconds(),
         )
         self.annotate(fencing_token=start.fencing_token)
+        if start.outcome == "singleton_busy" and occurrence.waits_for_key:
+            # A backfill run one after another: its turn comes when the key frees.
+            metrics.record_singleton_contention()
+            wait = self.settings.poll_interval.total_seconds()
+            if self.ledger.wait_for_key(occurrence.id, claimant, wait):
+                return AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt)
+            return AttemptReport(
+                occurrence.id,
+                "lost",
+                error="lost the claim before waiting",
+                attempt=occurrence.attempt,
+            )
         if start.outcome == "singleton_busy":
             assert singleton is not None
             metrics.record_singleton_contention()

@@ -268,6 +268,12 @@ class BackfillWindow(BaseModel):
 
     from_: Instant = Field(alias="from")
     to: Instant
+    overlap: Literal["sequential", "policy"] = Field(
+        "sequential",
+        description="sequential: the rows run one after another, each waiting while the "
+        "channel's concurrency key is busy; policy: the channel's concurrency.policy decides, "
+        "as for its scheduled rows (forbid skips a row whose key is busy)",
+    )
 
 
 # --- responses --------------------------------------------------------------------------------
@@ -486,6 +492,11 @@ class BackfillResult(BaseModel):
     instants: int = Field(description="schedule instants in the window")
     created: int = Field(description="backfill occurrences written")
     already_present: int = Field(description="instants that already had an occurrence")
+    overlap: str
+    dry_run: bool = False
+    planned: list[Timestamp] = Field(
+        default_factory=list, description="with dry_run: the instants it would write, oldest first"
+    )
 
 
 class ChannelStatus(BaseModel):

@@ -334,17 +334,35 @@ def backfill(
     to: Annotated[
         str, typer.Option("--to", help="the last instant, not in the future: RFC 3339 or an age")
     ],
+    overlap: Annotated[
+        str,
+        typer.Option(
+            help="sequential: one after another, each waiting while the concurrency key is "
+            "busy; policy: the channel's concurrency.policy decides (forbid skips)"
+        ),
+    ] = "sequential",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="list the instants it would run; write nothing")
+    ] = False,
 ) -> None:
     """Run an active channel's past instants in [--from, --to] (at most 1000 at a time)."""
-    window = {"from": instant(from_), "to": instant(to)}
-    answer = s.send("POST", f"{s.channel_path(channel)}/backfill", window)
+    window = {"from": instant(from_), "to": instant(to), "overlap": overlap}
+    query = {"dry_run": "true"} if dry_run else None
+    answer = s.send("POST", f"{s.channel_path(channel)}/backfill", window, query)
     b = answer["data"]
-    s.out.answer(
-        answer,
-        lambda: s.out.say(
-            f"backfill of {channel}: {b['instants']} instant(s) from {when(b['from'])} to "
-            f"{when(b['to'])}; {b['created']} created, {b['already_present']} already present"
-        ),
+    s.out.answer(answer, lambda: _backfilled(s, channel, b))
+
+
+def _backfilled(s: Session, channel: str, b: Mapping[str, Any]) -> None:
+    span = f"{b['instants']} instant(s) from {when(b['from'])} to {when(b['to'])}"
+    if b.get("dry_run"):
+        s.out.say(f"backfill of {channel} would run {span} ({b['overlap']}); nothing written:")
+        for at in b.get("planned", []):
+            s.out.say(f"  {when(at)}")
+        return
+    s.out.say(
+        f"backfill of {channel}: {span} ({b['overlap']}); {b['created']} created, "
+        f"{b['already_present']} already present"
     )
 
 

@@ -531,6 +531,14 @@ class AttemptStore(EventStore):
             lambda conn: self._hand_back(conn, occurrence_id, claimant), single=True
         )
 
+    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
+        """Hand a claimed occurrence whose key is busy back to `pending`, due `due_in`
+        seconds from now, its attempt given back (waiting is not an attempt): a backfill row
+        run one after another takes its turn instead of being skipped."""
+        return self._atomic(
+            lambda conn: self._hand_back(conn, occurrence_id, claimant, due_in), single=True
+        )
+
     def _hand_back(
         self,
         conn: sa.Connection,

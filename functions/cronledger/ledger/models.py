@@ -127,6 +127,9 @@ class Occurrence:
     #: When it is overdue if not completed by then; None once it completed, was cancelled
     #: or was reported overdue, or when its channel sets no `alerts.overdue_after_secs`.
     overdue_at: datetime | None = None
+    #: A backfill row run one after another: it waits for a busy concurrency key rather than
+    #: being skipped (None: its channel's policy decides, as for any row).
+    waits_for_key: bool | None = None
 
     @property
     def allowed_attempts(self) -> int:
@@ -164,6 +167,8 @@ class NewOccurrence:
     #: A misfire summary's count of the instants it stands for, and the oldest of them.
     skipped_count: int | None = None
     skipped_oldest: datetime | None = None
+    #: A backfill row that waits for its busy concurrency key instead of being skipped.
+    waits_for_key: bool | None = None
     id: str = field(default_factory=new_occurrence_id)
 
     @property

@@ -174,6 +174,7 @@ class OccurrenceStore(CursorStore):
             "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
             "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
             "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
+            "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
         }
         given = self._sql.rows("new", columns)
         now = self._sql.now()
@@ -434,6 +435,7 @@ class OccurrenceStore(CursorStore):
             "due_at": require_utc(row.due, "due_at"),
             "max_attempts": row.max_attempts,
             "overdue_at": row.overdue_at,
+            "waits_for_key": row.waits_for_key,
             "misfire_judged": False,
             # A row born terminal (a misfire summary) ended when it was written.
             "completed_at": None if row.status in ACTIVE_STATUSES else now,

@@ -130,6 +130,9 @@ occurrences = sa.Table(
     # `alerts.overdue_after_secs` after its due time); cleared when it completes, is
     # cancelled, or its `occurrence.overdue` event is written: an instant is overdue once.
     sa.Column("overdue_at", UtcDateTime, nullable=True),
+    # A backfill row run one after another with its channel's others: when its concurrency
+    # key is busy it waits for it (back to `pending`, due shortly) instead of being skipped.
+    sa.Column("waits_for_key", sa.Boolean, nullable=True),
     # The identity of an occurrence, and what makes materialisation idempotent.
     sa.UniqueConstraint("channel_id", "scheduled_for", name="uq_cron_occurrences_instant"),
     # The claim's two arms, the backlog and the in-flight count. Partial on PostgreSQL, so

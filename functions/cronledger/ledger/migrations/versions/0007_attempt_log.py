@@ -1,4 +1,4 @@
-"""The attempt log: one row per attempt of an occurrence.
+"""The attempt log: one row per attempt of an occurrence; backfill rows that wait their turn.
 
 Revision ID: 0007
 Revises: 0006
@@ -10,6 +10,10 @@ reads, so no other index is built. The foreign key's creation locks `cron_occurr
 against writes only for as long as the table takes to create (readers are not blocked), and
 the migration's lock timeout bounds its wait for that lock. Occurrences that ran before it have no attempts on
 record; their own row still carries the last error.
+
+`cron_occurrences.waits_for_key`, nullable (no rewrite, nothing to backfill): a backfill row
+that waits for its busy concurrency key instead of being skipped. Code of the previous
+revision never writes it, and NULL means what every row meant before: the channel's policy.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ UtcDateTime = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
+    postgres = op.get_context().dialect.name == "postgresql"
+    op.add_column(
+        "cron_occurrences",
+        sa.Column("waits_for_key", sa.Boolean, nullable=True),
+        if_not_exists=postgres,  # SQLite has no ADD COLUMN IF NOT EXISTS, nor needs it
+    )
     op.create_table(
         "cron_attempts",
         sa.Column(
@@ -48,3 +58,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("cron_attempts")
+    with op.batch_alter_table("cron_occurrences") as batch:
+        batch.drop_column("waits_for_key")
