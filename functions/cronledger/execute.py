@@ -159,10 +159,16 @@ class Ending:
 def ending(
     outcome: TargetOutcome, attempt: int, policy: RetryPolicy, rng: random.Random | None = None
 ) -> Ending:
-    """SPEC §1.1 retry: a failure (an error or a timeout) with attempts left is retried after
-    the policy's jittered backoff; the last one is final and says how many there were."""
+    """A failure (an error or a timeout) with attempts left is retried after the policy's
+    jittered backoff; the last one is final and says how many there were. A permanent one
+    (the target is gone or no longer allowed) is final at once: another attempt would meet
+    the same refusal, only later."""
     if outcome.ok:
         return Ending(COMPLETED)
+    if outcome.permanent:
+        return Ending(
+            FAILED, f"{outcome.error} (a permanent error: not retried)", detail=outcome.detail
+        )
     if attempt < policy.max_attempts:
         return Ending(
             FAILED, outcome.error, policy.backoff_secs_after(attempt, rng), outcome.detail

@@ -239,7 +239,12 @@ def run(
     body = envelope_json(envelope).encode("utf-8")
     outcome = post(doc, parts, body, timeout_secs, deadline, secrets, policy)
     values = list(secrets.values())
-    return TargetOutcome(outcome.ok, scrub(outcome.result, values), scrub(outcome.error, values))
+    return TargetOutcome(
+        outcome.ok,
+        scrub(outcome.result, values),
+        scrub(outcome.error, values),
+        permanent=outcome.permanent,
+    )
 
 
 def post(
@@ -266,7 +271,9 @@ def post(
             if judged != address:
                 reason = f"{reason} ({judged})"
             return TargetOutcome(
-                ok=False, error=f"refused: {_refused_address(host, address, reason)}"
+                ok=False,
+                error=f"refused: {_refused_address(host, address, reason)}",
+                permanent=True,
             )
     try:
         answer = pinned_http.send(
