@@ -191,3 +191,22 @@ def test_apply_of_a_past_at_is_refused_unless_allowed_and_then_warns(
     assert "warning  nightly: transport_config.at:" in allowed.out
     assert "will never run" in allowed.out
     assert [c.name for c in cli.ledger.list_channels().data] == ["nightly"]
+
+
+def test_show_says_how_late_after_its_instant_a_run_started_beside_its_lag(cli: Cli) -> None:
+    # Given a run that started
+    cli.channel("nightly")
+    cli("trigger", "nightly")
+    cli.scheduler.run_due()
+    occurrence = cli.ledger.list_occurrences().data[0]
+
+    # When it is shown, and read as JSON
+    shown = cli("occurrences", "show", occurrence.id)
+    record = cli("occurrences", "show", occurrence.id, "-o", "json").json()["data"]
+
+    # Then both figures are there, the late-by one measured from the instant
+    assert "lag:" in shown.out and "after it was due" in shown.out
+    assert "late by:" in shown.out and "after its instant" in shown.out
+    assert occurrence.started_at is not None
+    expected = (occurrence.started_at - occurrence.scheduled_for).total_seconds() * 1000
+    assert record["late_by_ms"] == round(expected)

@@ -405,6 +405,9 @@ class OccurrenceSummary(BaseModel):
     started_at: Timestamp | None
     completed_at: Timestamp | None
     lag_ms: int | None = Field(description="started_at - due_at")
+    late_by_ms: int | None = Field(
+        None, description="started_at - scheduled_for: how late after its instant it ran"
+    )
     duration_ms: int | None = Field(description="completed_at - started_at")
     error_message: str | None = Field(
         description="the first 300 characters; while a retry waits (pending, due_at ahead), "
@@ -438,6 +441,9 @@ class OccurrenceRecord(BaseModel):
     created_at: Timestamp
     updated_at: Timestamp
     lag_ms: int | None
+    late_by_ms: int | None = Field(
+        None, description="started_at - scheduled_for: how late after its instant it ran"
+    )
     duration_ms: int | None
     attempts: list[AttemptRecord] = Field(
         default_factory=list,

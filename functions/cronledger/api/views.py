@@ -181,6 +181,7 @@ def occurrence_summary(occurrence: Occurrence) -> OccurrenceSummary:
         started_at=timestamp(occurrence.started_at),
         completed_at=timestamp(occurrence.completed_at),
         lag_ms=_millis(occurrence.due_at, occurrence.started_at),
+        late_by_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
         duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
         error_message=error,
     )
@@ -215,6 +216,7 @@ def occurrence_record(occurrence: Occurrence, attempts: Sequence[Attempt] = ()) 
         created_at=to_rfc3339(occurrence.created_at),
         updated_at=to_rfc3339(occurrence.updated_at),
         lag_ms=_millis(occurrence.due_at, occurrence.started_at),
+        late_by_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
         duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
     )
 

@@ -40,6 +40,7 @@ COLUMNS = (
     Column("TRIGGER", lambda o: o["trigger"], 60),
     Column("ATTEMPT", lambda o: o["attempt"], 40),
     Column("LAG", lambda o: duration(o.get("lag_ms")), 30),
+    Column("LATE BY", lambda o: duration(o.get("late_by_ms")), 28, wide_only=True),
     Column("DURATION", lambda o: duration(o.get("duration_ms")), 35),
     Column("ID", lambda o: o["id"], 50, id=True),
     # Kept, cut to the room left, whenever a row shown has failed: what an operator looks for.
@@ -105,6 +106,7 @@ RECORD = (
     "started_at",
     "completed_at",
     "lag",
+    "late_by",
     "duration",
     "error_message",
 )
@@ -113,6 +115,7 @@ _SHOWN_AS = {
     "version": ("channel_version", "executing_version"),
     "singleton": ("singleton_key", "singleton_slot", "fencing_token"),
     "lag": ("lag_ms",),
+    "late_by": ("late_by_ms",),
     "duration": ("duration_ms",),
 }
 
@@ -132,7 +135,8 @@ def _record(s: Session, o: Mapping[str, Any]) -> None:
         if not o.get("singleton_key")
         else f"{o['singleton_key']} slot {o.get('singleton_slot')} token {o.get('fencing_token')}",
         "status": s.out.status(o["status"]),
-        "lag": duration(o.get("lag_ms")),
+        "lag": _after(o.get("lag_ms"), "it was due"),
+        "late_by": _after(o.get("late_by_ms"), "its instant (jitter and retries included)"),
         "duration": duration(o.get("duration_ms")),
     }
     covered = {part for parts in _SHOWN_AS.values() for part in parts} | set(RECORD)
@@ -151,6 +155,10 @@ def _record(s: Session, o: Mapping[str, Any]) -> None:
         if attempt.get("error_detail"):
             s.out.say(f"attempt {attempt['number']} failed at:")
             s.out.say(str(attempt["error_detail"]))
+
+
+def _after(millis: Any, what: str) -> str:
+    return "-" if millis is None else f"{duration(millis)} after {what}"
 
 
 #: An occurrence's attempts, first to last, as `occurrences show` lists them.
