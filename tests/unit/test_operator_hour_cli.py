@@ -210,3 +210,30 @@ def test_show_says_how_late_after_its_instant_a_run_started_beside_its_lag(cli: 
     assert occurrence.started_at is not None
     expected = (occurrence.started_at - occurrence.scheduled_for).total_seconds() * 1000
     assert record["late_by_ms"] == round(expected)
+
+
+def test_preview_from_an_instant_marks_weekdays_and_the_dst_change(cli: Cli) -> None:
+    # Given a channel at 01:30 London time, which the autumn change makes happen twice
+    cli.channel("early", schedule="0 30 1 * * *", timezone="Europe/London")
+
+    # When four fire times from the day before the change are previewed
+    shown = cli("preview", "early", "--from", "2026-10-24T00:00:00Z", "--count", "4")
+    as_json = cli(
+        "preview", "early", "--from", "2026-10-24T00:00:00Z", "--count", "4", "-o", "json"
+    )
+
+    # Then each has its local weekday, and the second 01:30 on Sunday carries the change
+    assert shown.code == 0, shown.err
+    instants = as_json.json()["data"]["instants"]
+    assert [i["weekday"] for i in instants] == ["Sat", "Sun", "Sun", "Mon"]
+    assert [i["dst"] for i in instants] == [None, None, "+01:00 → +00:00", None]
+    assert "offset +01:00 → +00:00" in shown.out
+    assert rows(shown)[1][-3:] == ["LOCAL", "DAY", "DST"]
+
+
+def test_preview_answers_up_to_a_thousand_instants(cli: Cli) -> None:
+    cli.channel("often", schedule="0 * * * * *")
+
+    shown = cli("preview", "often", "--count", "1000", "-o", "json")
+
+    assert len(shown.json()["data"]["instants"]) == 1000

@@ -55,7 +55,7 @@ from cronledger.schedule import Schedule
 from cronledger.schedule_cache import SHARED_SCHEDULES
 
 MAX_BACKFILL: Final = 1000
-MAX_PREVIEW: Final = 100
+MAX_PREVIEW: Final = 1000
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 
@@ -155,16 +155,32 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     )
     def preview(
         channel_id: ChannelId,
-        count: Annotated[int, Query(ge=1, le=MAX_PREVIEW, description="how many, 1..100")] = 10,
+        count: Annotated[
+            int, Query(ge=1, le=MAX_PREVIEW, description=f"how many, 1..{MAX_PREVIEW}")
+        ] = 10,
+        from_: Annotated[
+            datetime | None,
+            Query(
+                alias="from",
+                description="the instants after this one (RFC 3339 with an offset); default: "
+                "the database's now",
+            ),
+        ] = None,
     ) -> One[Preview]:
         channel = ledger.get_channel(channel_id)
         schedule = SHARED_SCHEDULES.get(channel)
+        if from_ is not None and from_.tzinfo is None:
+            raise ValidationFailed(
+                [FieldError("from", "invalid", "give an offset, e.g. 2026-10-25T00:00:00Z")]
+            )
         instants: list[PreviewInstant] = []
-        at: datetime | None = ledger.db_now()
+        at: datetime | None = ledger.db_now() if from_ is None else from_
+        before: datetime | None = None
         while at is not None and len(instants) < count:
             at = schedule.next_after(at)
             if at is not None:
-                instants.append(preview_instant(at, schedule))
+                instants.append(preview_instant(at, schedule, before))
+                before = at
         return One(
             data=Preview(
                 channel_id=channel.channel_id,

@@ -475,6 +475,13 @@ class PreviewInstant(BaseModel):
     due_at: Timestamp = Field(
         description="when its row becomes claimable: the instant plus the channel's jitter"
     )
+    weekday: str = Field("", description="the local day of the week", examples=["Sun"])
+    dst: str | None = Field(
+        None,
+        description="the zone's offset changed since the instant before (a DST transition "
+        "between them): old → new offset; null when it did not",
+        examples=["+01:00 → +00:00"],
+    )
 
 
 class Preview(BaseModel):

@@ -235,14 +235,26 @@ def attempt_record(attempt: Attempt) -> AttemptRecord:
     )
 
 
-def preview_instant(at: datetime, schedule: Schedule) -> PreviewInstant:
+def preview_instant(
+    at: datetime, schedule: Schedule, before: datetime | None = None
+) -> PreviewInstant:
     """The instant in UTC and as the wall clock in the schedule's zone shows it, offset
     included (on a fall-back day two instants share a wall time and differ only in the
-    offset), and when its row is due."""
+    offset), its local weekday, when its row is due, and, when the zone's offset differs
+    from the one at `before` (the instant shown before it), that change."""
+    zone = ZoneInfo(schedule.timezone)
+    local = at.astimezone(zone)
+    dst = None
+    if before is not None:
+        was = before.astimezone(zone).isoformat()[-6:]
+        if was != local.isoformat()[-6:]:
+            dst = f"{was} → {local.isoformat()[-6:]}"
     return PreviewInstant(
         utc=to_rfc3339(at),
-        local=at.astimezone(ZoneInfo(schedule.timezone)).isoformat(),
+        local=local.isoformat(),
         due_at=to_rfc3339(schedule.due_at(at)),
+        weekday=local.strftime("%a"),
+        dst=dst,
     )
 
 

@@ -370,11 +370,17 @@ def _backfilled(s: Session, channel: str, b: Mapping[str, Any]) -> None:
 def preview(
     s: Session,
     channel: ChannelRef,
-    count: Annotated[int, typer.Option(min=1, max=100, help="how many, 1..100")] = 10,
+    count: Annotated[int, typer.Option(min=1, max=1000, help="how many, 1..1000")] = 10,
+    from_: Annotated[
+        str | None,
+        typer.Option("--from", help="the fire times after this instant: RFC 3339 or an age (7d)"),
+    ] = None,
 ) -> None:
-    """The next fire times in UTC and in the channel's local time (check a DST day), and when
-    each row falls due if the channel spreads them (`jitter_secs`)."""
-    answer = s.get(f"{s.channel_path(channel)}/preview", {"count": count})
+    """The next fire times in UTC and in the channel's local time, with the local weekday and
+    a mark where the zone's offset changes (check a DST day), and when each row falls due if
+    the channel spreads them (`jitter_secs`)."""
+    query = {"count": count, "from": instant(from_)}
+    answer = s.get(f"{s.channel_path(channel)}/preview", query)
     p = answer["data"]
 
     def human() -> None:
@@ -382,7 +388,10 @@ def preview(
         columns = [
             Column("UTC", lambda i: i["utc"], 90),
             Column("LOCAL", lambda i: i["local"], 100),
+            Column("DAY", lambda i: i.get("weekday"), 70),
         ]
+        if any(i.get("dst") for i in p["instants"]):
+            columns.append(Column("DST", lambda i: i.get("dst") and f"offset {i['dst']}", 60))
         if any(instant_of(i["due_at"]) != instant_of(i["utc"]) for i in p["instants"]):
             columns.append(Column("DUE (UTC)", lambda i: i["due_at"], 80))
         s.out.table(columns, p["instants"], empty=p.get("note") or "(none)")
