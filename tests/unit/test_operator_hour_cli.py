@@ -237,3 +237,32 @@ def test_preview_answers_up_to_a_thousand_instants(cli: Cli) -> None:
     shown = cli("preview", "often", "--count", "1000", "-o", "json")
 
     assert len(shown.json()["data"]["instants"]) == 1000
+
+
+def test_a_pause_reason_is_shown_by_status_show_and_history(cli: Cli) -> None:
+    # Given a channel paused with a reason
+    cli.channel("nightly")
+    paused = cli("channels", "pause", "nightly", "--reason", "warehouse migration until Friday")
+
+    # When the operator looks at status, the channel and its history
+    status = cli("status")
+    shown = cli("channels", "show", "nightly")
+    history = cli("channels", "history", "nightly")
+
+    # Then each says it is paused, and why
+    why = "warehouse migration until Friday"
+    assert paused.code == 0 and why in paused.out
+    assert "nightly: paused since " in status.out and status.out.rstrip().endswith(why)
+    assert any(line.split()[:1] == ["reason:"] and why in line for line in shown.out.splitlines())
+    assert history.out.startswith("paused since ") and why in history.out.splitlines()[0]
+
+
+def test_resuming_clears_the_pause_reason(cli: Cli) -> None:
+    channel_id = cli.channel("nightly")
+    cli("channels", "pause", "nightly", "--reason", "flaky upstream")
+
+    resumed = cli("channels", "resume", "nightly")
+
+    assert resumed.code == 0
+    assert cli.ledger.get_channel(channel_id).status_reason is None
+    assert "flaky upstream" not in cli("status").out

@@ -210,10 +210,16 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
             channel = ledger.get_channel(channel_id)
             if channel.status == CHANNEL_ARCHIVED:
                 # Final whatever its definition: the ledger's 409, not a 400 inviting a fix.
-                return view(ledger.set_channel_status(channel_id, body.status, dry_run=dry_run))
+                return view(
+                    ledger.set_channel_status(
+                        channel_id, body.status, dry_run=dry_run, reason=body.reason
+                    )
+                )
             SHARED_SCHEDULES.get(channel)
             validate_target(channel.target, policy)
-        return view(ledger.set_channel_status(channel_id, body.status, dry_run=dry_run))
+        return view(
+            ledger.set_channel_status(channel_id, body.status, dry_run=dry_run, reason=body.reason)
+        )
 
     @app.delete(
         f"{PREFIX}/channels/<channel_id>",

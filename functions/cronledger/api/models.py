@@ -251,6 +251,9 @@ class StatusChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: Literal["active", "paused", "archived"]
+    reason: str | None = Field(
+        None, max_length=500, description="why, shown with the status (e.g. a pause's reason)"
+    )
 
 
 class CancelReason(BaseModel):
@@ -365,6 +368,7 @@ class ChannelView(BaseModel):
     compiled: CompiledView | None = Field(
         description="null when the stored definition no longer compiles"
     )
+    status_reason: str | None = Field(None, description="why it is in its status, if said")
     warnings: list[str] = Field(
         default_factory=list,
         description="what the write accepted but the caller should know (a past `at`)",

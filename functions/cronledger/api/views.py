@@ -71,6 +71,7 @@ def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
         created_at=to_rfc3339(channel.created_at),
         updated_at=to_rfc3339(channel.updated_at),
         compiled=None if schedule is None else _compiled_view(schedule, state),
+        status_reason=channel.status_reason,
     )
 
 

@@ -87,6 +87,7 @@ def show(s: Session, channel: ChannelRef) -> None:
                 f"{when(compiled.get('next_fire_at'))} ({ago(compiled.get('next_fire_at'))})",
             ),
             ("paused at", when(compiled.get("paused_at"))),
+            ("reason", c.get("status_reason")),
             ("target", c.get("target_ref")),
             ("timeout", f"{c['timeout_ms']} ms"),
             ("created", when(c["created_at"])),
@@ -217,8 +218,17 @@ HISTORY_COLUMNS = (
 @api(channels, "history")
 def history(s: Session, channel: ChannelRef, limit: Limit = 50, offset: Offset = 0) -> None:
     """A channel's versions, newest first (`channels diff` compares two)."""
-    page = s.get(f"{s.channel_path(channel)}/versions", {"limit": limit, "offset": offset})
-    s.out.answer(page, lambda: s.out.table(HISTORY_COLUMNS, page["data"], page))
+    c = s.channel(channel)
+    path = f"/channels/{segment(c['channel_id'])}/versions"
+    page = s.get(path, {"limit": limit, "offset": offset})
+
+    def human() -> None:
+        note = status_note(c)
+        if note:
+            s.out.say(s.out.status(c["status"]), note[len(c["status"]) :])
+        s.out.table(HISTORY_COLUMNS, page["data"], page)
+
+    s.out.answer(page, human)
 
 
 @api(channels, "diff")
@@ -285,14 +295,32 @@ def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]
     return {k: version[k] for k in documents.DOCUMENT_KEYS if k in version}
 
 
+Reason = Annotated[
+    str | None,
+    typer.Option(help="why: shown with the status by `status`, `channels show` and `history`"),
+]
+
+
 def _lifecycle(verb: str, status: str, text: str) -> None:
     @api(channels, verb, help=text)
-    def change(s: Session, channel: ChannelRef) -> None:
-        answer = s.send("PATCH", f"{s.channel_path(channel)}/status", {"status": status})
+    def change(s: Session, channel: ChannelRef, reason: Reason = None) -> None:
+        body = {"status": status, "reason": reason}
+        answer = s.send("PATCH", f"{s.channel_path(channel)}/status", body)
         c = answer["data"]
+        why = f" ({c['status_reason']})" if c.get("status_reason") else ""
         s.out.answer(
-            answer, lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]))
+            answer,
+            lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]), why),
         )
+
+
+def status_note(channel: Mapping[str, Any]) -> str | None:
+    """`paused since <when>: <reason>` for a channel that is not active, else None."""
+    if channel.get("status") in (None, "active", "draft"):
+        return None
+    since = (channel.get("compiled") or {}).get("paused_at") or channel.get("updated_at")
+    why = f": {channel['status_reason']}" if channel.get("status_reason") else ""
+    return f"{channel['status']} since {when(since)}{why}"
 
 
 _lifecycle("pause", "paused", "Stop a channel producing occurrences (resume starts it from now).")
@@ -451,6 +479,11 @@ def status(
         watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS, interval, watch_for)
         return
     page = s.get("/cron/status", query)
-    s.out.answer(
-        page, lambda: s.out.table(STATUS_COLUMNS, page["data"], page, empty="(no active channels)")
-    )
+
+    def human() -> None:
+        s.out.table(STATUS_COLUMNS, page["data"], page, empty="(no active channels)")
+        for c in s.get("/channels", {"status": "paused", "limit": 1000})["data"]:
+            note = status_note(c) or "paused"
+            s.out.say(f"{c['name']}: ", s.out.status("paused"), note[len("paused") :])
+
+    s.out.answer(page, human)

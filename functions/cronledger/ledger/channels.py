@@ -139,16 +139,19 @@ class ChannelStore(OccurrenceStore):
         self.get_channel(channel_id)  # NotFound, if that is why
         raise Conflict(f"channel {channel_id} is archived; an archived channel cannot be edited")
 
-    def set_channel_status(self, channel_id: str, status: str, *, dry_run: bool = False) -> Channel:
-        """Move a channel along its lifecycle; Conflict for a move it does not allow.
-        `dry_run`: rolled back."""
+    def set_channel_status(
+        self, channel_id: str, status: str, *, dry_run: bool = False, reason: str | None = None
+    ) -> Channel:
+        """Move a channel along its lifecycle, recording `reason` (or clearing the last one:
+        a reason is about the status it was given with); Conflict for a move it does not
+        allow. `dry_run`: rolled back."""
         if status not in _ALLOWED_FROM:
             raise ValueError(f"unknown channel status {status!r}")
         stmt = (
             sa.update(channels)
             .where(channels.c.channel_id == channel_id)
             .where(channels.c.status.in_(_ALLOWED_FROM[status]))
-            .values(status=status, updated_at=self._sql.now())
+            .values(status=status, status_reason=reason, updated_at=self._sql.now())
             .returning(*channels.c)
         )
         with self._write() as conn:
@@ -346,6 +349,7 @@ def _at_version(current: Channel, version: Any) -> Channel:
         timeout_ms=version.timeout_ms,
         created_at=current.created_at,
         updated_at=version.created_at,
+        status_reason=current.status_reason,
     )
 
 

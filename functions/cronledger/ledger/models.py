@@ -407,6 +407,8 @@ class Channel:
     timeout_ms: int
     created_at: datetime
     updated_at: datetime
+    #: Why it is in its status, as the operator said (a pause's reason); None if unsaid.
+    status_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

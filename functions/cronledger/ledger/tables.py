@@ -61,6 +61,9 @@ channels = sa.Table(
     sa.Column("timeout_ms", sa.Integer, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    # Why it is in its status, as the operator said when moving it there (a pause's reason);
+    # NULL when they said nothing. Every status change writes it.
+    sa.Column("status_reason", sa.Text, nullable=True),
 )
 
 channel_versions = sa.Table(

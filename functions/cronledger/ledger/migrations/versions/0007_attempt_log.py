@@ -11,6 +11,8 @@ against writes only for as long as the table takes to create (readers are not bl
 the migration's lock timeout bounds its wait for that lock. Occurrences that ran before it have no attempts on
 record; their own row still carries the last error.
 
+`cron_channels.status_reason`, nullable: why an operator paused (or archived) a channel.
+
 `cron_occurrences.waits_for_key`, nullable (no rewrite, nothing to backfill): a backfill row
 that waits for its busy concurrency key instead of being skipped. Code of the previous
 revision never writes it, and NULL means what every row meant before: the channel's policy.
@@ -31,6 +33,11 @@ UtcDateTime = sa.DateTime(timezone=True)
 
 def upgrade() -> None:
     postgres = op.get_context().dialect.name == "postgresql"
+    op.add_column(
+        "cron_channels",
+        sa.Column("status_reason", sa.Text, nullable=True),
+        if_not_exists=postgres,
+    )
     op.add_column(
         "cron_occurrences",
         sa.Column("waits_for_key", sa.Boolean, nullable=True),
@@ -60,3 +67,5 @@ def downgrade() -> None:
     op.drop_table("cron_attempts")
     with op.batch_alter_table("cron_occurrences") as batch:
         batch.drop_column("waits_for_key")
+    with op.batch_alter_table("cron_channels") as batch:
+        batch.drop_column("status_reason")
