@@ -1,10 +1,14 @@
 # Two commands matter on a fresh machine: `make run` and `make test`.
-# Both create .venv on demand and reinstall only when pyproject.toml changes.
+# Both create .venv on demand and reinstall only when pyproject.toml changes. `make run`
+# installs only what the scheduler needs to run, so a first run starts in seconds; `make test`
+# (and lint, synth, …) adds the dev extra: test tools, linters, the CDK.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+PORT ?= 8080
 PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
@@ -14,15 +18,24 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cronledger needs Python >= 3.11, found " + sys.version.split()[0])'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
+
+$(RUNTIME_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing cronledger's runtime into $(VENV) (once; \`make test\` adds the dev tools)..."
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	@touch $(RUNTIME_STAMP)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing cronledger with its dev tools into $(VENV)..."
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUNTIME_STAMP)
 
-run: $(STAMP)
-	$(BIN)/cronledger dev --demo
+# `make run PORT=9000` serves the API (and the console) elsewhere.
+run: $(RUNTIME_STAMP)
+	$(BIN)/cronledger dev --demo --port $(PORT)
 
 # PostgreSQL is not optional for the suite: start it if it is installed but down,
 # and stop with a clear message if it still cannot be reached.

@@ -152,19 +152,29 @@ class Ending:
     status: str
     error: str | None = None
     retry_in: float | None = None
+    #: Where the target failed, when it says (a Python target's last frames).
+    detail: str | None = None
 
 
 def ending(
     outcome: TargetOutcome, attempt: int, policy: RetryPolicy, rng: random.Random | None = None
 ) -> Ending:
-    """SPEC §1.1 retry: a failure (an error or a timeout) with attempts left is retried after
-    the policy's jittered backoff; the last one is final and says how many there were."""
+    """A failure (an error or a timeout) with attempts left is retried after the policy's
+    jittered backoff; the last one is final and says how many there were. A permanent one
+    (the target is gone or no longer allowed) is final at once: another attempt would meet
+    the same refusal, only later."""
     if outcome.ok:
         return Ending(COMPLETED)
+    if outcome.permanent:
+        return Ending(
+            FAILED, f"{outcome.error} (a permanent error: not retried)", detail=outcome.detail
+        )
     if attempt < policy.max_attempts:
-        return Ending(FAILED, outcome.error, policy.backoff_secs_after(attempt, rng))
+        return Ending(
+            FAILED, outcome.error, policy.backoff_secs_after(attempt, rng), outcome.detail
+        )
     unit = "attempt" if attempt == 1 else "attempts"
-    return Ending(FAILED, f"{outcome.error} (after {attempt} {unit})")
+    return Ending(FAILED, f"{outcome.error} (after {attempt} {unit})", detail=outcome.detail)
 
 
 def singleton_of(schedule: Schedule) -> SingletonSpec | None:
@@ -356,6 +366,18 @@ class Executor:
             wait_secs=self.settings.poll_interval.total_seconds(),
         )
         self.annotate(fencing_token=start.fencing_token)
+        if start.outcome == "singleton_busy" and occurrence.waits_for_key:
+            # A backfill run one after another: its turn comes when the key frees.
+            metrics.record_singleton_contention()
+            wait = self.settings.poll_interval.total_seconds()
+            if self.ledger.wait_for_key(occurrence.id, claimant, wait):
+                return AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt)
+            return AttemptReport(
+                occurrence.id,
+                "lost",
+                error="lost the claim before waiting",
+                attempt=occurrence.attempt,
+            )
         if start.outcome == "singleton_busy":
             assert singleton is not None
             metrics.record_singleton_contention()
@@ -521,6 +543,7 @@ class Executor:
                 end.status,
                 fencing_token=fencing_token,
                 error_message=end.error,
+                error_detail=end.detail,
                 result=result,
                 retry_in=end.retry_in,
                 # Not started: a place or slot it holds from before (the row shows its key)

@@ -32,7 +32,7 @@ from cronledger.errors import NotFound
 from cronledger.execute import AttemptReport, Executor
 from cronledger.instants import human_duration
 from cronledger.invokers import ThreadPoolInvoker
-from cronledger.ledger import CHANNEL_ACTIVE, Event, Ledger, Occurrence
+from cronledger.ledger import CHANNEL_ACTIVE, Channel, Event, Ledger, Occurrence
 from cronledger.local_http import READ_TIMEOUT_SECS, JsonRequestHandler, PeerSafeServer, error_body
 from cronledger.outbox import Courier, event_line, local_sender
 from cronledger.pacing import wait_for_interrupt
@@ -66,21 +66,20 @@ DEMO_MODULE = "cronledger.demo"
 DEV_ALLOW_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
-def ensure_demo_channel(ledger: Ledger) -> str:
-    """Create the demo channel once (by name) and make sure it is active; answer its id."""
+def ensure_demo_channel(ledger: Ledger) -> Channel:
+    """Create the demo channel, active, if no channel has its name; answer it as it is. Once
+    it exists it is the operator's: a demo they paused or archived stays so on every restart
+    (the caller says how to resume it) rather than firing again behind their back."""
     try:
-        channel = ledger.get_channel_by_name(DEMO_CHANNEL["name"])  # type: ignore[arg-type]
+        return ledger.get_channel_by_name(DEMO_CHANNEL["name"])  # type: ignore[arg-type]
     except NotFound:
-        channel = ledger.create_channel(
+        return ledger.create_channel(
             name=DEMO_CHANNEL["name"],  # type: ignore[arg-type]
             transport_config=DEMO_CHANNEL["transport_config"],  # type: ignore[arg-type]
             target=DEMO_CHANNEL["target"],  # type: ignore[arg-type]
             timeout_ms=DEMO_CHANNEL["timeout_ms"],  # type: ignore[arg-type]
             status=CHANNEL_ACTIVE,
         )
-    if channel.status != CHANNEL_ACTIVE:
-        channel = ledger.set_channel_status(channel.channel_id, CHANNEL_ACTIVE)
-    return channel.channel_id
 
 
 @dataclass
@@ -439,8 +438,7 @@ def run_dev(
         socket_timeout_secs=settings.db_socket_timeout_secs,
     )
     ledger.migrate()
-    if demo:
-        ensure_demo_channel(ledger)
+    demo_status = ensure_demo_channel(ledger).status if demo else None
     app = create_app(ledger, settings)
     try:
         server = serve_api(lambda event, context: handle_event(app, event, context), host, port)
@@ -474,9 +472,15 @@ def run_dev(
         "(CRONLEDGER_EVENTS_WEBHOOK_URL sends them to a webhook)",
         file=out,
     )
-    if demo:
+    if demo_status == CHANNEL_ACTIVE:
         print(
             "demo channel 'demo' fires every 5 seconds; settled occurrences print below.", file=out
+        )
+    elif demo:
+        print(
+            f"demo channel 'demo' is {demo_status}, as you left it "
+            "(`cronledger channels resume demo` runs it again).",
+            file=out,
         )
     try:
         # Inside the try: a Ctrl-C sent the moment this line is read, or as soon as the first

@@ -112,7 +112,15 @@ class WebhookSender:
         for event in sorted(events, key=lambda e: (e.channel_id, e.sequence or 0)):
             body = json.dumps(event.document, separators=(",", ":")).encode()
             deadline = time.monotonic() + self.timeout_secs
-            outcome = http.post(doc, parts, body, self.timeout_secs, deadline, {}, self.policy)
+            outcome = http.post(
+                doc,
+                parts,
+                body,
+                self.timeout_secs,
+                deadline,
+                {"Content-Type": http.JSON},
+                self.policy,
+            )
             answers[event.event_id] = None if outcome.ok else (outcome.error or "refused")
             if not outcome.ok:
                 # The receiver is down or refusing: the rest wait for the sweep, in order.

@@ -13,7 +13,7 @@ from cronledger.api import PREFIX, create_app
 from cronledger.instants import parse_rfc3339, to_rfc3339
 from cronledger.ledger import Ledger
 from cronledger.ledger.tables import schedule_state
-from tests.api.helpers import CHANNELS, SETTINGS, Api, Scheduler, create_channel
+from tests.api.helpers import CHANNELS, SETTINGS, Api, Scheduler, channel_document, create_channel
 from tests.api.http import call
 from tests.polling import wait_until
 
@@ -124,7 +124,8 @@ def test_a_channel_past_its_end_shows_ended_and_a_later_end_resumes_it(
 def test_a_paused_channel_is_paused_not_ended(
     api: Api, ledger: Ledger, scheduler: Scheduler
 ) -> None:
-    channel = create_channel(api, status="active", transport_config={"at": "2020-01-01T00:00:00"})
+    document = channel_document(status="active", transport_config={"at": "2020-01-01T00:00:00"})
+    channel = api("POST", CHANNELS, {"allow_past_at": "true"}, document).data
     scheduler.reconcile()
     with ledger.engine.begin() as conn:  # as a pause would leave it
         conn.execute(sa.update(schedule_state).values(paused_at=ledger.db_now()))

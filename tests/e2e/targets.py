@@ -33,6 +33,18 @@ def fail(event: dict[str, Any]) -> None:
     raise RuntimeError("the report generator is out of paper")
 
 
+def fail_first(event: dict[str, Any]) -> str:
+    """Raise on the first attempt of an occurrence, succeed on any later one."""
+    _record(event)
+    if event["trigger"]["attempt"] == 1:
+        _jam()
+    return "printed"
+
+
+def _jam() -> None:
+    raise RuntimeError("the printer jammed")
+
+
 def slow(event: dict[str, Any]) -> str:
     """Sleep `slow_secs`, counting how many run at once per singleton key."""
     _record(event)

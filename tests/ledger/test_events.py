@@ -92,7 +92,11 @@ def test_an_occurrence_makes_one_attempt_failed_per_retried_attempt_and_one_fail
     assert final["links"]["api"] == f"/api/v1/admin/cron/occurrences/{claimed.id}"
 
 
-def test_a_quiet_completion_writes_no_event_and_stays_one_statement(ledger: Ledger) -> None:
+def test_a_quiet_completion_writes_no_event_and_stays_one_statement_on_postgresql(
+    ledger: Ledger,
+) -> None:
+    # On PostgreSQL the attempt's end is a CTE of the occurrence's UPDATE; SQLite, which has
+    # no UPDATE in a CTE, sends the two in one local transaction.
     channel = active_channel(ledger)
     statements: list[str] = []
 
@@ -109,8 +113,11 @@ def test_a_quiet_completion_writes_no_event_and_stays_one_statement(ledger: Ledg
     finally:
         sa.event.remove(ledger.engine, "before_cursor_execute", count)
     assert all_events(ledger) == []
-    assert [s for s in statements if s not in ("BEGIN", "COMMIT")] == ["UPDATE"]
+    sent = [s for s in statements if s not in ("BEGIN", "COMMIT")]
+    assert sent == (["WITH"] if ledger.engine.dialect.name == "postgresql" else ["UPDATE"] * 2)
     assert ledger.get_occurrence(claimed.id).status == COMPLETED
+    [attempt] = ledger.attempts_of(claimed.id)
+    assert (attempt.outcome, attempt.ended_at is not None) == (COMPLETED, True)
 
 
 def test_a_transaction_that_fails_after_the_change_leaves_neither_the_change_nor_its_event(

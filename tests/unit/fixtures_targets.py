@@ -92,11 +92,12 @@ class RecordingServer:
                         self.send_header(name, value)
                     self.send_header("Content-Length", str(len(answer.body)))
                     self.end_headers()
-                    self.wfile.write(answer.body)
+                    if self.command != "HEAD":
+                        self.wfile.write(answer.body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up waiting, which is what a timeout test wants
 
-            do_GET = do_POST = do_PUT = do_PATCH = _serve
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = _serve
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

@@ -466,7 +466,7 @@ def test_status_and_preview_show_the_schedule_in_utc_and_local_time(cli: Cli) ->
     assert preview.code == 0
     lines = preview.out.splitlines()
     assert lines[0] == "0 30 1 25-31 10 * in Europe/London:"
-    assert lines[1].split() == ["UTC", "LOCAL"]
+    assert lines[1].split() == ["UTC", "LOCAL", "DAY", "DST"]
     offsets = {line.split()[1][-6:] for line in lines[2:]}
     assert offsets == {"+01:00", "+00:00"}  # the fall-back day shows both
 
@@ -477,9 +477,9 @@ def test_preview_of_a_jittered_channel_shows_when_each_row_falls_due(cli: Cli) -
     preview = cli("preview", "spread", "--count", "5")
 
     header, *lines = rows(preview)[1:]
-    assert header == ["UTC", "LOCAL", "DUE", "(UTC)"]
+    assert header == ["UTC", "LOCAL", "DAY", "DUE", "(UTC)"]
     assert len(lines) == 5
-    for utc, _local, due in lines:
+    for utc, _local, _day, due in lines:
         at = datetime.fromisoformat(utc.replace("Z", "+00:00"))
         assert at <= datetime.fromisoformat(due.replace("Z", "+00:00")) < at + timedelta(minutes=15)
 
@@ -783,7 +783,7 @@ def test_an_unreachable_api_exits_3_with_a_sentence_not_a_traceback(cli: Cli) ->
     assert "Traceback" not in ran.err
 
 
-def test_tables_fit_the_terminal_dropping_the_least_important_columns(
+def test_tables_fit_the_terminal_dropping_the_least_important_columns_but_not_an_error(
     cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cli.channel("a-rather-long-channel-name", FAIL_TARGET)
@@ -799,9 +799,10 @@ def test_tables_fit_the_terminal_dropping_the_least_important_columns(
 
     assert max(map(len, fitted.out.splitlines())) <= 100
     assert rows(fitted)[0][:4] == ["SCHEDULED", "(UTC)", "CHANNEL", "STATUS"]
-    assert "ERROR" not in fitted.out and full_id[:12] + "…" in fitted.out  # the id, shortened
+    assert rows(fitted)[0][-1] == "ERROR" and "RuntimeError: report for" in fitted.out
     assert max(map(len, narrow.out.splitlines())) <= 60
-    assert rows(narrow)[0] == ["SCHEDULED", "(UTC)", "CHANNEL", "STATUS"]
+    assert rows(narrow)[0] == ["SCHEDULED", "(UTC)", "STATUS", "ERROR"]
+    assert "RuntimeError" in narrow.out  # cut, never dropped, while a row shown failed
     assert full_id in wide.out and "RuntimeError: report for" in wide.out
 
 

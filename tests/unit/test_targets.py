@@ -112,7 +112,7 @@ def test_a_well_formed_document_of_each_type_has_no_errors(type_name: str) -> No
             [("target.url", "too_long")],
         ),
         (
-            {"type": "http", "url": "https://example.com", "method": "GET"},
+            {"type": "http", "url": "https://example.com", "method": "DELETE"},
             [("target.method", "invalid")],
         ),
         (

@@ -65,6 +65,21 @@ def test_the_configured_method_is_used() -> None:
     assert [r.method for r in server.received] == ["PUT"]
 
 
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_a_get_or_head_sends_no_body_and_says_which_run_it_is_in_headers(method: str) -> None:
+    with RecordingServer(Answer(status=204)) as server:
+        doc = {"type": "http", "url": f"{server.url}/warm", "method": method.lower()}
+        outcome = run_target(doc, envelope(), 5.0, policy=LOOPBACK)
+
+    assert outcome.ok, outcome.error
+    (request,) = server.received
+    assert (request.method, request.path, request.body) == (method, "/warm", b"")
+    assert "Content-Type" not in request.headers
+    assert request.headers["X-Cronledger-Occurrence-Id"] == "0190a6c3-7e2f-7c41-8b3a-2d4e5f6a7b8c"
+    assert request.headers["X-Cronledger-Scheduled-For"] == "2026-09-01T02:15:00Z"
+    assert request.headers["X-Cronledger-Attempt"] == "1"
+
+
 def test_a_server_error_is_a_failure_that_keeps_the_answer_as_the_excerpt() -> None:
     with RecordingServer(Answer(status=500, body=b"database is down")) as server:
         outcome = run_target({"type": "http", "url": server.url}, envelope(), 5.0, policy=LOOPBACK)

@@ -12,6 +12,11 @@ Decisions where SPEC is silent:
 - Backfill covers the schedule's instants in `[from, to]`, at most 1000 per request; `to`
   must not be after the database's now. Instants that already have an occurrence keep it and
   are counted as `already_present`.
+- Backfill rows run one after another by default (`overlap: sequential`): a row whose
+  concurrency key is busy waits for it instead of being recorded `skipped_singleton`, since
+  whoever backfills a window wants every instant in it run. `overlap: policy` lets the
+  channel's own concurrency policy decide, as for its scheduled rows. `?dry_run=true`
+  answers the instants it would write and writes nothing.
 - Preview works in any status, so a draft can be checked before it is activated.
 """
 
@@ -50,7 +55,7 @@ from cronledger.schedule import Schedule
 from cronledger.schedule_cache import SHARED_SCHEDULES
 
 MAX_BACKFILL: Final = 1000
-MAX_PREVIEW: Final = 100
+MAX_PREVIEW: Final = 1000
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 
@@ -84,7 +89,11 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         status_code=202,
     )
     def backfill(
-        channel_id: ChannelId, body: Annotated[BackfillWindow, Body()]
+        channel_id: ChannelId,
+        body: Annotated[BackfillWindow, Body()],
+        dry_run: Annotated[
+            bool, Query(description="answer the instants it would write; write nothing")
+        ] = False,
     ) -> One[BackfillResult]:
         channel = _active_channel(ledger, channel_id, "backfilled")
         now = ledger.db_now()
@@ -117,14 +126,23 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
                 ],
                 "backfill window too large",
             )
-        created = ledger.insert_occurrences(_occurrences_of(channel, instants, TRIGGER_BACKFILL))
+        rows = _occurrences_of(
+            channel,
+            instants,
+            TRIGGER_BACKFILL,
+            waits_for_key=True if body.overlap == "sequential" else None,
+        )
+        created = 0 if dry_run else ledger.insert_occurrences(rows)
         result = {
             "channel_id": channel.channel_id,
             "from": to_rfc3339(body.from_),
             "to": to_rfc3339(body.to),
             "instants": len(instants),
             "created": created,
-            "already_present": len(instants) - created,
+            "already_present": 0 if dry_run else len(instants) - created,
+            "overlap": body.overlap,
+            "dry_run": dry_run,
+            "planned": [to_rfc3339(at) for at in instants] if dry_run else [],
         }
         return One(data=BackfillResult.model_validate(result))
 
@@ -137,16 +155,32 @@ def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     )
     def preview(
         channel_id: ChannelId,
-        count: Annotated[int, Query(ge=1, le=MAX_PREVIEW, description="how many, 1..100")] = 10,
+        count: Annotated[
+            int, Query(ge=1, le=MAX_PREVIEW, description=f"how many, 1..{MAX_PREVIEW}")
+        ] = 10,
+        from_: Annotated[
+            datetime | None,
+            Query(
+                alias="from",
+                description="the instants after this one (RFC 3339 with an offset); default: "
+                "the database's now",
+            ),
+        ] = None,
     ) -> One[Preview]:
         channel = ledger.get_channel(channel_id)
         schedule = SHARED_SCHEDULES.get(channel)
+        if from_ is not None and from_.tzinfo is None:
+            raise ValidationFailed(
+                [FieldError("from", "invalid", "give an offset, e.g. 2026-10-25T00:00:00Z")]
+            )
         instants: list[PreviewInstant] = []
-        at: datetime | None = ledger.db_now()
+        at: datetime | None = ledger.db_now() if from_ is None else from_
+        before: datetime | None = None
         while at is not None and len(instants) < count:
             at = schedule.next_after(at)
             if at is not None:
-                instants.append(preview_instant(at, schedule))
+                instants.append(preview_instant(at, schedule, before))
+                before = at
         return One(
             data=Preview(
                 channel_id=channel.channel_id,
@@ -198,7 +232,7 @@ def _why_no_more(schedule: Schedule) -> str:
 
 
 def _occurrences_of(
-    channel: Channel, instants: list[datetime], trigger: str
+    channel: Channel, instants: list[datetime], trigger: str, waits_for_key: bool | None = None
 ) -> list[NewOccurrence]:
     """New rows of `channel` at `instants`, run by hand (`manual`) or to fill a gap."""
     ref = safe_target_ref(channel)
@@ -211,6 +245,7 @@ def _occurrences_of(
             trigger=trigger,
             max_attempts=schedule.retry.max_attempts,
             overdue_after_secs=schedule.alerts.overdue_after_secs,
+            waits_for_key=waits_for_key,
         )
         for at in instants
     ]

@@ -41,6 +41,7 @@ from cronledger.api.models import (
     StatusChange,
     Text,
 )
+from cronledger.api.past_at import past_at_warnings
 from cronledger.api.views import channel_version, channel_view, cursors_by_channel
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_ARCHIVED, Channel, Ledger, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
@@ -51,6 +52,13 @@ from cronledger.targets.secrets import hosts_where_readable
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
+AllowPastAt = Annotated[
+    bool,
+    Query(
+        description="save a one-time `at` that is already past (it will never run; the answer "
+        "carries a warning)"
+    ),
+]
 DryRun = Annotated[
     bool,
     Query(
@@ -79,10 +87,15 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         status_code=201,
     )
     def create_channel(
-        body: Annotated[ChannelCreate, Body()], dry_run: DryRun = False
+        body: Annotated[ChannelCreate, Body()],
+        dry_run: DryRun = False,
+        allow_past_at: AllowPastAt = False,
     ) -> One[ChannelView]:
         new = read_new_channel(
             body.model_dump(exclude_unset=True), settings.default_timeout_ms, policy
+        )
+        warnings = past_at_warnings(
+            new.definition.transport_config, ledger.db_now(), allowed=allow_past_at
         )
         channel = ledger.create_channel(
             new.name,
@@ -92,7 +105,7 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
             status=new.status,
             dry_run=dry_run,
         )
-        return view(channel)
+        return _warned(view(channel), warnings)
 
     @app.get(
         f"{PREFIX}/channels",
@@ -157,11 +170,20 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def update_channel(
-        channel_id: ChannelId, body: Annotated[ChannelUpdate, Body()], dry_run: DryRun = False
+        channel_id: ChannelId,
+        body: Annotated[ChannelUpdate, Body()],
+        dry_run: DryRun = False,
+        allow_past_at: AllowPastAt = False,
     ) -> One[ChannelView]:
         current = ledger.get_channel(channel_id)
         new = read_new_version(
             body.model_dump(exclude_unset=True), current.name, settings.default_timeout_ms, policy
+        )
+        warnings = past_at_warnings(
+            new.transport_config,
+            ledger.db_now(),
+            allowed=allow_past_at,
+            before=current.transport_config,
         )
         if (new.transport_config, new.target, new.timeout_ms) == (
             current.transport_config,
@@ -169,11 +191,10 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
             current.timeout_ms,
         ):
             return view(current)
-        return view(
-            ledger.new_channel_version(
-                channel_id, new.transport_config, new.target, new.timeout_ms, dry_run=dry_run
-            )
+        written = ledger.new_channel_version(
+            channel_id, new.transport_config, new.target, new.timeout_ms, dry_run=dry_run
         )
+        return _warned(view(written), warnings)
 
     @app.patch(
         f"{PREFIX}/channels/<channel_id>/status",
@@ -189,10 +210,16 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
             channel = ledger.get_channel(channel_id)
             if channel.status == CHANNEL_ARCHIVED:
                 # Final whatever its definition: the ledger's 409, not a 400 inviting a fix.
-                return view(ledger.set_channel_status(channel_id, body.status, dry_run=dry_run))
+                return view(
+                    ledger.set_channel_status(
+                        channel_id, body.status, dry_run=dry_run, reason=body.reason
+                    )
+                )
             SHARED_SCHEDULES.get(channel)
             validate_target(channel.target, policy)
-        return view(ledger.set_channel_status(channel_id, body.status, dry_run=dry_run))
+        return view(
+            ledger.set_channel_status(channel_id, body.status, dry_run=dry_run, reason=body.reason)
+        )
 
     @app.delete(
         f"{PREFIX}/channels/<channel_id>",
@@ -204,6 +231,12 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
     def delete_channel(channel_id: ChannelId) -> Response[None]:
         ledger.delete_channel(channel_id)
         return Response(status_code=204, content_type=None, body=None)
+
+
+def _warned(answer: One[ChannelView], warnings: list[str]) -> One[ChannelView]:
+    if warnings:
+        answer.data.warnings = warnings
+    return answer
 
 
 def _cursor(ledger: Ledger, channel_id: str) -> ScheduleState | None:

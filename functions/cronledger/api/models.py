@@ -251,6 +251,9 @@ class StatusChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: Literal["active", "paused", "archived"]
+    reason: str | None = Field(
+        None, max_length=500, description="why, shown with the status (e.g. a pause's reason)"
+    )
 
 
 class CancelReason(BaseModel):
@@ -268,6 +271,12 @@ class BackfillWindow(BaseModel):
 
     from_: Instant = Field(alias="from")
     to: Instant
+    overlap: Literal["sequential", "policy"] = Field(
+        "sequential",
+        description="sequential: the rows run one after another, each waiting while the "
+        "channel's concurrency key is busy; policy: the channel's concurrency.policy decides, "
+        "as for its scheduled rows (forbid skips a row whose key is busy)",
+    )
 
 
 # --- responses --------------------------------------------------------------------------------
@@ -359,6 +368,11 @@ class ChannelView(BaseModel):
     compiled: CompiledView | None = Field(
         description="null when the stored definition no longer compiles"
     )
+    status_reason: str | None = Field(None, description="why it is in its status, if said")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what the write accepted but the caller should know (a past `at`)",
+    )
 
 
 class ChannelVersion(BaseModel):
@@ -395,6 +409,9 @@ class OccurrenceSummary(BaseModel):
     started_at: Timestamp | None
     completed_at: Timestamp | None
     lag_ms: int | None = Field(description="started_at - due_at")
+    late_by_ms: int | None = Field(
+        None, description="started_at - scheduled_for: how late after its instant it ran"
+    )
     duration_ms: int | None = Field(description="completed_at - started_at")
     error_message: str | None = Field(
         description="the first 300 characters; while a retry waits (pending, due_at ahead), "
@@ -428,7 +445,29 @@ class OccurrenceRecord(BaseModel):
     created_at: Timestamp
     updated_at: Timestamp
     lag_ms: int | None
+    late_by_ms: int | None = Field(
+        None, description="started_at - scheduled_for: how late after its instant it ran"
+    )
     duration_ms: int | None
+    attempts: list[AttemptRecord] = Field(
+        default_factory=list,
+        description="every attempt on record, first to last (in the single-occurrence read)",
+    )
+
+
+class AttemptRecord(BaseModel):
+    number: int
+    claimant: str
+    started_at: Timestamp
+    ended_at: Timestamp | None = Field(description="None while it runs")
+    outcome: str | None = Field(
+        description="completed, failed, cancelled, skipped_singleton, or abandoned (its lease "
+        "ran out unsettled); None while it runs"
+    )
+    error_message: str | None
+    error_detail: str | None = Field(description="a Python target's last traceback frames")
+    duration_ms: int | None
+    fencing_token: int | None
 
 
 class PreviewInstant(BaseModel):
@@ -439,6 +478,13 @@ class PreviewInstant(BaseModel):
     )
     due_at: Timestamp = Field(
         description="when its row becomes claimable: the instant plus the channel's jitter"
+    )
+    weekday: str = Field("", description="the local day of the week", examples=["Sun"])
+    dst: str | None = Field(
+        None,
+        description="the zone's offset changed since the instant before (a DST transition "
+        "between them): old → new offset; null when it did not",
+        examples=["+01:00 → +00:00"],
     )
 
 
@@ -463,6 +509,11 @@ class BackfillResult(BaseModel):
     instants: int = Field(description="schedule instants in the window")
     created: int = Field(description="backfill occurrences written")
     already_present: int = Field(description="instants that already had an occurrence")
+    overlap: str
+    dry_run: bool = False
+    planned: list[Timestamp] = Field(
+        default_factory=list, description="with dry_run: the instants it would write, oldest first"
+    )
 
 
 class ChannelStatus(BaseModel):

@@ -77,7 +77,8 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def get_occurrence(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
-        return One(data=occurrence_record(ledger.get_occurrence(occurrence_id)))
+        occurrence = ledger.get_occurrence(occurrence_id)
+        return One(data=occurrence_record(occurrence, ledger.attempts_of(occurrence_id)))
 
     @app.post(
         f"{PREFIX}/cron/occurrences/<occurrence_id>/retry",

@@ -14,12 +14,13 @@ would otherwise make every page that lists it fail.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from cronledger.api.models import (
+    AttemptRecord,
     ChannelVersion,
     ChannelView,
     CompiledView,
@@ -31,7 +32,7 @@ from cronledger.api.models import (
 from cronledger.api.request_rules import MAX_DEPTH, too_deep
 from cronledger.errors import ValidationFailed
 from cronledger.instants import to_rfc3339
-from cronledger.ledger import Channel, Event, Occurrence, ScheduleState
+from cronledger.ledger import Attempt, Channel, Event, Occurrence, ScheduleState
 from cronledger.schedule import Schedule
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import target_ref
@@ -70,6 +71,7 @@ def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
         created_at=to_rfc3339(channel.created_at),
         updated_at=to_rfc3339(channel.updated_at),
         compiled=None if schedule is None else _compiled_view(schedule, state),
+        status_reason=channel.status_reason,
     )
 
 
@@ -180,13 +182,16 @@ def occurrence_summary(occurrence: Occurrence) -> OccurrenceSummary:
         started_at=timestamp(occurrence.started_at),
         completed_at=timestamp(occurrence.completed_at),
         lag_ms=_millis(occurrence.due_at, occurrence.started_at),
+        late_by_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
         duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
         error_message=error,
     )
 
 
-def occurrence_record(occurrence: Occurrence) -> OccurrenceRecord:
+def occurrence_record(occurrence: Occurrence, attempts: Sequence[Attempt] = ()) -> OccurrenceRecord:
+    """The occurrence with `attempts`, its log (only the single-occurrence read fetches it)."""
     return OccurrenceRecord(
+        attempts=[attempt_record(a) for a in attempts],
         id=occurrence.id,
         channel_id=occurrence.channel_id,
         channel_name=occurrence.channel_name,
@@ -212,18 +217,45 @@ def occurrence_record(occurrence: Occurrence) -> OccurrenceRecord:
         created_at=to_rfc3339(occurrence.created_at),
         updated_at=to_rfc3339(occurrence.updated_at),
         lag_ms=_millis(occurrence.due_at, occurrence.started_at),
+        late_by_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
         duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
     )
 
 
-def preview_instant(at: datetime, schedule: Schedule) -> PreviewInstant:
+def attempt_record(attempt: Attempt) -> AttemptRecord:
+    return AttemptRecord(
+        number=attempt.number,
+        claimant=attempt.claimant,
+        started_at=to_rfc3339(attempt.started_at),
+        ended_at=timestamp(attempt.ended_at),
+        outcome=attempt.outcome,
+        error_message=attempt.error_message,
+        error_detail=attempt.error_detail,
+        duration_ms=attempt.duration_ms,
+        fencing_token=attempt.fencing_token,
+    )
+
+
+def preview_instant(
+    at: datetime, schedule: Schedule, before: datetime | None = None
+) -> PreviewInstant:
     """The instant in UTC and as the wall clock in the schedule's zone shows it, offset
     included (on a fall-back day two instants share a wall time and differ only in the
-    offset), and when its row is due."""
+    offset), its local weekday, when its row is due, and, when the zone's offset differs
+    from the one at `before` (the instant shown before it), that change."""
+    zone = ZoneInfo(schedule.timezone)
+    local = at.astimezone(zone)
+    dst = None
+    if before is not None:
+        was = before.astimezone(zone).isoformat()[-6:]
+        if was != local.isoformat()[-6:]:
+            dst = f"{was} → {local.isoformat()[-6:]}"
     return PreviewInstant(
         utc=to_rfc3339(at),
-        local=at.astimezone(ZoneInfo(schedule.timezone)).isoformat(),
+        local=local.isoformat(),
         due_at=to_rfc3339(schedule.due_at(at)),
+        weekday=local.strftime("%a"),
+        dst=dst,
     )
 
 

@@ -31,6 +31,7 @@ from cronledger.cli.session import (
     confirm,
     instant,
 )
+from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
 
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
@@ -86,6 +87,7 @@ def show(s: Session, channel: ChannelRef) -> None:
                 f"{when(compiled.get('next_fire_at'))} ({ago(compiled.get('next_fire_at'))})",
             ),
             ("paused at", when(compiled.get("paused_at"))),
+            ("reason", c.get("status_reason")),
             ("target", c.get("target_ref")),
             ("timeout", f"{c['timeout_ms']} ms"),
             ("created", when(c["created_at"])),
@@ -113,23 +115,34 @@ def apply(
             "print what each would come to and its diff",
         ),
     ] = False,
+    allow_past: Annotated[
+        bool,
+        typer.Option(
+            "--allow-past",
+            help="save a one-time `at` that is already past (it will never run) instead of "
+            "refusing it",
+        ),
+    ] = False,
 ) -> None:
     """Create the channels of a file, or write a new version of each that exists by name."""
-    outcomes = [_apply(s, d, dry_run) for d in documents.read(file)]
+    query = {"dry_run": "true"} if dry_run else {}
+    if allow_past:
+        query["allow_past_at"] = "true"
+    outcomes = [_apply(s, d, dry_run, query) for d in documents.read(file)]
     if s.out.for_scripts:
         s.out.data(outcomes)
     if any(o["outcome"] == "refused" for o in outcomes):
         raise typer.Exit(EXIT_API)
 
 
-def _apply(s: Session, document: Document, dry_run: bool) -> dict[str, Any]:
+def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str]) -> dict[str, Any]:
     """One document applied (or compared, with `dry_run`); said as soon as it is known, so
     a failure part-way through a file still shows what was done."""
     outcome: dict[str, Any] = {"name": document.name, "where": document.where}
     try:
         if document.problem is not None:
             raise UsageError(document.problem)
-        outcome |= _applied(s, document.body, dry_run)
+        outcome |= _applied(s, document.body, dry_run, query)
     except (ApiError, UsageError) as exc:
         outcome |= {"outcome": "refused", "error": str(exc)}
         details = exc.details if isinstance(exc, ApiError) else []
@@ -141,15 +154,19 @@ def _apply(s: Session, document: Document, dry_run: bool) -> dict[str, Any]:
     summary = ": ".join(filter(None, [document.name, outcome.pop("summary")]))
     s.out.say(s.out.status(outcome["outcome"]), f"  {summary}{' (dry run)' if dry_run else ''}")
     s.out.diff(outcome.pop("diff", []))
+    for warning in outcome.get("channel", {}).get("warnings", []):
+        s.out.say(s.out.status("warning"), f"  {document.name}: {warning}")
     return outcome
 
 
-def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+def _applied(
+    s: Session, body: dict[str, Any], dry_run: bool, query: dict[str, str]
+) -> dict[str, Any]:
     name = body["name"]
     dry = {"dry_run": "true"} if dry_run else None
     found = s.get("/channels", {"name": name})["data"]
     if not found:
-        channel = s.send("POST", "/channels", body, dry)["data"]
+        channel = s.send("POST", "/channels", body, query or None)["data"]
         return {
             "outcome": "created",
             "summary": f"version 1, {channel['status']}",
@@ -168,7 +185,7 @@ def _applied(s: Session, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
     diff = documents.diff(before, after, f"{name} (version {current['version']})", "the file")
     path = f"/channels/{segment(current['channel_id'])}"
     definition = {k: v for k, v in body.items() if k != "status"}
-    channel = s.send("PUT", path, definition, dry)["data"]
+    channel = s.send("PUT", path, definition, query or None)["data"]
     changes = []
     if channel["version"] != current["version"]:
         changes.append(f"version {current['version']} → {channel['version']}")
@@ -201,8 +218,17 @@ HISTORY_COLUMNS = (
 @api(channels, "history")
 def history(s: Session, channel: ChannelRef, limit: Limit = 50, offset: Offset = 0) -> None:
     """A channel's versions, newest first (`channels diff` compares two)."""
-    page = s.get(f"{s.channel_path(channel)}/versions", {"limit": limit, "offset": offset})
-    s.out.answer(page, lambda: s.out.table(HISTORY_COLUMNS, page["data"], page))
+    c = s.channel(channel)
+    path = f"/channels/{segment(c['channel_id'])}/versions"
+    page = s.get(path, {"limit": limit, "offset": offset})
+
+    def human() -> None:
+        note = status_note(c)
+        if note:
+            s.out.say(s.out.status(c["status"]), note[len(c["status"]) :])
+        s.out.table(HISTORY_COLUMNS, page["data"], page)
+
+    s.out.answer(page, human)
 
 
 @api(channels, "diff")
@@ -269,14 +295,32 @@ def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]
     return {k: version[k] for k in documents.DOCUMENT_KEYS if k in version}
 
 
+Reason = Annotated[
+    str | None,
+    typer.Option(help="why: shown with the status by `status`, `channels show` and `history`"),
+]
+
+
 def _lifecycle(verb: str, status: str, text: str) -> None:
     @api(channels, verb, help=text)
-    def change(s: Session, channel: ChannelRef) -> None:
-        answer = s.send("PATCH", f"{s.channel_path(channel)}/status", {"status": status})
+    def change(s: Session, channel: ChannelRef, reason: Reason = None) -> None:
+        body = {"status": status, "reason": reason}
+        answer = s.send("PATCH", f"{s.channel_path(channel)}/status", body)
         c = answer["data"]
+        why = f" ({c['status_reason']})" if c.get("status_reason") else ""
         s.out.answer(
-            answer, lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]))
+            answer,
+            lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]), why),
         )
+
+
+def status_note(channel: Mapping[str, Any]) -> str | None:
+    """`paused since <when>: <reason>` for a channel that is not active, else None."""
+    if channel.get("status") in (None, "active", "draft"):
+        return None
+    since = (channel.get("compiled") or {}).get("paused_at") or channel.get("updated_at")
+    why = f": {channel['status_reason']}" if channel.get("status_reason") else ""
+    return f"{channel['status']} since {when(since)}{why}"
 
 
 _lifecycle("pause", "paused", "Stop a channel producing occurrences (resume starts it from now).")
@@ -318,17 +362,35 @@ def backfill(
     to: Annotated[
         str, typer.Option("--to", help="the last instant, not in the future: RFC 3339 or an age")
     ],
+    overlap: Annotated[
+        str,
+        typer.Option(
+            help="sequential: one after another, each waiting while the concurrency key is "
+            "busy; policy: the channel's concurrency.policy decides (forbid skips)"
+        ),
+    ] = "sequential",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="list the instants it would run; write nothing")
+    ] = False,
 ) -> None:
     """Run an active channel's past instants in [--from, --to] (at most 1000 at a time)."""
-    window = {"from": instant(from_), "to": instant(to)}
-    answer = s.send("POST", f"{s.channel_path(channel)}/backfill", window)
+    window = {"from": instant(from_), "to": instant(to), "overlap": overlap}
+    query = {"dry_run": "true"} if dry_run else None
+    answer = s.send("POST", f"{s.channel_path(channel)}/backfill", window, query)
     b = answer["data"]
-    s.out.answer(
-        answer,
-        lambda: s.out.say(
-            f"backfill of {channel}: {b['instants']} instant(s) from {when(b['from'])} to "
-            f"{when(b['to'])}; {b['created']} created, {b['already_present']} already present"
-        ),
+    s.out.answer(answer, lambda: _backfilled(s, channel, b))
+
+
+def _backfilled(s: Session, channel: str, b: Mapping[str, Any]) -> None:
+    span = f"{b['instants']} instant(s) from {when(b['from'])} to {when(b['to'])}"
+    if b.get("dry_run"):
+        s.out.say(f"backfill of {channel} would run {span} ({b['overlap']}); nothing written:")
+        for at in b.get("planned", []):
+            s.out.say(f"  {when(at)}")
+        return
+    s.out.say(
+        f"backfill of {channel}: {span} ({b['overlap']}); {b['created']} created, "
+        f"{b['already_present']} already present"
     )
 
 
@@ -336,11 +398,17 @@ def backfill(
 def preview(
     s: Session,
     channel: ChannelRef,
-    count: Annotated[int, typer.Option(min=1, max=100, help="how many, 1..100")] = 10,
+    count: Annotated[int, typer.Option(min=1, max=1000, help="how many, 1..1000")] = 10,
+    from_: Annotated[
+        str | None,
+        typer.Option("--from", help="the fire times after this instant: RFC 3339 or an age (7d)"),
+    ] = None,
 ) -> None:
-    """The next fire times in UTC and in the channel's local time (check a DST day), and when
-    each row falls due if the channel spreads them (`jitter_secs`)."""
-    answer = s.get(f"{s.channel_path(channel)}/preview", {"count": count})
+    """The next fire times in UTC and in the channel's local time, with the local weekday and
+    a mark where the zone's offset changes (check a DST day), and when each row falls due if
+    the channel spreads them (`jitter_secs`)."""
+    query = {"count": count, "from": instant(from_)}
+    answer = s.get(f"{s.channel_path(channel)}/preview", query)
     p = answer["data"]
 
     def human() -> None:
@@ -348,7 +416,10 @@ def preview(
         columns = [
             Column("UTC", lambda i: i["utc"], 90),
             Column("LOCAL", lambda i: i["local"], 100),
+            Column("DAY", lambda i: i.get("weekday"), 70),
         ]
+        if any(i.get("dst") for i in p["instants"]):
+            columns.append(Column("DST", lambda i: i.get("dst") and f"offset {i['dst']}", 60))
         if any(instant_of(i["due_at"]) != instant_of(i["utc"]) for i in p["instants"]):
             columns.append(Column("DUE (UTC)", lambda i: i["due_at"], 80))
         s.out.table(columns, p["instants"], empty=p.get("note") or "(none)")
@@ -392,9 +463,27 @@ STATUS_COLUMNS = (
 
 
 @api(root, "status")
-def status(s: Session, limit: Limit = 50, offset: Offset = 0) -> None:
-    """Per active channel: next fire, last run and its status, pending count, concurrency."""
-    page = s.get("/cron/status", {"limit": limit, "offset": offset})
-    s.out.answer(
-        page, lambda: s.out.table(STATUS_COLUMNS, page["data"], page, empty="(no active channels)")
-    )
+def status(
+    s: Session,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    watch: Watch = False,
+    interval: Interval = 2.0,
+    watch_for: WatchFor = None,
+) -> None:
+    """Per active channel: next fire, last run and its status, pending count, concurrency;
+    with --watch, then each channel's row again whenever it changes."""
+    query = {"limit": limit, "offset": offset}
+    if watch:
+        fetch = lambda: s.get("/cron/status", query)["data"]  # noqa: E731
+        watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS, interval, watch_for)
+        return
+    page = s.get("/cron/status", query)
+
+    def human() -> None:
+        s.out.table(STATUS_COLUMNS, page["data"], page, empty="(no active channels)")
+        for c in s.get("/channels", {"status": "paused", "limit": 1000})["data"]:
+            note = status_note(c) or "paused"
+            s.out.say(f"{c['name']}: ", s.out.status("paused"), note[len("paused") :])
+
+    s.out.answer(page, human)

@@ -1,8 +1,12 @@
 """Channel documents on disk: reading a file of them, and a channel written back as one.
 
-A file is JSON or YAML; YAML may hold several documents (`---`), and either may hold a list.
+A file is JSON or YAML; YAML may hold several documents (`---`), and either may hold a list,
+or a page of channels as `channels list -o yaml` prints it (each channel read as its
+document, so a listing exported applies back unchanged).
 Each document is judged on its own, so one bad document never hides the others: `read`
-returns a `Document` for each, with `problem` set when it cannot be sent. A file that is not
+returns a `Document` for each, with `problem` set when it cannot be sent. Two documents of
+one name are both refused, naming each other: which one was meant is not for `apply` to
+guess, and applying both would make the second silently undo the first. A file that is not
 JSON or YAML at all is `UsageError`, with the line and what to do.
 
 `document_of` is the inverse of `channels apply`: the keys a channel document has
@@ -49,10 +53,39 @@ def read(path: str) -> list[Document]:
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not UTF-8 text") from None
     loaded = list(_load(path, text))
-    documents = [d for item in loaded for d in (item if isinstance(item, list) else [item])]
+    documents = [d for item in loaded for d in _documents_in(item)]
     if not documents:
         raise UsageError(f"{path} holds no channel document")
-    return [_checked(path, index, len(documents), d) for index, d in enumerate(documents)]
+    checked = [_checked(path, index, len(documents), d) for index, d in enumerate(documents)]
+    return _without_duplicates(checked)
+
+
+def _documents_in(item: Any) -> list[Any]:
+    """A list's items; a page of channels (`{"data": [...], "total": …}`) as documents."""
+    if isinstance(item, list):
+        return item
+    if isinstance(item, dict) and isinstance(item.get("data"), list) and "name" not in item:
+        return [document_of(c) if isinstance(c, dict) else c for c in item["data"]]
+    return [item]
+
+
+def _without_duplicates(documents: list[Document]) -> list[Document]:
+    """Each document whose name another one also has, refused with where the others are."""
+    where: dict[str, list[str]] = {}
+    for d in documents:
+        if d.problem is None:
+            where.setdefault(d.name, []).append(d.where)
+    return [
+        d
+        if d.problem is not None or len(where[d.name]) == 1
+        else Document(
+            d.where,
+            d.body,
+            f"the name {d.name!r} is in {' and '.join(where[d.name])}; one input names each "
+            "channel once (remove or rename the others)",
+        )
+        for d in documents
+    ]
 
 
 def _load(path: str, text: str) -> Iterator[Any]:

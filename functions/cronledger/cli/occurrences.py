@@ -16,6 +16,7 @@ from cronledger.cli.client import ApiError, segment
 from cronledger.cli.documents import UsageError
 from cronledger.cli.output import Column, duration, when
 from cronledger.cli.session import EXIT_API, Limit, Offset, Session, Yes, api, confirm, instant
+from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
 
 occurrences = typer.Typer(help="Read the ledger: every scheduled instant and what became of it.")
 root = typer.Typer()
@@ -39,9 +40,11 @@ COLUMNS = (
     Column("TRIGGER", lambda o: o["trigger"], 60),
     Column("ATTEMPT", lambda o: o["attempt"], 40),
     Column("LAG", lambda o: duration(o.get("lag_ms")), 30),
+    Column("LATE BY", lambda o: duration(o.get("late_by_ms")), 28, wide_only=True),
     Column("DURATION", lambda o: duration(o.get("duration_ms")), 35),
     Column("ID", lambda o: o["id"], 50, id=True),
-    Column("ERROR", lambda o: o.get("error_message"), 25),
+    # Kept, cut to the room left, whenever a row shown has failed: what an operator looks for.
+    Column("ERROR", lambda o: o.get("error_message"), 25, cut_to=24),
 )
 
 
@@ -68,12 +71,19 @@ def list_occurrences(
     until: Until = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    watch: Watch = False,
+    interval: Interval = 2.0,
+    watch_for: WatchFor = None,
 ) -> None:
-    """The ledger's rows, newest scheduled instant first."""
+    """The ledger's rows, newest scheduled instant first; with --watch, then each row that
+    appears or changes (a run starting, settling, failing) as it does."""
     query = _query(s, channel, status, since, until)
-    page = s.get(
-        "/cron/occurrences", {**query, "trigger": trigger, "limit": limit, "offset": offset}
-    )
+    query |= {"trigger": trigger, "limit": limit, "offset": offset}
+    if watch:
+        fetch = lambda: list(reversed(s.get("/cron/occurrences", query)["data"]))  # noqa: E731
+        watch_rows(s, fetch, lambda o: str(o["id"]), COLUMNS, interval, watch_for)
+        return
+    page = s.get("/cron/occurrences", query)
     s.out.answer(page, lambda: s.out.table(COLUMNS, page["data"], page))
 
 
@@ -96,6 +106,7 @@ RECORD = (
     "started_at",
     "completed_at",
     "lag",
+    "late_by",
     "duration",
     "error_message",
 )
@@ -104,6 +115,7 @@ _SHOWN_AS = {
     "version": ("channel_version", "executing_version"),
     "singleton": ("singleton_key", "singleton_slot", "fencing_token"),
     "lag": ("lag_ms",),
+    "late_by": ("late_by_ms",),
     "duration": ("duration_ms",),
 }
 
@@ -123,16 +135,42 @@ def _record(s: Session, o: Mapping[str, Any]) -> None:
         if not o.get("singleton_key")
         else f"{o['singleton_key']} slot {o.get('singleton_slot')} token {o.get('fencing_token')}",
         "status": s.out.status(o["status"]),
-        "lag": duration(o.get("lag_ms")),
+        "lag": _after(o.get("lag_ms"), "it was due"),
+        "late_by": _after(o.get("late_by_ms"), "its instant (jitter and retries included)"),
         "duration": duration(o.get("duration_ms")),
     }
-    covered = {part for parts in _SHOWN_AS.values() for part in parts} | set(RECORD) | {"result"}
+    covered = {part for parts in _SHOWN_AS.values() for part in parts} | set(RECORD)
+    covered |= {"result", "attempts"}
     pairs = [(name.replace("_", " "), derived.get(name, o.get(name))) for name in RECORD]
     pairs += [(k.replace("_", " "), v) for k, v in o.items() if k not in covered]
     s.out.fields(pairs)
     if o.get("result"):
         s.out.say("result:")
         s.out.say(str(o["result"]))
+    attempts = o.get("attempts") or []
+    if attempts:
+        s.out.say("attempts:")
+        s.out.table(ATTEMPT_COLUMNS, attempts)
+    for attempt in attempts:
+        if attempt.get("error_detail"):
+            s.out.say(f"attempt {attempt['number']} failed at:")
+            s.out.say(str(attempt["error_detail"]))
+
+
+def _after(millis: Any, what: str) -> str:
+    return "-" if millis is None else f"{duration(millis)} after {what}"
+
+
+#: An occurrence's attempts, first to last, as `occurrences show` lists them.
+ATTEMPT_COLUMNS = (
+    Column("#", lambda a: a["number"], 100),
+    Column("OUTCOME", lambda a: a.get("outcome") or "running", 95, status=True),
+    Column("STARTED (UTC)", lambda a: when(a["started_at"]), 90),
+    Column("DURATION", lambda a: duration(a.get("duration_ms")), 60),
+    Column("CLAIMANT", lambda a: a["claimant"], 30),
+    Column("TOKEN", lambda a: a.get("fencing_token"), 20),
+    Column("ERROR", lambda a: a.get("error_message"), 25, cut_to=24),
+)
 
 
 @api(root, "retry")

@@ -1,7 +1,8 @@
 """The one renderer every command prints through (Rich).
 
 `-o table` (the default) is for a person at a terminal: columns dropped in order of
-importance until the table fits the terminal, ids shortened, statuses coloured (only on a
+importance until the table fits the terminal (a column that may be cut instead, like an
+error, is kept whenever a row has something in it, cut to what room is left), ids shortened, statuses coloured (only on a
 terminal; `NO_COLOR` honoured by Rich). `-o wide` shows every column in full. `-o json` and
 `-o yaml` print the API's answer for scripts, and nothing else goes to stdout then: progress
 goes to stderr. Errors go to stderr once, as one line and the field problems under it.
@@ -53,6 +54,7 @@ STYLES: Final = {
     "updated": "cyan",
     "unchanged": "bright_black",
     "refused": "bold red",
+    "warning": "yellow",
     "delivered": "green",
     "undelivered": "yellow",
     "recorded": "bright_black",
@@ -65,7 +67,9 @@ _UNCUT: Final = 100_000
 class Column:
     """A table column: its header, how a row shows in it, and how much it matters (the
     least important is dropped first when the table is too wide). An `id` column is
-    shortened unless `-o wide`; a `status` column is coloured."""
+    shortened unless `-o wide`; a `status` column is coloured. A column with `cut_to` is
+    never dropped while a row has something in it: it is cut (with an ellipsis) to the
+    room the others leave, and to no fewer than `cut_to` characters."""
 
     header: str
     cell: Callable[[Mapping[str, Any]], Any]
@@ -73,6 +77,7 @@ class Column:
     wide_only: bool = False
     id: bool = False
     status: bool = False
+    cut_to: int = 0
 
 
 class Out:
@@ -145,13 +150,20 @@ class Out:
         wide = self.format is Format.wide
         shown = [c for c in columns if wide or not c.wide_only]
         cells = {c.header: [self._cell(c, row, wide) for row in rows] for c in shown}
+        room: dict[str, int] = {}
         if self.width is not None:
-            shown = _fitting(shown, cells, self.width)
+            shown, room = _fitting(shown, cells, self.width)
         table = Table(
             box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0), show_header=header
         )
         for column in shown:
-            table.add_column(column.header, no_wrap=True, overflow="ellipsis", header_style="bold")
+            table.add_column(
+                column.header,
+                no_wrap=True,
+                overflow="ellipsis",
+                header_style="bold",
+                max_width=room.get(column.header),
+            )
         for index in range(len(rows)):
             table.add_row(*(cells[c.header][index] for c in shown))
         self._print_trimmed(table)
@@ -202,15 +214,35 @@ class Out:
 
 def _fitting(
     columns: Sequence[Column], cells: Mapping[str, list[Text]], width: int
-) -> list[Column]:
-    """The columns that fit in `width`, the least important dropped first (at least one)."""
+) -> tuple[list[Column], dict[str, int]]:
+    """The columns that fit in `width`, the least important dropped first (at least one),
+    and the width each column that is cut instead may take."""
     natural = {
         c.header: max(len(c.header), *(t.cell_len for t in cells[c.header])) for c in columns
     }
+    cut = {
+        c.header
+        for c in columns
+        if c.cut_to and any(t.plain != _plain(None) for t in cells[c.header])
+    }
+    needed = {h: min(n, _cut_width(columns, h)) if h in cut else n for h, n in natural.items()}
     kept = list(columns)
-    while len(kept) > 1 and sum(natural[c.header] for c in kept) + 2 * (len(kept) - 1) > width:
-        kept.remove(min(kept, key=lambda c: c.importance))
-    return kept
+
+    def total() -> int:
+        return sum(needed[c.header] for c in kept) + 2 * (len(kept) - 1)
+
+    while len(kept) > 1 and total() > width:
+        droppable = [c for c in kept if c.header not in cut] or kept
+        kept.remove(min(droppable, key=lambda c: c.importance))
+    room = {}
+    for header in cut & {c.header for c in kept}:
+        others = total() - needed[header]
+        room[header] = max(needed[header], width - others)
+    return kept, room
+
+
+def _cut_width(columns: Sequence[Column], header: str) -> int:
+    return next(c.cut_to for c in columns if c.header == header)
 
 
 def _plain(value: Any) -> str:

@@ -11,6 +11,7 @@ A database that cannot be reached raises `DatabaseUnavailable` (never an empty a
 from cronledger.ledger.backend import create_ledger_engine
 from cronledger.ledger.misfires import Judgment
 from cronledger.ledger.models import (
+    ABANDONED,
     ACTIVE_STATUSES,
     CANCELLED,
     CHANNEL_ACTIVE,
@@ -33,6 +34,7 @@ from cronledger.ledger.models import (
     TRIGGER_CRON,
     TRIGGER_MANUAL,
     TRIGGERS,
+    Attempt,
     AttemptStart,
     Backlog,
     Channel,
@@ -59,6 +61,7 @@ from cronledger.ledger.models import (
 from cronledger.ledger.repository import Ledger
 
 __all__ = [
+    "ABANDONED",
     "ACTIVE_STATUSES",
     "CANCELLED",
     "CHANNEL_ACTIVE",
@@ -81,6 +84,7 @@ __all__ = [
     "TRIGGER_BACKFILL",
     "TRIGGER_CRON",
     "TRIGGER_MANUAL",
+    "Attempt",
     "AttemptStart",
     "Backlog",
     "Channel",

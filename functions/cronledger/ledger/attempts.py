@@ -33,9 +33,11 @@ import sqlalchemy as sa
 
 from cronledger import alerts
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
+from cronledger.ledger import attempt_log
 from cronledger.ledger.backend import Backend
 from cronledger.ledger.events import Draft, EventStore, draft
 from cronledger.ledger.models import (
+    ABANDONED,
     CANCELLED,
     CLAIMED,
     COMPLETED,
@@ -61,13 +63,15 @@ from cronledger.ledger.singletons import (
     renew_slot,
     take_slot,
 )
-from cronledger.ledger.tables import channel_alerts, occurrences, status_is
+from cronledger.ledger.tables import attempts, channel_alerts, occurrences, status_is
 
 log = logging.getLogger(__name__)
 
 #: Starts tried in all when the key lacks slot rows: the first adds them, the next finds
 #: them (rows are never deleted, so a third is never needed).
 SLOT_ROW_TRIES = 3
+#: What the log says of an attempt whose lease ran out before anything settled it.
+LEASE_RAN_OUT = "abandoned: the lease ran out before the attempt was settled"
 
 
 class AttemptStore(EventStore):
@@ -91,7 +95,10 @@ class AttemptStore(EventStore):
                 (o for o in found if o.status != CLAIMED),
                 key=lambda o: (o.channel_id, o.scheduled_for),
             )
-            # An abandoned one is settled by this statement: its event is written with it.
+            # A lease that ran out ends its attempt, if it had started: abandoned, whether
+            # the row is leased again or settled here (its event is written with it).
+            expired = [o.id for o in found if o.status != CLAIMED or o.attempt > 1]
+            attempt_log.end_open(conn, self._sql, expired, ABANDONED, LEASE_RAN_OUT)
             return found, self._record(conn, [draft(alerts.ABANDONED, o) for o in abandoned])
 
         found, made = self._atomic(claim)
@@ -233,10 +240,12 @@ class AttemptStore(EventStore):
                 conn.rollback()
                 return AttemptStart("singleton_busy" if taken == "busy" else "lost"), []
             slot, token, replaced = taken or (None, None, None)
-            started_at = conn.execute(
+            started_at = attempt_log.run_logged_start(
+                conn,
+                self._sql,
                 self._start_statement(lease_secs),
                 {**parameters, "p_slot": slot, "p_token": token},
-            ).scalar_one_or_none()
+            )
             if started_at is None:
                 # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
                 # taken above (and any holder replaced for it) is rolled back with the rest.
@@ -334,6 +343,7 @@ class AttemptStore(EventStore):
         if not holders:
             return "busy"
         victim = min(holders, key=_start_order)
+        replaced_by = f"replaced by {occurrence_id}"
         token = take_slot(conn, sql, victim, occurrence_id, holder, lease_secs)
         if token is None or victim.occurrence_id is None:
             return "busy"
@@ -344,14 +354,17 @@ class AttemptStore(EventStore):
             .values(
                 status=CANCELLED,
                 claimed_until=None,
-                error_message=f"replaced by {occurrence_id}",
+                error_message=replaced_by,
                 completed_at=sql.now(),
                 updated_at=sql.now(),
                 overdue_at=None,
             )
             .returning(*occurrences.c)
         ).one_or_none()
-        return victim.slot, token, None if cancelled is None else occurrence_of(cancelled)
+        if cancelled is None:
+            return victim.slot, token, None
+        attempt_log.end_open(conn, sql, [victim.occurrence_id], CANCELLED, replaced_by)
+        return victim.slot, token, occurrence_of(cancelled)
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -390,6 +403,7 @@ class AttemptStore(EventStore):
         *,
         fencing_token: int | None = None,
         error_message: str | None = None,
+        error_detail: str | None = None,
         result: str | None = None,
         trace_id: str | None = None,
         retry_in: float | None = None,
@@ -406,8 +420,9 @@ class AttemptStore(EventStore):
         queued contender's place, a crashed attempt's slot), in the same transaction.
         The end's event (`attempt_failed`, `failed`, `skipped`; for `completed` the
         recovery of an open alert, and the completion itself when `completed_is_told`) is
-        written in that transaction too. False: a superseded holder, and nothing was
-        written."""
+        written in that transaction too, and so is the end of the attempt's row in the log
+        (with `error_detail`, a Python target's last frames). False: a superseded holder, and
+        nothing was written."""
         if status not in SETTLED_STATUSES:
             raise ValueError(f"cannot settle as {status!r}; use one of {SETTLED_STATUSES}")
         if retry_in is not None and status != FAILED:
@@ -420,16 +435,14 @@ class AttemptStore(EventStore):
             "p_result": truncate_excerpt(result),
             "p_trace": trace_id,
             "p_retry_in": retry_in,
+            "p_outcome": status,
+            "p_detail": truncate_excerpt(error_detail, ERROR_MESSAGE_BYTES),
         }
         quiet = status == COMPLETED and fencing_token is None and not release_held
         # The common end: one statement, unless the channel has failures or an open alert
         # this completion must answer (then it matches nothing and the end is written
         # below, with its events).
-        if (
-            quiet
-            and not completed_is_told
-            and self._run("settle-quiet", self._quiet_settle_statement, parameters)[1] == 1
-        ):
+        if quiet and not completed_is_told and self._settle_quietly(parameters):
             return True
         key, build = (
             ("settle", self._settle_statement)
@@ -450,6 +463,7 @@ class AttemptStore(EventStore):
                 conn.rollback()
                 return None
             settled = occurrence_of(row)
+            conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
             ended = self._end_drafts(conn, settled, retry_in is not None, completed_is_told)
             return self._record(conn, ended)
 
@@ -458,6 +472,38 @@ class AttemptStore(EventStore):
             return False
         self._announce(made)
         return True
+
+    def _settle_quietly(self, parameters: dict[str, Any]) -> bool:
+        """`_quiet_settle_statement` and the end of its attempt's row: on PostgreSQL one
+        statement, the attempt's end a CTE of it; on SQLite two, in one transaction."""
+        if self._sql.is_postgres:
+            rows, _ = self._run("settle-quiet", self._quiet_settle_logged, parameters)
+            return bool(rows[0][0] == 1)
+
+        def settle(conn: sa.Connection) -> bool:
+            if conn.execute(self._quiet_settle_statement(), parameters).rowcount != 1:
+                return False
+            conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
+            return True
+
+        return self._atomic(settle)
+
+    def _quiet_settle_logged(self) -> sa.Select[Any]:
+        """PostgreSQL: `_quiet_settle_statement` and its attempt's end (`completed`), one
+        statement answering how many occurrences it settled (0 or 1)."""
+        settled = self._quiet_settle_statement().returning(occurrences.c.id).cte("settled")
+        ended = (
+            sa.update(attempts)
+            .where(attempts.c.occurrence_id.in_(sa.select(settled.c.id)))
+            .where(attempts.c.ended_at.is_(None))
+            .values(ended_at=self._sql.now(), outcome=_text(COMPLETED))
+            .cte("ended")
+        )
+        return sa.select(sa.func.count()).select_from(settled).add_cte(ended)
+
+    def _end_attempt_statement(self) -> sa.Update:
+        """The end of the settled occurrence's attempt: a retried failure is `failed`."""
+        return attempt_log.end_statement(self._sql)
 
     def _end_drafts(
         self, conn: sa.Connection, settled: Occurrence, retried: bool, completed_is_told: bool
@@ -483,6 +529,14 @@ class AttemptStore(EventStore):
         is given back too: a deferral is not an attempt."""
         return self._atomic(
             lambda conn: self._hand_back(conn, occurrence_id, claimant), single=True
+        )
+
+    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
+        """Hand a claimed occurrence whose key is busy back to `pending`, due `due_in`
+        seconds from now, its attempt given back (waiting is not an attempt): a backfill row
+        run one after another takes its turn instead of being skipped."""
+        return self._atomic(
+            lambda conn: self._hand_back(conn, occurrence_id, claimant, due_in), single=True
         )
 
     def _hand_back(
@@ -549,12 +603,12 @@ class AttemptStore(EventStore):
         )
         return self._atomic(lambda conn: conn.execute(stmt).rowcount == 1, single=True)
 
-    def _start_statement(self, lease_secs: float) -> sa.Update:
+    def _start_statement(self, lease_secs: float) -> sa.Insert | sa.Update:
         """claimed → running, with the slot (if any), trace id and attempts allowed (each
-        kept when not given)."""
+        kept when not given), and the attempt's row in the log (`attempt_log.logged_start`)."""
 
-        def build() -> sa.Update:
-            return running_update(
+        def build() -> sa.Insert | sa.Update:
+            running = running_update(
                 self._sql,
                 lease_secs,
                 executing_version=param(occurrences.c.executing_version, "p_version"),
@@ -567,7 +621,8 @@ class AttemptStore(EventStore):
                 max_attempts=sa.func.coalesce(
                     param(occurrences.c.max_attempts, "p_max"), occurrences.c.max_attempts
                 ),
-            ).returning(occurrences.c.started_at)
+            )
+            return attempt_log.logged_start(self._sql, running)
 
         return self._statement(("start", lease_secs), build)
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
+from cronledger.ledger import attempt_log
 from cronledger.ledger.attempts import occurrence_of, param, running_update
 from cronledger.ledger.misfires import misfire_due
 from cronledger.ledger.models import (
@@ -138,16 +139,19 @@ class ChannelStore(OccurrenceStore):
         self.get_channel(channel_id)  # NotFound, if that is why
         raise Conflict(f"channel {channel_id} is archived; an archived channel cannot be edited")
 
-    def set_channel_status(self, channel_id: str, status: str, *, dry_run: bool = False) -> Channel:
-        """Move a channel along its lifecycle; Conflict for a move it does not allow.
-        `dry_run`: rolled back."""
+    def set_channel_status(
+        self, channel_id: str, status: str, *, dry_run: bool = False, reason: str | None = None
+    ) -> Channel:
+        """Move a channel along its lifecycle, recording `reason` (or clearing the last one:
+        a reason is about the status it was given with); Conflict for a move it does not
+        allow. `dry_run`: rolled back."""
         if status not in _ALLOWED_FROM:
             raise ValueError(f"unknown channel status {status!r}")
         stmt = (
             sa.update(channels)
             .where(channels.c.channel_id == channel_id)
             .where(channels.c.status.in_(_ALLOWED_FROM[status]))
-            .values(status=status, updated_at=self._sql.now())
+            .values(status=status, status_reason=reason, updated_at=self._sql.now())
             .returning(*channels.c)
         )
         with self._write() as conn:
@@ -261,7 +265,7 @@ class ChannelStore(OccurrenceStore):
         if not self._sql.is_postgres:
             return read.add_columns(sa.null())
         policy = channels.c.transport_config["concurrency"]["policy"].as_string()
-        started = (
+        running = (
             running_update(
                 self._sql,
                 lease_secs,
@@ -274,11 +278,12 @@ class ChannelStore(OccurrenceStore):
             .where(channels.c.channel_id == occurrences.c.channel_id)
             .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
             .where(sa.func.coalesce(policy, "allow") == "allow")
-            .returning(occurrences.c.started_at)
-            .cte("started")
         )
-        return read.add_columns(started.c.started_at).outerjoin_from(
-            occurrences, started, sa.true()
+        started, logged = attempt_log.logged_start_cte(running)
+        return (
+            read.add_columns(started.c.started_at)
+            .outerjoin_from(occurrences, started, sa.true())
+            .add_cte(logged)
         )
 
     def get_channel_by_name(self, name: str) -> Channel:
@@ -344,6 +349,7 @@ def _at_version(current: Channel, version: Any) -> Channel:
         timeout_ms=version.timeout_ms,
         created_at=current.created_at,
         updated_at=version.created_at,
+        status_reason=current.status_reason,
     )
 
 

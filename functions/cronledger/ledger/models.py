@@ -61,6 +61,35 @@ class DeadlineReached(CronledgerError):
     than outlive it. Not `DatabaseUnavailable`: trying again cannot help, the time is gone."""
 
 
+#: How an attempt ended when its lease ran out without a settle (its executor died).
+ABANDONED = "abandoned"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One row of `cron_attempts`: one attempt of an occurrence, from its start to its end."""
+
+    occurrence_id: str
+    number: int
+    claimant: str
+    started_at: datetime
+    ended_at: datetime | None
+    #: A settled status (`completed`, `failed`, `cancelled`, `skipped_singleton`), or
+    #: `abandoned`; None while it runs.
+    outcome: str | None
+    error_message: str | None
+    #: The last frames of the traceback, when a Python target raised.
+    error_detail: str | None
+    fencing_token: int | None
+
+    @property
+    def duration_ms(self) -> int | None:
+        """From its start to its end, derived from the two so it cannot disagree with them."""
+        if self.ended_at is None:
+            return None
+        return round((self.ended_at - self.started_at).total_seconds() * 1000)
+
+
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     """One row of `cron_occurrences`: one scheduled instant (or manual/backfill run)."""
@@ -98,6 +127,9 @@ class Occurrence:
     #: When it is overdue if not completed by then; None once it completed, was cancelled
     #: or was reported overdue, or when its channel sets no `alerts.overdue_after_secs`.
     overdue_at: datetime | None = None
+    #: A backfill row run one after another: it waits for a busy concurrency key rather than
+    #: being skipped (None: its channel's policy decides, as for any row).
+    waits_for_key: bool | None = None
 
     @property
     def allowed_attempts(self) -> int:
@@ -135,6 +167,8 @@ class NewOccurrence:
     #: A misfire summary's count of the instants it stands for, and the oldest of them.
     skipped_count: int | None = None
     skipped_oldest: datetime | None = None
+    #: A backfill row that waits for its busy concurrency key instead of being skipped.
+    waits_for_key: bool | None = None
     id: str = field(default_factory=new_occurrence_id)
 
     @property
@@ -373,6 +407,8 @@ class Channel:
     timeout_ms: int
     created_at: datetime
     updated_at: datetime
+    #: Why it is in its status, as the operator said (a pause's reason); None if unsaid.
+    status_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

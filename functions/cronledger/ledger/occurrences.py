@@ -19,6 +19,7 @@ from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.instants import require_utc
+from cronledger.ledger import attempt_log
 from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
 from cronledger.ledger.events import draft
 from cronledger.ledger.models import (
@@ -30,6 +31,7 @@ from cronledger.ledger.models import (
     RETRYABLE_STATUSES,
     SKIPPED_MISFIRE,
     TERMINAL_STATUSES,
+    Attempt,
     CursorMove,
     Event,
     NewOccurrence,
@@ -172,6 +174,7 @@ class OccurrenceStore(CursorStore):
             "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
             "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
             "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
+            "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
         }
         given = self._sql.rows("new", columns)
         now = self._sql.now()
@@ -202,6 +205,11 @@ class OccurrenceStore(CursorStore):
     def get_occurrence(self, occurrence_id: str) -> Occurrence:
         with self._read() as conn:
             return self._fetch(conn, occurrence_id)
+
+    def attempts_of(self, occurrence_id: str) -> list[Attempt]:
+        """The occurrence's attempts on record, first to last (none before it first started)."""
+        with self._read() as conn:
+            return attempt_log.attempts_of(conn, occurrence_id)
 
     def list_occurrences(self, filter: OccurrenceFilter | None = None) -> Page[Occurrence]:
         """Newest first by `scheduled_for` (a backfilled 06:00 row sits below a 09:00 one
@@ -338,6 +346,9 @@ class OccurrenceStore(CursorStore):
                 conn.rollback()
                 return None
             cancelled = Occurrence(**row._mapping)
+            attempt_log.end_open(
+                conn, self._sql, [occurrence_id], CANCELLED, cancelled.error_message
+            )
             held = (cancelled.singleton_key, cancelled.singleton_slot)
             if cancelled.singleton_key is not None and held not in freed:
                 # A start of this occurrence committed while the UPDATE above waited for
@@ -424,6 +435,7 @@ class OccurrenceStore(CursorStore):
             "due_at": require_utc(row.due, "due_at"),
             "max_attempts": row.max_attempts,
             "overdue_at": row.overdue_at,
+            "waits_for_key": row.waits_for_key,
             "misfire_judged": False,
             # A row born terminal (a misfire summary) ended when it was written.
             "completed_at": None if row.status in ACTIVE_STATUSES else now,

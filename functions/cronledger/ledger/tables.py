@@ -61,6 +61,9 @@ channels = sa.Table(
     sa.Column("timeout_ms", sa.Integer, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    # Why it is in its status, as the operator said when moving it there (a pause's reason);
+    # NULL when they said nothing. Every status change writes it.
+    sa.Column("status_reason", sa.Text, nullable=True),
 )
 
 channel_versions = sa.Table(
@@ -130,6 +133,9 @@ occurrences = sa.Table(
     # `alerts.overdue_after_secs` after its due time); cleared when it completes, is
     # cancelled, or its `occurrence.overdue` event is written: an instant is overdue once.
     sa.Column("overdue_at", UtcDateTime, nullable=True),
+    # A backfill row run one after another with its channel's others: when its concurrency
+    # key is busy it waits for it (back to `pending`, due shortly) instead of being skipped.
+    sa.Column("waits_for_key", sa.Boolean, nullable=True),
     # The identity of an occurrence, and what makes materialisation idempotent.
     sa.UniqueConstraint("channel_id", "scheduled_for", name="uq_cron_occurrences_instant"),
     # The claim's two arms, the backlog and the in-flight count. Partial on PostgreSQL, so
@@ -165,6 +171,30 @@ occurrences = sa.Table(
         postgresql_where=sa.text("overdue_at IS NOT NULL"),
         sqlite_where=sa.text("overdue_at IS NOT NULL"),
     ),
+)
+
+attempts = sa.Table(
+    "cron_attempts",
+    metadata,
+    # Deleted with its occurrence (retention, a purge, a future row dropped by a pause).
+    sa.Column(
+        "occurrence_id",
+        sa.String,
+        sa.ForeignKey("cron_occurrences.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    # The occurrence's `attempt` when it started: it only climbs, a manual retry included.
+    sa.Column("number", sa.Integer, primary_key=True),
+    sa.Column("claimant", sa.String, nullable=False),
+    sa.Column("started_at", UtcDateTime, nullable=False),
+    # NULL while it runs (or until the claim finds its lease ran out).
+    sa.Column("ended_at", UtcDateTime, nullable=True),
+    # How it ended: a settled status, or `abandoned` when its lease ran out unsettled.
+    sa.Column("outcome", sa.String, nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    # The last frames of the traceback, for a Python target that raised.
+    sa.Column("error_detail", sa.Text, nullable=True),
+    sa.Column("fencing_token", sa.BigInteger, nullable=True),
 )
 
 singletons = sa.Table(

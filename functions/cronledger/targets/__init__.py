@@ -15,6 +15,7 @@ because the policy may have narrowed since the channel was saved.
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -122,7 +123,9 @@ def run_target(
     if errors:
         # A stored document that no longer validates is refused rather than guessed at.
         detail = "; ".join(f"{e.path}: {e.message}" for e in errors)
-        return TargetOutcome(ok=False, error=truncate_excerpt(f"invalid target: {detail}"))
+        return TargetOutcome(
+            ok=False, error=truncate_excerpt(f"invalid target: {detail}"), permanent=True
+        )
     if timeout_secs <= 0:
         return timed_out(0)
     # Loaded with the first target that runs, as the AWS SDK is (see clients.py).
@@ -135,9 +138,46 @@ def run_target(
         return timed_out(timeout_secs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt… fail the attempt, as any error
         _log.warning("%s target %s failed", kind.type, target_ref(doc), exc_info=True)
-        outcome = TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+        outcome = TargetOutcome(
+            ok=False,
+            error=f"{type(exc).__name__}: {exc}",
+            detail=last_frames(exc) if kind.type == "python" else None,
+            permanent=_target_gone(exc),
+        )
     return TargetOutcome(
         ok=outcome.ok,
         result=truncate_excerpt(outcome.result),
         error=truncate_excerpt(outcome.error, ERROR_MESSAGE_BYTES),
+        detail=truncate_excerpt(outcome.detail, ERROR_MESSAGE_BYTES),
+        permanent=outcome.permanent,
     )
+
+
+#: AWS error codes that say the target itself no longer exists.
+TARGET_GONE_CODES = frozenset(
+    {
+        "ResourceNotFoundException",  # Lambda, EventBridge
+        "AWS.SimpleQueueService.NonExistentQueue",
+        "QueueDoesNotExist",
+        "StateMachineDoesNotExist",
+    }
+)
+
+
+def _target_gone(exc: BaseException) -> bool:
+    """The AWS service answered that the target (function, queue, state machine, bus) does
+    not exist: a retry would only meet the same answer."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False
+    return response.get("Error", {}).get("Code") in TARGET_GONE_CODES
+
+
+#: Frames of a raising Python target's traceback kept on its attempt: where it failed.
+TRACEBACK_FRAMES = 3
+
+
+def last_frames(exc: BaseException) -> str:
+    """The innermost frames of `exc`'s traceback and the exception line, as Python prints
+    them: the callable's own frames, not the executor's that called it."""
+    return "".join(traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)).strip()

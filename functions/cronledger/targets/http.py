@@ -11,8 +11,9 @@ in `url` or `headers` is refused (`cronledger.targets.secret_looking`); a creden
 `secret_headers`, by reference (`cronledger.targets.secrets`), read when an attempt runs, and
 scrubbed from the result excerpt and the error if the endpoint echoes it back; a secret bound
 to hosts goes to no other, checked before anything is sent. Header values
-are single lines of printable ASCII. Only methods that carry a body are allowed, because every
-target receives the envelope. Redirects are not followed: a 3xx is a failure that names where
+are single lines of printable ASCII. POST, PUT and PATCH send the envelope as the body; GET
+and HEAD (a health or cache-warming URL) send none, so what identifies the run, the envelope's
+idempotency key, goes in `X-Cronledger-*` headers instead. Redirects are not followed: a 3xx is a failure that names where
 the endpoint moved, so the envelope never goes to a host nobody configured.
 """
 
@@ -44,7 +45,9 @@ from cronledger.targets.secrets import (
     secret_hosts,
 )
 
-METHODS = ("POST", "PUT", "PATCH")
+METHODS = ("POST", "PUT", "PATCH", "GET", "HEAD")
+#: Methods sent without a body: the trigger's identity travels in headers.
+BODYLESS = ("GET", "HEAD")
 _MAX_HEADERS = 50
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: A header value: printable ASCII and tabs (RFC 9110 field-content without obs-text).
@@ -66,7 +69,8 @@ def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
         checks.fail(
             "method",
             "invalid",
-            f"method must be one of {', '.join(METHODS)}: the envelope is sent as the body",
+            f"method must be one of {', '.join(METHODS)} (GET and HEAD send the run's "
+            "identity in X-Cronledger-* headers instead of the envelope)",
         )
     headers = _mapping(checks, "headers", '{"X-Team": "ops"}')
     secret_headers = _mapping(checks, "secret_headers", f'{{"Authorization": "{EXAMPLES["env"]}"}}')
@@ -201,6 +205,20 @@ def _endpoint(parts: SplitResult) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
+JSON = "application/json"
+
+
+def identity_headers(envelope: Envelope) -> dict[str, str]:
+    """What a bodyless request says of the run: the idempotency key and the attempt."""
+    trigger = envelope["trigger"]
+    return {
+        "X-Cronledger-Occurrence-Id": trigger["occurrence_id"],
+        "X-Cronledger-Scheduled-For": trigger["scheduled_for"],
+        "X-Cronledger-Attempt": str(trigger["attempt"]),
+        "X-Cronledger-Trigger": trigger["type"],
+    }
+
+
 def _method(doc: Mapping[str, Any]) -> str:
     return str(doc.get("method") or "POST").upper()
 
@@ -236,23 +254,32 @@ def run(
             ok=False,
             error=f"the secret for {', '.join(unsendable)} is not one line of printable ASCII",
         )
-    body = envelope_json(envelope).encode("utf-8")
-    outcome = post(doc, parts, body, timeout_secs, deadline, secrets, policy)
+    if _method(doc) in BODYLESS:
+        body, sent_headers = None, identity_headers(envelope)
+    else:
+        body, sent_headers = envelope_json(envelope).encode("utf-8"), {"Content-Type": JSON}
+    outcome = post(doc, parts, body, timeout_secs, deadline, {**secrets, **sent_headers}, policy)
     values = list(secrets.values())
-    return TargetOutcome(outcome.ok, scrub(outcome.result, values), scrub(outcome.error, values))
+    return TargetOutcome(
+        outcome.ok,
+        scrub(outcome.result, values),
+        scrub(outcome.error, values),
+        permanent=outcome.permanent,
+    )
 
 
 def post(
     doc: Mapping[str, Any],
     parts: SplitResult,
-    body: bytes,
+    body: bytes | None,
     timeout_secs: float,
     deadline: float,
-    secrets: Mapping[str, str],
+    headers: Mapping[str, str],
     policy: TargetPolicy,
 ) -> TargetOutcome:
-    """Send `body` as JSON to the document's URL, at an address the policy allows, the
-    connection pinned to it; 2xx is success."""
+    """Send `body` (None: a bodyless GET or HEAD) to the document's URL with the document's
+    headers and then `headers` (secrets, and the body's type or the run's identity), at an
+    address the policy allows, the connection pinned to it; 2xx is success."""
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     endpoint = _endpoint(parts)
@@ -266,7 +293,9 @@ def post(
             if judged != address:
                 reason = f"{reason} ({judged})"
             return TargetOutcome(
-                ok=False, error=f"refused: {_refused_address(host, address, reason)}"
+                ok=False,
+                error=f"refused: {_refused_address(host, address, reason)}",
+                permanent=True,
             )
     try:
         answer = pinned_http.send(
@@ -278,9 +307,8 @@ def post(
             target=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
             headers={
                 **(doc.get("headers") or {}),
-                **secrets,
+                **headers,
                 "Host": parts.netloc,
-                "Content-Type": "application/json",
                 "User-Agent": f"cronledger/{__version__}",
             },
             body=body,

@@ -27,6 +27,11 @@ class TargetOutcome:
     ok: bool
     result: str | None = None
     error: str | None = None
+    #: Where it failed, when the target can say: a Python target's last traceback frames.
+    detail: str | None = None
+    #: Another attempt would fail the same way (the target is gone, or the operator's policy
+    #: no longer allows it): the occurrence fails at once, without its retries.
+    permanent: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ def send(
     method: str,
     target: str,
     headers: Mapping[str, str],
-    body: bytes,
+    body: bytes | None,
     deadline: float,
 ) -> Answer:
     """Send the request to the first of `addresses` that accepts a connection."""

@@ -101,7 +101,7 @@ def run(
     try:
         function = resolve_function(str(doc["callable"]), policy)
     except Unresolved as exc:
-        return TargetOutcome(ok=False, error=str(exc))
+        return TargetOutcome(ok=False, error=str(exc), permanent=True)
     value = function(envelope)
     if value is None:
         return TargetOutcome(ok=True)

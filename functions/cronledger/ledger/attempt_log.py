@@ -1,0 +1,119 @@
+"""The attempt log: every attempt of an occurrence on record, written with the attempt itself.
+
+- An attempt's row is inserted by the transaction that moves its occurrence to `running`,
+  from what that UPDATE returned: a start that loses (rolled back, or matching nothing)
+  leaves no row, and a row never exists for an attempt that did not start. On PostgreSQL the
+  UPDATE is a data-modifying CTE of the INSERT, so a start is still one statement.
+- Its end is written by whatever ends the attempt, in the same transaction: a settle (the
+  occurrence's status, or `failed` for a failure that will be retried), a cancel or a
+  replace (`cancelled`), a claim that finds its lease ran out (`abandoned`). Each end matches
+  only the occurrence's open row (`ended_at IS NULL`): at most one attempt of an occurrence
+  runs at a time, so that row is the attempt being ended, and a second end writes nothing.
+- Rows go with their occurrence: the foreign key cascades its delete (retention, a purge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from cronledger.ledger.backend import Backend
+from cronledger.ledger.models import Attempt
+from cronledger.ledger.tables import attempts, occurrences
+
+#: What the running UPDATE returns for its attempt's row, in this order.
+STARTED_COLUMNS = (
+    occurrences.c.id,
+    occurrences.c.attempt,
+    occurrences.c.claimed_by,
+    occurrences.c.started_at,
+    occurrences.c.fencing_token,
+)
+_LOGGED = ("occurrence_id", "number", "claimant", "started_at", "fencing_token")
+
+
+def logged_start(sql: Backend, running: sa.Update) -> sa.Insert | sa.Update:
+    """PostgreSQL: `running` (an UPDATE to `running`, without RETURNING) as a CTE of the
+    INSERT of its attempt's row, answering the start time. SQLite cannot put an UPDATE in a
+    CTE: `running` itself, returning what `log_start` inserts."""
+    returning = running.returning(*STARTED_COLUMNS)
+    if not sql.is_postgres:
+        return returning
+    started = returning.cte("started")
+    return (
+        sa.insert(attempts)
+        .from_select(list(_LOGGED), sa.select(*started.c))
+        .add_cte(started)
+        .returning(attempts.c.started_at)
+    )
+
+
+def run_logged_start(
+    conn: sa.Connection, sql: Backend, statement: sa.Insert | sa.Update, parameters: dict[str, Any]
+) -> datetime | None:
+    """Run a `logged_start` statement: the start time, or None when the start matched
+    nothing (and nothing was written)."""
+    if sql.is_postgres:
+        started: datetime | None = conn.execute(statement, parameters).scalar_one_or_none()
+        return started
+    row = conn.execute(statement, parameters).one_or_none()
+    if row is None:
+        return None
+    conn.execute(sa.insert(attempts).values(dict(zip(_LOGGED, row, strict=True))))
+    return row.started_at  # type: ignore[no-any-return]
+
+
+def logged_start_cte(running: sa.Update) -> tuple[sa.CTE, sa.CTE]:
+    """PostgreSQL only: `running` as a CTE (`started`, returning `started_at` last among
+    `STARTED_COLUMNS`) and the CTE inserting its attempt's row, for a statement that starts an
+    attempt while it reads."""
+    started = running.returning(*STARTED_COLUMNS).cte("started")
+    logged = sa.insert(attempts).from_select(list(_LOGGED), sa.select(*started.c)).cte("logged")
+    return started, logged
+
+
+def end_statement(sql: Backend) -> sa.Update:
+    """The end of occurrence `p_id`'s open attempt: `p_outcome`, `p_error`, `p_detail`."""
+    return (
+        sa.update(attempts)
+        .where(attempts.c.occurrence_id == sa.bindparam("p_id", type_=sa.String))
+        .where(attempts.c.ended_at.is_(None))
+        .values(
+            ended_at=sql.now(),
+            outcome=sa.bindparam("p_outcome", type_=sa.String),
+            error_message=sa.bindparam("p_error", type_=sa.Text),
+            error_detail=sa.bindparam("p_detail", type_=sa.Text),
+        )
+    )
+
+
+def end_open(
+    conn: sa.Connection,
+    sql: Backend,
+    occurrence_ids: Sequence[str],
+    outcome: str,
+    error: str | None = None,
+) -> None:
+    """End the open attempt of each of these occurrences (a cancel, a replace, a claim that
+    found their leases expired), all with the same outcome and error."""
+    if not occurrence_ids:
+        return
+    conn.execute(
+        sa.update(attempts)
+        .where(attempts.c.occurrence_id.in_(list(occurrence_ids)))
+        .where(attempts.c.ended_at.is_(None))
+        .values(ended_at=sql.now(), outcome=outcome, error_message=error)
+    )
+
+
+def attempts_of(conn: sa.Connection, occurrence_id: str) -> list[Attempt]:
+    """The occurrence's attempts, first to last."""
+    rows = conn.execute(
+        sa.select(attempts)
+        .where(attempts.c.occurrence_id == occurrence_id)
+        .order_by(attempts.c.number)
+    ).all()
+    return [Attempt(*row) for row in rows]
