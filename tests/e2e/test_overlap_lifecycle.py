@@ -143,13 +143,6 @@ def test_holders_of_slots_an_edit_removed_still_renew_and_settle(ledger: Ledger)
     assert ledger.start_attempt(late, "n", 1, one, LEASE).outcome == "singleton_busy"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a start tries slots 0..slots-1 only and never counts live holders of higher "
-    "slots: after an edit cuts `slots` from 2 to 1, a contender takes slot 0 as soon as its "
-    "holder ends while slot 1's holder still runs, so two run under slots=1 (SPEC §1: at "
-    "most `slots` running per key)",
-)
 def test_a_contender_after_slots_were_cut_waits_for_the_remaining_holders(
     ledger: Ledger,
 ) -> None:

@@ -302,6 +302,11 @@ class AttemptStore(EventStore):
             return None
         if any(r.occurrence_id == occurrence_id for r in rows):
             release_slots_of(conn, sql, [occurrence_id])
+        # Holders of slots an edit has since removed still run: until they end, they count
+        # against the key's slots like any other holder.
+        running = sum(
+            1 for r in of_key.values() if r.slot >= 0 and _held_by_another(r, occurrence_id)
+        )
         free = next(
             (
                 of_key[slot]
@@ -310,6 +315,8 @@ class AttemptStore(EventStore):
             ),
             None,
         )
+        if running >= spec.slots:
+            free = None
         if free is not None:
             token = take_slot(conn, sql, free, occurrence_id, holder, lease_secs)
             return "busy" if token is None else (free.slot, token, None)
