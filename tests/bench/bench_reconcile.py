@@ -148,7 +148,7 @@ def timed_pass(
     (adding the statements it sent to `statements`), check it wrote every channel's row and
     moved every cursor, and answer its wall time."""
     with ledger.engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE cron_occurrences"))
+        conn.execute(sa.text("TRUNCATE cron_attempts, cron_occurrences"))
         conn.execute(
             sa.update(schedule_state).values(
                 next_fire_at=sa.func.date_trunc("minute", sa.func.statement_timestamp())

@@ -191,7 +191,7 @@ def next_transaction_id(ledger: Ledger) -> int:
 
 def seed_due(ledger: Ledger, channel_ids: list[str], count: int) -> None:
     with ledger.engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE cron_occurrences"))
+        conn.execute(sa.text("TRUNCATE cron_attempts, cron_occurrences"))
     now = ledger.db_now()
     names = {cid: f"noop-{n}" for n, cid in enumerate(channel_ids)}
     ledger.insert_occurrences(
