@@ -565,6 +565,14 @@ def test_the_occurrence_panel_shows_the_run_that_follows_a_retry(console: Consol
     panel = "return document.getElementById('panel').innerText"
     assert "attempt\n2" in console.driver.execute_script(panel)
     assert console.driver.execute_script(retry_disabled)
+    # and lists both attempts, the failed one with its error
+    attempts = "return [...document.querySelectorAll('#attempts .attempt')].map(a => a.innerText)"
+    shown = console.wait(
+        lambda d: (lambda a: a if len(a) == 2 else None)(d.execute_script(attempts))
+    )
+    assert shown[0].startswith("attempt 1 failed")
+    assert "first attempt fails; a retry succeeds" in shown[0]
+    assert shown[1].startswith("attempt 2 completed")
 
 
 def test_an_ended_one_time_channel_shows_ended_and_a_draft_offers_activate(

@@ -450,7 +450,7 @@ async function showOccurrence(id, again = false) {
   let record;
   try { record = (await api("GET", `cron/occurrences/${enc(id)}`)).data; } catch (error) { return again ? null : toast(error.message, true); }
   if (!current("occurrence", id)) return null;
-  const known = ["id", "channel_name", "channel_id", "trigger", "scheduled_for", "due_at", "status", "attempt", "channel_version", "executing_version", "target_ref", "claimed_by", "claimed_until", "singleton_key", "singleton_slot", "fencing_token", "trace_id", "started_at", "completed_at", "lag_ms", "duration_ms", "error_message", "result", "created_at", "updated_at"];
+  const known = ["id", "channel_name", "channel_id", "trigger", "scheduled_for", "due_at", "status", "attempt", "channel_version", "executing_version", "target_ref", "claimed_by", "claimed_until", "singleton_key", "singleton_slot", "fencing_token", "trace_id", "started_at", "completed_at", "lag_ms", "duration_ms", "error_message", "result", "created_at", "updated_at", "attempts", "late_by_ms"];
   const pairs = [
     ["id", el("span", { class: "mono" }, record.id)],
     ["channel", record.channel_name],
@@ -464,6 +464,7 @@ async function showOccurrence(id, again = false) {
     ["started", time(record.started_at)],
     ["completed", time(record.completed_at)],
     ["lag", record.lag_ms == null ? "–" : span(record.lag_ms)],
+    ["late by", record.late_by_ms == null ? "–" : span(record.late_by_ms)],
     ["duration", record.duration_ms == null ? "–" : span(record.duration_ms)],
     ["claimed by", record.claimed_by],
     ["claimed until", time(record.claimed_until)],
@@ -481,8 +482,19 @@ async function showOccurrence(id, again = false) {
     el("h3", {}, "record"),
     dl(pairs),
     record.error_message ? [el("h3", {}, "error"), el("pre", { class: "error-text" }, record.error_message)] : [],
+    (record.attempts || []).length ? [el("h3", {}, "attempts"), attemptList(record.attempts)] : [],
     record.result ? [el("h3", {}, "result"), el("pre", {}, record.result)] : [],
   );
+}
+
+// Every attempt of an occurrence, oldest first: how it ended, when, how long, and why.
+function attemptList(attempts) {
+  return el("ol", { class: "attempts", id: "attempts" }, ...attempts.map((a) =>
+    el("li", { class: "attempt" },
+      el("div", {}, `attempt ${a.number} `, badge(a.outcome || "running"),
+        ` ${time(a.started_at)}`, a.duration_ms == null ? "" : ` · ${span(a.duration_ms)}`),
+      a.error_message ? el("pre", { class: "error-text" }, a.error_message) : [],
+      a.error_detail ? el("pre", { class: "detail" }, a.error_detail) : [])));
 }
 
 async function showChannel(id, again = false) {
