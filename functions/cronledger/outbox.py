@@ -186,7 +186,8 @@ class Courier:
                 fresh, self._fresh = self._fresh, []
             try:
                 deliver(self.ledger, self.sender, fresh)
-                deliver(self.ledger, self.sender, self.ledger.detect_overdue())
+                # What the watch writes it announces (`on_events`): queued here, sent next.
+                self.ledger.detect_overdue()
                 sweep(self.ledger, self.sender, until=time.monotonic() + self.interval * 5)
             except DatabaseUnavailable as exc:
                 log.warning("event delivery paused: %s", exc)

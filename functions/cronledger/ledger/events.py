@@ -67,7 +67,6 @@ class Draft:
     error: str | None = None
     count: int | None = None
     oldest_scheduled_for: datetime | None = None
-    channel_name: str | None = None
 
 
 def draft(kind: str, occurrence: Occurrence, **fields: Any) -> Draft:
@@ -407,7 +406,7 @@ def _event(
     where, and where to look, with no secret (the error is the excerpt the ledger keeps)."""
     o = d.occurrence
     event_id = str(uuid7())
-    channel_name = d.channel_name or (o.channel_name if o is not None else None) or name
+    channel_name = (o.channel_name if o is not None else None) or name
     body: dict[str, Any] = {
         "event_id": event_id,
         "sequence": sequence,
