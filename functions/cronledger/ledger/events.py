@@ -241,11 +241,14 @@ class EventStore(Store):
         the outbox for the sweep, after its lease."""
         if not failures:
             return
-        with self._write() as conn:
-            for event_id, error in failures.items():
+        by_error: dict[str, list[str]] = {}
+        for event_id, error in failures.items():
+            by_error.setdefault(error, []).append(event_id)
+        with self._write() as conn:  # a destination that is down refuses all alike: one write
+            for error, ids in by_error.items():
                 conn.execute(
                     sa.update(events)
-                    .where(events.c.event_id == event_id, events.c.delivered_at.is_(None))
+                    .where(events.c.event_id.in_(ids), events.c.delivered_at.is_(None))
                     .values(last_error=truncate_excerpt(error, ERROR_MESSAGE_BYTES))
                 )
 
