@@ -17,6 +17,7 @@ each page that has something to run:
 Commands are run as written, with two substitutions a reader would not need: `.venv/bin/` is
 this interpreter's directory, and `127.0.0.1:8080` the test's own server. A block the test
 cannot run says why in an HTML comment just before it, `<!-- example: skip (reason) -->`;
+A `sh` block of `make` commands only (`make run`, `make test`) is not run either.
 `<!-- example: first line -->` checks only the first line a `console` block shows (the rest
 depends on timing); `<!-- example: server -->` marks a block that starts the scheduler with
 settings of its own: the page's server is started with the `CRONLEDGER_*` variables it exports. `mermaid`, `text` and unlabelled blocks are pictures or output, not code.
@@ -86,6 +87,9 @@ class Block:
             return NOT_CODE[self.lang]
         if self.lang not in SHELL | DOCUMENT | {"console", "python", "py"}:
             return f"{self.lang}: no runner for this language"
+        commands = [c for c in self.text.splitlines() if c.strip()]
+        if self.lang in SHELL and all(c.startswith("make ") for c in commands):
+            return "make targets: they install into .venv, then serve or run the suite"
         return None
 
 
