@@ -219,7 +219,9 @@ def cli_page() -> str:
         "How to use them together is in [the command line guide](../concepts/cli.md).",
     ]
     for name, command in cli_commands():
-        usage = " ".join(command.collect_usage_pieces(command.make_context(name, [], resilient_parsing=True)))
+        usage = " ".join(
+            command.collect_usage_pieces(command.make_context(name, [], resilient_parsing=True))
+        )
         lines += ["", f"## `{name}` {{#{_cli_anchor(name)}}}", ""]
         usage = re.sub(r"\{(\w+)\}", lambda m: m.group(1).upper(), usage)
         lines += ["```text", f"{name} {usage}".rstrip(), "```", ""]
@@ -230,7 +232,10 @@ def cli_page() -> str:
             lines += [_option_line(p) for p in params]
         sub = sorted(n for n, c in getattr(command, "commands", {}).items() if not c.hidden)
         if sub:
-            lines += ["", "Commands: " + ", ".join(f"[`{s}`](#{_cli_anchor(f'{name} {s}')})" for s in sub)]
+            lines += [
+                "",
+                "Commands: " + ", ".join(f"[`{s}`](#{_cli_anchor(f'{name} {s}')})" for s in sub),
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -378,7 +383,7 @@ def cdk_props_page() -> str:
         "",
         "<!-- generated from cronledger_infra.props.CronledgerProps by docs_hooks/reference.py -->",
         "",
-        f"Every choice is a context value `-c {prefix}<name>=<value>` (or a `\"{prefix}<name>\"` "
+        f'Every choice is a context value `-c {prefix}<name>=<value>` (or a `"{prefix}<name>"` '
         "key in `cdk.json`); an unknown `cronledger:` name stops the synth, as does an unsafe "
         "combination. Fields are listed in the order the declaration groups them.",
     ]

@@ -53,9 +53,7 @@ NOT_CODE = {
     "text": "output or a picture, not a command",
     "": "output or a picture, not a command",
 }
-MARK = re.compile(
-    r"<!--\s*example:\s*(?P<what>skip|first line|server)\s*(\((?P<why>.*)\))?\s*-->"
-)
+MARK = re.compile(r"<!--\s*example:\s*(?P<what>skip|first line|server)\s*(\((?P<why>.*)\))?\s*-->")
 #: `export NAME=value` in a block that starts the scheduler: the test's server gets it too.
 EXPORT = re.compile(r"^export (?P<name>CRONLEDGER_\w+)=(?P<value>.*)$", re.MULTILINE)
 FENCE = re.compile(r"^(?P<fence>```+)\s*(?P<lang>[\w-]*)")
@@ -198,7 +196,9 @@ class Page:
                 if self.server.poll() is not None:
                     break
                 time.sleep(0.2)
-        raise RuntimeError(f"cronledger dev did not start: {(self.scratch / 'dev.log').read_text()}")
+        raise RuntimeError(
+            f"cronledger dev did not start: {(self.scratch / 'dev.log').read_text()}"
+        )
 
     def stop(self) -> None:
         if self.server and self.server.poll() is None:
@@ -239,7 +239,9 @@ def run_console(page: Page, block: Block) -> str | None:
             printed = printed[:1]
         for line in expected:
             if line not in printed:
-                return f"`{command}` did not print a line like\n  {line}\nit printed:\n{done.stdout}"
+                return (
+                    f"`{command}` did not print a line like\n  {line}\nit printed:\n{done.stdout}"
+                )
     return None
 
 
@@ -250,7 +252,11 @@ def as_channel(document: object) -> dict[str, object]:
         return document
     if "type" in document:
         return {**AROUND, "target": document}
-    when = document if "schedule" in document or "at" in document else {**AROUND["transport_config"], **document}
+    when = (
+        document
+        if "schedule" in document or "at" in document
+        else {**AROUND["transport_config"], **document}
+    )
     return {**AROUND, "transport_config": when, "target": DEMO_TARGET}
 
 
@@ -288,7 +294,9 @@ def run_page(path: Path, tally: Tally) -> None:
     for block in blocks(path):
         reason = block.skip_reason
         if block.mark == "server":
-            settings.update({m["name"]: m["value"].strip("'\"") for m in EXPORT.finditer(block.text)})
+            settings.update(
+                {m["name"]: m["value"].strip("'\"") for m in EXPORT.finditer(block.text)}
+            )
             tally.run += 1
         elif reason:
             tally.skipped[reason] += 1

@@ -10,6 +10,7 @@ from tests.docs.conftest import TALLY
 from tests.docs.examples import blocks, pages, run_all
 
 
+@pytest.mark.slow
 def test_every_runnable_example_in_the_readme_and_the_docs_runs(
     record_property: pytest.RecordProperty,
 ):
