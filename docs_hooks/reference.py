@@ -34,9 +34,17 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-for _path in ("functions", "infra"):
-    if str(ROOT / _path) not in sys.path:
-        sys.path.insert(0, str(ROOT / _path))
+
+
+def _this_checkout_on_path() -> None:
+    """Import the code of this checkout (MkDocs restores `sys.path` after loading a hook, and an
+    editable install may point at another checkout)."""
+    for path in ("infra", "functions"):
+        if sys.path[:2].count(str(ROOT / path)) == 0:
+            sys.path.insert(0, str(ROOT / path))
+
+
+_this_checkout_on_path()
 
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 
@@ -413,6 +421,7 @@ PAGES = {
 def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
+    _this_checkout_on_path()
     for uri, make in PAGES.items():
         files.append(File.generated(config, uri, content=make()))
     return files
