@@ -322,7 +322,8 @@ def settings_page() -> str:
     notes = _notes("settings-notes.yml")
     names = [name for name, *_ in _fields(cls)]
     _check_notes("settings-notes.yml", notes, names, optional=True)
-    prefix = getattr(module, "PREFIX", "CRONLEDGER_")
+    config = getattr(cls, "model_config", {})
+    prefix = config.get("env_prefix") or getattr(module, "PREFIX", "CRONLEDGER_")
     lines = [
         "# Settings",
         "",

@@ -4,6 +4,7 @@ command line page every command `cronledger --help` lists, groups' commands incl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from tests.docs.examples import Page
+from tests.docs.examples import ROOT, Page
 
 HELP_COMMAND = re.compile(r"^│ (?P<name>[a-z][a-z-]*)\s{2,}\S")
 
@@ -74,3 +75,42 @@ def test_the_cli_page_lists_every_command_of_cronledger_help(built_site: Path):
     for command in commands:
         assert f'id="cli-cronledger-{command.replace(" ", "-")}"' in page, command
         assert f"<code>cronledger {command}</code>" in page, command
+
+
+def _field_names(cls: type) -> list[str]:
+    """A dataclass's fields, or a pydantic model's."""
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    return list(cls.model_fields)  # type: ignore[attr-defined]
+
+
+def test_the_settings_page_lists_every_setting(built_site: Path):
+    from cronledger.settings import Settings
+
+    page = (built_site / "reference" / "settings" / "index.html").read_text()
+
+    for name in _field_names(Settings):
+        assert f"<code>CRONLEDGER_{name.upper()}</code>" in page, name
+
+
+def test_the_cdk_props_page_lists_every_prop(built_site: Path):
+    from cronledger_infra.props import CronledgerProps
+
+    page = (built_site / "reference" / "cdk-props" / "index.html").read_text()
+
+    for name in _field_names(CronledgerProps):
+        assert f"<td><code>{name}</code></td>" in page, name
+
+
+def test_every_guarantees_anchor_the_code_cites_is_on_the_page(built_site: Path):
+    page = (built_site / "guarantees" / "index.html").read_text()
+    anchors = set(re.findall(r'id="([a-z0-9-]+)"', page))
+    cited = {
+        (path.relative_to(ROOT), anchor)
+        for folder in ("functions", "infra", "tests", "docs")
+        for path in (ROOT / folder).rglob("*.py")
+        for anchor in re.findall(r"guarantees(?:\.md|/)#([a-z0-9-]+)", path.read_text())
+    }
+
+    assert {"claim", "start", "fencing", "misfire", "time", "exactly-once", "security"} <= anchors
+    assert [c for c in cited if c[1] not in anchors] == []
