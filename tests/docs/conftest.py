@@ -13,6 +13,9 @@ import pytest
 from tests.docs.examples import ROOT
 
 TALLY = "docs examples"
+#: The CDK props page's test reads the props' declaration.
+if str(ROOT / "infra") not in sys.path:
+    sys.path.insert(0, str(ROOT / "infra"))
 
 
 @pytest.fixture(scope="session")

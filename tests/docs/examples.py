@@ -166,6 +166,8 @@ class Page:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRONLEDGER_")}
         env.update(
+            # this checkout's code, whatever checkout the virtualenv's editable install names
+            PYTHONPATH=os.pathsep.join([str(ROOT / "functions"), env.get("PYTHONPATH", "")]),
             CRONLEDGER_API_URL=self.url,
             PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
             COLUMNS="250",

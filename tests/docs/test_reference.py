@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
@@ -41,7 +40,7 @@ def help_commands(*words: str) -> list[str]:
     """The commands `cronledger WORDS --help` lists, and theirs, as full command lines."""
     done = subprocess.run(
         [str(Path(sys.executable).parent / "cronledger"), *words, "--help"],
-        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"},
+        env={**Page(ROOT, {}).env(), "COLUMNS": "200"},
         text=True, capture_output=True, check=True,
     )  # fmt: skip
     panel = done.stdout.split("─ Commands ", 1)
