@@ -197,7 +197,7 @@ def test_a_bad_document_fails_the_deploy_with_every_problem_and_writes_nothing(
 def test_a_bad_update_changes_nothing(container: Ledger) -> None:
     channel_id = deploy(event("Create", DOCUMENT))["PhysicalResourceId"]
 
-    with pytest.raises(DeployRefused, match="transport_config.schedule"):
+    with pytest.raises(DeployRefused, match=r"transport_config\.schedule"):
         deploy(
             event("Update", edited(schedule="0 0 0 30 2 *"), old=DOCUMENT, physical_id=channel_id)
         )
