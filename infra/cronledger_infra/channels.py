@@ -22,6 +22,7 @@ the old. Removing a declaration archives the channel (its history stays), or pur
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -50,6 +51,8 @@ ChannelTarget = lambda_.IFunction | sfn.IStateMachine | sqs.IQueue | events.IEve
 RESOURCE_TYPE = "Custom::CronledgerChannel"
 #: How long one channel's apply may take: a cold start in the VPC and a few statements.
 APPLY_TIMEOUT = Duration.minutes(2)
+#: How cdk-nag spells the stack's partition, region and account in a finding's id.
+_ACCOUNT = "arn:<AWS::Partition>:{}:<AWS::Region>:<AWS::AccountId>"
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -167,16 +170,18 @@ class Channels(Construct):
             machine = target.state_machine_arn
             target.grant_start_execution(executor)
             target.grant_start_sync_execution(executor)
-            target.grant_read(executor)  # DescribeStateMachine: is it an Express machine?
-            name = Arn.split(machine, ArnFormat.COLON_RESOURCE_NAME).resource_name
-            executions = Stack.of(self).format_arn(
-                service="states",
-                resource="execution",
-                resource_name=f"{name}:*",
-                arn_format=ArnFormat.COLON_RESOURCE_NAME,
-            )
+            # DescribeStateMachine: is it an Express machine (run synchronously)?
             iam.Grant.add_to_principal(
-                grantee=executor, actions=["states:DescribeExecution"], resource_arns=[executions]
+                grantee=executor, actions=["states:DescribeStateMachine"], resource_arns=[machine]
+            )
+            # DescribeExecution, on this machine's executions (polled while a `wait` runs)
+            target.grant_execution(executor, "states:DescribeExecution")
+            # the machine's name as CDK's grant takes it: from the ARN
+            name = _nag_text(self, Arn.split(machine, ArnFormat.COLON_RESOURCE_NAME).resource_name)
+            self._acknowledge(
+                None if name is None else f"{_ACCOUNT.format('states')}:execution:{name}",
+                "Read-only status of the executions of the one state machine the channel "
+                "declares, which the executor polls while a `wait` target runs.",
             )
         elif hasattr(target, "queue_url"):
             target.grant_send_messages(executor)
@@ -228,13 +233,15 @@ def _logical_id(construct: IConstruct) -> str:
     return str(resolved)
 
 
-def _nag_text(scope: IConstruct, value: str) -> str | None:
-    """How cdk-nag spells a resource in a finding's id: `<Logical.Arn>` for an attribute of
-    a resource of the stack, the string itself for a literal; None when it cannot be said."""
+def _nag_text(scope: IConstruct, value: str | None) -> str | None:
+    """How cdk-nag spells a value in a finding's id: a literal as itself, an attribute of a
+    resource as `<Logical.Attribute>`, another intrinsic as its compact JSON."""
+    if value is None:
+        return None
     resolved = Stack.of(scope).resolve(value)
     if isinstance(resolved, str):
         return resolved
     attribute = resolved.get("Fn::GetAtt") if isinstance(resolved, dict) else None
     if isinstance(attribute, list) and len(attribute) == 2:
         return f"<{attribute[0]}.{attribute[1]}>"
-    return None
+    return json.dumps(resolved, separators=(",", ":"))
