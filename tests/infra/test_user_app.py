@@ -185,3 +185,11 @@ def test_a_channel_declared_twice_or_without_a_schedule_stops_the_synth():
         scheduler.add_channel("pong", target="https://example.com/pong")
     with pytest.raises(ValueError, match="https://"):
         scheduler.add_channel("plain", schedule="0 * * * * *", target="http://example.com")
+
+
+def test_the_docs_show_the_example_app_verbatim():
+    root = Path(__file__).resolve().parents[2]
+    app = (root / "infra" / "examples" / "user_app.py").read_text()
+    page = (root / "docs" / "how-to" / "cdk-app.md").read_text()
+
+    assert f"```python\n{app}```" in page
