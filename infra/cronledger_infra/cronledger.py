@@ -69,7 +69,7 @@ class Cronledger(Construct):
         elif options:
             raise TypeError(f"give props or {sorted(options)}, not both")
         self.props = props
-        self._code = code or function_code(PROJECT_ROOT)
+        self._code = code or _checkout_code()
         self._channels: Channels | None = None
         # A proxy's target group takes no tags, though CDK would give it some.
         Tags.of(self).add(
@@ -289,3 +289,14 @@ class Cronledger(Construct):
                 log_retention=self._retention,
             )
         return self._channels
+
+
+def _checkout_code() -> lambda_.Code:
+    """The functions' asset, built from the cronledger checkout this library is part of."""
+    if not (PROJECT_ROOT / "functions" / "cronledger").is_dir():
+        raise FileNotFoundError(
+            f"the functions' code asset is built from a cronledger checkout, and "
+            f"{PROJECT_ROOT} is not one: import cronledger_infra from a checkout's infra/ "
+            "directory (docs/how-to/cdk-app.md), or pass code="
+        )
+    return function_code(PROJECT_ROOT)
