@@ -233,3 +233,23 @@ def test_a_channel_made_by_hand_under_the_declared_name_is_adopted_and_said(
     assert "made outside this deploy" in answer["Data"]["Summary"]
     channel = container.get_channel(made.channel_id)
     assert (channel.status, channel.version) == ("active", 2)
+
+
+def test_a_renamed_channel_is_created_anew_and_the_old_one_archived_by_its_delete(
+    container: Ledger,
+) -> None:
+    # Given a deployed channel
+    old_id = deploy(event("Create", DOCUMENT))["PhysicalResourceId"]
+
+    # When the declaration is renamed: CloudFormation updates, sees a new physical id, and
+    # then deletes the old one
+    renamed = {**DOCUMENT, "name": "nightly-summary"}
+    answer = deploy(event("Update", renamed, old=DOCUMENT, physical_id=old_id))
+    deploy(event("Delete", DOCUMENT, physical_id=old_id))
+
+    # Then the new name is a new active channel and the old one is archived with its history
+    assert answer["PhysicalResourceId"] != old_id
+    assert answer["Data"]["Outcome"] == "created"
+    new = container.get_channel(answer["PhysicalResourceId"])
+    assert (new.name, new.status) == ("nightly-summary", "active")
+    assert container.get_channel(old_id).status == "archived"

@@ -193,3 +193,24 @@ def test_the_docs_show_the_example_app_verbatim():
     page = (root / "docs" / "how-to" / "cdk-app.md").read_text()
 
     assert f"```python\n{app}```" in page
+
+
+def test_the_channels_handler_is_a_cronledger_function_that_may_reach_the_database(
+    user_app: Synthesized,
+):
+    handler = user_app.functions()["cronledger.aws.channel_resource.handler"]
+    props = user_app.resources("AWS::Lambda::Function")[handler]
+    provider = logical_id(user_app, "AWS::Lambda::Function", "SchedulerChannelsProvider")
+    api = user_app.functions()["cronledger.aws.api.handler"]
+
+    assert "VpcConfig" in props
+    assert props["Code"] == user_app.resources("AWS::Lambda::Function")[api]["Code"]
+    assert props.get("ReservedConcurrentExecutions") is None
+    connects = [
+        s
+        for s in statements(user_app, "SchedulerFunctionsChannels")
+        if s["Action"] == "rds-db:connect"
+    ]
+    assert len(connects) == 1
+    framework = user_app.resources("AWS::Lambda::Function")[provider]
+    assert handler in json.dumps(framework["Environment"])
