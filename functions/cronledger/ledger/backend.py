@@ -99,10 +99,18 @@ def create_ledger_engine(
         if statement_timeout_ms is not None:
             connect_args["startup_params"] = {"statement_timeout": str(statement_timeout_ms)}
         engine = sa.create_engine(
-            parsed, **{"pool_size": PG_POOL_SIZE, "connect_args": connect_args, **engine_options}
+            parsed,
+            **{
+                "pool_size": PG_POOL_SIZE,
+                "connect_args": connect_args,
+                **engine_options,
+            },
         )
-        tune_pg8000_engine(engine, prepared_statements=prepared_statements)
-        event.listen(engine, "do_connect", BoundedConnect(connect_timeout_secs, password))
+        tune_pg8000_engine(engine)
+        connect = BoundedConnect(
+            connect_timeout_secs, password, prepared_statements=prepared_statements
+        )
+        event.listen(engine, "do_connect", connect)
         return engine
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
