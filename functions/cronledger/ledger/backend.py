@@ -44,7 +44,6 @@ from sqlalchemy import event
 from sqlalchemy.dialects import postgresql
 
 from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS, BoundedConnect
-from cronledger.ledger.driver import tune_pg8000_engine
 from cronledger.ledger.tables import UtcDateTime
 
 if TYPE_CHECKING:
@@ -106,6 +105,8 @@ def create_ledger_engine(
                 **engine_options,
             },
         )
+        from cronledger.ledger.driver import tune_pg8000_engine  # pg8000, for PostgreSQL only
+
         tune_pg8000_engine(engine)
         connect = BoundedConnect(
             connect_timeout_secs, password, prepared_statements=prepared_statements

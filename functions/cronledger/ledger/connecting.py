@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pg8000.exceptions import InterfaceError
-
-from cronledger.ledger.driver import Connection
 from cronledger.ledger.models import DeadlineReached
+
+if TYPE_CHECKING:
+    from cronledger.ledger.driver import Connection
 
 #: PostgreSQL's SSLRequest: its length and code.
 SSL_REQUEST = struct.pack("!ii", 8, 80877103)
@@ -66,7 +66,7 @@ class BoundedConnect:
         self.password = password
         self.prepared_statements = prepared_statements
 
-    def __call__(self, _dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+    def __call__(self, dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
         params = dict(cparams)
         if self.password is not None:
             params["password"] = self.password()
@@ -86,7 +86,7 @@ class BoundedConnect:
             connection = open_connection(
                 *cargs, timeout=handshake, prepared_statements=self.prepared_statements, **params
             )
-        except (OSError, InterfaceError) as exc:
+        except (OSError, dialect.loaded_dbapi.InterfaceError) as exc:
             if not _timed_out(exc):
                 raise
             if cut_by_deadline:
@@ -116,6 +116,10 @@ def open_connection(
 ) -> Connection:
     """A `Connection` (pg8000's parameters) on a socket opened here, every read of the
     handshake bounded by `timeout`."""
+    from pg8000.exceptions import InterfaceError  # the driver is loaded with the engine
+
+    from cronledger.ledger.driver import Connection
+
     try:
         if unix_sock is not None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -153,7 +157,7 @@ def _secured(sock: socket.socket, host: str, tls: ssl.SSLContext | bool | None) 
     if sock.recv(1) != b"S":
         if tls is None:
             return sock
-        raise InterfaceError("the server refuses TLS")
+        raise ConnectionRefusedError("the server refuses TLS")
     if not isinstance(tls, ssl.SSLContext):
         tls = ssl.create_default_context()
         tls.check_hostname = False

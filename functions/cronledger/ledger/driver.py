@@ -1,4 +1,5 @@
-"""The pg8000 connection SQLAlchemy drives: a statement costs one round trip.
+"""The pg8000 connection SQLAlchemy drives: a statement costs one round trip. Loaded with a
+PostgreSQL engine (`cronledger.ledger.backend`), never for SQLite.
 
 pg8000's own DB-API cursor sends every parameterised statement as an unnamed statement: Parse
 (wait), Describe (wait), Bind + Execute (wait). SQLAlchemy sends the same few statement texts
@@ -11,7 +12,7 @@ connection, a subclass of pg8000's.
 A transaction begins where SQLAlchemy begins one (its `begin` event), not wherever a statement
 finds the driver idle, so statements run outside SQLAlchemy's transactions (a `connect`
 listener's, a ping) cannot leave a pooled connection inside one. The BEGIN is sent with the
-transaction's first statement, and a transaction that sent none commits nothing.
+transaction's first statement, just before it, and a transaction that sent none commits nothing.
 
 Also here: a faster `timestamptz` reader, a liveness check on checkout only for a connection
 that sat idle (a ping on every checkout was a round trip per transaction), and a quiet close of
@@ -35,6 +36,8 @@ from pg8000.dbapi import convert_paramstyle
 from pg8000.exceptions import DatabaseError, InterfaceError
 from sqlalchemy import event
 
+from cronledger.ledger.store import sqlstate
+
 log = logging.getLogger(__name__)
 
 #: Prepared statements a connection keeps (least recently used closed first). The ledger
@@ -47,14 +50,6 @@ STALE_STATEMENT_STATES = frozenset({"0A000", "26000"})
 #: may have dropped it in between. One used more recently is trusted; if it has died after
 #: all, the statement fails as `DatabaseUnavailable` and the pool drops it.
 PING_AFTER_IDLE_SECS = 10.0
-
-
-def sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a server error pg8000 raised (`exc` or the driver error SQLAlchemy
-    wrapped), or None."""
-    original = getattr(exc, "orig", exc)
-    details = original.args[0] if getattr(original, "args", None) else None
-    return details.get("C") if isinstance(details, dict) else None
 
 
 class Prepared(NamedTuple):

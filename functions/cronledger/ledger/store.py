@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from cronledger.ledger.backend import WRITE_OPTION, Backend
-from cronledger.ledger.driver import sqlstate
 from cronledger.ledger.models import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -47,6 +46,14 @@ UNAVAILABLE_STATES = {
 TRANSIENT_STATES = frozenset({"40001", "40P01"})
 #: Tries in all of a write that keeps being aborted that way, before the error is raised.
 TRANSIENT_TRIES = 3
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a server error pg8000 raised (`exc` or the driver error SQLAlchemy
+    wrapped), or None."""
+    original = getattr(exc, "orig", exc)
+    details = original.args[0] if getattr(original, "args", None) else None
+    return details.get("C") if isinstance(details, dict) else None
 
 
 class Store:
