@@ -330,3 +330,22 @@ def test_a_dry_run_answers_as_the_request_would_and_writes_nothing(
     assert api("PATCH", f"{path}/status", body={"status": "archived"}).status == 200
     assert api("PUT", path, dry, edit).status == 409
     assert api("PATCH", f"{path}/status", dry, {"status": "active"}).status == 409
+
+
+def test_labels_are_stored_and_served_with_the_definition(api: Api, ledger: Ledger) -> None:
+    labelled = channel_document()
+    labelled["transport_config"]["labels"] = {"team": "billing", "example.com/tier": ""}
+
+    channel = create_channel(api, transport_config=labelled["transport_config"])
+    bad = channel_document(name="bad-labels")
+    bad["transport_config"]["labels"] = {"-team": "x", "tier": 3}
+    refused = api("POST", CHANNELS, body=bad)
+
+    stored = ledger.get_channel(channel["channel_id"])
+    assert stored.transport_config["labels"] == {"team": "billing", "example.com/tier": ""}
+    assert channel["transport_config"]["labels"] == stored.transport_config["labels"]
+    assert (refused.status, refused.error["code"]) == (400, "validation_failed")
+    assert {(d["path"], d["code"]) for d in refused.error["details"]} == {
+        ("transport_config.labels.-team", "invalid"),
+        ("transport_config.labels.tier", "type_mismatch"),
+    }

@@ -30,8 +30,8 @@ from cronledger.api.documents import read_new_channel, read_new_version
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import (
     PREFIX,
-    ChannelCreate,
-    ChannelUpdate,
+    ChannelCreateBody,
+    ChannelUpdateBody,
     ChannelVersion,
     ChannelView,
     Limit,
@@ -87,13 +87,11 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
         status_code=201,
     )
     def create_channel(
-        body: Annotated[ChannelCreate, Body()],
+        body: Annotated[ChannelCreateBody, Body()],
         dry_run: DryRun = False,
         allow_past_at: AllowPastAt = False,
     ) -> One[ChannelView]:
-        new = read_new_channel(
-            body.model_dump(exclude_unset=True), settings.default_timeout_ms, policy
-        )
+        new = read_new_channel(body, settings.default_timeout_ms, policy)
         warnings = past_at_warnings(
             new.definition.transport_config, ledger.db_now(), allowed=allow_past_at
         )
@@ -171,14 +169,12 @@ def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Se
     )
     def update_channel(
         channel_id: ChannelId,
-        body: Annotated[ChannelUpdate, Body()],
+        body: Annotated[ChannelUpdateBody, Body()],
         dry_run: DryRun = False,
         allow_past_at: AllowPastAt = False,
     ) -> One[ChannelView]:
         current = ledger.get_channel(channel_id)
-        new = read_new_version(
-            body.model_dump(exclude_unset=True), current.name, settings.default_timeout_ms, policy
-        )
+        new = read_new_version(body, current.name, settings.default_timeout_ms, policy)
         warnings = past_at_warnings(
             new.transport_config,
             ledger.db_now(),
