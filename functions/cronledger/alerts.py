@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Final
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, WithJsonSchema
 
 from cronledger.errors import FieldError
-from cronledger.validation import Document, field_errors, refused, whole
+from cronledger.validation import Document, field_errors, refused, whole, without_null
 
 FAILED: Final = "occurrence.failed"
 ATTEMPT_FAILED: Final = "occurrence.attempt_failed"
@@ -130,20 +130,24 @@ class Alerts(Document):
     JSON `null` on a key means "not given"."""
 
     example: ClassVar[str] = '{"on": ["failed", "overdue"], "overdue_after_secs": 3600}'
+    null_means_absent: ClassVar[bool] = True
 
     on: Annotated[list[Kind] | None, BeforeValidator(_kinds)] = Field(
         None,
         description="the kinds to deliver, short or full name; [] delivers none; default: "
         "failed, abandoned, overdue, stalled and recovered",
-        json_schema_extra={"uniqueItems": True},
+        json_schema_extra=without_null({"uniqueItems": True}),
     )
     overdue_after_secs: whole(1, MAX_OVERDUE_SECS) | None = Field(  # type: ignore[valid-type]
         None,
         description="an instant not completed this long after its due time is overdue (once), "
         "and a cursor this far behind its schedule is stalled; unset: neither is reported",
+        json_schema_extra=without_null(),
     )
     after_consecutive_failures: whole(1, MAX_CONSECUTIVE) | None = Field(  # type: ignore[valid-type]
-        None, description="deliver `failed` only once this many occurrences failed in a row"
+        None,
+        description="deliver `failed` only once this many occurrences failed in a row",
+        json_schema_extra=without_null(),
     )
 
     def rules(self) -> AlertRules:

@@ -91,6 +91,21 @@ def choice(*options: str) -> Any:
     return Annotated[Literal[options], explained(explain)]
 
 
+def without_null(extra: Mapping[str, Any] | None = None) -> Callable[[dict[str, Any]], None]:
+    """A `json_schema_extra` that documents an optional key by its value alone (`null` reads
+    as "not given" there) and adds `extra`."""
+
+    def rewrite(schema: dict[str, Any]) -> None:
+        kept = [s for s in schema.pop("anyOf", ()) if s.get("type") != "null"]
+        if len(kept) == 1:
+            schema.update(kept[0])
+        elif kept:
+            schema["anyOf"] = kept
+        schema.update(extra or {})
+
+    return rewrite
+
+
 class Document(BaseModel):
     """A closed, strict document; see the module header. `example` completes the message of a
     value that is not an object; `needs` says what a missing required key is for."""
@@ -189,7 +204,9 @@ def field_error(error: Mapping[str, Any], prefix: Sequence[str | int] = ()) -> F
     else:
         code = "invalid"
     message = str(error.get("msg", "is not valid")).removeprefix("Value error, ")
-    return FieldError(path(loc), code, message)
+    if kind == "json_invalid":
+        message = f"the body is not valid JSON: {ctx.get('error', 'cannot parse')}"
+    return FieldError(path(loc) or "request", code, message)
 
 
 def path(loc: Iterable[str | int]) -> str:

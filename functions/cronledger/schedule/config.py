@@ -311,6 +311,19 @@ def _refuse_with_at(message: str, instead: str | None = None) -> Any:
     return SkipJsonSchema[Annotated[Any, PlainValidator(refuse), Field(None)]]  # type: ignore[misc]
 
 
+class _Inline:
+    """A model's JSON schema written in place, with an example (what OpenAPI tools show best)."""
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: Any, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        schema = next((s for s in schema.get("anyOf", [schema]) if "$ref" in s), schema)
+        schema = handler.resolve_ref_schema(schema)
+        example = {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600}
+        return {**schema, "example": example}
+
+
 Zone = Annotated[str, BeforeValidator(_zone), Field(json_schema_extra={"example": "Europe/London"})]
 Bound = Annotated[datetime | None, BeforeValidator(_bound)]
 
@@ -385,7 +398,7 @@ class _Common(Document):
         "of the channel and instant; shorter than the schedule's shortest gap",
         json_schema_extra={"example": 60},
     )
-    alerts: Alerts | None = None
+    alerts: Annotated[Alerts | None, _Inline()] = None
     labels: Labels = Field(default_factory=dict)
 
     @classmethod
