@@ -138,7 +138,8 @@ class Document(BaseModel):
         try:
             document = handler(value)
         except ValidationError as exc:
-            found = [*map(cls._in_its_words, exc.errors()), *found]
+            errors = sorted(exc.errors(), key=_unknown_keys_first)
+            found = [*map(cls._in_its_words, errors), *found]
         if found:
             raise ValidationError.from_exception_data(cls.__name__, found)
         return document
@@ -149,9 +150,13 @@ class Document(BaseModel):
         if len(loc) == 1 and kind == "extra_forbidden":
             return again(error, code="invalid", message=cls.unknown_key(str(loc[0])))
         if len(loc) == 1 and kind == "missing":
-            key = str(loc[0])
-            return again(error, code="required", message=cls.needs.get(key, f"{key} is required"))
+            return again(error, code="required", message=cls.required(str(loc[0])))
         return again(error)
+
+    @classmethod
+    def required(cls, key: str) -> str:
+        """What a missing required key's message says."""
+        return cls.needs.get(key, f"{key} is required")
 
     @classmethod
     def unknown_key(cls, key: str) -> str:
@@ -179,6 +184,11 @@ def again(
         "loc": tuple(error["loc"]) if loc is None else loc,
         "input": None,
     }
+
+
+def _unknown_keys_first(error: Any) -> tuple[bool, str]:
+    unknown = error["type"] == "extra_forbidden" and len(error["loc"]) == 1
+    return not unknown, str(error["loc"][0]) if unknown else ""
 
 
 def field_errors(exc: ValidationError, prefix: Sequence[str | int] = ()) -> list[FieldError]:

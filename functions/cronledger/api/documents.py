@@ -37,7 +37,7 @@ from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
 from cronledger.schedule.config import TransportConfig
-from cronledger.targets import TARGET_TYPES, TargetPolicy, target_errors
+from cronledger.targets import Target, TargetPolicy
 from cronledger.validation import Document, explained, field_errors, refused
 
 NAME_MAX: Final = 128
@@ -85,19 +85,6 @@ TimeoutMs = Annotated[
     int,
     Field(ge=1, le=TIMEOUT_MAX_MS, description="default: the instance's default_timeout_ms"),
     explained(_timeout),
-]
-#: Checked by `targets.target_errors` against the operator's policy, beside the model.
-Target = Annotated[
-    Any,
-    WithJsonSchema(
-        {
-            "type": "object",
-            "description": "What runs: one `type` and that type's keys.",
-            "properties": {"type": {"type": "string", "enum": list(TARGET_TYPES)}},
-            "required": ["type"],
-            "example": {"type": "http", "url": "https://example.com/hooks/nightly"},
-        }
-    ),
 ]
 
 
@@ -167,7 +154,7 @@ def read_new_channel(
 ) -> NewChannel:
     """A create body, or `ValidationFailed` listing every problem. `policy` is the operator's
     (what a target may name: `TargetPolicy.from_settings`)."""
-    body = _read(ChannelCreate, document, policy, {})
+    body = _read(ChannelCreate, document, {"policy": policy})
     assert isinstance(body, ChannelCreate)
     return NewChannel(body.name, body.status, _definition(body, document, default_timeout_ms))
 
@@ -176,7 +163,7 @@ def read_new_version(
     document: Mapping[str, Any], current_name: str, default_timeout_ms: int, policy: TargetPolicy
 ) -> Definition:
     """An update body, or `ValidationFailed`. A channel keeps its name for life."""
-    body = _read(ChannelUpdate, document, policy, {"name": current_name})
+    body = _read(ChannelUpdate, document, {"policy": policy, "name": current_name})
     return _definition(body, document, default_timeout_ms)
 
 
@@ -184,19 +171,17 @@ _ADAPTERS: Final = {model: TypeAdapter(model) for model in (ChannelCreate, Chann
 
 
 def _read(
-    model: type[ChannelUpdate], document: Mapping[str, Any], policy: TargetPolicy, context: Any
+    model: type[ChannelUpdate], document: Mapping[str, Any], context: dict[str, Any]
 ) -> ChannelUpdate:
-    """Every problem of `document` at once: its keys (the model), its target against `policy`,
-    and what the database could not store, each reported once at its outermost path."""
+    """Every problem of `document` at once: its keys (the model, the target against the
+    context's `policy`), and what the database could not store, each reported once at its
+    outermost path."""
     errors: list[FieldError] = []
     body = None
     try:
         body = _ADAPTERS[model].validate_python(document, context=context)
     except ValidationError as exc:
         errors = field_errors(exc)
-    target = document.get("target")
-    if target is not None and not any(e.path.startswith("target") for e in errors):
-        errors.extend(target_errors(target, policy))
     reported = [e.path for e in errors]
     errors.extend(
         problem
