@@ -110,7 +110,7 @@ class Document(BaseModel):
     """A closed, strict document; see the module header. `example` completes the message of a
     value that is not an object; `needs` says what a missing required key is for."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
     example: ClassVar[str] = "{}"
     needs: ClassVar[Mapping[str, str]] = {}
     #: What an unknown key's message says instead of naming the closest key, by key.
@@ -174,16 +174,27 @@ def again(
     *,
     code: str | None = None,
     message: str | None = None,
-    ctx: dict[str, Any] | None = None,
 ) -> InitErrorDetails:
     """An error of a caught `ValidationError` to raise again, moved or reworded."""
     return {
         "type": PydanticCustomError(
-            code or error["type"], message or error["msg"], error.get("ctx") if ctx is None else ctx
+            code or error["type"], message or error["msg"], error.get("ctx")
         ),
         "loc": tuple(error["loc"]) if loc is None else loc,
         "input": None,
     }
+
+
+def _untagged(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        found = [again(error, tuple(error["loc"][1:])) for error in exc.errors()]
+        raise ValidationError.from_exception_data(exc.title, found) from None
+
+
+UNTAGGED: Final = WrapValidator(_untagged)
+"""On a tagged union: its errors at their place in the document, without the tag in the path."""
 
 
 def _unknown_keys_first(error: Any) -> tuple[bool, str]:

@@ -65,7 +65,7 @@ from cronledger.schedule.walk import (
     floor_seconds,
     seconds,
 )
-from cronledger.validation import Document, again, choice, json_type, refused, whole
+from cronledger.validation import UNTAGGED, Document, choice, json_type, refused, whole
 
 PAYLOAD_LIMIT_BYTES: Final = 256 * 1024
 MAX_CATCH_UP_LIMIT: Final = 1000
@@ -532,15 +532,6 @@ def _form(value: Any) -> Literal["schedule", "at"]:
     return "at" if isinstance(value, dict) and "at" in value else "schedule"
 
 
-def _untagged(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """Errors at their place in the document, without the union's tag in their path."""
-    try:
-        return handler(value)
-    except ValidationError as exc:
-        found = [again(error, tuple(error["loc"][1:])) for error in exc.errors()]
-        raise ValidationError.from_exception_data("transport_config", found) from None
-
-
 class _OneObject:
     """The union's JSON schema as one object: every key of both forms, and `oneOf` naming the
     key that tells them apart (what OpenAPI tools show best)."""
@@ -573,7 +564,7 @@ class _OneObject:
 TransportConfig = Annotated[
     Annotated[Recurring, Tag("schedule")] | Annotated[OneTime, Tag("at")],
     Discriminator(_form),
-    WrapValidator(_untagged),
+    UNTAGGED,
     _OneObject(),
 ]
 """A `transport_config` document (see the module header)."""

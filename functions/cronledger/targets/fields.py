@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from cronledger.targets.policy import TargetPolicy
-from cronledger.validation import Document, again, refused
+from cronledger.validation import UNTAGGED, Document, refused
 
 _EXAMPLE = '{"type": "http", "url": "https://example.com/hooks/nightly"}'
 
@@ -103,16 +103,13 @@ def union(models: Sequence[type[TargetDocument]]) -> Any:
             raise ValidationError.from_exception_data(
                 "target", [{"type": problem, "loc": ("type",), "input": None}]
             )
-        try:
-            return handler(value)
-        except ValidationError as exc:  # each error at its key, without the union's tag
-            found = [again(error, tuple(error["loc"][1:])) for error in exc.errors()]
-            raise ValidationError.from_exception_data("target", found) from None
+        return handler(value)
 
     tagged = tuple(Annotated[model, Tag(model.type_name)] for model in models)
     return Annotated[
         Union[tagged],  # noqa: UP007 - a union built at run time
         Discriminator(lambda value: value.get("type") if isinstance(value, Mapping) else None),
+        UNTAGGED,
         WrapValidator(by_type),
         Field(
             description="What runs: one `type` and that type's keys.",
