@@ -1,12 +1,14 @@
 """Reading a channel document: every problem with it, at once, or a definition safe to store.
 
-One pass checks the name, `transport_config` (by compiling it), `target`, `timeout_ms` and
-`status`, refuses unknown keys, and refuses values the database cannot hold (NUL characters,
-lone surrogates, non-finite numbers) or the API could not serve back (objects and arrays
-nested deeper than `request_rules.MAX_DEPTH`), so a user fixes a document in one round trip
-and a bad document is a 400, never a 500 from the database or from reading it back.
+A body is read by its model (`ChannelCreate`, `ChannelUpdate`): the name, `transport_config`
+(the schedule's models, calendar checks included), `target` (the union of target types, under
+the operator's policy), `timeout_ms` and `status`, unknown keys refused. Beside it, values the
+database cannot hold (NUL characters, lone surrogates, non-finite numbers) or the API could not
+serve back (objects and arrays nested deeper than `request_rules.MAX_DEPTH`) are refused, so a
+user fixes a document in one round trip and a bad document is a 400, never a 500 from the
+database or from reading it back.
 
-Decisions where SPEC is silent:
+Decisions where the contract is silent:
 - A name is 1..128 characters of `[A-Za-z0-9_.-]`, starting with a letter or digit, so that it
   can be typed on a command line and put in a URL without quoting.
 - `timeout_ms` is 1..900000 (Lambda's 15-minute ceiling); when left out, the instance default
@@ -37,12 +39,12 @@ from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
 from cronledger.schedule.config import TransportConfig
+from cronledger.settings import TIMEOUT_MAX_MS
 from cronledger.targets import Target, TargetPolicy
 from cronledger.validation import Document, explained, field_errors, refused
 
 NAME_MAX: Final = 128
 NAME: Final = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}")
-TIMEOUT_MAX_MS: Final = 900_000
 _NAME_EXAMPLE: Final = "e.g. nightly-report"
 _TARGET_EXAMPLE: Final = '{"type": "http", "url": "https://example.com/hook"}'
 
