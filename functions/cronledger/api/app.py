@@ -26,9 +26,8 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger import __version__
-from cronledger.api import channel_runs, channels
+from cronledger.api import channel_runs, channels, events
 from cronledger.api.errors import as_v2, error_response, install_error_mapping
-from cronledger.api.events import add_event_routes
 from cronledger.api.occurrences import add_occurrence_routes
 from cronledger.api.request_rules import (
     BodyTooLarge,
@@ -61,7 +60,8 @@ _one_request_at_a_time = threading.Lock()
 
 class ScreenedResolver(APIGatewayHttpResolver):
     """Powertools' resolver with the request rules of `request_rules.screen` in front of it,
-    and the Swagger UI enabled by its first request (see the module header)."""
+    the Swagger UI enabled by its first request (see the module header), and its `services`
+    made what the routers' functions serve from (`services.serve`) for each request."""
 
     swagger_enabled = False
 
@@ -100,9 +100,9 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
     install_error_mapping(app, lambda: routes())
     app.include_router(channels.router)
     app.include_router(channel_runs.router)
+    app.include_router(events.router)
     add_occurrence_routes(app, ledger)
     add_status_routes(app, ledger)
-    add_event_routes(app, ledger)
     add_health_routes(app, ledger)
     add_console_routes(app)
 
