@@ -375,16 +375,7 @@ class OccurrenceStore(CursorStore):
         a vacuum must keep) nor runs into the statement timeout. It stops at the first batch
         that comes back short, or after the batch that ends past the monotonic `until`,
         leaving the rest to the next run; answers how many rows went."""
-        expired = sa.and_(
-            status_is(*TERMINAL_STATUSES),
-            occurrences.c.completed_at < self._sql.now_plus(-hours * 3600),
-        )
-        batch = sa.select(occurrences.c.id).where(expired).limit(batch_size)
-        if self._sql.is_postgres:
-            batch = batch.with_for_update(skip_locked=True)
-        # The condition is checked again on the row deleted: one an operator's retry made
-        # pending since the batch was chosen stays.
-        stmt = sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()), expired)
+        stmt = self._retention_batch(hours, batch_size)
         deleted = 0
         while True:
             with self._write(single=True) as conn:
@@ -392,6 +383,31 @@ class OccurrenceStore(CursorStore):
             deleted += count
             if count < batch_size or (until is not None and time.monotonic() >= until):
                 return deleted
+
+    def _retention_batch(self, hours: float, batch_size: int) -> sa.Delete:
+        """One retention batch: the `batch_size` oldest terminal rows past the window, read
+        in `completed_at` order from the index of terminal rows (so a batch costs what it
+        deletes, however much history or live work the table holds), deleted by primary
+        key; their attempts go with them (ON DELETE CASCADE)."""
+        expired = sa.and_(
+            status_is(*TERMINAL_STATUSES),
+            occurrences.c.completed_at < self._sql.now_plus(-hours * 3600),
+        )
+        batch = (
+            sa.select(occurrences.c.id)
+            .where(expired)
+            .order_by(occurrences.c.completed_at)
+            .limit(batch_size)
+        )
+        if self._sql.is_postgres:
+            # The ids as an array computed once, then each row reached by primary key: the
+            # planner cannot drive the delete from the window's condition instead (every
+            # expired row, not a batch). The lock re-checks the condition on the row as it
+            # is, so one an operator's retry made pending since the read is not chosen.
+            locked = batch.with_for_update(skip_locked=True).scalar_subquery()
+            return sa.delete(occurrences).where(occurrences.c.id == sa.any_(sa.func.array(locked)))
+        # SQLite's single writer: nothing changes between the read and the delete.
+        return sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()))
 
     def purge_channel(self, channel_id: str) -> None:
         """Remove a channel's cursor and occurrences, and free the singleton slots they
