@@ -3,17 +3,25 @@ the statistics taken before the burst (autovacuum off, as when a burst lands bet
 its runs), and what the claim's two reads of the in-flight work cost at 100,000 in flight.
 
 Printed: the start's median and 90th percentile at each size and their ratio (target: within
-±50%), and the medians of `in_flight_count` (bounded by `max_in_flight`, as the claim asks it,
-and unbounded) and `seconds_until_next_due`, with the load average.
+±50%); the start statement's own execution in the database and the index its plan reaches the
+row by, planned generically (`plan_cache_mode = force_generic_plan`, as a prepared statement
+is after five runs, with the statistics from before the burst) and rolled back: a loaded
+machine's commits blur the first figure, never the second; and the medians of `in_flight_count`
+(bounded by `max_in_flight`, as the claim asks it, and unbounded) and `seconds_until_next_due`,
+with the load average.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
 
 from cronledger.ledger import Ledger, NewOccurrence, Occurrence
 from cronledger.settings import Settings
@@ -24,6 +32,8 @@ BURST = 50_000
 MOST_IN_FLIGHT = 100_000
 LEASE_SECS = 600.0
 READS = 50
+#: Starts whose statement is explained (and rolled back) at each size.
+PLANNED = 20
 
 
 def main() -> None:
@@ -36,12 +46,19 @@ def main() -> None:
         quiet = claimed(ledger, STARTS, "quiet")
         with ledger.engine.begin() as conn:
             conn.exec_driver_sql("ANALYZE cron_occurrences")
-        before = timed_starts(ledger, quiet)
+        quiet_plan = planned_starts(ledger, quiet[-PLANNED:])
+        before = timed_starts(ledger, quiet[:-PLANNED])
         # A burst lands: fifty thousand more in flight, and no ANALYZE since
         busy = claimed(ledger, BURST + STARTS, "burst")[:STARTS]
-        after = timed_starts(ledger, busy)
+        busy_plan = planned_starts(ledger, busy[-PLANNED:])
+        after = timed_starts(ledger, busy[:-PLANNED])
         report("start, 100 in flight", before)
         report(f"start, {BURST:,} in flight (statistics from before)", after)
+        for label, (ms, index) in (("100", quiet_plan), (f"{BURST:,}", busy_plan)):
+            print(
+                f"start statement in the database, {label} in flight: median {ms:.3f} ms, "
+                f"reached by {index}"
+            )
         ratio = statistics.median(after) / statistics.median(before)
         verdict = "ok" if 0.5 <= ratio <= 1.5 else "OUTSIDE"
         print(f"start cost ratio {BURST:,} / 100 in flight: {ratio:.2f} (target ±50%: {verdict})")
@@ -84,6 +101,35 @@ def timed_starts(ledger: Ledger, leased: list[Occurrence]) -> list[float]:
         took.append(time.perf_counter() - started)
         assert outcome.started, outcome
     return took
+
+
+def planned_starts(ledger: Ledger, leased: list[Occurrence]) -> tuple[float, str]:
+    """The start statement's median execution time (ms) over `leased` and the indexes it
+    reached its row by, each under a generic plan in a transaction rolled back (and then
+    started for real, so that the next one is a different row)."""
+    plans: list[str] = []
+
+    def explain(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "UPDATE cron_occurrences" in statement:
+            cursor.execute("BEGIN")
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            cursor.execute("EXPLAIN (ANALYZE) " + statement, parameters)
+            plans.append("\n".join(line for (line,) in cursor.fetchall()))
+            cursor.execute("ROLLBACK")
+
+    sa.event.listen(ledger.engine, "before_cursor_execute", explain)
+    try:
+        for occurrence in leased:
+            claimant = occurrence.claimed_by or ""
+            assert ledger.start_attempt(occurrence, claimant, 1, None, 600).started
+    finally:
+        sa.event.remove(ledger.engine, "before_cursor_execute", explain)
+    times = [float(re.findall(r"Execution Time: ([0-9.]+) ms", plan)[0]) for plan in plans]
+    indexes = {
+        found.group(1) if found else "a scan of the table"
+        for found in (re.search(r"Index Scan using (\w+) on cron_occurrences", p) for p in plans)
+    }
+    return statistics.median(times), ", ".join(sorted(indexes))
 
 
 def timed(read: Callable[[], object]) -> list[float]:
