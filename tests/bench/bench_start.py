@@ -4,9 +4,8 @@ its runs), and what the claim's two reads of the in-flight work cost at 100,000 
 
 Printed: the start's median and 90th percentile at each size and their ratio (target: within
 ±50%); the start statement's own execution in the database and the index its plan reaches the
-row by, planned generically (`plan_cache_mode = force_generic_plan`, as a prepared statement
-is after five runs, with the statistics from before the burst) and rolled back: a loaded
-machine's commits blur the first figure, never the second; and the medians of `in_flight_count`
+row by (explained and rolled back: a loaded machine's commits blur the first figure, never
+the second); and the medians of `in_flight_count`
 (bounded by `max_in_flight`, as the claim asks it, and unbounded) and `seconds_until_next_due`,
 with the load average.
 """
@@ -105,14 +104,13 @@ def timed_starts(ledger: Ledger, leased: list[Occurrence]) -> list[float]:
 
 def planned_starts(ledger: Ledger, leased: list[Occurrence]) -> tuple[float, str]:
     """The start statement's median execution time (ms) over `leased` and the indexes it
-    reached its row by, each under a generic plan in a transaction rolled back (and then
-    started for real, so that the next one is a different row)."""
+    reached its row by, each explained in a transaction rolled back (and then started for
+    real, so that the next one is a different row)."""
     plans: list[str] = []
 
     def explain(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         if "UPDATE cron_occurrences" in statement:
             cursor.execute("BEGIN")
-            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             cursor.execute("EXPLAIN (ANALYZE) " + statement, parameters)
             plans.append("\n".join(line for (line,) in cursor.fetchall()))
             cursor.execute("ROLLBACK")
