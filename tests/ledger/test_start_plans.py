@@ -5,6 +5,7 @@ few pages) are never what a start after the burst runs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -76,5 +77,5 @@ def test_a_start_after_a_burst_reaches_its_row_by_primary_key(one_connection: Le
         ).one()
     assert (generic, custom > 0) == (0, True)
     [plan] = plans
-    assert "Index Scan using cron_occurrences_pkey" in plan, plan
+    assert re.search(r"Index Scan (using|on) cron_occurrences_pkey", plan), plan
     assert "ix_cron_occurrences_leased" not in plan and "Seq Scan" not in plan, plan
