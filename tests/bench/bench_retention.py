@@ -80,7 +80,9 @@ def seed(url: str) -> None:
     a connection without the ledger's timeouts."""
     expired = int(ROWS * EXPIRED_SHARE)
     engine = sa.create_engine(url, connect_args={"timeout": None})
-    ago = f"make_interval(secs => ({ROWS} - n) / 10.0) + interval '48 hours' * (n < {expired})::int"
+    ago = (
+        f"(make_interval(secs => ({ROWS} - n) / 10.0) + interval '48 hours' * (n < {expired})::int)"
+    )
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         for first in range(1, ROWS + 1, SEED_CHUNK):
             last = min(first + SEED_CHUNK - 1, ROWS)
