@@ -26,15 +26,22 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cronledger import metrics
 from cronledger.ids import new_claimant_id
 from cronledger.invokers import Invoker
-from cronledger.ledger import FAILED, Ledger
-from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
+from cronledger.ledger import FAILED
+from cronledger.pacing import (
+    JOB_HEARTBEAT_EVERY_SECS,
+    SYSTEM_CLOCK,
+    Backoff,
+    Clock,
+    Every,
+    sleep_until_next,
+)
+from cronledger.ports import ClaimPort
 from cronledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,7 +71,7 @@ class ClaimRound:
 
 
 def claim_once(
-    ledger: Ledger, settings: Settings, invoker: Invoker, room: int | None = None
+    ledger: ClaimPort, settings: Settings, invoker: Invoker, room: int | None = None
 ) -> ClaimRound:
     """One round: claim what there is room for and dispatch each occurrence. `room` is how
     many more attempts this process can start right now (a local pool's free workers); the
@@ -110,7 +117,7 @@ def claim_once(
 
 
 def run_claim_loop(
-    ledger: Ledger,
+    ledger: ClaimPort,
     settings: Settings,
     invoker: Invoker,
     until: float,
@@ -119,6 +126,7 @@ def run_claim_loop(
     wake: threading.Event | None = None,
     *,
     while_due: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> int:
     """Claim and dispatch until the monotonic deadline `until` (or `stop`), sleeping until the
     next due instant or the poll interval, whichever is sooner; a full batch goes round again at
@@ -127,18 +135,19 @@ def run_claim_loop(
     Setting `wake` ends a sleep early: an in-process reconciler sets it when it has just
     materialised due rows, so they do not wait out a poll interval. With `while_due` it
     returns as soon as nothing is due before `until`. A failed claim is retried after a
-    backoff. Answers how many occurrences were dispatched."""
+    backoff. `clock` times and does every wait. Answers how many occurrences were
+    dispatched."""
     stop = stop or threading.Event()
     nap = wake or stop
-    heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS)
+    heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS, clock)
     poll = settings.poll_interval.total_seconds()
-    backoff = Backoff(JOB, poll, log)
+    backoff = Backoff(JOB, poll, log, clock)
     dispatched = 0
-    while not stop.is_set() and time.monotonic() < until:
+    while not stop.is_set() and clock.monotonic() < until:
         free = room() if room else None
         if free is not None and free <= 0:
             # Every local worker is busy: wait for one without asking the database anything.
-            sleep_until_next(stop, WORKER_WAIT_SECS, until)
+            sleep_until_next(stop, WORKER_WAIT_SECS, until, clock)
             continue
         round_ = claim_once(ledger, settings, invoker, free)
         dispatched += len(round_.dispatched)
@@ -155,7 +164,7 @@ def run_claim_loop(
         ):
             continue  # a full batch: more may be due right now
         next_due = _seconds_to_next_due(ledger, poll)
-        if while_due and (next_due is None or time.monotonic() + next_due >= until):
+        if while_due and (next_due is None or clock.monotonic() + next_due >= until):
             break  # nothing due in this invocation: the next one will see what comes
         if round_.limit <= 0:
             # `max_in_flight` is reached. Whatever is due stays due, so sleeping "until the
@@ -163,13 +172,13 @@ def run_claim_loop(
             wait = min(poll, NO_ROOM_NAP_SECS)
         else:
             wait = poll if next_due is None else min(poll, next_due)
-        sleep_until_next(nap, wait, until)
+        sleep_until_next(nap, wait, until, clock)
         if wake is not None:
             wake.clear()
     return dispatched
 
 
-def _seconds_to_next_due(ledger: Ledger, poll: float) -> float | None:
+def _seconds_to_next_due(ledger: ClaimPort, poll: float) -> float | None:
     """Seconds until something is claimable (None: nothing is pending or leased); a failed
     read answers one poll interval, so the next round's claim meets the failure."""
     try:
@@ -178,7 +187,7 @@ def _seconds_to_next_due(ledger: Ledger, poll: float) -> float | None:
         return poll
 
 
-def _beat(ledger: Ledger) -> None:
+def _beat(ledger: ClaimPort) -> None:
     try:
         ledger.record_job_ok(JOB)
     except Exception as exc:

@@ -21,7 +21,6 @@ import logging
 import queue
 import random
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,12 +39,13 @@ from cronledger.ledger import (
     AttemptStart,
     Channel,
     DatabaseUnavailable,
-    Ledger,
     MisfireRule,
     Occurrence,
     OpenedAttempt,
     SingletonSpec,
 )
+from cronledger.pacing import SYSTEM_CLOCK, Clock
+from cronledger.ports import AttemptPort
 from cronledger.schedule import RetryPolicy, Schedule, ScheduleInvalid, kept_misfires
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
@@ -209,15 +209,18 @@ class Executor:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: AttemptPort,
         settings: Settings,
         clients: AwsClients | None = None,
         schedules: ScheduleCache | None = None,
         annotate: Callable[..., object] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`annotate(**keys)` is told what the attempt learns as it learns it (channel id,
-        attempt, fencing token), so a caller can put them on its log lines."""
+        attempt, fencing token), so a caller can put them on its log lines. `clock` times
+        the lease, the renewals and every pause."""
         self.ledger = ledger
+        self.clock = clock
         self.settings = settings
         self.policy = TargetPolicy.from_settings(settings)
         self.clients = clients
@@ -237,7 +240,7 @@ class Executor:
         trace_id = trace_id or uuid.uuid4().hex
         # A lease runs from when the database wrote it, which is after the call that starts
         # the attempt and may be well before its answer arrives: it is timed from the call.
-        leased_at = time.monotonic()
+        leased_at = self.clock.monotonic()
         opened = self._open(occurrence_id, claimant, trace_id)
         if isinstance(opened, AttemptReport):
             return opened
@@ -252,7 +255,7 @@ class Executor:
                 return judged
         start: AttemptStart | AttemptReport | None = opened.start
         if start is None:
-            leased_at = time.monotonic()
+            leased_at = self.clock.monotonic()
             start = self._start(occurrence, claimant, channel, schedule, trace_id)
         if isinstance(start, AttemptReport):
             return start
@@ -312,7 +315,7 @@ class Executor:
         as long as the claim's lease allows; then the claim is handed back, attempt and all."""
         rule = misfire_rule(schedule, self.settings)
         poll = self.settings.poll_interval.total_seconds()
-        wait_until = time.monotonic() + self.settings.renewal_give_up.total_seconds()
+        wait_until = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
         if deadline is not None:
             wait_until = min(wait_until, deadline - self._margin())
         while True:
@@ -334,7 +337,7 @@ class Executor:
                     error="lost the claim before starting",
                     attempt=occurrence.attempt,
                 )
-            if time.monotonic() + poll > wait_until:
+            if self.clock.monotonic() + poll > wait_until:
                 self.ledger.release_claim(occurrence.id, claimant)
                 return AttemptReport(
                     occurrence.id,
@@ -342,7 +345,7 @@ class Executor:
                     error="misfire judgment waits for reconcile to catch up; claim handed back",
                     attempt=occurrence.attempt,
                 )
-            time.sleep(poll)
+            self.clock.sleep(poll)
 
     def _start(
         self,
@@ -433,7 +436,7 @@ class Executor:
         )
         budget = channel.timeout_ms / 1000 if channel.timeout_ms else self._default_timeout()
         if deadline is not None:
-            budget = min(budget, deadline - time.monotonic() - self._margin())
+            budget = min(budget, deadline - self.clock.monotonic() - self._margin())
         if budget <= 0:
             return timed_out(0, "no time left in this executor")
         return self._run_with_heartbeat(
@@ -473,11 +476,11 @@ class Executor:
         TARGET_THREADS.run(target, name=f"target-{occurrence.id}")
         beat = self.settings.heartbeat_interval.total_seconds()
         give_up = self.settings.renewal_give_up.total_seconds()
-        give_up_at = time.monotonic() + budget + OVERRUN_GRACE_SECS
-        while not done.wait(max(0.0, min(beat, give_up_at - time.monotonic()))):
-            if time.monotonic() >= give_up_at:
+        give_up_at = self.clock.monotonic() + budget + OVERRUN_GRACE_SECS
+        while not self.clock.wait(done, max(0.0, min(beat, give_up_at - self.clock.monotonic()))):
+            if self.clock.monotonic() >= give_up_at:
                 return timed_out(budget, "the target did not return; abandoned")
-            asked = time.monotonic()  # as the start's lease, timed from the call
+            asked = self.clock.monotonic()  # as the start's lease, timed from the call
             try:
                 renewed = self.ledger.renew(
                     occurrence.id, claimant, fencing_token, self.settings.claim_lease_secs
@@ -485,7 +488,7 @@ class Executor:
             except Exception as exc:
                 metrics.record_renewal_failure()
                 log.warning("renewing %s failed: %s", occurrence.id, exc)
-                if time.monotonic() - last_renewed >= give_up:
+                if self.clock.monotonic() - last_renewed >= give_up:
                     return self._stopped(
                         occurrence,
                         "stopped",
@@ -575,16 +578,16 @@ class Executor:
         again is safe, and giving up would leave a finished run leased until a peer runs it
         a second time. A settle whose commit was lost with its answer matches nothing when
         tried again and reads as superseded; the row is settled all the same."""
-        give_up_at = time.monotonic() + self.settings.renewal_give_up.total_seconds()
+        give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
         pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
         while True:
             try:
                 return settle()
             except DatabaseUnavailable as exc:
-                if time.monotonic() + pause >= give_up_at:
+                if self.clock.monotonic() + pause >= give_up_at:
                     raise
                 log.warning("settling failed, trying again: %s", exc)
-                time.sleep(pause)
+                self.clock.sleep(pause)
 
     def _default_timeout(self) -> float:
         return self.settings.default_timeout.total_seconds()
