@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 #: The fake database's clock at monotonic 0.
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
+#: The least a wait moves the clock on: the database clock's resolution. Real time passes
+#: during any wait; a loop waiting zero seconds for a row to come due would otherwise spin
+#: at one instant forever.
+RESOLUTION_SECS = 1e-6
 
 
 @dataclass
@@ -56,7 +60,7 @@ class FakeClock:
         if event.is_set():
             return True
         self.waits.append(secs)
-        self.advance(secs)
+        self.advance(max(secs, RESOLUTION_SECS))
         if self.on_wait is not None:
             self.on_wait(self.now)
         return event.is_set()
@@ -70,14 +74,16 @@ class FakeClock:
 
 
 class FakeLedger:
-    """The claim port in memory. `calls` lists every port call made, by name; `down`, while
-    true, makes every port call fail as a lost database does."""
+    """The claim port in memory. `calls` lists every port call served, by name, with the
+    clock's time; `down`, while true, makes every port call fail as a lost database does,
+    and `failed` lists each that failed, by name, with the clock's time."""
 
     def __init__(self, clock: FakeClock | None = None) -> None:
         self.time = clock or FakeClock()
         self.rows: dict[str, Occurrence] = {}
         self.heartbeats: dict[str, datetime] = {}
-        self.calls: list[str] = []
+        self.calls: list[tuple[str, float]] = []
+        self.failed: list[tuple[str, float]] = []
         self.down = False
 
     # -- the port --------------------------------------------------------------------------
@@ -171,8 +177,9 @@ class FakeLedger:
 
     def _call(self, name: str) -> None:
         if self.down:
+            self.failed.append((name, self.time.now))
             raise DatabaseUnavailable("connection refused")
-        self.calls.append(name)
+        self.calls.append((name, self.time.now))
 
     def _lease(
         self, found: Occurrence, claimant: str, lease_secs: float, now: datetime
