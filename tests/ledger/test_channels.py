@@ -186,4 +186,4 @@ def test_purging_a_channel_removes_its_cursor_and_occurrences_only(ledger: Ledge
 
     assert [s.channel_id for s in ledger.schedule_states()] == ["keep"]
     assert [o.channel_id for o in ledger.list_occurrences().data] == ["keep"]
-    assert ledger.claim_due("node-a", 10, LEASE)[0].channel_id == "keep"
+    assert ledger.claim("node-a", 10, LEASE).leased[0].channel_id == "keep"

@@ -27,7 +27,7 @@ def test_a_running_occurrence_whose_lease_expired_is_reclaimed(ledger: Ledger) -
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
     assert start(ledger, mine, "node-a").started
-    assert ledger.claim_due("node-b", 10, LEASE) == [], "a live running lease holds"
+    assert ledger.claim("node-b", 10, LEASE).leased == [], "a live running lease holds"
 
     # node-a dies mid-run: its lease stops moving and runs out
     expire_claim(ledger, due.id)
@@ -40,7 +40,7 @@ def test_the_postgresql_claim_locks_with_skip_locked_and_binds_its_limit(
     pg_ledger: Ledger,
 ) -> None:
     with sent_statements(pg_ledger.engine) as statements:
-        pg_ledger.claim_due("node-shape", 37, LEASE)
+        pg_ledger.claim("node-shape", 37, LEASE)
 
     [(sql, params)] = [s for s in statements if "UPDATE cron_occurrences" in s[0]]
     assert "FOR UPDATE SKIP LOCKED" in sql
@@ -67,7 +67,7 @@ def test_eight_claimers_draining_two_thousand_rows_claim_each_exactly_once(
         mine = claims.setdefault(claimant, [])
         try:
             gate.wait()
-            while batch := ledger.claim_due(claimant, 25, LEASE):
+            while batch := ledger.claim(claimant, 25, LEASE).leased:
                 mine.extend(o.id for o in batch)
         except BaseException as exc:  # surfaced below
             errors.append(exc)

@@ -120,10 +120,6 @@ class AttemptStore(EventStore):
                 log.warning("could not free the expired slots of abandoned occurrences: %s", exc)
         return ClaimResult([o for o in found if o.status == CLAIMED], abandoned)
 
-    def claim_due(self, claimant: str, limit: int, lease_secs: float) -> list[Occurrence]:
-        """`claim`, answering the leased occurrences only."""
-        return self.claim(claimant, limit, lease_secs).leased
-
     def _claim_statement(self, lease_secs: float) -> sa.Update:
         now = self._sql.now()
         limit = sa.bindparam("p_limit", type_=sa.Integer)
@@ -527,10 +523,6 @@ class AttemptStore(EventStore):
             return [draft(alerts.COMPLETED, settled)]
         return []
 
-    def settle_skipped(self, occurrence_id: str, claimant: str, reason: str) -> bool:
-        """Record `skipped_singleton` for a claimed occurrence whose key was busy."""
-        return self.settle(occurrence_id, claimant, SKIPPED_SINGLETON, error_message=reason)
-
     def release_claim(self, occurrence_id: str, claimant: str) -> bool:
         """Hand a claimed, not yet started occurrence back to `pending`. The claim's attempt
         is given back too: a deferral is not an attempt."""
@@ -584,31 +576,6 @@ class AttemptStore(EventStore):
             )
         )
         return conn.execute(stmt).rowcount == 1
-
-    def release_singleton(
-        self, key: str, occurrence_id: str, claimant: str, fencing_token: int
-    ) -> bool:
-        """Free the slot of `key` this claimant holds for the occurrence under
-        `fencing_token`. Conditional on all three like every attempt write: a superseded
-        claimant matches nothing, so it cannot free the slot of whoever holds it now, even
-        one a later attempt of the same occurrence holds under an equal token in another
-        slot."""
-        return self._atomic(
-            lambda conn: release_slot(conn, occurrence_id, fencing_token, holder=claimant, key=key),
-            single=True,
-        )
-
-    def set_trace_id(self, occurrence_id: str, claimant: str, trace_id: str) -> bool:
-        """Record the attempt's trace before its target runs, so a run that dies is visible
-        as started. Conditional on ownership like every attempt write."""
-        stmt = (
-            sa.update(occurrences)
-            .where(occurrences.c.id == occurrence_id)
-            .where(occurrences.c.claimed_by == claimant)
-            .where(status_is(*LEASED_STATUSES))
-            .values(trace_id=trace_id, updated_at=self._sql.now())
-        )
-        return self._atomic(lambda conn: conn.execute(stmt).rowcount == 1, single=True)
 
     def _start_statement(self, lease_secs: float) -> sa.Insert | sa.Update:
         """claimed → running, with the slot (if any), trace id and attempts allowed (each

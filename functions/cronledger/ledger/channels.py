@@ -216,13 +216,6 @@ class ChannelStore(OccurrenceStore):
             offset=offset,
         )
 
-    def get_occurrence_and_channel(self, occurrence_id: str) -> tuple[Occurrence, Channel | None]:
-        """An occurrence and its channel as the channel is now (None: deleted), in one read:
-        what an attempt needs before it starts. NotFound when there is no such occurrence."""
-        with self._read() as conn:
-            row = conn.execute(_OCCURRENCE_AND_CHANNEL, {"p_id": occurrence_id}).one_or_none()
-        return _occurrence_and_channel(occurrence_id, row)
-
     def open_attempt(
         self,
         occurrence_id: str,
@@ -232,7 +225,8 @@ class ChannelStore(OccurrenceStore):
         *,
         misfire_grace_secs: float,
     ) -> OpenedAttempt:
-        """`get_occurrence_and_channel`, whether the occurrence is a late cron row the
+        """The occurrence and its channel as the channel is now (None: deleted), in one read;
+        NotFound when there is no such occurrence. With them: whether it is a late cron row the
         misfire rule has yet to judge (not started within `misfire_grace_secs` of its due
         time), and on PostgreSQL, in the same statement, the start of a plain attempt when
         nothing stands in its way: still claimed by `claimant`, not such a late row, no

@@ -80,7 +80,7 @@ class OccurrenceStore(CursorStore):
         moves: Iterable[CursorMove],
     ) -> tuple[int, set[str]]:
         """A reconcile pass's writes, all or nothing: make the moves, each by its own
-        compare-and-set (`advance_cursor`; a channel should appear once), and insert the rows
+        compare-and-set (a channel should appear once), and insert the rows
         of exactly the channels whose cursor moved. A cursor someone else moved meanwhile (a
         peer's pass, or an edit resetting it, even onto the instant the move starts from)
         gets none of this pass's rows, so rows planned under a schedule that was just
