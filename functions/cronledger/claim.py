@@ -11,7 +11,7 @@ on its last attempt comes back from the claim settled `failed` ("abandoned: …"
 
 The batch is bounded by `min(claim_batch_size, max_in_flight - in flight)`: a lease starts
 ticking at the claim, so claiming more than can run would only age leases in a queue. The
-invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.invokers`); each
+invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.aws.invoker`); each
 occurrence it could not hand over goes straight back to `pending`.
 A failed claim (the database is down) records DB unavailability and claims nothing; the loop
 then backs off (`cronledger.pacing.Backoff`), probing for the database's return meanwhile.
