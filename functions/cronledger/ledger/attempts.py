@@ -25,7 +25,6 @@ nothing trusts an earlier read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +33,6 @@ import sqlalchemy as sa
 from cronledger import alerts
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ledger import attempt_log
-from cronledger.ledger.backend import Backend
 from cronledger.ledger.events import Draft, EventStore, draft
 from cronledger.ledger.models import (
     ABANDONED,
@@ -51,6 +49,7 @@ from cronledger.ledger.models import (
     ClaimResult,
     Event,
     Occurrence,
+    OpenedAttempt,
     SingletonSpec,
 )
 from cronledger.ledger.singletons import (
@@ -63,7 +62,15 @@ from cronledger.ledger.singletons import (
     renew_slot,
     take_slot,
 )
-from cronledger.ledger.tables import attempts, channel_alerts, occurrences, status_is
+from cronledger.ledger.starts import occurrence_and_channel, open_statement, start_statement
+from cronledger.ledger.tables import (
+    attempts,
+    channel_alerts,
+    occurrence_of,
+    occurrences,
+    param,
+    status_is,
+)
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +178,43 @@ class AttemptStore(EventStore):
             arm = arm.with_for_update(skip_locked=True)
         return arm.subquery()
 
+    def open_attempt(
+        self,
+        occurrence_id: str,
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> OpenedAttempt:
+        """The occurrence and its channel as the channel is now (None: deleted), in one read;
+        NotFound when there is no such occurrence. With them: whether it is a late cron row the
+        misfire rule has yet to judge (not started within `misfire_grace_secs` of its due
+        time), and on PostgreSQL, in the same statement, the start of a plain attempt when
+        nothing stands in its way: still claimed by `claimant`, not such a late row, no
+        singleton slot held from an earlier attempt, channel active, and
+        `concurrency.policy` absent or "allow" (so no slot to take). The start is then the
+        `AttemptStart` (`executing_version`: the channel's version; `max_attempts`: its
+        retry policy's); otherwise `None`, and the caller decides from the read, starting
+        with `start_attempt` if it should. The occurrence and channel are as they were just
+        before the statement."""
+        rows, _ = self._run(
+            ("open", lease_secs, misfire_grace_secs),
+            lambda: open_statement(self._sql, lease_secs, misfire_grace_secs),
+            {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
+            write=self._sql.is_postgres,
+        )
+        row = rows[0] if rows else None
+        occurrence, channel = occurrence_and_channel(occurrence_id, row)
+        assert row is not None
+        misfire_due, started_at = row[-2:]
+        return OpenedAttempt(
+            occurrence,
+            channel,
+            AttemptStart("started", started_at=started_at) if started_at else None,
+            bool(misfire_due),
+        )
+
     def start_attempt(
         self,
         occurrence: Occurrence | str,
@@ -239,7 +283,9 @@ class AttemptStore(EventStore):
             started_at = attempt_log.run_logged_start(
                 conn,
                 self._sql,
-                self._start_statement(lease_secs),
+                self._statement(
+                    ("start", lease_secs), lambda: start_statement(self._sql, lease_secs)
+                ),
                 {**parameters, "p_slot": slot, "p_token": token},
             )
             if started_at is None:
@@ -577,29 +623,6 @@ class AttemptStore(EventStore):
         )
         return conn.execute(stmt).rowcount == 1
 
-    def _start_statement(self, lease_secs: float) -> sa.Insert | sa.Update:
-        """claimed → running, with the slot (if any), trace id and attempts allowed (each
-        kept when not given), and the attempt's row in the log (`attempt_log.logged_start`)."""
-
-        def build() -> sa.Insert | sa.Update:
-            running = running_update(
-                self._sql,
-                lease_secs,
-                executing_version=param(occurrences.c.executing_version, "p_version"),
-                singleton_key=param(occurrences.c.singleton_key, "p_key"),
-                singleton_slot=param(occurrences.c.singleton_slot, "p_slot"),
-                fencing_token=param(occurrences.c.fencing_token, "p_token"),
-                trace_id=sa.func.coalesce(
-                    param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
-                ),
-                max_attempts=sa.func.coalesce(
-                    param(occurrences.c.max_attempts, "p_max"), occurrences.c.max_attempts
-                ),
-            )
-            return attempt_log.logged_start(self._sql, running)
-
-        return self._statement(("start", lease_secs), build)
-
     def _settle_statement(self) -> sa.Update:
         """A leased occurrence's end, conditional on its claimant; drops the lease. A
         completed instant is no longer watched for being overdue."""
@@ -679,26 +702,6 @@ def _start_order(row: SlotRow) -> tuple[bool, datetime, int]:
     return (row.started_at is None, row.started_at or datetime.min.replace(tzinfo=UTC), row.slot)
 
 
-def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
-    """claimed → running of occurrence `p_id` under claimant `p_claimant`, with what every
-    start writes; `values` adds the rest (version, slot, trace)."""
-    return (
-        sa.update(occurrences)
-        .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
-        .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
-        .where(status_is(CLAIMED))
-        .values(
-            status=RUNNING,
-            started_at=sql.now(),
-            claimed_until=sql.now_plus(lease_secs),
-            # Whatever starts has passed the misfire rule: a retry of it never misfires.
-            misfire_judged=True,
-            updated_at=sql.now(),
-            **values,
-        )
-    )
-
-
 def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:
     """The channel's alert row, when a completion must answer it: failures in a row to
     reset, or a delivered alert to recover from."""
@@ -706,17 +709,6 @@ def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:
         channel_alerts.c.channel_id == channel_id,
         sa.or_(channel_alerts.c.consecutive_failures > 0, channel_alerts.c.open_alert.is_not(None)),
     )
-
-
-def occurrence_of(row: Sequence[Any]) -> Occurrence:
-    """An occurrence from its table's columns, in table order (the model's fields are in
-    that order: tests/ledger/test_schema.py checks)."""
-    return Occurrence(*row)
-
-
-def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
-    """A value bound at execution, typed as `column`."""
-    return sa.bindparam(name, type_=column.type)
 
 
 def _text(value: str) -> sa.ColumnElement[str]:

@@ -8,6 +8,7 @@ compares the instants, including against the clock expression in `backend.py`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from cronledger.instants import require_utc
+from cronledger.ledger.models import Occurrence
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -268,3 +270,14 @@ def status_is(*statuses: str) -> sa.ColumnElement[bool]:
     literals: nothing to bind or expand per execution, and a prepared statement's generic
     plan can still use the partial indexes on `status`."""
     return occurrences.c.status.in_([sa.literal_column(f"'{status}'") for status in statuses])
+
+
+def occurrence_of(row: Sequence[Any]) -> Occurrence:
+    """An occurrence from its table's columns, in table order (the model's fields are in
+    that order: tests/ledger/test_schema.py checks)."""
+    return Occurrence(*row)
+
+
+def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
+    """A value bound at execution, typed as `column`."""
+    return sa.bindparam(name, type_=column.type)
