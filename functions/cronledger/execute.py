@@ -212,10 +212,6 @@ class _Ended(Exception):
         self.report = report
 
 
-class _Unrunnable(Exception):
-    """Why an occurrence's channel cannot run it."""
-
-
 def _lost(occurrence: Occurrence, why: str) -> AttemptReport:
     """The attempt is not this dispatch's to run (any more), and wrote nothing."""
     return AttemptReport(occurrence.id, "lost", error=why, attempt=occurrence.attempt)
@@ -303,29 +299,16 @@ class Executor:
     ) -> tuple[Channel, Schedule]:
         """The channel (read by id with the occurrence, as it is now) and its compiled
         schedule; an occurrence whose channel cannot run is settled `failed`, saying why."""
-        try:
-            return self._runnable(occurrence, channel)
-        except _Unrunnable as exc:
-            why = str(exc)
-        raise _Ended(self._settle(occurrence, claimant, None, Ending(FAILED, why)))
-
-    def _runnable(
-        self, occurrence: Occurrence, channel: Channel | None
-    ) -> tuple[Channel, Schedule]:
         if channel is None:
-            raise _Unrunnable(
-                f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
-            )
-        if channel.status != CHANNEL_ACTIVE:
-            raise _Unrunnable(
-                f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"
-            )
-        try:
-            return channel, self.schedules.get(channel)
-        except ScheduleInvalid as exc:
-            raise _Unrunnable(
-                f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
-            ) from exc
+            why = f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
+        elif channel.status != CHANNEL_ACTIVE:
+            why = f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"
+        else:
+            try:
+                return channel, self.schedules.get(channel)
+            except ScheduleInvalid as exc:
+                why = f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
+        raise _Ended(self._settle(occurrence, claimant, None, Ending(FAILED, why)))
 
     def _judge_misfire(
         self, occurrence: Occurrence, claimant: str, schedule: Schedule, deadline: float | None
