@@ -25,7 +25,6 @@ nothing trusts an earlier read.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -36,7 +35,6 @@ from cronledger.ledger import attempt_log
 from cronledger.ledger.events import Draft, EventStore, draft
 from cronledger.ledger.models import (
     ABANDONED,
-    CANCELLED,
     CLAIMED,
     COMPLETED,
     FAILED,
@@ -54,13 +52,11 @@ from cronledger.ledger.models import (
 )
 from cronledger.ledger.singletons import (
     WAITER_SLOT,
-    SlotRow,
-    add_slot_rows,
-    lock_slots,
+    add_key_rows,
     release_slot,
     release_slots_of,
     renew_slot,
-    take_slot,
+    take_key,
 )
 from cronledger.ledger.starts import occurrence_and_channel, open_statement, start_statement
 from cronledger.ledger.tables import (
@@ -265,8 +261,8 @@ class AttemptStore(EventStore):
         def start(conn: sa.Connection) -> tuple[AttemptStart, list[Event]] | None:
             taken: tuple[int, int, Occurrence | None] | str | None = None
             if singleton is not None:
-                taken = self._take_key(
-                    conn, singleton, occurrence_id, claimant, lease_secs, wait_secs
+                taken = take_key(
+                    conn, self._sql, singleton, occurrence_id, claimant, lease_secs, wait_secs
                 )
                 if taken is None:
                     return None  # the key lacks slot rows: nothing written yet
@@ -311,109 +307,8 @@ class AttemptStore(EventStore):
                 return started[0]
             assert singleton is not None
             # Added in a statement of its own, holding no lock: see `singletons.py`.
-            self._atomic(lambda conn: self._add_slot_rows(conn, singleton), single=True)
+            self._atomic(lambda conn: add_key_rows(conn, self._sql, singleton), single=True)
         raise RuntimeError(f"the slot rows of key {key!r} keep disappearing")
-
-    def _add_slot_rows(self, conn: sa.Connection, spec: SingletonSpec) -> None:
-        """The rows a start under `spec` may take: its slots and, under `queue_one`, the
-        waiting place."""
-        first = WAITER_SLOT if spec.policy == "queue_one" else 0
-        add_slot_rows(conn, self._sql, spec.key, range(first, spec.slots))
-
-    def _take_key(
-        self,
-        conn: sa.Connection,
-        spec: SingletonSpec,
-        occurrence_id: str,
-        holder: str,
-        lease_secs: float,
-        wait_secs: float,
-    ) -> tuple[int, int, Occurrence | None] | str | None:
-        """(slot, fencing token, replaced holder) of the slot this occurrence now holds,
-        "busy" (give up) or "wait" (it has taken the key's waiting place); None when the key
-        lacks a slot row it needs, before anything is written. Every row it may write is
-        locked by the one read it starts with."""
-        sql = self._sql
-        rows = lock_slots(conn, sql, spec.key, occurrence_id)
-        of_key = {r.slot: r for r in rows if r.key == spec.key}
-        waiter = of_key.get(WAITER_SLOT)
-        if spec.policy == "queue_one" and _held_by_another(waiter, occurrence_id):
-            return "busy"  # one contender already waits, and goes first when a slot frees
-        needed = range(WAITER_SLOT if spec.policy == "queue_one" else 0, spec.slots)
-        if any(slot not in of_key for slot in needed):  # see `_add_slot_rows`
-            return None
-        if any(r.occurrence_id == occurrence_id for r in rows):
-            release_slots_of(conn, sql, [occurrence_id])
-        # Holders of slots an edit has since removed still run: until they end, they count
-        # against the key's slots like any other holder.
-        running = sum(
-            1 for r in of_key.values() if r.slot >= 0 and _held_by_another(r, occurrence_id)
-        )
-        free = next(
-            (
-                of_key[slot]
-                for slot in range(spec.slots)
-                if not _held_by_another(of_key[slot], occurrence_id)
-            ),
-            None,
-        )
-        if running >= spec.slots:
-            free = None
-        if free is not None:
-            token = take_slot(conn, sql, free, occurrence_id, holder, lease_secs)
-            return "busy" if token is None else (free.slot, token, None)
-        if spec.policy == "queue_one" and waiter is not None:
-            # The place outlives the wait and a claim of the waiter in between.
-            place_secs = lease_secs + wait_secs
-            placed = take_slot(conn, sql, waiter, occurrence_id, None, place_secs)
-            return "busy" if placed is None else "wait"
-        if spec.policy == "replace":
-            return self._replace_oldest(conn, rows, spec, occurrence_id, holder, lease_secs)
-        return "busy"
-
-    def _replace_oldest(
-        self,
-        conn: sa.Connection,
-        rows: list[SlotRow],
-        spec: SingletonSpec,
-        occurrence_id: str,
-        holder: str,
-        lease_secs: float,
-    ) -> tuple[int, int, Occurrence | None] | str:
-        """Cancel the key's live holder that started first ("replaced by <this id>") and take
-        its slot under the next token. Its slot row is among those locked already, so it
-        cannot change hands meanwhile."""
-        sql = self._sql
-        holders = [
-            r
-            for r in rows
-            if r.key == spec.key and r.slot >= 0 and _held_by_another(r, occurrence_id)
-        ]
-        if not holders:
-            return "busy"
-        victim = min(holders, key=_start_order)
-        replaced_by = f"replaced by {occurrence_id}"
-        token = take_slot(conn, sql, victim, occurrence_id, holder, lease_secs)
-        if token is None or victim.occurrence_id is None:
-            return "busy"
-        cancelled = conn.execute(
-            sa.update(occurrences)
-            .where(occurrences.c.id == victim.occurrence_id)
-            .where(status_is(*LEASED_STATUSES))
-            .values(
-                status=CANCELLED,
-                claimed_until=None,
-                error_message=replaced_by,
-                completed_at=sql.now(),
-                updated_at=sql.now(),
-                overdue_at=None,
-            )
-            .returning(*occurrences.c)
-        ).one_or_none()
-        if cancelled is None:
-            return victim.slot, token, None
-        attempt_log.end_open(conn, sql, [victim.occurrence_id], CANCELLED, replaced_by)
-        return victim.slot, token, occurrence_of(cancelled)
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -690,16 +585,6 @@ class AttemptStore(EventStore):
                 updated_at=self._sql.now(),
             )
         )
-
-
-def _held_by_another(row: SlotRow | None, occurrence_id: str) -> bool:
-    """The slot is held under a live lease, and not by this occurrence."""
-    return row is not None and row.live and row.occurrence_id != occurrence_id
-
-
-def _start_order(row: SlotRow) -> tuple[bool, datetime, int]:
-    """Holders by when they started (one with no start recorded last), then by slot."""
-    return (row.started_at is None, row.started_at or datetime.min.replace(tzinfo=UTC), row.slot)
 
 
 def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:
