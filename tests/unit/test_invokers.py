@@ -294,3 +294,29 @@ def test_a_refused_batch_reports_each_of_its_occurrences_and_only_those(aws_env:
 
     assert sorted(failed) == sorted(ids)
     assert all("cronledger-execute" in why for why in failed.values())
+
+
+def test_the_claim_service_loads_no_aws_sdk() -> None:
+    # The Lambda invoker lives under cronledger.aws: the service itself (and the local
+    # runner's claim loop) never pays botocore's import.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import cronledger
+
+    probe = (
+        "import sys, cronledger.claim, cronledger.invokers; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')))"
+    )
+    this_tree = {"PYTHONPATH": str(Path(cronledger.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, **this_tree},
+    )
+    assert done.stdout.strip() == "[]"
