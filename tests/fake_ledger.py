@@ -95,7 +95,7 @@ class FakeLedger:
     def in_flight_count(self) -> int:
         self._call("in_flight_count")
         now = self._now()
-        return sum(1 for o in self.rows.values() if _lease_end(o) >= now)
+        return sum(1 for o in self.rows.values() if _lease_live(o, now))
 
     def claim(self, claimant: str, limit: int, lease_secs: float) -> ClaimResult:
         self._call("claim")
@@ -103,7 +103,7 @@ class FakeLedger:
             return ClaimResult([], [])
         now = self._now()
         due = [o for o in self.rows.values() if o.status == PENDING and o.due_at <= now]
-        expired = [o for o in self.rows.values() if _lease_end(o) < now]
+        expired = [o for o in self.rows.values() if _lease_ran_out(o, now)]
         chosen = sorted(due + expired, key=lambda o: o.due_at)[:limit]
         found = [self._lease(o, claimant, lease_secs, now) for o in chosen]
         leased = sorted(
@@ -213,11 +213,16 @@ def _leased(occurrence: Occurrence) -> bool:
     return occurrence.status in LEASED_STATUSES
 
 
-def _lease_end(occurrence: Occurrence) -> datetime:
-    """When a leased row's lease ends; the end of time for a row that is not leased."""
-    if not _leased(occurrence) or occurrence.claimed_until is None:
-        return datetime.max.replace(tzinfo=UTC)
-    return occurrence.claimed_until
+def _lease_live(occurrence: Occurrence, now: datetime) -> bool:
+    """Leased, under a lease that has not run out."""
+    until = occurrence.claimed_until
+    return _leased(occurrence) and until is not None and until >= now
+
+
+def _lease_ran_out(occurrence: Occurrence, now: datetime) -> bool:
+    """Leased, under a lease that has run out: claimable again."""
+    until = occurrence.claimed_until
+    return _leased(occurrence) and until is not None and until < now
 
 
 def _occurrence(new: NewOccurrence, now: datetime) -> Occurrence:
