@@ -395,12 +395,9 @@ class OccurrenceStore(CursorStore):
             if count < batch_size or (until is not None and time.monotonic() >= until):
                 return deleted
 
-    def purge_channel(self, channel_id: str) -> None:
-        """Remove a channel's cursor and occurrences, and free the singleton slots they
-        hold. For a deleted channel; an archived one keeps its history."""
-        self._atomic(lambda conn: self._purge(conn, channel_id))
-
     def _purge(self, conn: sa.Connection, channel_id: str) -> None:
+        """A deleted channel's cursor, occurrences (their attempts cascade), events and alert
+        row go, and the slots its occurrences hold are freed, in the caller's transaction."""
         ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
         release_slots_of(conn, self._sql, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
