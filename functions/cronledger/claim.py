@@ -1,4 +1,4 @@
-"""Claim and dispatch (SPEC §4): lease due occurrences and hand each to an executor.
+"""Claim and dispatch: lease due occurrences and hand each to an executor.
 
 A claim is one conditional statement in the ledger (`FOR UPDATE SKIP LOCKED` on PostgreSQL),
 so any number of claimers may run at once and none shares a row. Each round mints a fresh

@@ -1,4 +1,4 @@
-"""Execute one attempt (SPEC §5): resolve, start, run under a heartbeat, settle.
+"""Execute one attempt: open it under its claim, start, run under a heartbeat, settle.
 
 Ownership is the rule of every step. The attempt acts only as the claimant it was dispatched
 under and, under `forbid`, only with the fencing token `start_attempt` gave it; every write is
