@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from cronledger import invokers
+from cronledger.aws import invoker as lambda_invoker
 from cronledger.ledger import Ledger
 from tests.bench.lambda_rig import (
     LoopbackLambda,
@@ -123,8 +123,8 @@ def burst(ledger: Ledger, size: int, *, batched: bool, label: str = "burst-ready
 
     with ledger.engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM cron_occurrences")
-    most = invokers.MOST_PER_INVOKE
-    invokers.MOST_PER_INVOKE = most if batched else 1
+    most = lambda_invoker.MOST_PER_INVOKE
+    lambda_invoker.MOST_PER_INVOKE = most if batched else 1
     try:
         runtime.forget_container()
         claim_tick()  # the quiet tick before: the container is warm
@@ -133,7 +133,7 @@ def burst(ledger: Ledger, size: int, *, batched: bool, label: str = "burst-ready
         dispatched = claim_tick()
         elapsed = time.perf_counter() - started
     finally:
-        invokers.MOST_PER_INVOKE = most
+        lambda_invoker.MOST_PER_INVOKE = most
         runtime.forget_container()
     with ledger.engine.connect() as conn:
         leases = dict(conn.exec_driver_sql("SELECT id, claimed_by FROM cron_occurrences").all())

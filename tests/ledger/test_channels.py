@@ -176,14 +176,15 @@ def test_deleting_a_channel_purges_its_versions_cursor_occurrences_and_slots(
     assert nightly(ledger).name == "nightly"
 
 
-def test_purging_a_channel_removes_its_cursor_and_occurrences_only(ledger: Ledger) -> None:
+def test_deleting_a_channel_removes_its_cursor_and_occurrences_only(ledger: Ledger) -> None:
+    gone, kept = nightly(ledger, "gone"), nightly(ledger, "kept")
     now = ledger.db_now()
-    assert ledger.insert_occurrences([row(now, "ch"), row(now, "keep")]) == 2
-    ledger.upsert_cursor("ch", 1, "hash", now)
-    ledger.upsert_cursor("keep", 1, "hash", now)
+    assert ledger.insert_occurrences([row(now, gone.channel_id), row(now, kept.channel_id)]) == 2
+    ledger.upsert_cursor(gone.channel_id, 1, "hash", now)
+    ledger.upsert_cursor(kept.channel_id, 1, "hash", now)
 
-    ledger.purge_channel("ch")
+    ledger.delete_channel(gone.channel_id)
 
-    assert [s.channel_id for s in ledger.schedule_states()] == ["keep"]
-    assert [o.channel_id for o in ledger.list_occurrences().data] == ["keep"]
-    assert ledger.claim_due("node-a", 10, LEASE)[0].channel_id == "keep"
+    assert [s.channel_id for s in ledger.schedule_states()] == [kept.channel_id]
+    assert [o.channel_id for o in ledger.list_occurrences().data] == [kept.channel_id]
+    assert ledger.claim("node-a", 10, LEASE).leased[0].channel_id == kept.channel_id

@@ -91,7 +91,7 @@ def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: L
     # When a claim runs
     sa.event.listen(pg_ledger.engine, "before_cursor_execute", explain)
     try:
-        assert len(pg_ledger.claim_due("node-plan", 50, 60)) == 50
+        assert len(pg_ledger.claim("node-plan", 50, 60).leased) == 50
     finally:
         sa.event.remove(pg_ledger.engine, "before_cursor_execute", explain)
 
@@ -165,7 +165,7 @@ def test_upgrading_from_0001_keeps_every_row_and_its_meaning(
             assert kept.max_attempts == 3
             assert kept.misfire_judged is (id_ != "old"), id_
         # …and the pending ones are claimable as before
-        claimed = [o.id for o in ledger.claim_due("node", 10, 60)]
+        claimed = [o.id for o in ledger.claim("node", 10, 60).leased]
         assert claimed == ["old", "retried", "manual"]
 
 

@@ -15,6 +15,7 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from cronledger.errors import CronledgerError
 from cronledger.ids import new_occurrence_id
+from cronledger.retry import DEFAULT_MAX_ATTEMPTS
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -138,10 +139,6 @@ class Occurrence:
         `max_attempts` from the channel's policy again; the attempt made was allowed all
         the same, so "attempt 2 of 1" is never shown."""
         return max(self.max_attempts, self.attempt)
-
-
-#: The retry policy's default `max_attempts` (SPEC §1.1), for rows written without a channel's.
-DEFAULT_MAX_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,7 +80,7 @@ class OccurrenceStore(CursorStore):
         moves: Iterable[CursorMove],
     ) -> tuple[int, set[str]]:
         """A reconcile pass's writes, all or nothing: make the moves, each by its own
-        compare-and-set (`advance_cursor`; a channel should appear once), and insert the rows
+        compare-and-set (a channel should appear once), and insert the rows
         of exactly the channels whose cursor moved. A cursor someone else moved meanwhile (a
         peer's pass, or an edit resetting it, even onto the instant the move starts from)
         gets none of this pass's rows, so rows planned under a schedule that was just
@@ -409,12 +409,9 @@ class OccurrenceStore(CursorStore):
         # SQLite's single writer: nothing changes between the read and the delete.
         return sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()))
 
-    def purge_channel(self, channel_id: str) -> None:
-        """Remove a channel's cursor and occurrences, and free the singleton slots they
-        hold. For a deleted channel; an archived one keeps its history."""
-        self._atomic(lambda conn: self._purge(conn, channel_id))
-
     def _purge(self, conn: sa.Connection, channel_id: str) -> None:
+        """A deleted channel's cursor, occurrences (their attempts cascade), events and alert
+        row go, and the slots its occurrences hold are freed, in the caller's transaction."""
         ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
         release_slots_of(conn, self._sql, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))

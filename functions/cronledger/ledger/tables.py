@@ -8,6 +8,7 @@ compares the instants, including against the clock expression in `backend.py`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from cronledger.instants import require_utc
+from cronledger.ledger.models import Occurrence
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -291,3 +293,14 @@ def status_rechecked(*statuses: str) -> sa.ColumnElement[bool]:
     the partial in-flight index look empty, and a plan scanning it costs what is in flight."""
     checked = occurrences.c.status.op("||")(sa.literal_column("''", sa.String))
     return checked.in_([sa.literal_column(f"'{status}'") for status in statuses])
+
+
+def occurrence_of(row: Sequence[Any]) -> Occurrence:
+    """An occurrence from its table's columns, in table order (the model's fields are in
+    that order: tests/ledger/test_schema.py checks)."""
+    return Occurrence(*row)
+
+
+def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
+    """A value bound at execution, typed as `column`."""
+    return sa.bindparam(name, type_=column.type)
