@@ -80,15 +80,12 @@ class Cli:
 
 @pytest.fixture
 def cli(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    sqlite_ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Cli]:
     for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
         monkeypatch.delenv(name, raising=False)
-    ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
-    ledger.migrate()
-    with serving(create_app(ledger, SETTINGS)) as url:
-        yield Cli(url, ledger, Scheduler(ledger), capsys)
-    ledger.dispose()
+    with serving(create_app(sqlite_ledger, SETTINGS)) as url:
+        yield Cli(url, sqlite_ledger, Scheduler(sqlite_ledger), capsys)
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:
