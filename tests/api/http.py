@@ -9,7 +9,7 @@ run reach the API.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -69,10 +69,22 @@ def call(
 
 
 @contextmanager
-def serving(app: APIGatewayHttpResolver) -> Iterator[str]:
+def serving(
+    app: APIGatewayHttpResolver, answered: Callable[[dict[str, Any]], None] | None = None
+) -> Iterator[str]:
     """The API as `cronledger dev` serves it, on 127.0.0.1 (an ephemeral port); yields its
-    base URL, and stops the server when the block ends."""
-    server = serve_api(resolver(app), "127.0.0.1", 0)
+    base URL, and stops the server when the block ends. `answered(event)` runs as each request
+    has been answered, before the client receives the answer: a test's signal of how far a
+    client has got, and a moment to change what its next request will find."""
+    resolve = resolver(app)
+
+    def resolve_then_tell(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        response = resolve(event, context)
+        if answered is not None:
+            answered(event)
+        return response
+
+    server = serve_api(resolve_then_tell, "127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
