@@ -57,7 +57,8 @@ test: $(STAMP) postgres
 # browser, no CDK synth) on both cores, with Hypothesis' `dev` profile (a quarter of the
 # examples; HYPOTHESIS_PROFILE=ci runs them all). `make test` runs everything.
 unit: $(STAMP)
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(BIN)/python -m pytest -q -n 2 tests/unit $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(BIN)/python -m pytest -q -n 2 \
+		-p no:schemathesis -p no:anyio tests/unit $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check functions tests infra
