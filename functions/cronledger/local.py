@@ -3,10 +3,11 @@
 The same services that run as Lambda functions run here on threads: the API resolver behind
 a plain HTTP server (`local_gateway`: each request becomes an API Gateway HTTP API v2 event,
 so the resolver cannot tell the difference), the reconcile loop, the claim loop, and
-executors on a thread pool, each ending attempt printed as a line (`local_printer`). Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts,
-then exits whatever a target is doing: the leases of attempts still running are left to
-expire, and a peer (or the next run) recovers them as their next attempt (or settles them
-abandoned, if that was their last). A second Ctrl-C exits at once.
+executors on a thread pool, each attempt that ends printed as a line (`local_printer`).
+Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts, then exits
+whatever a target is doing: the leases of attempts still running are left to expire, and a
+peer (or the next run) recovers them as their next attempt (or settles them abandoned, if
+that was their last). A second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
