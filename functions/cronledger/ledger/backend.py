@@ -44,7 +44,6 @@ from sqlalchemy import event
 from sqlalchemy.dialects import postgresql
 
 from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS, BoundedConnect
-from cronledger.ledger.driver import tune_pg8000_engine
 from cronledger.ledger.tables import UtcDateTime
 
 if TYPE_CHECKING:
@@ -99,10 +98,20 @@ def create_ledger_engine(
         if statement_timeout_ms is not None:
             connect_args["startup_params"] = {"statement_timeout": str(statement_timeout_ms)}
         engine = sa.create_engine(
-            parsed, **{"pool_size": PG_POOL_SIZE, "connect_args": connect_args, **engine_options}
+            parsed,
+            **{
+                "pool_size": PG_POOL_SIZE,
+                "connect_args": connect_args,
+                **engine_options,
+            },
         )
-        tune_pg8000_engine(engine, prepared_statements=prepared_statements)
-        event.listen(engine, "do_connect", BoundedConnect(connect_timeout_secs, password))
+        from cronledger.ledger.driver import tune_pg8000_engine  # pg8000, for PostgreSQL only
+
+        tune_pg8000_engine(engine)
+        connect = BoundedConnect(
+            connect_timeout_secs, password, prepared_statements=prepared_statements
+        )
+        event.listen(engine, "do_connect", connect)
         return engine
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
