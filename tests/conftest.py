@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from hypothesis import settings
 
 from cronledger.ledger import Ledger
-from tests.examples import FULL
 from tests.ledger.helpers import empty_tables
 from tests.pg import scratch_database
+from tests.profiles import FULL
 
 settings.register_profile("ci", settings.get_profile("ci"), max_examples=FULL)
 settings.register_profile("dev", max_examples=FULL // 4)

@@ -14,7 +14,7 @@ from cronledger.api import PREFIX, create_app
 from cronledger.ledger import Ledger
 from tests.api.helpers import CHANNELS, SETTINGS, Api, channel_document, create_channel
 from tests.api.http import call
-from tests.examples import examples
+from tests.profiles import examples
 
 # --- 415: a body must be declared JSON ----------------------------------------------------
 

@@ -17,7 +17,7 @@ from cronledger.api import create_app
 from cronledger.ledger import Ledger
 from tests.api.helpers import CHANNELS, SETTINGS, Api, channel_document
 from tests.api.http import call
-from tests.examples import examples
+from tests.profiles import examples
 
 BLOCKED = {
     "127.0.0.0/8": "a loopback address",

@@ -23,7 +23,7 @@ from cronledger.schedule import (
     is_misfired,
     kept_misfires,
 )
-from tests.examples import examples
+from tests.profiles import examples
 
 GRACE = timedelta(minutes=2)
 CURSOR = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)

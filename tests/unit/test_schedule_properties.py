@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from cronledger.schedule import Schedule, ScheduleInvalid, compile_schedule
 from cronledger.schedule.compiled import FEW_DUE
 from tests.cron_oracle import Oracle
-from tests.examples import examples
+from tests.profiles import examples
 
 ZONES = [
     "UTC",
