@@ -1,5 +1,5 @@
 """The web console in a real headless Chromium (Debian's `chromium` + `chromium-driver`),
-against the API as `cronledger dev` serves it (`local.serve_api`), with the real scheduler.
+against the API as `cronledger dev` serves it (`local_gateway.serve_api`), with the real scheduler.
 
 Invariant: the page loads with no console error and asks nothing of any other origin; a
 channel's timeline shows each occurrence in its status's colour, misfire summaries as such,
@@ -32,7 +32,7 @@ import pytest
 from cronledger import claim, reconcile
 from cronledger.api import create_app, handle_event
 from cronledger.ledger import FAILED, SKIPPED_MISFIRE, Ledger, NewOccurrence, paging
-from cronledger.local import serve_api
+from cronledger.local_gateway import serve_api
 from cronledger.targets import target_ref
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
 from tests.browser.chromium import (
