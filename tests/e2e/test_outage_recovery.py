@@ -9,17 +9,51 @@ within a few seconds, as polls of 1 s make it grow past 5 s within half a minute
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
-from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, OccurrenceFilter
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    COMPLETED,
+    DatabaseUnavailable,
+    Ledger,
+    OccurrenceFilter,
+)
 from cronledger.local import LocalScheduler
 from cronledger.settings import Settings
-from tests.e2e.test_loops_while_due import Outage
 from tests.e2e.test_scheduler import FAST
+
+
+class Outage:
+    """The real ledger, except that while `down` is set every call fails as a lost database
+    does; `failed_at` is when each failed, `served_at` when each other call was made
+    (monotonic)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self.down = threading.Event()
+        self.failed_at: list[float] = []
+        self.served_at: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._ledger, name)
+        if not callable(real):
+            return real
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.down.is_set():
+                self.failed_at.append(time.monotonic())
+                raise DatabaseUnavailable("connection refused")
+            self.served_at.append(time.monotonic())
+            return real(*args, **kwargs)
+
+        return call
+
 
 SETTINGS = replace(FAST, poll_interval_ms=100, misfire_grace_secs=1)
 #: Long enough for the loops' backoff to reach 6.4 s between two tries.

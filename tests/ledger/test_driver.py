@@ -176,7 +176,7 @@ def test_a_listener_sees_every_statement_the_ledger_sends(pg_ledger: Ledger) -> 
     sa.event.listen(pg_ledger.engine, "before_cursor_execute", watch)
     try:
         # When the ledger claims it (one statement on the hottest path)
-        assert [o.id for o in pg_ledger.claim_due("node-a", 10, 60)] == [due.id]
+        assert [o.id for o in pg_ledger.claim("node-a", 10, 60).leased] == [due.id]
     finally:
         sa.event.remove(pg_ledger.engine, "before_cursor_execute", watch)
 
