@@ -46,13 +46,18 @@ from cronledger import metrics
 from cronledger.ledger import (
     PENDING,
     SKIPPED_MISFIRE,
+    WHOLE,
+    CursorInit,
     CursorMove,
+    CursorWrites,
     DatabaseUnavailable,
     DueChannel,
     Ledger,
     NewOccurrence,
     ScheduleState,
+    Shard,
 )
+from cronledger.ledger.cursors import READ_PAGE
 from cronledger.outbox import Sender, sweep
 from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
 from cronledger.schedule import PassPlan, Schedule, ScheduleInvalid
@@ -111,18 +116,22 @@ class _Written:
 
 
 def reconcile_once(
-    ledger: Ledger, settings: Settings, cache: ScheduleCache | None = None
+    ledger: Ledger,
+    settings: Settings,
+    cache: ScheduleCache | None = None,
+    shard: Shard = WHOLE,
 ) -> PassReport:
-    """One pass over every schedule that needs work. Raises only when the database fails
-    for the whole pass (reading the work or the clock); one channel's failure is recorded in
-    the report and the others go on."""
-    cache = cache or SHARED_SCHEDULES
+    """One pass over every schedule in `shard` that needs work. Raises only when the
+    database fails for the whole pass (reading the work or the clock); one channel's failure
+    is recorded in the report and the others go on."""
+    cache = SHARED_SCHEDULES if cache is None else cache
     started = time.perf_counter()
     report = PassReport()
     with _cycle_collection_paused(), _Writes(ledger, report) as writes:
         now = ledger.db_now()
         report.now = now
-        for planned in _plan_all(ledger, settings, cache, now, report):
+        reset = _line_up_changes(ledger, cache, now, shard, report)
+        for planned in _plan_due(ledger, settings, cache, now, shard, report, reset):
             writes.add(planned)
         writes.finish()
     report.duration_secs = time.perf_counter() - started
@@ -130,6 +139,50 @@ def reconcile_once(
     if report.failed:
         log.warning("reconcile pass: %d channel(s) failed: %s", len(report.failed), report.failed)
     return report
+
+
+def shards_for(due: int, settings: Settings) -> int:
+    """How many shards a pass over `due` channels splits into: one per
+    `reconcile_shard_size` started, at most `reconcile_max_shards`."""
+    needed = -(-due // settings.reconcile_shard_size)
+    return max(1, min(needed, settings.reconcile_max_shards))
+
+
+def reconcile_sharded(
+    ledger: Ledger, settings: Settings, cache: ScheduleCache | None = None
+) -> PassReport:
+    """One pass split into as many shards as what is due needs (`shards_for`), run on
+    threads of this process, their reports merged. Each shard reads and writes only its own
+    channels, so the shards never wait on each other's rows."""
+    bound = settings.reconcile_shard_size * settings.reconcile_max_shards
+    count = shards_for(ledger.due_count(settings.lookahead_secs, bound=bound), settings)
+    if count == 1:
+        return reconcile_once(ledger, settings, cache)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _cycle_collection_paused(), ThreadPoolExecutor(count, "reconcile-shard") as pool:
+        reports = list(
+            pool.map(
+                lambda shard: reconcile_once(ledger, settings, cache, shard), Shard.split(count)
+            )
+        )
+    return merged(reports)
+
+
+def merged(reports: list[PassReport]) -> PassReport:
+    """The shards' reports as one pass's: counts added, the earliest clock, the longest shard."""
+    total = PassReport()
+    for report in reports:
+        if report.now is not None and (total.now is None or report.now < total.now):
+            total.now = report.now
+        total.due += report.due
+        total.inserted += report.inserted
+        total.initialised += report.initialised
+        total.paused += report.paused
+        total.advanced += report.advanced
+        total.failed.update(report.failed)
+        total.duration_secs = max(total.duration_secs, report.duration_secs)
+    return total
 
 
 @contextmanager
@@ -147,68 +200,107 @@ def _cycle_collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _plan_all(
-    ledger: Ledger, settings: Settings, cache: ScheduleCache, now: datetime, report: PassReport
+def _line_up_changes(
+    ledger: Ledger, cache: ScheduleCache, now: datetime, shard: Shard, report: PassReport
+) -> set[str]:
+    """Bring the cursor of every channel a write noted in line with it, a page at a time:
+    initialise or reset it, adopt a new version, or pause it; forget each note made good.
+    Answers the channels whose cursor it initialised: the pass plans them no further."""
+    reset: set[str] = set()
+    after: str | None = None
+    while page := ledger.noted_changes(shard, after=after, limit=READ_PAGE):
+        writes = CursorWrites()
+        for noted in page:
+            work = noted.work
+            try:
+                _line_up(work.channel, work.state, cache, now, writes, report)
+            except DatabaseUnavailable:
+                raise
+            except Exception as exc:  # one channel must not stop the others
+                _record_failure(report, work.channel_id, exc)
+                continue  # noted still: looked at again next pass
+            writes.seen.append((work.channel_id, noted.change))
+        ledger.write_cursors(writes)
+        reset.update(init.channel_id for init in writes.inits)
+        if len(page) < READ_PAGE:
+            break
+        after = max(noted.work.channel_id for noted in page)
+    return reset
+
+
+def _line_up(
+    channel: DueChannel | None,
+    state: ScheduleState | None,
+    cache: ScheduleCache,
+    now: datetime,
+    writes: CursorWrites,
+    report: PassReport,
+) -> Schedule | None:
+    """Add to `writes` what brings the cursor in line with the channel. Answers the schedule
+    when the cursor may be planned from as it is (None: paused, or reset from now)."""
+    if channel is None:
+        # Archived, paused, drafted back or deleted: stop materialising, keep history.
+        if state is not None and state.paused_at is None:
+            writes.pauses.append(state.channel_id)
+            report.paused += 1
+        return None
+    schedule = cache.get(channel)
+    if state is None or state.config_hash != schedule.config_hash or state.paused_at is not None:
+        # No position this schedule can resume from: new, changed, or reactivated. Never
+        # back-filled from when the channel was written.
+        first = schedule.next_after(now)
+        log.debug("initialising cursor of channel %s: next fire at %s", channel.channel_id, first)
+        writes.inits.append(
+            CursorInit(channel.channel_id, channel.version, schedule.config_hash, first)
+        )
+        report.initialised += 1
+        return None
+    if state.channel_version < channel.version:
+        # A new version with the same scheduling hash keeps its place in time.
+        writes.adopts.append((channel.channel_id, channel.version))
+    return schedule
+
+
+def _plan_due(
+    ledger: Ledger,
+    settings: Settings,
+    cache: ScheduleCache,
+    now: datetime,
+    shard: Shard,
+    report: PassReport,
+    reset: set[str],
 ) -> Iterator[_Planned]:
-    """The plan of every due channel, one at a time (cursors to initialise or pause are
-    written here, as they are met)."""
+    """The plan of every due cursor in the shard, a page at a time, but those `reset` this
+    pass (a cursor whose channel changed since the notes were read is brought in line
+    instead, as a noted one is)."""
     horizon = now + settings.lookahead
     shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
-    for work in ledger.schedules_needing_work(horizon):
-        channel, state = work.channel, work.state
-        planned: _Planned | None = None
-        try:
-            if channel is None:
-                # Archived, paused, drafted back or deleted: stop materialising, keep history.
-                assert state is not None
-                ledger.pause_cursor(state.channel_id)
-                report.paused += 1
-                continue
-            schedule = cache.get(channel)
-            if _needs_reset(channel, schedule, state, ledger, report, now):
-                continue
+    after: tuple[datetime, str] | None = None
+    while page := ledger.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
+        writes = CursorWrites()
+        for work in page:
+            state = work.state
             assert state is not None and state.next_fire_at is not None
-            if state.next_fire_at <= horizon:
-                planned = _plan(channel, schedule, state, now, horizon, settings, shared)
-        except DatabaseUnavailable:
-            raise  # the whole pass failed: not one channel's problem
-        except Exception as exc:  # one channel must not stop the others
-            _record_failure(report, work.channel_id, exc)
-        if planned is not None:
-            yield planned
-
-
-def _needs_reset(
-    channel: DueChannel,
-    schedule: Schedule,
-    state: ScheduleState | None,
-    ledger: Ledger,
-    report: PassReport,
-    now: datetime,
-) -> bool:
-    """Initialise the cursor when there is no position this schedule can resume from.
-    Answers whether the channel is done for this pass."""
-    if state is None:
-        reason = "new"
-    elif state.config_hash != schedule.config_hash:
-        reason = "schedule changed"
-    elif state.paused_at is not None:
-        reason = "reactivated"
-    else:
-        if state.channel_version != channel.version:
-            # A new version with the same scheduling hash keeps its place in time.
-            ledger.adopt_channel_version(channel.channel_id, channel.version)
-        return state.next_fire_at is None  # parked: nothing left to plan
-    first = schedule.next_after(now)
-    log.info(
-        "initialising cursor of channel %s (%s): next fire at %s",
-        channel.channel_id,
-        reason,
-        first,
-    )
-    ledger.upsert_cursor(channel.channel_id, channel.version, schedule.config_hash, first)
-    report.initialised += 1
-    return True
+            if work.channel_id in reset:
+                continue
+            planned: _Planned | None = None
+            try:
+                schedule = _line_up(work.channel, state, cache, now, writes, report)
+                if schedule is not None:
+                    assert work.channel is not None
+                    planned = _plan(work.channel, schedule, state, now, horizon, settings, shared)
+            except DatabaseUnavailable:
+                raise  # the whole pass failed: not one channel's problem
+            except Exception as exc:  # one channel must not stop the others
+                _record_failure(report, work.channel_id, exc)
+            if planned is not None:
+                yield planned
+        ledger.write_cursors(writes)
+        if len(page) < READ_PAGE:
+            return
+        last = max(page, key=lambda w: (w.state.next_fire_at, w.channel_id))  # type: ignore[union-attr]
+        assert last.state is not None and last.state.next_fire_at is not None
+        after = (last.state.next_fire_at, last.channel_id)
 
 
 def _plan(
@@ -453,7 +545,7 @@ def run_reconcile_loop(
     succeeded = 0
     while not stop.is_set() and time.monotonic() < until:
         try:
-            report = reconcile_once(ledger, settings)
+            report = reconcile_sharded(ledger, settings)
             after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
             if housekeeping.events is not None:
                 housekeeping.events(ledger, until)

@@ -167,7 +167,7 @@ def compile_schedule(
     errors: list[FieldError] = []
     refuse_unknown_keys(transport_config, _KEYS, "transport_config", errors)
     zone = _timezone(get("timezone"), errors)
-    when = _when(get, zone, anchor, errors)
+    when = _shared_when(get, zone, anchor, errors)
     payload_json = _payload(get("payload"), errors)
     policy = _choice(get("misfire_policy"), "misfire_policy", _MISFIRE_POLICIES, "latest", errors)
     max_catch_up = _max_catch_up(get("max_catch_up"), policy, errors)
@@ -201,6 +201,36 @@ def compile_schedule(
         _calendar=when.instants,
         alerts=alerts,
     )
+
+
+#: The keys `_when` reads: what decides when a channel fires.
+_WHEN_KEYS: Final = ("schedule", "at", "starts_at", "ends_at", "jitter_secs")
+
+
+def _shared_when(
+    get: Callable[[str], Any], zone: str | None, anchor: datetime, errors: list[FieldError]
+) -> _When | None:
+    """`_when`, computed once per (expression or instant, zone, bounds, jitter, minute of the
+    anchor): thousands of channels share a schedule, and walking it (its validity, its
+    shortest gap) is most of a compile. A value JSON cannot make hashable is not shared."""
+    raw = tuple(get(key) for key in _WHEN_KEYS)
+    try:
+        hash(raw)
+    except TypeError:
+        return _when(get, zone, anchor, errors)
+    when, found = _when_of(raw, zone, anchor.replace(second=0, microsecond=0))
+    errors.extend(found)
+    return when
+
+
+@lru_cache(maxsize=4096)
+def _when_of(
+    raw: tuple[Any, ...], zone: str | None, anchor: datetime
+) -> tuple[_When | None, tuple[FieldError, ...]]:
+    values = dict(zip(_WHEN_KEYS, raw, strict=True))
+    found: list[FieldError] = []
+    when = _when(lambda key: values.get(key, _MISSING), zone, anchor, found)
+    return when, tuple(found)
 
 
 @dataclass(frozen=True, slots=True)
