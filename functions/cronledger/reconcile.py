@@ -148,25 +148,35 @@ def shards_for(due: int, settings: Settings) -> int:
     return max(1, min(needed, settings.reconcile_max_shards))
 
 
+#: Starts one shard of a pass elsewhere (on AWS, an asynchronous invocation of the reconcile
+#: function); it returns at once, and the shard's own pass writes what it writes.
+ShardLauncher = Callable[[Shard], None]
+
+
 def reconcile_sharded(
-    ledger: Ledger, settings: Settings, cache: ScheduleCache | None = None
+    ledger: Ledger,
+    settings: Settings,
+    cache: ScheduleCache | None = None,
+    launch: ShardLauncher | None = None,
 ) -> PassReport:
-    """One pass split into as many shards as what is due needs (`shards_for`), run on
-    threads of this process, their reports merged. Each shard reads and writes only its own
-    channels, so the shards never wait on each other's rows."""
+    """One pass split into as many shards as what is due needs (`shards_for`: one probe of
+    the due index sizes it). With `launch`, every shard but the first is handed to it and
+    this process runs the first; without, they all run on threads of this process, their
+    reports merged. Each shard reads and writes only its own channels, so shards never wait
+    on each other's rows, and a shard that fails is redone by the next pass."""
     bound = settings.reconcile_shard_size * settings.reconcile_max_shards
     count = shards_for(ledger.due_count(settings.lookahead_secs, bound=bound), settings)
+    shards = Shard.split(count)
     if count == 1:
         return reconcile_once(ledger, settings, cache)
+    if launch is not None:
+        for shard in shards[1:]:
+            launch(shard)
+        return reconcile_once(ledger, settings, cache, shards[0])
     from concurrent.futures import ThreadPoolExecutor
 
     with _cycle_collection_paused(), ThreadPoolExecutor(count, "reconcile-shard") as pool:
-        reports = list(
-            pool.map(
-                lambda shard: reconcile_once(ledger, settings, cache, shard), Shard.split(count)
-            )
-        )
-    return merged(reports)
+        return merged(list(pool.map(lambda s: reconcile_once(ledger, settings, cache, s), shards)))
 
 
 def merged(reports: list[PassReport]) -> PassReport:
@@ -529,6 +539,8 @@ def run_reconcile_loop(
     *,
     passes: int | None = None,
     housekeeping: Housekeeping | None = None,
+    launch: ShardLauncher | None = None,
+    shard: Shard | None = None,
 ) -> int:
     """Run passes every poll interval until the monotonic deadline `until` (or `stop`), or
     until `passes` have succeeded. A failed pass is recorded as DB unavailability and retried
@@ -537,7 +549,9 @@ def run_reconcile_loop(
 
     On Lambda `passes=1`: a pass materialises everything due within the lookahead, which the
     stack sets to cover the next tick's claim too, so nothing is due before the next
-    invocation that this one could still do; it stays only while its pass keeps failing."""
+    invocation that this one could still do; it stays only while its pass keeps failing.
+    `launch`: where a pass's shards but the first run (`reconcile_sharded`). `shard`: run
+    only that shard of each pass, and no housekeeping (its coordinator does that)."""
     stop = stop or threading.Event()
     housekeeping = housekeeping or Housekeeping()
     poll = settings.poll_interval.total_seconds()
@@ -545,10 +559,13 @@ def run_reconcile_loop(
     succeeded = 0
     while not stop.is_set() and time.monotonic() < until:
         try:
-            report = reconcile_sharded(ledger, settings)
-            after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
-            if housekeeping.events is not None:
-                housekeeping.events(ledger, until)
+            if shard is not None:
+                report = reconcile_once(ledger, settings, shard=shard)
+            else:
+                report = reconcile_sharded(ledger, settings, launch=launch)
+                after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
+                if housekeeping.events is not None:
+                    housekeeping.events(ledger, until)
         except Exception as exc:
             metrics.record_db_unavailable(JOB)
             backoff.wait(exc, stop, until, probe=ledger.db_now)
