@@ -53,14 +53,17 @@ MOVE_CHUNK = 250
 #: what it holds at once stays a page, whatever the number of channels due.
 READ_PAGE = 5_000
 
-#: What a pass reads of an active channel: `DueChannel`'s fields, in order.
-_DUE_CHANNEL = (
-    channels.c.channel_id,
-    channels.c.name,
-    channels.c.version,
-    channels.c.target,
-    sa.cast(channels.c.transport_config, sa.Text),
-)
+
+def _due_channel(row: sa.FromClause) -> tuple[sa.ColumnElement[Any], ...]:
+    """What a pass reads of an active channel (`row`: `cron_channels` or a subquery of
+    it): `DueChannel`'s fields, in order."""
+    return (
+        row.c.channel_id,
+        row.c.name,
+        row.c.version,
+        row.c.target,
+        sa.cast(row.c.transport_config, sa.Text),
+    )
 
 
 class CursorInit(NamedTuple):
@@ -131,14 +134,11 @@ class CursorStore(EventStore):
                 > sa.tuple_(sa.literal(after[0], UtcDateTime()), sa.literal(after[1]))
             )
         page = due.subquery("due")
-        joined = page.outerjoin(
-            channels,
-            sa.and_(
-                channels.c.channel_id == page.c.channel_id, channels.c.status == CHANNEL_ACTIVE
-            ),
+        channel_row, joined = self._active_channel_of(page, page)
+        stmt = sa.select(self._sql.json_rows(*_due_channel(channel_row), *page.c)).select_from(
+            joined
         )
-        stmt = sa.select(self._sql.json_rows(*_DUE_CHANNEL, *page.c)).select_from(joined)
-        split = len(_DUE_CHANNEL)
+        split = len(_due_channel(channels))
         with self._read() as conn:
             found = json.loads(conn.execute(stmt).scalar_one())
         work = []
@@ -162,16 +162,14 @@ class CursorStore(EventStore):
         if after is not None:
             noted = noted.where(channel_changes.c.channel_id > after)
         page = noted.subquery("noted")
-        joined = page.outerjoin(
-            channels,
-            sa.and_(
-                channels.c.channel_id == page.c.channel_id, channels.c.status == CHANNEL_ACTIVE
-            ),
-        ).outerjoin(schedule_state, schedule_state.c.channel_id == page.c.channel_id)
+        channel_row, with_channel = self._active_channel_of(page, page)
+        state_row, joined = self._row_of(schedule_state, page, with_channel)
         stmt = sa.select(
-            self._sql.json_rows(page.c.channel_id, page.c.change, *_DUE_CHANNEL, *schedule_state.c)
+            self._sql.json_rows(
+                page.c.channel_id, page.c.change, *_due_channel(channel_row), *state_row.c
+            )
         ).select_from(joined)
-        split = 2 + len(_DUE_CHANNEL)
+        split = 2 + len(_due_channel(channels))
         with self._read() as conn:
             found = json.loads(conn.execute(stmt).scalar_one())
         changes = []
@@ -180,6 +178,29 @@ class CursorStore(EventStore):
             state = _state_of_json(values[split:]) if values[split] is not None else None
             changes.append(NotedChange(values[1], ScheduleWork(values[0], channel, state)))
         return changes
+
+    def _active_channel_of(
+        self, page: sa.Subquery, joined: sa.FromClause
+    ) -> tuple[sa.FromClause, sa.FromClause]:
+        """`joined` with the page's channel, if active (a NULL row if not)."""
+        return self._row_of(channels, page, joined, channels.c.status == CHANNEL_ACTIVE)
+
+    def _row_of(
+        self,
+        table: sa.Table,
+        page: sa.Subquery,
+        joined: sa.FromClause,
+        *conditions: sa.ColumnElement[bool],
+    ) -> tuple[sa.FromClause, sa.FromClause]:
+        """`joined` with `table`'s row of each of the page's channels, by primary key. On
+        PostgreSQL through a LATERAL subquery it cannot flatten: a page of thousands joined
+        plainly is hashed against a scan of the whole table, a cost that grows with the
+        channels installed rather than with the page."""
+        match = table.c.channel_id == page.c.channel_id
+        if not self._sql.is_postgres:
+            return table, joined.outerjoin(table, sa.and_(match, *conditions))
+        row = sa.select(table).where(match, *conditions).limit(1).lateral(f"{table.name}_row")
+        return row, joined.outerjoin(row, sa.true())
 
     def due_count(self, lookahead_secs: float, *, bound: int) -> int:
         """How many running cursors fall due within `lookahead_secs` of now, with the changes

@@ -67,8 +67,10 @@ class Shard:
         return self.low <= shard_key(channel_id) < self.high
 
     def condition(self, column: sa.ColumnElement[str], *, postgres: bool) -> sa.ColumnElement[bool]:
-        """The channels of `column` this shard takes (true for the whole)."""
-        if self.whole:
+        """The channels of `column` this shard takes. On PostgreSQL the whole is a range too:
+        it names the key the index on due cursors holds, so that index, already in the
+        pass's order, is the one read. On SQLite the whole is every row."""
+        if self.whole and not postgres:
             return sa.true()
         key = shard_key_sql(column, postgres=postgres)
         return sa.and_(key >= self.low, key < self.high)
