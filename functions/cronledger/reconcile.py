@@ -20,8 +20,17 @@ A full batch is written on a thread of its own while the pass plans the next, so
 database's inserts overlap the planning instead of following it. If a batch fails, the pass
 falls back to one channel at a time, so one bad channel cannot stop the others.
 
-A cursor is (re)initialised at the first instant after *now* when it is new, its scheduling
-hash changed, or it was paused: never back-filled from when the channel was written.
+A pass reads two things, each a page at a time through an index, so its cost follows what is
+due and what changed, never the number of channels installed (an idle pass reads two empty
+index ranges): the channel changes its writes noted (`Ledger.noted_changes`), and the running
+cursors due by the horizon (`Ledger.due_cursors`). A cursor is (re)initialised at the first
+instant after *now* when it is new, its scheduling hash changed, or it was paused: never
+back-filled from when the channel was written; the cursor writes of a page (inits, adopted
+versions, pauses) are one statement each, and a note is forgotten with them.
+
+A pass may be split into shards by a stable hash of `channel_id` (`Shard`): each reads and
+writes only its own channels, so shards run in parallel (threads here, invocations on AWS),
+one that dies is redone by the next pass, and passes split differently still agree.
 
 A schedule bounds itself (`at`, `starts_at`, `ends_at`), so when its last instant is written
 the plan's next cursor is None and the cursor parks: the channel has ended, and an idle pass

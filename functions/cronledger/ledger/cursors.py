@@ -12,6 +12,11 @@ ones too) after it.
 Resetting or pausing a cursor also removes the channel's not-yet-due `pending` cron rows in
 the same transaction: a lookahead pass may have materialised them under the schedule that
 is being replaced or paused, and they must not fire.
+
+A pass reads its work through indexes, never by comparing every channel with its cursor:
+each channel write notes the channel in `cron_channel_changes` in its own transaction, and a
+pass reads those notes and the running cursors due by its horizon, a page at a time, in a
+shard of the channels if it is one (`cronledger.ledger.shards`).
 """
 
 from __future__ import annotations
