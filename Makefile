@@ -14,7 +14,7 @@ PG_PORT ?= 5432
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: install run test lint bench synth preflight deploy lock postgres clean screenshot
+.PHONY: install run test lint bench synth preflight deploy lock postgres clean screenshot docs
 
 install: $(STAMP)
 
@@ -58,6 +58,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check functions tests infra
 	$(BIN)/mypy
 
+# The docs site (mkdocs.yml) into site/, offline, warnings as errors; the reference pages are
+# generated from the code as it builds (docs_hooks/reference.py). `make test` builds it too
+# (tests/docs/test_site.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP) postgres
 	$(BIN)/python -m tests.bench
 
@@ -84,5 +90,5 @@ lock: $(STAMP)
 	PYTHONPATH=infra $(BIN)/python -m cronledger_infra.lockfile
 
 clean:
-	rm -rf $(VENV) cdk.out .cronledger .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) cdk.out site .cronledger .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -26,6 +26,8 @@ OVERDUE: Final = "occurrence.overdue"
 COMPLETED: Final = "occurrence.completed"
 RECOVERED: Final = "channel.recovered"
 STALLED: Final = "channel.stalled"
+PAUSED: Final = "channel.paused"
+RESUMED: Final = "channel.resumed"
 
 #: Every kind, by its short name (the one `alerts.on` is written with).
 KINDS: Final = {
@@ -40,6 +42,8 @@ KINDS: Final = {
         COMPLETED,
         RECOVERED,
         STALLED,
+        PAUSED,
+        RESUMED,
     )
 }
 DEFAULT_ON: Final = frozenset((FAILED, ABANDONED, OVERDUE, STALLED, RECOVERED))

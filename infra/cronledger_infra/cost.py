@@ -1,10 +1,11 @@
-"""The README's cost table, recomputed from the synthesized templates: what each profile makes
-(instances, proxies, endpoints per AZ, NAT gateways, secrets, keys, alarm metrics), times the
-list prices below. A test compares the README's table with this module's output, so a change
-to what a profile deploys cannot leave the table behind.
+"""The cost table of the docs' "Profiles and cost" page (`COST_PAGE`), recomputed from the
+synthesized templates: what each profile makes (instances, proxies, endpoints per AZ, NAT
+gateways, secrets, keys, alarm metrics), times the list prices below. A test compares the page's
+table with this module's output, so a change to what a profile deploys cannot leave the table
+behind.
 
-`python -m cronledger_infra.cost` prints the table; `--write` puts it in the README between
-its markers; `--check` exits non-zero when the README's differs. Prices are AWS's us-east-1
+`python -m cronledger_infra.cost` prints the table; `--write` puts it in the page between its
+markers; `--check` exits non-zero when the page's differs. Prices are AWS's us-east-1
 on-demand list prices (Aurora Standard storage, arm64 Lambda), `HOURS` a month; usage is a
 small installation's: a few hourly jobs, about 1 GB of ledger, what `make bench` measures of
 `reconcile` + `claim`.
@@ -22,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 HOURS = 730
-#: The README's typography: an empty cell, and "times".
+#: The page that holds the table, from the project's root.
+COST_PAGE = Path("docs/how-to/cost.md")
+#: The page's typography: an empty cell, and "times".
 NONE = "\N{EN DASH}"
 TIMES = "\N{MULTIPLICATION SIGN}"
 PROFILE_ORDER = ("lean", "lean-nat", "standard", "ha")
@@ -221,10 +224,10 @@ def render(templates: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def in_readme(readme: str) -> str:
-    """The table between the README's markers."""
-    start = readme.index(BEGIN) + len(BEGIN)
-    return readme[start : readme.index(END, start)].strip("\n")
+def in_page(page: str) -> str:
+    """The table between the page's markers."""
+    start = page.index(BEGIN) + len(BEGIN)
+    return page[start : page.index(END, start)].strip("\n")
 
 
 def synthesize_profiles() -> dict[str, dict[str, Any]]:
@@ -250,17 +253,17 @@ def synthesize_profiles() -> dict[str, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     from cronledger_infra.stack import PROJECT_ROOT
 
-    parser = argparse.ArgumentParser(description="Recompute the README's cost table.")
-    parser.add_argument("--write", action="store_true", help="put it in the README")
-    parser.add_argument("--check", action="store_true", help="fail if the README's differs")
+    parser = argparse.ArgumentParser(description=f"Recompute the cost table of {COST_PAGE}.")
+    parser.add_argument("--write", action="store_true", help="put it in the page")
+    parser.add_argument("--check", action="store_true", help="fail if the page's differs")
     args = parser.parse_args(argv)
     table = render(synthesize_profiles())
-    readme_path = PROJECT_ROOT / "README.md"
-    readme = readme_path.read_text()
+    path = PROJECT_ROOT / COST_PAGE
+    page = path.read_text()
     if args.write:
-        readme_path.write_text(readme.replace(in_readme(readme), table))
-    elif args.check and in_readme(readme) != table:
-        print("README.md's cost table is stale: run python -m cronledger_infra.cost --write")
+        path.write_text(page.replace(in_page(page), table))
+    elif args.check and in_page(page) != table:
+        print(f"{COST_PAGE}'s cost table is stale: run python -m cronledger_infra.cost --write")
         return 1
     else:
         print(table)

@@ -195,9 +195,11 @@ class Database(Construct):
         )
         # A sibling of this construct, not a child: what waits for the database must not wait
         # for this too.
+        parent = self.node.scope
+        assert parent is not None
         stack = Stack.of(self)
         protection = cr.AwsCustomResource(
-            stack,
+            parent,
             f"{self.node.id}DeletionProtection",
             on_create=protect,
             on_update=protect,
@@ -210,7 +212,7 @@ class Database(Construct):
             ),
             install_latest_aws_sdk=False,
             log_group=logs.LogGroup(
-                stack,
+                parent,
                 f"{self.node.id}DeletionProtectionLogs",
                 retention=self._log_retention,
                 removal_policy=RemovalPolicy.DESTROY,  # the call's own lines, nothing to keep

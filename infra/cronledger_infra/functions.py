@@ -48,6 +48,8 @@ HANDLERS = {
     "execute": "cronledger.aws.execute.handler",
     "api": "cronledger.aws.api.handler",
     "migrate": "cronledger.aws.migrate.handler",
+    # made only where channels are declared in CDK (channels.py)
+    "channels": "cronledger.aws.channel_resource.handler",
 }
 
 
@@ -127,6 +129,11 @@ class Functions(Construct):
             "api": self.api,
             "migrate": self.migrate,
         }
+
+    def add(self, name: str, timeout: Duration, purpose: str) -> lambda_.Function:
+        """One more function on the same asset, network and environment, made on demand:
+        `channels` exists only in an installation that declares channels in CDK."""
+        return self._function(name, timeout, purpose)
 
     def _function(self, name: str, timeout: Duration, purpose: str) -> lambda_.Function:
         construct_id = name.capitalize()

@@ -1,5 +1,5 @@
 """Deployment profiles (`-c cronledger:profile=lean|lean-nat|standard|ha`): how much network
-and database an installation pays for, chosen in one word (README "Profiles" has the cost of
+and database an installation pays for, chosen in one word (docs/how-to/cost.md has the cost of
 each, computed from the templates by `infra/cost.py`).
 
 | | lean | lean-nat | standard (default) | ha |

@@ -6,7 +6,7 @@ Printed per size: occurrences handed over per second of the invocation, the invo
 and that each occurrence reached the executor exactly once, under the claimant its row is
 leased to. The container is warm (a quiet tick runs first, as every minute has one). The
 same 3,000 are also dispatched one occurrence per invoke (the lanes alone, no batches): the
-figure behind batching (README "Bursts"). Target: 1,000/s.
+figure behind batching (docs: "At scale and at cost"). Target: 1,000/s.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.bench.pg import scratch_database
 LATENCY_SECS = 0.030
 SIZES = (3_000, 10_000)
 TARGET_PER_SEC = 1_000.0
-#: What a burst-ready installation sets (README "Bursts"): claims of up to a thousand rows,
+#: What a burst-ready installation sets (docs: "At scale and at cost"): claims of up to a thousand rows,
 #: and room for the whole burst in flight.
 SETTINGS = {"claim_batch_size": 1000, "max_in_flight": 10_000, "claim_lease_secs": 600}
 

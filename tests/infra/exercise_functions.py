@@ -3,13 +3,14 @@ asset drops (`python -m tests.infra.exercise_functions DATABASE_URL MODULE...`):
 named on the command line, or inside one, raises ImportError, as it would on Lambda.
 
 Migrate; the API (a channel created, a bad one refused, the listing, the OpenAPI document);
-a reconcile pass; the claim module imported (its invocations need AWS); one attempt through
+a channel declared in CDK applied by the channels function; a reconcile pass; the claim module imported (its invocations need AWS); one attempt through
 the execute function. Prints "every function ran" at the end.
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import json
 import os
 import sys
 from typing import Any
@@ -38,7 +39,7 @@ def main(database_url: str, dropped: list[str]) -> None:
         }
     )
     from cronledger.api.models import PREFIX
-    from cronledger.aws import api, claim, execute, migrate, reconcile  # noqa: F401
+    from cronledger.aws import api, channel_resource, claim, execute, migrate, reconcile  # noqa: F401
     from tests.aws.invocations import FakeContext, http_api_event, scheduled_event
 
     def context(name: str) -> FakeContext:
@@ -65,6 +66,21 @@ def main(database_url: str, dropped: list[str]) -> None:
     ]
     statuses = [a["statusCode"] for a in answers]
     assert statuses == [201, 400, 200, 200], [a["body"][:300] for a in answers]
+
+    declared = {**channel, "name": f"declared-{os.getpid()}"}
+    properties = {"Document": json.dumps(declared), "Removal": "purge", "Deployer": "asset-check"}
+    applied = channel_resource.handler(
+        {"RequestType": "Create", "ResourceProperties": properties}, context("channels")
+    )
+    assert applied["Data"]["Outcome"] == "created", applied
+    channel_resource.handler(
+        {
+            "RequestType": "Delete",
+            "PhysicalResourceId": applied["PhysicalResourceId"],
+            "ResourceProperties": properties,
+        },
+        context("channels"),
+    )
 
     reconcile.handler(scheduled_event("cronledger-reconcile"), context("reconcile"))
     from cronledger.aws import runtime

@@ -1,4 +1,4 @@
-"""The README's cost table is what `cronledger_infra.cost` computes from the templates each
+"""The docs' cost table (docs/how-to/cost.md) is what `cronledger_infra.cost` computes from the templates each
 profile synthesizes, so it cannot drift from what a profile deploys."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ def templates(
     return {s.profile: s.template for s in (lean, lean_nat, synthesized, ha)}
 
 
-def test_the_readmes_cost_table_is_the_one_the_templates_yield(templates: dict[str, dict]):
-    readme = (PROJECT_ROOT / "README.md").read_text()
+def test_the_docs_cost_table_is_the_one_the_templates_yield(templates: dict[str, dict]):
+    page = (PROJECT_ROOT / cost.COST_PAGE).read_text()
 
-    assert cost.in_readme(readme) == cost.render(templates)
+    assert cost.in_page(page) == cost.render(templates)
 
 
 def test_the_table_counts_what_each_profile_makes(templates: dict[str, dict]):

@@ -143,7 +143,7 @@ def test_the_dashboard_url_is_an_output(synthesized: Synthesized):
     assert "cloudwatch/home?region=" in url and "#dashboards/dashboard/Cronledger" in url
 
 
-def test_what_destroy_leaves_behind_is_what_the_readme_lists(synthesized: Synthesized):
+def test_what_destroy_leaves_behind_is_what_the_deploy_guide_lists(synthesized: Synthesized):
     resources = synthesized.template["Resources"]
     kept = {
         logical_id: resource["Type"]
@@ -159,7 +159,7 @@ def test_what_destroy_leaves_behind_is_what_the_readme_lists(synthesized: Synthe
           synthesized.resources("AWS::ApiGatewayV2::Stage").values()),
         *(f["LogGroupName"]["Ref"] for f in synthesized.resources("AWS::EC2::FlowLog").values()),
     ]  # fmt: skip
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    guide = (PROJECT_ROOT / "docs" / "how-to" / "deploy.md").read_text()
 
     assert sorted(kept.values()) == sorted(
         ["AWS::RDS::DBCluster", "AWS::KMS::Key"] + ["AWS::Logs::LogGroup"] * 7
@@ -170,9 +170,9 @@ def test_what_destroy_leaves_behind_is_what_the_readme_lists(synthesized: Synthe
     for topic in synthesized.resources("AWS::SNS::Topic").values():
         assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
     assert "| 7 log groups: the five functions', the API's access log, the VPC's flow log |" in (
-        readme
+        guide
     )
-    assert "| the alarm topic's KMS key |" in readme
+    assert "| the alarm topic's KMS key |" in guide
 
 
 def _executor_statements(synthesized: Synthesized) -> list[dict[str, Any]]:

@@ -257,6 +257,37 @@ def test_a_cancel_says_who_and_why(ledger: Ledger) -> None:
     assert event.document["error"] == "cancelled by arn:aws:iam::1:user/ops: wrong data"
 
 
+def test_a_pause_and_a_resume_are_events_with_the_reason_delivered_only_when_asked(
+    ledger: Ledger,
+) -> None:
+    # Given one channel with default alerts and one that asks to be told of pauses
+    quiet = active_channel(ledger, "quiet")
+    told = active_channel(ledger, "told", alerts={"on": ["paused", "resumed"]})
+
+    # When each is paused with a reason, paused again, then resumed
+    for channel in (quiet, told):
+        ledger.set_channel_status(channel.channel_id, "paused", reason="warehouse migration")
+        ledger.set_channel_status(channel.channel_id, "paused", reason="still migrating")
+        ledger.set_channel_status(channel.channel_id, "active")
+
+    # Then each has one pause (its reason kept) and one resume; only `told` delivers them
+    for channel, sequences in ((quiet, [None, None]), (told, [1, 2])):
+        found = all_events(ledger, channel.channel_id)
+        assert kinds(found) == ["channel.paused", "channel.resumed"]
+        assert [e.sequence for e in found] == sequences
+        assert found[0].document["reason"] == "warehouse migration"
+        assert "reason" not in found[1].document
+
+
+def test_a_dry_run_pause_records_no_event(ledger: Ledger) -> None:
+    channel = active_channel(ledger)
+
+    ledger.set_channel_status(channel.channel_id, "paused", reason="trying", dry_run=True)
+
+    assert all_events(ledger) == []
+    assert ledger.get_channel(channel.channel_id).status == "active"
+
+
 def test_a_misfire_summary_event_carries_its_count_and_range(ledger: Ledger) -> None:
     channel = active_channel(ledger, alerts={"on": ["skipped"]})
     now = ledger.db_now().replace(microsecond=0)

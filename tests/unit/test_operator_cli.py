@@ -9,6 +9,7 @@ SigV4 signature.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -961,3 +962,28 @@ def test_migrate_upgrades_the_named_database(
     ledger = Ledger.connect(url)
     assert ledger.list_channels().total == 0
     ledger.dispose()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("typed", "code", "kept"), [("n\n", 2, True), ("", 2, True), ("y\n", 0, False)]
+)
+def test_a_prompt_answered_no_or_closed_exits_2_having_done_nothing(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, typed: str, code: int, kept: bool
+) -> None:
+    # Given a channel, and a person at a terminal who types `typed` (nothing: end of input)
+    channel_id = cli.channel("doomed")
+    monkeypatch.setattr(sys, "stdin", _Terminal(typed))
+
+    # When they delete it without --yes
+    ran = cli("channels", "delete", "doomed")
+
+    # Then a "no" (or a closed input) is the usage exit code and the channel stays
+    assert ran.code == code
+    assert (channel_id in {c.channel_id for c in cli.ledger.list_channels().data}) == kept
+    if kept:
+        assert "Nothing was done." in ran.err

@@ -1,5 +1,5 @@
 """The expression language, form by form: what each accepted form means, and how each refused
-one is refused (SPEC §1.4a). The README's table of forms is this file in prose.
+one is refused (SPEC §1.4a). The table of forms in docs/concepts/schedules.md is this file in prose.
 
 Expected instants are written out in UTC from a calendar, not from the code.
 """
@@ -193,9 +193,9 @@ def test_a_form_without_a_plain_meaning_is_refused_with_how_to_write_it(
     assert says in error.message
 
 
-def readme_table(heading: str) -> list[list[str]]:
-    """The rows of the first table after `heading` in the README, as lists of cells."""
-    text = (Path(__file__).parents[2] / "README.md").read_text()
+def docs_table(heading: str) -> list[list[str]]:
+    """The rows of the first table after `heading` in the docs' schedule page, as lists of cells."""
+    text = (Path(__file__).parents[2] / "docs" / "concepts" / "schedules.md").read_text()
     section = text.split(heading, 1)[1]
     rows = []
     for line in section.splitlines():
@@ -210,9 +210,9 @@ def expressions_in(cell: str) -> list[str]:
     return [c for c in re.findall(r"`([^`]+)`", cell) if len(c.split()) == 6]
 
 
-def test_every_example_in_the_readmes_table_of_forms_compiles() -> None:
+def test_every_example_in_the_docs_table_of_forms_compiles() -> None:
     examples = [
-        e for row in readme_table("### The expression language") for e in expressions_in(row[3])
+        e for row in docs_table("## The expression language") for e in expressions_in(row[3])
     ]
 
     assert len(examples) >= 15
@@ -220,8 +220,8 @@ def test_every_example_in_the_readmes_table_of_forms_compiles() -> None:
         compile_schedule({"schedule": expression}, "c1", now=NOW)
 
 
-def test_every_refused_form_in_the_readme_is_refused_and_its_fix_compiles() -> None:
-    rows = readme_table("Refused, each with a message")
+def test_every_refused_form_in_the_docs_is_refused_and_its_fix_compiles() -> None:
+    rows = docs_table("Refused, each with a message")
     refused = [e for row in rows for e in expressions_in(row[0])]
     fixes = [e for row in rows for e in expressions_in(row[2])]
 

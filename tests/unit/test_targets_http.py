@@ -92,6 +92,17 @@ def test_a_server_error_is_a_failure_that_keeps_the_answer_as_the_excerpt() -> N
     assert len(server.received) == 1
 
 
+@pytest.mark.parametrize(("status", "permanent"), [(404, True), (410, True), (429, False)])
+def test_an_endpoint_that_says_it_is_gone_is_a_permanent_failure(
+    status: int, permanent: bool
+) -> None:
+    with RecordingServer(Answer(status=status, body=b"no such hook")) as server:
+        outcome = run_target({"type": "http", "url": server.url}, envelope(), 5.0, policy=LOOPBACK)
+
+    assert (outcome.ok, outcome.permanent) == (False, permanent)
+    assert (outcome.error or "").startswith(f"HTTP {status}")
+
+
 def test_a_redirect_is_not_followed_and_is_a_failure_naming_the_new_place() -> None:
     moved = Answer(status=302, body=b"", headers={"Location": "https://elsewhere.example/hook"})
 

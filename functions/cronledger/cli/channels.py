@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cronledger.cli import documents
+from cronledger.cli import documents, proposed
 from cronledger.cli.client import ApiError, segment
 from cronledger.cli.documents import Document, UsageError
 from cronledger.cli.output import Column, ago, instant_of, when
@@ -234,7 +234,10 @@ def history(s: Session, channel: ChannelRef, limit: Limit = 50, offset: Offset =
 @api(channels, "diff")
 def diff(
     s: Session,
-    channel: ChannelRef,
+    channel: Annotated[
+        str | None,
+        typer.Argument(help="a channel name or id (to compare two of its versions)"),
+    ] = None,
     from_: Annotated[
         int | None,
         typer.Option("--from", min=1, help="the older version (default: the one before --to)"),
@@ -242,8 +245,31 @@ def diff(
     to: Annotated[
         int | None, typer.Option("--to", min=1, help="the newer version (default: the current one)")
     ] = None,
+    file: Annotated[
+        str | None,
+        typer.Option(
+            "--file",
+            "-f",
+            help="compare a file of channel documents ('-' for stdin) with the channels as "
+            "they are, instead of two versions",
+        ),
+    ] = None,
+    count: Annotated[
+        int, typer.Option(min=1, max=1000, help="with --file: instants shown before and after")
+    ] = 10,
 ) -> None:
-    """What changed between two versions of a channel, as a unified diff of its documents."""
+    """What changed between two versions of a channel, as a unified diff of its documents;
+    with --file, what applying the file would change: for each changed channel, the field
+    diff and its next instants before and after (UTC and local, DST gaps and folds marked)."""
+    if file is not None:
+        if channel is not None or from_ is not None or to is not None:
+            raise UsageError("give --file, or a channel with --from/--to, not both")
+        compared = proposed.show(s, file, count)
+        if any(c["outcome"] == "refused" for c in compared):
+            raise typer.Exit(EXIT_API)
+        return
+    if channel is None:
+        raise UsageError("name a channel (to compare two of its versions) or give --file")
     c = s.channel(channel)
     newer = to or c["version"]
     older = from_ if from_ is not None else newer - 1

@@ -212,7 +212,8 @@ def run(out: Out, body: Callable[[], None]) -> None:
 
 
 def confirm(out: Out, question: str, yes: bool) -> None:
-    """Go on if `--yes` was given or a person at the terminal says yes; else UsageError."""
+    """Go on if `--yes` was given or a person at the terminal says yes. No one to ask is a
+    UsageError; a "no", Ctrl-C or end of input ends the command with the usage exit code."""
     if yes:
         return
     try:
@@ -221,5 +222,10 @@ def confirm(out: Out, question: str, yes: bool) -> None:
         interactive = False
     if not interactive:
         raise UsageError(f"{question} Add --yes to confirm.")
-    if not typer.confirm(question, default=False, err=True):
+    try:
+        agreed = typer.confirm(question, default=False, err=True)
+    except typer.Abort:  # Ctrl-C or end of input at the prompt: a "no", said as one
+        agreed = False
+    if not agreed:
+        out.error("Nothing was done.")
         raise typer.Exit(EXIT_USAGE)

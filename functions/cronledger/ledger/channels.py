@@ -14,10 +14,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
 from cronledger.ledger import attempt_log
 from cronledger.ledger.attempts import occurrence_of, param, running_update
+from cronledger.ledger.events import Draft
 from cronledger.ledger.misfires import misfire_due
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
@@ -27,6 +29,7 @@ from cronledger.ledger.models import (
     DEFAULT_MAX_ATTEMPTS,
     AttemptStart,
     Channel,
+    Event,
     Occurrence,
     OpenedAttempt,
     Page,
@@ -48,6 +51,12 @@ _ALLOWED_FROM = {
     CHANNEL_ACTIVE: (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED),
     CHANNEL_PAUSED: (CHANNEL_ACTIVE, CHANNEL_PAUSED),
     CHANNEL_ARCHIVED: (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED, CHANNEL_ARCHIVED),
+}
+
+#: Moves that are events of the channel's history: a pause (with its reason) and a resume.
+_TURNS: dict[tuple[str | None, str], str] = {
+    (CHANNEL_ACTIVE, CHANNEL_PAUSED): alerts.PAUSED,
+    (CHANNEL_PAUSED, CHANNEL_ACTIVE): alerts.RESUMED,
 }
 
 
@@ -156,15 +165,26 @@ class ChannelStore(OccurrenceStore):
             .values(status=status, status_reason=reason, updated_at=self._sql.now())
             .returning(*channels.c)
         )
+        made: list[Event] = []
         with self._write() as conn:
+            before = conn.execute(
+                sa.select(channels.c.status)
+                .where(channels.c.channel_id == channel_id)
+                .with_for_update()
+            ).scalar_one_or_none()
             row = conn.execute(stmt).one_or_none()
             if row is not None:
                 if status in (CHANNEL_PAUSED, CHANNEL_ARCHIVED):
                     self._pause_cursor(conn, channel_id)
                 self._note_change(conn, channel_id)
+                if (kind := _TURNS.get((before, status))) is not None:
+                    made = self._record(conn, [Draft(kind, channel_id, reason=reason)])
                 if dry_run:
                     conn.rollback()
-                return Channel(**row._mapping)
+                    made = []
+        if row is not None:
+            self._announce(made)
+            return Channel(**row._mapping)
         current = self.get_channel(channel_id)
         raise Conflict(
             f"channel {channel_id} is {current.status!r} and cannot become {status!r}: "

@@ -67,6 +67,7 @@ class Draft:
     error: str | None = None
     count: int | None = None
     oldest_scheduled_for: datetime | None = None
+    reason: str | None = None
 
 
 def draft(kind: str, occurrence: Occurrence, **fields: Any) -> Draft:
@@ -435,6 +436,8 @@ def _event(
     }
     if d.oldest_scheduled_for is not None:
         body["oldest_scheduled_for"] = to_rfc3339(d.oldest_scheduled_for)
+    if d.reason is not None:
+        body["reason"] = d.reason
     if o is not None:
         body |= {
             "occurrence_id": o.id,

@@ -268,6 +268,10 @@ def run(
     )
 
 
+#: Answers that say the endpoint itself does not exist: the attempt fails without retries.
+GONE_STATUSES = frozenset({404, 410})
+
+
 def post(
     doc: Mapping[str, Any],
     parts: SplitResult,
@@ -325,7 +329,9 @@ def post(
     error = f"HTTP {answer.status} {answer.reason}".rstrip()
     if answer.location:
         error += f" (redirects are not followed; it points to {answer.location})"
-    return TargetOutcome(ok=False, result=answer.body, error=error)
+    # The endpoint says it does not exist: another attempt would be told the same.
+    gone = answer.status in GONE_STATUSES
+    return TargetOutcome(ok=False, result=answer.body, error=error, permanent=gone)
 
 
 KIND = TargetKind(
