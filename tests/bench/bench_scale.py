@@ -154,7 +154,9 @@ cpu: list[float] = [0.0]
 
 def vacuum(ledger: Ledger) -> None:
     with ledger.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("SET statement_timeout = 0"))
         conn.execute(sa.text(f"VACUUM ANALYZE {TABLES}"))
+        conn.execute(sa.text("RESET statement_timeout"))
 
 
 def seed(ledger: Ledger, start: int, end: int, *, with_cursors: bool = True) -> None:
