@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Annotated, Any, ClassVar, Final
 
-from cronledger.errors import FieldError, refuse_unknown_keys
+from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, WithJsonSchema
+
+from cronledger.errors import FieldError
+from cronledger.validation import Document, field_errors, refused, whole, without_null
 
 FAILED: Final = "occurrence.failed"
 ATTEMPT_FAILED: Final = "occurrence.attempt_failed"
@@ -51,8 +54,27 @@ DEFAULT_ON: Final = frozenset((FAILED, ABANDONED, OVERDUE, STALLED, RECOVERED))
 ALERTING: Final = frozenset((FAILED, ABANDONED, OVERDUE, STALLED))
 MAX_OVERDUE_SECS: Final = 7 * 86_400
 MAX_CONSECUTIVE: Final = 100
-_KEYS: Final = ("on", "overdue_after_secs", "after_consecutive_failures")
-_PATH: Final = "transport_config.alerts"
+_KNOWN: Final = ", ".join(KINDS)
+
+
+def _kinds(value: Any) -> Any:
+    if value is not None and not isinstance(value, list):
+        raise refused("type_mismatch", f"must be a list of event kinds ({_KNOWN}); [] for none")
+    return value
+
+
+def _kind(value: Any) -> str:
+    """An event kind by its short or full name, as its full name."""
+    if isinstance(value, str) and (value in KINDS or value in KINDS.values()):
+        return KINDS.get(value, value)
+    raise refused("invalid", f"{value!r} is not an event kind; use one of {_KNOWN}")
+
+
+Kind = Annotated[
+    str,
+    BeforeValidator(_kind),
+    WithJsonSchema({"type": "string", "enum": [*KINDS, *KINDS.values()]}),
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,38 +129,51 @@ def advance(
     return after, recorded
 
 
+class Alerts(Document):
+    """Which of the channel's events are delivered (every event is listed whatever these say).
+    JSON `null` on a key means "not given"."""
+
+    example: ClassVar[str] = '{"on": ["failed", "overdue"], "overdue_after_secs": 3600}'
+    null_means_absent: ClassVar[bool] = True
+
+    on: Annotated[list[Kind] | None, BeforeValidator(_kinds)] = Field(
+        None,
+        description="the kinds to deliver, short or full name; [] delivers none; default: "
+        "failed, abandoned, overdue, stalled and recovered",
+        json_schema_extra=without_null({"uniqueItems": True}),
+    )
+    overdue_after_secs: whole(1, MAX_OVERDUE_SECS) | None = Field(  # type: ignore[valid-type]
+        None,
+        description="an instant not completed this long after its due time is overdue (once), "
+        "and a cursor this far behind its schedule is stalled; unset: neither is reported",
+        json_schema_extra=without_null(),
+    )
+    after_consecutive_failures: whole(1, MAX_CONSECUTIVE) | None = Field(  # type: ignore[valid-type]
+        None,
+        description="deliver `failed` only once this many occurrences failed in a row",
+        json_schema_extra=without_null(),
+    )
+
+    def rules(self) -> AlertRules:
+        return AlertRules(
+            on=DEFAULT_ON if self.on is None else frozenset(self.on),
+            overdue_after_secs=self.overdue_after_secs,
+            after_consecutive_failures=self.after_consecutive_failures or 1,
+        )
+
+
+_ALERTS: Final = TypeAdapter(Alerts)
+
+
 def alert_rules(value: Any, errors: list[FieldError]) -> AlertRules | None:
     """Validate `transport_config.alerts`, appending every problem with its path."""
     if value is None:
         return AlertRules()
-    if not isinstance(value, Mapping):
-        errors.append(
-            FieldError(
-                _PATH,
-                "type_mismatch",
-                'must be an object, e.g. {"on": ["failed", "overdue"], "overdue_after_secs": 3600}',
-            )
-        )
+    try:
+        return _ALERTS.validate_python(value).rules()
+    except ValidationError as exc:
+        errors.extend(field_errors(exc, ("transport_config", "alerts")))
         return None
-    found = len(errors)
-    refuse_unknown_keys(value, _KEYS, _PATH, errors)
-    on = _kinds(value.get("on"), errors)
-    overdue = _count(
-        value.get("overdue_after_secs"), "overdue_after_secs", MAX_OVERDUE_SECS, errors
-    )
-    after = _count(
-        value.get("after_consecutive_failures"),
-        "after_consecutive_failures",
-        MAX_CONSECUTIVE,
-        errors,
-    )
-    if len(errors) > found:
-        return None
-    return AlertRules(
-        on=DEFAULT_ON if on is None else on,
-        overdue_after_secs=overdue,
-        after_consecutive_failures=after or 1,
-    )
 
 
 def rules_of(transport_config: Mapping[str, Any] | None) -> AlertRules:
@@ -148,44 +183,3 @@ def rules_of(transport_config: Mapping[str, Any] | None) -> AlertRules:
     errors: list[FieldError] = []
     rules = alert_rules(value, errors)
     return rules if rules is not None else AlertRules()
-
-
-def _kinds(value: Any, errors: list[FieldError]) -> frozenset[str] | None:
-    path = f"{_PATH}.on"
-    known = ", ".join(KINDS)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        errors.append(
-            FieldError(
-                path, "type_mismatch", f"must be a list of event kinds ({known}); [] for none"
-            )
-        )
-        return None
-    kinds: set[str] = set()
-    for i, item in enumerate(value):
-        kind = KINDS.get(item) if isinstance(item, str) else None
-        if kind is None and isinstance(item, str) and item in KINDS.values():
-            kind = item
-        if kind is None:
-            errors.append(
-                FieldError(
-                    f"{path}[{i}]", "invalid", f"{item!r} is not an event kind; use one of {known}"
-                )
-            )
-            continue
-        kinds.add(kind)
-    return frozenset(kinds)
-
-
-def _count(value: Any, key: str, high: int, errors: list[FieldError]) -> int | None:
-    path = f"{_PATH}.{key}"
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors.append(FieldError(path, "type_mismatch", f"must be an integer 1..{high}"))
-        return None
-    if not 1 <= value <= high:
-        errors.append(FieldError(path, "invalid", f"must be 1..{high}, got {value}"))
-        return None
-    return value

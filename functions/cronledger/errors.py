@@ -8,10 +8,8 @@ so a user fixes a document in one round trip.
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,19 +23,6 @@ class FieldError:
 
     def as_dict(self) -> dict[str, str]:
         return {"path": self.path, "code": self.code, "message": self.message}
-
-
-def refuse_unknown_keys(
-    document: Mapping[str, Any], known: tuple[str, ...], prefix: str, errors: list[FieldError]
-) -> None:
-    """Append a problem for each key of `document` not in `known`, naming the closest known
-    one: a typo must never silently keep a default."""
-    for key in document:
-        if key in known:
-            continue
-        close = difflib.get_close_matches(str(key), known, n=1)
-        hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(known)}"
-        errors.append(FieldError(f"{prefix}.{key}", "invalid", f'unknown key "{key}"; {hint}'))
 
 
 class CronledgerError(Exception):

@@ -60,6 +60,9 @@ from cronledger.errors import CronledgerError
 
 PREFIX = "CRONLEDGER_"
 DEFAULT_DATABASE_URL = "sqlite:///.cronledger/cronledger.db"
+#: The longest a job may be given (Lambda's 15-minute ceiling): the default's bound, and a
+#: channel's `timeout_ms`.
+TIMEOUT_MAX_MS: Final = 900_000
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 SecretSource = Literal["env", "aws"]
 SECRET_SOURCES: Final = get_args(SecretSource)
@@ -177,7 +180,7 @@ _RANGES: dict[str, tuple[int, int]] = {
     "heartbeat_interval_secs": (1, 3600),
     "misfire_grace_secs": (0, 86_400),
     "max_catch_up": (1, 1000),
-    "default_timeout_ms": (1, 900_000),
+    "default_timeout_ms": (1, TIMEOUT_MAX_MS),
     "max_in_flight": (1, 10_000),
     "lookahead_secs": (0, 3600),
     "retention_hours": (1, 87_600),

@@ -10,12 +10,20 @@ from __future__ import annotations
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
-from cronledger.api import handle_event
+from cronledger.api import create_app, handle_event
 from cronledger.ledger import Ledger
-from tests.api.helpers import CHANNELS, FAIL_TARGET, Api, channel_document, create_channel
+from tests.api.helpers import (
+    CHANNELS,
+    FAIL_TARGET,
+    SETTINGS,
+    Api,
+    channel_document,
+    create_channel,
+)
 from tests.api.http import Answer, call, v2_event
 
 
@@ -330,3 +338,43 @@ def test_a_dry_run_answers_as_the_request_would_and_writes_nothing(
     assert api("PATCH", f"{path}/status", body={"status": "archived"}).status == 200
     assert api("PUT", path, dry, edit).status == 409
     assert api("PATCH", f"{path}/status", dry, {"status": "active"}).status == 409
+
+
+def test_labels_are_stored_and_served_with_the_definition(api: Api, ledger: Ledger) -> None:
+    labelled = channel_document()
+    labelled["transport_config"]["labels"] = {"team": "billing", "example.com/tier": ""}
+
+    channel = create_channel(api, transport_config=labelled["transport_config"])
+    bad = channel_document(name="bad-labels")
+    bad["transport_config"]["labels"] = {"-team": "x", "tier": 3}
+    refused = api("POST", CHANNELS, body=bad)
+
+    stored = ledger.get_channel(channel["channel_id"])
+    assert stored.transport_config["labels"] == {"team": "billing", "example.com/tier": ""}
+    assert channel["transport_config"]["labels"] == stored.transport_config["labels"]
+    assert (refused.status, refused.error["code"]) == (400, "validation_failed")
+    assert {(d["path"], d["code"]) for d in refused.error["details"]} == {
+        ("transport_config.labels.-team", "invalid"),
+        ("transport_config.labels.tier", "type_mismatch"),
+    }
+
+
+def test_two_apps_in_one_process_each_answer_from_their_own_ledger(
+    app: APIGatewayHttpResolver, tmp_path: Path
+) -> None:
+    # Given a second app over another ledger, built after the first (the routes are shared)
+    other_ledger = Ledger.connect(f"sqlite:///{tmp_path / 'other.db'}")
+    other_ledger.migrate()
+    other = create_app(other_ledger, SETTINGS)
+    created = call(app, "POST", CHANNELS, body=channel_document(name="first-app-only"))
+
+    # When each lists its channels, the first app after the second was built and used
+    in_other = call(other, "GET", CHANNELS, query={"name": "first-app-only"})
+    in_first = call(app, "GET", CHANNELS, query={"name": "first-app-only"})
+
+    # Then each answers from its own ledger
+    assert created.status == 201
+    assert [c["name"] for c in in_first.data] == ["first-app-only"]
+    assert in_other.data == []
+    assert other_ledger.list_channels().total == 0
+    other_ledger.dispose()

@@ -7,13 +7,11 @@ import ssl
 from typing import Any
 from urllib.parse import parse_qs
 
-import pg8000
 import pytest
-from sqlalchemy import event
 
 from cronledger.aws import database
 from cronledger.aws.database import DatabaseConfigError, ledger_engine
-from cronledger.ledger import Ledger, driver
+from cronledger.ledger import Ledger, connecting
 from tests.aws.invocations import REGION
 
 PROXY = "cronledger-proxy.proxy-c0ffee.us-east-1.rds.amazonaws.com"
@@ -33,14 +31,8 @@ class NotConnecting(Exception):
 def test_every_new_connection_to_the_proxy_presents_an_iam_token_inside_verified_tls(
     aws: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given pg8000 recording what it is asked to connect with, instead of connecting
-    asked: list[dict[str, Any]] = []
-
-    def connect(**parameters: Any) -> None:
-        asked.append(parameters)
-        raise NotConnecting
-
-    monkeypatch.setattr(pg8000, "connect", connect)
+    # Given connections recording what they are asked to connect with, instead of connecting
+    asked = recorded_connections(monkeypatch)
     engine = ledger_engine(STACK_ENV)
 
     # When the engine opens two connections
@@ -63,9 +55,9 @@ def test_every_new_connection_to_the_proxy_presents_an_iam_token_inside_verified
         context = parameters["ssl_context"]
         assert isinstance(context, ssl.SSLContext)
         assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+        # and no statement is prepared on the session (the proxy would pin it to one backend)
+        assert parameters["prepared_statements"] is False
     assert engine.url.password is None
-    # and no statement is prepared on the session (the proxy would pin it to one backend)
-    assert not event.contains(engine, "do_execute", driver._execute_prepared)
 
 
 def test_the_token_is_the_one_an_rds_client_signs_without_building_one(aws: None) -> None:
@@ -103,7 +95,8 @@ def test_a_database_url_wins_over_the_stacks_proxy_settings(pg_database_url: str
     try:
         assert engine.url.render_as_string(hide_password=False) == pg_database_url
         assert Ledger(engine).db_now() is not None
-        assert event.contains(engine, "do_execute", driver._execute_prepared)  # no proxy
+        with engine.connect() as conn:  # no proxy: statements are prepared
+            assert conn.connection.driver_connection.prepared_statements is True
     finally:
         engine.dispose()
 
@@ -137,7 +130,7 @@ def recorded_connections(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]
         asked.append(parameters)
         raise NotConnecting
 
-    monkeypatch.setattr(pg8000, "connect", connect)
+    monkeypatch.setattr(connecting, "open_connection", connect)
     return asked
 
 
@@ -167,7 +160,7 @@ def test_without_a_proxy_a_connection_goes_to_the_cluster_verified_against_the_r
     assert "Amazon RDS us-east-1 Root CA RSA2048 G1" in roots
     assert all(name.startswith("Amazon RDS ") for name in roots)
     # and statements are prepared on the session, as nothing pins it
-    assert event.contains(engine, "do_execute", driver._execute_prepared)
+    assert parameters["prepared_statements"] is True
 
 
 def test_the_shipped_rds_roots_cover_every_region_with_each_key_kind() -> None:

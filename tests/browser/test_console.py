@@ -31,7 +31,7 @@ import pytest
 
 from cronledger import claim, reconcile
 from cronledger.api import create_app, handle_event
-from cronledger.ledger import FAILED, SKIPPED_MISFIRE, Ledger, NewOccurrence
+from cronledger.ledger import FAILED, SKIPPED_MISFIRE, Ledger, NewOccurrence, paging
 from cronledger.local import serve_api
 from cronledger.targets import target_ref
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
@@ -431,6 +431,25 @@ def _at(value: str) -> datetime:
 
 ROWS_SHOWN = """return [...document.querySelectorAll('#channels tbody tr.channel')]
                 .map((r) => r.dataset.channel)"""
+
+
+def test_the_table_holds_every_channel_when_the_api_answers_a_page_at_a_time(
+    console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given eleven channels, and an API that answers at most four rows a page
+    names = [f"paged-{i:02d}" for i in range(11)]
+    for name in names:
+        console.channel(name, OK_TARGET)
+    monkeypatch.setattr(paging, "MAX_PAGE_SIZE", 4)
+
+    # When the console loads
+    console.open()
+
+    # Then it followed each list's `next` to its end: every channel is drawn, with its status
+    assert console.driver.execute_script(ROWS_SHOWN) == names
+    assert console.driver.find_element("id", "shown").text == "11 channels"
+    status_rows = console.driver.execute_script("return state.status.size")
+    assert status_rows == 11
 
 
 def test_search_and_filters_narrow_a_table_of_two_hundred_channels(console: Console) -> None:

@@ -95,6 +95,5 @@ def test_postgresql_connections_send_each_message_at_once(pg_ledger: Ledger) -> 
     # Nagle's algorithm would hold the tail of a large message for the server's delayed ACK
     # (40 ms a statement); the ledger's connections turn it off, as libpq does.
     with pg_ledger.engine.connect() as conn:
-        raw = conn.connection.dbapi_connection
-        sock = raw._usock  # type: ignore[union-attr]
+        sock = conn.connection.driver_connection.socket
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0

@@ -126,7 +126,7 @@ def test_pausing_a_channel_pauses_its_cursor_and_drops_its_lookahead(ledger: Led
     assert [o.id for o in kept.data] == [due.id]
 
 
-def test_channels_are_listed_by_status_in_creation_order(ledger: Ledger) -> None:
+def test_channels_are_listed_by_status_newest_first(ledger: Ledger) -> None:
     names = ["a", "b", "c", "d"]
     channels = [nightly(ledger, name) for name in names]
     for channel in channels[1:3]:
@@ -136,9 +136,9 @@ def test_channels_are_listed_by_status_in_creation_order(ledger: Ledger) -> None
     active = ledger.list_channels(status=CHANNEL_ACTIVE)
     second_page = ledger.list_channels(limit=2, offset=2)
 
-    assert [c.name for c in everything.data] == names
-    assert (active.total, [c.name for c in active.data]) == (2, ["b", "c"])
-    assert (second_page.total, [c.name for c in second_page.data]) == (4, ["c", "d"])
+    assert [c.name for c in everything.data] == names[::-1]
+    assert (active.total, [c.name for c in active.data]) == (2, ["c", "b"])
+    assert (second_page.total, [c.name for c in second_page.data]) == (4, ["b", "a"])
     named = ledger.list_channels(name="c")
     assert (named.total, [c.name for c in named.data]) == (1, ["c"])
     assert ledger.list_channels(name="c", status=CHANNEL_ACTIVE).total == 1

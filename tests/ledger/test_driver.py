@@ -1,8 +1,8 @@
-"""The pg8000 tuning of `cronledger.ledger.driver`, against the run's PostgreSQL: statements
-run as named prepared statements (and give the same answers), a statement the schema
-outgrew is prepared again, an idle dead connection is replaced on checkout, the
-autocommit used for one-statement writes never leaks into a pooled connection, and a direct
-statement answers what SQLAlchemy would, fails as it would, and drops a dead connection."""
+"""The pg8000 connection of `cronledger.ledger.driver`, against the run's PostgreSQL:
+statements run as named prepared statements (and answer what unprepared ones answer), a
+statement the schema outgrew is prepared again, an idle dead connection is replaced on
+checkout, the autocommit used for one-statement writes never leaks into a pooled connection,
+a failed statement keeps its connection, and a lost one drops the connections it went with."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 from cronledger.ledger import CHANNEL_DRAFT, CLAIMED, DatabaseUnavailable, Ledger, driver
 from cronledger.ledger.backend import create_ledger_engine
-from cronledger.ledger.driver import DirectStatements
 from cronledger.ledger.tables import channels
 from tests.ledger.helpers import empty_tables, seed_due
 
@@ -115,26 +114,13 @@ def test_one_statement_writes_leave_the_pooled_connection_transactional(
         ledger.dispose()
 
 
-def run_direct(
-    engine: sa.Engine, statement: sa.Select[Any] | sa.Update, **parameters: object
-) -> tuple[list[tuple[object, ...]], int]:
-    direct = DirectStatements.for_engine(engine)
-    assert direct is not None
-    pooled = engine.raw_connection()
-    try:
-        rows, count = direct.run(pooled, direct.compile(statement), parameters)
-    finally:
-        pooled.close()
-    return [tuple(row) for row in rows], count
-
-
-def test_a_direct_statement_answers_what_sqlalchemy_answers(
-    pg_ledger: Ledger, engine: sa.Engine
+def test_a_prepared_statement_answers_what_an_unprepared_one_answers(
+    pg_ledger: Ledger, engine: sa.Engine, pg_database_url: str
 ) -> None:
     # Given a channel (JSON documents, instants), a read with a bound value of its own, and
     # a write that returns what it changed and uses one parameter twice
     channel = pg_ledger.create_channel(
-        f"direct-{uuid.uuid4().hex[:8]}",
+        f"prepared-{uuid.uuid4().hex[:8]}",
         {"schedule": "0 0 * * * *", "timezone": "UTC"},
         {"type": "python", "callable": "cronledger.demo:hello"},
         5_000,
@@ -152,70 +138,71 @@ def test_a_direct_statement_answers_what_sqlalchemy_answers(
         .values(timeout_ms=ms)
         .returning(channels.c.channel_id, channels.c.timeout_ms, channels.c.updated_at)
     )
+    unprepared = create_ledger_engine(pg_database_url, prepared_statements=False, pool_size=1)
 
-    # When each runs straight on a pooled connection, and the read through SQLAlchemy too
-    rows, count = run_direct(engine, read, p_id=channel.channel_id)
+    # When the read runs on both engines, and the write twice as prepared statements
+    try:
+        with unprepared.connect() as conn:
+            expected = conn.execute(read, {"p_id": channel.channel_id}).all()
+    finally:
+        unprepared.dispose()
     with engine.connect() as conn:
-        expected = [tuple(conn.execute(read, {"p_id": channel.channel_id}).one())]
-    raised, raised_count = run_direct(engine, raise_timeout, p_id=channel.channel_id, p_ms=6_000)
-    again, again_count = run_direct(engine, raise_timeout, p_id=channel.channel_id, p_ms=6_000)
+        rows = conn.execute(read, {"p_id": channel.channel_id}).all()
+        raised = conn.execute(raise_timeout, {"p_id": channel.channel_id, "p_ms": 6_000})
+        raised_rows, raised_count = raised.all(), raised.rowcount
+        again = conn.execute(raise_timeout, {"p_id": channel.channel_id, "p_ms": 6_000})
+        again_rows, again_count = again.all(), again.rowcount
+        conn.commit()
 
     # Then the read answers the same values of the same types (the JSON decoded, the
     # instants aware UTC), and the write answers its row once, then, matching none, nothing
-    assert (rows, count) == (expected, 1)
+    assert rows == expected and len(rows) == 1
     assert [type(v) for v in rows[0]] == [type(v) for v in expected[0]]
-    assert rows[0][list(channels.c.keys()).index("target")]["type"] == "python"
-    assert raised_count == 1 and raised == [(channel.channel_id, 6_000, channel.updated_at)]
-    assert (again, again_count) == ([], 0)
+    assert rows[0].target["type"] == "python"
+    assert raised_count == 1 and raised_rows == [(channel.channel_id, 6_000, channel.updated_at)]
+    assert (again_rows, again_count) == ([], 0)
     assert pg_ledger.get_channel(channel.channel_id).timeout_ms == 6_000  # committed
 
 
-@pytest.mark.parametrize("event", ["before_cursor_execute", "commit", "handle_error"])
-def test_the_ledger_goes_direct_unless_listeners_watch_executions(
-    pg_database_url: str, event: str
-) -> None:
-    engine = create_ledger_engine(pg_database_url, pool_size=1)
+def test_a_listener_sees_every_statement_the_ledger_sends(pg_ledger: Ledger) -> None:
+    # Given a listener on the ledger's engine and an occurrence due
+    empty_tables(pg_ledger)
+    due = seed_due(pg_ledger)
+    sent: list[str] = []
+
+    def watch(*args: Any) -> None:
+        sent.append(args[2])
+
+    sa.event.listen(pg_ledger.engine, "before_cursor_execute", watch)
     try:
-        direct = DirectStatements.for_engine(engine)
-        assert direct is not None and not direct.observed()
-
-        def watch(*_: object) -> None:
-            pass
-
-        sa.event.listen(engine, event, watch)
-        assert direct.observed()
-        sa.event.remove(engine, event, watch)
-        assert not direct.observed()  # direct again once nothing watches
+        # When the ledger claims it (one statement on the hottest path)
+        assert [o.id for o in pg_ledger.claim_due("node-a", 10, 60)] == [due.id]
     finally:
-        engine.dispose()
+        sa.event.remove(pg_ledger.engine, "before_cursor_execute", watch)
+
+    # Then the listener saw the claim's UPDATE
+    assert any(statement.lstrip().startswith("UPDATE cron_occurrences") for statement in sent)
 
 
-def test_without_prepared_statements_statements_go_through_sqlalchemy(
-    pg_database_url: str,
-) -> None:
-    engine = create_ledger_engine(pg_database_url, prepared_statements=False)
-    try:
-        assert DirectStatements.for_engine(engine) is None
-    finally:
-        engine.dispose()
+def test_a_statement_missing_a_parameter_is_refused_by_name(engine: sa.Engine) -> None:
+    with engine.connect() as conn, pytest.raises(sa.exc.StatementError, match="'b'"):
+        conn.execute(ADD, {"a": 1})
 
 
-def test_a_direct_statement_refuses_a_missing_parameter(engine: sa.Engine) -> None:
-    with pytest.raises(sa.exc.ArgumentError, match="'p'"):
-        run_direct(engine, sa.select(sa.bindparam("p", type_=sa.Integer)))
-
-
-def test_a_failed_direct_statement_raises_as_sqlalchemy_and_keeps_its_connection(
+def test_a_failed_prepared_statement_raises_as_sqlalchemy_and_keeps_its_connection(
     engine: sa.Engine,
 ) -> None:
     pid = sa.select(sa.func.pg_backend_pid())
-    before = run_direct(engine, pid)
-    with pytest.raises(sa.exc.DBAPIError, match="invalid input syntax") as raised:
-        run_direct(
-            engine, sa.select(sa.cast(sa.bindparam("p", type_=sa.String), sa.Integer)), p="x"
-        )
-    assert not raised.value.connection_invalidated
-    assert run_direct(engine, pid) == before  # the same session, still usable
+    bad = sa.select(sa.cast(sa.bindparam("p", type_=sa.String), sa.Integer))
+    with engine.connect() as conn:
+        before = conn.execute(pid).scalar_one()
+        with pytest.raises(sa.exc.DBAPIError, match="invalid input syntax") as raised:
+            conn.execute(bad, {"p": "x"})
+        conn.rollback()
+        assert not raised.value.connection_invalidated
+        assert conn.execute(bad, {"p": "7"}).scalar_one() == 7  # prepared, still usable
+    with engine.connect() as conn:
+        assert conn.execute(pid).scalar_one() == before  # the same session, kept by the pool
 
 
 def test_a_lost_connection_drops_every_connection_it_went_with(
@@ -246,11 +233,11 @@ def test_a_lost_connection_drops_every_connection_it_went_with(
         ledger.dispose()
 
 
-@pytest.mark.parametrize("prepared", [True, False], ids=["direct", "through-sqlalchemy"])
-def test_a_write_on_a_connection_left_in_a_transaction_is_still_committed(
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "unprepared"])
+def test_a_write_on_a_connection_a_listener_ran_sql_on_is_still_committed(
     pg_ledger: Ledger, pg_database_url: str, prepared: bool
 ) -> None:
-    # Given an engine whose new connections are left inside a transaction by a listener
+    # Given an engine whose new connections run SQL in a listener
     empty_tables(pg_ledger)
     due = seed_due(pg_ledger)
     engine = create_ledger_engine(
@@ -259,7 +246,7 @@ def test_a_write_on_a_connection_left_in_a_transaction_is_still_committed(
 
     @sa.event.listens_for(engine, "connect")
     def leave_open(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.cursor().execute("SELECT 1")  # pg8000 begins a transaction
+        dbapi_connection.cursor().execute("SELECT %s", (1,))  # pg8000's would BEGIN first
 
     # When a claim (one statement) runs there and the connection goes back to the pool
     ledger = Ledger(engine)
@@ -268,5 +255,5 @@ def test_a_write_on_a_connection_left_in_a_transaction_is_still_committed(
     finally:
         ledger.dispose()
 
-    # Then the claim was committed, not rolled back with the listener's transaction
+    # Then the claim was committed, not rolled back with a transaction the listener began
     assert pg_ledger.get_occurrence(due.id).status == CLAIMED

@@ -32,7 +32,7 @@ def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger
         tables = set(sa.inspect(conn).get_table_names())
         revision = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
     assert tables == {*metadata.tables, VERSION_TABLE}
-    assert revision == "0008"
+    assert revision == "0009"
 
 
 def test_the_migrated_schema_matches_the_table_definitions(ledger: Ledger) -> None:
@@ -61,13 +61,17 @@ def test_postgresql_indexes_only_the_live_work_for_claims(pg_ledger: Ledger) -> 
         "ix_cron_occurrences_leased",
         "ix_cron_occurrences_unjudged",
         "ix_cron_occurrences_overdue",
+        "ix_cron_occurrences_retention",
     }
     assert "IS NOT NULL" in definitions["ix_cron_occurrences_overdue"], "only the watched"
     assert "'pending'" in definitions["ix_cron_occurrences_pending"]
     assert "'claimed'" in definitions["ix_cron_occurrences_leased"]
     assert "'running'" in definitions["ix_cron_occurrences_leased"]
     assert "'claimed'" not in definitions["ix_cron_occurrences_unjudged"], "a claim leaves it"
-    assert not any("'completed'" in d for d in definitions.values()), "history is not indexed"
+    claims = [d for name, d in definitions.items() if name != "ix_cron_occurrences_retention"]
+    assert not any("'completed'" in d for d in claims), "history is not indexed for claims"
+    retention = definitions["ix_cron_occurrences_retention"]
+    assert "'completed'" in retention and "'pending'" not in retention, "history only"
 
 
 def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: Ledger) -> None:

@@ -32,6 +32,7 @@ import yaml
 from cronledger.api import create_app
 from cronledger.cli import app, main
 from cronledger.cli.client import ApiClient
+from cronledger.instants import to_rfc3339
 from cronledger.ledger import Ledger, NewOccurrence
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
 from tests.api.http import serving
@@ -386,6 +387,35 @@ def test_occurrences_list_is_newest_scheduled_first_and_filters_by_trigger(cli: 
     assert [o["trigger"] for o in manual.json()["data"]] == ["manual"]
     assert [r[3] for r in rows(backfilled)[1:]] == ["backfill"] * created
     assert all(r[2] == "completed" for r in rows(backfilled)[1:])
+
+
+def test_lists_page_by_the_key_their_footer_names(cli: Cli) -> None:
+    # Given five rows of one channel, and three channels two of which share a prefix
+    channel_id = cli.channel("nightly")
+    cli.channel("nightly-eu")
+    cli.channel("weekly")
+    now = cli.ledger.db_now().replace(microsecond=0)
+    for hours in range(5):
+        at = now - timedelta(hours=hours)
+        assert cli.ledger.insert_occurrence(NewOccurrence(channel_id, "nightly", 1, at))
+
+    # When the occurrences are read two a page, each page after the key the last one names
+    pages = [cli("occurrences", "list", "--limit", "2")]
+    while "--after" in pages[-1].out.splitlines()[-1]:
+        key = pages[-1].out.splitlines()[-1].split("--after ")[1].split()[0]
+        pages.append(cli("occurrences", "list", "--limit", "2", "--after", key))
+    prefixed = cli("channels", "list", "--name-prefix", "nightly", "--limit", "1")
+    status = cli("status", "--name-prefix", "nightly", "--json")
+
+    # Then the pages hold the five rows once each, newest first, each footer saying where
+    # it is, and the prefix keeps the two nightly channels (newest first)
+    footers = [page.out.splitlines()[-1].split(" (")[0] for page in pages]
+    assert footers == ["2 of 5", "2 of 5", "1 of 5"]
+    listed = [o for page in pages for o in page.out.split() if o.startswith(str(now.year))]
+    assert listed == [to_rfc3339(now - timedelta(hours=h)) for h in range(5)]
+    assert [r[0] for r in rows(prefixed)[1:2]] == ["nightly-eu"]
+    assert "(--after " in prefixed.out.splitlines()[-1]
+    assert [c["name"] for c in status.json()["data"]] == ["nightly-eu", "nightly"]
 
 
 def test_unknown_channel_and_status_filters_are_errors_not_empty_lists(cli: Cli) -> None:

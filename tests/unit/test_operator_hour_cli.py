@@ -141,8 +141,8 @@ def test_a_channel_listing_exported_as_yaml_applies_back_with_no_change(
     outcomes = {o["name"]: o["outcome"] for o in applied.json()}
     assert outcomes == {"nightly": "unchanged", "hourly": "unchanged"}
     assert [(c.name, c.version) for c in cli.ledger.list_channels().data] == [
-        ("nightly", 1),
         ("hourly", 1),
+        ("nightly", 1),
     ]
 
 

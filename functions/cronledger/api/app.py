@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -25,10 +26,8 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger import __version__
-from cronledger.api.channel_runs import add_channel_run_routes
-from cronledger.api.channels import add_channel_routes
+from cronledger.api import channel_runs, channels, events
 from cronledger.api.errors import as_v2, error_response, install_error_mapping
-from cronledger.api.events import add_event_routes
 from cronledger.api.occurrences import add_occurrence_routes
 from cronledger.api.request_rules import (
     BodyTooLarge,
@@ -37,11 +36,15 @@ from cronledger.api.request_rules import (
     UnsupportedMediaType,
     screen,
 )
+from cronledger.api.services import Services, serve
 from cronledger.api.status import add_health_routes, add_status_routes
 from cronledger.console import PAGE, add_console_routes
 from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
+from cronledger.targets import TargetPolicy
+from cronledger.targets.clients import default_clients
+from cronledger.targets.secrets import hosts_where_readable
 
 TITLE = "cronledger"
 DESCRIPTION = (
@@ -57,9 +60,14 @@ _one_request_at_a_time = threading.Lock()
 
 class ScreenedResolver(APIGatewayHttpResolver):
     """Powertools' resolver with the request rules of `request_rules.screen` in front of it,
-    and the Swagger UI enabled by its first request (see the module header)."""
+    the Swagger UI enabled by its first request (see the module header), and its `services`
+    made what the routers' functions serve from (`services.serve`) for each request."""
 
     swagger_enabled = False
+
+    def __init__(self, services: Services) -> None:
+        super().__init__(enable_validation=True)
+        self.services = services
 
     def resolve(self, event: Mapping[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         http = event.get("requestContext", {}).get("http", {})
@@ -72,6 +80,7 @@ class ScreenedResolver(APIGatewayHttpResolver):
                 path=SWAGGER, title=TITLE, version=__version__, description=DESCRIPTION
             )
             self.swagger_enabled = True
+        serve(self.services)
         answer = super().resolve(request.event, context)  # type: ignore[arg-type]
         if request.head:
             answer["body"] = ""
@@ -82,13 +91,18 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
     """The API over `ledger`. `settings` supplies the default `timeout_ms` of new versions and
     what targets may name (`TargetPolicy`)."""
     settings = settings or Settings()
-    app = ScreenedResolver(enable_validation=True)
+    policy = TargetPolicy.from_settings(settings)
+    if policy.secrets == "aws":
+        # A secret bound to hosts is refused for another when a channel is saved, where this
+        # process may read its tags; the executor checks again in any case.
+        policy = replace(policy, secret_hosts=hosts_where_readable(default_clients()))
+    app = ScreenedResolver(Services(ledger, settings, policy))
     install_error_mapping(app, lambda: routes())
-    add_channel_routes(app, ledger, settings)
-    add_channel_run_routes(app, ledger)
+    app.include_router(channels.router)
+    app.include_router(channel_runs.router)
+    app.include_router(events.router)
     add_occurrence_routes(app, ledger)
     add_status_routes(app, ledger)
-    add_event_routes(app, ledger)
     add_health_routes(app, ledger)
     add_console_routes(app)
 

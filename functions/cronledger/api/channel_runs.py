@@ -25,8 +25,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Final
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import (
@@ -39,6 +39,7 @@ from cronledger.api.models import (
     PreviewInstant,
     Text,
 )
+from cronledger.api.services import serving
 from cronledger.api.views import occurrence_record, preview_instant, safe_target_ref
 from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.instants import to_rfc3339
@@ -60,138 +61,144 @@ MAX_PREVIEW: Final = 1000
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 
 
-def add_channel_run_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
+router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 
-    @app.post(
-        f"{PREFIX}/channels/<channel_id>/trigger",
-        summary="Run an active channel now (a manual occurrence at the database's now)",
-        tags=["channels"],
-        responses=responses(202, "a pending manual occurrence", 400, 409),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-        status_code=202,
-    )
-    def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
-        channel = _active_channel(ledger, channel_id, "triggered")
-        (row,) = _occurrences_of(channel, [ledger.db_now()], TRIGGER_MANUAL)
-        if not ledger.insert_occurrence(row):
-            raise Conflict(
-                f"channel {channel.name} already has an occurrence at "
-                f"{to_rfc3339(row.scheduled_for)}; trigger again"
+
+@router.post(
+    f"{PREFIX}/channels/<channel_id>/trigger",
+    summary="Run an active channel now (a manual occurrence at the database's now)",
+    tags=["channels"],
+    responses=responses(202, "a pending manual occurrence", 400, 409),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+    status_code=202,
+)
+def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
+    ledger = serving().ledger
+    channel = _active_channel(ledger, channel_id, "triggered")
+    (row,) = _occurrences_of(channel, [ledger.db_now()], TRIGGER_MANUAL)
+    if not ledger.insert_occurrence(row):
+        raise Conflict(
+            f"channel {channel.name} already has an occurrence at "
+            f"{to_rfc3339(row.scheduled_for)}; trigger again"
+        )
+    return One(data=occurrence_record(ledger.get_occurrence(row.id)))
+
+
+@router.post(
+    f"{PREFIX}/channels/<channel_id>/backfill",
+    summary=f"Run an active channel's past instants in [from, to] (at most {MAX_BACKFILL})",
+    tags=["channels"],
+    responses=responses(202, "backfill occurrences written", 400, 415),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+    status_code=202,
+)
+def backfill(
+    channel_id: ChannelId,
+    body: Annotated[BackfillWindow, Body()],
+    dry_run: Annotated[
+        bool, Query(description="answer the instants it would write; write nothing")
+    ] = False,
+) -> One[BackfillResult]:
+    ledger = serving().ledger
+    channel = _active_channel(ledger, channel_id, "backfilled")
+    now = ledger.db_now()
+    problems = []
+    if body.from_ > body.to:
+        problems.append(FieldError("from", "invalid", "from must not be after to"))
+    if body.to > now:
+        problems.append(
+            FieldError(
+                "to",
+                "invalid",
+                f"to is in the future (the database's now is {to_rfc3339(now)}); backfill "
+                "covers past instants, use trigger to run now",
             )
-        return One(data=occurrence_record(ledger.get_occurrence(row.id)))
-
-    @app.post(
-        f"{PREFIX}/channels/<channel_id>/backfill",
-        summary=f"Run an active channel's past instants in [from, to] (at most {MAX_BACKFILL})",
-        tags=["channels"],
-        responses=responses(202, "backfill occurrences written", 400, 415),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-        status_code=202,
-    )
-    def backfill(
-        channel_id: ChannelId,
-        body: Annotated[BackfillWindow, Body()],
-        dry_run: Annotated[
-            bool, Query(description="answer the instants it would write; write nothing")
-        ] = False,
-    ) -> One[BackfillResult]:
-        channel = _active_channel(ledger, channel_id, "backfilled")
-        now = ledger.db_now()
-        problems = []
-        if body.from_ > body.to:
-            problems.append(FieldError("from", "invalid", "from must not be after to"))
-        if body.to > now:
-            problems.append(
+        )
+    if problems:
+        raise ValidationFailed(problems, "invalid backfill window")
+    schedule = SHARED_SCHEDULES.get(channel)
+    instants = schedule.fires_in(body.from_, body.to, cap=MAX_BACKFILL + 1)
+    if len(instants) > MAX_BACKFILL:
+        raise ValidationFailed(
+            [
                 FieldError(
                     "to",
                     "invalid",
-                    f"to is in the future (the database's now is {to_rfc3339(now)}); backfill "
-                    "covers past instants, use trigger to run now",
+                    f"the window holds more than {MAX_BACKFILL} instants of "
+                    f"`{schedule.expression}`; backfill at most {MAX_BACKFILL} at a time "
+                    "(split the window)",
                 )
-            )
-        if problems:
-            raise ValidationFailed(problems, "invalid backfill window")
-        schedule = SHARED_SCHEDULES.get(channel)
-        instants = schedule.fires_in(body.from_, body.to, cap=MAX_BACKFILL + 1)
-        if len(instants) > MAX_BACKFILL:
-            raise ValidationFailed(
-                [
-                    FieldError(
-                        "to",
-                        "invalid",
-                        f"the window holds more than {MAX_BACKFILL} instants of "
-                        f"`{schedule.expression}`; backfill at most {MAX_BACKFILL} at a time "
-                        "(split the window)",
-                    )
-                ],
-                "backfill window too large",
-            )
-        rows = _occurrences_of(
-            channel,
-            instants,
-            TRIGGER_BACKFILL,
-            waits_for_key=True if body.overlap == "sequential" else None,
+            ],
+            "backfill window too large",
         )
-        created = 0 if dry_run else ledger.insert_occurrences(rows)
-        result = {
-            "channel_id": channel.channel_id,
-            "from": to_rfc3339(body.from_),
-            "to": to_rfc3339(body.to),
-            "instants": len(instants),
-            "created": created,
-            "already_present": 0 if dry_run else len(instants) - created,
-            "overlap": body.overlap,
-            "dry_run": dry_run,
-            "planned": [to_rfc3339(at) for at in instants] if dry_run else [],
-        }
-        return One(data=BackfillResult.model_validate(result))
-
-    @app.get(
-        f"{PREFIX}/channels/<channel_id>/preview",
-        summary="The next instants, in UTC and in the channel's local wall time",
-        tags=["channels"],
-        responses=responses(200, "the next instants", 400, 404),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
+    rows = _occurrences_of(
+        channel,
+        instants,
+        TRIGGER_BACKFILL,
+        waits_for_key=True if body.overlap == "sequential" else None,
     )
-    def preview(
-        channel_id: ChannelId,
-        count: Annotated[
-            int, Query(ge=1, le=MAX_PREVIEW, description=f"how many, 1..{MAX_PREVIEW}")
-        ] = 10,
-        from_: Annotated[
-            datetime | None,
-            Query(
-                alias="from",
-                description="the instants after this one (RFC 3339 with an offset); default: "
-                "the database's now",
-            ),
-        ] = None,
-    ) -> One[Preview]:
-        channel = ledger.get_channel(channel_id)
-        schedule = SHARED_SCHEDULES.get(channel)
-        if from_ is not None and from_.tzinfo is None:
-            raise ValidationFailed(
-                [FieldError("from", "invalid", "give an offset, e.g. 2026-10-25T00:00:00Z")]
-            )
-        instants: list[PreviewInstant] = []
-        at: datetime | None = ledger.db_now() if from_ is None else from_
-        before: datetime | None = None
-        while at is not None and len(instants) < count:
-            at = schedule.next_after(at)
-            if at is not None:
-                instants.append(preview_instant(at, schedule, before))
-                before = at
-        return One(
-            data=Preview(
-                channel_id=channel.channel_id,
-                schedule=schedule.expression,
-                at=schedule.at,
-                timezone=schedule.timezone,
-                instants=instants,
-                ended=not instants,
-                note=None if at is not None else _why_no_more(schedule),
-            )
+    created = 0 if dry_run else ledger.insert_occurrences(rows)
+    result = {
+        "channel_id": channel.channel_id,
+        "from": to_rfc3339(body.from_),
+        "to": to_rfc3339(body.to),
+        "instants": len(instants),
+        "created": created,
+        "already_present": 0 if dry_run else len(instants) - created,
+        "overlap": body.overlap,
+        "dry_run": dry_run,
+        "planned": [to_rfc3339(at) for at in instants] if dry_run else [],
+    }
+    return One(data=BackfillResult.model_validate(result))
+
+
+@router.get(
+    f"{PREFIX}/channels/<channel_id>/preview",
+    summary="The next instants, in UTC and in the channel's local wall time",
+    tags=["channels"],
+    responses=responses(200, "the next instants", 400, 404),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def preview(
+    channel_id: ChannelId,
+    count: Annotated[
+        int, Query(ge=1, le=MAX_PREVIEW, description=f"how many, 1..{MAX_PREVIEW}")
+    ] = 10,
+    from_: Annotated[
+        datetime | None,
+        Query(
+            alias="from",
+            description="the instants after this one (RFC 3339 with an offset); default: "
+            "the database's now",
+        ),
+    ] = None,
+) -> One[Preview]:
+    ledger = serving().ledger
+    channel = ledger.get_channel(channel_id)
+    schedule = SHARED_SCHEDULES.get(channel)
+    if from_ is not None and from_.tzinfo is None:
+        raise ValidationFailed(
+            [FieldError("from", "invalid", "give an offset, e.g. 2026-10-25T00:00:00Z")]
         )
+    instants: list[PreviewInstant] = []
+    at: datetime | None = ledger.db_now() if from_ is None else from_
+    before: datetime | None = None
+    while at is not None and len(instants) < count:
+        at = schedule.next_after(at)
+        if at is not None:
+            instants.append(preview_instant(at, schedule, before))
+            before = at
+    return One(
+        data=Preview(
+            channel_id=channel.channel_id,
+            schedule=schedule.expression,
+            at=schedule.at,
+            timezone=schedule.timezone,
+            instants=instants,
+            ended=not instants,
+            note=None if at is not None else _why_no_more(schedule),
+        )
+    )
 
 
 def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:

@@ -11,8 +11,8 @@ Decisions where SPEC is silent:
   (a zone removed from the tz database) is refused with the reason instead of failing silently
   in every reconcile pass; and its target against the operator's policy as it is now (a module
   or network no longer allowed), for the same reason.
-- The list is oldest first and can be filtered by `status` and by exact `name` (which is how
-  the command line resolves a name to an id).
+- The list is newest first, like every list, and can be filtered by `status`, by exact `name`
+  (which is how the command line resolves a name to an id) and by a name prefix.
 - `?dry_run=true` on create, new version and status change runs the request as usual and
   rolls its transaction back (as a Kubernetes server-side dry run does): the same checks, the
   same refusal or the same answer, nothing written. `channels apply --dry-run` uses it.
@@ -20,21 +20,24 @@ Decisions where SPEC is silent:
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Annotated, Literal
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.api.documents import read_new_channel, read_new_version
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import (
     PREFIX,
-    ChannelCreate,
-    ChannelUpdate,
+    After,
+    ChannelCreateBody,
+    ChannelUpdateBody,
     ChannelVersion,
     ChannelView,
+    ExactTotal,
     Limit,
+    NamePrefix,
     Offset,
     One,
     Page,
@@ -42,13 +45,12 @@ from cronledger.api.models import (
     Text,
 )
 from cronledger.api.past_at import past_at_warnings
+from cronledger.api.services import serving
 from cronledger.api.views import channel_version, channel_view, cursors_by_channel
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_ARCHIVED, Channel, Ledger, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy, validate_target
-from cronledger.targets.clients import default_clients
-from cronledger.targets.secrets import hosts_where_readable
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
@@ -68,169 +70,194 @@ DryRun = Annotated[
 ]
 
 
-def add_channel_routes(app: APIGatewayHttpResolver, ledger: Ledger, settings: Settings) -> None:
-    policy = TargetPolicy.from_settings(settings)
-    if policy.secrets == "aws":
-        # A secret bound to hosts is refused for another when a channel is saved, where this
-        # process may read its tags; the executor checks again in any case.
-        policy = replace(policy, secret_hosts=hosts_where_readable(default_clients()))
+router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 
-    def view(channel: Channel) -> One[ChannelView]:
-        return One(data=channel_view(channel, _cursor(ledger, channel.channel_id)))
 
-    @app.post(
-        f"{PREFIX}/channels",
-        summary="Create a channel (draft unless status is active)",
-        tags=["channels"],
-        responses=responses(201, "created", 400, 409, 415),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-        status_code=201,
+@router.post(
+    f"{PREFIX}/channels",
+    summary="Create a channel (draft unless status is active)",
+    tags=["channels"],
+    responses=responses(201, "created", 400, 409, 415),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+    status_code=201,
+)
+def create_channel(
+    body: Annotated[ChannelCreateBody, Body()],
+    dry_run: DryRun = False,
+    allow_past_at: AllowPastAt = False,
+) -> One[ChannelView]:
+    ledger, settings, policy = _services()
+    new = read_new_channel(body, settings.default_timeout_ms, policy)
+    warnings = past_at_warnings(
+        new.definition.transport_config, ledger.db_now(), allowed=allow_past_at
     )
-    def create_channel(
-        body: Annotated[ChannelCreate, Body()],
-        dry_run: DryRun = False,
-        allow_past_at: AllowPastAt = False,
-    ) -> One[ChannelView]:
-        new = read_new_channel(
-            body.model_dump(exclude_unset=True), settings.default_timeout_ms, policy
-        )
-        warnings = past_at_warnings(
-            new.definition.transport_config, ledger.db_now(), allowed=allow_past_at
-        )
-        channel = ledger.create_channel(
-            new.name,
-            new.definition.transport_config,
-            new.definition.target,
-            new.definition.timeout_ms,
-            status=new.status,
-            dry_run=dry_run,
-        )
-        return _warned(view(channel), warnings)
-
-    @app.get(
-        f"{PREFIX}/channels",
-        summary="List channels, oldest first",
-        tags=["channels"],
-        responses=responses(200, "a page of channels"),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
+    channel = ledger.create_channel(
+        new.name,
+        new.definition.transport_config,
+        new.definition.target,
+        new.definition.timeout_ms,
+        status=new.status,
+        dry_run=dry_run,
     )
-    def list_channels(
-        status: Annotated[ChannelStatusName | None, Query()] = None,
-        name: Annotated[Text | None, Query(description="exact name")] = None,
-        limit: Limit = 50,
-        offset: Offset = 0,
-    ) -> Page[ChannelView]:
-        page = ledger.list_channels(status=status, limit=limit, offset=offset, name=name)
-        states = cursors_by_channel(ledger.schedule_states([c.channel_id for c in page.data]))
-        return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
+    return _warned(_view(ledger, channel), warnings)
 
-    @app.get(
-        f"{PREFIX}/channels/<channel_id>",
-        summary="Read a channel",
-        tags=["channels"],
-        responses=responses(200, "the channel", 404),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-    )
-    def get_channel(channel_id: ChannelId) -> One[ChannelView]:
-        return view(ledger.get_channel(channel_id))
 
-    @app.get(
-        f"{PREFIX}/channels/<channel_id>/versions",
-        summary="List a channel's versions, newest first",
-        tags=["channels"],
-        responses=responses(200, "a page of versions", 404),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
+@router.get(
+    f"{PREFIX}/channels",
+    summary="List channels, newest first, a page at a time (pass `next` as `after`)",
+    tags=["channels"],
+    responses=responses(200, "a page of channels"),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def list_channels(
+    status: Annotated[ChannelStatusName | None, Query()] = None,
+    name: Annotated[Text | None, Query(description="exact name")] = None,
+    name_prefix: NamePrefix = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    after: After = None,
+    exact_total: ExactTotal = False,
+) -> Page[ChannelView]:
+    ledger = serving().ledger
+    page = ledger.list_channels(
+        status=status,
+        limit=limit,
+        offset=offset,
+        name=name,
+        name_prefix=name_prefix,
+        after=after,
+        exact_total=exact_total,
     )
-    def list_versions(
-        channel_id: ChannelId, limit: Limit = 50, offset: Offset = 0
-    ) -> Page[ChannelVersion]:
-        page = ledger.list_channel_versions(channel_id, limit=limit, offset=offset)
-        current = ledger.get_channel(channel_id).version
-        return Page.of(page, lambda version: channel_version(version, current))
+    states = cursors_by_channel(ledger.schedule_states([c.channel_id for c in page.data]))
+    return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
-    @app.get(
-        f"{PREFIX}/channels/<channel_id>/versions/<version>",
-        summary="Read one version of a channel",
-        tags=["channels"],
-        responses=responses(200, "the version", 404),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-    )
-    def get_version(
-        channel_id: ChannelId,
-        version: Annotated[int, Path(ge=1, le=2**31 - 1, description="a version number")],
-    ) -> One[ChannelVersion]:
-        current = ledger.get_channel(channel_id).version
-        return One(data=channel_version(ledger.get_channel(channel_id, version), current))
 
-    @app.put(
-        f"{PREFIX}/channels/<channel_id>",
-        summary="Write the channel's next version",
-        tags=["channels"],
-        responses=responses(200, "the channel at its new version", 400, 404, 409, 415),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-    )
-    def update_channel(
-        channel_id: ChannelId,
-        body: Annotated[ChannelUpdate, Body()],
-        dry_run: DryRun = False,
-        allow_past_at: AllowPastAt = False,
-    ) -> One[ChannelView]:
-        current = ledger.get_channel(channel_id)
-        new = read_new_version(
-            body.model_dump(exclude_unset=True), current.name, settings.default_timeout_ms, policy
-        )
-        warnings = past_at_warnings(
-            new.transport_config,
-            ledger.db_now(),
-            allowed=allow_past_at,
-            before=current.transport_config,
-        )
-        if (new.transport_config, new.target, new.timeout_ms) == (
-            current.transport_config,
-            current.target,
-            current.timeout_ms,
-        ):
-            return view(current)
-        written = ledger.new_channel_version(
-            channel_id, new.transport_config, new.target, new.timeout_ms, dry_run=dry_run
-        )
-        return _warned(view(written), warnings)
+@router.get(
+    f"{PREFIX}/channels/<channel_id>",
+    summary="Read a channel",
+    tags=["channels"],
+    responses=responses(200, "the channel", 404),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def get_channel(channel_id: ChannelId) -> One[ChannelView]:
+    ledger = serving().ledger
+    return _view(ledger, ledger.get_channel(channel_id))
 
-    @app.patch(
-        f"{PREFIX}/channels/<channel_id>/status",
-        summary="Activate, pause or archive a channel",
-        tags=["channels"],
-        responses=responses(200, "the channel", 400, 404, 409, 415),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-    )
-    def set_status(
-        channel_id: ChannelId, body: Annotated[StatusChange, Body()], dry_run: DryRun = False
-    ) -> One[ChannelView]:
-        if body.status == CHANNEL_ACTIVE:
-            channel = ledger.get_channel(channel_id)
-            if channel.status == CHANNEL_ARCHIVED:
-                # Final whatever its definition: the ledger's 409, not a 400 inviting a fix.
-                return view(
-                    ledger.set_channel_status(
-                        channel_id, body.status, dry_run=dry_run, reason=body.reason
-                    )
-                )
-            SHARED_SCHEDULES.get(channel)
-            validate_target(channel.target, policy)
-        return view(
-            ledger.set_channel_status(channel_id, body.status, dry_run=dry_run, reason=body.reason)
-        )
 
-    @app.delete(
-        f"{PREFIX}/channels/<channel_id>",
-        summary="Delete a channel with its versions, cursor and occurrences",
-        tags=["channels"],
-        responses=responses(204, "deleted", 404),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
+@router.get(
+    f"{PREFIX}/channels/<channel_id>/versions",
+    summary="List a channel's versions, newest first",
+    tags=["channels"],
+    responses=responses(200, "a page of versions", 404),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def list_versions(
+    channel_id: ChannelId, limit: Limit = 50, offset: Offset = 0
+) -> Page[ChannelVersion]:
+    ledger = serving().ledger
+    page = ledger.list_channel_versions(channel_id, limit=limit, offset=offset)
+    current = ledger.get_channel(channel_id).version
+    return Page.of(page, lambda version: channel_version(version, current))
+
+
+@router.get(
+    f"{PREFIX}/channels/<channel_id>/versions/<version>",
+    summary="Read one version of a channel",
+    tags=["channels"],
+    responses=responses(200, "the version", 404),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def get_version(
+    channel_id: ChannelId,
+    version: Annotated[int, Path(ge=1, le=2**31 - 1, description="a version number")],
+) -> One[ChannelVersion]:
+    ledger = serving().ledger
+    current = ledger.get_channel(channel_id).version
+    return One(data=channel_version(ledger.get_channel(channel_id, version), current))
+
+
+@router.put(
+    f"{PREFIX}/channels/<channel_id>",
+    summary="Write the channel's next version",
+    tags=["channels"],
+    responses=responses(200, "the channel at its new version", 400, 404, 409, 415),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def update_channel(
+    channel_id: ChannelId,
+    body: Annotated[ChannelUpdateBody, Body()],
+    dry_run: DryRun = False,
+    allow_past_at: AllowPastAt = False,
+) -> One[ChannelView]:
+    ledger, settings, policy = _services()
+    current = ledger.get_channel(channel_id)
+    new = read_new_version(body, current.name, settings.default_timeout_ms, policy)
+    warnings = past_at_warnings(
+        new.transport_config,
+        ledger.db_now(),
+        allowed=allow_past_at,
+        before=current.transport_config,
     )
-    def delete_channel(channel_id: ChannelId) -> Response[None]:
-        ledger.delete_channel(channel_id)
-        return Response(status_code=204, content_type=None, body=None)
+    if (new.transport_config, new.target, new.timeout_ms) == (
+        current.transport_config,
+        current.target,
+        current.timeout_ms,
+    ):
+        return _view(ledger, current)
+    written = ledger.new_channel_version(
+        channel_id, new.transport_config, new.target, new.timeout_ms, dry_run=dry_run
+    )
+    return _warned(_view(ledger, written), warnings)
+
+
+@router.patch(
+    f"{PREFIX}/channels/<channel_id>/status",
+    summary="Activate, pause or archive a channel",
+    tags=["channels"],
+    responses=responses(200, "the channel", 400, 404, 409, 415),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def set_status(
+    channel_id: ChannelId, body: Annotated[StatusChange, Body()], dry_run: DryRun = False
+) -> One[ChannelView]:
+    ledger, _, policy = _services()
+    if body.status == CHANNEL_ACTIVE:
+        channel = ledger.get_channel(channel_id)
+        if channel.status == CHANNEL_ARCHIVED:
+            # Final whatever its definition: the ledger's 409, not a 400 inviting a fix.
+            return _view(
+                ledger,
+                ledger.set_channel_status(
+                    channel_id, body.status, dry_run=dry_run, reason=body.reason
+                ),
+            )
+        SHARED_SCHEDULES.get(channel)
+        validate_target(channel.target, policy)
+    written = ledger.set_channel_status(
+        channel_id, body.status, dry_run=dry_run, reason=body.reason
+    )
+    return _view(ledger, written)
+
+
+@router.delete(
+    f"{PREFIX}/channels/<channel_id>",
+    summary="Delete a channel with its versions, cursor and occurrences",
+    tags=["channels"],
+    responses=responses(204, "deleted", 404),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def delete_channel(channel_id: ChannelId) -> Response[None]:
+    serving().ledger.delete_channel(channel_id)
+    return Response(status_code=204, content_type=None, body=None)
+
+
+def _services() -> tuple[Ledger, Settings, TargetPolicy]:
+    services = serving()
+    return services.ledger, services.settings, services.policy
+
+
+def _view(ledger: Ledger, channel: Channel) -> One[ChannelView]:
+    return One(data=channel_view(channel, _cursor(ledger, channel.channel_id)))
 
 
 def _warned(answer: One[ChannelView], warnings: list[str]) -> One[ChannelView]:

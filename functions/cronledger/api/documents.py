@@ -1,12 +1,14 @@
 """Reading a channel document: every problem with it, at once, or a definition safe to store.
 
-One pass checks the name, `transport_config` (by compiling it), `target`, `timeout_ms` and
-`status`, refuses unknown keys, and refuses values the database cannot hold (NUL characters,
-lone surrogates, non-finite numbers) or the API could not serve back (objects and arrays
-nested deeper than `request_rules.MAX_DEPTH`), so a user fixes a document in one round trip
-and a bad document is a 400, never a 500 from the database or from reading it back.
+A body is read by its model (`ChannelCreate`, `ChannelUpdate`): the name, `transport_config`
+(the schedule's models, calendar checks included), `target` (the union of target types, under
+the operator's policy), `timeout_ms` and `status`, unknown keys refused. Beside it, values the
+database cannot hold (NUL characters, lone surrogates, non-finite numbers) or the API could not
+serve back (objects and arrays nested deeper than `request_rules.MAX_DEPTH`) are refused, so a
+user fixes a document in one round trip and a bad document is a 400, never a 500 from the
+database or from reading it back.
 
-Decisions where SPEC is silent:
+Decisions where the contract is silent:
 - A name is 1..128 characters of `[A-Za-z0-9_.-]`, starting with a letter or digit, so that it
   can be typed on a command line and put in a URL without quoting.
 - `timeout_ms` is 1..900000 (Lambda's 15-minute ceiling); when left out, the instance default
@@ -17,26 +19,120 @@ Decisions where SPEC is silent:
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, ClassVar, Final
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
-from cronledger.schedule import ScheduleInvalid, compile_schedule
-from cronledger.targets import TargetPolicy, target_errors
+from cronledger.schedule.config import TransportConfig
+from cronledger.settings import TIMEOUT_MAX_MS
+from cronledger.targets import Target, TargetPolicy
+from cronledger.validation import Document, explained, field_errors, refused
 
 NAME_MAX: Final = 128
 NAME: Final = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}")
-TIMEOUT_MAX_MS: Final = 900_000
-_CREATE_KEYS: Final = ("name", "transport_config", "target", "timeout_ms", "status")
-_UPDATE_KEYS: Final = ("name", "transport_config", "target", "timeout_ms")
-#: Compiling needs a channel id (the default concurrency key); any id validates the same.
-_PLACEHOLDER_ID: Final = "channel-being-validated"
+_NAME_EXAMPLE: Final = "e.g. nightly-report"
+_TARGET_EXAMPLE: Final = '{"type": "http", "url": "https://example.com/hook"}'
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise refused("type_mismatch", f"name must be a string, {_NAME_EXAMPLE}")
+    if len(value) > NAME_MAX:
+        raise refused("too_long", f"name must be at most {NAME_MAX} characters")
+    if not NAME.fullmatch(value):
+        raise refused(
+            "invalid",
+            "name must start with a letter or digit and use only letters, digits, '_', '.' and "
+            f"'-', {_NAME_EXAMPLE}",
+        )
+    return value
+
+
+def _timeout(value: Any) -> tuple[str, str]:
+    if type(value) is not int:
+        return (
+            "type_mismatch",
+            f"timeout_ms must be a whole number of milliseconds, 1..{TIMEOUT_MAX_MS}",
+        )
+    return "invalid", f"timeout_ms must be 1..{TIMEOUT_MAX_MS} (15 minutes), got {value}"
+
+
+def _status(value: Any) -> str:
+    if value not in (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED):
+        raise refused(
+            "invalid", 'a channel is created "draft", "active" or "paused"; archive it afterwards'
+        )
+    return str(value)
+
+
+Name = Annotated[
+    str, BeforeValidator(_name), Field(pattern=f"^{NAME.pattern}$", examples=["nightly-report"])
+]
+TimeoutMs = Annotated[
+    int,
+    Field(ge=1, le=TIMEOUT_MAX_MS, description="default: the instance's default_timeout_ms"),
+    explained(_timeout),
+]
+
+
+class ChannelUpdate(Document):
+    """The channel's next version. `name`, if given, must be the channel's own name (the
+    validation context's `name`). JSON `null` on a key means "not given"."""
+
+    null_means_absent: ClassVar[bool] = True
+    needs: ClassVar[Mapping[str, str]] = {
+        "name": f"name is required, {_NAME_EXAMPLE}",
+        "transport_config": 'transport_config is required, e.g. {"schedule": "0 15 2 * * *"}',
+        "target": f"target is required, e.g. {_TARGET_EXAMPLE}",
+    }
+    unknown_hints: ClassVar[Mapping[str, str]] = {
+        "status": "status is not part of a version; use PATCH …/status"
+    }
+
+    name: Name | None = None
+    transport_config: TransportConfig
+    target: Target
+    timeout_ms: TimeoutMs | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _kept(cls, name: str | None, info: ValidationInfo) -> str | None:
+        current = (info.context or {}).get("name")
+        if current is not None and name != current:
+            raise refused(
+                "invalid",
+                f"a channel cannot be renamed (it is {current!r}); create a new channel under "
+                "the new name and delete this one",
+            )
+        return name
+
+
+class ChannelCreate(ChannelUpdate):
+    """A new channel: `draft` unless `"status"` says `active` or `paused`."""
+
+    unknown_hints: ClassVar[Mapping[str, str]] = {}
+
+    name: Name
+    status: Annotated[
+        str,
+        BeforeValidator(_status),
+        WithJsonSchema({"type": "string", "enum": [CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED]}),
+    ] = CHANNEL_DRAFT
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,154 +156,53 @@ def read_new_channel(
 ) -> NewChannel:
     """A create body, or `ValidationFailed` listing every problem. `policy` is the operator's
     (what a target may name: `TargetPolicy.from_settings`)."""
-    errors = _unknown_keys(document, _CREATE_KEYS)
-    name = _name(document.get("name"), errors)
-    status = document.get("status")
-    if status is None:
-        status = CHANNEL_DRAFT
-    elif status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED):
-        errors.append(
-            FieldError(
-                "status",
-                "invalid",
-                'a channel is created "draft", "active" or "paused"; archive it afterwards',
-            )
-        )
-    definition = _definition(document, default_timeout_ms, policy, errors)
-    if errors:
-        raise ValidationFailed(errors, "invalid channel")
-    assert name is not None and definition is not None
-    return NewChannel(name=name, status=status, definition=definition)
+    body = _read(ChannelCreate, document, {"policy": policy})
+    assert isinstance(body, ChannelCreate)
+    return NewChannel(body.name, body.status, _definition(body, document, default_timeout_ms))
 
 
 def read_new_version(
     document: Mapping[str, Any], current_name: str, default_timeout_ms: int, policy: TargetPolicy
 ) -> Definition:
     """An update body, or `ValidationFailed`. A channel keeps its name for life."""
-    errors = _unknown_keys(
-        document, _UPDATE_KEYS, {"status": "status is not part of a version; use PATCH …/status"}
-    )
-    name = document.get("name")
-    if name is not None and name != current_name:
-        errors.append(
-            FieldError(
-                "name",
-                "invalid",
-                f"a channel cannot be renamed (it is {current_name!r}); create a new channel "
-                "under the new name and delete this one",
-            )
-        )
-    definition = _definition(document, default_timeout_ms, policy, errors)
-    if errors:
-        raise ValidationFailed(errors, "invalid channel")
-    assert definition is not None
-    return definition
+    body = _read(ChannelUpdate, document, {"policy": policy, "name": current_name})
+    return _definition(body, document, default_timeout_ms)
 
 
-def _definition(
-    document: Mapping[str, Any],
-    default_timeout_ms: int,
-    policy: TargetPolicy,
-    errors: list[FieldError],
-) -> Definition | None:
-    found = len(errors)
-    transport_config = document.get("transport_config")
-    if transport_config is None:
-        errors.append(
-            FieldError(
-                "transport_config",
-                "required",
-                'transport_config is required, e.g. {"schedule": "0 15 2 * * *"}',
-            )
-        )
-    else:
-        try:
-            compile_schedule(transport_config, _PLACEHOLDER_ID)
-        except ScheduleInvalid as exc:
-            errors.extend(exc.errors)
-    target = document.get("target")
-    if target is None:
-        errors.append(
-            FieldError(
-                "target",
-                "required",
-                'target is required, e.g. {"type": "http", "url": "https://example.com/hook"}',
-            )
-        )
-    else:
-        errors.extend(target_errors(target, policy))
-    timeout_ms = _timeout_ms(document.get("timeout_ms"), default_timeout_ms, errors)
+_ADAPTERS: Final = {model: TypeAdapter(model) for model in (ChannelCreate, ChannelUpdate)}
+
+
+def _read(
+    model: type[ChannelUpdate], document: Mapping[str, Any], context: dict[str, Any]
+) -> ChannelUpdate:
+    """Every problem of `document` at once: its keys (the model, the target against the
+    context's `policy`), and what the database could not store, each reported once at its
+    outermost path."""
+    errors: list[FieldError] = []
+    body = None
+    try:
+        body = _ADAPTERS[model].validate_python(document, context=context)
+    except ValidationError as exc:
+        errors = field_errors(exc)
     reported = [e.path for e in errors]
     errors.extend(
         problem
         for problem in _unstorable(document, "")
         if not any(_within(problem.path, path) for path in reported)
     )
-    if len(errors) > found:
-        return None
-    assert isinstance(transport_config, dict) and isinstance(target, dict)
-    assert timeout_ms is not None
-    return Definition(transport_config=transport_config, target=target, timeout_ms=timeout_ms)
+    if errors:
+        raise ValidationFailed(errors, "invalid channel")
+    assert body is not None
+    return body
 
 
-def _name(value: Any, errors: list[FieldError]) -> str | None:
-    example = "e.g. nightly-report"
-    if value is None:
-        errors.append(FieldError("name", "required", f"name is required, {example}"))
-    elif not isinstance(value, str):
-        errors.append(FieldError("name", "type_mismatch", f"name must be a string, {example}"))
-    elif len(value) > NAME_MAX:
-        errors.append(FieldError("name", "too_long", f"name must be at most {NAME_MAX} characters"))
-    elif not NAME.fullmatch(value):
-        errors.append(
-            FieldError(
-                "name",
-                "invalid",
-                "name must start with a letter or digit and use only letters, digits, "
-                f"'_', '.' and '-', {example}",
-            )
-        )
-    else:
-        return value
-    return None
-
-
-def _timeout_ms(value: Any, default: int, errors: list[FieldError]) -> int | None:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors.append(
-            FieldError(
-                "timeout_ms",
-                "type_mismatch",
-                f"timeout_ms must be a whole number of milliseconds, 1..{TIMEOUT_MAX_MS}",
-            )
-        )
-        return None
-    if not 1 <= value <= TIMEOUT_MAX_MS:
-        errors.append(
-            FieldError(
-                "timeout_ms",
-                "invalid",
-                f"timeout_ms must be 1..{TIMEOUT_MAX_MS} (15 minutes), got {value}",
-            )
-        )
-        return None
-    return value
-
-
-def _unknown_keys(
-    document: Mapping[str, Any], known: tuple[str, ...], hints: Mapping[str, str] | None = None
-) -> list[FieldError]:
-    errors = []
-    for key in map(str, document):
-        if key in known:
-            continue
-        close = difflib.get_close_matches(key, known, n=1)
-        hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(known)}"
-        message = (hints or {}).get(key, f'unknown key "{key}"; {hint}')
-        errors.append(FieldError(key, "invalid", message))
-    return errors
+def _definition(body: ChannelUpdate, document: Mapping[str, Any], default_ms: int) -> Definition:
+    # What is stored is the document as written (defaults are the compiler's to apply).
+    return Definition(
+        transport_config=dict(document["transport_config"]),
+        target=dict(document["target"]),
+        timeout_ms=default_ms if body.timeout_ms is None else body.timeout_ms,
+    )
 
 
 def _unstorable(value: Any, path: str, depth: int = 1) -> Iterator[FieldError]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -48,6 +48,7 @@ from cronledger.api.request_rules import (
 )
 from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.ledger import DatabaseUnavailable
+from cronledger.validation import field_error
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,6 @@ MALFORMED = HTTPStatus.UNPROCESSABLE_ENTITY
 #: What a response that does not match the OpenAPI document answers (every route sets it, so
 #: the document shows the error envelope for it rather than Powertools' own shape).
 BROKEN_RESPONSE = HTTPStatus.INTERNAL_SERVER_ERROR
-#: Pydantic error types, in the vocabulary of the field errors (SPEC §1.1).
-_MISSING = {"missing"}
-_TOO_LONG = {"string_too_long", "too_long"}
 
 
 def responses(status: int, description: str, *errors: int) -> dict[int, OpenAPIResponse]:
@@ -120,7 +118,7 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
             "send the body as JSON with Content-Type: application/json",
         )
     if isinstance(exc, RequestValidationError):
-        details = [_detail(error) for error in exc.errors()]
+        details = [field_error(error) for error in exc.errors()]
         summary = "; ".join(f"{d.path}: {d.message}" for d in details)
         return _answer(MALFORMED, "malformed_request", f"malformed request: {summary}", details)
     if isinstance(exc, RecursionError):
@@ -184,21 +182,3 @@ def _answer(
         body=json.dumps(body),
         headers=headers,
     )
-
-
-def _detail(error: dict[str, Any]) -> FieldError:
-    loc: Sequence[Any] = error.get("loc") or ()
-    path = ".".join(str(part) for part in loc) or "request"
-    kind = str(error.get("type", ""))
-    if kind in _MISSING:
-        code = "required"
-    elif kind in _TOO_LONG:
-        code = "too_long"
-    elif kind.endswith(("_type", "_parsing")):
-        code = "type_mismatch"
-    else:
-        code = "invalid"
-    message = str(error.get("msg", "is not valid")).removeprefix("Value error, ")
-    if kind == "json_invalid":
-        message = f"the body is not valid JSON: {error.get('ctx', {}).get('error', 'cannot parse')}"
-    return FieldError(path, code, message)

@@ -11,47 +11,47 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.alerts import KINDS
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import PREFIX, EventView, Instant, KeysetPage, Limit, Text
+from cronledger.api.services import serving
 from cronledger.api.views import event_view
 from cronledger.errors import FieldError, ValidationFailed
-from cronledger.ledger import EventFilter, Ledger
+from cronledger.ledger import EventFilter
 
 _KNOWN = ", ".join(KINDS)
 
 
-def add_event_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
+router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 
-    @app.get(
-        f"{PREFIX}/cron/events",
-        summary="List events, newest first, a page at a time by key (pass `next` as `after`)",
-        tags=["events"],
-        responses=responses(200, "a page of events"),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-    )
-    def list_events(
-        channel_id: Annotated[Text | None, Query()] = None,
-        kind: Annotated[
-            Text | None, Query(description=f"short or full name: one of {_KNOWN}")
-        ] = None,
-        since: Annotated[Instant | None, Query(description="at or after")] = None,
-        after: Annotated[Text | None, Query(description="the `next` of the previous page")] = None,
-        limit: Limit = 50,
-    ) -> KeysetPage[EventView]:
-        page = ledger.list_events(
-            EventFilter(
-                channel_id=channel_id,
-                kind=_kind(kind),
-                since=since,
-                after=after,
-                limit=limit,
-            )
+
+@router.get(
+    f"{PREFIX}/cron/events",
+    summary="List events, newest first, a page at a time by key (pass `next` as `after`)",
+    tags=["events"],
+    responses=responses(200, "a page of events"),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def list_events(
+    channel_id: Annotated[Text | None, Query()] = None,
+    kind: Annotated[Text | None, Query(description=f"short or full name: one of {_KNOWN}")] = None,
+    since: Annotated[Instant | None, Query(description="at or after")] = None,
+    after: Annotated[Text | None, Query(description="the `next` of the previous page")] = None,
+    limit: Limit = 50,
+) -> KeysetPage[EventView]:
+    page = serving().ledger.list_events(
+        EventFilter(
+            channel_id=channel_id,
+            kind=_kind(kind),
+            since=since,
+            after=after,
+            limit=limit,
         )
-        return KeysetPage(data=[event_view(e) for e in page.data], limit=page.limit, next=page.next)
+    )
+    return KeysetPage(data=[event_view(e) for e in page.data], limit=page.limit, next=page.next)
 
 
 def _kind(value: str | None) -> str | None:

@@ -4,23 +4,30 @@ These models are the OpenAPI document; the resolver validates every response aga
 the document cannot drift from what is served. Timestamps leave as RFC 3339 UTC text with a
 `Z` (formatted in `views`), never as a serializer's guess.
 
-A request model checks only *shape* (a JSON object with the documented keys); what the fields
-mean is checked by `documents`, which collects every problem into one 400. So a channel body
-declares its fields loosely (`Any` with the documented schema attached): a wrong type is then
-reported beside every other problem of the document instead of as a lone 422.
+A channel body is read as a JSON object and documented as its model (`documents`), which the
+route runs itself to collect every problem into one 400: a wrong type is reported beside every
+other problem of the document instead of as a lone 422.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from aws_lambda_powertools.event_handler.openapi.params import Query
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    WithJsonSchema,
+)
+from pydantic.json_schema import JsonSchemaValue
 
-from cronledger.alerts import KINDS, MAX_CONSECUTIVE, MAX_OVERDUE_SECS
-from cronledger.api.documents import NAME, TIMEOUT_MAX_MS, storable_text
+from cronledger.api.documents import ChannelCreate, ChannelUpdate, storable_text
 from cronledger.instants import parse_rfc3339
 from cronledger.ledger import Page as LedgerPage
 
@@ -63,188 +70,43 @@ Timestamp = Annotated[
 """An RFC 3339 UTC timestamp with `Z` in a response."""
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size, 1..1000")]
-Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
+Offset = Annotated[
+    int,
+    Query(
+        ge=0,
+        le=2**31 - 1,
+        description="rows to skip, up to 10000; further pages are read with `after`",
+    ),
+]
+After = Annotated[
+    Text | None, Query(description="the `next` of the previous page: the page after it")
+]
+NamePrefix = Annotated[Text | None, Query(description="names starting with this")]
+ExactTotal = Annotated[
+    bool,
+    Query(description="count every matching row (otherwise counted up to 10000)"),
+]
 
 
 # --- request bodies -------------------------------------------------------------------------
 
-_ALERTS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": (
-        "Which of the channel's events are delivered (every event is listed whatever these "
-        "say). Without it: failed, abandoned, overdue, stalled and recovered. Not in the "
-        "scheduling hash: who is told never moves when the channel fires."
-    ),
-    "properties": {
-        "on": {
-            "type": "array",
-            "items": {"type": "string", "enum": [*KINDS, *KINDS.values()]},
-            "uniqueItems": True,
-            "description": "the kinds to deliver, short or full name; [] delivers none",
-            "example": ["failed", "overdue", "recovered"],
-        },
-        "overdue_after_secs": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": MAX_OVERDUE_SECS,
-            "description": (
-                "an instant not completed this long after its due time is overdue (once), and "
-                "a cursor this far behind its schedule is stalled; unset: neither is reported"
-            ),
-            "example": 3600,
-        },
-        "after_consecutive_failures": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": MAX_CONSECUTIVE,
-            "default": 1,
-            "description": "deliver `failed` only once this many occurrences failed in a row",
-            "example": 3,
-        },
-    },
-    "additionalProperties": False,
-    "example": {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600},
-}
-_TRANSPORT_CONFIG_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": (
-        "When the channel fires (SPEC §1.1): a six-field cron `schedule` or a one-time `at`, "
-        "exactly one of the two. Unknown keys are refused."
-    ),
-    "properties": {
-        "schedule": {
-            "type": "string",
-            "description": "second minute hour day-of-month month day-of-week",
-            "example": "0 15 2 * * MON-FRI",
-        },
-        "at": {
-            "type": "string",
-            "description": (
-                "a one-time schedule: a local date-time in `timezone`, no offset; a time the "
-                "clocks skip is refused, one they repeat fires at its first instant"
-            ),
-            "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$",
-            "example": "2026-09-01T02:15:00",
-        },
-        "timezone": {"type": "string", "example": "Europe/London"},
-        "starts_at": {
-            "type": "string",
-            "format": "date-time",
-            "description": "no instant before it fires (inclusive bound, RFC 3339 with offset)",
-            "example": "2026-09-01T00:00:00Z",
-        },
-        "ends_at": {
-            "type": "string",
-            "format": "date-time",
-            "description": (
-                "no instant after it fires (inclusive); past it the channel is ended, and "
-                "moving it later resumes the channel from now"
-            ),
-            "example": "2026-12-31T23:59:59+01:00",
-        },
-        "jitter_secs": {
-            "type": "integer",
-            "minimum": 0,
-            "maximum": 3600,
-            "default": 0,
-            "description": (
-                "each instant's row is due up to this many seconds late, by a stable hash of "
-                "the channel and instant; shorter than the schedule's shortest gap"
-            ),
-            "example": 60,
-        },
-        "payload": {"type": "object"},
-        "misfire_policy": {"type": "string", "enum": ["skip", "latest", "catch_up"]},
-        "max_catch_up": {"type": "integer", "minimum": 1, "maximum": 1000},
-        "concurrency": {
-            "type": "object",
-            "properties": {
-                "policy": {
-                    "type": "string",
-                    "enum": ["allow", "forbid", "queue_one", "replace"],
-                },
-                "key": {"type": "string"},
-                "slots": {"type": "integer", "minimum": 1, "maximum": 100},
-            },
-        },
-        "retry": {
-            "type": "object",
-            "description": "attempts per occurrence and the backoff between them",
-            "properties": {
-                "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20, "default": 3},
-                "backoff_secs": {"type": "integer", "minimum": 0, "default": 10},
-                "max_backoff_secs": {"type": "integer", "minimum": 0, "default": 300},
-            },
-            "example": {"max_attempts": 3, "backoff_secs": 10, "max_backoff_secs": 300},
-        },
-        "alerts": _ALERTS_SCHEMA,
-    },
-    "oneOf": [{"required": ["schedule"]}, {"required": ["at"]}],
-    "example": {
-        "schedule": "0 0 3 * * *",
-        "timezone": "Europe/London",
-        "starts_at": "2026-09-01T00:00:00Z",
-        "ends_at": "2026-12-31T23:59:59Z",
-        "jitter_secs": 300,
-        "alerts": {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600},
-    },
-}
-_TARGET_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "What runs (SPEC §1.2): one `type` and that type's keys.",
-    "properties": {
-        "type": {
-            "type": "string",
-            "enum": ["lambda", "http", "stepfunctions", "sqs", "eventbridge", "python"],
-        }
-    },
-    "required": ["type"],
-    "example": {"type": "http", "url": "https://example.com/hooks/nightly"},
-}
-_NAME_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "pattern": f"^{NAME.pattern}$",
-    "example": "nightly-report",
-}
-_TIMEOUT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": TIMEOUT_MAX_MS}
+
+@dataclass(frozen=True, slots=True)
+class DocumentedAs:
+    """A body read as any JSON object and documented as `model`: the route validates it with
+    the model itself, so every problem of a channel document is one 400 (with the target
+    checked against the operator's policy), never a lone 422."""
+
+    model: type[BaseModel]
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: Any, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(self.model.__pydantic_core_schema__)
 
 
-class _Document(BaseModel):
-    # Extra keys are kept so `documents` can refuse each one by name in the same 400.
-    model_config = ConfigDict(extra="allow")
-
-    name: Annotated[Any, WithJsonSchema(_NAME_SCHEMA)] = None
-    transport_config: Annotated[Any, WithJsonSchema(_TRANSPORT_CONFIG_SCHEMA)] = None
-    target: Annotated[Any, WithJsonSchema(_TARGET_SCHEMA)] = None
-    timeout_ms: Annotated[Any, WithJsonSchema(_TIMEOUT_SCHEMA)] = None
-
-
-class ChannelCreate(_Document):
-    """A new channel: `draft` unless `"status"` says `active` or `paused`."""
-
-    model_config = ConfigDict(
-        extra="allow",
-        json_schema_extra={
-            "required": ["name", "transport_config", "target"],
-            "additionalProperties": False,
-        },
-    )
-
-    status: Annotated[
-        Any, WithJsonSchema({"type": "string", "enum": ["draft", "active", "paused"]})
-    ] = None
-
-
-class ChannelUpdate(_Document):
-    """The channel's next version. `name`, if given, must be the channel's own name."""
-
-    model_config = ConfigDict(
-        extra="allow",
-        json_schema_extra={
-            "required": ["transport_config", "target"],
-            "additionalProperties": False,
-        },
-    )
+ChannelCreateBody = Annotated[dict[str, Any], DocumentedAs(ChannelCreate)]
+ChannelUpdateBody = Annotated[dict[str, Any], DocumentedAs(ChannelUpdate)]
 
 
 class StatusChange(BaseModel):
@@ -287,10 +149,17 @@ class One(BaseModel, Generic[T]):
 
 
 class Page(BaseModel, Generic[T]):
+    """A page of a list: pass `next` back as `after` for the one after it. `total` is exact
+    when `total_is_exact`, and otherwise a lower bound (more rows than that match)."""
+
     data: list[T]
     total: int
+    total_is_exact: bool = True
     limit: int
     offset: int
+    next: str | None = Field(
+        default=None, description="the `after` of the next page; null on the last page"
+    )
 
     @classmethod
     def of(cls, page: LedgerPage[Any], view: Callable[[Any], T]) -> Page[T]:
@@ -300,6 +169,8 @@ class Page(BaseModel, Generic[T]):
             total=page.total,
             limit=page.limit,
             offset=page.offset,
+            next=page.next,
+            total_is_exact=page.total_is_exact,
         )
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cronledger.errors import FieldError, ValidationFailed
+from cronledger.validation import json_type
 
 JSON_MEDIA_TYPE = "application/json"
 #: How many invalid-Unicode places one answer lists.
@@ -135,7 +136,7 @@ def _check_document(body: bytes) -> None:
         raise MalformedBody("the body holds a number too long to read (over 4300 digits)") from None
     if not isinstance(document, dict):
         raise MalformedBody(
-            f"the body must be a JSON object, not {_json_kind(document)}", "type_mismatch"
+            f"the body must be a JSON object, not {json_type(document)}", "type_mismatch"
         )
     deep = too_deep(document)
     if deep is not None:
@@ -224,18 +225,6 @@ def _has_surrogate(text: str) -> bool:
 def printable(text: str) -> str:
     """`text` with lone surrogates written as `\\udxxx`, so it can be shown and encoded."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return "a number"
 
 
 class RouteMethods:

@@ -5,8 +5,8 @@ ledger holds whichever node answers. `/health` reaching the database at all is t
 an unreachable database is a 503 (through the one error mapping), never a cheerful 200.
 
 Decisions where SPEC is silent:
-- The status view is a page (`limit`, `offset`) of the active channels, oldest first, like
-  every other list; "last" is the latest occurrence that has fallen due (rows materialised
+- The status view is a page of the active channels, newest first and by key like every
+  other list, filterable by name prefix; "last" is the latest occurrence that has fallen due (rows materialised
   ahead are not a last run).
 - `last_reconcile_at` / `last_claim_at` are the last heartbeats the loops recorded, null until
   the first one; an alarm compares them with `db_now`.
@@ -17,7 +17,18 @@ from __future__ import annotations
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api.errors import BROKEN_RESPONSE, responses
-from cronledger.api.models import PREFIX, ChannelStatus, Health, Limit, Offset, One, Page
+from cronledger.api.models import (
+    PREFIX,
+    After,
+    ChannelStatus,
+    ExactTotal,
+    Health,
+    Limit,
+    NamePrefix,
+    Offset,
+    One,
+    Page,
+)
 from cronledger.api.views import (
     compiled,
     cursor_times,
@@ -41,8 +52,21 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         responses=responses(200, "a page of active channels"),
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
-    def status(limit: Limit = 50, offset: Offset = 0) -> Page[ChannelStatus]:
-        page = ledger.list_channels(status=CHANNEL_ACTIVE, limit=limit, offset=offset)
+    def status(
+        name_prefix: NamePrefix = None,
+        limit: Limit = 50,
+        offset: Offset = 0,
+        after: After = None,
+        exact_total: ExactTotal = False,
+    ) -> Page[ChannelStatus]:
+        page = ledger.list_channels(
+            status=CHANNEL_ACTIVE,
+            limit=limit,
+            offset=offset,
+            name_prefix=name_prefix,
+            after=after,
+            exact_total=exact_total,
+        )
         ids = [channel.channel_id for channel in page.data]
         schedules = {channel.channel_id: compiled(channel) for channel in page.data}
         keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}

@@ -63,7 +63,13 @@ from cronledger.ledger.singletons import (
     renew_slot,
     take_slot,
 )
-from cronledger.ledger.tables import attempts, channel_alerts, occurrences, status_is
+from cronledger.ledger.tables import (
+    attempts,
+    channel_alerts,
+    occurrences,
+    status_is,
+    status_rechecked,
+)
 
 log = logging.getLogger(__name__)
 
@@ -357,7 +363,7 @@ class AttemptStore(EventStore):
         cancelled = conn.execute(
             sa.update(occurrences)
             .where(occurrences.c.id == victim.occurrence_id)
-            .where(status_is(*LEASED_STATUSES))
+            .where(status_rechecked(*LEASED_STATUSES))
             .values(
                 status=CANCELLED,
                 claimed_until=None,
@@ -389,7 +395,7 @@ class AttemptStore(EventStore):
                 sa.update(occurrences)
                 .where(occurrences.c.id == occurrence_id)
                 .where(occurrences.c.claimed_by == claimant)
-                .where(occurrences.c.status == RUNNING)
+                .where(status_rechecked(RUNNING))
                 .values(
                     claimed_until=self._sql.now_plus(lease_secs),
                     updated_at=self._sql.now(),
@@ -605,7 +611,7 @@ class AttemptStore(EventStore):
             sa.update(occurrences)
             .where(occurrences.c.id == occurrence_id)
             .where(occurrences.c.claimed_by == claimant)
-            .where(status_is(*LEASED_STATUSES))
+            .where(status_rechecked(*LEASED_STATUSES))
             .values(trace_id=trace_id, updated_at=self._sql.now())
         )
         return self._atomic(lambda conn: conn.execute(stmt).rowcount == 1, single=True)
@@ -690,7 +696,7 @@ class AttemptStore(EventStore):
             sa.update(occurrences)
             .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
             .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
-            .where(status_is(*LEASED_STATUSES))
+            .where(status_rechecked(*LEASED_STATUSES))
             .values(
                 error_message=param(occurrences.c.error_message, "p_error"),
                 result=param(occurrences.c.result, "p_result"),
@@ -719,7 +725,7 @@ def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
         sa.update(occurrences)
         .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
         .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
-        .where(status_is(CLAIMED))
+        .where(status_rechecked(CLAIMED))
         .values(
             status=RUNNING,
             started_at=sql.now(),

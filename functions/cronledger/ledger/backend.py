@@ -44,7 +44,6 @@ from sqlalchemy import event
 from sqlalchemy.dialects import postgresql
 
 from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS, BoundedConnect
-from cronledger.ledger.driver import tune_pg8000_engine
 from cronledger.ledger.shards import SQLITE_FUNCTION, shard_key
 from cronledger.ledger.tables import UtcDateTime
 
@@ -97,13 +96,32 @@ def create_ledger_engine(
         # transaction (pg8000 builds a TLS context each time). Connections are only opened
         # when needed: a Lambda still holds one or two.
         connect_args = {"timeout": socket_timeout_secs, **engine_options.pop("connect_args", {})}
+        startup: dict[str, str] = {}
         if statement_timeout_ms is not None:
-            connect_args["startup_params"] = {"statement_timeout": str(statement_timeout_ms)}
+            startup["statement_timeout"] = str(statement_timeout_ms)
+        if prepared_statements:
+            # A prepared statement is planned for the values it runs with and the table as
+            # it is now: a generic plan cached while the table was small (a scan of a few
+            # pages) would otherwise be reused after a burst made it large, and a start by
+            # primary key would read every row. Planning these statements costs far less.
+            startup["plan_cache_mode"] = "force_custom_plan"
+        if startup:
+            connect_args["startup_params"] = startup
         engine = sa.create_engine(
-            parsed, **{"pool_size": PG_POOL_SIZE, "connect_args": connect_args, **engine_options}
+            parsed,
+            **{
+                "pool_size": PG_POOL_SIZE,
+                "connect_args": connect_args,
+                **engine_options,
+            },
         )
-        tune_pg8000_engine(engine, prepared_statements=prepared_statements)
-        event.listen(engine, "do_connect", BoundedConnect(connect_timeout_secs, password))
+        from cronledger.ledger.driver import tune_pg8000_engine  # pg8000, for PostgreSQL only
+
+        tune_pg8000_engine(engine)
+        connect = BoundedConnect(
+            connect_timeout_secs, password, prepared_statements=prepared_statements
+        )
+        event.listen(engine, "do_connect", connect)
         return engine
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):

@@ -34,7 +34,8 @@ from cronledger.ledger.models import (
     OpenedAttempt,
     Page,
 )
-from cronledger.ledger.occurrences import MAX_PAGE_SIZE, OccurrenceStore
+from cronledger.ledger.occurrences import OccurrenceStore
+from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, read_page
 from cronledger.ledger.tables import channel_versions, channels, occurrences
 
 #: An occurrence's columns, then its channel's (NULL when the channel is gone): built once,
@@ -322,26 +323,27 @@ class ChannelStore(OccurrenceStore):
         limit: int = 50,
         offset: int = 0,
         name: str | None = None,
+        *,
+        name_prefix: str | None = None,
+        after: str | None = None,
+        exact_total: bool = False,
     ) -> Page[Channel]:
-        """Oldest first (creation order); `limit` clamped to 1..1000; `name`: that exact
-        name only."""
-        limit = min(max(limit, 1), MAX_PAGE_SIZE)
-        offset = max(offset, 0)
-        conditions = [] if status is None else [channels.c.status == status]
-        if name is not None:
-            conditions.append(channels.c.name == name)
-        page = (
-            sa.select(channels)
-            .where(*conditions)
-            .order_by(channels.c.created_at, channels.c.channel_id)
-            .limit(limit)
-            .offset(offset)
-        )
-        count = sa.select(sa.func.count()).select_from(channels).where(*conditions)
+        """Newest first by (`created_at`, `channel_id`), a page at a time by key (`after`:
+        the `next` of the page before); `limit` clamped to 1..1000; `name`: that exact name
+        only; `name_prefix`: names starting with it (case-sensitive on both backends)."""
+        conditions = channel_conditions(status=status, name=name, name_prefix=name_prefix)
+        request = PageRequest(limit, offset, after, exact_total)
+        order = (channels.c.created_at, channels.c.channel_id)
         with self._read() as conn:
-            total = int(conn.execute(count).scalar_one())
-            data = [Channel(**row._mapping) for row in conn.execute(page)]
-        return Page(data=data, total=total, limit=limit, offset=offset)
+            read = read_page(conn, channels, conditions, order, request)
+        return Page(
+            data=[Channel(**row._mapping) for row in read.rows],
+            total=read.total,
+            limit=read.limit,
+            offset=read.offset,
+            next=read.next,
+            total_is_exact=read.total_is_exact,
+        )
 
     def delete_channel(self, channel_id: str) -> None:
         """Purge a channel: its versions, cursor and occurrences, and the singleton slots
@@ -358,6 +360,22 @@ class ChannelStore(OccurrenceStore):
                 return
             conn.rollback()
         raise NotFound(f"channel {channel_id} not found")
+
+
+def channel_conditions(
+    *, status: str | None = None, name: str | None = None, name_prefix: str | None = None
+) -> list[sa.ColumnElement[bool]]:
+    """The channel list's filters, each one condition; a new filter (labels) is one more
+    keyword here and one more condition, and every list and the status view take it."""
+    conditions: list[sa.ColumnElement[bool]] = []
+    if status is not None:
+        conditions.append(channels.c.status == status)
+    if name is not None:
+        conditions.append(channels.c.name == name)
+    if name_prefix:
+        # substr, not LIKE: SQLite's LIKE ignores case, and `%` or `_` in a name are literal.
+        conditions.append(sa.func.substr(channels.c.name, 1, len(name_prefix)) == name_prefix)
+    return conditions
 
 
 def _at_version(current: Channel, version: Any) -> Channel:

@@ -1,11 +1,14 @@
 """Opening a PostgreSQL connection within a bound of its own, and within a deadline.
 
-pg8000 has one timeout, its socket's, for connecting and for every read after. A server that
-accepts the TCP connection and then says nothing (a proxy with no database behind it yet, a
-failover's half-open socket) would hold the caller for the whole read timeout, which for
-`migrate` is as long as the function may run. So pg8000 connects (TCP, TLS, startup and
-authentication) with the shorter of the two, `connect_timeout_secs`, and only then does the
-socket's timeout become the read timeout.
+The socket is opened here and handed to pg8000 (its `sock`), TLS included when asked (pg8000's
+`ssl_context` values mean what they mean to pg8000), so its timeout is cronledger's to change.
+A server that accepts the TCP connection and then says nothing (a proxy with no database behind
+it yet, a failover's half-open socket) would otherwise hold the caller for the whole read
+timeout, which for `migrate` is as long as the function may run. So the connection is opened
+(TCP, TLS, startup and authentication) with the shorter of the two, `connect_timeout_secs`, and
+only then does the socket's timeout become the read timeout. Nagle's algorithm is off, as libpq
+has it: a message larger than the write buffer (a batch's JSON parameter) would otherwise wait
+for the server's delayed ACK, 40 ms per statement on Linux.
 
 Inside `deadline(until)` (a monotonic instant) both bounds shrink to the time left, so a
 connection opened there cannot outlive it: a handshake the deadline cut short raises
@@ -14,14 +17,22 @@ connection opened there cannot outlive it: a handshake the deadline cut short ra
 
 from __future__ import annotations
 
+import socket
+import ssl
+import struct
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cronledger.ledger.models import DeadlineReached
 
+if TYPE_CHECKING:
+    from cronledger.ledger.driver import Connection
+
+#: PostgreSQL's SSLRequest: its length and code.
+SSL_REQUEST = struct.pack("!ii", 8, 80877103)
 #: How long opening a connection may take, handshake included: a few round trips to a proxy
 #: that may first have to reach the database.
 CONNECT_TIMEOUT_SECS = 15.0
@@ -48,17 +59,20 @@ class BoundedConnect:
         self,
         connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
         password: Callable[[], str] | None = None,
+        *,
+        prepared_statements: bool = True,
     ) -> None:
-        self._connect_timeout = connect_timeout_secs
-        self._password = password
+        self.connect_timeout = connect_timeout_secs
+        self.password = password
+        self.prepared_statements = prepared_statements
 
     def __call__(self, dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
         params = dict(cparams)
-        if self._password is not None:
-            params["password"] = self._password()
+        if self.password is not None:
+            params["password"] = self.password()
         where = f"{params.get('host', 'localhost')}:{params.get('port', 5432)}"
-        read_timeout: float | None = params.get("timeout")
-        handshake = min(self._connect_timeout, read_timeout or self._connect_timeout)
+        read_timeout: float | None = params.pop("timeout", None)
+        handshake = min(self.connect_timeout, read_timeout or self.connect_timeout)
         until = _deadline.get()
         cut_by_deadline = False
         if until is not None:
@@ -69,7 +83,9 @@ class BoundedConnect:
             handshake = min(handshake, left)
             read_timeout = left if read_timeout is None else min(read_timeout, left)
         try:
-            connection = dialect.loaded_dbapi.connect(*cargs, **{**params, "timeout": handshake})
+            connection = open_connection(
+                *cargs, timeout=handshake, prepared_statements=self.prepared_statements, **params
+            )
         except (OSError, dialect.loaded_dbapi.InterfaceError) as exc:
             if not _timed_out(exc):
                 raise
@@ -82,9 +98,71 @@ class BoundedConnect:
                 f"{where} did not complete the connection within the {handshake:g} s connect "
                 "timeout"
             ) from exc
-        # pg8000 offers no public way to change its socket's timeout once connected.
-        connection._usock.settimeout(read_timeout)
+        connection.socket.settimeout(read_timeout)
         return connection
+
+
+def open_connection(
+    *args: Any,
+    timeout: float | None,
+    prepared_statements: bool,
+    host: str = "localhost",
+    port: int = 5432,
+    unix_sock: str | None = None,
+    source_address: Any = None,
+    tcp_keepalive: bool = True,
+    ssl_context: ssl.SSLContext | bool | None = None,
+    **params: Any,
+) -> Connection:
+    """A `Connection` (pg8000's parameters) on a socket opened here, every read of the
+    handshake bounded by `timeout`."""
+    from pg8000.exceptions import InterfaceError  # the driver is loaded with the engine
+
+    from cronledger.ledger.driver import Connection
+
+    try:
+        if unix_sock is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(unix_sock)
+        else:
+            sock = socket.create_connection((host, port), timeout, source_address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError as exc:
+        raise InterfaceError(f"cannot connect to {unix_sock or f'{host}:{port}'}: {exc}") from exc
+    try:
+        if tcp_keepalive:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock = _secured(sock, host, ssl_context)
+        return Connection(
+            *args,
+            host=host,
+            port=port,
+            sock=sock,
+            ssl_context=False,
+            prepared_statements=prepared_statements,
+            **params,
+        )
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _secured(sock: socket.socket, host: str, tls: ssl.SSLContext | bool | None) -> socket.socket:
+    """`sock` inside TLS as pg8000's `ssl_context` asks: False, none; None, TLS if the server
+    offers it, unverified; True, the same but required; a context, required and as it says."""
+    if tls is False:
+        return sock
+    sock.sendall(SSL_REQUEST)
+    if sock.recv(1) != b"S":
+        if tls is None:
+            return sock
+        raise ConnectionRefusedError("the server refuses TLS")
+    if not isinstance(tls, ssl.SSLContext):
+        tls = ssl.create_default_context()
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
+    return tls.wrap_socket(sock, server_hostname=host)
 
 
 def _timed_out(exc: BaseException) -> bool:

@@ -33,8 +33,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
-from cronledger.ledger.driver import sqlstate
 from cronledger.ledger.models import DeadlineReached
+from cronledger.ledger.store import sqlstate
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
 #: Where the revision is recorded: namespaced, as the ledger may share its database.

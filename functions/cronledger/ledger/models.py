@@ -324,15 +324,22 @@ class OpenedAttempt:
 
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
+    """A page of a list; `total` is exact unless `total_is_exact` is False, when more than
+    that many rows match. `next`: the key to pass as `after` for the next page (None on the
+    last)."""
+
     data: list[T]
     total: int
     limit: int
     offset: int
+    next: str | None = None
+    total_is_exact: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class OccurrenceFilter:
-    """Listing filter; `since` and `until` bound `scheduled_for`, both inclusive."""
+    """Listing filter; `since` and `until` bound `scheduled_for`, both inclusive. `after`:
+    the `next` of the page before; `exact_total`: count every match, past the usual bound."""
 
     channel_id: str | None = None
     status: str | None = None
@@ -341,6 +348,8 @@ class OccurrenceFilter:
     until: datetime | None = None
     limit: int = 50
     offset: int = 0
+    after: str | None = None
+    exact_total: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,9 +43,7 @@ class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
 
         # On SQLite each revision's transaction takes the write lock up front, as writes do.
         with contextlib.nullcontext() if until is None else deadline(until):
-            conn = self._connect(
-                lambda: self.engine.connect().execution_options(**{WRITE_OPTION: True})
-            )
+            conn = self._connect().execution_options(**{WRITE_OPTION: True})
         try:
             with _unavailable_when_lost():
                 migration.upgrade(conn, until=until)

@@ -29,7 +29,7 @@ def shard_key(channel_id: str) -> int:
 
 def shard_key_sql(column: sa.ColumnElement[str], *, postgres: bool) -> sa.ColumnElement[int]:
     """`shard_key` of `column`, computed by the database. On PostgreSQL it is written out as
-    text, matching the expression index on due cursors (migration 0008), which a bound
+    text, matching the expression index on due cursors (migration 0009), which a bound
     parameter in its place would not."""
     if postgres:
         return sa.literal_column(

@@ -24,13 +24,11 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from cronledger.ledger.backend import WRITE_OPTION, Backend
-from cronledger.ledger.driver import DirectStatements, sqlstate
 from cronledger.ledger.models import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
 S = TypeVar("S")
-C = TypeVar("C")
 T = TypeVar("T")
 #: What `_run` sends: a read, or a write whose RETURNING (if any) is the answer.
 OneStatement = sa.Select[Any] | sa.Update
@@ -50,12 +48,19 @@ TRANSIENT_STATES = frozenset({"40001", "40P01"})
 TRANSIENT_TRIES = 3
 
 
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a server error pg8000 raised (`exc` or the driver error SQLAlchemy
+    wrapped), or None."""
+    original = getattr(exc, "orig", exc)
+    details = original.args[0] if getattr(original, "args", None) else None
+    return details.get("C") if isinstance(details, dict) else None
+
+
 class Store:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self._sql = Backend(engine.dialect.name)
         self._statements: dict[Hashable, Any] = {}
-        self._direct = DirectStatements.for_engine(engine)
 
     def _statement(self, key: Hashable, build: Callable[[], S]) -> S:
         """The statement `build` makes, made once per `key` and kept, its values bound by
@@ -74,44 +79,22 @@ class Store:
         *,
         write: bool = True,
     ) -> tuple[Sequence[Sequence[Any]], int]:
-        """Run the statement `build` makes (made once per `key`), atomic by itself: the rows
-        it returned and its row count (rows a write changed). On PostgreSQL with prepared
-        statements it goes straight to a pooled connection (`DirectStatements`) unless a
-        listener watches executions; otherwise through SQLAlchemy, as `_write(single=True)`
-        (or `_read()`, with `write=False`). A write is retried like `_atomic`'s."""
-        if write:
-            return _retried(lambda: self._run_once(key, build, parameters, write=True))
-        return self._run_once(key, build, parameters, write=False)
+        """Run the statement `build` makes (made once per `key`), atomic by itself, as
+        `_write(single=True)` (or `_read()`, with `write=False`): the rows it returned and its
+        row count (rows a write changed). A write is retried like `_atomic`'s."""
 
-    def _run_once(
-        self,
-        key: Hashable,
-        build: Callable[[], OneStatement],
-        parameters: dict[str, Any],
-        *,
-        write: bool,
-    ) -> tuple[Sequence[Sequence[Any]], int]:
-        direct = self._direct
-        if direct is None or direct.observed():
+        def once() -> tuple[Sequence[Sequence[Any]], int]:
             with self._transaction(write=write, autocommit=True) as conn:
                 result = conn.execute(self._statement(key, build), parameters)
                 return (result.all() if result.returns_rows else []), result.rowcount
-        statement = self._statement(
-            ("direct", key), lambda: direct.compile(self._statement(key, build))
-        )
-        pooled = self._connect(self.engine.raw_connection)
-        try:
-            with _unavailable_when_lost():
-                return direct.run(pooled, statement, parameters)
-        finally:
-            pooled.close()
 
-    def _connect(self, connect: Callable[[], C]) -> C:
-        """A pooled connection (SQLAlchemy's, or the driver's from `raw_connection`, whose
-        failures arrive unwrapped, as do socket errors and timeouts while connecting), or
-        `DatabaseUnavailable`."""
+        return _retried(once) if write else once()
+
+    def _connect(self) -> sa.Connection:
+        """A pooled connection, or `DatabaseUnavailable` (socket errors and timeouts while
+        connecting arrive unwrapped)."""
         try:
-            return connect()
+            return self.engine.connect()
         except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error, OSError) as exc:
             raise DatabaseUnavailable(f"cannot connect to the ledger database: {exc}") from exc
         except sa.exc.TimeoutError as exc:
@@ -146,7 +129,7 @@ class Store:
 
     @contextmanager
     def _transaction(self, *, write: bool, autocommit: bool = False) -> Iterator[sa.Connection]:
-        conn = self._connect(self.engine.connect)
+        conn = self._connect()
         try:
             with _unavailable_when_lost():
                 if autocommit and self._sql.is_postgres:

@@ -1,7 +1,8 @@
 """Targets: what an occurrence runs (SPEC §1.2), one module per type behind one interface.
 
-`target_errors` / `validate_target` check a document when a channel is saved, reporting every
-problem at `target.<key>` in the same shape as the schedule's errors. `run_target` runs one
+`target_errors` / `validate_target` check a document when a channel is saved against its
+type's model (`Target`, a union by `type`), reporting every problem at `target.<key>` in the
+same shape as the schedule's errors. `run_target` runs one
 attempt and always answers with a `TargetOutcome`: whatever goes wrong in the target, including
 any exception (`SystemExit` and `KeyboardInterrupt` too), becomes a failed outcome with its type
 and message, because the executor must settle the occurrence either way. Excerpts in an outcome
@@ -17,25 +18,31 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+from pydantic import TypeAdapter, ValidationError
 
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, RESULT_EXCERPT_BYTES, truncate_excerpt
 from cronledger.targets import aws_lambda, eventbridge, http, python, sqs, stepfunctions
 from cronledger.targets.clients import AwsClients, default_clients
 from cronledger.targets.envelope import Envelope, Trigger, build_envelope, envelope_json
+from cronledger.targets.fields import union
 from cronledger.targets.interface import (
     TargetKind,
     TargetOutcome,
     timed_out,
 )
 from cronledger.targets.policy import TargetPolicy
+from cronledger.validation import field_errors
 
 __all__ = [
     "RESULT_EXCERPT_BYTES",
+    "TARGET",
     "TARGET_TYPES",
     "AwsClients",
     "Envelope",
+    "Target",
     "TargetOutcome",
     "TargetPolicy",
     "Trigger",
@@ -49,7 +56,7 @@ __all__ = [
     "validate_target",
 ]
 
-_KINDS: dict[str, TargetKind] = {
+_KINDS: Final[dict[str, TargetKind]] = {
     kind.type: kind
     for kind in (
         aws_lambda.KIND,
@@ -61,38 +68,21 @@ _KINDS: dict[str, TargetKind] = {
     )
 }
 TARGET_TYPES = tuple(_KINDS)
+#: A target document: one of the types' models, by its `type`.
+Target = union([kind.model for kind in _KINDS.values()])
+TARGET: Final = TypeAdapter[Any](Target)
 REF_MAX_CHARS = 512
-_EXAMPLE = '{"type": "http", "url": "https://example.com/hooks/nightly"}'
 _log = logging.getLogger(__name__)
 
 
 def target_errors(doc: Any, policy: TargetPolicy) -> list[FieldError]:
     """Every problem with a target document, without raising (so the API can merge them with
     the schedule's into one answer). An empty list means the document is valid."""
-    if not isinstance(doc, Mapping):
-        return [FieldError("target", "type_mismatch", f"target must be an object, e.g. {_EXAMPLE}")]
-    choices = ", ".join(TARGET_TYPES)
-    type_name = doc.get("type")
-    if type_name is None:
-        return [FieldError("target.type", "required", f"type is required: one of {choices}")]
-    if not isinstance(type_name, str):
-        return [
-            FieldError("target.type", "type_mismatch", f"type must be one string: one of {choices}")
-        ]
-    kind = _KINDS.get(type_name)
-    if kind is None:
-        return [
-            FieldError(
-                "target.type", "invalid", f"unknown target type {type_name!r}; use {choices}"
-            )
-        ]
-    allowed = ", ".join(sorted(kind.keys))
-    unknown = [
-        FieldError(f"target.{key}", "invalid", f"unknown key; a {kind.type} target takes {allowed}")
-        for key in sorted(map(str, doc))
-        if key not in kind.keys
-    ]
-    return unknown + kind.errors(doc, policy)
+    try:
+        TARGET.validate_python(doc, context={"policy": policy})
+    except ValidationError as exc:
+        return field_errors(exc, ("target",))
+    return []
 
 
 def validate_target(doc: Any, policy: TargetPolicy) -> None:

@@ -11,44 +11,47 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from cronledger.errors import FieldError
+from pydantic import ValidationInfo, field_validator
+
 from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, envelope_json
-from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.fields import TargetDocument, text
 from cronledger.targets.interface import TargetKind, TargetOutcome
 from cronledger.targets.policy import TargetPolicy
+from cronledger.validation import refused
 
 _ARN = r"arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:function:"
 _QUALIFIER = r"\$LATEST|[A-Za-z0-9_-]{1,128}"
 _FUNCTION = re.compile(rf"({_ARN})?[A-Za-z0-9_-]{{1,64}}(:({_QUALIFIER}))?")
 
 
-def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
-    checks = DocumentChecks(doc)
-    function = checks.string(
-        "function_arn",
-        example="arn:aws:lambda:eu-west-1:123456789012:function:nightly-report",
-        max_len=170,
-        pattern=_FUNCTION,
-        pattern_hint="must be a function name or a function ARN",
+class LambdaTarget(TargetDocument):
+    type_name: ClassVar[str] = "lambda"
+
+    type: Literal["lambda"]
+    function_arn: text(  # type: ignore[valid-type]
+        "arn:aws:lambda:eu-west-1:123456789012:function:nightly-report",
+        170,
+        _FUNCTION,
+        "must be a function name or a function ARN",
     )
-    qualifier = checks.string(
-        "qualifier",
-        example="live",
-        max_len=128,
-        required=False,
-        pattern=re.compile(_QUALIFIER),
-        pattern_hint="must be a version number, an alias name or $LATEST",
-    )
-    if function and qualifier and _inline_qualifier(function):
-        checks.fail(
-            "qualifier",
-            "invalid",
-            "function_arn already ends with a qualifier; give the version or alias in one place",
-        )
-    return checks.errors
+    qualifier: text(  # type: ignore[valid-type]
+        "live", 128, re.compile(_QUALIFIER), "must be a version number, an alias name or $LATEST"
+    ) = None
+
+    @field_validator("qualifier")
+    @classmethod
+    def _in_one_place(cls, qualifier: str | None, info: ValidationInfo) -> str | None:
+        function = info.data.get("function_arn")
+        if function and qualifier and _inline_qualifier(function):
+            raise refused(
+                "invalid",
+                "function_arn already ends with a qualifier; give the version or alias in one "
+                "place",
+            )
+        return qualifier
 
 
 def ref(doc: Mapping[str, Any]) -> str:
@@ -98,10 +101,4 @@ def _reason(answer: str) -> str:
     return answer[:500]
 
 
-KIND = TargetKind(
-    type="lambda",
-    keys=frozenset({"type", "function_arn", "qualifier"}),
-    errors=errors,
-    ref=ref,
-    run=run,
-)
+KIND = TargetKind(model=LambdaTarget, ref=ref, run=run)

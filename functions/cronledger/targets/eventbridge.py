@@ -7,40 +7,43 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from cronledger.errors import FieldError
+from pydantic import field_validator
+
 from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, envelope_json
-from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.fields import TargetDocument, text
 from cronledger.targets.interface import TargetKind, TargetOutcome
 from cronledger.targets.policy import TargetPolicy
+from cronledger.validation import refused
 
 DEFAULT_BUS = "default"
 _BUS = re.compile(r"(arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,256}")
 
 
-def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
-    checks = DocumentChecks(doc)
-    checks.string(
-        "event_bus_name",
-        example="ops-events",
-        max_len=1600,
-        required=False,
-        pattern=_BUS,
-        pattern_hint="must be an event bus name or ARN",
-    )
-    source = checks.string("source", example="com.example.reports", max_len=256)
-    if source and source.startswith("aws."):
-        checks.fail("source", "invalid", "sources starting with 'aws.' are reserved for AWS")
-    elif source and source.startswith("cronledger."):
-        # The executor may put on the installation's own bus: a target must not pass for
-        # the scheduler telling of a failure.
-        checks.fail(
-            "source", "invalid", "sources starting with 'cronledger.' are the scheduler's events"
-        )
-    checks.string("detail_type", example="nightly-report-due", max_len=128)
-    return checks.errors
+class EventBridgeTarget(TargetDocument):
+    type_name: ClassVar[str] = "eventbridge"
+
+    type: Literal["eventbridge"]
+    event_bus_name: text(  # type: ignore[valid-type]
+        "ops-events", 1600, _BUS, "must be an event bus name or ARN"
+    ) = None
+    source: text("com.example.reports", 256)  # type: ignore[valid-type]
+    detail_type: text("nightly-report-due", 128)  # type: ignore[valid-type]
+
+    @field_validator("source")
+    @classmethod
+    def _not_reserved(cls, source: str) -> str:
+        if source.startswith("aws."):
+            raise refused("invalid", "sources starting with 'aws.' are reserved for AWS")
+        if source.startswith("cronledger."):
+            # The executor may put on the installation's own bus: a target must not pass for
+            # the scheduler telling of a failure.
+            raise refused(
+                "invalid", "sources starting with 'cronledger.' are the scheduler's events"
+            )
+        return source
 
 
 def ref(doc: Mapping[str, Any]) -> str:
@@ -75,10 +78,4 @@ def run(
     return TargetOutcome(ok=True, result=json.dumps({"EventId": entry.get("EventId")}))
 
 
-KIND = TargetKind(
-    type="eventbridge",
-    keys=frozenset({"type", "event_bus_name", "source", "detail_type"}),
-    errors=errors,
-    ref=ref,
-    run=run,
-)
+KIND = TargetKind(model=EventBridgeTarget, ref=ref, run=run)

@@ -1,59 +1,120 @@
-"""Reading a target document while collecting every problem with it.
+"""Target documents as models: one per `type`, told apart by it, every problem at its key.
 
-Each check records a `FieldError` at `target.<key>` and returns None instead of raising, so one
-pass over a document reports all of its problems. JSON `null` on an optional key means "not
-given", because clients that serialise a whole form send nulls for the fields left blank.
+Each type's module declares a `TargetDocument`; `TargetUnion` reads a document as the one its
+`type` names. JSON `null` on an optional key means "not given", because clients that serialise
+a whole form send nulls for the fields left blank. What a document may reach beyond its target
+(the operator's `TargetPolicy`) is the validation context's `policy`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Union
 
-from cronledger.errors import FieldError
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+
+from cronledger.targets.policy import TargetPolicy
+from cronledger.validation import UNTAGGED, Document, refused
+
+_EXAMPLE = '{"type": "http", "url": "https://example.com/hooks/nightly"}'
 
 
-class DocumentChecks:
-    def __init__(self, doc: Mapping[str, Any]) -> None:
-        self.doc = doc
-        self.errors: list[FieldError] = []
+class TargetDocument(Document):
+    """A target of one `type` (its `type_name`)."""
 
-    def fail(self, key: str, code: str, message: str) -> None:
-        self.errors.append(FieldError(f"target.{key}", code, message))
+    null_means_absent: ClassVar[bool] = True
+    type_name: ClassVar[str]
 
-    def string(
-        self,
-        key: str,
-        *,
-        example: str,
-        max_len: int,
-        required: bool = True,
-        pattern: re.Pattern[str] | None = None,
-        pattern_hint: str = "",
-    ) -> str | None:
-        value = self.doc.get(key)
-        if value is None:
-            if required:
-                self.fail(key, "required", f"{key} is required, e.g. {example!r}")
-            return None
+    @classmethod
+    def unknown_key(cls, key: str) -> str:
+        return f"unknown key; a {cls.type_name} target takes {', '.join(sorted(cls.model_fields))}"
+
+    @classmethod
+    def required(cls, key: str) -> str:
+        extra = cls.model_fields[key].json_schema_extra
+        example = extra.get("example") if isinstance(extra, dict) else None
+        return f"{key} is required, e.g. {example!r}"
+
+
+def policy_of(info: ValidationInfo) -> TargetPolicy:
+    """The operator's policy the document is read under."""
+    policy: TargetPolicy = (info.context or {})["policy"]
+    return policy
+
+
+def text(example: str, max_len: int, pattern: re.Pattern[str] | None = None, hint: str = "") -> Any:
+    """A non-blank string of at most `max_len` characters (matching `pattern`, which `hint`
+    describes), its messages naming the key."""
+
+    def check(value: Any, info: ValidationInfo) -> str:
+        key = info.field_name
         if not isinstance(value, str):
-            self.fail(key, "type_mismatch", f"{key} must be a string, e.g. {example!r}")
-            return None
+            raise refused("type_mismatch", f"{key} must be a string, e.g. {example!r}")
         if not value.strip():
-            self.fail(key, "required", f"{key} must not be blank, e.g. {example!r}")
-            return None
+            raise refused("required", f"{key} must not be blank, e.g. {example!r}")
         if len(value) > max_len:
-            self.fail(key, "too_long", f"{key} must be at most {max_len} characters")
-            return None
+            raise refused("too_long", f"{key} must be at most {max_len} characters")
         if pattern is not None and not pattern.fullmatch(value):
-            self.fail(key, "invalid", f"{key} {pattern_hint}, e.g. {example!r}")
-            return None
+            raise refused("invalid", f"{key} {hint}, e.g. {example!r}")
         return value
 
-    def boolean(self, key: str) -> bool | None:
-        value = self.doc.get(key)
-        if value is not None and not isinstance(value, bool):
-            self.fail(key, "type_mismatch", f"{key} must be true or false (a JSON boolean)")
-            return None
-        return value
+    schema: dict[str, Any] = {"example": example, "maxLength": max_len}
+    if pattern is not None:
+        schema["pattern"] = f"^{pattern.pattern}$"
+    return Annotated[str, BeforeValidator(check), Field(json_schema_extra=schema)]
+
+
+def _boolean(value: Any, info: ValidationInfo) -> bool:
+    if not isinstance(value, bool):
+        raise refused("type_mismatch", f"{info.field_name} must be true or false (a JSON boolean)")
+    return value
+
+
+Boolean = Annotated[bool, BeforeValidator(_boolean)]
+
+
+def union(models: Sequence[type[TargetDocument]]) -> Any:
+    """The documents of `models`, each read as the one its `type` names."""
+    names = [model.type_name for model in models]
+    choices = ", ".join(names)
+
+    def by_type(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(value, Mapping):
+            raise refused("type_mismatch", f"target must be an object, e.g. {_EXAMPLE}")
+        kind = value.get("type")
+        problem = None
+        if kind is None:
+            problem = refused("required", f"type is required: one of {choices}")
+        elif not isinstance(kind, str):
+            problem = refused("type_mismatch", f"type must be one string: one of {choices}")
+        elif kind not in names:
+            problem = refused("invalid", f"unknown target type {kind!r}; use {choices}")
+        if problem is not None:
+            raise ValidationError.from_exception_data(
+                "target", [{"type": problem, "loc": ("type",), "input": None}]
+            )
+        return handler(value)
+
+    tagged = tuple(Annotated[model, Tag(model.type_name)] for model in models)
+    return Annotated[
+        Union[tagged],  # noqa: UP007 - a union built at run time
+        Discriminator(lambda value: value.get("type") if isinstance(value, Mapping) else None),
+        UNTAGGED,
+        WrapValidator(by_type),
+        Field(
+            description="What runs: one `type` and that type's keys.",
+            json_schema_extra={
+                "example": {"type": "http", "url": "https://example.com/hooks/nightly"}
+            },
+        ),
+    ]

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
+from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
 from cronledger import __version__
-from cronledger.errors import FieldError
 from cronledger.targets import pinned_http
 from cronledger.targets.addresses import Address, literal_address
 from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope, envelope_json
-from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.fields import TargetDocument, policy_of, text
 from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
 from cronledger.targets.policy import HTTP_ALLOW_NETWORKS, TargetPolicy
 from cronledger.targets.secret_looking import looks_secret
@@ -44,6 +46,7 @@ from cronledger.targets.secrets import (
     scrub,
     secret_hosts,
 )
+from cronledger.validation import refused
 
 METHODS = ("POST", "PUT", "PATCH", "GET", "HEAD")
 #: Methods sent without a body: the trigger's identity travels in headers.
@@ -59,44 +62,92 @@ _CREDENTIAL_HINT = (
 )
 
 
-def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
-    checks = DocumentChecks(doc)
-    url = checks.string("url", example="https://example.com/hooks/nightly", max_len=2048)
-    if url is not None:
-        _check_url(checks, url, policy)
-    method = checks.string("method", example="POST", max_len=16, required=False)
-    if method is not None and method.upper() not in METHODS:
-        checks.fail(
-            "method",
-            "invalid",
-            f"method must be one of {', '.join(METHODS)} (GET and HEAD send the run's "
-            "identity in X-Cronledger-* headers instead of the envelope)",
+def _mapping(example: str) -> Any:
+    def check(value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, Mapping):
+            raise refused("type_mismatch", f"{info.field_name} must be an object, e.g. {example}")
+        return dict(value)
+
+    return Annotated[dict[str, Any], BeforeValidator(check)]
+
+
+_SECRET_EXAMPLE = f'{{"Authorization": "{EXAMPLES["env"]}"}}'
+
+
+class HttpTarget(TargetDocument):
+    type_name: ClassVar[str] = "http"
+
+    type: Literal["http"]
+    url: text("https://example.com/hooks/nightly", 2048)  # type: ignore[valid-type]
+    method: text("POST", 16) = Field(None, description=", ".join(METHODS))  # type: ignore[valid-type]
+    headers: _mapping('{"X-Team": "ops"}') = Field(default_factory=dict)  # type: ignore[valid-type]
+    secret_headers: _mapping(_SECRET_EXAMPLE) = Field(default_factory=dict)  # type: ignore[valid-type]
+
+    @field_validator("url")
+    @classmethod
+    def _reachable(cls, url: str, info: ValidationInfo) -> str:
+        _raise_all(("", ("invalid", problem)) for problem in _url_problems(url, policy_of(info)))
+        return url
+
+    @field_validator("method")
+    @classmethod
+    def _known(cls, method: str | None) -> str | None:
+        if method is not None and method.upper() not in METHODS:
+            raise refused(
+                "invalid",
+                f"method must be one of {', '.join(METHODS)} (GET and HEAD send the run's "
+                "identity in X-Cronledger-* headers instead of the envelope)",
+            )
+        return method
+
+    @field_validator("headers")
+    @classmethod
+    def _plain(cls, headers: dict[str, Any]) -> dict[str, Any]:
+        _raise_all(
+            (name, problem)
+            for name, value in headers.items()
+            if (problem := _header_name_problem(name) or _plain_problem(name, value))
         )
-    headers = _mapping(checks, "headers", '{"X-Team": "ops"}')
-    secret_headers = _mapping(checks, "secret_headers", f'{{"Authorization": "{EXAMPLES["env"]}"}}')
-    if len(headers) + len(secret_headers) > _MAX_HEADERS:
-        checks.fail("headers", "too_long", f"at most {_MAX_HEADERS} headers in all")
-    for name, value in headers.items():
-        if _header_name_ok(checks, "headers", name):
-            _check_plain_header(checks, name, value)
-    plain = {str(name).lower() for name in headers}
-    for name, reference in secret_headers.items():
-        if not _header_name_ok(checks, "secret_headers", name):
-            continue
-        key = f"secret_headers.{name}"
-        if name.lower() in plain:
-            checks.fail(key, "invalid", f"{name} is also in headers; give it in one place")
-        elif not isinstance(reference, str):
-            checks.fail(key, "type_mismatch", f"the reference for {name} must be a string")
-        elif len(reference) > 2048:
-            checks.fail(key, "too_long", "a secret reference is at most 2048 characters")
-        elif (problem := reference_problem(reference, policy)) is not None:
-            checks.fail(key, "invalid", f"{problem}, e.g. {EXAMPLES[policy.secrets]!r}")
-        elif policy.secret_hosts is not None and (host := _hostname(url)):
-            refusal = host_refusal(reference, host, policy.secret_hosts(reference))
-            if refusal is not None:
-                checks.fail(key, "invalid", refusal)
-    return checks.errors
+        return headers
+
+    @field_validator("secret_headers")
+    @classmethod
+    def _references(cls, secrets: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        policy, headers = policy_of(info), info.data.get("headers", {})
+        plain = {str(name).lower() for name in headers}
+        host = _hostname(info.data.get("url"))
+        found = []
+        if len(headers) + len(secrets) > _MAX_HEADERS:
+            found.append(
+                ("", refused("too_long", f"at most {_MAX_HEADERS} headers in all", "headers"))
+            )
+        for name, reference in secrets.items():
+            problem = _header_name_problem(name)
+            if problem is None and name.lower() in plain:
+                problem = ("invalid", f"{name} is also in headers; give it in one place")
+            elif problem is None and not isinstance(reference, str):
+                problem = ("type_mismatch", f"the reference for {name} must be a string")
+            elif problem is None and len(reference) > 2048:
+                problem = ("too_long", "a secret reference is at most 2048 characters")
+            elif problem is None and (refusal := reference_problem(reference, policy)):
+                problem = ("invalid", f"{refusal}, e.g. {EXAMPLES[policy.secrets]!r}")
+            elif problem is None and policy.secret_hosts is not None and host:
+                refusal = host_refusal(reference, host, policy.secret_hosts(reference))
+                problem = ("invalid", refusal) if refusal is not None else None
+            if problem is not None:
+                found.append((name, refused(*problem)))
+        _raise_all(found)
+        return secrets
+
+
+def _raise_all(problems: Iterable[tuple[str, Any]]) -> None:
+    """Raise each `(key, problem)` at its key of the mapping being checked ("" for itself)."""
+    found: list[InitErrorDetails] = []
+    for key, problem in problems:
+        error = problem if isinstance(problem, PydanticCustomError) else refused(*problem)
+        found.append({"type": error, "loc": (key,) if key else (), "input": None})
+    if found:
+        raise ValidationError.from_exception_data("headers", found)
 
 
 def _hostname(url: str | None) -> str | None:
@@ -107,47 +158,40 @@ def _hostname(url: str | None) -> str | None:
         return None
 
 
-def _check_url(checks: DocumentChecks, url: str, policy: TargetPolicy) -> None:
+def _url_problems(url: str, policy: TargetPolicy) -> list[str]:
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
-        checks.fail("url", "invalid", "url must not contain spaces or control characters")
-        return
+        return ["url must not contain spaces or control characters"]
     if not url.isascii():
-        checks.fail(
-            "url",
-            "invalid",
+        return [
             "url must be ASCII: percent-encode other characters and write an international "
-            "domain name in its xn-- form",
-        )
-        return
+            "domain name in its xn-- form"
+        ]
     try:
         parts = urlsplit(url)
         hostname = parts.hostname
     except ValueError as exc:  # an unclosed `[`, or a bracketed host that is no IPv6 address
-        checks.fail("url", "invalid", f"url cannot be read ({exc}); write an IPv6 host as [::1]")
-        return
+        return [f"url cannot be read ({exc}); write an IPv6 host as [::1]"]
     if parts.scheme not in ("http", "https") or not hostname:
-        checks.fail("url", "invalid", "url must be an absolute http:// or https:// URL")
-        return
+        return ["url must be an absolute http:// or https:// URL"]
     if parts.username is not None or parts.password is not None:
-        checks.fail("url", "invalid", "url must not carry a user name or password")
-        return
+        return ["url must not carry a user name or password"]
     try:
         port = parts.port  # raises for a port that is not a number in 0..65535
     except ValueError:
         port = 0
     if port == 0:
-        checks.fail("url", "invalid", "url's port must be a number from 1 to 65535")
-        return
+        return ["url's port must be a number from 1 to 65535"]
+    problems = []
     address = literal_address(hostname)
-    if address is not None and (refused := policy.address_refusal(address)) is not None:
-        checks.fail("url", "invalid", _refused_address(hostname, *refused))
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if looks_secret(name, value):
-            checks.fail(
-                "url", "invalid", f"query parameter {name!r} looks like a credential; "
-                "target settings are stored in plain text, so send it as a secret_headers "
-                "header instead",
-            )  # fmt: skip
+    if address is not None and (refused_address := policy.address_refusal(address)) is not None:
+        problems.append(_refused_address(hostname, *refused_address))
+    problems.extend(
+        f"query parameter {name!r} looks like a credential; target settings are stored in "
+        "plain text, so send it as a secret_headers header instead"
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+        if looks_secret(name, value)
+    )
+    return problems
 
 
 def _refused_address(host: str, address: Address, reason: str) -> str:
@@ -158,42 +202,27 @@ def _refused_address(host: str, address: Address, reason: str) -> str:
     )
 
 
-def _mapping(checks: DocumentChecks, key: str, example: str) -> Mapping[Any, Any]:
-    value = checks.doc.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        checks.fail(key, "type_mismatch", f"{key} must be an object, e.g. {example}")
-        return {}
-    return value
-
-
-def _header_name_ok(checks: DocumentChecks, key: str, name: Any) -> bool:
+def _header_name_problem(name: Any) -> tuple[str, str] | None:
     if not isinstance(name, str) or not _TOKEN.fullmatch(name) or len(name) > 256:
-        checks.fail(
-            f"{key}.{name}", "invalid", "a header name is letters, digits and -_.!#$%&'*+^`|~"
-        )
-        return False
+        return "invalid", "a header name is letters, digits and -_.!#$%&'*+^`|~"
     if name.lower() in _SET_BY_CRONLEDGER:
-        checks.fail(f"{key}.{name}", "invalid", f"{name} is set by cronledger; remove it")
-        return False
-    return True
+        return "invalid", f"{name} is set by cronledger; remove it"
+    return None
 
 
-def _check_plain_header(checks: DocumentChecks, name: str, value: Any) -> None:
-    key = f"headers.{name}"
+def _plain_problem(name: str, value: Any) -> tuple[str, str] | None:
     if not isinstance(value, str):
-        checks.fail(key, "type_mismatch", f"header {name} must be a string")
-    elif len(value) > 4096:
-        checks.fail(key, "too_long", f"header {name} must be at most 4096 characters")
-    elif not _HEADER_VALUE.fullmatch(value):
-        checks.fail(
-            key,
+        return "type_mismatch", f"header {name} must be a string"
+    if len(value) > 4096:
+        return "too_long", f"header {name} must be at most 4096 characters"
+    if not _HEADER_VALUE.fullmatch(value):
+        return (
             "invalid",
             f"header {name} must be one line of printable ASCII (no control characters)",
         )
-    elif looks_secret(name, value):
-        checks.fail(key, "invalid", f"header {name} looks like a credential; {_CREDENTIAL_HINT}")
+    if looks_secret(name, value):
+        return "invalid", f"header {name} looks like a credential; {_CREDENTIAL_HINT}"
+    return None
 
 
 def ref(doc: Mapping[str, Any]) -> str:
@@ -334,10 +363,4 @@ def post(
     return TargetOutcome(ok=False, result=answer.body, error=error, permanent=gone)
 
 
-KIND = TargetKind(
-    type="http",
-    keys=frozenset({"type", "url", "method", "headers", "secret_headers"}),
-    errors=errors,
-    ref=ref,
-    run=run,
-)
+KIND = TargetKind(model=HttpTarget, ref=ref, run=run)

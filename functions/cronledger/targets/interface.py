@@ -1,7 +1,7 @@
 """The one interface every target type implements, and the outcome every run reports.
 
-A target type is four things: the keys its document may hold, a check that lists every problem
-with a document, a short reference for the ledger, and a run. The check and the run both get the
+A target type is three things: its document's model (the keys it may hold, and a check that
+lists every problem with a document), a short reference for the ledger, and a run. The check and the run both get the
 operator's `TargetPolicy`, the only source of what a document may reach beyond its target. A run
 never raises for anything the target did: failures, timeouts and refusals come back as a
 `TargetOutcome`, so the executor always has something to settle with.
@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cronledger.errors import FieldError
 from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope
+from cronledger.targets.fields import TargetDocument
 from cronledger.targets.policy import TargetPolicy
 
 
@@ -36,11 +36,14 @@ class TargetOutcome:
 
 @dataclass(frozen=True, slots=True)
 class TargetKind:
-    type: str
-    keys: frozenset[str]
-    errors: Callable[[Mapping[str, Any], TargetPolicy], list[FieldError]]
+    #: The document's model: its keys, its checks (`targets.fields`).
+    model: type[TargetDocument]
     ref: Callable[[Mapping[str, Any]], str]
     run: Callable[[Mapping[str, Any], Envelope, float, AwsClients, TargetPolicy], TargetOutcome]
+
+    @property
+    def type(self) -> str:
+        return self.model.type_name
 
 
 def timed_out(timeout_secs: float, detail: str | None = None) -> TargetOutcome:

@@ -21,14 +21,16 @@ import json
 import keyword
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from cronledger.errors import FieldError
+from pydantic import ValidationInfo, field_validator
+
 from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope
-from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.fields import TargetDocument, policy_of, text
 from cronledger.targets.interface import TargetKind, TargetOutcome
 from cronledger.targets.policy import PYTHON_TARGETS, TargetPolicy
+from cronledger.validation import refused
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _CALLABLE = re.compile(rf"{_NAME}(\.{_NAME})*:{_NAME}")
@@ -38,23 +40,27 @@ class Unresolved(Exception):
     """The callable cannot be used; the message says why and how to fix it."""
 
 
-def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
-    checks = DocumentChecks(doc)
-    spec = checks.string(
-        "callable",
-        example="reports.nightly:run",
-        max_len=256,
-        pattern=_CALLABLE,
-        pattern_hint="must be a module path and a function name joined by ':'",
+class PythonTarget(TargetDocument):
+    type_name: ClassVar[str] = "python"
+
+    type: Literal["python"]
+    callable: text(  # type: ignore[valid-type]
+        "reports.nightly:run",
+        256,
+        _CALLABLE,
+        "must be a module path and a function name joined by ':'",
     )
-    if spec and any(keyword.iskeyword(part) for part in re.split(r"[.:]", spec)):
-        checks.fail("callable", "invalid", f"callable {spec!r} uses a Python keyword as a name")
-    elif spec:
+
+    @field_validator("callable")
+    @classmethod
+    def _allowed(cls, spec: str, info: ValidationInfo) -> str:
+        if any(keyword.iskeyword(part) for part in re.split(r"[.:]", spec)):
+            raise refused("invalid", f"callable {spec!r} uses a Python keyword as a name")
         try:
-            resolve_function(spec, policy)
+            resolve_function(spec, policy_of(info))
         except Unresolved as exc:
-            checks.fail("callable", "invalid", str(exc))
-    return checks.errors
+            raise refused("invalid", str(exc)) from None
+        return spec
 
 
 def resolve_function(spec: str, policy: TargetPolicy) -> Callable[[Envelope], Any]:
@@ -109,6 +115,4 @@ def run(
     return TargetOutcome(ok=True, result=json.dumps(value, default=str, ensure_ascii=False))
 
 
-KIND = TargetKind(
-    type="python", keys=frozenset({"type", "callable"}), errors=errors, ref=ref, run=run
-)
+KIND = TargetKind(model=PythonTarget, ref=ref, run=run)

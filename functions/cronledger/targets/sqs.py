@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from cronledger.errors import FieldError
 from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope, delivery_id, envelope_json
-from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.fields import TargetDocument, text
 from cronledger.targets.interface import TargetKind, TargetOutcome
 from cronledger.targets.policy import TargetPolicy
 
@@ -23,16 +22,16 @@ _QUEUE_URL = re.compile(r"https?://[A-Za-z0-9.:-]+/\d{12}/[A-Za-z0-9_-]{1,80}(\.
 _REGION = re.compile(r"https?://(?:sqs\.([a-z0-9-]+)\.amazonaws|([a-z0-9-]+)\.queue\.amazonaws)")
 
 
-def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
-    checks = DocumentChecks(doc)
-    checks.string(
-        "queue_url",
-        example="https://sqs.eu-west-1.amazonaws.com/123456789012/nightly-jobs",
-        max_len=1024,
-        pattern=_QUEUE_URL,
-        pattern_hint="must be a queue URL (https://<endpoint>/<account id>/<queue name>)",
+class SqsTarget(TargetDocument):
+    type_name: ClassVar[str] = "sqs"
+
+    type: Literal["sqs"]
+    queue_url: text(  # type: ignore[valid-type]
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/nightly-jobs",
+        1024,
+        _QUEUE_URL,
+        "must be a queue URL (https://<endpoint>/<account id>/<queue name>)",
     )
-    return checks.errors
 
 
 def ref(doc: Mapping[str, Any]) -> str:
@@ -63,6 +62,4 @@ def run(
     return TargetOutcome(ok=True, result=json.dumps({"MessageId": response["MessageId"]}))
 
 
-KIND = TargetKind(
-    type="sqs", keys=frozenset({"type", "queue_url"}), errors=errors, ref=ref, run=run
-)
+KIND = TargetKind(model=SqsTarget, ref=ref, run=run)

@@ -19,12 +19,13 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from cronledger.errors import FieldError
+from pydantic import Field
+
 from cronledger.targets.clients import AwsClients, arn_region
 from cronledger.targets.envelope import Envelope, delivery_id, envelope_json
-from cronledger.targets.fields import DocumentChecks
+from cronledger.targets.fields import Boolean, TargetDocument, text
 from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
 from cronledger.targets.policy import TargetPolicy
 
@@ -35,17 +36,17 @@ _FIRST_POLL_SECS = 0.2
 _MAX_POLL_SECS = 2.0
 
 
-def errors(doc: Mapping[str, Any], policy: TargetPolicy) -> list[FieldError]:
-    checks = DocumentChecks(doc)
-    checks.string(
-        "state_machine_arn",
-        example="arn:aws:states:eu-west-1:123456789012:stateMachine:nightly",
-        max_len=256,
-        pattern=_ARN,
-        pattern_hint="must be a state machine ARN",
+class StepFunctionsTarget(TargetDocument):
+    type_name: ClassVar[str] = "stepfunctions"
+
+    type: Literal["stepfunctions"]
+    state_machine_arn: text(  # type: ignore[valid-type]
+        "arn:aws:states:eu-west-1:123456789012:stateMachine:nightly",
+        256,
+        _ARN,
+        "must be a state machine ARN",
     )
-    checks.boolean("wait")
-    return checks.errors
+    wait: Boolean = Field(True, description="wait for the execution to end")
 
 
 def ref(doc: Mapping[str, Any]) -> str:
@@ -126,10 +127,4 @@ def _execution_arn(machine: str, name: str) -> str:
     return f"arn:{partition}:{service}:{region}:{account}:execution:{machine_name}:{name}"
 
 
-KIND = TargetKind(
-    type="stepfunctions",
-    keys=frozenset({"type", "state_machine_arn", "wait"}),
-    errors=errors,
-    ref=ref,
-    run=run,
-)
+KIND = TargetKind(model=StepFunctionsTarget, ref=ref, run=run)

@@ -1,7 +1,7 @@
 """Reconcile at scale: the channel changes a pass must look at, and due cursors by shard.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-02
 
 Additive only. `cron_channel_changes` is new: code of the previous revision never reads it,
@@ -20,8 +20,8 @@ from alembic import op
 
 from cronledger.ledger.online_ddl import create_index_online
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
