@@ -52,7 +52,8 @@ GRACE_SECS = 60
 
 def main() -> None:
     with scratch_database("scale") as url:
-        ledger = Ledger.connect(url)
+        # A reset of a million rows may take longer than the socket waits by default.
+        ledger = Ledger.connect(url, socket_timeout_secs=None)
         ledger.migrate()
         settings = Settings(
             database_url=url, python_targets=(DEMO_MODULE,), misfire_grace_secs=GRACE_SECS
