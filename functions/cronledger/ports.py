@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+from cronledger.ledger.cursors import READ_PAGE, CursorWrites, NotedChange
 from cronledger.ledger.misfires import Judgment
 from cronledger.ledger.models import (
     AttemptStart,
@@ -27,6 +28,7 @@ from cronledger.ledger.models import (
     ScheduleWork,
     SingletonSpec,
 )
+from cronledger.ledger.shards import WHOLE, Shard
 
 if TYPE_CHECKING:
     from cronledger.ledger import Ledger
@@ -127,19 +129,24 @@ class ReconcilePort(Clocked, OutboxPort, Protocol):
     the rows materialised with their cursor moves, the backlog, retention; and the outbox,
     which a reconcile loop sweeps where no other thread does."""
 
-    def schedules_needing_work(self, horizon: datetime) -> list[ScheduleWork]: ...
+    def noted_changes(
+        self, shard: Shard = WHOLE, *, after: str | None = None, limit: int = READ_PAGE
+    ) -> list[NotedChange]: ...
 
-    def pause_cursor(self, channel_id: str) -> None: ...
-
-    def adopt_channel_version(self, channel_id: str, version: int) -> bool: ...
-
-    def upsert_cursor(
+    def due_cursors(
         self,
-        channel_id: str,
-        channel_version: int,
-        config_hash: str,
-        next_fire_at: datetime | None,
-    ) -> None: ...
+        horizon: datetime,
+        shard: Shard = WHOLE,
+        *,
+        after: tuple[datetime, str] | None = None,
+        limit: int = READ_PAGE,
+    ) -> list[ScheduleWork]: ...
+
+    def due_count(self, lookahead_secs: float, *, bound: int) -> int: ...
+
+    def write_cursors(self, writes: CursorWrites) -> None: ...
+
+    def note_drifted_channels(self) -> int: ...
 
     def materialise(
         self, rows: Iterable[NewOccurrence], moves: Iterable[CursorMove]

@@ -20,8 +20,17 @@ A full batch is written on a thread of its own while the pass plans the next, so
 database's inserts overlap the planning instead of following it. If a batch fails, the pass
 falls back to one channel at a time, so one bad channel cannot stop the others.
 
-A cursor is (re)initialised at the first instant after *now* when it is new, its scheduling
-hash changed, or it was paused: never back-filled from when the channel was written.
+A pass reads two things, each a page at a time through an index, so its cost follows what is
+due and what changed, never the number of channels installed (an idle pass reads two empty
+index ranges): the channel changes its writes noted (`Ledger.noted_changes`), and the running
+cursors due by the horizon (`Ledger.due_cursors`). A cursor is (re)initialised at the first
+instant after *now* when it is new, its scheduling hash changed, or it was paused: never
+back-filled from when the channel was written; the cursor writes of a page (inits, adopted
+versions, pauses) are one statement each, and a note is forgotten with them.
+
+A pass may be split into shards by a stable hash of `channel_id` (`Shard`): each reads and
+writes only its own channels, so shards run in parallel (threads here, invocations on AWS),
+one that dies is redone by the next pass, and passes split differently still agree.
 
 A schedule bounds itself (`at`, `starts_at`, `ends_at`), so when its last instant is written
 the plan's next cursor is None and the cursor parks: the channel has ended, and an idle pass
@@ -46,12 +55,17 @@ from cronledger import metrics
 from cronledger.ledger import (
     PENDING,
     SKIPPED_MISFIRE,
+    WHOLE,
+    CursorInit,
     CursorMove,
+    CursorWrites,
     DatabaseUnavailable,
     DueChannel,
     NewOccurrence,
     ScheduleState,
+    Shard,
 )
+from cronledger.ledger.cursors import READ_PAGE
 from cronledger.outbox import Sender, sweep
 from cronledger.pacing import (
     JOB_HEARTBEAT_EVERY_SECS,
@@ -118,18 +132,22 @@ class _Written:
 
 
 def reconcile_once(
-    ledger: ReconcilePort, settings: Settings, cache: ScheduleCache | None = None
+    ledger: ReconcilePort,
+    settings: Settings,
+    cache: ScheduleCache | None = None,
+    shard: Shard = WHOLE,
 ) -> PassReport:
-    """One pass over every schedule that needs work. Raises only when the database fails
-    for the whole pass (reading the work or the clock); one channel's failure is recorded in
-    the report and the others go on."""
-    cache = cache or SHARED_SCHEDULES
+    """One pass over every schedule in `shard` that needs work. Raises only when the
+    database fails for the whole pass (reading the work or the clock); one channel's failure
+    is recorded in the report and the others go on."""
+    cache = SHARED_SCHEDULES if cache is None else cache
     started = time.perf_counter()
     report = PassReport()
     with _cycle_collection_paused(), _Writes(ledger, report) as writes:
         now = ledger.db_now()
         report.now = now
-        for planned in _plan_all(ledger, settings, cache, now, report):
+        reset = _line_up_changes(ledger, cache, now, shard, report)
+        for planned in _plan_due(ledger, settings, cache, now, shard, report, reset):
             writes.add(planned)
         writes.finish()
     report.duration_secs = time.perf_counter() - started
@@ -137,6 +155,60 @@ def reconcile_once(
     if report.failed:
         log.warning("reconcile pass: %d channel(s) failed: %s", len(report.failed), report.failed)
     return report
+
+
+def shards_for(due: int, settings: Settings) -> int:
+    """How many shards a pass over `due` channels splits into: one per
+    `reconcile_shard_size` started, at most `reconcile_max_shards`."""
+    needed = -(-due // settings.reconcile_shard_size)
+    return max(1, min(needed, settings.reconcile_max_shards))
+
+
+#: Starts one shard of a pass elsewhere (on AWS, an asynchronous invocation of the reconcile
+#: function); it returns at once, and the shard's own pass writes what it writes.
+ShardLauncher = Callable[[Shard], None]
+
+
+def reconcile_sharded(
+    ledger: ReconcilePort,
+    settings: Settings,
+    cache: ScheduleCache | None = None,
+    launch: ShardLauncher | None = None,
+) -> PassReport:
+    """One pass split into as many shards as what is due needs (`shards_for`: one probe of
+    the due index sizes it). With `launch`, every shard but the first is handed to it and
+    this process runs the first; without, they all run on threads of this process, their
+    reports merged. Each shard reads and writes only its own channels, so shards never wait
+    on each other's rows, and a shard that fails is redone by the next pass."""
+    bound = settings.reconcile_shard_size * settings.reconcile_max_shards
+    count = shards_for(ledger.due_count(settings.lookahead_secs, bound=bound), settings)
+    shards = Shard.split(count)
+    if count == 1:
+        return reconcile_once(ledger, settings, cache)
+    if launch is not None:
+        for shard in shards[1:]:
+            launch(shard)
+        return reconcile_once(ledger, settings, cache, shards[0])
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _cycle_collection_paused(), ThreadPoolExecutor(count, "reconcile-shard") as pool:
+        return merged(list(pool.map(lambda s: reconcile_once(ledger, settings, cache, s), shards)))
+
+
+def merged(reports: list[PassReport]) -> PassReport:
+    """The shards' reports as one pass's: counts added, the earliest clock, the longest shard."""
+    total = PassReport()
+    for report in reports:
+        if report.now is not None and (total.now is None or report.now < total.now):
+            total.now = report.now
+        total.due += report.due
+        total.inserted += report.inserted
+        total.initialised += report.initialised
+        total.paused += report.paused
+        total.advanced += report.advanced
+        total.failed.update(report.failed)
+        total.duration_secs = max(total.duration_secs, report.duration_secs)
+    return total
 
 
 @contextmanager
@@ -154,72 +226,118 @@ def _cycle_collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _plan_all(
+def _collect_page_cycles() -> None:
+    """With the cycle collector paused for the pass, what a page leaves in reference cycles
+    would pile up until the pass ends: hundreds of megabytes over a million channels. A
+    collection of the young generations after each page frees it, and walks only what was
+    allocated since the last one, not the process's heap."""
+    if not gc.isenabled():
+        gc.collect(1)
+
+
+def _line_up_changes(
+    ledger: ReconcilePort, cache: ScheduleCache, now: datetime, shard: Shard, report: PassReport
+) -> set[str]:
+    """Bring the cursor of every channel a write noted in line with it, a page at a time:
+    initialise or reset it, adopt a new version, or pause it; forget each note made good.
+    Answers the channels whose cursor it initialised: the pass plans them no further."""
+    reset: set[str] = set()
+    after: str | None = None
+    while page := ledger.noted_changes(shard, after=after, limit=READ_PAGE):
+        writes = CursorWrites()
+        for noted in page:
+            work = noted.work
+            try:
+                _line_up(work.channel, work.state, cache, now, writes, report)
+            except DatabaseUnavailable:
+                raise
+            except Exception as exc:  # one channel must not stop the others
+                _record_failure(report, work.channel_id, exc)
+                continue  # noted still: looked at again next pass
+            writes.seen.append((work.channel_id, noted.change))
+        ledger.write_cursors(writes)
+        reset.update(init.channel_id for init in writes.inits)
+        _collect_page_cycles()
+        if len(page) < READ_PAGE:
+            break
+        after = max(noted.work.channel_id for noted in page)
+    return reset
+
+
+def _line_up(
+    channel: DueChannel | None,
+    state: ScheduleState | None,
+    cache: ScheduleCache,
+    now: datetime,
+    writes: CursorWrites,
+    report: PassReport,
+) -> Schedule | None:
+    """Add to `writes` what brings the cursor in line with the channel. Answers the schedule
+    when the cursor may be planned from as it is (None: paused, or reset from now)."""
+    if channel is None:
+        # Archived, paused, drafted back or deleted: stop materialising, keep history.
+        if state is not None and state.paused_at is None:
+            writes.pauses.append(state.channel_id)
+            report.paused += 1
+        return None
+    schedule = cache.get(channel)
+    if state is None or state.config_hash != schedule.config_hash or state.paused_at is not None:
+        # No position this schedule can resume from: new, changed, or reactivated. Never
+        # back-filled from when the channel was written.
+        first = schedule.next_after(now)
+        log.debug("initialising cursor of channel %s: next fire at %s", channel.channel_id, first)
+        writes.inits.append(
+            CursorInit(channel.channel_id, channel.version, schedule.config_hash, first)
+        )
+        report.initialised += 1
+        return None
+    if state.channel_version < channel.version:
+        # A new version with the same scheduling hash keeps its place in time.
+        writes.adopts.append((channel.channel_id, channel.version))
+    return schedule
+
+
+def _plan_due(
     ledger: ReconcilePort,
     settings: Settings,
     cache: ScheduleCache,
     now: datetime,
+    shard: Shard,
     report: PassReport,
+    reset: set[str],
 ) -> Iterator[_Planned]:
-    """The plan of every due channel, one at a time (cursors to initialise or pause are
-    written here, as they are met)."""
+    """The plan of every due cursor in the shard, a page at a time, but those `reset` this
+    pass (a cursor whose channel changed since the notes were read is brought in line
+    instead, as a noted one is)."""
     horizon = now + settings.lookahead
     shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
-    for work in ledger.schedules_needing_work(horizon):
-        channel, state = work.channel, work.state
-        planned: _Planned | None = None
-        try:
-            if channel is None:
-                # Archived, paused, drafted back or deleted: stop materialising, keep history.
-                assert state is not None
-                ledger.pause_cursor(state.channel_id)
-                report.paused += 1
-                continue
-            schedule = cache.get(channel)
-            if _needs_reset(channel, schedule, state, ledger, report, now):
-                continue
+    after: tuple[datetime, str] | None = None
+    while page := ledger.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
+        writes = CursorWrites()
+        for work in page:
+            state = work.state
             assert state is not None and state.next_fire_at is not None
-            if state.next_fire_at <= horizon:
-                planned = _plan(channel, schedule, state, now, horizon, settings, shared)
-        except DatabaseUnavailable:
-            raise  # the whole pass failed: not one channel's problem
-        except Exception as exc:  # one channel must not stop the others
-            _record_failure(report, work.channel_id, exc)
-        if planned is not None:
-            yield planned
-
-
-def _needs_reset(
-    channel: DueChannel,
-    schedule: Schedule,
-    state: ScheduleState | None,
-    ledger: ReconcilePort,
-    report: PassReport,
-    now: datetime,
-) -> bool:
-    """Initialise the cursor when there is no position this schedule can resume from.
-    Answers whether the channel is done for this pass."""
-    if state is None:
-        reason = "new"
-    elif state.config_hash != schedule.config_hash:
-        reason = "schedule changed"
-    elif state.paused_at is not None:
-        reason = "reactivated"
-    else:
-        if state.channel_version != channel.version:
-            # A new version with the same scheduling hash keeps its place in time.
-            ledger.adopt_channel_version(channel.channel_id, channel.version)
-        return state.next_fire_at is None  # parked: nothing left to plan
-    first = schedule.next_after(now)
-    log.info(
-        "initialising cursor of channel %s (%s): next fire at %s",
-        channel.channel_id,
-        reason,
-        first,
-    )
-    ledger.upsert_cursor(channel.channel_id, channel.version, schedule.config_hash, first)
-    report.initialised += 1
-    return True
+            if work.channel_id in reset:
+                continue
+            planned: _Planned | None = None
+            try:
+                schedule = _line_up(work.channel, state, cache, now, writes, report)
+                if schedule is not None:
+                    assert work.channel is not None
+                    planned = _plan(work.channel, schedule, state, now, horizon, settings, shared)
+            except DatabaseUnavailable:
+                raise  # the whole pass failed: not one channel's problem
+            except Exception as exc:  # one channel must not stop the others
+                _record_failure(report, work.channel_id, exc)
+            if planned is not None:
+                yield planned
+        ledger.write_cursors(writes)
+        _collect_page_cycles()
+        if len(page) < READ_PAGE:
+            return
+        last = max(page, key=lambda w: (w.state.next_fire_at, w.channel_id))  # type: ignore[union-attr]
+        assert last.state is not None and last.state.next_fire_at is not None
+        after = (last.state.next_fire_at, last.channel_id)
 
 
 def _plan(
@@ -391,8 +509,8 @@ def after_pass(
     heartbeat: Every,
 ) -> None:
     """Bookkeeping after a successful pass: the backlog gauges (one read), the job heartbeat
-    the health endpoint reads (when `heartbeat` is due), and retention (when `retention`
-    is due)."""
+    the health endpoint reads (when `heartbeat` is due), and retention with the sweep for
+    channels written without a note (when `retention` is due)."""
     backlog = ledger.backlog()
     metrics.record_oldest_pending_age(backlog.oldest_pending_age_secs or 0.0)
     metrics.record_pending_count(backlog.pending)
@@ -404,6 +522,8 @@ def after_pass(
         if deleted:
             log.info("retention removed %d terminal occurrence(s)", deleted)
         ledger.delete_events_older_than(settings.retention_hours)
+        if noted := ledger.note_drifted_channels():
+            log.info("%d channel(s) written without a note: their cursors follow next pass", noted)
         if time.monotonic() >= until:
             retention.again()  # the budget ran out first: the next pass goes on
 
@@ -449,6 +569,8 @@ def run_reconcile_loop(
     passes: int | None = None,
     housekeeping: Housekeeping | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    launch: ShardLauncher | None = None,
+    shard: Shard | None = None,
 ) -> int:
     """Run passes every poll interval until the monotonic deadline `until` (or `stop`), or
     until `passes` have succeeded. A failed pass is recorded as DB unavailability and retried
@@ -457,7 +579,9 @@ def run_reconcile_loop(
 
     On Lambda `passes=1`: a pass materialises everything due within the lookahead, which the
     stack sets to cover the next tick's claim too, so nothing is due before the next
-    invocation that this one could still do; it stays only while its pass keeps failing."""
+    invocation that this one could still do; it stays only while its pass keeps failing.
+    `launch`: where a pass's shards but the first run (`reconcile_sharded`). `shard`: run
+    only that shard of each pass, and no housekeeping (its coordinator does that)."""
     stop = stop or threading.Event()
     housekeeping = housekeeping or Housekeeping()
     poll = settings.poll_interval.total_seconds()
@@ -465,10 +589,13 @@ def run_reconcile_loop(
     succeeded = 0
     while not stop.is_set() and clock.monotonic() < until:
         try:
-            report = reconcile_once(ledger, settings)
-            after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
-            if housekeeping.events is not None:
-                housekeeping.events(ledger, until)
+            if shard is not None:
+                report = reconcile_once(ledger, settings, shard=shard)
+            else:
+                report = reconcile_sharded(ledger, settings, launch=launch)
+                after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
+                if housekeeping.events is not None:
+                    housekeeping.events(ledger, until)
         except Exception as exc:
             metrics.record_db_unavailable(JOB)
             backoff.wait(exc, stop, until, probe=ledger.db_now)

@@ -1,40 +1,72 @@
-"""Compiled schedules, cached per process by (channel id, version).
+"""Compiled schedules, cached per process by their document.
 
-A channel version is immutable, so compiling it once per process is enough: a reconcile pass
-over thousands of channels, and every executor in the process, share one compile each.
+A channel version is immutable, and channels very often share a document (thousands of
+customers' digests at 09:00 in one zone), so a document is compiled once per process and each
+channel gets that schedule with its own id (`Schedule.channel_id` spreads its jitter, and is
+the default concurrency key). The cache keeps the documents used most recently: when full it
+forgets the least recent one, never all of them, so a pass over more channels than it holds
+still finds every shared document compiled.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+from collections import OrderedDict
 
 from cronledger.ledger import Channel, DueChannel
 from cronledger.schedule import Schedule, compile_schedule
 
+#: The channel id a document is compiled under: not a lock name (`concurrency.key` refuses
+#: `*`), so a concurrency key equal to it is the default one, the channel's own id.
+TEMPLATE_ID = "*"
+#: Documents kept; each channel that shares one costs nothing more.
+DEFAULT_CAPACITY = 100_000
+
 
 class ScheduleCache:
-    """Compiled schedules by (channel id, version): a version is immutable, so compiling it
-    once per process is enough, and a pass over thousands of channels does not re-parse them."""
+    """Compiled schedules by document text, the least recently used forgotten first."""
 
-    def __init__(self, capacity: int = 50_000) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"a schedule cache holds at least one document, not {capacity}")
         self._capacity = capacity
-        self._compiled: dict[tuple[str, int], Schedule] = {}
+        self._compiled: OrderedDict[str, Schedule] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, channel: Channel | DueChannel) -> Schedule:
-        key = (channel.channel_id, channel.version)
+        if isinstance(channel, DueChannel):
+            document = channel.transport_config_json
+        else:
+            document = json.dumps(channel.transport_config, sort_keys=True)
         with self._lock:
-            found = self._compiled.get(key)
-        if found is not None:
-            return found
-        schedule = compile_schedule(channel.transport_config, channel_id=channel.channel_id)
-        with self._lock:
-            if len(self._compiled) >= self._capacity:
-                self._compiled.clear()
-            self._compiled[key] = schedule
-        return schedule
+            template = self._compiled.get(document)
+            if template is not None:
+                self._compiled.move_to_end(document)
+        if template is None:
+            template = compile_schedule(channel.transport_config, channel_id=TEMPLATE_ID)
+            with self._lock:
+                self._compiled[document] = template
+                if len(self._compiled) > self._capacity:
+                    self._compiled.popitem(last=False)
+        return _for_channel(template, channel.channel_id)
+
+    @property
+    def documents(self) -> int:
+        """How many documents it holds now."""
+        return len(self._compiled)
 
 
-#: One per process: reconcile passes and executors in it compile each channel version once
+def _for_channel(template: Schedule, channel_id: str) -> Schedule:
+    """The template with the channel's id (and its default concurrency key): a copy of its
+    attributes, which a pass makes for every due channel, rather than `dataclasses.replace`,
+    which runs the constructor again and costs several times as much."""
+    key = channel_id if template.concurrency_key == TEMPLATE_ID else template.concurrency_key
+    schedule: Schedule = object.__new__(Schedule)
+    vars(schedule).update(vars(template), channel_id=channel_id, concurrency_key=key)
+    return schedule
+
+
+#: One per process: reconcile passes and executors in it compile each document once
 #: between them (a per-second schedule takes several milliseconds to compile).
 SHARED_SCHEDULES = ScheduleCache()

@@ -18,6 +18,8 @@ Reading the environment happens only when asked: importing this module reads not
 | `CRONLEDGER_MAX_IN_FLIGHT` | 100 | 1..10000 |
 | `CRONLEDGER_LOOKAHEAD_SECS` | 0 | 0..3600 |
 | `CRONLEDGER_RETENTION_HOURS` | 720 (30 days) | 1..87600 |
+| `CRONLEDGER_RECONCILE_SHARD_SIZE` | 25000 | 100..1000000: due channels one shard of a pass takes on before the pass splits |
+| `CRONLEDGER_RECONCILE_MAX_SHARDS` | 4 | 1..64: shards one pass splits into at most (on AWS, invocations at once) |
 | `CRONLEDGER_EXECUTE_MARGIN_MS` | 2000 | 0..60000: kept back from the executor's time left |
 | `CRONLEDGER_DB_STATEMENT_TIMEOUT_MS` | 30000 | 100..3600000: PostgreSQL cancels a statement running longer |
 | `CRONLEDGER_DB_SOCKET_TIMEOUT_SECS` | 40 | 1..3600, above the statement timeout: a connection silent this long (connecting included) is dropped |
@@ -89,6 +91,8 @@ class Settings:
     max_in_flight: int = 100
     lookahead_secs: int = 0
     retention_hours: int = 720
+    reconcile_shard_size: int = 25_000
+    reconcile_max_shards: int = 4
     execute_margin_ms: int = 2000
     db_statement_timeout_ms: int = 30_000
     db_socket_timeout_secs: int = 40
@@ -180,6 +184,8 @@ _RANGES: dict[str, tuple[int, int]] = {
     "max_in_flight": (1, 10_000),
     "lookahead_secs": (0, 3600),
     "retention_hours": (1, 87_600),
+    "reconcile_shard_size": (100, 1_000_000),
+    "reconcile_max_shards": (1, 64),
     "execute_margin_ms": (0, 60_000),
     "db_statement_timeout_ms": (100, 3_600_000),
     "db_socket_timeout_secs": (1, 3600),

@@ -2,8 +2,9 @@
 
 Reserved concurrency both guarantees and caps a function's concurrent containers, so neither an
 executor fan-out nor another workload in the account can throttle the ticks:
-- `reconcile` and `claim`: 2 each, one tick's invocation may still be finishing as the next
-  one starts;
+- `reconcile` and `claim`: 2 ticks each, one tick's invocation may still be finishing as the
+  next one starts; `reconcile` times `reconcile_shards` (4), since a tick with more due than
+  one shard takes starts the others as invocations of its own, each with its connections;
 - `api`: `api_concurrency` (10), well above what the stage's throttle lets through at once;
 - `execute`: `max_in_flight`. Claim never has more attempts claimed or running than that, and
   every executor invocation carries at least one of them, so more executors would have no

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 from aws_cdk import Duration
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -98,6 +99,18 @@ class Functions(Construct):
             "migrate", Duration.seconds(MIGRATE_TIMEOUT_SECS), "Migrates the ledger schema"
         )
 
+        # A tick starts its pass's other shards as invocations of its own function. A policy of
+        # its own: the role's default policy, which the function waits for, cannot name it.
+        iam.Policy(
+            self,
+            "ReconcileShards",
+            roles=[self.reconcile.role] if self.reconcile.role else [],
+            statements=[
+                iam.PolicyStatement(
+                    actions=["lambda:InvokeFunction"], resources=[self.reconcile.function_arn]
+                )
+            ],
+        )
         self.claim.add_environment("CRONLEDGER_EXECUTE_FUNCTION_NAME", self.execute.function_name)
         self.execute.grant_invoke_latest_version(self.claim)
         self.claim_wake = lambda_.Alias(

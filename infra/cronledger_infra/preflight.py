@@ -76,7 +76,7 @@ def check_concurrency(props: CronledgerProps, lambda_client: Any) -> str:
             "Quotas: AWS Lambda, 'Concurrent executions', to at least "
             f"{needed}) and deploy once it is granted, or lower the reserved concurrency "
             "(-c cronledger:max_in_flight=…, api_concurrency, claim_concurrency, "
-            "reconcile_concurrency), or deploy with -c cronledger:reserve_concurrency=false "
+            "reconcile_concurrency, reconcile_shards), or deploy with -c cronledger:reserve_concurrency=false "
             "(then only claim's max_in_flight bounds the executors)"
         )
     return f"the account's Lambda concurrency limit {limit} holds {terms} = {total} + 100"

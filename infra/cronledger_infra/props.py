@@ -93,6 +93,8 @@ class CronledgerProps:
     # concurrency and the connections it takes (capacity.py); the executor's is max_in_flight
     reserve_concurrency: bool = True
     reconcile_concurrency: int = 2
+    # shards one reconcile pass may split into, each an invocation (CRONLEDGER_RECONCILE_MAX_SHARDS)
+    reconcile_shards: int = 4
     claim_concurrency: int = 2
     api_concurrency: int = 10
     database_max_connections: int | None = None
@@ -168,7 +170,8 @@ class CronledgerProps:
     def concurrency(self) -> dict[str, int]:
         """Each function's concurrent containers at most (capacity.py), migrate aside."""
         return {
-            "reconcile": self.reconcile_concurrency,
+            # every overlapping tick, with the shards it starts
+            "reconcile": self.reconcile_concurrency * self.reconcile_shards,
             "claim": self.claim_concurrency,
             "api": self.api_concurrency,
             "execute": self.max_in_flight or DEFAULT_MAX_IN_FLIGHT,
@@ -257,7 +260,9 @@ class CronledgerProps:
                 f"db_statement_timeout_ms must be under {MIGRATE_TIMEOUT_SECS * 1000}: migrate's "
                 "connections wait as long as it runs, and no longer"
             )
-        if min(self.reconcile_concurrency, self.claim_concurrency, self.api_concurrency) < 1:
+        if not 1 <= self.reconcile_shards <= 64:
+            yield "reconcile_shards must be 1..64"
+        elif min(self.reconcile_concurrency, self.claim_concurrency, self.api_concurrency) < 1:
             yield "reconcile_concurrency, claim_concurrency and api_concurrency must be 1 or more"
         elif (budget := self.connection_budget().problem()) is not None:
             yield budget
@@ -319,6 +324,8 @@ class CronledgerProps:
         )
         # Secret references on AWS are Secrets Manager ARNs and SSM parameter names.
         chosen["CRONLEDGER_SECRETS"] = "aws"
+        # A pass starts no more shards than the reserved concurrency counts.
+        chosen["CRONLEDGER_RECONCILE_MAX_SHARDS"] = str(self.reconcile_shards)
         return chosen
 
     @classmethod

@@ -7,8 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from cronledger.aws import reconcile
+from cronledger.errors import CronledgerError
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
     PENDING,
@@ -16,7 +18,9 @@ from cronledger.ledger import (
     Ledger,
     NewOccurrence,
     OccurrenceFilter,
+    Shard,
 )
+from cronledger.ledger.tables import channel_changes
 from cronledger.schedule import compile_schedule
 from cronledger.settings import SettingsError
 from tests.aws.bus import (
@@ -221,3 +225,55 @@ def test_events_the_bus_cannot_take_wait_in_the_outbox_and_the_gauges_count_them
     assert metric_values(documents, "UndeliveredEvents", alarmed) == [2.0]
     (oldest,) = metric_values(documents, "OldestUndeliveredEventAgeSeconds", alarmed)
     assert oldest > 0
+
+
+def minute_channels(ledger: Ledger, count: int) -> list[str]:
+    """`count` per-minute channels, each due at this minute's instant."""
+    every_minute = {"schedule": "0 * * * * *", "timezone": "UTC"}
+    config_hash = compile_schedule(every_minute, channel_id="any").config_hash
+    minute = ledger.db_now().replace(second=0, microsecond=0)
+    ids = []
+    for n in range(count):
+        channel = ledger.create_channel(
+            f"digest-{n:03d}",
+            every_minute,
+            {"type": "python", "callable": "tests.aws.targets:record"},
+            timeout_ms=10_000,
+            status=CHANNEL_ACTIVE,
+        )
+        ledger.upsert_cursor(channel.channel_id, 1, config_hash, minute)
+        ids.append(channel.channel_id)
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.delete(channel_changes))
+    return ids
+
+
+def test_a_tick_with_more_due_than_a_shard_takes_starts_the_other_shards_and_runs_the_first(
+    container: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given 250 due channels, shards of 100 at most
+    ids = minute_channels(container, 250)
+    monkeypatch.setenv("CRONLEDGER_RECONCILE_SHARD_SIZE", "100")
+    monkeypatch.setenv("CRONLEDGER_MISFIRE_GRACE_SECS", "60")
+    launched: list[Shard] = []
+    monkeypatch.setattr(reconcile, "launch", launched.append)
+
+    # When the tick runs
+    invoke(LONG_INVOCATION_MS)
+
+    # Then it started shards 1 and 2 of 3 and wrote the rows of shard 0 only
+    assert launched == [Shard(1, 3), Shard(2, 3)]
+    written = {o.channel_id for o in container.list_occurrences(OccurrenceFilter(limit=1000)).data}
+    assert written == {i for i in ids if Shard(0, 3).holds(i)}
+
+    # And when the shards' invocations run, every channel has its row
+    for shard in launched:
+        event = {"shard": shard.index, "shards": shard.count}
+        reconcile.handler(event, FakeContext("cronledger-reconcile", LONG_INVOCATION_MS))
+    written = {o.channel_id for o in container.list_occurrences(OccurrenceFilter(limit=1000)).data}
+    assert written == set(ids)
+
+
+def test_a_shard_invocation_with_a_malformed_shard_is_refused_clearly(container: Ledger) -> None:
+    with pytest.raises(CronledgerError, match=r"0 <= shard < shards, got 3 of 2"):
+        reconcile.handler({"shard": 3, "shards": 2}, FakeContext("cronledger-reconcile", 3_500))

@@ -42,6 +42,7 @@ def test_context_strings_become_typed_props_and_an_unknown_key_is_refused():
         "CRONLEDGER_CLAIM_BATCH_SIZE": "50",
         "CRONLEDGER_LOOKAHEAD_SECS": "150",
         "CRONLEDGER_SECRETS": "aws",
+        "CRONLEDGER_RECONCILE_MAX_SHARDS": "4",
     }
     with pytest.raises(ValueError, match="cronledger:nat_gatways"):
         CronledgerProps.from_context({"cronledger:nat_gatways": "0"})

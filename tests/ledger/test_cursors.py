@@ -5,18 +5,27 @@ materialised."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
 
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
     CHANNEL_DRAFT,
+    CHANNEL_PAUSED,
     COMPLETED,
     TRIGGER_MANUAL,
+    CursorInit,
     CursorMove,
+    CursorWrites,
     Ledger,
     OccurrenceFilter,
 )
-from tests.ledger.helpers import advance_cursor, row
+from cronledger.ledger.tables import channel_changes, channels
+from cronledger.reconcile import reconcile_once
+from cronledger.settings import Settings
+from tests.ledger.helpers import active_channel, advance_cursor, empty_tables, row
 
 
 def test_a_cursor_advances_only_from_the_value_it_was_planned_from(ledger: Ledger) -> None:
@@ -174,15 +183,17 @@ def test_pausing_or_resetting_drops_only_the_not_yet_due_pending_cron_rows(
         assert ledger.get_occurrence(other.id).status == "pending"
 
 
-def test_a_reconcile_pass_reads_only_the_schedules_needing_work(ledger: Ledger) -> None:
-    # Given channels in every situation a pass can meet
+def test_a_pass_reads_the_noted_changes_and_the_due_cursors_and_nothing_else(
+    ledger: Ledger,
+) -> None:
+    # Given channels in every situation a pass can meet, their writes' notes taken away
+    # once the cursors are set up (as a pass that lined them up would)
     now = ledger.db_now()
     horizon = now + timedelta(minutes=1)
 
     def channel(name: str, status: str = CHANNEL_ACTIVE) -> str:
         return ledger.create_channel(name, {"schedule": "0 * * * * *"}, {}, 1000, status).channel_id
 
-    new = channel("new")
     due = channel("due")
     ledger.upsert_cursor(due, 1, "hash", now + timedelta(seconds=30))
     idle = channel("idle")
@@ -191,29 +202,107 @@ def test_a_reconcile_pass_reads_only_the_schedules_needing_work(ledger: Ledger) 
     ledger.upsert_cursor(parked, 1, "hash", None)
     resumed = channel("resumed")
     ledger.upsert_cursor(resumed, 1, "hash", now + timedelta(hours=1))
-    ledger.pause_cursor(resumed)
+    stopped = channel("stopped")
+    ledger.upsert_cursor(stopped, 1, "hash", now)
+    ledger.upsert_cursor("deleted-channel", 1, "hash", now)
+    forget_notes(ledger)
+    # And then the writes a pass has to hear of
+    new = channel("new")
+    ledger.set_channel_status(resumed, "paused")
+    ledger.set_channel_status(resumed, CHANNEL_ACTIVE)
     edited = channel("edited")
     ledger.upsert_cursor(edited, 1, "hash", now + timedelta(hours=1))
     ledger.new_channel_version(edited, {"schedule": "0 * * * * *", "payload": {}}, {}, 1000)
-    stopped = channel("stopped")
-    ledger.set_channel_status(stopped, CHANNEL_ARCHIVED)
-    ledger.upsert_cursor(stopped, 1, "hash", now)  # a live cursor, its channel not active
-    ledger.upsert_cursor("deleted-channel", 1, "hash", now)
-    channel("draft", CHANNEL_DRAFT)
+    with ledger.engine.begin() as conn:  # a live cursor, its channel archived behind its back
+        conn.execute(
+            sa.update(channels)
+            .where(channels.c.channel_id == stopped)
+            .values(status=CHANNEL_ARCHIVED)
+        )
+    draft = channel("draft", CHANNEL_DRAFT)
 
-    # When a pass asks what needs work
-    work = {w.channel_id: w for w in ledger.schedules_needing_work(horizon)}
+    # When a pass reads its work
+    noted = {n.work.channel_id: n.work for n in ledger.noted_changes()}
+    due_now = {w.channel_id: w for w in ledger.due_cursors(horizon)}
 
-    # Then exactly the ones it has to touch come back, each with what it needs
-    assert set(work) == {new, due, resumed, edited, stopped, "deleted-channel"}
-    assert work[new].state is None and work[new].channel is not None
-    assert work[due].state is not None and work[due].channel is not None
-    assert work[due].channel.name == "due"
-    assert work[resumed].state is not None and work[resumed].state.paused_at is not None
-    assert work[edited].channel is not None and work[edited].channel.version == 2
-    assert work[stopped].channel is None and work[stopped].state is not None
-    assert work["deleted-channel"].channel is None
-    assert idle not in work and parked not in work
+    # Then the notes are the channels written since, each with its channel and cursor
+    assert set(noted) == {new, resumed, edited, draft}
+    assert noted[new].state is None and noted[new].channel is not None
+    assert noted[resumed].state is not None and noted[resumed].state.paused_at is not None
+    assert noted[edited].channel is not None and noted[edited].channel.version == 2
+    assert noted[draft].channel is None, "only an active channel is read with its note"
+    # And the due cursors are the running ones at or before the horizon, with their channel
+    # only if it is active
+    assert set(due_now) == {due, stopped, "deleted-channel"}
+    assert due_now[due].channel is not None and due_now[due].channel.name == "due"
+    assert due_now[stopped].channel is None and due_now[stopped].state is not None
+    assert due_now["deleted-channel"].channel is None
+    assert idle not in due_now and parked not in due_now
+    assert ledger.due_count(60, bound=100) == 3 + 4
+
+
+def forget_notes(ledger: Ledger) -> None:
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.delete(channel_changes))
+
+
+def test_a_change_noted_after_the_read_is_not_forgotten(ledger: Ledger) -> None:
+    # Given a new channel's note, read by a pass
+    channel = ledger.create_channel("job", {"schedule": "0 * * * * *"}, {}, 1000, CHANNEL_ACTIVE)
+    [read] = ledger.noted_changes()
+    # And an edit noted after the read
+    ledger.new_channel_version(channel.channel_id, {"schedule": "30 * * * * *"}, {}, 1000)
+
+    # When the pass writes the cursor and forgets the note it read
+    ledger.write_cursors(
+        CursorWrites(
+            inits=[CursorInit(channel.channel_id, 1, "hash", ledger.db_now())],
+            seen=[(channel.channel_id, read.change)],
+        )
+    )
+
+    # Then the edit's note is still there for the next pass
+    [again] = ledger.noted_changes()
+    assert again.work.channel is not None and again.work.channel.version == 2
+    assert again.change > read.change
+
+
+def test_a_page_of_cursor_writes_equals_the_same_writes_one_by_one(ledger: Ledger) -> None:
+    # Given cursors in each situation, and a future cron row for each
+    now = ledger.db_now()
+    later = now + timedelta(hours=1)
+    for channel_id in ("reset", "adopted", "paused"):
+        ledger.upsert_cursor(channel_id, 1, "hash", later)
+        assert ledger.insert_occurrence(row(later, channel_id))
+    inits = [CursorInit(f"new-{n}", 1, "hash", now + timedelta(seconds=n)) for n in range(20)]
+    inits.append(CursorInit("reset", 2, "other", now + timedelta(minutes=2)))
+
+    # When they are written as one page
+    ledger.write_cursors(CursorWrites(inits=inits, adopts=[("adopted", 3)], pauses=["paused"]))
+    batched = {s.channel_id: s for s in ledger.schedule_states()}
+    batched_rows = {o.channel_id for o in ledger.list_occurrences().data}
+
+    # And, on a clean ledger, one call at a time
+    empty_tables(ledger)
+    for channel_id in ("reset", "adopted", "paused"):
+        ledger.upsert_cursor(channel_id, 1, "hash", later)
+        assert ledger.insert_occurrence(row(later, channel_id))
+    for init in inits:
+        ledger.upsert_cursor(*init)
+    ledger.adopt_channel_version("adopted", 3)
+    ledger.pause_cursor("paused")
+    single = {s.channel_id: s for s in ledger.schedule_states()}
+    single_rows = {o.channel_id for o in ledger.list_occurrences().data}
+
+    # Then both leave the same cursors (but for when they were written) and the same rows
+    def shape(states: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+        return {
+            k: (s.channel_version, s.config_hash, s.next_fire_at, s.paused_at is None)
+            for k, s in states.items()
+        }
+
+    assert shape(batched) == shape(single)
+    assert batched_rows == single_rows == {"adopted"}
 
 
 def test_adopting_a_version_keeps_the_cursor_in_place_and_never_goes_back(
@@ -228,3 +317,39 @@ def test_adopting_a_version_keeps_the_cursor_in_place_and_never_goes_back(
 
     [state] = ledger.schedule_states()
     assert (state.channel_version, state.next_fire_at, state.config_hash) == (3, at, "hash")
+
+
+def test_channels_written_without_a_note_are_found_by_the_sweep_and_brought_in_line(
+    ledger: Ledger,
+) -> None:
+    # Given a channel whose cursor runs, then two writes that noted nothing (as a release
+    # from before the notes makes during a rolling upgrade): a new channel, and a pause
+    settings = Settings()
+    running = active_channel(ledger, "running")
+    reconcile_once(ledger, settings)
+    unnoted = active_channel(ledger, "unnoted")
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            sa.update(channels)
+            .where(channels.c.channel_id == running.channel_id)
+            .values(status=CHANNEL_PAUSED)
+        )
+        conn.execute(sa.delete(channel_changes))
+
+    # When a pass runs, then the sweep, then another pass
+    reconcile_once(ledger, settings)
+    before = {
+        s.channel_id: s for s in ledger.schedule_states([running.channel_id, unnoted.channel_id])
+    }
+    noted = ledger.note_drifted_channels()
+    reconcile_once(ledger, settings)
+    after = {
+        s.channel_id: s for s in ledger.schedule_states([running.channel_id, unnoted.channel_id])
+    }
+
+    # Then the first pass saw neither; the sweep noted both, and the next pass caught up
+    assert unnoted.channel_id not in before and before[running.channel_id].paused_at is None
+    assert noted == 2
+    assert after[unnoted.channel_id].next_fire_at is not None
+    assert after[running.channel_id].paused_at is not None
+    assert ledger.note_drifted_channels() == 0

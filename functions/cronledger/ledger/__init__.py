@@ -9,6 +9,7 @@ A database that cannot be reached raises `DatabaseUnavailable` (never an empty a
 """
 
 from cronledger.ledger.backend import create_ledger_engine
+from cronledger.ledger.cursors import CursorInit, CursorWrites, NotedChange
 from cronledger.ledger.misfires import Judgment
 from cronledger.ledger.models import (
     ABANDONED,
@@ -58,6 +59,7 @@ from cronledger.ledger.models import (
     SingletonSpec,
 )
 from cronledger.ledger.repository import Ledger
+from cronledger.ledger.shards import WHOLE, Shard
 from cronledger.retry import DEFAULT_MAX_ATTEMPTS
 
 __all__ = [
@@ -84,13 +86,16 @@ __all__ = [
     "TRIGGER_BACKFILL",
     "TRIGGER_CRON",
     "TRIGGER_MANUAL",
+    "WHOLE",
     "Attempt",
     "AttemptStart",
     "Backlog",
     "Channel",
     "ChannelActivity",
     "ClaimResult",
+    "CursorInit",
     "CursorMove",
+    "CursorWrites",
     "DatabaseUnavailable",
     "DeadlineReached",
     "DueChannel",
@@ -101,6 +106,7 @@ __all__ = [
     "Ledger",
     "MisfireRule",
     "NewOccurrence",
+    "NotedChange",
     "Occurrence",
     "OccurrenceFilter",
     "OpenedAttempt",
@@ -108,6 +114,7 @@ __all__ = [
     "Page",
     "ScheduleState",
     "ScheduleWork",
+    "Shard",
     "SingletonSpec",
     "create_ledger_engine",
 ]

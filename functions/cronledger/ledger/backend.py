@@ -44,6 +44,7 @@ from sqlalchemy import event
 from sqlalchemy.dialects import postgresql
 
 from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS, BoundedConnect
+from cronledger.ledger.shards import SQLITE_FUNCTION, shard_key
 from cronledger.ledger.tables import UtcDateTime
 
 if TYPE_CHECKING:
@@ -144,6 +145,7 @@ def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+    dbapi_connection.create_function(SQLITE_FUNCTION, 1, shard_key, deterministic=True)
 
 
 def _begin_sqlite_transaction(conn: sa.Connection) -> None:

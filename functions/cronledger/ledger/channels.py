@@ -91,6 +91,7 @@ class ChannelStore(OccurrenceStore):
                     channel_id=row.channel_id, version=1, created_at=now, **document
                 )
             )
+            self._note_change(conn, row.channel_id)
             if dry_run:
                 conn.rollback()
         return Channel(**row._mapping)
@@ -127,6 +128,7 @@ class ChannelStore(OccurrenceStore):
                         channel_id=channel_id, version=row.version, created_at=now, **document
                     )
                 )
+                self._note_change(conn, channel_id)
                 if dry_run:
                     conn.rollback()
                 return Channel(**row._mapping)
@@ -159,6 +161,7 @@ class ChannelStore(OccurrenceStore):
             if row is not None:
                 if status in (CHANNEL_PAUSED, CHANNEL_ARCHIVED):
                     self._pause_cursor(conn, channel_id)
+                self._note_change(conn, channel_id)
                 if (kind := _TURNS.get((before, status))) is not None:
                     made = self._record(conn, [Draft(kind, channel_id, reason=reason)])
                 if dry_run:

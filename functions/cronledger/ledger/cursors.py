@@ -12,16 +12,23 @@ ones too) after it.
 Resetting or pausing a cursor also removes the channel's not-yet-due `pending` cron rows in
 the same transaction: a lookahead pass may have materialised them under the schedule that
 is being replaced or paused, and they must not fire.
+
+A pass reads its work through indexes, never by comparing every channel with its cursor:
+each channel write notes the channel in `cron_channel_changes` in its own transaction, and a
+pass reads those notes and the running cursors due by its horizon, a page at a time, in a
+shard of the channels if it is one (`cronledger.ledger.shards`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from cronledger.instants import require_utc
 from cronledger.ledger.backend import instant_of_json
@@ -35,10 +42,65 @@ from cronledger.ledger.models import (
     ScheduleState,
     ScheduleWork,
 )
-from cronledger.ledger.tables import UtcDateTime, channels, occurrences, schedule_state, status_is
+from cronledger.ledger.shards import WHOLE, Shard
+from cronledger.ledger.tables import (
+    UtcDateTime,
+    channel_changes,
+    channels,
+    occurrences,
+    schedule_state,
+    status_is,
+)
 
 #: The most cursor moves in one SQLite UPDATE (see `_advance_in`).
 MOVE_CHUNK = 250
+#: Cursors (or noted changes) one read of a pass answers: the pass pages through more, so
+#: what it holds at once stays a page, whatever the number of channels due.
+READ_PAGE = 5_000
+
+
+def _due_channel(row: sa.FromClause) -> tuple[sa.ColumnElement[Any], ...]:
+    """What a pass reads of an active channel (`row`: `cron_channels` or a subquery of
+    it): `DueChannel`'s fields, in order."""
+    return (
+        row.c.channel_id,
+        row.c.name,
+        row.c.version,
+        row.c.target,
+        sa.cast(row.c.transport_config, sa.Text),
+    )
+
+
+class CursorInit(NamedTuple):
+    """A cursor to create or reset: at `next_fire_at` (None: parked), unpaused."""
+
+    channel_id: str
+    channel_version: int
+    config_hash: str
+    next_fire_at: datetime | None
+
+
+class NotedChange(NamedTuple):
+    """A channel write noted for the next pass (`change` tells it from a later one), with
+    what the pass compares: the channel, if active, and its cursor, if any."""
+
+    change: int
+    work: ScheduleWork
+
+
+@dataclass
+class CursorWrites:
+    """What a pass writes of cursors for one page of work (`CursorStore.write_cursors`)."""
+
+    inits: list[CursorInit] = field(default_factory=list)
+    #: (channel id, version): the cursor serves this version now, in place.
+    adopts: list[tuple[str, int]] = field(default_factory=list)
+    pauses: list[str] = field(default_factory=list)
+    #: (channel id, change): noted changes these writes bring in line.
+    seen: list[tuple[str, int]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.inits or self.adopts or self.pauses or self.seen)
 
 
 class CursorStore(EventStore):
@@ -50,56 +112,325 @@ class CursorStore(EventStore):
         with self._read() as conn:
             return [ScheduleState(**row._mapping) for row in conn.execute(stmt)]
 
-    def schedules_needing_work(self, horizon: datetime) -> list[ScheduleWork]:
-        """What a reconcile pass must look at, and nothing else, so an idle pass is one read:
-        active channels whose cursor is missing, paused, behind the channel's version, or
-        due by `horizon`; and unpaused cursors whose channel is gone or no longer active."""
-        joined = channels.outerjoin(
-            schedule_state, schedule_state.c.channel_id == channels.c.channel_id
-        )
-        due_channel = (  # `DueChannel`'s fields, in order
-            channels.c.channel_id,
-            channels.c.name,
-            channels.c.version,
-            channels.c.target,
-            sa.cast(channels.c.transport_config, sa.Text),
-        )
-        active = (
-            sa.select(self._sql.json_rows(*due_channel, *schedule_state.c))
-            .select_from(joined)
-            .where(channels.c.status == CHANNEL_ACTIVE)
-            .where(
-                sa.or_(
-                    schedule_state.c.channel_id.is_(None),
-                    schedule_state.c.paused_at.is_not(None),
-                    schedule_state.c.channel_version != channels.c.version,
-                    schedule_state.c.next_fire_at <= require_utc(horizon, "horizon"),
-                )
-            )
-        )
-        orphaned = (
+    def due_cursors(
+        self,
+        horizon: datetime,
+        shard: Shard = WHOLE,
+        *,
+        after: tuple[datetime, str] | None = None,
+        limit: int = READ_PAGE,
+    ) -> list[ScheduleWork]:
+        """One page of the running cursors due by `horizon` in `shard`, by (next instant,
+        channel id) after `after`, each with its channel (None when the channel is gone or not
+        active: the cursor is to be paused). Read through the index on running cursors by
+        next instant, so a pass with nothing due reads nothing, however many channels there
+        are; a pass pages on from the last cursor of the page before (`page_end`)."""
+        due = (
             sa.select(schedule_state)
-            .select_from(
-                schedule_state.outerjoin(
-                    channels, channels.c.channel_id == schedule_state.c.channel_id
+            .where(schedule_state.c.paused_at.is_(None))
+            .where(schedule_state.c.next_fire_at <= require_utc(horizon, "horizon"))
+            .where(shard.condition(schedule_state.c.channel_id, postgres=self._sql.is_postgres))
+            .order_by(schedule_state.c.next_fire_at, schedule_state.c.channel_id)
+            .limit(limit)
+        )
+        if after is not None:
+            due = due.where(
+                sa.tuple_(schedule_state.c.next_fire_at, schedule_state.c.channel_id)
+                > sa.tuple_(sa.literal(after[0], UtcDateTime()), sa.literal(after[1]))
+            )
+        page = due.subquery("due")
+        channel_row, joined = self._active_channel_of(page, page)
+        stmt = sa.select(self._sql.json_rows(*_due_channel(channel_row), *page.c)).select_from(
+            joined
+        )
+        split = len(_due_channel(channels))
+        with self._read() as conn:
+            found = json.loads(conn.execute(stmt).scalar_one())
+        work = []
+        for values in found:
+            state = _state_of_json(values[split:])
+            channel = DueChannel(*values[:split]) if values[0] is not None else None
+            work.append(ScheduleWork(state.channel_id, channel, state))
+        return work
+
+    def noted_changes(
+        self, shard: Shard = WHOLE, *, after: str | None = None, limit: int = READ_PAGE
+    ) -> list[NotedChange]:
+        """One page of the channel changes noted in `shard` (by channel id, after `after`),
+        each with the channel if it is active and its cursor if it has one."""
+        noted = (
+            sa.select(channel_changes)
+            .where(shard.condition(channel_changes.c.channel_id, postgres=self._sql.is_postgres))
+            .order_by(channel_changes.c.channel_id)
+            .limit(limit)
+        )
+        if after is not None:
+            noted = noted.where(channel_changes.c.channel_id > after)
+        page = noted.subquery("noted")
+        channel_row, with_channel = self._active_channel_of(page, page)
+        state_row, joined = self._row_of(schedule_state, page, with_channel)
+        stmt = sa.select(
+            self._sql.json_rows(
+                page.c.channel_id, page.c.change, *_due_channel(channel_row), *state_row.c
+            )
+        ).select_from(joined)
+        split = 2 + len(_due_channel(channels))
+        with self._read() as conn:
+            found = json.loads(conn.execute(stmt).scalar_one())
+        changes = []
+        for values in found:
+            channel = DueChannel(*values[2:split]) if values[2] is not None else None
+            state = _state_of_json(values[split:]) if values[split] is not None else None
+            changes.append(NotedChange(values[1], ScheduleWork(values[0], channel, state)))
+        return changes
+
+    def _active_channel_of(
+        self, page: sa.Subquery, joined: sa.FromClause
+    ) -> tuple[sa.FromClause, sa.FromClause]:
+        """`joined` with the page's channel, if active (a NULL row if not)."""
+        return self._row_of(channels, page, joined, channels.c.status == CHANNEL_ACTIVE)
+
+    def _row_of(
+        self,
+        table: sa.Table,
+        page: sa.Subquery,
+        joined: sa.FromClause,
+        *conditions: sa.ColumnElement[bool],
+    ) -> tuple[sa.FromClause, sa.FromClause]:
+        """`joined` with `table`'s row of each of the page's channels, by primary key. On
+        PostgreSQL through a LATERAL subquery it cannot flatten: a page of thousands joined
+        plainly is hashed against a scan of the whole table, a cost that grows with the
+        channels installed rather than with the page."""
+        match = table.c.channel_id == page.c.channel_id
+        if not self._sql.is_postgres:
+            return table, joined.outerjoin(table, sa.and_(match, *conditions))
+        row = sa.select(table).where(match, *conditions).limit(1).lateral(f"{table.name}_row")
+        return row, joined.outerjoin(row, sa.true())
+
+    def due_count(self, lookahead_secs: float, *, bound: int) -> int:
+        """How many running cursors fall due within `lookahead_secs` of now, with the changes
+        noted, counted up to `bound`: what a coordinator sizes a pass's shards by (two index
+        ranges, not the tables)."""
+        due = (
+            sa.select(schedule_state.c.channel_id)
+            .where(schedule_state.c.paused_at.is_(None))
+            .where(schedule_state.c.next_fire_at <= self._sql.now_plus(lookahead_secs))
+            .limit(bound)
+            .subquery()
+        )
+        noted = sa.select(channel_changes.c.channel_id).limit(bound).subquery()
+        stmt = sa.select(
+            sa.select(sa.func.count()).select_from(due).scalar_subquery(),
+            sa.select(sa.func.count()).select_from(noted).scalar_subquery(),
+        )
+        with self._read() as conn:
+            cursors, changes = conn.execute(stmt).one()
+        return min(int(cursors) + int(changes), bound)
+
+    def write_cursors(self, writes: CursorWrites) -> None:
+        """A page's cursor writes, in one transaction, one statement for each kind: the
+        cursors to (re)initialise (created or reset, unpaused, their not-yet-due cron rows
+        dropped, as `upsert_cursor`), the versions to adopt (as `adopt_channel_version`), the
+        cursors to pause (as `pause_cursor`), and the noted changes these bring in line,
+        forgotten only if no write has noted another since they were read."""
+        if not writes:
+            return
+        with self._write() as conn:
+            if self._sql.is_postgres:
+                self._write_cursors_pg(conn, writes)
+            else:
+                self._write_cursors_sqlite(conn, writes)
+
+    def _write_cursors_pg(self, conn: sa.Connection, writes: CursorWrites) -> None:
+        now = self._sql.now()
+        instant = sa.DateTime(timezone=True)
+        if writes.inits:
+            init = self._sql.rows(
+                "init",
+                {
+                    "channel_id": (sa.String(), [i.channel_id for i in writes.inits]),
+                    "channel_version": (sa.Integer(), [i.channel_version for i in writes.inits]),
+                    "config_hash": (sa.String(), [i.config_hash for i in writes.inits]),
+                    "next_fire_at": (
+                        instant,
+                        [_optional_utc(i.next_fire_at) for i in writes.inits],
+                    ),
+                },
+            )
+            upsert = postgresql.insert(schedule_state).from_select(
+                [
+                    "channel_id",
+                    "channel_version",
+                    "config_hash",
+                    "next_fire_at",
+                    "paused_at",
+                    "updated_at",
+                ],
+                sa.select(*init.c, sa.null(), now),
+            )
+            conn.execute(
+                upsert.on_conflict_do_update(
+                    index_elements=[schedule_state.c.channel_id],
+                    set_={
+                        "channel_version": upsert.excluded.channel_version,
+                        "config_hash": upsert.excluded.config_hash,
+                        "next_fire_at": upsert.excluded.next_fire_at,
+                        "paused_at": None,
+                        "updated_at": now,
+                    },
                 )
             )
-            .where(schedule_state.c.paused_at.is_(None))
-            .where(sa.or_(channels.c.channel_id.is_(None), channels.c.status != CHANNEL_ACTIVE))
+        if writes.adopts:
+            adopt = self._sql.rows(
+                "adopt",
+                {
+                    "channel_id": (sa.String(), [a[0] for a in writes.adopts]),
+                    "version": (sa.Integer(), [a[1] for a in writes.adopts]),
+                },
+            )
+            conn.execute(
+                sa.update(schedule_state)
+                .where(schedule_state.c.channel_id == adopt.c.channel_id)
+                .where(schedule_state.c.channel_version < adopt.c.version)
+                .values(channel_version=adopt.c.version, updated_at=now)
+            )
+        if writes.pauses:
+            conn.execute(
+                sa.update(schedule_state)
+                .where(schedule_state.c.channel_id.in_(self._ids("pause", writes.pauses)))
+                .where(schedule_state.c.paused_at.is_(None))
+                .values(paused_at=now, updated_at=now)
+            )
+        dropped = [i.channel_id for i in writes.inits] + writes.pauses
+        if dropped:
+            conn.execute(
+                _future_cron_rows(now).where(
+                    occurrences.c.channel_id.in_(self._ids("dropped", dropped))
+                )
+            )
+        if writes.seen:
+            seen = self._sql.rows(
+                "seen",
+                {
+                    "channel_id": (sa.String(), [c[0] for c in writes.seen]),
+                    "change": (sa.BigInteger(), [c[1] for c in writes.seen]),
+                },
+            )
+            conn.execute(
+                sa.delete(channel_changes)
+                .where(channel_changes.c.channel_id == seen.c.channel_id)
+                .where(channel_changes.c.change == seen.c.change)
+            )
+
+    def _ids(self, name: str, ids: list[str]) -> sa.Select[tuple[str]]:
+        """PostgreSQL: channel ids as a one-column select of one JSON parameter."""
+        cte = self._sql.rows(name, {"channel_id": (sa.String(), ids)})
+        return sa.select(cte.c.channel_id)
+
+    def _write_cursors_sqlite(self, conn: sa.Connection, writes: CursorWrites) -> None:
+        now = self._sql.now()
+        channel = sa.bindparam("p_channel_id", type_=sa.String())
+        if writes.inits:
+            upsert = self._sql.insert(schedule_state).values(
+                channel_id=channel,
+                channel_version=sa.bindparam("p_version", type_=sa.Integer()),
+                config_hash=sa.bindparam("p_hash", type_=sa.String()),
+                next_fire_at=sa.bindparam("p_next", type_=UtcDateTime()),
+                paused_at=None,
+                updated_at=now,
+            )
+            conn.execute(
+                upsert.on_conflict_do_update(
+                    index_elements=[schedule_state.c.channel_id],
+                    set_={
+                        "channel_version": upsert.excluded.channel_version,
+                        "config_hash": upsert.excluded.config_hash,
+                        "next_fire_at": upsert.excluded.next_fire_at,
+                        "paused_at": None,
+                        "updated_at": now,
+                    },
+                ),
+                [
+                    {
+                        "p_channel_id": i.channel_id,
+                        "p_version": i.channel_version,
+                        "p_hash": i.config_hash,
+                        "p_next": _optional_utc(i.next_fire_at),
+                    }
+                    for i in writes.inits
+                ],
+            )
+        if writes.adopts:
+            version = sa.bindparam("p_version", type_=sa.Integer())
+            conn.execute(
+                sa.update(schedule_state)
+                .where(schedule_state.c.channel_id == channel)
+                .where(schedule_state.c.channel_version < version)
+                .values(channel_version=version, updated_at=now),
+                [{"p_channel_id": i, "p_version": v} for i, v in writes.adopts],
+            )
+        if writes.pauses:
+            conn.execute(
+                sa.update(schedule_state)
+                .where(schedule_state.c.channel_id == channel)
+                .where(schedule_state.c.paused_at.is_(None))
+                .values(paused_at=now, updated_at=now),
+                [{"p_channel_id": i} for i in writes.pauses],
+            )
+        dropped = [i.channel_id for i in writes.inits] + writes.pauses
+        if dropped:
+            conn.execute(
+                _future_cron_rows(now).where(occurrences.c.channel_id == channel),
+                [{"p_channel_id": i} for i in dropped],
+            )
+        if writes.seen:
+            conn.execute(
+                sa.delete(channel_changes)
+                .where(channel_changes.c.channel_id == channel)
+                .where(channel_changes.c.change == sa.bindparam("p_change", type_=sa.BigInteger())),
+                [{"p_channel_id": i, "p_change": c} for i, c in writes.seen],
+            )
+
+    def note_drifted_channels(self) -> int:
+        """Note every channel whose cursor disagrees with it (active without a running cursor
+        for its version, or running while not active): what a writer that notes nothing (a
+        release from before the notes, during a rolling upgrade) leaves behind is found by
+        this sweep instead of never. One statement over every channel; run now and then."""
+        state = schedule_state
+        joined = channels.outerjoin(state, state.c.channel_id == channels.c.channel_id)
+        active = channels.c.status == CHANNEL_ACTIVE
+        drifted = sa.or_(
+            sa.and_(
+                active,
+                sa.or_(
+                    state.c.channel_id.is_(None),
+                    state.c.paused_at.is_not(None),
+                    state.c.channel_version < channels.c.version,
+                ),
+            ),
+            sa.and_(~active, state.c.channel_id.is_not(None), state.c.paused_at.is_(None)),
         )
-        work: list[ScheduleWork] = []
-        split = len(due_channel)
-        with self._read() as conn:
-            # ScheduleState in its table's column order (tests/ledger/test_schema.py checks).
-            for found in json.loads(conn.execute(active).scalar_one()):
-                channel = DueChannel(*found[:split])
-                state = None
-                if found[split] is not None:  # the cursor's channel_id: it has one
-                    state = _state_of_json(found[split:])
-                work.append(ScheduleWork(channel.channel_id, channel, state))
-            for row in conn.execute(orphaned):
-                work.append(ScheduleWork(row.channel_id, None, ScheduleState(*row)))
-        return sorted(work, key=lambda w: w.channel_id)
+        found = sa.select(channels.c.channel_id, sa.literal(1, sa.BigInteger)).select_from(joined)
+        note = self._sql.insert(channel_changes).from_select(
+            ["channel_id", "change"], found.where(drifted)
+        )
+        stmt = note.on_conflict_do_update(
+            index_elements=[channel_changes.c.channel_id],
+            set_={"change": channel_changes.c.change + 1},
+        )
+        with self._write() as conn:
+            return int(conn.execute(stmt).rowcount or 0)
+
+    def _note_change(self, conn: sa.Connection, channel_id: str) -> None:
+        """Inside a channel write's transaction: the next pass looks at this channel's
+        cursor (and a pass reading an earlier note will not forget this one)."""
+        note = self._sql.insert(channel_changes).values(channel_id=channel_id, change=1)
+        conn.execute(
+            note.on_conflict_do_update(
+                index_elements=[channel_changes.c.channel_id],
+                set_={"change": channel_changes.c.change + 1},
+            )
+        )
 
     def adopt_channel_version(self, channel_id: str, version: int) -> bool:
         """Record that the cursor serves `version` now, keeping its place in time: an edit
@@ -210,17 +541,22 @@ class CursorStore(EventStore):
         self._drop_future_cron_rows(conn, channel_id)
 
     def _drop_future_cron_rows(self, conn: sa.Connection, channel_id: str) -> None:
-        """Rows written ahead and not yet due. A retry waiting out its backoff, or a queued
-        contender, is also `pending` and due later, but it is work already admitted (and
-        marked so): it stays."""
         conn.execute(
-            sa.delete(occurrences)
-            .where(occurrences.c.channel_id == channel_id)
-            .where(status_is(PENDING))
-            .where(occurrences.c.trigger == TRIGGER_CRON)
-            .where(occurrences.c.misfire_judged.is_(False))
-            .where(occurrences.c.due_at > self._sql.now())
+            _future_cron_rows(self._sql.now()).where(occurrences.c.channel_id == channel_id)
         )
+
+
+def _future_cron_rows(now: sa.ColumnElement[datetime]) -> sa.Delete:
+    """Rows written ahead and not yet due. A retry waiting out its backoff, or a queued
+    contender, is also `pending` and due later, but it is work already admitted (and
+    marked so): it stays."""
+    return (
+        sa.delete(occurrences)
+        .where(status_is(PENDING))
+        .where(occurrences.c.trigger == TRIGGER_CRON)
+        .where(occurrences.c.misfire_judged.is_(False))
+        .where(occurrences.c.due_at > now)
+    )
 
 
 #: Which of a cursor's columns are instants, by position.

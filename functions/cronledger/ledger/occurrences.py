@@ -43,6 +43,7 @@ from cronledger.ledger.paging import PageRequest, read_page
 from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
 from cronledger.ledger.tables import (
     channel_alerts,
+    channel_changes,
     channels,
     events,
     occurrences,
@@ -419,6 +420,7 @@ class OccurrenceStore(CursorStore):
         # release above could not see yet; its occurrence is gone now.
         release_orphaned_slots(conn, self._sql)
         conn.execute(sa.delete(schedule_state).where(schedule_state.c.channel_id == channel_id))
+        conn.execute(sa.delete(channel_changes).where(channel_changes.c.channel_id == channel_id))
         conn.execute(sa.delete(events).where(events.c.channel_id == channel_id))
         conn.execute(sa.delete(channel_alerts).where(channel_alerts.c.channel_id == channel_id))
 

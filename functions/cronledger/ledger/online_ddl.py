@@ -27,10 +27,15 @@ BACKFILL_BATCH = 10_000
 
 
 def create_index_online(
-    name: str, table: str, columns: Sequence[str], *, where: str | None = None
+    name: str,
+    table: str,
+    columns: Sequence[str | sa.TextClause],
+    *,
+    where: str | None = None,
 ) -> None:
-    """Create index `name` on `table` (partial when `where` is given) without blocking the
-    table's writers on PostgreSQL; idempotent, so a migration interrupted here resumes."""
+    """Create index `name` on `table` (partial when `where` is given; a `text` column is an
+    expression) without blocking the table's writers on PostgreSQL; idempotent, so a
+    migration interrupted here resumes."""
     condition = None if where is None else sa.text(where)
     context = op.get_context()
     if context.dialect.name != "postgresql":

@@ -98,6 +98,27 @@ schedule_state = sa.Table(
         sqlite_where=sa.text("paused_at IS NULL"),
     ),
 )
+# PostgreSQL: the same, by shard (`cronledger.ledger.shards`), so a shard of a pass pages
+# through its own due cursors without fetching another shard's rows.
+sa.Index(
+    "ix_cron_schedule_state_due",
+    schedule_state.c.next_fire_at,
+    schedule_state.c.channel_id,
+    sa.text("(('x' || left(md5(channel_id), 8))::bit(32)::bigint)"),
+    postgresql_where=sa.text("paused_at IS NULL"),
+).ddl_if(dialect="postgresql")
+
+#: Channels a reconcile pass must look at although their cursor is not due: each channel
+#: write (created, edited, its status changed) notes one here in its own transaction, and the
+#: pass that has brought the cursor in line forgets the note only if `change` is still the one
+#: it read, so a write made meanwhile is looked at again. An idle pass reads this empty table
+#: instead of comparing every channel with its cursor.
+channel_changes = sa.Table(
+    "cron_channel_changes",
+    metadata,
+    sa.Column("channel_id", sa.String, primary_key=True),
+    sa.Column("change", sa.BigInteger, nullable=False),
+)
 
 occurrences = sa.Table(
     "cron_occurrences",
