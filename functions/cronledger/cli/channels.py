@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cronledger import declare
 from cronledger.cli import documents, proposed
 from cronledger.cli.client import ApiError, segment
 from cronledger.cli.documents import Document, UsageError
@@ -102,11 +103,31 @@ def show(s: Session, channel: ChannelRef) -> None:
 def apply(
     s: Session,
     file: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--file", "-f", help="a JSON or YAML file of channel documents ('-' for stdin)"
         ),
-    ],
+    ] = None,
+    from_module: Annotated[
+        str | None,
+        typer.Option(
+            "--from-module",
+            help="a Python module (importable from here) whose @cronledger.schedule functions "
+            "declare the channels",
+        ),
+    ] = None,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune",
+            help="archive the channels that carry the selector's labels and are not in the "
+            "input (with --from-module the selector defaults to the module's label)",
+        ),
+    ] = False,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", "-l", help="labels, as key=value[,key=value]; with --prune"),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -124,15 +145,64 @@ def apply(
         ),
     ] = False,
 ) -> None:
-    """Create the channels of a file, or write a new version of each that exists by name."""
+    """Create the channels of a file (or a module's declarations), or write a new version of
+    each that exists by name; with `--prune`, archive the selected channels the input no
+    longer holds."""
     query = {"dry_run": "true"} if dry_run else {}
     if allow_past:
         query["allow_past_at"] = "true"
-    outcomes = [_apply(s, d, dry_run, query) for d in documents.read(file)]
+    given, labels = _input(file, from_module, prune, selector)
+    outcomes = [_apply(s, d, dry_run, query) for d in given]
+    if prune and not any(o["outcome"] == "refused" for o in outcomes):
+        kept = {d.name for d in given}
+        outcomes += [_prune(s, c, dry_run) for c in _selected(s, labels) if c["name"] not in kept]
     if s.out.for_scripts:
         s.out.data(outcomes)
     if any(o["outcome"] == "refused" for o in outcomes):
         raise typer.Exit(EXIT_API)
+
+
+def _input(
+    file: str | None, module: str | None, prune: bool, selector: str | None
+) -> tuple[list[Document], dict[str, str]]:
+    """The documents to apply, and the labels `--prune` selects by."""
+    if (file is None) == (module is None):
+        raise UsageError("give one of --file/-f FILE and --from-module MODULE")
+    labels = documents.selector(selector) if selector is not None else {}
+    if file is not None:
+        if prune and not labels:
+            raise UsageError(
+                "--prune needs --selector/-l: only channels carrying its labels are pruned"
+            )
+        return documents.read(file), labels
+    assert module is not None
+    try:
+        declared = declare.declared_by(module)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module}: {exc}") from None
+    if not declared and not prune:
+        raise UsageError(f"{module} declares no channel (no @cronledger.schedule function)")
+    given = [Document(f"{module}[{i}]", body) for i, body in enumerate(declared)]
+    return given, labels or {declare.MODULE_LABEL: module}
+
+
+def _selected(s: Session, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every channel that is not archived and carries all of `labels`."""
+    found = s.each("/channels", {"label": [f"{k}={v}" for k, v in labels.items()]})
+    return [c for c in found if c["status"] != "archived"]
+
+
+def _prune(s: Session, channel: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """Archive one channel the input no longer holds (or say so, with `dry_run`)."""
+    name = channel["name"]
+    if not dry_run:
+        s.send(
+            "PATCH",
+            f"/channels/{segment(channel['channel_id'])}/status",
+            {"status": "archived", "reason": "pruned: no longer in the applied input"},
+        )
+    s.out.say(s.out.status("archived"), f"  {name}: pruned{' (dry run)' if dry_run else ''}")
+    return {"name": name, "outcome": "archived", "channel_id": channel["channel_id"]}
 
 
 def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str]) -> dict[str, Any]:
