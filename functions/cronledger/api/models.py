@@ -29,6 +29,7 @@ from pydantic.json_schema import JsonSchemaValue
 
 from cronledger.api.documents import ChannelCreate, ChannelUpdate, storable_text
 from cronledger.instants import parse_rfc3339
+from cronledger.labels import Labels
 from cronledger.ledger import Page as LedgerPage
 
 T = TypeVar("T")
@@ -71,6 +72,14 @@ Timestamp = Annotated[
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size, 1..1000")]
 Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
+LabelSelector = Annotated[
+    list[Text] | None,
+    Query(
+        description="key=value: only channels carrying that label; repeat it (or join terms "
+        "with commas) for channels carrying all of them",
+        examples=["team=billing"],
+    ),
+]
 
 
 # --- request bodies -------------------------------------------------------------------------
@@ -100,6 +109,18 @@ class StatusChange(BaseModel):
     status: Literal["active", "paused", "archived"]
     reason: str | None = Field(
         None, max_length=500, description="why, shown with the status (e.g. a pause's reason)"
+    )
+
+
+class BulkStatusChange(BaseModel):
+    """Every channel carrying all of `selector`'s labels moved to `status`, one at a time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    selector: Labels = Field(description="labels a channel must all carry (at least one)")
+    status: Literal["active", "paused", "archived"]
+    reason: str | None = Field(
+        None, max_length=500, description="why, shown with each channel's status"
     )
 
 
@@ -206,6 +227,7 @@ class ChannelView(BaseModel):
     name: str
     status: str
     version: int
+    labels: dict[str, str]
     transport_config: dict[str, Any]
     target: dict[str, Any]
     target_ref: str | None
@@ -229,6 +251,7 @@ class ChannelVersion(BaseModel):
     name: str
     version: int
     current: bool = Field(description="whether this is the channel's current version")
+    labels: dict[str, str]
     transport_config: dict[str, Any]
     target: dict[str, Any]
     timeout_ms: int
@@ -239,6 +262,19 @@ MAX_ATTEMPTS_DESCRIPTION = (
     "attempts allowed in all: the channel's retry.max_attempts, or one more than were made "
     "when an operator retried it"
 )
+
+
+class StatusMove(BaseModel):
+    """One channel of a bulk status change: where it was, where it is, and why not moved."""
+
+    channel_id: str
+    name: str
+    before: str = Field(description="its status before the change")
+    status: str = Field(description="its status after it")
+    error: ErrorBody | None = Field(
+        description="why this channel did not move (the error a single change would answer); "
+        "null when it moved or already had the status"
+    )
 
 
 class OccurrenceSummary(BaseModel):
@@ -367,6 +403,7 @@ class ChannelStatus(BaseModel):
     channel_id: str
     name: str
     version: int
+    labels: dict[str, str]
     schedule: str | None
     at: str | None
     timezone: str | None

@@ -17,7 +17,16 @@ from __future__ import annotations
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api.errors import BROKEN_RESPONSE, responses
-from cronledger.api.models import PREFIX, ChannelStatus, Health, Limit, Offset, One, Page
+from cronledger.api.models import (
+    PREFIX,
+    ChannelStatus,
+    Health,
+    LabelSelector,
+    Limit,
+    Offset,
+    One,
+    Page,
+)
 from cronledger.api.views import (
     compiled,
     cursor_times,
@@ -27,6 +36,7 @@ from cronledger.api.views import (
 )
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.instants import to_rfc3339
+from cronledger.labels import selector
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, Ledger, ScheduleState
 from cronledger.reconcile import JOB as RECONCILE_JOB
 from cronledger.schedule import Schedule
@@ -41,8 +51,12 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         responses=responses(200, "a page of active channels"),
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
-    def status(limit: Limit = 50, offset: Offset = 0) -> Page[ChannelStatus]:
-        page = ledger.list_channels(status=CHANNEL_ACTIVE, limit=limit, offset=offset)
+    def status(
+        label: LabelSelector = None, limit: Limit = 50, offset: Offset = 0
+    ) -> Page[ChannelStatus]:
+        page = ledger.list_channels(
+            status=CHANNEL_ACTIVE, limit=limit, offset=offset, labels=selector(label or [])
+        )
         ids = [channel.channel_id for channel in page.data]
         schedules = {channel.channel_id: compiled(channel) for channel in page.data}
         keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}
@@ -104,6 +118,7 @@ def _status(
         channel_id=channel.channel_id,
         name=channel.name,
         version=channel.version,
+        labels=channel.labels,
         schedule=None if schedule is None else schedule.expression,
         at=None if schedule is None else schedule.at,
         timezone=None if schedule is None else schedule.timezone,

@@ -9,10 +9,11 @@ archiving pauses the cursor in the same transaction (dropping not-yet-due cron r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
@@ -69,6 +70,7 @@ class ChannelStore(OccurrenceStore):
         timeout_ms: int,
         status: str = CHANNEL_DRAFT,
         *,
+        labels: Mapping[str, str] | None = None,
         dry_run: bool = False,
     ) -> Channel:
         """A new channel at version 1. Conflict when the name is taken. A channel created
@@ -82,6 +84,7 @@ class ChannelStore(OccurrenceStore):
             "transport_config": transport_config,
             "target": target,
             "timeout_ms": timeout_ms,
+            "labels": dict(labels or {}),
         }
         insert = (
             self._sql.insert(channels)
@@ -117,6 +120,7 @@ class ChannelStore(OccurrenceStore):
         target: dict[str, Any],
         timeout_ms: int,
         *,
+        labels: Mapping[str, str] | None = None,
         dry_run: bool = False,
     ) -> Channel:
         """Make the given definition the channel's next version; earlier versions stay as
@@ -126,6 +130,7 @@ class ChannelStore(OccurrenceStore):
             "transport_config": transport_config,
             "target": target,
             "timeout_ms": timeout_ms,
+            "labels": dict(labels or {}),
         }
         bump = (
             sa.update(channels)
@@ -319,14 +324,17 @@ class ChannelStore(OccurrenceStore):
         limit: int = 50,
         offset: int = 0,
         name: str | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Page[Channel]:
         """Oldest first (creation order); `limit` clamped to 1..1000; `name`: that exact
-        name only."""
+        name only; `labels`: channels carrying every one of them."""
         limit = min(max(limit, 1), MAX_PAGE_SIZE)
         offset = max(offset, 0)
         conditions = [] if status is None else [channels.c.status == status]
         if name is not None:
             conditions.append(channels.c.name == name)
+        if labels:
+            conditions.append(self._labelled(labels))
         page = (
             sa.select(channels)
             .where(*conditions)
@@ -339,6 +347,29 @@ class ChannelStore(OccurrenceStore):
             total = int(conn.execute(count).scalar_one())
             data = [Channel(**row._mapping) for row in conn.execute(page)]
         return Page(data=data, total=total, limit=limit, offset=offset)
+
+    def _labelled(self, labels: Mapping[str, str]) -> sa.ColumnElement[bool]:
+        """The channel carries every one of `labels`: containment on PostgreSQL (what the
+        GIN index answers), one bound JSON path per label on SQLite."""
+        if self._sql.is_postgres:
+            return sa.type_coerce(channels.c.labels, postgresql.JSONB).contains(dict(labels))
+        return sa.and_(
+            *(channels.c.labels[key].as_string() == value for key, value in labels.items())
+        )
+
+    def labelled_channels(self, labels: Mapping[str, str]) -> list[Channel]:
+        """Every channel that is not archived and carries all of `labels` (at least one),
+        oldest first: what a bulk status change moves, one channel at a time."""
+        if not labels:
+            raise ValueError("a selector needs at least one label")
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(channels)
+                .where(self._labelled(labels))
+                .where(channels.c.status != CHANNEL_ARCHIVED)
+                .order_by(channels.c.created_at, channels.c.channel_id)
+            )
+            return [Channel(**row._mapping) for row in rows]
 
     def delete_channel(self, channel_id: str) -> None:
         """Purge a channel: its versions, cursor and occurrences, and the singleton slots
@@ -370,6 +401,7 @@ def _at_version(current: Channel, version: Any) -> Channel:
         created_at=current.created_at,
         updated_at=version.created_at,
         status_reason=current.status_reason,
+        labels=version.labels,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -27,10 +28,16 @@ BACKFILL_BATCH = 10_000
 
 
 def create_index_online(
-    name: str, table: str, columns: Sequence[str], *, where: str | None = None
+    name: str,
+    table: str,
+    columns: Sequence[str],
+    *,
+    where: str | None = None,
+    **postgresql: Any,
 ) -> None:
     """Create index `name` on `table` (partial when `where` is given) without blocking the
-    table's writers on PostgreSQL; idempotent, so a migration interrupted here resumes."""
+    table's writers on PostgreSQL; idempotent, so a migration interrupted here resumes.
+    `postgresql` holds PostgreSQL-only options (`postgresql_using="gin"`, `postgresql_ops`)."""
     condition = None if where is None else sa.text(where)
     context = op.get_context()
     if context.dialect.name != "postgresql":
@@ -51,6 +58,7 @@ def create_index_online(
             postgresql_where=condition,
             postgresql_concurrently=True,
             if_not_exists=True,
+            **postgresql,
         )
 
 
