@@ -49,9 +49,16 @@ from cronledger.api.models import (
 from cronledger.api.past_at import past_at_warnings
 from cronledger.api.services import serving
 from cronledger.api.views import channel_version, channel_view, cursors_by_channel
-from cronledger.errors import CronledgerError, FieldError, ValidationFailed
+from cronledger.errors import Conflict, CronledgerError, FieldError, ValidationFailed
 from cronledger.labels import selector
-from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_ARCHIVED, Channel, Ledger, ScheduleState
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    CHANNEL_ARCHIVED,
+    CHANNEL_DRAFT,
+    Channel,
+    Ledger,
+    ScheduleState,
+)
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy, validate_target
@@ -237,7 +244,8 @@ def set_status(
 def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[list[StatusMove]]:
     """Each channel moves in its own transaction, with the checks of a single change: one
     that may not move is reported with its error and the others still move. Archived
-    channels are final and never selected."""
+    channels are final and never selected; a draft is never activated by a selector (it
+    was never running, so it is not "resumed")."""
     ledger, _, policy = _services()
     if not body.selector:
         raise ValidationFailed(
@@ -252,6 +260,11 @@ def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[lis
     for channel in ledger.labelled_channels(body.selector):
         error = None
         try:
+            if body.status == CHANNEL_ACTIVE and channel.status == CHANNEL_DRAFT:
+                raise Conflict(
+                    f"channel {channel.channel_id} is a draft: a selector resumes paused "
+                    "channels; activate a draft on its own"
+                )
             after = _move(ledger, policy, channel, body.status, body.reason, False).status
         except CronledgerError as exc:
             after, error = channel.status, _error_of(exc, f"PATCH {PREFIX}/channels/status")
