@@ -1,13 +1,14 @@
 """Channels declared in code: `@cronledger.schedule` on a function, applied by
 `channels apply --from-module`, and `--prune` archiving only the selected channels that the
-input no longer holds; the rows are read back through the ledger."""
+input no longer holds; on PostgreSQL and SQLite, the rows read back through the ledger."""
 
 from __future__ import annotations
 
 import pytest
 
 from cronledger.declare import MODULE_LABEL, declared_by, schedule
-from tests.unit.test_operator_cli import Cli, cli, write
+from tests.unit.test_label_cli import cli
+from tests.unit.test_operator_cli import Cli, write
 
 __all__ = ["cli"]
 

@@ -37,6 +37,25 @@ from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
 
+Selector = Annotated[
+    str | None,
+    typer.Option(
+        "--selector", "-l", help="only channels carrying these labels: key=value[,key=value]"
+    ),
+]
+
+
+def label_query(selector: str | None) -> list[str] | None:
+    """A `-l` selector as the API's repeated `label` query terms (None: no selector)."""
+    if selector is None:
+        return None
+    return [f"{key}={value}" for key, value in documents.selector(selector).items()]
+
+
+def labels_of(channel: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((channel.get("labels") or {}).items()))
+
+
 CHANNEL_COLUMNS = (
     Column("NAME", lambda c: c["name"], 100),
     Column("STATUS", lambda c: c["status"], 90, status=True),
@@ -45,6 +64,7 @@ CHANNEL_COLUMNS = (
     Column("NEXT FIRE (UTC)", lambda c: when((c.get("compiled") or {}).get("next_fire_at")), 60),
     Column("VERSION", lambda c: c["version"], 30),
     Column("TARGET", lambda c: c.get("target_ref"), 15, wide_only=True),
+    Column("LABELS", labels_of, 12, wide_only=True),
     Column("ID", lambda c: c["channel_id"], 10, id=True),
 )
 
@@ -56,11 +76,13 @@ def list_channels(
         str | None,
         typer.Option(help="only channels in this status: draft, active, paused, archived"),
     ] = None,
+    selector: Selector = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> None:
     """List channels, oldest first, with their schedule and next fire time."""
-    page = s.get("/channels", {"status": status, "limit": limit, "offset": offset})
+    query = {"status": status, "label": label_query(selector), "limit": limit, "offset": offset}
+    page = s.get("/channels", query)
     s.out.answer(page, lambda: s.out.table(CHANNEL_COLUMNS, page["data"], page))
 
 
@@ -89,6 +111,7 @@ def show(s: Session, channel: ChannelRef) -> None:
             ),
             ("paused at", when(compiled.get("paused_at"))),
             ("reason", c.get("status_reason")),
+            ("labels", labels_of(c) or None),
             ("target", c.get("target_ref")),
             ("timeout", f"{c['timeout_ms']} ms"),
             ("created", when(c["created_at"])),
@@ -399,7 +422,21 @@ Reason = Annotated[
 
 def _lifecycle(verb: str, status: str, text: str) -> None:
     @api(channels, verb, help=text)
-    def change(s: Session, channel: ChannelRef, reason: Reason = None) -> None:
+    def change(
+        s: Session,
+        channel: Annotated[
+            str | None,
+            typer.Argument(help="a channel name or id (or -l for every labelled one)"),
+        ] = None,
+        selector: Selector = None,
+        reason: Reason = None,
+    ) -> None:
+        if (channel is None) == (selector is None):
+            raise UsageError(f"give a channel, or --selector/-l key=value to {verb} many")
+        if selector is not None:
+            _bulk(s, documents.selector(selector), status, reason)
+            return
+        assert channel is not None
         body = {"status": status, "reason": reason}
         answer = s.send("PATCH", f"{s.channel_path(channel)}/status", body)
         c = answer["data"]
@@ -408,6 +445,29 @@ def _lifecycle(verb: str, status: str, text: str) -> None:
             answer,
             lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]), why),
         )
+
+
+def _bulk(s: Session, labels: Mapping[str, str], status: str, reason: str | None) -> None:
+    """Every channel carrying `labels` moved to `status` in one request (each channel on its
+    own); each is said, and the command exits 1 if any could not move."""
+    body = {"selector": dict(labels), "status": status, "reason": reason}
+    answer = s.send("POST", "/channels/status", body)
+    moves = answer["data"]
+
+    def human() -> None:
+        if not moves:
+            s.out.say("no channel carries ", ",".join(f"{k}={v}" for k, v in labels.items()))
+        for m in moves:
+            if m["error"] is not None:
+                s.out.say(
+                    f"{m['name']}: ", s.out.status(m["status"]), f" ({m['error']['message']})"
+                )
+            else:
+                s.out.say(f"{m['name']}: {m['before']} → ", s.out.status(m["status"]))
+
+    s.out.answer(answer, human)
+    if any(m["error"] is not None for m in moves):
+        raise typer.Exit(EXIT_API)
 
 
 def status_note(channel: Mapping[str, Any]) -> str | None:
@@ -420,7 +480,11 @@ def status_note(channel: Mapping[str, Any]) -> str | None:
 
 
 _lifecycle("pause", "paused", "Stop a channel producing occurrences (resume starts it from now).")
-_lifecycle("resume", "active", "Activate a draft or paused channel; it fires from now on.")
+_lifecycle(
+    "resume",
+    "active",
+    "Activate a draft or paused channel; it fires from now on (with -l: paused ones only).",
+)
 _lifecycle("archive", "archived", "Retire a channel for good, keeping its history (final).")
 
 
