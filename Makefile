@@ -14,7 +14,7 @@ PG_PORT ?= 5432
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: install run test lint bench synth preflight deploy lock postgres clean screenshot docs
+.PHONY: install run test unit lint bench synth preflight deploy lock postgres clean screenshot docs
 
 install: $(STAMP)
 
@@ -52,6 +52,13 @@ postgres:
 
 test: $(STAMP) postgres
 	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+# The loop to run while editing: the pure and fake-backed tests (tests/unit: no PostgreSQL, no
+# browser, no CDK synth) on both cores, with Hypothesis' `dev` profile (a quarter of the
+# examples; HYPOTHESIS_PROFILE=ci runs them all). `make test` runs everything.
+unit: $(STAMP)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(BIN)/python -m pytest -q -n 2 \
+		-p no:schemathesis -p no:anyio tests/unit $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check functions tests infra

@@ -3,20 +3,32 @@
 PostgreSQL is required, never skipped: the product's correctness is its SQL under
 concurrency. Each test run (each xdist worker) gets a database of its own, created here and
 dropped at the end, so two runs on one machine never see each other's rows.
+
+Hypothesis runs under one of two profiles: `ci`, the counts the tests are written with (what
+Hypothesis loads by itself where the environment says CI, and what `make test` runs), and
+`dev`, a quarter of them (`make unit`). `HYPOTHESIS_PROFILE` names one.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings
 
 from cronledger.ledger import Ledger
 from tests.ledger.helpers import empty_tables
 from tests.pg import scratch_database
+from tests.profiles import FULL
+
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=FULL)
+settings.register_profile("dev", max_examples=FULL // 4)
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 
 PG_SERVER_URL = os.environ.get(
     "CRONLEDGER_TEST_PG_URL", "postgresql+pg8000://postgres@127.0.0.1:5432/test"
@@ -46,7 +58,8 @@ def worker_id(request: pytest.FixtureRequest) -> str:
 
 # One parametrised `ledger` fixture: a test that takes it runs on PostgreSQL and on SQLite.
 # PostgreSQL: this run's database, migrated once, every table emptied before each test.
-# SQLite: a fresh file per test. Either way a test sees only its own rows.
+# SQLite: a file of its own per test, copied from one migrated once per run (a migration
+# costs a hundred times what a copy does). Either way a test sees only its own rows.
 
 
 @pytest.fixture(scope="session")
@@ -57,10 +70,21 @@ def pg_ledger(pg_database_url: str) -> Iterator[Ledger]:
     ledger.dispose()
 
 
-@pytest.fixture
-def sqlite_ledger(tmp_path: Path) -> Iterator[Ledger]:
-    ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite ledger migrated to the newest schema, closed (so its WAL is folded in)."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "ledger.db"
+    ledger = Ledger.connect(f"sqlite:///{path}")
     ledger.migrate()
+    ledger.dispose()
+    return path
+
+
+@pytest.fixture
+def sqlite_ledger(tmp_path: Path, sqlite_template: Path) -> Iterator[Ledger]:
+    path = tmp_path / "ledger.db"
+    shutil.copyfile(sqlite_template, path)
+    ledger = Ledger.connect(f"sqlite:///{path}")
     yield ledger
     ledger.dispose()
 

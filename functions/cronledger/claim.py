@@ -1,4 +1,4 @@
-"""Claim and dispatch (SPEC §4): lease due occurrences and hand each to an executor.
+"""Claim and dispatch: lease due occurrences and hand each to an executor.
 
 A claim is one conditional statement in the ledger (`FOR UPDATE SKIP LOCKED` on PostgreSQL),
 so any number of claimers may run at once and none shares a row. Each round mints a fresh
@@ -9,9 +9,11 @@ occurrence no longer its own and writes nothing.
 An expired lease is claimed again only while its occurrence has attempts left; one that died
 on its last attempt comes back from the claim settled `failed` ("abandoned: …") and is logged.
 
-The batch is bounded by `min(claim_batch_size, max_in_flight - in flight)`: a lease starts
-ticking at the claim, so claiming more than can run would only age leases in a queue. The
-invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.invokers`); each
+The batch is bounded by the room under `max_in_flight` (a lease starts ticking at the claim,
+so claiming more than can run would only age leases in a queue) and sized to the backlog:
+`claim_batch_size` while claims come back short, doubled after each full one up to
+`MOST_PER_CLAIM`, so a midnight burst is claimed as fast as there is room, untuned. The
+invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.aws.invoker`); each
 occurrence it could not hand over goes straight back to `pending`.
 A failed claim (the database is down) records DB unavailability and claims nothing; the loop
 then backs off (`cronledger.pacing.Backoff`), probing for the database's return meanwhile.
@@ -26,15 +28,22 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cronledger import metrics
 from cronledger.ids import new_claimant_id
 from cronledger.invokers import Invoker
-from cronledger.ledger import FAILED, Ledger
-from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
+from cronledger.ledger import FAILED
+from cronledger.pacing import (
+    JOB_HEARTBEAT_EVERY_SECS,
+    SYSTEM_CLOCK,
+    Backoff,
+    Clock,
+    Every,
+    sleep_until_next,
+)
+from cronledger.ports import ClaimPort
 from cronledger.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,9 +51,11 @@ log = logging.getLogger(__name__)
 JOB = "claim"
 #: How long a loop waits for room once `max_in_flight` is reached, before counting again:
 #: short enough to add little lag, long enough not to spin on the database.
-NO_ROOM_NAP_SECS = 0.05
+NO_ROOM_NAP_SECS = 0.01
 #: How often a loop whose local workers are all busy looks at them again (no database call).
 WORKER_WAIT_SECS = 0.005
+#: The most rows one claim leases, however large the backlog and the room.
+MOST_PER_CLAIM = 1000
 
 
 @dataclass
@@ -58,20 +69,33 @@ class ClaimRound:
     error: Exception | None = None
 
     @property
+    def full(self) -> bool:
+        """It claimed all it asked for: more may be due right now."""
+        settled = len(self.dispatched) + len(self.returned) + len(self.abandoned)
+        return 0 < self.limit <= settled
+
+    @property
     def failed(self) -> bool:
         """The database failed: nothing was claimed."""
         return self.error is not None
 
 
 def claim_once(
-    ledger: Ledger, settings: Settings, invoker: Invoker, room: int | None = None
+    ledger: ClaimPort,
+    settings: Settings,
+    invoker: Invoker,
+    room: int | None = None,
+    batch: int | None = None,
 ) -> ClaimRound:
-    """One round: claim what there is room for and dispatch each occurrence. `room` is how
-    many more attempts this process can start right now (a local pool's free workers); the
-    instance-wide `max_in_flight` is always honoured too."""
+    """One round: claim up to `batch` (default `claim_batch_size`) that there is room for and
+    dispatch each occurrence. `room` is how many more attempts this process can start right
+    now (a local pool's free workers); the instance-wide `max_in_flight` is always honoured
+    too."""
     round_ = ClaimRound()
+    wanted = settings.claim_batch_size if batch is None else batch
     try:
-        limit = min(settings.claim_batch_size, settings.max_in_flight - ledger.in_flight_count())
+        in_flight = ledger.in_flight_count(at_most=settings.max_in_flight)
+        limit = min(wanted, settings.max_in_flight - in_flight)
         round_.limit = limit if room is None else min(limit, room)
         if round_.limit <= 0:
             return round_
@@ -110,7 +134,7 @@ def claim_once(
 
 
 def run_claim_loop(
-    ledger: Ledger,
+    ledger: ClaimPort,
     settings: Settings,
     invoker: Invoker,
     until: float,
@@ -119,6 +143,7 @@ def run_claim_loop(
     wake: threading.Event | None = None,
     *,
     while_due: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> int:
     """Claim and dispatch until the monotonic deadline `until` (or `stop`), sleeping until the
     next due instant or the poll interval, whichever is sooner; a full batch goes round again at
@@ -127,20 +152,22 @@ def run_claim_loop(
     Setting `wake` ends a sleep early: an in-process reconciler sets it when it has just
     materialised due rows, so they do not wait out a poll interval. With `while_due` it
     returns as soon as nothing is due before `until`. A failed claim is retried after a
-    backoff. Answers how many occurrences were dispatched."""
+    backoff. `clock` times and does every wait. Answers how many occurrences were
+    dispatched."""
     stop = stop or threading.Event()
     nap = wake or stop
-    heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS)
+    heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS, clock)
     poll = settings.poll_interval.total_seconds()
-    backoff = Backoff(JOB, poll, log)
+    backoff = Backoff(JOB, poll, log, clock)
     dispatched = 0
-    while not stop.is_set() and time.monotonic() < until:
+    batch = settings.claim_batch_size
+    while not stop.is_set() and clock.monotonic() < until:
         free = room() if room else None
         if free is not None and free <= 0:
             # Every local worker is busy: wait for one without asking the database anything.
-            sleep_until_next(stop, WORKER_WAIT_SECS, until)
+            sleep_until_next(stop, WORKER_WAIT_SECS, until, clock)
             continue
-        round_ = claim_once(ledger, settings, invoker, free)
+        round_ = claim_once(ledger, settings, invoker, free, batch)
         dispatched += len(round_.dispatched)
         if round_.error is not None:
             backoff.wait(round_.error, nap, until, probe=ledger.db_now)
@@ -148,14 +175,11 @@ def run_claim_loop(
         backoff.succeeded()
         if heartbeat.due():
             _beat(ledger)
-        if (
-            0
-            < round_.limit
-            <= len(round_.dispatched) + len(round_.returned) + len(round_.abandoned)
-        ):
+        batch = next_batch(batch, round_, settings)
+        if round_.full:
             continue  # a full batch: more may be due right now
         next_due = _seconds_to_next_due(ledger, poll)
-        if while_due and (next_due is None or time.monotonic() + next_due >= until):
+        if while_due and (next_due is None or clock.monotonic() + next_due >= until):
             break  # nothing due in this invocation: the next one will see what comes
         if round_.limit <= 0:
             # `max_in_flight` is reached. Whatever is due stays due, so sleeping "until the
@@ -163,13 +187,25 @@ def run_claim_loop(
             wait = min(poll, NO_ROOM_NAP_SECS)
         else:
             wait = poll if next_due is None else min(poll, next_due)
-        sleep_until_next(nap, wait, until)
+        sleep_until_next(nap, wait, until, clock)
         if wake is not None:
             wake.clear()
     return dispatched
 
 
-def _seconds_to_next_due(ledger: Ledger, poll: float) -> float | None:
+def next_batch(batch: int, round_: ClaimRound, settings: Settings) -> int:
+    """The next claim's size: twice this one's after a full claim (a backlog: up to
+    `MOST_PER_CLAIM`, the room under `max_in_flight` bounding it in any case), the same
+    after a round with no room (the backlog waits for it), and `claim_batch_size` again
+    after a short one (the backlog is gone)."""
+    if round_.limit <= 0:
+        return batch
+    if not round_.full:
+        return settings.claim_batch_size
+    return max(settings.claim_batch_size, min(batch * 2, MOST_PER_CLAIM))
+
+
+def _seconds_to_next_due(ledger: ClaimPort, poll: float) -> float | None:
     """Seconds until something is claimable (None: nothing is pending or leased); a failed
     read answers one poll interval, so the next round's claim meets the failure."""
     try:
@@ -178,7 +214,7 @@ def _seconds_to_next_due(ledger: Ledger, poll: float) -> float | None:
         return poll
 
 
-def _beat(ledger: Ledger) -> None:
+def _beat(ledger: ClaimPort) -> None:
     try:
         ledger.record_job_ok(JOB)
     except Exception as exc:

@@ -1,4 +1,4 @@
-"""Execute one attempt (SPEC §5): resolve, start, run under a heartbeat, settle.
+"""Execute one attempt: open it under its claim, start, run under a heartbeat, settle.
 
 Ownership is the rule of every step. The attempt acts only as the claimant it was dispatched
 under and, under `forbid`, only with the fencing token `start_attempt` gave it; every write is
@@ -21,7 +21,6 @@ import logging
 import queue
 import random
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,12 +39,13 @@ from cronledger.ledger import (
     AttemptStart,
     Channel,
     DatabaseUnavailable,
-    Ledger,
     MisfireRule,
     Occurrence,
     OpenedAttempt,
     SingletonSpec,
 )
+from cronledger.pacing import SYSTEM_CLOCK, Clock
+from cronledger.ports import AttemptPort
 from cronledger.schedule import RetryPolicy, Schedule, ScheduleInvalid, kept_misfires
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
@@ -204,20 +204,36 @@ def busy_reason(spec: SingletonSpec) -> str:
     )
 
 
+class _Ended(Exception):
+    """An attempt's step ended it before its target's outcome was settled: `report` says how."""
+
+    def __init__(self, report: AttemptReport) -> None:
+        super().__init__(report.outcome)
+        self.report = report
+
+
+def _lost(occurrence: Occurrence, why: str) -> AttemptReport:
+    """The attempt is not this dispatch's to run (any more), and wrote nothing."""
+    return AttemptReport(occurrence.id, "lost", error=why, attempt=occurrence.attempt)
+
+
 class Executor:
     """Runs attempts against one ledger; safe to share between threads."""
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: AttemptPort,
         settings: Settings,
         clients: AwsClients | None = None,
         schedules: ScheduleCache | None = None,
         annotate: Callable[..., object] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`annotate(**keys)` is told what the attempt learns as it learns it (channel id,
-        attempt, fencing token), so a caller can put them on its log lines."""
+        attempt, fencing token), so a caller can put them on its log lines. `clock` times
+        the lease, the renewals and every pause."""
         self.ledger = ledger
+        self.clock = clock
         self.settings = settings
         self.policy = TargetPolicy.from_settings(settings)
         self.clients = clients
@@ -231,42 +247,34 @@ class Executor:
         deadline: float | None = None,
         trace_id: str | None = None,
     ) -> AttemptReport:
-        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours),
-        in SPEC §5's steps. `deadline` is the executor's own monotonic end (a Lambda's time
-        left)."""
+        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours):
+        open it under the claim, resolve its channel, judge a late row, take the concurrency
+        key and go `running`, run the target while renewing the lease, settle. A step that
+        ends the attempt early raises `_Ended` with its report. `deadline` is the executor's
+        own monotonic end (a Lambda's time left)."""
         trace_id = trace_id or uuid.uuid4().hex
-        # A lease runs from when the database wrote it, which is after the call that starts
-        # the attempt and may be well before its answer arrives: it is timed from the call.
-        leased_at = time.monotonic()
-        opened = self._open(occurrence_id, claimant, trace_id)
-        if isinstance(opened, AttemptReport):
-            return opened
-        occurrence = opened.occurrence
-        resolved = self._resolve(occurrence, opened.channel)
-        if isinstance(resolved, str):
-            return self._settle(occurrence, claimant, None, Ending(FAILED, resolved))
-        channel, schedule = resolved
-        if opened.misfire_due:
-            judged = self._judge_misfire(occurrence, claimant, schedule, deadline)
-            if judged is not None:
-                return judged
-        start: AttemptStart | AttemptReport | None = opened.start
-        if start is None:
-            leased_at = time.monotonic()
-            start = self._start(occurrence, claimant, channel, schedule, trace_id)
-        if isinstance(start, AttemptReport):
-            return start
-        outcome = self._run(occurrence, claimant, channel, schedule, start, deadline, leased_at)
-        if isinstance(outcome, AttemptReport):
-            return outcome
+        try:
+            # A lease runs from when the database wrote it, which is after the call that
+            # starts the attempt and may be well before its answer: it is timed from the call.
+            leased_at = self.clock.monotonic()
+            opened = self._open(occurrence_id, claimant, trace_id)
+            occurrence = opened.occurrence
+            channel, schedule = self._resolve(occurrence, claimant, opened.channel)
+            if opened.misfire_due:
+                self._judge_misfire(occurrence, claimant, schedule, deadline)
+            start = opened.start
+            if start is None:
+                leased_at = self.clock.monotonic()
+                start = self._start(occurrence, claimant, channel, schedule, trace_id)
+            outcome = self._run(occurrence, claimant, channel, schedule, start, deadline, leased_at)
+        except _Ended as ended:
+            return ended.report
         end = ending(outcome, occurrence.attempt, schedule.retry)
         told = alerts.COMPLETED in schedule.alerts.on
         return self._settle(occurrence, claimant, start.fencing_token, end, outcome.result, told)
 
-    def _open(
-        self, occurrence_id: str, claimant: str, trace_id: str
-    ) -> OpenedAttempt | AttemptReport:
-        """Step 1: read the occurrence and its channel; a plain attempt (overlap allowed,
+    def _open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
+        """Read the occurrence and its channel; a plain attempt (overlap allowed,
         channel active, not a late row to judge) starts in this same read."""
         try:
             opened = self.ledger.open_attempt(
@@ -277,42 +285,41 @@ class Executor:
                 misfire_grace_secs=self.settings.misfire_grace.total_seconds(),
             )
         except NotFound:
-            return AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
+            raise _Ended(
+                AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
+            ) from None
         occurrence = opened.occurrence
         self.annotate(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
         if occurrence.status != CLAIMED or occurrence.claimed_by != claimant:
-            return AttemptReport(
-                occurrence_id,
-                "lost",
-                error="not claimed by this dispatch",
-                attempt=occurrence.attempt,
-            )
+            raise _Ended(_lost(occurrence, "not claimed by this dispatch"))
         return opened
 
     def _resolve(
-        self, occurrence: Occurrence, channel: Channel | None
-    ) -> tuple[Channel, Schedule] | str:
+        self, occurrence: Occurrence, claimant: str, channel: Channel | None
+    ) -> tuple[Channel, Schedule]:
         """The channel (read by id with the occurrence, as it is now) and its compiled
-        schedule; or why it cannot run."""
+        schedule; an occurrence whose channel cannot run is settled `failed`, saying why."""
         if channel is None:
-            return f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
-        if channel.status != CHANNEL_ACTIVE:
-            return f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"
-        try:
-            return channel, self.schedules.get(channel)
-        except ScheduleInvalid as exc:
-            return f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
+            why = f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
+        elif channel.status != CHANNEL_ACTIVE:
+            why = f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"
+        else:
+            try:
+                return channel, self.schedules.get(channel)
+            except ScheduleInvalid as exc:
+                why = f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
+        raise _Ended(self._settle(occurrence, claimant, None, Ending(FAILED, why)))
 
     def _judge_misfire(
         self, occurrence: Occurrence, claimant: str, schedule: Schedule, deadline: float | None
-    ) -> AttemptReport | None:
+    ) -> None:
         """A late cron row is judged under its channel's misfire policy before it starts:
-        None when it may run. While reconcile has not yet planned the late window (its
+        it returns when the row may run. While reconcile has not yet planned the late window (its
         cursor is behind, as after an outage) the judgment waits, a poll interval at a time,
         as long as the claim's lease allows; then the claim is handed back, attempt and all."""
         rule = misfire_rule(schedule, self.settings)
         poll = self.settings.poll_interval.total_seconds()
-        wait_until = time.monotonic() + self.settings.renewal_give_up.total_seconds()
+        wait_until = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
         if deadline is not None:
             wait_until = min(wait_until, deadline - self._margin())
         while True:
@@ -322,27 +329,24 @@ class Executor:
             if judged.dropped:
                 metrics.record_occurrences(SKIPPED_MISFIRE, judged.dropped)
             if judged.verdict == "run":
-                return None
+                return
             if judged.verdict == "skipped":
-                return AttemptReport(
-                    occurrence.id, SKIPPED_MISFIRE, SKIPPED_MISFIRE, attempt=occurrence.attempt
+                raise _Ended(
+                    AttemptReport(
+                        occurrence.id, SKIPPED_MISFIRE, SKIPPED_MISFIRE, attempt=occurrence.attempt
+                    )
                 )
             if judged.verdict == "lost":
-                return AttemptReport(
-                    occurrence.id,
-                    "lost",
-                    error="lost the claim before starting",
-                    attempt=occurrence.attempt,
-                )
-            if time.monotonic() + poll > wait_until:
+                raise _Ended(_lost(occurrence, "lost the claim before starting"))
+            if self.clock.monotonic() + poll > wait_until:
                 self.ledger.release_claim(occurrence.id, claimant)
-                return AttemptReport(
-                    occurrence.id,
-                    "lost",
-                    error="misfire judgment waits for reconcile to catch up; claim handed back",
-                    attempt=occurrence.attempt,
+                raise _Ended(
+                    _lost(
+                        occurrence,
+                        "misfire judgment waits for reconcile to catch up; claim handed back",
+                    )
                 )
-            time.sleep(poll)
+            self.clock.sleep(poll)
 
     def _start(
         self,
@@ -351,9 +355,9 @@ class Executor:
         channel: Channel,
         schedule: Schedule,
         trace_id: str,
-    ) -> AttemptStart | AttemptReport:
-        """Step 2: take the concurrency key (if any) and go `running`, in one transaction;
-        the overlap policy decides, in the ledger, what a contender for a held key does."""
+    ) -> AttemptStart:
+        """Take the concurrency key (if any) and go `running`, in one transaction; the
+        overlap policy decides, in the ledger, what a contender for a held key does."""
         singleton = singleton_of(schedule)
         start = self.ledger.start_attempt(
             occurrence,
@@ -371,29 +375,18 @@ class Executor:
             metrics.record_singleton_contention()
             wait = self.settings.poll_interval.total_seconds()
             if self.ledger.wait_for_key(occurrence.id, claimant, wait):
-                return AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt)
-            return AttemptReport(
-                occurrence.id,
-                "lost",
-                error="lost the claim before waiting",
-                attempt=occurrence.attempt,
-            )
+                raise _Ended(AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt))
+            raise _Ended(_lost(occurrence, "lost the claim before waiting"))
         if start.outcome == "singleton_busy":
             assert singleton is not None
             metrics.record_singleton_contention()
-            return self._settle(
-                occurrence, claimant, None, Ending(SKIPPED_SINGLETON, busy_reason(singleton))
-            )
+            busy = Ending(SKIPPED_SINGLETON, busy_reason(singleton))
+            raise _Ended(self._settle(occurrence, claimant, None, busy))
         if start.outcome == "waiting":
             metrics.record_singleton_contention()
-            return AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt)
+            raise _Ended(AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt))
         if not start.started or start.started_at is None:
-            return AttemptReport(
-                occurrence.id,
-                "lost",
-                error="lost the claim before starting",
-                attempt=occurrence.attempt,
-            )
+            raise _Ended(_lost(occurrence, "lost the claim before starting"))
         if start.replaced is not None:
             log.info(
                 'occurrence %s replaced %s (concurrency.policy "replace")',
@@ -411,9 +404,9 @@ class Executor:
         start: AttemptStart,
         deadline: float | None,
         leased_at: float,
-    ) -> TargetOutcome | AttemptReport:
-        """Steps 3-4: deliver the envelope under the deadline while the lease (granted no
-        earlier than the monotonic `leased_at`) is renewed."""
+    ) -> TargetOutcome:
+        """Deliver the envelope under the deadline while the lease (granted no earlier than
+        the monotonic `leased_at`) is renewed."""
         assert start.started_at is not None
         metrics.record_schedule_lag((start.started_at - occurrence.due_at).total_seconds())
         singleton = singleton_of(schedule)
@@ -433,7 +426,7 @@ class Executor:
         )
         budget = channel.timeout_ms / 1000 if channel.timeout_ms else self._default_timeout()
         if deadline is not None:
-            budget = min(budget, deadline - time.monotonic() - self._margin())
+            budget = min(budget, deadline - self.clock.monotonic() - self._margin())
         if budget <= 0:
             return timed_out(0, "no time left in this executor")
         return self._run_with_heartbeat(
@@ -449,9 +442,9 @@ class Executor:
         envelope: object,
         budget: float,
         last_renewed: float,
-    ) -> TargetOutcome | AttemptReport:
+    ) -> TargetOutcome:
         """Run the target on its own thread while this one renews the lease. Answers the
-        target's outcome, or an `AttemptReport` when the attempt must stop writing nothing."""
+        target's outcome; an attempt that must stop, writing nothing, ends (`_Ended`)."""
         done = threading.Event()
         box: list[TargetOutcome] = []
 
@@ -473,11 +466,11 @@ class Executor:
         TARGET_THREADS.run(target, name=f"target-{occurrence.id}")
         beat = self.settings.heartbeat_interval.total_seconds()
         give_up = self.settings.renewal_give_up.total_seconds()
-        give_up_at = time.monotonic() + budget + OVERRUN_GRACE_SECS
-        while not done.wait(max(0.0, min(beat, give_up_at - time.monotonic()))):
-            if time.monotonic() >= give_up_at:
+        give_up_at = self.clock.monotonic() + budget + OVERRUN_GRACE_SECS
+        while not self.clock.wait(done, max(0.0, min(beat, give_up_at - self.clock.monotonic()))):
+            if self.clock.monotonic() >= give_up_at:
                 return timed_out(budget, "the target did not return; abandoned")
-            asked = time.monotonic()  # as the start's lease, timed from the call
+            asked = self.clock.monotonic()  # as the start's lease, timed from the call
             try:
                 renewed = self.ledger.renew(
                     occurrence.id, claimant, fencing_token, self.settings.claim_lease_secs
@@ -485,17 +478,17 @@ class Executor:
             except Exception as exc:
                 metrics.record_renewal_failure()
                 log.warning("renewing %s failed: %s", occurrence.id, exc)
-                if time.monotonic() - last_renewed >= give_up:
-                    return self._stopped(
+                if self.clock.monotonic() - last_renewed >= give_up:
+                    raise self._stopped(
                         occurrence,
                         "stopped",
                         fencing_token,
                         "no successful renewal within the lease; stopped before a peer could "
                         "take over",
-                    )
+                    ) from None
                 continue
             if not renewed:
-                return self._stopped(
+                raise self._stopped(
                     occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
                 )
             last_renewed = asked
@@ -503,17 +496,19 @@ class Executor:
 
     def _stopped(
         self, occurrence: Occurrence, outcome: str, fencing_token: int | None, reason: str
-    ) -> AttemptReport:
-        """An attempt that stops writing nothing says so, once (SPEC §5)."""
+    ) -> _Ended:
+        """An attempt that stops writing nothing says so, once."""
         log.warning(
             "occurrence %s attempt %d %s: %s", occurrence.id, occurrence.attempt, outcome, reason
         )
-        return AttemptReport(
-            occurrence.id,
-            outcome,
-            fencing_token=fencing_token,
-            error=reason,
-            attempt=occurrence.attempt,
+        return _Ended(
+            AttemptReport(
+                occurrence.id,
+                outcome,
+                fencing_token=fencing_token,
+                error=reason,
+                attempt=occurrence.attempt,
+            )
         )
 
     def _why_lost(self, occurrence: Occurrence, claimant: str) -> str:
@@ -535,7 +530,7 @@ class Executor:
         result: str | None = None,
         completed_is_told: bool = False,
     ) -> AttemptReport:
-        """Step 5: write the end (or the retry) under ownership, releasing the slot."""
+        """Write the end (or the retry) under ownership, releasing the slot."""
         settled = self._settle_through_blips(
             lambda: self.ledger.settle(
                 occurrence.id,
@@ -555,7 +550,7 @@ class Executor:
         if not settled:
             return self._stopped(
                 occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
-            )
+            ).report
         status = PENDING if end.retry_in is not None else end.status
         if end.retry_in is None:
             metrics.record_occurrences(end.status)
@@ -575,16 +570,16 @@ class Executor:
         again is safe, and giving up would leave a finished run leased until a peer runs it
         a second time. A settle whose commit was lost with its answer matches nothing when
         tried again and reads as superseded; the row is settled all the same."""
-        give_up_at = time.monotonic() + self.settings.renewal_give_up.total_seconds()
+        give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
         pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
         while True:
             try:
                 return settle()
             except DatabaseUnavailable as exc:
-                if time.monotonic() + pause >= give_up_at:
+                if self.clock.monotonic() + pause >= give_up_at:
                     raise
                 log.warning("settling failed, trying again: %s", exc)
-                time.sleep(pause)
+                self.clock.sleep(pause)
 
     def _default_timeout(self) -> float:
         return self.settings.default_timeout.total_seconds()

@@ -1,19 +1,18 @@
 """The one-process local scheduler: `cronledger dev`.
 
 The same services that run as Lambda functions run here on threads: the API resolver behind
-a plain HTTP server (each request translated into an API Gateway HTTP API v2 event, so the
-resolver cannot tell the difference), the reconcile loop, the claim loop, and executors on a
-thread pool. Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts,
-then exits whatever a target is doing: the leases of attempts still running are left to
-expire, and a peer (or the next run) recovers them as their next attempt (or settles them
-abandoned, if that was their last). A second Ctrl-C exits at once.
+a plain HTTP server (`local_gateway`: each request becomes an API Gateway HTTP API v2 event,
+so the resolver cannot tell the difference), the reconcile loop, the claim loop, and
+executors on a thread pool, each attempt that ends printed as a line (`local_printer`).
+Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts, then exits
+whatever a target is doing: the leases of attempts still running are left to expire, and a
+peer (or the next run) recovers them as their next attempt (or settles them abandoned, if
+that was their last). A second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
 
-import base64
 import ipaddress
-import logging
 import os
 import signal
 import sys
@@ -21,25 +20,21 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from http.server import ThreadingHTTPServer
-from typing import Any, TextIO, cast
-from urllib.parse import unquote_plus, urlsplit
+from typing import TextIO
 
 import sqlalchemy as sa
 
 from cronledger.claim import run_claim_loop
 from cronledger.errors import NotFound
 from cronledger.execute import AttemptReport, Executor
-from cronledger.instants import human_duration
 from cronledger.invokers import ThreadPoolInvoker
-from cronledger.ledger import CHANNEL_ACTIVE, Channel, Event, Ledger, Occurrence
-from cronledger.local_http import READ_TIMEOUT_SECS, JsonRequestHandler, PeerSafeServer, error_body
+from cronledger.ledger import CHANNEL_ACTIVE, Channel, Event, Ledger
+from cronledger.local_gateway import exposure_warning, serve_api
+from cronledger.local_printer import console_printer
 from cronledger.outbox import Courier, event_line, local_sender
 from cronledger.pacing import wait_for_interrupt
 from cronledger.reconcile import PassReport, run_reconcile_loop
 from cronledger.settings import Settings
-
-log = logging.getLogger(__name__)
 
 DEMO_CHANNEL = {
     "name": "demo",
@@ -55,8 +50,6 @@ DEMO_CHANNEL = {
 DRAIN_SECS = 10.0
 #: `cronledger dev` materialises this far ahead unless CRONLEDGER_LOOKAHEAD_SECS says otherwise.
 DEV_LOOKAHEAD_SECS = 3
-#: Attempts that ended writing nothing, which the console still shows (SPEC §5: they say so).
-STOPPED_OUTCOMES = ("stopped", "superseded")
 #: The local pool's size: claims never exceed what can start at once.
 MAX_LOCAL_WORKERS = 16
 #: What `--demo` lets python targets call: the demo's own module, nothing else.
@@ -163,228 +156,6 @@ class LocalScheduler:
                 self.ledger.on_events = None
             self.courier.stop(max(0.5, deadline - time.monotonic()))
         return drained
-
-
-def v2_event(method: str, target: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload v2) event for one plain HTTP request."""
-    parts = urlsplit(target)
-    query: dict[str, str] = {}
-    for pair in filter(None, parts.query.split("&")):
-        key, _, value = pair.partition("=")
-        key, value = unquote_plus(key), unquote_plus(value)
-        query[key] = f"{query[key]},{value}" if key in query else value
-    try:  # text as text, as API Gateway passes it; anything that is not UTF-8 as base64
-        text, is_text = body.decode("utf-8"), True
-    except UnicodeDecodeError:
-        text, is_text = "", False
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": parts.path or "/",
-        "rawQueryString": parts.query,
-        "headers": {k.lower(): v for k, v in headers.items()},
-        "queryStringParameters": query or None,
-        "requestContext": {
-            "http": {
-                "method": method,
-                "path": parts.path or "/",
-                "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
-                "userAgent": headers.get("user-agent", ""),
-            },
-            "requestId": f"local-{time.time_ns()}",
-            "routeKey": "$default",
-            "stage": "$default",
-            "timeEpoch": int(time.time() * 1000),
-        },
-        "body": text if is_text else base64.b64encode(body).decode(),
-        "isBase64Encoded": not is_text,
-    }
-
-
-class _LocalContext:
-    """The few attributes of a Lambda context anything may read locally."""
-
-    function_name = "cronledger-local"
-    memory_limit_in_mb = 0
-    invoked_function_arn = "arn:aws:lambda:local:000000000000:function:cronledger-local"
-    aws_request_id = "local"
-
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 900_000
-
-
-def serve_api(
-    answer: Callable[[dict[str, Any], Any], dict[str, Any]],
-    host: str,
-    port: int,
-    read_timeout_secs: float = READ_TIMEOUT_SECS,
-) -> ThreadingHTTPServer:
-    """An HTTP server on `host:port` answering every request through `answer(event, context)`,
-    except those a web page on another site may have sent (`foreign_request`): 403. A client
-    that misbehaves or goes away fails only its own request (`cronledger.local_http`)."""
-    from cronledger.api.errors import forbidden  # Powertools: only when serving
-    from cronledger.api.request_rules import MAX_BODY_BYTES
-
-    class Handler(JsonRequestHandler):
-        timeout = read_timeout_secs
-        max_body = MAX_BODY_BYTES
-
-        def handle_method(self) -> None:
-            # Every method goes to the resolver, which answers one no route takes with a 405
-            # naming those the path does.
-            body = self.read_body()
-            if body is None:
-                return
-            served_port = cast(ThreadingHTTPServer, self.server).server_port
-            refusal = foreign_request(
-                self.headers.get("host"), self.headers.get("origin"), host, served_port
-            )
-            if refusal is not None:
-                self._send(forbidden(refusal))
-                return
-            event = v2_event(self.command, self.path, dict(self.headers.items()), body)
-            try:
-                response = answer(event, _LocalContext())
-            except Exception:  # the resolver maps errors; this is the last line of defence
-                log.exception("unhandled error answering %s %s", self.command, self.path)
-                response = {
-                    "statusCode": 500,
-                    "headers": {"content-type": "application/json"},
-                    "body": error_body("internal", "internal error").decode(),
-                }
-            self._send(response)
-
-        def _send(self, response: dict[str, Any]) -> None:
-            raw = response.get("body") or ""
-            # "replace": a lone surrogate in an answer must not cost the client its connection.
-            payload = (
-                base64.b64decode(raw)
-                if response.get("isBase64Encoded")
-                else raw.encode("utf-8", "replace")
-            )
-            headers = {name: str(value) for name, value in (response.get("headers") or {}).items()}
-            self.answer(int(response.get("statusCode", 200)), headers, payload)
-
-    server = PeerSafeServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="cronledger-http", daemon=True).start()
-    return server
-
-
-def foreign_request(
-    host_header: str | None, origin: str | None, served_host: str, served_port: int
-) -> str | None:
-    """Why a request may come from a web page of another site, or None.
-
-    The local API has no authentication: what keeps a web page the user happens to visit from
-    driving it is that the browser names the page's site in `Origin` (so only this server's
-    own pages, such as /swagger, pass), and that `Host` names this server by address, as
-    `localhost` or as the name it was started with (so a DNS name rebound to 127.0.0.1 by an
-    attacker does not pass). Clients that are not browsers send no `Origin`."""
-    if not host_header:
-        return "a request must say which host it is for (Host)"
-    try:
-        parts = urlsplit(f"//{host_header}")
-        name = (parts.hostname or "").rstrip(".")
-        port = parts.port or 80
-    except ValueError:  # an unclosed `[`, a bracketed name, a port that is no number
-        name, port = "", -1
-    if port != served_port or not (name in ("localhost", served_host.lower()) or _is_address(name)):
-        return (
-            f"Host {host_header!r} does not name this server; use "
-            f"http://127.0.0.1:{served_port} or http://localhost:{served_port}"
-        )
-    if origin is not None and origin.lower() != f"http://{host_header.lower()}":
-        return (
-            f"requests from the web page of another site ({origin}) are refused: the local API "
-            "has no authentication"
-        )
-    return None
-
-
-def _is_address(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (what `--host` names) is only reachable from this machine."""
-    return host.lower() == "localhost" or (
-        _is_address(host) and ipaddress.ip_address(host).is_loopback
-    )
-
-
-def exposure_warning(host: str, allow_remote: bool) -> str | None:
-    """What `cronledger dev` must say before listening on `host` (None: nothing, it is this
-    machine's); `ValueError` when `host` is not loopback and `allow_remote` was not given."""
-    if is_loopback(host):
-        return None
-    if not allow_remote:
-        raise ValueError(
-            f"refusing to serve the API on {host}: it has no authentication, so anyone who can "
-            "reach it can run what your targets allow; pass --allow-remote to do it anyway"
-        )
-    return (
-        f"WARNING: the API listens on {host}, beyond this machine, with no authentication: "
-        "anyone who can reach it can create channels and run what your targets allow."
-    )
-
-
-def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[AttemptReport], None]:
-    """Print each attempt that ended as one line, in columns that line up whatever the trigger:
-    the instant (to the second), channel, trigger, what the attempt came to (`stopped` and
-    `superseded` too: they wrote nothing, and say so), the attempt of those allowed, lag (started
-    - due) and duration as a person reads them ("3.2 s", "2 d"), the id; then why, indented."""
-    lock = threading.Lock()
-
-    def show(report: AttemptReport) -> None:
-        stopped = report.outcome in STOPPED_OUTCOMES
-        if report.status is None and not stopped:
-            return
-        try:
-            row: Occurrence | None = ledger.get_occurrence(report.occurrence_id)
-        except Exception:
-            row = None  # gone meanwhile (a purge): the report alone still says what happened
-        text = _console_line(report, row, stopped)
-        with lock:
-            print(text, file=out, flush=True)
-
-    return show
-
-
-def _console_line(report: AttemptReport, row: Occurrence | None, stopped: bool) -> str:
-    attempt = report.attempt if report.attempt is not None else row.attempt if row else 0
-    if row is None:
-        instant, channel, trigger, allowed = "-", "-", "-", "?"
-    else:
-        instant = f"{row.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
-        channel, trigger, allowed = row.channel_name, row.trigger, str(row.allowed_attempts)
-    status = report.outcome if stopped else report.status or "-"
-    if report.retry_in is not None:
-        status = "failed"  # written back to pending, for its next attempt
-    lag = took = "-"
-    if row is not None and row.started_at is not None and not stopped:
-        lag = human_duration((row.started_at - row.due_at).total_seconds() * 1000)
-        if row.completed_at is not None:
-            took = human_duration((row.completed_at - row.started_at).total_seconds() * 1000)
-    line = (
-        f"{instant:<20}  {_fit(channel, 16):<16}  {trigger:<8}  {status:<17}  "
-        f"attempt {f'{attempt}/{allowed}':<5}  lag {lag:>7}  took {took:>7}  {report.occurrence_id}"
-    )
-    why = report.error if stopped else (row.error_message if row is not None else report.error)
-    if report.retry_in is not None:
-        why = f"{why or 'failed'} (next attempt in {human_duration(report.retry_in * 1000)})"
-    if why and status != "completed":
-        line += f"\n    {why}"
-    return line
-
-
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def dev_settings(

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from cronledger import metrics
 from cronledger.ledger import DatabaseUnavailable, Event, Ledger
+from cronledger.ports import OutboxPort
 from cronledger.settings import Settings
 from cronledger.targets.policy import TargetPolicy
 
@@ -54,7 +55,7 @@ def detail_type(kind: str) -> str:
     return " ".join(word.capitalize() for word in kind.replace(".", "_").split("_"))
 
 
-def deliver(ledger: Ledger, sender: Sender, events: Sequence[Event]) -> Delivery:
+def deliver(ledger: OutboxPort, sender: Sender, events: Sequence[Event]) -> Delivery:
     """Send `events` and mark the accepted ones delivered. A refusal, or a sender that
     raises, leaves them in the outbox for the sweep."""
     if not events:
@@ -78,7 +79,7 @@ def deliver(ledger: Ledger, sender: Sender, events: Sequence[Event]) -> Delivery
 
 
 def sweep(
-    ledger: Ledger, sender: Sender, *, until: float | None = None, batch: int = 100
+    ledger: OutboxPort, sender: Sender, *, until: float | None = None, batch: int = 100
 ) -> Delivery:
     """Deliver the outbox's events whose lease ran out, a batch at a time, until none is
     left, a batch fails whole, or the monotonic `until` passes."""

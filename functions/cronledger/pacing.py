@@ -9,6 +9,9 @@ when it is back. While it waits it probes the database with one cheap statement 
 interval (at most every second) and stops waiting at the first answer: a loop runs again
 within a probe of the database's return, not after whatever its backoff had grown to, which
 could be longer than the misfire grace and skip instants due just after the outage.
+
+Every wait and every reading of the time goes through a `Clock`: the system's in production,
+a fake one in tests, which then run a loop's pacing without sleeping.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NoReturn
 
 #: How often a loop records that it is alive (the health endpoint reads it).
@@ -29,16 +33,37 @@ PROBE_EVERY_SECS = 1.0
 SIGNAL_LOOK_SECS = 0.5
 
 
+def _wait(event: threading.Event, secs: float) -> bool:
+    return event.wait(secs)
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Where a loop reads the monotonic time and waits: `wait(event, secs)` waits up to
+    `secs` for `event` and answers whether it was set (`threading.Event.wait`)."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    wait: Callable[[threading.Event, float], bool] = _wait
+
+    def sleep(self, secs: float) -> None:
+        """Wait `secs`, with nothing to cut it short."""
+        self.wait(threading.Event(), secs)
+
+
+SYSTEM_CLOCK = Clock()
+
+
 class Every:
     """True at most once per `secs` (and on the first call): housekeeping that must happen
     regularly but not on every tick of a one-second loop."""
 
-    def __init__(self, secs: float) -> None:
+    def __init__(self, secs: float, clock: Clock = SYSTEM_CLOCK) -> None:
         self._secs = secs
+        self._clock = clock
         self._last: float | None = None
 
     def due(self) -> bool:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._last is None or now - self._last >= self._secs:
             self._last = now
             return True
@@ -54,11 +79,14 @@ class Backoff:
     each time, at most `MAX_BACKOFF_SECS`; the first success resets it. Logs the outage's
     start (with the error) and its end (with how many tries failed), nothing in between."""
 
-    def __init__(self, job: str, first_secs: float, log: logging.Logger) -> None:
+    def __init__(
+        self, job: str, first_secs: float, log: logging.Logger, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.job = job
         self.first_secs = first_secs
         self.failures = 0
         self._log = log
+        self._clock = clock
 
     def failed(self, error: BaseException) -> float:
         """Count a failure; answer how long to wait before the next try."""
@@ -83,10 +111,11 @@ class Backoff:
         the monotonic deadline `until`, and by the database's return: `probe` (one cheap
         statement) runs every `first_secs`, at most every `PROBE_EVERY_SECS`, and its first
         success ends the wait. A failing probe is not counted or logged: the next try is."""
-        end = min(until, time.monotonic() + self.failed(error))
+        clock = self._clock
+        end = min(until, clock.monotonic() + self.failed(error))
         every = min(self.first_secs, PROBE_EVERY_SECS)
-        while not stop.wait(max(0.0, min(every, end - time.monotonic()))):
-            if time.monotonic() >= end:
+        while not clock.wait(stop, max(0.0, min(every, end - clock.monotonic()))):
+            if clock.monotonic() >= end:
                 return
             try:
                 probe()
@@ -105,9 +134,11 @@ class Backoff:
         self.failures = 0
 
 
-def sleep_until_next(stop: threading.Event, secs: float, until: float) -> None:
+def sleep_until_next(
+    stop: threading.Event, secs: float, until: float, clock: Clock = SYSTEM_CLOCK
+) -> None:
     """Sleep `secs`, cut short by `stop` and never past the monotonic deadline `until`."""
-    stop.wait(max(0.0, min(secs, until - time.monotonic())))
+    clock.wait(stop, max(0.0, min(secs, until - clock.monotonic())))
 
 
 def wait_for_interrupt() -> NoReturn:

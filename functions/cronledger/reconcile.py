@@ -49,12 +49,19 @@ from cronledger.ledger import (
     CursorMove,
     DatabaseUnavailable,
     DueChannel,
-    Ledger,
     NewOccurrence,
     ScheduleState,
 )
 from cronledger.outbox import Sender, sweep
-from cronledger.pacing import JOB_HEARTBEAT_EVERY_SECS, Backoff, Every, sleep_until_next
+from cronledger.pacing import (
+    JOB_HEARTBEAT_EVERY_SECS,
+    SYSTEM_CLOCK,
+    Backoff,
+    Clock,
+    Every,
+    sleep_until_next,
+)
+from cronledger.ports import ReconcilePort
 from cronledger.schedule import PassPlan, Schedule, ScheduleInvalid
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
@@ -111,7 +118,7 @@ class _Written:
 
 
 def reconcile_once(
-    ledger: Ledger, settings: Settings, cache: ScheduleCache | None = None
+    ledger: ReconcilePort, settings: Settings, cache: ScheduleCache | None = None
 ) -> PassReport:
     """One pass over every schedule that needs work. Raises only when the database fails
     for the whole pass (reading the work or the clock); one channel's failure is recorded in
@@ -148,7 +155,11 @@ def _cycle_collection_paused() -> Iterator[None]:
 
 
 def _plan_all(
-    ledger: Ledger, settings: Settings, cache: ScheduleCache, now: datetime, report: PassReport
+    ledger: ReconcilePort,
+    settings: Settings,
+    cache: ScheduleCache,
+    now: datetime,
+    report: PassReport,
 ) -> Iterator[_Planned]:
     """The plan of every due channel, one at a time (cursors to initialise or pause are
     written here, as they are met)."""
@@ -182,7 +193,7 @@ def _needs_reset(
     channel: DueChannel,
     schedule: Schedule,
     state: ScheduleState | None,
-    ledger: Ledger,
+    ledger: ReconcilePort,
     report: PassReport,
     now: datetime,
 ) -> bool:
@@ -283,7 +294,7 @@ class _Writes:
     a database that fails stops the pass at the next batch (`DatabaseUnavailable`), not after
     every batch has waited out its timeout. Leaving waits for the one in flight."""
 
-    def __init__(self, ledger: Ledger, report: PassReport) -> None:
+    def __init__(self, ledger: ReconcilePort, report: PassReport) -> None:
         self._ledger = ledger
         self._report = report
         self._batch: list[_Planned] = []
@@ -337,7 +348,7 @@ class _Writes:
             metrics.record_occurrences(SKIPPED_MISFIRE, skipped)
 
 
-def _write_batch(ledger: Ledger, planned: list[_Planned]) -> _Written:
+def _write_batch(ledger: ReconcilePort, planned: list[_Planned]) -> _Written:
     """One batch's rows and cursor moves in one statement; if that fails (other than the
     database being unavailable), channel by channel."""
     written = _Written()
@@ -374,7 +385,7 @@ def _failure(channel_id: str, exc: Exception) -> str:
 
 
 def after_pass(
-    ledger: Ledger,
+    ledger: ReconcilePort,
     settings: Settings,
     retention: Every,
     heartbeat: Every,
@@ -406,7 +417,7 @@ class OutboxRound:
 
     sender: Sender | None = None
 
-    def __call__(self, ledger: Ledger, until: float) -> None:
+    def __call__(self, ledger: ReconcilePort, until: float) -> None:
         ledger.detect_overdue()
         if self.sender is not None:
             done = sweep(ledger, self.sender, until=until)
@@ -425,11 +436,11 @@ class Housekeeping:
 
     retention: Every = field(default_factory=lambda: Every(RETENTION_EVERY_SECS))
     heartbeat: Every = field(default_factory=lambda: Every(JOB_HEARTBEAT_EVERY_SECS))
-    events: Callable[[Ledger, float], None] | None = None
+    events: Callable[[ReconcilePort, float], None] | None = None
 
 
 def run_reconcile_loop(
-    ledger: Ledger,
+    ledger: ReconcilePort,
     settings: Settings,
     until: float,
     stop: threading.Event | None = None,
@@ -437,6 +448,7 @@ def run_reconcile_loop(
     *,
     passes: int | None = None,
     housekeeping: Housekeeping | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> int:
     """Run passes every poll interval until the monotonic deadline `until` (or `stop`), or
     until `passes` have succeeded. A failed pass is recorded as DB unavailability and retried
@@ -449,9 +461,9 @@ def run_reconcile_loop(
     stop = stop or threading.Event()
     housekeeping = housekeeping or Housekeeping()
     poll = settings.poll_interval.total_seconds()
-    backoff = Backoff(JOB, poll, log)
+    backoff = Backoff(JOB, poll, log, clock)
     succeeded = 0
-    while not stop.is_set() and time.monotonic() < until:
+    while not stop.is_set() and clock.monotonic() < until:
         try:
             report = reconcile_once(ledger, settings)
             after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
@@ -467,5 +479,5 @@ def run_reconcile_loop(
             on_pass(report)
         if passes is not None and succeeded >= passes:
             break
-        sleep_until_next(stop, poll, until)
+        sleep_until_next(stop, poll, until, clock)
     return succeeded

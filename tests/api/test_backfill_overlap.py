@@ -26,7 +26,7 @@ def _holding_the_key(ledger: Ledger, channel: dict[str, Any]) -> str:
     """A manual run of the channel, claimed and started: it holds the channel's key."""
     held = NewOccurrence(channel["channel_id"], channel["name"], 1, ledger.db_now())
     assert ledger.insert_occurrence(held)
-    [claimed] = ledger.claim_due("holder", 1, 60)
+    [claimed] = ledger.claim("holder", 1, 60).leased
     spec = SingletonSpec(channel["channel_id"], 1, "forbid")
     assert ledger.start_attempt(claimed, "holder", 1, spec, 60).started
     return held.id

@@ -43,19 +43,19 @@ def test_a_list_keeps_the_channels_carrying_every_label_it_names(
     joined = api("GET", CHANNELS, {"label": "tenant=acme,example.com/tier=gold"})
     none = api("GET", CHANNELS, [("label", "team=billing"), ("label", "team=ops")])
 
-    assert names(billing) == ["billing-acme", "billing-globex"]
+    assert names(billing) == ["billing-globex", "billing-acme"]  # newest first
     assert billing.body["total"] == 2
     assert names(both) == ["billing-acme"]
     assert names(joined) == ["ops-acme"]
     assert none.status == 400, "one label, two values: refused, not silently empty"
-    assert names(api("GET", CHANNELS)) == list(fleet)
+    assert names(api("GET", CHANNELS)) == list(reversed(fleet))
 
 
 def test_the_status_view_takes_the_same_selector(api: Api, fleet: dict[str, str]) -> None:
     acme = api("GET", f"{PREFIX}/cron/status", [("label", "tenant=acme")])
 
-    assert names(acme) == ["billing-acme", "ops-acme"]
-    assert acme.data[1]["labels"]["example.com/tier"] == "gold"
+    assert names(acme) == ["ops-acme", "billing-acme"]  # newest first
+    assert acme.data[0]["labels"]["example.com/tier"] == "gold"
 
 
 @pytest.mark.parametrize(

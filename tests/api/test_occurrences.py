@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 
 from cronledger.instants import to_rfc3339
-from cronledger.ledger import Ledger, NewOccurrence
+from cronledger.ledger import Ledger, NewOccurrence, paging
 from tests.api.helpers import (
     CHANNELS,
     FAIL_TARGET,
@@ -264,3 +264,35 @@ def test_a_filter_that_names_no_status_or_trigger_is_a_400(api: Api) -> None:
     assert status.error["details"][0]["path"] == "status"
     assert "one of pending" in status.error["details"][0]["message"]
     assert trigger.error["details"][0]["path"] == "trigger"
+
+
+def test_the_listing_pages_by_next_and_refuses_an_offset_past_the_bound_naming_after(
+    api: Api, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given twelve rows, and a bound of ten rows counted
+    monkeypatch.setattr(paging, "TOTAL_BOUND", 10)
+    channel = create_channel(api, name="paged")
+    base = ledger.db_now().replace(microsecond=0)
+    for minutes in range(12):
+        at = base - timedelta(minutes=minutes)
+        assert ledger.insert_occurrence(NewOccurrence(channel["channel_id"], "paged", 1, at))
+
+    # When the list is read five rows a page by `next`, and at an offset past the bound
+    pages = [api("GET", OCCURRENCES, {"limit": 5})]
+    while pages[-1].body["next"] is not None:
+        pages.append(api("GET", OCCURRENCES, {"limit": 5, "after": pages[-1].body["next"]}))
+    refused = api("GET", OCCURRENCES, {"offset": 11})
+    exact = api("GET", OCCURRENCES, {"exact_total": "true"})
+    garbled = api("GET", OCCURRENCES, {"after": "!!"})
+
+    # Then the pages hold every row once, newest first, the total says "more than ten"
+    # unless counted exactly, and the offset is a 400 that says what to use instead
+    listed = [o["scheduled_for"] for page in pages for o in page.data]
+    assert listed == [to_rfc3339(base - timedelta(minutes=m)) for m in range(12)]
+    assert [len(page.data) for page in pages] == [5, 5, 2]
+    assert (pages[0].body["total"], pages[0].body["total_is_exact"]) == (10, False)
+    assert (exact.body["total"], exact.body["total_is_exact"]) == (12, True)
+    assert refused.status == 400
+    assert refused.error["details"][0]["path"] == "offset"
+    assert "`after`" in refused.error["details"][0]["message"]
+    assert garbled.status == 400 and garbled.error["details"][0]["path"] == "after"

@@ -1,4 +1,5 @@
-"""A bounded schemathesis run of `/openapi.json` against the resolver over WSGI, on SQLite.
+"""A bounded schemathesis run of `/openapi.json` against the API as `cronledger dev` serves it,
+over HTTP on 127.0.0.1, on SQLite.
 
 Invariant: no input, whether the document allows it or not, makes the API answer 5xx, and
 every answer matches the document: a documented status, JSON, and the documented schema.
@@ -16,8 +17,10 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -33,7 +36,7 @@ from cronledger.api import PREFIX, create_app, handle_event
 from cronledger.api.request_rules import MAX_BODY_BYTES, MAX_DEPTH
 from cronledger.ledger import Ledger, NewOccurrence
 from tests.api.helpers import OK_TARGET
-from tests.api.http import call, v2_event, wsgi_app
+from tests.api.http import call, serving, v2_event
 
 EXAMPLES_PER_FLAVOUR = 8
 CHECKS = [
@@ -44,10 +47,16 @@ CHECKS = [
 ]
 
 
+@pytest.fixture
+def api_url(sqlite_ledger: Ledger) -> Iterator[str]:
+    with serving(create_app(sqlite_ledger)) as url:
+        yield url
+
+
 def test_no_request_gets_a_5xx_or_an_answer_the_document_does_not_describe(
-    sqlite_ledger: Ledger,
+    sqlite_ledger: Ledger, api_url: str
 ) -> None:
-    schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app(create_app(sqlite_ledger)))
+    schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     # every route of SPEC §6 (with versions and the bulk status change) but /openapi.json
     assert len(operations) == 19
@@ -123,7 +132,7 @@ ODD_BODIES = st.one_of(
 
 
 def test_no_deep_huge_or_odd_body_gets_a_5xx_and_a_deep_stored_channel_is_still_served(
-    sqlite_ledger: Ledger,
+    sqlite_ledger: Ledger, api_url: str
 ) -> None:
     # Given a channel stored 300 levels deep, as the API took it before bodies were limited
     deep = sqlite_ledger.create_channel(
@@ -133,7 +142,7 @@ def test_no_deep_huge_or_odd_body_gets_a_5xx_and_a_deep_stored_channel_is_still_
         1000,
         "active",
     )
-    schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app(create_app(sqlite_ledger)))
+    schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     with_bodies = [operation for operation in operations if operation.body]
     assert len(with_bodies) >= 4  # create, new version, status, backfill

@@ -14,6 +14,7 @@ from cronledger.api import PREFIX, create_app
 from cronledger.ledger import Ledger
 from tests.api.helpers import CHANNELS, SETTINGS, Api, channel_document, create_channel
 from tests.api.http import call
+from tests.profiles import examples
 
 # --- 415: a body must be declared JSON ----------------------------------------------------
 
@@ -285,7 +286,7 @@ def _holds_surrogate(value: Any) -> bool:
     document=st.dictionaries(TEXT, JSON, max_size=5),
     where=st.sampled_from(["top", "config", "target"]),
 )
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_json_object_gets_a_5xx_and_any_lone_surrogate_is_a_400(
     sqlite_ledger: Ledger, document: dict[str, Any], where: str
 ) -> None:

@@ -128,3 +128,19 @@ def test_the_status_view_costs_the_same_reads_for_two_channels_or_eight(
     scheduler.reconcile()
 
     assert reads_of_one_status_page() == two
+
+
+def test_the_status_view_pages_by_next_and_filters_by_name_prefix(api: Api) -> None:
+    # Given five active channels, three of one team, and a draft of that team
+    for name in ("team-a", "team-b", "other", "team-c", "other-2"):
+        create_channel(api, name=name, status="active")
+    create_channel(api, name="team-draft")
+
+    # When the team's status is read two channels a page
+    first = api("GET", STATUS, {"name_prefix": "team-", "limit": 2})
+    second = api("GET", STATUS, {"name_prefix": "team-", "after": first.body["next"]})
+
+    # Then each active team channel is on one page, newest first, and the draft on none
+    assert [c["name"] for c in first.data + second.data] == ["team-c", "team-b", "team-a"]
+    assert (first.body["total"], first.body["total_is_exact"]) == (3, True)
+    assert second.body["next"] is None

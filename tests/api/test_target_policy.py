@@ -17,6 +17,7 @@ from cronledger.api import create_app
 from cronledger.ledger import Ledger
 from tests.api.helpers import CHANNELS, SETTINGS, Api, channel_document
 from tests.api.http import call
+from tests.profiles import examples
 
 BLOCKED = {
     "127.0.0.0/8": "a loopback address",
@@ -58,7 +59,7 @@ def blocked_hosts(draw: st.DrawFn) -> tuple[str, str]:
 
 
 @given(host_and_kind=blocked_hosts(), port=st.sampled_from(["", ":80", ":8080", ":5432"]))
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 def test_a_non_public_address_in_any_spelling_is_a_400_at_target_url(
     sqlite_ledger: Ledger, host_and_kind: tuple[str, str], port: str
 ) -> None:
@@ -82,7 +83,7 @@ def test_a_non_public_address_in_any_spelling_is_a_400_at_target_url(
     .filter(lambda a: a.is_global and not a.is_multicast)
     .flatmap(spellings)
 )
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 def test_a_public_address_in_any_spelling_is_accepted(sqlite_ledger: Ledger, address: str) -> None:
     app = create_app(sqlite_ledger)
     name = f"public-{uuid.uuid4().hex}"

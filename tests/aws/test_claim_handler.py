@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from cronledger.aws import claim
+from cronledger.aws.invoker import dispatch_client
 from cronledger.errors import CronledgerError
-from cronledger.invokers import dispatch_client
 from cronledger.ledger import CLAIMED, FAILED, Ledger, NewOccurrence
 from tests.aws.bus import BUS, INSTALLATION, bus_to_queue, received
 from tests.aws.invocations import FakeContext, moto_function, scheduled_event

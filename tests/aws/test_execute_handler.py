@@ -45,7 +45,7 @@ def claimed_occurrence(
         channel.channel_id, channel.name, channel.version, ledger.db_now().replace(microsecond=0)
     )
     assert ledger.insert_occurrence(new)
-    (claimed,) = ledger.claim_due("claim-7f3a", 1, 60)
+    (claimed,) = ledger.claim("claim-7f3a", 1, 60).leased
     return claimed.id, "claim-7f3a"
 
 
@@ -200,7 +200,7 @@ def test_a_batch_runs_its_occurrences_side_by_side_each_to_its_own_row_and_log_k
             channel.channel_id, channel.name, 1, container.db_now().replace(microsecond=0)
         )
     )
-    (second,) = container.claim_due(claimant, 1, 60)
+    (second,) = container.claim(claimant, 1, 60).leased
 
     # When one invocation carries both
     with log_lines() as lines:

@@ -23,7 +23,7 @@ from tests.aws.stack import INFRA, constants, handler_modules, lambda_import_env
 def test_every_handler_the_stack_names_is_a_function_of_this_package() -> None:
     handlers = constants("functions")["HANDLERS"]
 
-    assert set(handlers) == {"reconcile", "claim", "execute", "api", "migrate"}
+    assert set(handlers) == {"reconcile", "claim", "execute", "api", "migrate", "channels"}
     for path in handlers.values():
         module, name = path.rsplit(".", 1)
         assert callable(getattr(importlib.import_module(module), name)), path

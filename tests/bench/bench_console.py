@@ -18,7 +18,7 @@ from typing import Any
 
 from cronledger.api import create_app, handle_event
 from cronledger.ledger import Ledger
-from cronledger.local import serve_api
+from cronledger.local_gateway import serve_api
 from tests.api.helpers import SETTINGS
 from tests.bench.pg import scratch_database
 from tests.browser import chromium

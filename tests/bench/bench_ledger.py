@@ -96,7 +96,7 @@ def _claimer(url: str, claimant: str, ready: Any, results: Any) -> None:
     ready.wait()
     started = time.perf_counter()
     count = 0
-    while batch := ledger.claim_due(claimant, BATCH, LEASE_SECS):
+    while batch := ledger.claim(claimant, BATCH, LEASE_SECS).leased:
         count += len(batch)
     results.put((count, started, time.perf_counter()))
     ledger.dispose()

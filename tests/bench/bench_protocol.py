@@ -47,7 +47,7 @@ from cronledger.ledger.driver import sqlstate
 from cronledger.ledger.models import ACTIVE_STATUSES, LEASED_STATUSES, PENDING, TERMINAL_STATUSES
 from cronledger.ledger.tables import occurrences, singletons
 from tests.bench.pg import scratch_database
-from tests.ledger.helpers import active_channel
+from tests.ledger.helpers import active_channel, release_singleton
 
 STEPS = 100_000
 THREADS = 6
@@ -262,8 +262,8 @@ class Actor(threading.Thread):
         if ticket.spec is None or ticket.token is None:
             return
         began = time.perf_counter()
-        released = self.ledger.release_singleton(
-            ticket.spec.key, ticket.claimed.id, ticket.claimant, ticket.token
+        released = release_singleton(
+            self.ledger, ticket.spec.key, ticket.claimed.id, ticket.claimant, ticket.token
         )
         self.steps += 1
         if released:

@@ -1,5 +1,5 @@
 """The web console in a real headless Chromium (Debian's `chromium` + `chromium-driver`),
-against the API as `cronledger dev` serves it (`local.serve_api`), with the real scheduler.
+against the API as `cronledger dev` serves it (`local_gateway.serve_api`), with the real scheduler.
 
 Invariant: the page loads with no console error and asks nothing of any other origin; a
 channel's timeline shows each occurrence in its status's colour, misfire summaries as such,
@@ -31,8 +31,8 @@ import pytest
 
 from cronledger import claim, reconcile
 from cronledger.api import create_app, handle_event
-from cronledger.ledger import FAILED, SKIPPED_MISFIRE, Ledger, NewOccurrence
-from cronledger.local import serve_api
+from cronledger.ledger import FAILED, SKIPPED_MISFIRE, Ledger, NewOccurrence, paging
+from cronledger.local_gateway import serve_api
 from cronledger.targets import target_ref
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
 from tests.browser.chromium import (
@@ -431,6 +431,25 @@ def _at(value: str) -> datetime:
 
 ROWS_SHOWN = """return [...document.querySelectorAll('#channels tbody tr.channel')]
                 .map((r) => r.dataset.channel)"""
+
+
+def test_the_table_holds_every_channel_when_the_api_answers_a_page_at_a_time(
+    console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given eleven channels, and an API that answers at most four rows a page
+    names = [f"paged-{i:02d}" for i in range(11)]
+    for name in names:
+        console.channel(name, OK_TARGET)
+    monkeypatch.setattr(paging, "MAX_PAGE_SIZE", 4)
+
+    # When the console loads
+    console.open()
+
+    # Then it followed each list's `next` to its end: every channel is drawn, with its status
+    assert console.driver.execute_script(ROWS_SHOWN) == names
+    assert console.driver.find_element("id", "shown").text == "11 channels"
+    status_rows = console.driver.execute_script("return state.status.size")
+    assert status_rows == 11
 
 
 def test_search_and_filters_narrow_a_table_of_two_hundred_channels(console: Console) -> None:

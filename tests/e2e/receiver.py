@@ -10,6 +10,8 @@ from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cronledger.local_http import serve_in_thread
+
 
 class Receiver:
     def __init__(self) -> None:
@@ -37,7 +39,7 @@ class Receiver:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+        serve_in_thread(self._server, "webhook-receiver")
         return self
 
     def down(self) -> None:

@@ -1,4 +1,4 @@
-"""What `cronledger dev` prints as attempts end (`local.console_printer`), from real rows.
+"""What `cronledger dev` prints as attempts end (`local_printer.console_printer`), from real rows.
 
 Invariant: one line per attempt in columns that line up whatever the trigger (a manual row's
 instant has a fraction of a second, a backfill's lag is days), the trigger shown, lags as a
@@ -25,7 +25,8 @@ from cronledger.ledger import (
     Ledger,
     NewOccurrence,
 )
-from cronledger.local import LocalScheduler, console_printer
+from cronledger.local import LocalScheduler
+from cronledger.local_printer import console_printer
 from tests.api.helpers import Scheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel

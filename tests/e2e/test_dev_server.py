@@ -25,7 +25,8 @@ from cronledger.api import create_app, handle_event
 from cronledger.api.request_rules import MAX_BODY_BYTES
 from cronledger.cli import main
 from cronledger.ledger import Ledger
-from cronledger.local import describe_policy, dev_settings, exposure_warning, serve_api
+from cronledger.local import describe_policy, dev_settings
+from cronledger.local_gateway import exposure_warning, serve_api
 from tests.api.helpers import CHANNELS, SETTINGS, channel_document
 from tests.polling import wait_until
 from tests.raw_http import exchange, give_up, request

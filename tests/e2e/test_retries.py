@@ -162,7 +162,7 @@ def test_a_retry_that_succeeds_completes_the_same_occurrence(ledger: Ledger) -> 
     with RecordingServer(Answer(status=503)) as server:
         due = webhook_due(ledger, server, RETRY_AT_ONCE)
         executor = Executor(ledger, WITH_LOOPBACK)
-        [claimed] = ledger.claim_due("node-a", 10, FAST.claim_lease_secs)
+        [claimed] = ledger.claim("node-a", 10, FAST.claim_lease_secs).leased
         executor.run_attempt(claimed.id, "node-a")
         first = ledger.get_occurrence(due.id)
         server.answer = Answer(status=200)
@@ -213,7 +213,7 @@ def test_a_settle_that_meets_a_passing_database_blip_is_retried_not_run_again(
     # first settle fails on a dropped connection
     channel = make_channel(ledger, "0 0 0 1 1 *", retry=RETRY_AT_ONCE)
     due = due_now(ledger, channel.channel_id)
-    (claimed,) = ledger.claim_due("node-a", 1, FAST.claim_lease_secs)
+    (claimed,) = ledger.claim("node-a", 1, FAST.claim_lease_secs).leased
     blips = _SettleBlips(ledger)
 
     # When the attempt runs its target to success, and later claims recover whatever is left

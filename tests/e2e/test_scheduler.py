@@ -326,14 +326,14 @@ def test_an_executor_that_dies_mid_run_is_recovered_and_the_dead_one_writes_noth
     ledger.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, now - timedelta(seconds=1))
     )
-    (first,) = ledger.claim_due("dead-executor", 1, FAST.claim_lease_secs)
+    (first,) = ledger.claim("dead-executor", 1, FAST.claim_lease_secs).leased
     dead = ledger.start_attempt(first, "dead-executor", 1, None, FAST.claim_lease_secs)
     assert dead.started
 
     # When the lease expires (written into the past: the clock under test is the database's)
     # and a peer claims it
     expire_claim(ledger, first.id)
-    assert [o.id for o in ledger.claim_due("peer", 1, FAST.claim_lease_secs)] == [first.id]
+    assert [o.id for o in ledger.claim("peer", 1, FAST.claim_lease_secs).leased] == [first.id]
     peer = Executor(ledger, FAST)
     report = peer.run_attempt(first.id, "peer")
 
@@ -470,7 +470,7 @@ def test_an_attempt_that_cannot_renew_stops_itself_before_its_lease_could_be_tak
     ledger.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
     )
-    (claimed,) = ledger.claim_due("flaky", 1, FAST.claim_lease_secs)
+    (claimed,) = ledger.claim("flaky", 1, FAST.claim_lease_secs).leased
     flaky = _RenewalsFail(ledger)
     started = time.monotonic()
 
@@ -536,7 +536,7 @@ def test_an_attempt_times_its_lease_from_before_a_write_that_was_answered_late(
     ledger.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
     )
-    (claimed,) = ledger.claim_due("slow", 1, FAST.claim_lease_secs)
+    (claimed,) = ledger.claim("slow", 1, FAST.claim_lease_secs).leased
     slow = _LateAnswerThenRenewalsFail(ledger, late_secs=1.8, late=late)
 
     # When the attempt runs until it stops itself

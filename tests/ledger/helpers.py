@@ -20,11 +20,13 @@ from cronledger.ledger import (
     CHANNEL_ACTIVE,
     AttemptStart,
     Channel,
+    CursorMove,
     Ledger,
     NewOccurrence,
     Occurrence,
     SingletonSpec,
 )
+from cronledger.ledger.singletons import release_slot
 from cronledger.ledger.tables import metadata, occurrences, singletons
 
 LEASE = 60.0
@@ -62,7 +64,7 @@ def seed_due(
 
 
 def claim_one(ledger: Ledger, claimant: str) -> Occurrence:
-    claimed = ledger.claim_due(claimant, 1, LEASE)
+    claimed = ledger.claim(claimant, 1, LEASE).leased
     assert len(claimed) == 1, claimed
     return claimed[0]
 
@@ -90,6 +92,23 @@ def start(
 ) -> AttemptStart:
     spec = SingletonSpec(key, slots, policy) if key else None  # type: ignore[arg-type]
     return ledger.start_attempt(occurrence, claimant, 1, spec, LEASE)
+
+
+def release_singleton(
+    ledger: Ledger, key: str, occurrence_id: str, claimant: str, fencing_token: int
+) -> bool:
+    """Free the slot of `key` the claimant holds for the occurrence under `fencing_token`:
+    the release every settle of a slot holder starts with, alone. Conditional on all three,
+    so a superseded holder frees nothing."""
+    with ledger.engine.begin() as conn:
+        return release_slot(conn, occurrence_id, fencing_token, holder=claimant, key=key)
+
+
+def advance_cursor(ledger: Ledger, move: CursorMove) -> bool:
+    """One cursor move, as a reconcile pass writes it (`materialise`, with no rows). False:
+    someone else moved or reset the cursor first, and the plan is stale."""
+    _, moved = ledger.materialise([], [move])
+    return move.channel_id in moved
 
 
 def expire_claim(ledger: Ledger, occurrence_id: str) -> None:

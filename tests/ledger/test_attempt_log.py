@@ -16,6 +16,7 @@ from cronledger.ledger import (
 )
 from tests.ledger.helpers import (
     LEASE,
+    active_channel,
     age_completion,
     claim_one,
     expire_claim,
@@ -135,13 +136,14 @@ def test_retention_deletes_the_attempts_with_their_occurrence(ledger: Ledger) ->
     assert [a.claimant for a in ledger.attempts_of(kept.id)] == ["node-b"]
 
 
-def test_purging_a_channel_deletes_its_attempts(ledger: Ledger) -> None:
+def test_deleting_a_channel_deletes_its_attempts(ledger: Ledger) -> None:
     # Given a channel's occurrence with an attempt on record
-    due = seed_due(ledger, channel_id="gone")
+    gone = active_channel(ledger, "gone")
+    due = seed_due(ledger, channel_id=gone.channel_id)
     start(ledger, claim_one(ledger, "node-a"), "node-a")
 
-    # When the channel is purged
-    ledger.purge_channel("gone")
+    # When the channel is deleted
+    ledger.delete_channel(gone.channel_id)
 
     # Then no attempt of it is left
     assert ledger.attempts_of(due.id) == []

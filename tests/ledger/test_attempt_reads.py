@@ -31,10 +31,12 @@ def test_an_occurrence_is_read_with_its_channel_as_the_channel_is_now(ledger: Le
     assert ledger.insert_occurrence(due)
     ledger.new_channel_version(channel.channel_id, SCHEDULE, TARGET, 2000)
 
-    # When an attempt reads it
-    occurrence, current = ledger.get_occurrence_and_channel(due.id)
+    # When an attempt reads it (not its claimant's: nothing starts)
+    opened = ledger.open_attempt(due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
+    occurrence, current = opened.occurrence, opened.channel
 
     # Then it gets the row and the channel's current definition
+    assert opened.start is None
     assert occurrence == ledger.get_occurrence(due.id)
     assert current == ledger.get_channel(channel.channel_id)
     assert current is not None and (current.version, current.timeout_ms) == (2, 2000)
@@ -44,11 +46,11 @@ def test_an_occurrence_whose_channel_is_gone_is_read_without_one(ledger: Ledger)
     due = row(ledger.db_now(), "deleted-long-ago")
     assert ledger.insert_occurrence(due)
 
-    occurrence, channel = ledger.get_occurrence_and_channel(due.id)
+    opened = ledger.open_attempt(due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
 
-    assert (occurrence.id, channel) == (due.id, None)
+    assert (opened.occurrence.id, opened.channel) == (due.id, None)
     with pytest.raises(NotFound):
-        ledger.get_occurrence_and_channel("no-such-occurrence")
+        ledger.open_attempt("no-such-occurrence", "nobody", LEASE, "trace", misfire_grace_secs=60)
 
 
 def test_a_start_under_allow_frees_the_slot_a_crashed_forbid_attempt_left(ledger: Ledger) -> None:

@@ -20,6 +20,7 @@ from tests.ledger.helpers import (
     contend,
     expire_claim,
     expire_singleton,
+    release_singleton,
     row,
     seed_due,
     start,
@@ -35,7 +36,7 @@ def claimed_pair(ledger: Ledger, claimant: str = "node-a") -> list[Occurrence]:
     """Two due occurrences of one channel, both claimed by `claimant`, oldest first."""
     now = ledger.db_now()
     ledger.insert_occurrences([row(now - timedelta(minutes=5)), row(now - timedelta(minutes=4))])
-    claimed = ledger.claim_due(claimant, 10, LEASE)
+    claimed = ledger.claim(claimant, 10, LEASE).leased
     assert len(claimed) == 2
     return claimed
 
@@ -70,7 +71,7 @@ def test_one_singleton_key_admits_one_occurrence(ledger: Ledger) -> None:
 def test_a_key_with_two_slots_admits_two_occurrences_and_refuses_a_third(ledger: Ledger) -> None:
     now = ledger.db_now()
     ledger.insert_occurrences(row(now - timedelta(minutes=m)) for m in (3, 2, 1))
-    first, second, third = ledger.claim_due("node-a", 10, LEASE)
+    first, second, third = ledger.claim("node-a", 10, LEASE).leased
 
     assert shape(start(ledger, first, "node-a", "key", slots=2)) == ("started", 1, 0)
     assert shape(start(ledger, second, "node-a", "key", slots=2)) == ("started", 1, 1)
@@ -147,14 +148,14 @@ def test_a_superseded_holder_cannot_renew_settle_or_release(ledger: Ledger) -> N
     # When node-a, still believing it holds token 1, renews, settles and releases
     renewed = ledger.renew(first.id, "node-a", 1, LEASE)
     settled = ledger.settle(first.id, "node-a", "completed", fencing_token=1)
-    released = ledger.release_singleton("key", first.id, "node-a", 1)
+    released = release_singleton(ledger, "key", first.id, "node-a", 1)
 
     # Then every one of those matches nothing: node-a's row and node-b's slot are untouched
     assert (renewed, settled, released) == (False, False, False)
     assert ledger.get_occurrence(first.id).status == "running"
     assert ledger.held_slots("key") == 1
     assert ledger.renew(taken_over.id, "node-b", 2, LEASE), "the real holder still renews"
-    assert ledger.release_singleton("key", taken_over.id, "node-b", 2), "and releases its own slot"
+    assert release_singleton(ledger, "key", taken_over.id, "node-b", 2), "and releases its own slot"
     assert ledger.held_slots("key") == 0
 
 
@@ -193,7 +194,7 @@ def test_a_superseded_claimant_cannot_release_a_later_attempts_slot_under_an_equ
     assert shape(start(ledger, again, "node-b", "key", slots=2)) == ("started", 1, 1)
 
     # When node-a, still believing it holds token 1, releases
-    released = ledger.release_singleton("key", stalled.id, "node-a", 1)
+    released = release_singleton(ledger, "key", stalled.id, "node-a", 1)
 
     # Then nothing is freed: attempt 2 still holds slot 1 and renews under its token
     assert not released
@@ -201,7 +202,7 @@ def test_a_superseded_claimant_cannot_release_a_later_attempts_slot_under_an_equ
     current = ledger.get_occurrence(stalled.id)
     assert (current.claimed_by, current.singleton_slot, current.fencing_token) == ("node-b", 1, 1)
     assert ledger.renew(stalled.id, "node-b", 1, LEASE)
-    assert ledger.release_singleton("key", stalled.id, "node-b", 1)
+    assert release_singleton(ledger, "key", stalled.id, "node-b", 1)
     assert ledger.held_slots("key") == 1
 
 
@@ -236,7 +237,7 @@ def test_a_renewal_extends_both_the_claim_and_the_singleton(ledger: Ledger) -> N
     assert renewed.claimed_until > now + timedelta(seconds=590)
     assert ledger.held_slots("key") == 1
     assert ledger.in_flight_count() == 1
-    assert ledger.claim_due("node-b", 10, LEASE) == []
+    assert ledger.claim("node-b", 10, LEASE).leased == []
     assert not ledger.renew(due.id, "node-a", token + 1, 600), "a wrong token extends nothing"
     assert not ledger.renew(due.id, "node-b", token, 600), "another claimant extends nothing"
 
@@ -248,7 +249,7 @@ def test_a_renewal_without_a_singleton_extends_the_claim(ledger: Ledger) -> None
     expire_claim(ledger, due.id)
 
     assert ledger.renew(due.id, "node-a", None, LEASE)
-    assert ledger.claim_due("node-b", 10, LEASE) == []
+    assert ledger.claim("node-b", 10, LEASE).leased == []
     assert not ledger.renew(due.id, "node-b", None, LEASE)
 
 

@@ -126,7 +126,7 @@ def test_pausing_a_channel_pauses_its_cursor_and_drops_its_lookahead(ledger: Led
     assert [o.id for o in kept.data] == [due.id]
 
 
-def test_channels_are_listed_by_status_in_creation_order(ledger: Ledger) -> None:
+def test_channels_are_listed_by_status_newest_first(ledger: Ledger) -> None:
     names = ["a", "b", "c", "d"]
     channels = [nightly(ledger, name) for name in names]
     for channel in channels[1:3]:
@@ -136,9 +136,9 @@ def test_channels_are_listed_by_status_in_creation_order(ledger: Ledger) -> None
     active = ledger.list_channels(status=CHANNEL_ACTIVE)
     second_page = ledger.list_channels(limit=2, offset=2)
 
-    assert [c.name for c in everything.data] == names
-    assert (active.total, [c.name for c in active.data]) == (2, ["b", "c"])
-    assert (second_page.total, [c.name for c in second_page.data]) == (4, ["c", "d"])
+    assert [c.name for c in everything.data] == names[::-1]
+    assert (active.total, [c.name for c in active.data]) == (2, ["c", "b"])
+    assert (second_page.total, [c.name for c in second_page.data]) == (4, ["b", "a"])
     named = ledger.list_channels(name="c")
     assert (named.total, [c.name for c in named.data]) == (1, ["c"])
     assert ledger.list_channels(name="c", status=CHANNEL_ACTIVE).total == 1
@@ -176,14 +176,15 @@ def test_deleting_a_channel_purges_its_versions_cursor_occurrences_and_slots(
     assert nightly(ledger).name == "nightly"
 
 
-def test_purging_a_channel_removes_its_cursor_and_occurrences_only(ledger: Ledger) -> None:
+def test_deleting_a_channel_removes_its_cursor_and_occurrences_only(ledger: Ledger) -> None:
+    gone, kept = nightly(ledger, "gone"), nightly(ledger, "kept")
     now = ledger.db_now()
-    assert ledger.insert_occurrences([row(now, "ch"), row(now, "keep")]) == 2
-    ledger.upsert_cursor("ch", 1, "hash", now)
-    ledger.upsert_cursor("keep", 1, "hash", now)
+    assert ledger.insert_occurrences([row(now, gone.channel_id), row(now, kept.channel_id)]) == 2
+    ledger.upsert_cursor(gone.channel_id, 1, "hash", now)
+    ledger.upsert_cursor(kept.channel_id, 1, "hash", now)
 
-    ledger.purge_channel("ch")
+    ledger.delete_channel(gone.channel_id)
 
-    assert [s.channel_id for s in ledger.schedule_states()] == ["keep"]
-    assert [o.channel_id for o in ledger.list_occurrences().data] == ["keep"]
-    assert ledger.claim_due("node-a", 10, LEASE)[0].channel_id == "keep"
+    assert [s.channel_id for s in ledger.schedule_states()] == [kept.channel_id]
+    assert [o.channel_id for o in ledger.list_occurrences().data] == [kept.channel_id]
+    assert ledger.claim("node-a", 10, LEASE).leased[0].channel_id == kept.channel_id

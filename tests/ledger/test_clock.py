@@ -61,7 +61,7 @@ def test_the_clock_and_stored_instants_are_utc_under_a_non_utc_session(
     future = row(now + timedelta(hours=1))
     assert kolkata_ledger.insert_occurrences([past, future]) == 2
     assert pg_ledger.get_occurrence(past.id).scheduled_for == past.scheduled_for
-    claimed = kolkata_ledger.claim_due("node-a", 10, LEASE)
+    claimed = kolkata_ledger.claim("node-a", 10, LEASE).leased
     assert [o.id for o in claimed] == [past.id]
     assert claimed[0].claimed_until is not None
     assert claimed[0].scheduled_for.tzinfo is UTC and claimed[0].claimed_until.tzinfo is UTC
@@ -88,7 +88,7 @@ def test_sqlite_stores_fixed_width_instants_that_compare_in_time_order(
         stored = conn.exec_driver_sql("SELECT scheduled_for, created_at FROM cron_occurrences")
         widths = {len(value) for pair in stored for value in pair}
     assert widths == {len("2026-01-01 00:00:00.000000")}
-    assert [o.id for o in sqlite_ledger.claim_due("node-a", 10, LEASE)] == [r.id for r in rows]
+    assert [o.id for o in sqlite_ledger.claim("node-a", 10, LEASE).leased] == [r.id for r in rows]
     window = OccurrenceFilter(since=base, until=base + timedelta(milliseconds=500))
     assert {o.id for o in sqlite_ledger.list_occurrences(window).data} == {r.id for r in rows[1:4]}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -30,6 +31,7 @@ from cronledger.ledger.singletons import WAITER_SLOT
 from cronledger.ledger.tables import occurrences, singletons
 from tests.ledger.helpers import (
     LEASE,
+    active_channel,
     claim_one,
     contend,
     empty_tables,
@@ -255,15 +257,18 @@ def test_a_cancel_that_waited_for_a_start_in_flight_frees_the_slot_the_start_too
     assert pg_ledger.held_slots("c") == 0
 
 
-def test_a_purge_that_waited_for_a_start_in_flight_frees_the_slot_the_start_took(
+def test_a_channel_delete_that_waited_for_a_start_in_flight_frees_the_slot_it_took(
     pg_ledger: Ledger,
 ) -> None:
-    (mine,) = seeded(pg_ledger, 1, "p")
-    purging = _while_a_start_is_in_flight(
-        pg_ledger, mine, lambda: pg_ledger.purge_channel(mine.channel_id)
+    empty_tables(pg_ledger)
+    channel = active_channel(pg_ledger, f"purged-{uuid.uuid4().hex}")
+    pg_ledger.insert_occurrence(row(pg_ledger.db_now() - timedelta(seconds=60), channel.channel_id))
+    mine = claim_one(pg_ledger, "p-node-0")
+    deleting = _while_a_start_is_in_flight(
+        pg_ledger, mine, lambda: pg_ledger.delete_channel(channel.channel_id), key="p"
     )
 
-    assert purging == []
+    assert deleting == []
     with pg_ledger.engine.connect() as conn:
         left = conn.execute(sa.select(occurrences.c.id).where(occurrences.c.id == mine.id))
         assert left.all() == []
@@ -272,13 +277,13 @@ def test_a_purge_that_waited_for_a_start_in_flight_frees_the_slot_the_start_took
 
 
 def _while_a_start_is_in_flight(
-    ledger: Ledger, occurrence: Occurrence, act: Callable[[], object]
+    ledger: Ledger, occurrence: Occurrence, act: Callable[[], object], key: str | None = None
 ) -> list[BaseException]:
     """Run `act` in a thread while a start of `occurrence` (the statements a start sends,
     written directly so the test can hold the transaction open) has taken slot 0 of its key
     and moved the occurrence to running; commit the start once `act` waits on it. Answers
     what `act` raised."""
-    key = occurrence.channel_id.split("-ch-")[0]  # as `seeded` named it
+    key = key or occurrence.channel_id.split("-ch-")[0]  # as `seeded` named it
     with ledger.engine.begin() as conn:
         conn.execute(sa.insert(singletons).values(singleton_key=key, slot=0, fencing_token=0))
     errors: list[BaseException] = []

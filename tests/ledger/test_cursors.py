@@ -16,7 +16,7 @@ from cronledger.ledger import (
     Ledger,
     OccurrenceFilter,
 )
-from tests.ledger.helpers import row
+from tests.ledger.helpers import advance_cursor, row
 
 
 def test_a_cursor_advances_only_from_the_value_it_was_planned_from(ledger: Ledger) -> None:
@@ -25,26 +25,26 @@ def test_a_cursor_advances_only_from_the_value_it_was_planned_from(ledger: Ledge
     ledger.upsert_cursor("ch", 1, "hash", t0)
 
     # The winner moves it…
-    assert ledger.advance_cursor(CursorMove("ch", t0, t1, "hash"))
+    assert advance_cursor(ledger, CursorMove("ch", t0, t1, "hash"))
     # …and a reconciler that planned from the old value writes nothing, rather than
     # dragging the cursor backwards and replaying a pass.
-    assert not ledger.advance_cursor(CursorMove("ch", t0, t2, "hash"))
+    assert not advance_cursor(ledger, CursorMove("ch", t0, t2, "hash"))
 
     [state] = ledger.schedule_states()
     assert state.next_fire_at == t1
-    assert not ledger.advance_cursor(CursorMove("absent", t0, t1, "hash"))
+    assert not advance_cursor(ledger, CursorMove("absent", t0, t1, "hash"))
 
 
 def test_a_cursor_with_no_instants_left_is_parked(ledger: Ledger) -> None:
     t0 = ledger.db_now()
     ledger.upsert_cursor("ch", 1, "hash", t0)
 
-    assert ledger.advance_cursor(CursorMove("ch", t0, None, "hash"))
+    assert advance_cursor(ledger, CursorMove("ch", t0, None, "hash"))
 
     [state] = ledger.schedule_states()
     assert state.next_fire_at is None
     parked = "a parked cursor is not at t0 any more"
-    assert not ledger.advance_cursor(CursorMove("ch", t0, t0, "hash")), parked
+    assert not advance_cursor(ledger, CursorMove("ch", t0, t0, "hash")), parked
 
 
 def test_materialising_moves_exactly_the_cursors_whose_compare_and_set_won(
@@ -55,7 +55,7 @@ def test_materialising_moves_exactly_the_cursors_whose_compare_and_set_won(
     later = t0 + timedelta(minutes=5)
     for channel_id in ("a", "b", "c"):
         ledger.upsert_cursor(channel_id, 1, "hash", t0)
-    assert ledger.advance_cursor(CursorMove("b", t0, later, "hash"))
+    assert advance_cursor(ledger, CursorMove("b", t0, later, "hash"))
 
     # When one pass moves all three (and a channel with no cursor) from t0, with a row each
     moves = [
@@ -108,7 +108,7 @@ def test_a_plan_made_under_another_schedule_loses_even_when_the_reset_lands_on_i
     ledger.upsert_cursor("batched", 2, "new-hash", t0)
 
     # Then the stale moves lose, and only the unchanged channel moves and gets its row
-    assert not ledger.advance_cursor(CursorMove("alone", t0, t1, "old-hash"))
+    assert not advance_cursor(ledger, CursorMove("alone", t0, t1, "old-hash"))
     moves = [CursorMove(cid, t0, t1, "old-hash") for cid in ("batched", "unchanged")]
     inserted, moved = ledger.materialise([row(t0, m.channel_id) for m in moves], moves)
     assert (inserted, moved) == (1, {"unchanged"})
@@ -119,7 +119,7 @@ def test_a_plan_made_under_another_schedule_loses_even_when_the_reset_lands_on_i
         "unchanged": (t1, "old-hash"),
     }
     # And a plan made under the new schedule still wins from there
-    assert ledger.advance_cursor(CursorMove("alone", t0, t1, "new-hash"))
+    assert advance_cursor(ledger, CursorMove("alone", t0, t1, "new-hash"))
 
 
 def test_upserting_a_cursor_resets_it_and_clears_a_pause(ledger: Ledger) -> None:

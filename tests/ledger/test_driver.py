@@ -222,7 +222,7 @@ def test_a_lost_connection_drops_every_connection_it_went_with(
 
         # When a direct statement meets one of them
         with pytest.raises(DatabaseUnavailable):
-            ledger.claim_due(str(uuid.uuid4()), 10, 60)
+            ledger.claim(str(uuid.uuid4()), 10, 60)
 
         # Then the next two statements, at once, both get live connections
         with ledger.engine.connect() as one, ledger.engine.connect() as two:
@@ -251,7 +251,7 @@ def test_a_write_on_a_connection_a_listener_ran_sql_on_is_still_committed(
     # When a claim (one statement) runs there and the connection goes back to the pool
     ledger = Ledger(engine)
     try:
-        assert [o.id for o in ledger.claim_due("node-a", 10, 60)] == [due.id]
+        assert [o.id for o in ledger.claim("node-a", 10, 60).leased] == [due.id]
     finally:
         ledger.dispose()
 

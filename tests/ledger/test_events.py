@@ -19,7 +19,7 @@ from cronledger.ledger import (
     SingletonSpec,
 )
 from cronledger.ledger.models import EventFilter
-from cronledger.ledger.tables import channels, events, occurrences, schedule_state
+from cronledger.ledger.tables import channels, events, schedule_state
 from cronledger.reconcile import reconcile_once
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
@@ -435,14 +435,16 @@ def test_the_outbox_leases_events_so_two_sweeps_never_take_one_and_delivery_mark
     assert ledger.mark_delivered([taken[0].event_id]) == 0
 
 
-def test_purging_a_channel_removes_its_events(ledger: Ledger) -> None:
-    channel = active_channel(ledger)
+def test_deleting_a_channel_removes_its_events(ledger: Ledger) -> None:
+    channel, other = active_channel(ledger), active_channel(ledger, "other")
     run_once(ledger, channel, ok=False)
-    ledger.purge_channel(channel.channel_id)
+    run_once(ledger, other, ok=False)
+    ledger.delete_channel(channel.channel_id)
     with ledger.engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one() == 0
-        assert conn.execute(sa.select(channels.c.channel_id)).first() is not None
-        assert conn.execute(sa.select(occurrences.c.id)).first() is None
+        left = conn.execute(sa.select(events.c.channel_id)).scalars().all()
+        assert left and set(left) == {other.channel_id}
+        assert conn.execute(sa.select(channels.c.channel_id)).scalars().all() == [other.channel_id]
+        assert {o.channel_id for o in ledger.list_occurrences().data} == {other.channel_id}
 
 
 def test_an_instant_waiting_behind_a_held_key_is_overdue_once(ledger: Ledger) -> None:

@@ -56,7 +56,7 @@ def test_a_misfire_summary_row_is_born_terminal_with_its_message(ledger: Ledger)
     assert stored.status == SKIPPED_MISFIRE
     assert stored.error_message == message
     assert stored.completed_at is not None, "a terminal row records when it ended"
-    assert ledger.claim_due("node-a", 10, 60) == [], "a summary row is not work"
+    assert ledger.claim("node-a", 10, 60).leased == [], "a summary row is not work"
 
 
 def test_a_batch_insert_counts_only_the_rows_it_created(ledger: Ledger) -> None:

@@ -52,7 +52,7 @@ def test_a_cron_row_later_than_the_grace_is_due_for_judgment_and_not_started_by_
 ) -> None:
     channel = active_channel(ledger)
     late, on_time = late_rows(ledger, channel.channel_id, [60, 1])
-    mine = ledger.claim_due("node-a", 10, LEASE)
+    mine = ledger.claim("node-a", 10, LEASE).leased
 
     assert [o.id for o in mine] == [late.id, on_time.id]
     reads = {
@@ -98,7 +98,7 @@ def test_skip_drops_every_late_row_of_the_channel_at_once(ledger: Ledger) -> Non
     # Given three late rows of a skip channel, of which only the oldest is claimed
     channel = active_channel(ledger, misfire_policy="skip")
     rows_ = late_rows(ledger, channel.channel_id, [30, 20, 10])
-    mine = ledger.claim_due("node-a", 1, LEASE)[0]
+    mine = ledger.claim("node-a", 1, LEASE).leased[0]
 
     # When the claimed one is judged
     judged = ledger.judge_misfires(mine.id, "node-a", channel.channel_id, rule("skip"))
@@ -110,13 +110,13 @@ def test_skip_drops_every_late_row_of_the_channel_at_once(ledger: Ledger) -> Non
         assert stored.status == SKIPPED_MISFIRE and stored.completed_at is not None
         assert 'judged at start under misfire_policy "skip"' in (stored.error_message or "")
         assert "runs 0 of the channel's 3 late occurrence(s)" in (stored.error_message or "")
-    assert ledger.claim_due("node-b", 10, LEASE) == []
+    assert ledger.claim("node-b", 10, LEASE).leased == []
 
 
 def test_latest_keeps_only_the_newest_late_row(ledger: Ledger) -> None:
     channel = active_channel(ledger)
     oldest, middle, newest = late_rows(ledger, channel.channel_id, [30, 20, 10])
-    claimed = ledger.claim_due("node-a", 10, LEASE)
+    claimed = ledger.claim("node-a", 10, LEASE).leased
 
     first = ledger.judge_misfires(oldest.id, "node-a", channel.channel_id, rule("latest"))
     again = ledger.judge_misfires(newest.id, "node-a", channel.channel_id, rule("latest"))
@@ -138,12 +138,12 @@ def test_catch_up_keeps_the_oldest_bound_across_claim_batches(ledger: Ledger) ->
     # Given four late rows of a catch_up channel bounded at 2, claimed one batch at a time
     channel = active_channel(ledger, misfire_policy="catch_up", max_catch_up=2)
     new = late_rows(ledger, channel.channel_id, [40, 30, 20, 10])
-    first_batch = ledger.claim_due("node-a", 1, LEASE)
+    first_batch = ledger.claim("node-a", 1, LEASE).leased
     catch_up = rule("catch_up", max_catch_up=2)
 
     # When the first batch's row is judged, then the rest are claimed and judged
     verdicts = [ledger.judge_misfires(first_batch[0].id, "node-a", channel.channel_id, catch_up)]
-    for later in ledger.claim_due("node-b", 10, LEASE):
+    for later in ledger.claim("node-b", 10, LEASE).leased:
         verdicts.append(ledger.judge_misfires(later.id, "node-b", channel.channel_id, catch_up))
 
     # Then the oldest two run and the newer two are skipped: the whole late set was judged
@@ -157,7 +157,7 @@ def test_a_row_within_the_grace_is_not_part_of_the_late_set(ledger: Ledger) -> N
     # (a grace of a minute: the row due a second ago is still within it on a loaded machine)
     channel = active_channel(ledger, misfire_policy="skip")
     late, on_time = late_rows(ledger, channel.channel_id, [120, 1])
-    ledger.claim_due("node-a", 10, LEASE)
+    ledger.claim("node-a", 10, LEASE)
 
     judged = ledger.judge_misfires(late.id, "node-a", channel.channel_id, rule("skip", 60))
 

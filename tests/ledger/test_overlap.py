@@ -30,6 +30,7 @@ from tests.ledger.helpers import (
     empty_tables,
     expire_claim,
     reclaim,
+    release_singleton,
     row,
 )
 
@@ -192,7 +193,7 @@ def test_replace_cancels_the_holder_and_takes_its_slot_under_the_next_token(
     # …and the replaced attempt's renew, settle and release write nothing
     assert not ledger.renew(holder.id, "node-0", old_token, LEASE)
     assert not ledger.settle(holder.id, "node-0", COMPLETED, fencing_token=old_token)
-    assert not ledger.release_singleton("k", holder.id, "node-0", old_token)
+    assert not release_singleton(ledger, "k", holder.id, "node-0", old_token)
     assert ledger.get_occurrence(holder.id) == replaced
     assert ledger.renew(contender.id, "node-1", old_token + 1, LEASE)
 

@@ -48,7 +48,7 @@ from cronledger.ledger import (
 from cronledger.ledger.models import ACTIVE_STATUSES, LEASED_STATUSES, RETRYABLE_STATUSES
 from cronledger.ledger.singletons import WAITER_SLOT
 from cronledger.ledger.tables import occurrences, singletons
-from tests.ledger.helpers import active_channel, empty_tables, row
+from tests.ledger.helpers import active_channel, empty_tables, release_singleton, row
 
 LEASE = 600.0
 OCCURRENCES = 8
@@ -335,7 +335,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert ticket.token is not None and o.key is not None
         before = read(self.ledger)
 
-        released = self.ledger.release_singleton(o.key, ticket.occ, ticket.claimant, ticket.token)
+        released = release_singleton(self.ledger, o.key, ticket.occ, ticket.claimant, ticket.token)
 
         assert released == (held is not None)
         if held is None:

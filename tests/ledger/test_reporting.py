@@ -188,7 +188,7 @@ def test_retention_never_deletes_live_rows(ledger: Ledger) -> None:
     assert ledger.delete_terminal_older_than(24) == 1
 
     assert ledger.get_occurrence(due.id).status == "running"
-    assert ledger.claim_due("node-c", 10, LEASE) == []
+    assert ledger.claim("node-c", 10, LEASE).leased == []
     assert [o.id for o in ledger.list_occurrences().data] == [due.id]
 
 

@@ -21,6 +21,7 @@ from cronledger.ledger import (
     CLAIMED,
     FAILED,
     PENDING,
+    SKIPPED_SINGLETON,
     Ledger,
 )
 from cronledger.ledger.tables import occurrences, singletons
@@ -80,7 +81,7 @@ def test_an_abandoned_occurrence_keeps_its_last_error(ledger: Ledger) -> None:
     expire_claim(ledger, due.id)
 
     # When it is claimed again
-    assert ledger.claim_due("node-c", 10, LEASE) == []
+    assert ledger.claim("node-c", 10, LEASE).leased == []
 
     # Then the abandonment says how many attempts, and what the last error was
     stored = ledger.get_occurrence(due.id)
@@ -138,13 +139,13 @@ def test_a_failure_with_attempts_left_waits_out_its_backoff_then_is_claimed_agai
     assert waiting.scheduled_for == due.scheduled_for
     assert before + timedelta(seconds=29) < waiting.due_at < before + timedelta(seconds=35)
     assert ledger.held_slots("key") == 0
-    assert ledger.claim_due("node-b", 10, LEASE) == [], "not before its backoff"
+    assert ledger.claim("node-b", 10, LEASE).leased == [], "not before its backoff"
     assert not ledger.settle(due.id, "node-a", FAILED, retry_in=1), "the attempt is over"
 
     # …and once the backoff has passed it is the next attempt
     ledger.insert_occurrence(row(ledger.db_now(), "other"))  # (a neighbour, to show order)
     _due_now(ledger, due.id)
-    again = ledger.claim_due("node-b", 1, LEASE)
+    again = ledger.claim("node-b", 1, LEASE).leased
     assert [(o.id, o.attempt) for o in again] == [(due.id, 2)]
 
 
@@ -219,7 +220,7 @@ def test_a_manual_retry_keeps_the_attempts_an_occurrence_still_has(ledger: Ledge
     due = row(ledger.db_now(), channel.channel_id, max_attempts=3)
     assert ledger.insert_occurrence(due)
     claim_one(ledger, "node-a")
-    assert ledger.settle_skipped(due.id, "node-a", "busy")
+    assert ledger.settle(due.id, "node-a", SKIPPED_SINGLETON, error_message="busy")
 
     assert ledger.requeue(due.id).max_attempts == 3
 

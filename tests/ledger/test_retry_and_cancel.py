@@ -12,6 +12,7 @@ from cronledger.ledger import (
     FAILED,
     PENDING,
     SKIPPED_MISFIRE,
+    SKIPPED_SINGLETON,
     Ledger,
 )
 from tests.ledger.helpers import LEASE, active_channel, claim_one, row, seed_due, start
@@ -79,7 +80,7 @@ def test_cancelling_a_pending_occurrence_takes_it_out_of_the_queue(ledger: Ledge
     assert cancelled.status == CANCELLED
     assert cancelled.completed_at is not None
     assert ledger.get_occurrence(due.id) == cancelled
-    assert ledger.claim_due("node-a", 10, LEASE) == []
+    assert ledger.claim("node-a", 10, LEASE).leased == []
 
 
 def test_cancelling_a_running_occurrence_frees_its_slot_and_fences_its_attempt(
@@ -124,7 +125,7 @@ def test_a_finished_occurrence_cannot_be_cancelled_and_an_unknown_one_is_not_fou
     # Given a completed occurrence beside a running one that holds the key
     done = seed_due(ledger)
     claim_one(ledger, "node-a")
-    assert ledger.settle_skipped(done.id, "node-a", "busy")
+    assert ledger.settle(done.id, "node-a", SKIPPED_SINGLETON, error_message="busy")
     live = seed_due(ledger, channel_id="other")
     mine = claim_one(ledger, "node-b")
     assert start(ledger, mine, "node-b", "key").started

@@ -32,7 +32,7 @@ def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger
         tables = set(sa.inspect(conn).get_table_names())
         revision = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
     assert tables == {*metadata.tables, VERSION_TABLE}
-    assert revision == "0008"
+    assert revision == "0009"
 
 
 def test_the_migrated_schema_matches_the_table_definitions(ledger: Ledger) -> None:
@@ -61,13 +61,17 @@ def test_postgresql_indexes_only_the_live_work_for_claims(pg_ledger: Ledger) -> 
         "ix_cron_occurrences_leased",
         "ix_cron_occurrences_unjudged",
         "ix_cron_occurrences_overdue",
+        "ix_cron_occurrences_retention",
     }
     assert "IS NOT NULL" in definitions["ix_cron_occurrences_overdue"], "only the watched"
     assert "'pending'" in definitions["ix_cron_occurrences_pending"]
     assert "'claimed'" in definitions["ix_cron_occurrences_leased"]
     assert "'running'" in definitions["ix_cron_occurrences_leased"]
     assert "'claimed'" not in definitions["ix_cron_occurrences_unjudged"], "a claim leaves it"
-    assert not any("'completed'" in d for d in definitions.values()), "history is not indexed"
+    claims = [d for name, d in definitions.items() if name != "ix_cron_occurrences_retention"]
+    assert not any("'completed'" in d for d in claims), "history is not indexed for claims"
+    retention = definitions["ix_cron_occurrences_retention"]
+    assert "'completed'" in retention and "'pending'" not in retention, "history only"
 
 
 def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: Ledger) -> None:
@@ -87,7 +91,7 @@ def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: L
     # When a claim runs
     sa.event.listen(pg_ledger.engine, "before_cursor_execute", explain)
     try:
-        assert len(pg_ledger.claim_due("node-plan", 50, 60)) == 50
+        assert len(pg_ledger.claim("node-plan", 50, 60).leased) == 50
     finally:
         sa.event.remove(pg_ledger.engine, "before_cursor_execute", explain)
 
@@ -161,7 +165,7 @@ def test_upgrading_from_0001_keeps_every_row_and_its_meaning(
             assert kept.max_attempts == 3
             assert kept.misfire_judged is (id_ != "old"), id_
         # …and the pending ones are claimable as before
-        claimed = [o.id for o in ledger.claim_due("node", 10, 60)]
+        claimed = [o.id for o in ledger.claim("node", 10, 60).leased]
         assert claimed == ["old", "retried", "manual"]
 
 

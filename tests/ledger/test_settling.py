@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cronledger.ledger import COMPLETED, FAILED, SKIPPED_SINGLETON, Ledger
-from tests.ledger.helpers import claim_one, seed_due, start
+from tests.ledger.helpers import LEASE, claim_one, seed_due, start
 
 
 def test_settling_requires_still_holding_the_claim(ledger: Ledger) -> None:
@@ -59,7 +59,9 @@ def test_a_busy_key_is_recorded_as_skipped_singleton_with_the_key_in_the_message
     due = seed_due(ledger)
     claim_one(ledger, "node-a")
 
-    assert ledger.settle_skipped(due.id, "node-a", "singleton key 'nightly' is held")
+    assert ledger.settle(
+        due.id, "node-a", SKIPPED_SINGLETON, error_message="singleton key 'nightly' is held"
+    )
 
     skipped = ledger.get_occurrence(due.id)
     assert skipped.status == SKIPPED_SINGLETON
@@ -94,9 +96,10 @@ def test_only_an_end_status_can_be_settled(ledger: Ledger) -> None:
 def test_the_trace_id_is_recorded_only_by_the_holder(ledger: Ledger) -> None:
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
-    assert start(ledger, mine, "node-a").started
 
-    assert not ledger.set_trace_id(due.id, "node-b", "trace-b")
-    assert ledger.set_trace_id(due.id, "node-a", "trace-a")
+    lost = ledger.start_attempt(mine, "node-b", 1, None, LEASE, trace_id="trace-b")
+    assert lost.outcome == "lost"
+    assert ledger.start_attempt(mine, "node-a", 1, None, LEASE, trace_id="trace-a").started
+    assert not ledger.settle(due.id, "node-b", COMPLETED, trace_id="trace-b")
 
     assert ledger.get_occurrence(due.id).trace_id == "trace-a"

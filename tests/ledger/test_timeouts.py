@@ -110,7 +110,7 @@ def test_a_connection_that_goes_silent_is_given_up_after_the_socket_timeout(
 
             # Then a claim gives up on it instead of waiting, and claims nothing
             with pytest.raises(DatabaseUnavailable):
-                ledger.claim_due("claimant-1", 10, 60)
+                ledger.claim("claimant-1", 10, 60)
             # and a new connection through the silent network is given up too
             with pytest.raises(DatabaseUnavailable):
                 ledger.db_now()

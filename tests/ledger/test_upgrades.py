@@ -90,7 +90,7 @@ def test_a_database_migrated_by_newer_code_is_left_as_it_is_and_the_log_says_so(
         assert recorded_revision(ledger) == "0099"
         assert schema(ledger) == before
         [said] = [r.getMessage() for r in caplog.records if "ahead of this code" in r.message]
-        assert "0099 is unknown here" in said and "newest is 0008" in said
+        assert "0099 is unknown here" in said and "newest is 0009" in said
 
 
 #: The columns of `cron_occurrences` the previous release (schema 0005) writes, as it lists
@@ -191,7 +191,7 @@ def test_an_index_an_interrupted_migration_left_invalid_is_built_again(
         ledger.migrate()
 
         # Then the revision finished, and the index is one the planner may use
-        assert recorded_revision(ledger) == "0008"
+        assert recorded_revision(ledger) == "0009"
         assert index_validity(ledger, "ix_cron_occurrences_overdue") is True
         assert index_validity(ledger, "ix_cron_schedule_state_next") is True
 
@@ -243,7 +243,7 @@ def test_ddl_kept_waiting_by_a_long_transaction_gives_way_and_is_tried_again(
 
         # Then the revision gave way once (letting the table's other users through) and,
         # tried again once the reader was done, completed
-        assert recorded_revision(ledger) == "0008"
+        assert recorded_revision(ledger) == "0009"
         waited = [r for r in caplog.records if "waited too long for a table lock" in r.message]
         assert len(waited) == 1
 
@@ -259,7 +259,7 @@ def test_channels_written_before_labels_have_none_after_the_upgrade(
         config = Config(str(ALEMBIC_INI))
         with ledger.engine.connect() as conn:
             config.attributes["connection"] = conn
-            command.upgrade(config, "0007")
+            command.upgrade(config, "0008")
             conn.commit()
         document = {"transport_config": '{"schedule": "0 15 2 * * *"}', "target": "{}"}
         with ledger.engine.begin() as conn:

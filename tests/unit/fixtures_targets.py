@@ -5,11 +5,12 @@ for an HTTP endpoint, or for the Lambda API where moto cannot produce an answer)
 from __future__ import annotations
 
 import ssl
-import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from cronledger.local_http import serve_in_thread
 
 received_envelopes: list[dict[str, Any]] = []
 
@@ -66,7 +67,7 @@ class RecordingServer:
             self.url = f"https://127.0.0.1:{self.port}"
 
     def __enter__(self) -> RecordingServer:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        serve_in_thread(self._server, "recording-server")
         return self
 
     def __exit__(self, *exc: object) -> None:

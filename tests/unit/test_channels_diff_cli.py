@@ -36,15 +36,12 @@ def document(schedule: str, starts_at: str, timezone: str = "Europe/London") -> 
 
 
 @pytest.fixture
-def api_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Ledger]]:
+def api_url(sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Ledger]]:
     for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "250")
-    ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
-    ledger.migrate()
-    with serving(create_app(ledger, SETTINGS)) as url:
-        yield url, ledger
-    ledger.dispose()
+    with serving(create_app(sqlite_ledger, SETTINGS)) as url:
+        yield url, sqlite_ledger
 
 
 def run(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> tuple[int, str, str]:

@@ -11,16 +11,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from cronledger import invokers
-from cronledger.invokers import (
+from cronledger.aws import invoker as lambda_invoker
+from cronledger.aws.invoker import (
     DISPATCH_LANES,
     MOST_PER_INVOKE,
-    DispatchFailed,
-    Invoker,
     LambdaInvoker,
-    ThreadPoolInvoker,
     invoke_batches,
 )
+from cronledger.invokers import DispatchFailed, Invoker, ThreadPoolInvoker
 from cronledger.targets.clients import AwsClients
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
@@ -221,16 +219,16 @@ def test_the_claim_dispatches_through_a_retried_client_with_a_short_timeout(
         def invoke(self, **_call: Any) -> dict[str, int]:
             return {"StatusCode": 202}
 
-    monkeypatch.setattr(invokers, "default_clients", Clients)
+    monkeypatch.setattr(lambda_invoker, "default_clients", Clients)
     LambdaInvoker("cronledger-execute").dispatch("occ-1", "claim-abc")
     assert asked == [
         {
-            "timeout_secs": invokers.DISPATCH_TIMEOUT_SECS,
+            "timeout_secs": lambda_invoker.DISPATCH_TIMEOUT_SECS,
             "retried": True,
-            "connections": invokers.DISPATCH_LANES,
+            "connections": lambda_invoker.DISPATCH_LANES,
         }
     ]
-    assert invokers.DISPATCH_TIMEOUT_SECS <= 10
+    assert lambda_invoker.DISPATCH_TIMEOUT_SECS <= 10
 
 
 def test_budgets_within_one_second_share_a_client(aws_env: None) -> None:
@@ -296,3 +294,29 @@ def test_a_refused_batch_reports_each_of_its_occurrences_and_only_those(aws_env:
 
     assert sorted(failed) == sorted(ids)
     assert all("cronledger-execute" in why for why in failed.values())
+
+
+def test_the_claim_service_loads_no_aws_sdk() -> None:
+    # The Lambda invoker lives under cronledger.aws: the service itself (and the local
+    # runner's claim loop) never pays botocore's import.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import cronledger
+
+    probe = (
+        "import sys, cronledger.claim, cronledger.invokers; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')))"
+    )
+    this_tree = {"PYTHONPATH": str(Path(cronledger.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, **this_tree},
+    )
+    assert done.stdout.strip() == "[]"

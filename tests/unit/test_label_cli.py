@@ -14,7 +14,7 @@ from cronledger.api import create_app
 from cronledger.ledger import Ledger
 from tests.api.helpers import OK_TARGET, SETTINGS, Scheduler
 from tests.api.http import serving
-from tests.unit.test_operator_cli import SCHEDULE, Cli
+from tests.unit.test_operator_cli import SCHEDULE, Cli, Served
 
 
 @pytest.fixture
@@ -24,8 +24,9 @@ def cli(
     """The command line against an API over the parametrised `ledger` (both backends)."""
     for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
         monkeypatch.delenv(name, raising=False)
-    with serving(create_app(ledger, SETTINGS)) as url:
-        yield Cli(url, ledger, Scheduler(ledger), capsys)
+    served = Served()
+    with serving(create_app(ledger, SETTINGS), served) as url:
+        yield Cli(url, ledger, Scheduler(ledger), capsys, served)
 
 
 def labelled(cli: Cli, name: str, **labels: str) -> str:
@@ -56,10 +57,11 @@ def names_listed(cli: Cli, *argv: str) -> list[str]:
 
 
 def test_list_keeps_the_channels_carrying_every_label_of_the_selector(fleet: Cli) -> None:
-    assert names_listed(fleet, "-l", "team=billing") == ["billing-acme", "billing-globex"]
+    # (newest first)
+    assert names_listed(fleet, "-l", "team=billing") == ["billing-globex", "billing-acme"]
     assert names_listed(fleet, "-l", "team=billing,tenant=acme") == ["billing-acme"]
-    assert names_listed(fleet, "--selector", "tenant=acme") == ["billing-acme", "ops-acme"]
-    assert names_listed(fleet) == ["billing-acme", "billing-globex", "ops-acme", "plain"]
+    assert names_listed(fleet, "--selector", "tenant=acme") == ["ops-acme", "billing-acme"]
+    assert names_listed(fleet) == ["plain", "ops-acme", "billing-globex", "billing-acme"]
 
 
 def test_show_and_the_wide_list_show_a_channels_labels(fleet: Cli) -> None:

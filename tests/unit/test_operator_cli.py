@@ -9,6 +9,7 @@ SigV4 signature.
 
 from __future__ import annotations
 
+import _thread
 import io
 import json
 import os
@@ -19,8 +20,9 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,10 @@ import pytest
 import typer
 import yaml
 
-from cronledger.api import create_app
+from cronledger.api import PREFIX, create_app
 from cronledger.cli import app, main
 from cronledger.cli.client import ApiClient
+from cronledger.instants import to_rfc3339
 from cronledger.ledger import Ledger, NewOccurrence
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler
 from tests.api.http import serving
@@ -60,11 +63,38 @@ class Ran:
 
 
 @dataclass
+class Served:
+    """The API's requests as they are answered, counted by path, with what a test asked to
+    happen at the `nth` to a path: it runs after that request is answered and before its
+    answer is sent, so the command has not seen the answer yet (and no later one)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    actions: dict[tuple[str, int], Callable[[], object]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on(self, path: str, nth: int, action: Callable[[], object]) -> None:
+        self.actions[(path, nth)] = action
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        with self.lock:
+            self.counts[event["rawPath"]] += 1
+            action = self.actions.pop((event["rawPath"], self.counts[event["rawPath"]]), None)
+        if action is not None:
+            action()
+
+
+def ctrl_c() -> None:
+    """Interrupt the main thread as Ctrl-C does (how a person ends a `--watch`)."""
+    _thread.interrupt_main(signal.SIGINT)
+
+
+@dataclass
 class Cli:
     url: str
     ledger: Ledger
     scheduler: Scheduler
     capsys: pytest.CaptureFixture[str]
+    served: Served
 
     def __call__(self, *argv: str, api_url: str | None = None) -> Ran:
         self.capsys.readouterr()
@@ -81,15 +111,13 @@ class Cli:
 
 @pytest.fixture
 def cli(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    sqlite_ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Cli]:
     for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
         monkeypatch.delenv(name, raising=False)
-    ledger = Ledger.connect(f"sqlite:///{tmp_path / 'ledger.db'}")
-    ledger.migrate()
-    with serving(create_app(ledger, SETTINGS)) as url:
-        yield Cli(url, ledger, Scheduler(ledger), capsys)
-    ledger.dispose()
+    served = Served()
+    with serving(create_app(sqlite_ledger, SETTINGS), served) as url:
+        yield Cli(url, sqlite_ledger, Scheduler(sqlite_ledger), capsys, served)
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:
@@ -398,6 +426,35 @@ def test_occurrences_list_is_newest_scheduled_first_and_filters_by_trigger(cli: 
     assert all(r[2] == "completed" for r in rows(backfilled)[1:])
 
 
+def test_lists_page_by_the_key_their_footer_names(cli: Cli) -> None:
+    # Given five rows of one channel, and three channels two of which share a prefix
+    channel_id = cli.channel("nightly")
+    cli.channel("nightly-eu")
+    cli.channel("weekly")
+    now = cli.ledger.db_now().replace(microsecond=0)
+    for hours in range(5):
+        at = now - timedelta(hours=hours)
+        assert cli.ledger.insert_occurrence(NewOccurrence(channel_id, "nightly", 1, at))
+
+    # When the occurrences are read two a page, each page after the key the last one names
+    pages = [cli("occurrences", "list", "--limit", "2")]
+    while "--after" in pages[-1].out.splitlines()[-1]:
+        key = pages[-1].out.splitlines()[-1].split("--after ")[1].split()[0]
+        pages.append(cli("occurrences", "list", "--limit", "2", "--after", key))
+    prefixed = cli("channels", "list", "--name-prefix", "nightly", "--limit", "1")
+    status = cli("status", "--name-prefix", "nightly", "--json")
+
+    # Then the pages hold the five rows once each, newest first, each footer saying where
+    # it is, and the prefix keeps the two nightly channels (newest first)
+    footers = [page.out.splitlines()[-1].split(" (")[0] for page in pages]
+    assert footers == ["2 of 5", "2 of 5", "1 of 5"]
+    listed = [o for page in pages for o in page.out.split() if o.startswith(str(now.year))]
+    assert listed == [to_rfc3339(now - timedelta(hours=h)) for h in range(5)]
+    assert [r[0] for r in rows(prefixed)[1:2]] == ["nightly-eu"]
+    assert "(--after " in prefixed.out.splitlines()[-1]
+    assert [c["name"] for c in status.json()["data"]] == ["nightly-eu", "nightly"]
+
+
 def test_unknown_channel_and_status_filters_are_errors_not_empty_lists(cli: Cli) -> None:
     channel = cli("occurrences", "list", "--channel", "nosuch")
     status = cli("occurrences", "list", "--status", "bogus")
@@ -697,20 +754,18 @@ def test_events_page_by_key_and_an_unknown_kind_is_refused(cli: Cli) -> None:
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_events_watch_prints_an_event_written_while_it_watches(cli: Cli, fmt: str) -> None:
-    # Given an event already written
+    # Given an event already written, and another written once the watch has read its first
+    # page (before that page reaches it); the watch is ended with Ctrl-C once it has asked
+    # again after that, so it has printed what it found
     channel_id = cli.channel("quiet")
     before = _cancel_one(cli.ledger, channel_id, "quiet")
     later: list[str] = []
-    writer = threading.Timer(
-        0.6, lambda: later.append(_cancel_one(cli.ledger, channel_id, "quiet"))
-    )
+    events = f"{PREFIX}/cron/events"
+    cli.served.on(events, 1, lambda: later.append(_cancel_one(cli.ledger, channel_id, "quiet")))
+    cli.served.on(events, 3, ctrl_c)
 
-    # When the events are watched while another is written
-    writer.start()
-    try:
-        ran = cli("events", "--watch", "--interval", "0.2", "--watch-for", "4", "-o", fmt)
-    finally:
-        writer.join()
+    # When the events are watched
+    ran = cli("events", "--watch", "--interval", "0.1", "--watch-for", "30", "-o", fmt)
 
     # Then the one there is printed first, and the new one after it, once
     assert ran.code == 0 and len(later) == 1

@@ -5,15 +5,15 @@ a Python target's last frames, and `--watch` prints rows as they change."""
 from __future__ import annotations
 
 import json
-import threading
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from cronledger.api import PREFIX
 from cronledger.ledger import NewOccurrence
 from tests.api.helpers import FAIL_TARGET
-from tests.unit.test_operator_cli import NIGHTLY_YAML, Cli, cli, rows
+from tests.unit.test_operator_cli import NIGHTLY_YAML, Cli, cli, ctrl_c, rows
 
 __all__ = ["cli"]  # the fixture, shared with the command line's other tests
 
@@ -83,18 +83,17 @@ def test_show_lists_every_attempt_with_its_error_and_where_it_failed(cli: Cli) -
 
 
 def test_watching_the_listing_prints_a_row_again_when_its_status_changes(cli: Cli) -> None:
-    # Given a pending manual row, cancelled while the listing is watched
+    # Given a pending manual row, cancelled once the watch has read the listing (before the
+    # listing reaches it); the watch is ended with Ctrl-C once it has asked again after that
     channel_id = cli.channel("nightly")
     row = NewOccurrence(channel_id, "nightly", 1, cli.ledger.db_now() - timedelta(hours=1))
     assert cli.ledger.insert_occurrence(row)
-    canceller = threading.Timer(0.6, lambda: cli.ledger.cancel(row.id, by="ops"))
+    listing = f"{PREFIX}/cron/occurrences"
+    cli.served.on(listing, 1, lambda: cli.ledger.cancel(row.id, by="ops"))
+    cli.served.on(listing, 3, ctrl_c)
 
-    # When the listing is watched for a while
-    canceller.start()
-    try:
-        watched = cli("occurrences", "list", "--watch", "--interval", "0.2", "--watch-for", "2")
-    finally:
-        canceller.join()
+    # When the listing is watched
+    watched = cli("occurrences", "list", "--watch", "--interval", "0.1", "--watch-for", "30")
 
     # Then the row was printed pending under the header, then once more, cancelled
     assert watched.code == 0
@@ -104,17 +103,16 @@ def test_watching_the_listing_prints_a_row_again_when_its_status_changes(cli: Cl
 
 
 def test_watching_status_prints_a_channel_again_when_its_backlog_grows(cli: Cli) -> None:
-    # Given an active channel, given a pending row while its status is watched
+    # Given an active channel, given a pending row once the watch has read its status (before
+    # the status reaches it); the watch is ended with Ctrl-C once it has asked again after that
     channel_id = cli.channel("nightly")
     backlog = NewOccurrence(channel_id, "nightly", 1, cli.ledger.db_now() + timedelta(hours=1))
-    writer = threading.Timer(0.6, lambda: cli.ledger.insert_occurrence(backlog))
+    status = f"{PREFIX}/cron/status"
+    cli.served.on(status, 1, lambda: cli.ledger.insert_occurrence(backlog))
+    cli.served.on(status, 3, ctrl_c)
 
-    # When the status is watched for a while, as JSON lines
-    writer.start()
-    try:
-        watched = cli("status", "--watch", "--interval", "0.2", "--watch-for", "2", "-o", "json")
-    finally:
-        writer.join()
+    # When the status is watched, as JSON lines
+    watched = cli("status", "--watch", "--interval", "0.1", "--watch-for", "30", "-o", "json")
 
     # Then the channel was printed twice: with nothing pending, then with one
     assert watched.code == 0
@@ -141,8 +139,8 @@ def test_a_channel_listing_exported_as_yaml_applies_back_with_no_change(
     outcomes = {o["name"]: o["outcome"] for o in applied.json()}
     assert outcomes == {"nightly": "unchanged", "hourly": "unchanged"}
     assert [(c.name, c.version) for c in cli.ledger.list_channels().data] == [
-        ("nightly", 1),
         ("hourly", 1),
+        ("nightly", 1),
     ]
 
 

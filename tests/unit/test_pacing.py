@@ -16,6 +16,7 @@ from cronledger import reconcile
 from cronledger.ledger import COMPLETED, Ledger
 from cronledger.pacing import MAX_BACKOFF_SECS, Backoff, Every
 from cronledger.settings import Settings
+from tests.fake_ledger import FakeClock
 from tests.ledger.helpers import age_completion, row
 
 
@@ -34,28 +35,50 @@ def test_waits_double_from_the_first_up_to_thirty_seconds_and_a_success_resets_t
 
 
 def test_a_wait_ends_at_the_first_probe_that_answers_and_a_failed_probe_is_no_try() -> None:
-    # Given a loop whose backoff has grown to 800 ms
-    backoff = Backoff("claim", 0.05, logging.getLogger("cronledger.test"))
+    # Given a loop whose backoff has grown to 800 ms, on a clock that never sleeps
+    fake = FakeClock()
+    backoff = Backoff("claim", 0.05, logging.getLogger("cronledger.test"), fake.clock)
     for _ in range(4):
         backoff.failed(ConnectionError("refused"))
     answers: list[Exception | None] = [ConnectionError("refused"), ConnectionError("refused"), None]
     probed: list[float] = []
 
     def probe() -> None:
-        probed.append(time.monotonic())
+        probed.append(fake.now)
         answer = answers.pop(0)
         if answer is not None:
             raise answer
 
     # When it waits after its next failure, the database answering the third probe
-    started = time.monotonic()
+    started = fake.now
     backoff.wait(ConnectionError("refused"), threading.Event(), started + 60, probe)
 
     # Then the wait ended at that probe, one poll apart each, and only the try counted
     assert len(probed) == 3 and answers == []
-    assert all(b - a >= 0.045 for a, b in zip([started, *probed], probed, strict=False))
-    assert time.monotonic() - started < 0.8
+    assert [at - started for at in probed] == pytest.approx([0.05, 0.10, 0.15], abs=1e-4)
+    assert fake.now == probed[-1], "nothing waited after the probe that answered"
     assert backoff.failures == 5
+
+
+def test_a_wait_with_no_answer_ends_when_its_backoff_runs_out_or_at_the_deadline() -> None:
+    # Given a backoff of 400 ms next, and a database that never answers
+    fake = FakeClock()
+    backoff = Backoff("claim", 0.05, logging.getLogger("cronledger.test"), fake.clock)
+    for _ in range(3):
+        backoff.failed(ConnectionError("refused"))
+
+    def probe() -> None:
+        raise ConnectionError("refused")
+
+    # When it waits with a minute left, and again with 100 ms left
+    started = fake.now
+    backoff.wait(ConnectionError("refused"), threading.Event(), started + 60, probe)
+    ran_out = fake.now - started
+    backoff.wait(ConnectionError("refused"), threading.Event(), fake.now + 0.1, probe)
+
+    # Then the first wait lasted its 400 ms, and the second stopped at the deadline
+    assert ran_out == pytest.approx(0.4, abs=1e-4)
+    assert fake.now - started == pytest.approx(0.5, abs=1e-4)
 
 
 def test_an_outage_is_two_log_lines_however_many_polls_it_lasts(
@@ -107,7 +130,6 @@ def test_retention_whose_budget_ran_out_goes_on_at_the_next_pass(
 def test_a_signal_that_lands_on_another_thread_still_ends_the_wait_for_ctrl_c() -> None:
     import signal
     import threading
-    import time
 
     from cronledger.pacing import SIGNAL_LOOK_SECS, wait_for_interrupt
 

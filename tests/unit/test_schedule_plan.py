@@ -23,6 +23,7 @@ from cronledger.schedule import (
     is_misfired,
     kept_misfires,
 )
+from tests.profiles import examples
 
 GRACE = timedelta(minutes=2)
 CURSOR = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
@@ -296,7 +297,7 @@ def test_a_plan_with_a_misfired_instant_stays_its_channels_own() -> None:
 SHARED_CALENDARS = [("0 * * * * *", 60), ("*/10 * * * * *", 10), ("0 0 * * * *", 3600)]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_a_plan_made_through_the_shared_plans_is_the_one_made_alone(data: st.DataObject) -> None:
     # Given channels on a few calendars, each with its own policy, jitter and cursor (drawn

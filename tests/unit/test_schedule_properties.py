@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from cronledger.schedule import Schedule, ScheduleInvalid, compile_schedule
 from cronledger.schedule.compiled import FEW_DUE
 from tests.cron_oracle import Oracle
+from tests.profiles import examples
 
 ZONES = [
     "UTC",
@@ -280,7 +281,9 @@ def compiled(expression: str, zone: str, start: datetime, **more: object) -> Sch
 
 
 FIVE_YEARS = timedelta(days=5 * 366)
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @PROPERTY
@@ -318,7 +321,7 @@ def test_next_after_is_the_oracles_next_instant(
     assert s.next_after(start) == expected
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     cases(),
     st.sampled_from(["skip", "latest", "catch_up"]),

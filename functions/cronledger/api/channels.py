@@ -11,8 +11,8 @@ Decisions where SPEC is silent:
   (a zone removed from the tz database) is refused with the reason instead of failing silently
   in every reconcile pass; and its target against the operator's policy as it is now (a module
   or network no longer allowed), for the same reason.
-- The list is oldest first and can be filtered by `status` and by exact `name` (which is how
-  the command line resolves a name to an id).
+- The list is newest first, like every list, and can be filtered by `status`, by exact `name`
+  (which is how the command line resolves a name to an id) and by a name prefix.
 - `?dry_run=true` on create, new version and status change runs the request as usual and
   rolls its transaction back (as a Kubernetes server-side dry run does): the same checks, the
   same refusal or the same answer, nothing written. `channels apply --dry-run` uses it.
@@ -31,14 +31,17 @@ from cronledger.api.documents import read_new_channel, read_new_version
 from cronledger.api.errors import BROKEN_RESPONSE, error_response, responses
 from cronledger.api.models import (
     PREFIX,
+    After,
     BulkStatusChange,
     ChannelCreateBody,
     ChannelUpdateBody,
     ChannelVersion,
     ChannelView,
     ErrorBody,
+    ExactTotal,
     LabelSelector,
     Limit,
+    NamePrefix,
     Offset,
     One,
     Page,
@@ -116,7 +119,7 @@ def create_channel(
 
 @router.get(
     f"{PREFIX}/channels",
-    summary="List channels, oldest first",
+    summary="List channels, newest first, a page at a time (pass `next` as `after`)",
     tags=["channels"],
     responses=responses(200, "a page of channels"),
     custom_response_validation_http_code=BROKEN_RESPONSE,
@@ -125,12 +128,23 @@ def list_channels(
     status: Annotated[ChannelStatusName | None, Query()] = None,
     name: Annotated[Text | None, Query(description="exact name")] = None,
     label: LabelSelector = None,
+    name_prefix: NamePrefix = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    after: After = None,
+    exact_total: ExactTotal = False,
 ) -> Page[ChannelView]:
     ledger = serving().ledger
-    labels = selector(label or [])
-    page = ledger.list_channels(status=status, limit=limit, offset=offset, name=name, labels=labels)
+    page = ledger.list_channels(
+        status=status,
+        limit=limit,
+        offset=offset,
+        name=name,
+        name_prefix=name_prefix,
+        labels=selector(label or []),
+        after=after,
+        exact_total=exact_total,
+    )
     states = cursors_by_channel(ledger.schedule_states([c.channel_id for c in page.data]))
     return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 

@@ -71,7 +71,22 @@ Timestamp = Annotated[
 """An RFC 3339 UTC timestamp with `Z` in a response."""
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size, 1..1000")]
-Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
+Offset = Annotated[
+    int,
+    Query(
+        ge=0,
+        le=2**31 - 1,
+        description="rows to skip, up to 10000; further pages are read with `after`",
+    ),
+]
+After = Annotated[
+    Text | None, Query(description="the `next` of the previous page: the page after it")
+]
+NamePrefix = Annotated[Text | None, Query(description="names starting with this")]
+ExactTotal = Annotated[
+    bool,
+    Query(description="count every matching row (otherwise counted up to 10000)"),
+]
 LabelSelector = Annotated[
     list[Text] | None,
     Query(
@@ -155,10 +170,17 @@ class One(BaseModel, Generic[T]):
 
 
 class Page(BaseModel, Generic[T]):
+    """A page of a list: pass `next` back as `after` for the one after it. `total` is exact
+    when `total_is_exact`, and otherwise a lower bound (more rows than that match)."""
+
     data: list[T]
     total: int
+    total_is_exact: bool = True
     limit: int
     offset: int
+    next: str | None = Field(
+        default=None, description="the `after` of the next page; null on the last page"
+    )
 
     @classmethod
     def of(cls, page: LedgerPage[Any], view: Callable[[Any], T]) -> Page[T]:
@@ -168,6 +190,8 @@ class Page(BaseModel, Generic[T]):
             total=page.total,
             limit=page.limit,
             offset=page.offset,
+            next=page.next,
+            total_is_exact=page.total_is_exact,
         )
 
 

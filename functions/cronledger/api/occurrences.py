@@ -17,7 +17,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import (
     PREFIX,
+    After,
     CancelReason,
+    ExactTotal,
     Instant,
     Limit,
     OccurrenceRecord,
@@ -38,7 +40,8 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
 
     @app.get(
         f"{PREFIX}/cron/occurrences",
-        summary="List occurrences, newest scheduled_for first",
+        summary="List occurrences, newest scheduled_for first, a page at a time (pass `next` "
+        "as `after`)",
         tags=["occurrences"],
         responses=responses(200, "a page of summaries", 400),
         custom_response_validation_http_code=BROKEN_RESPONSE,
@@ -53,6 +56,8 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         until: Annotated[Instant | None, Query(description="scheduled_for at or before")] = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        after: After = None,
+        exact_total: ExactTotal = False,
     ) -> Page[OccurrenceSummary]:
         _known("status", status, OCCURRENCE_STATUSES)
         _known("trigger", trigger, TRIGGERS)
@@ -65,6 +70,8 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
                 until=until,
                 limit=limit,
                 offset=offset,
+                after=after,
+                exact_total=exact_total,
             )
         )
         return Page.of(page, occurrence_summary)

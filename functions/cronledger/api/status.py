@@ -5,8 +5,8 @@ ledger holds whichever node answers. `/health` reaching the database at all is t
 an unreachable database is a 503 (through the one error mapping), never a cheerful 200.
 
 Decisions where SPEC is silent:
-- The status view is a page (`limit`, `offset`) of the active channels, oldest first, like
-  every other list; "last" is the latest occurrence that has fallen due (rows materialised
+- The status view is a page of the active channels, newest first and by key like every
+  other list, filterable by name prefix; "last" is the latest occurrence that has fallen due (rows materialised
   ahead are not a last run).
 - `last_reconcile_at` / `last_claim_at` are the last heartbeats the loops recorded, null until
   the first one; an alarm compares them with `db_now`.
@@ -19,10 +19,13 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from cronledger.api.errors import BROKEN_RESPONSE, responses
 from cronledger.api.models import (
     PREFIX,
+    After,
     ChannelStatus,
+    ExactTotal,
     Health,
     LabelSelector,
     Limit,
+    NamePrefix,
     Offset,
     One,
     Page,
@@ -52,10 +55,21 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def status(
-        label: LabelSelector = None, limit: Limit = 50, offset: Offset = 0
+        label: LabelSelector = None,
+        name_prefix: NamePrefix = None,
+        limit: Limit = 50,
+        offset: Offset = 0,
+        after: After = None,
+        exact_total: ExactTotal = False,
     ) -> Page[ChannelStatus]:
         page = ledger.list_channels(
-            status=CHANNEL_ACTIVE, limit=limit, offset=offset, labels=selector(label or [])
+            status=CHANNEL_ACTIVE,
+            limit=limit,
+            offset=offset,
+            name_prefix=name_prefix,
+            labels=selector(label or []),
+            after=after,
+            exact_total=exact_total,
         )
         ids = [channel.channel_id for channel in page.data]
         schedules = {channel.channel_id: compiled(channel) for channel in page.data}

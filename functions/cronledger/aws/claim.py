@@ -1,7 +1,7 @@
 """`claim`: the EventBridge tick (every minute), or a wake from the API, runs the claim loop
 while something is due before the function's deadline, handing the claimed occurrences to the
 executor as asynchronous (`Event`) invocations of ids only (SPEC §4), concurrently and in
-batches during a burst (`cronledger.invokers`). With nothing due it returns at once: a quiet
+batches during a burst (`cronledger.aws.invoker`). With nothing due it returns at once: a quiet
 minute costs one claim round. The executor's name comes from the stack
 (`CRONLEDGER_EXECUTE_FUNCTION_NAME`; only this function is told it, and may invoke it).
 """
@@ -18,10 +18,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger.aws import runtime
+from cronledger.aws.invoker import LambdaInvoker
 from cronledger.aws.runtime import logger, metrics, tracer
 from cronledger.claim import run_claim_loop
 from cronledger.errors import CronledgerError
-from cronledger.invokers import LambdaInvoker
 
 EXECUTE_FUNCTION_NAME = "CRONLEDGER_EXECUTE_FUNCTION_NAME"
 

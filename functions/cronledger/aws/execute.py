@@ -1,6 +1,6 @@
 """`execute`: an asynchronous invocation of ids only (SPEC §4), `{"occurrence_id", "claimant"}`
 for one occurrence or, during a burst, `{"occurrence_ids": [...], "claimant"}` for a batch
-(`cronledger.invokers`), runs each attempt under the function's own deadline; a batch's
+(`cronledger.aws.invoker`), runs each attempt under the function's own deadline; a batch's
 attempts run side by side, one thread each, so each keeps its own timeout and none waits for
 another. What they share is the container: one that dies (out of memory, the function's
 timeout) abandons them all, and each is recovered when its lease expires.

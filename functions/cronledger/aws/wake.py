@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cronledger.invokers import DISPATCH_TIMEOUT_SECS
+from cronledger.aws.invoker import DISPATCH_TIMEOUT_SECS
 from cronledger.targets.clients import default_clients
 
 if TYPE_CHECKING:

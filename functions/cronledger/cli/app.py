@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Sequence
+from functools import cache, partial
 from typing import Annotated, Final
 
 import sqlalchemy as sa
@@ -141,10 +142,14 @@ def console(
     serve_console(s.api, port, s.out)
 
 
+#: The command tree, built once per process: it keeps no state between the runs it parses.
+_command = cache(partial(typer.main.get_command, app))
+
+
 def main(argv: Sequence[str] | None = None, *, executable: bool = False) -> int:
     """Run the command line; the exit code. `executable`: this process is the `cronledger`
     executable, and no more than that command runs in it (see `SERVERS`)."""
-    command = typer.main.get_command(app)
+    command = _command()
     try:
         command.main(
             args=argv,

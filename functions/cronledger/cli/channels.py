@@ -23,6 +23,7 @@ from cronledger.cli.documents import Document, UsageError
 from cronledger.cli.output import Column, ago, instant_of, when
 from cronledger.cli.session import (
     EXIT_API,
+    After,
     ChannelRef,
     Limit,
     Offset,
@@ -77,12 +78,23 @@ def list_channels(
         typer.Option(help="only channels in this status: draft, active, paused, archived"),
     ] = None,
     selector: Selector = None,
+    name_prefix: Annotated[
+        str | None, typer.Option("--name-prefix", help="only names starting with this")
+    ] = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    after: After = None,
 ) -> None:
-    """List channels, oldest first, with their schedule and next fire time."""
-    query = {"status": status, "label": label_query(selector), "limit": limit, "offset": offset}
-    page = s.get("/channels", query)
+    """List channels, newest first, with their schedule and next fire time, a page at a
+    time (the footer names the next: --after …)."""
+    query = {
+        "status": status,
+        "name_prefix": name_prefix,
+        "label": label_query(selector),
+        "limit": limit,
+        "offset": offset,
+    }
+    page = s.get("/channels", {**query, "after": after})
     s.out.answer(page, lambda: s.out.table(CHANNEL_COLUMNS, page["data"], page))
 
 
@@ -625,15 +637,19 @@ STATUS_COLUMNS = (
 @api(root, "status")
 def status(
     s: Session,
+    name_prefix: Annotated[
+        str | None, typer.Option("--name-prefix", help="only names starting with this")
+    ] = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    after: After = None,
     watch: Watch = False,
     interval: Interval = 2.0,
     watch_for: WatchFor = None,
 ) -> None:
-    """Per active channel: next fire, last run and its status, pending count, concurrency;
-    with --watch, then each channel's row again whenever it changes."""
-    query = {"limit": limit, "offset": offset}
+    """Per active channel, newest first: next fire, last run and its status, pending count,
+    concurrency; with --watch, then each channel's row again whenever it changes."""
+    query = {"name_prefix": name_prefix, "limit": limit, "offset": offset, "after": after}
     if watch:
         fetch = lambda: s.get("/cron/status", query)["data"]  # noqa: E731
         watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS, interval, watch_for)
@@ -642,7 +658,9 @@ def status(
 
     def human() -> None:
         s.out.table(STATUS_COLUMNS, page["data"], page, empty="(no active channels)")
-        for c in s.get("/channels", {"status": "paused", "limit": 1000})["data"]:
+        for c in s.get(
+            "/channels", {"status": "paused", "name_prefix": name_prefix, "limit": 1000}
+        )["data"]:
             note = status_note(c) or "paused"
             s.out.say(f"{c['name']}: ", s.out.status("paused"), note[len("paused") :])
 

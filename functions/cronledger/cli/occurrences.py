@@ -15,7 +15,17 @@ import typer
 from cronledger.cli.client import ApiError, segment
 from cronledger.cli.documents import UsageError
 from cronledger.cli.output import Column, duration, when
-from cronledger.cli.session import EXIT_API, Limit, Offset, Session, Yes, api, confirm, instant
+from cronledger.cli.session import (
+    EXIT_API,
+    After,
+    Limit,
+    Offset,
+    Session,
+    Yes,
+    api,
+    confirm,
+    instant,
+)
 from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
 
 occurrences = typer.Typer(help="Read the ledger: every scheduled instant and what became of it.")
@@ -71,14 +81,16 @@ def list_occurrences(
     until: Until = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    after: After = None,
     watch: Watch = False,
     interval: Interval = 2.0,
     watch_for: WatchFor = None,
 ) -> None:
-    """The ledger's rows, newest scheduled instant first; with --watch, then each row that
-    appears or changes (a run starting, settling, failing) as it does."""
+    """The ledger's rows, newest scheduled instant first, a page at a time (the footer names
+    the next: --after …); with --watch, then each row that appears or changes (a run
+    starting, settling, failing) as it does."""
     query = _query(s, channel, status, since, until)
-    query |= {"trigger": trigger, "limit": limit, "offset": offset}
+    query |= {"trigger": trigger, "limit": limit, "offset": offset, "after": after}
     if watch:
         fetch = lambda: list(reversed(s.get("/cron/occurrences", query)["data"]))  # noqa: E731
         watch_rows(s, fetch, lambda o: str(o["id"]), COLUMNS, interval, watch_for)
@@ -248,10 +260,12 @@ def _each(s: Session, action: str, ids: list[str], body: Any = None) -> None:
 
 
 def _every(s: Session, query: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every row a filter matches, page by page."""
+    """Every row a filter matches, page by page, each page after the last one's key."""
     rows: list[dict[str, Any]] = []
+    after = None
     while True:
-        page = s.get("/cron/occurrences", {**query, "limit": 1000, "offset": len(rows)})
+        page = s.get("/cron/occurrences", {**query, "limit": 1000, "after": after})
         rows += page["data"]
-        if not page["data"] or len(rows) >= page["total"]:
+        after = page.get("next")
+        if not page["data"] or after is None:
             return rows

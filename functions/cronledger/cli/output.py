@@ -206,10 +206,21 @@ class Out:
         return Text(text)
 
     def _footer(self, page: Mapping[str, Any]) -> None:
-        shown, total, offset = len(page["data"]), page["total"], page["offset"]
-        if shown and shown < total:
+        """Which rows these are, and the key of the page after them: a list is paged by
+        key, so the next page is `--after` its `next` (an older API's: by offset)."""
+        shown, total, offset = len(page["data"]), page["total"], page.get("offset", 0)
+        exact = page.get("total_is_exact", True)
+        if not shown or (exact and shown >= total):
+            return
+        key = page.get("next")
+        if "next" in page:
+            more = f" (--after {key} for more)" if key else ""
+        else:
             more = f" (--offset {offset + shown} for more)" if offset + shown < total else ""
-            self.say(f"{offset + 1}-{offset + shown} of {total}{more}")
+        of = total if exact else f"more than {total}"
+        # A page read by key knows how many it shows, not where it sits in the list.
+        where = f"{offset + 1}-{offset + shown}" if offset or "next" not in page else shown
+        self.say(f"{where} of {of}{more}")
 
 
 def _fitting(

@@ -85,10 +85,11 @@ def _channel_names(ctx: typer.Context, incomplete: str) -> list[str]:
     given = ctx.params.get("api_url") or ctx.find_root().params.get("api_url")
     url = given or os.environ.get("CRONLEDGER_API_URL") or DEFAULT_API_URL
     try:
-        page = ApiClient(url, timeout=2).call("GET", f"{PREFIX}/channels", {"limit": 1000})
+        query = {"name_prefix": incomplete or None, "limit": 1000}
+        page = ApiClient(url, timeout=2).call("GET", f"{PREFIX}/channels", query)
     except (ApiError, Unreachable, ValueError):
         return []
-    return [c["name"] for c in page["data"] if c["name"].startswith(incomplete)]
+    return sorted(c["name"] for c in page["data"] if c["name"].startswith(incomplete))
 
 
 ChannelRef = Annotated[
@@ -96,7 +97,10 @@ ChannelRef = Annotated[
     typer.Argument(help="a channel name or id", show_default=False, autocompletion=_channel_names),
 ]
 Limit = Annotated[int, typer.Option(min=1, max=1000, help="rows per page, 1..1000")]
-Offset = Annotated[int, typer.Option(min=0, help="rows to skip (the footer says what's next)")]
+Offset = Annotated[int, typer.Option(min=0, help="rows to skip, up to 10000 (then use --after)")]
+After = Annotated[
+    str | None, typer.Option(help="the page after this key (the footer names it: --after …)")
+]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="do it without asking")]
 
 

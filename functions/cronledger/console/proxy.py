@@ -14,14 +14,19 @@ JSON (no simple cross-site form). Only the API's own paths are passed on.
 from __future__ import annotations
 
 import signal
-import threading
 from http.server import ThreadingHTTPServer
 from typing import Final
 
 from cronledger.cli.client import PREFIX, ApiClient, Unreachable
 from cronledger.cli.output import Out
 from cronledger.console import HEADERS, PAGE, asset
-from cronledger.local_http import READ_TIMEOUT_SECS, JsonRequestHandler, PeerSafeServer, error_body
+from cronledger.local_http import (
+    READ_TIMEOUT_SECS,
+    JsonRequestHandler,
+    PeerSafeServer,
+    error_body,
+    serve_in_thread,
+)
 from cronledger.pacing import wait_for_interrupt
 
 LOOPBACK: Final = "127.0.0.1"
@@ -42,7 +47,7 @@ def start_proxy(
     """The proxy, serving on 127.0.0.1:`port` (0: any free port) on a thread of its own. A
     client that misbehaves or goes away fails only its own request (`cronledger.local_http`)."""
     server = PeerSafeServer((LOOPBACK, port), _handler(api, read_timeout_secs))
-    threading.Thread(target=server.serve_forever, name="cronledger-console", daemon=True).start()
+    serve_in_thread(server, "cronledger-console")
     return server
 
 

@@ -20,7 +20,6 @@ from cronledger.ledger.models import (
     CHANNEL_PAUSED,
     CLAIMED,
     COMPLETED,
-    DEFAULT_MAX_ATTEMPTS,
     FAILED,
     LEASED_STATUSES,
     OCCURRENCE_STATUSES,
@@ -59,6 +58,7 @@ from cronledger.ledger.models import (
     SingletonSpec,
 )
 from cronledger.ledger.repository import Ledger
+from cronledger.retry import DEFAULT_MAX_ATTEMPTS
 
 __all__ = [
     "ABANDONED",

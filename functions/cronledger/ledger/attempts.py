@@ -25,8 +25,6 @@ nothing trusts an earlier read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,11 +32,9 @@ import sqlalchemy as sa
 from cronledger import alerts
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ledger import attempt_log
-from cronledger.ledger.backend import Backend
 from cronledger.ledger.events import Draft, EventStore, draft
 from cronledger.ledger.models import (
     ABANDONED,
-    CANCELLED,
     CLAIMED,
     COMPLETED,
     FAILED,
@@ -51,19 +47,27 @@ from cronledger.ledger.models import (
     ClaimResult,
     Event,
     Occurrence,
+    OpenedAttempt,
     SingletonSpec,
 )
 from cronledger.ledger.singletons import (
     WAITER_SLOT,
-    SlotRow,
-    add_slot_rows,
-    lock_slots,
+    add_key_rows,
     release_slot,
     release_slots_of,
     renew_slot,
-    take_slot,
+    take_key,
 )
-from cronledger.ledger.tables import attempts, channel_alerts, occurrences, status_is
+from cronledger.ledger.starts import occurrence_and_channel, open_statement, start_statement
+from cronledger.ledger.tables import (
+    attempts,
+    channel_alerts,
+    occurrence_of,
+    occurrences,
+    param,
+    status_is,
+    status_rechecked,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +124,6 @@ class AttemptStore(EventStore):
                 log.warning("could not free the expired slots of abandoned occurrences: %s", exc)
         return ClaimResult([o for o in found if o.status == CLAIMED], abandoned)
 
-    def claim_due(self, claimant: str, limit: int, lease_secs: float) -> list[Occurrence]:
-        """`claim`, answering the leased occurrences only."""
-        return self.claim(claimant, limit, lease_secs).leased
-
     def _claim_statement(self, lease_secs: float) -> sa.Update:
         now = self._sql.now()
         limit = sa.bindparam("p_limit", type_=sa.Integer)
@@ -175,6 +175,43 @@ class AttemptStore(EventStore):
             arm = arm.with_for_update(skip_locked=True)
         return arm.subquery()
 
+    def open_attempt(
+        self,
+        occurrence_id: str,
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> OpenedAttempt:
+        """The occurrence and its channel as the channel is now (None: deleted), in one read;
+        NotFound when there is no such occurrence. With them: whether it is a late cron row the
+        misfire rule has yet to judge (not started within `misfire_grace_secs` of its due
+        time), and on PostgreSQL, in the same statement, the start of a plain attempt when
+        nothing stands in its way: still claimed by `claimant`, not such a late row, no
+        singleton slot held from an earlier attempt, channel active, and
+        `concurrency.policy` absent or "allow" (so no slot to take). The start is then the
+        `AttemptStart` (`executing_version`: the channel's version; `max_attempts`: its
+        retry policy's); otherwise `None`, and the caller decides from the read, starting
+        with `start_attempt` if it should. The occurrence and channel are as they were just
+        before the statement."""
+        rows, _ = self._run(
+            ("open", lease_secs, misfire_grace_secs),
+            lambda: open_statement(self._sql, lease_secs, misfire_grace_secs),
+            {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
+            write=self._sql.is_postgres,
+        )
+        row = rows[0] if rows else None
+        occurrence, channel = occurrence_and_channel(occurrence_id, row)
+        assert row is not None
+        misfire_due, started_at = row[-2:]
+        return OpenedAttempt(
+            occurrence,
+            channel,
+            AttemptStart("started", started_at=started_at) if started_at else None,
+            bool(misfire_due),
+        )
+
     def start_attempt(
         self,
         occurrence: Occurrence | str,
@@ -225,8 +262,8 @@ class AttemptStore(EventStore):
         def start(conn: sa.Connection) -> tuple[AttemptStart, list[Event]] | None:
             taken: tuple[int, int, Occurrence | None] | str | None = None
             if singleton is not None:
-                taken = self._take_key(
-                    conn, singleton, occurrence_id, claimant, lease_secs, wait_secs
+                taken = take_key(
+                    conn, self._sql, singleton, occurrence_id, claimant, lease_secs, wait_secs
                 )
                 if taken is None:
                     return None  # the key lacks slot rows: nothing written yet
@@ -243,7 +280,9 @@ class AttemptStore(EventStore):
             started_at = attempt_log.run_logged_start(
                 conn,
                 self._sql,
-                self._start_statement(lease_secs),
+                self._statement(
+                    ("start", lease_secs), lambda: start_statement(self._sql, lease_secs)
+                ),
                 {**parameters, "p_slot": slot, "p_token": token},
             )
             if started_at is None:
@@ -269,109 +308,8 @@ class AttemptStore(EventStore):
                 return started[0]
             assert singleton is not None
             # Added in a statement of its own, holding no lock: see `singletons.py`.
-            self._atomic(lambda conn: self._add_slot_rows(conn, singleton), single=True)
+            self._atomic(lambda conn: add_key_rows(conn, self._sql, singleton), single=True)
         raise RuntimeError(f"the slot rows of key {key!r} keep disappearing")
-
-    def _add_slot_rows(self, conn: sa.Connection, spec: SingletonSpec) -> None:
-        """The rows a start under `spec` may take: its slots and, under `queue_one`, the
-        waiting place."""
-        first = WAITER_SLOT if spec.policy == "queue_one" else 0
-        add_slot_rows(conn, self._sql, spec.key, range(first, spec.slots))
-
-    def _take_key(
-        self,
-        conn: sa.Connection,
-        spec: SingletonSpec,
-        occurrence_id: str,
-        holder: str,
-        lease_secs: float,
-        wait_secs: float,
-    ) -> tuple[int, int, Occurrence | None] | str | None:
-        """(slot, fencing token, replaced holder) of the slot this occurrence now holds,
-        "busy" (give up) or "wait" (it has taken the key's waiting place); None when the key
-        lacks a slot row it needs, before anything is written. Every row it may write is
-        locked by the one read it starts with."""
-        sql = self._sql
-        rows = lock_slots(conn, sql, spec.key, occurrence_id)
-        of_key = {r.slot: r for r in rows if r.key == spec.key}
-        waiter = of_key.get(WAITER_SLOT)
-        if spec.policy == "queue_one" and _held_by_another(waiter, occurrence_id):
-            return "busy"  # one contender already waits, and goes first when a slot frees
-        needed = range(WAITER_SLOT if spec.policy == "queue_one" else 0, spec.slots)
-        if any(slot not in of_key for slot in needed):  # see `_add_slot_rows`
-            return None
-        if any(r.occurrence_id == occurrence_id for r in rows):
-            release_slots_of(conn, sql, [occurrence_id])
-        # Holders of slots an edit has since removed still run: until they end, they count
-        # against the key's slots like any other holder.
-        running = sum(
-            1 for r in of_key.values() if r.slot >= 0 and _held_by_another(r, occurrence_id)
-        )
-        free = next(
-            (
-                of_key[slot]
-                for slot in range(spec.slots)
-                if not _held_by_another(of_key[slot], occurrence_id)
-            ),
-            None,
-        )
-        if running >= spec.slots:
-            free = None
-        if free is not None:
-            token = take_slot(conn, sql, free, occurrence_id, holder, lease_secs)
-            return "busy" if token is None else (free.slot, token, None)
-        if spec.policy == "queue_one" and waiter is not None:
-            # The place outlives the wait and a claim of the waiter in between.
-            place_secs = lease_secs + wait_secs
-            placed = take_slot(conn, sql, waiter, occurrence_id, None, place_secs)
-            return "busy" if placed is None else "wait"
-        if spec.policy == "replace":
-            return self._replace_oldest(conn, rows, spec, occurrence_id, holder, lease_secs)
-        return "busy"
-
-    def _replace_oldest(
-        self,
-        conn: sa.Connection,
-        rows: list[SlotRow],
-        spec: SingletonSpec,
-        occurrence_id: str,
-        holder: str,
-        lease_secs: float,
-    ) -> tuple[int, int, Occurrence | None] | str:
-        """Cancel the key's live holder that started first ("replaced by <this id>") and take
-        its slot under the next token. Its slot row is among those locked already, so it
-        cannot change hands meanwhile."""
-        sql = self._sql
-        holders = [
-            r
-            for r in rows
-            if r.key == spec.key and r.slot >= 0 and _held_by_another(r, occurrence_id)
-        ]
-        if not holders:
-            return "busy"
-        victim = min(holders, key=_start_order)
-        replaced_by = f"replaced by {occurrence_id}"
-        token = take_slot(conn, sql, victim, occurrence_id, holder, lease_secs)
-        if token is None or victim.occurrence_id is None:
-            return "busy"
-        cancelled = conn.execute(
-            sa.update(occurrences)
-            .where(occurrences.c.id == victim.occurrence_id)
-            .where(status_is(*LEASED_STATUSES))
-            .values(
-                status=CANCELLED,
-                claimed_until=None,
-                error_message=replaced_by,
-                completed_at=sql.now(),
-                updated_at=sql.now(),
-                overdue_at=None,
-            )
-            .returning(*occurrences.c)
-        ).one_or_none()
-        if cancelled is None:
-            return victim.slot, token, None
-        attempt_log.end_open(conn, sql, [victim.occurrence_id], CANCELLED, replaced_by)
-        return victim.slot, token, occurrence_of(cancelled)
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -389,7 +327,7 @@ class AttemptStore(EventStore):
                 sa.update(occurrences)
                 .where(occurrences.c.id == occurrence_id)
                 .where(occurrences.c.claimed_by == claimant)
-                .where(occurrences.c.status == RUNNING)
+                .where(status_rechecked(RUNNING))
                 .values(
                     claimed_until=self._sql.now_plus(lease_secs),
                     updated_at=self._sql.now(),
@@ -527,10 +465,6 @@ class AttemptStore(EventStore):
             return [draft(alerts.COMPLETED, settled)]
         return []
 
-    def settle_skipped(self, occurrence_id: str, claimant: str, reason: str) -> bool:
-        """Record `skipped_singleton` for a claimed occurrence whose key was busy."""
-        return self.settle(occurrence_id, claimant, SKIPPED_SINGLETON, error_message=reason)
-
     def release_claim(self, occurrence_id: str, claimant: str) -> bool:
         """Hand a claimed, not yet started occurrence back to `pending`. The claim's attempt
         is given back too: a deferral is not an attempt."""
@@ -584,54 +518,6 @@ class AttemptStore(EventStore):
             )
         )
         return conn.execute(stmt).rowcount == 1
-
-    def release_singleton(
-        self, key: str, occurrence_id: str, claimant: str, fencing_token: int
-    ) -> bool:
-        """Free the slot of `key` this claimant holds for the occurrence under
-        `fencing_token`. Conditional on all three like every attempt write: a superseded
-        claimant matches nothing, so it cannot free the slot of whoever holds it now, even
-        one a later attempt of the same occurrence holds under an equal token in another
-        slot."""
-        return self._atomic(
-            lambda conn: release_slot(conn, occurrence_id, fencing_token, holder=claimant, key=key),
-            single=True,
-        )
-
-    def set_trace_id(self, occurrence_id: str, claimant: str, trace_id: str) -> bool:
-        """Record the attempt's trace before its target runs, so a run that dies is visible
-        as started. Conditional on ownership like every attempt write."""
-        stmt = (
-            sa.update(occurrences)
-            .where(occurrences.c.id == occurrence_id)
-            .where(occurrences.c.claimed_by == claimant)
-            .where(status_is(*LEASED_STATUSES))
-            .values(trace_id=trace_id, updated_at=self._sql.now())
-        )
-        return self._atomic(lambda conn: conn.execute(stmt).rowcount == 1, single=True)
-
-    def _start_statement(self, lease_secs: float) -> sa.Insert | sa.Update:
-        """claimed → running, with the slot (if any), trace id and attempts allowed (each
-        kept when not given), and the attempt's row in the log (`attempt_log.logged_start`)."""
-
-        def build() -> sa.Insert | sa.Update:
-            running = running_update(
-                self._sql,
-                lease_secs,
-                executing_version=param(occurrences.c.executing_version, "p_version"),
-                singleton_key=param(occurrences.c.singleton_key, "p_key"),
-                singleton_slot=param(occurrences.c.singleton_slot, "p_slot"),
-                fencing_token=param(occurrences.c.fencing_token, "p_token"),
-                trace_id=sa.func.coalesce(
-                    param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
-                ),
-                max_attempts=sa.func.coalesce(
-                    param(occurrences.c.max_attempts, "p_max"), occurrences.c.max_attempts
-                ),
-            )
-            return attempt_log.logged_start(self._sql, running)
-
-        return self._statement(("start", lease_secs), build)
 
     def _settle_statement(self) -> sa.Update:
         """A leased occurrence's end, conditional on its claimant; drops the lease. A
@@ -690,7 +576,7 @@ class AttemptStore(EventStore):
             sa.update(occurrences)
             .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
             .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
-            .where(status_is(*LEASED_STATUSES))
+            .where(status_rechecked(*LEASED_STATUSES))
             .values(
                 error_message=param(occurrences.c.error_message, "p_error"),
                 result=param(occurrences.c.result, "p_result"),
@@ -702,36 +588,6 @@ class AttemptStore(EventStore):
         )
 
 
-def _held_by_another(row: SlotRow | None, occurrence_id: str) -> bool:
-    """The slot is held under a live lease, and not by this occurrence."""
-    return row is not None and row.live and row.occurrence_id != occurrence_id
-
-
-def _start_order(row: SlotRow) -> tuple[bool, datetime, int]:
-    """Holders by when they started (one with no start recorded last), then by slot."""
-    return (row.started_at is None, row.started_at or datetime.min.replace(tzinfo=UTC), row.slot)
-
-
-def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
-    """claimed → running of occurrence `p_id` under claimant `p_claimant`, with what every
-    start writes; `values` adds the rest (version, slot, trace)."""
-    return (
-        sa.update(occurrences)
-        .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
-        .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
-        .where(status_is(CLAIMED))
-        .values(
-            status=RUNNING,
-            started_at=sql.now(),
-            claimed_until=sql.now_plus(lease_secs),
-            # Whatever starts has passed the misfire rule: a retry of it never misfires.
-            misfire_judged=True,
-            updated_at=sql.now(),
-            **values,
-        )
-    )
-
-
 def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:
     """The channel's alert row, when a completion must answer it: failures in a row to
     reset, or a delivered alert to recover from."""
@@ -739,17 +595,6 @@ def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:
         channel_alerts.c.channel_id == channel_id,
         sa.or_(channel_alerts.c.consecutive_failures > 0, channel_alerts.c.open_alert.is_not(None)),
     )
-
-
-def occurrence_of(row: Sequence[Any]) -> Occurrence:
-    """An occurrence from its table's columns, in table order (the model's fields are in
-    that order: tests/ledger/test_schema.py checks)."""
-    return Occurrence(*row)
-
-
-def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
-    """A value bound at execution, typed as `column`."""
-    return sa.bindparam(name, type_=column.type)
 
 
 def _text(value: str) -> sa.ColumnElement[str]:

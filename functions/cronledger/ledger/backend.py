@@ -95,8 +95,17 @@ def create_ledger_engine(
         # transaction (pg8000 builds a TLS context each time). Connections are only opened
         # when needed: a Lambda still holds one or two.
         connect_args = {"timeout": socket_timeout_secs, **engine_options.pop("connect_args", {})}
+        startup: dict[str, str] = {}
         if statement_timeout_ms is not None:
-            connect_args["startup_params"] = {"statement_timeout": str(statement_timeout_ms)}
+            startup["statement_timeout"] = str(statement_timeout_ms)
+        if prepared_statements:
+            # A prepared statement is planned for the values it runs with and the table as
+            # it is now: a generic plan cached while the table was small (a scan of a few
+            # pages) would otherwise be reused after a burst made it large, and a start by
+            # primary key would read every row. Planning these statements costs far less.
+            startup["plan_cache_mode"] = "force_custom_plan"
+        if startup:
+            connect_args["startup_params"] = startup
         engine = sa.create_engine(
             parsed,
             **{

@@ -9,7 +9,7 @@ archiving pauses the cursor in the same transaction (dropping not-yet-due cron r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,33 +18,19 @@ from sqlalchemy.dialects import postgresql
 from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
-from cronledger.ledger import attempt_log
-from cronledger.ledger.attempts import occurrence_of, param, running_update
 from cronledger.ledger.events import Draft
-from cronledger.ledger.misfires import misfire_due
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
     CHANNEL_DRAFT,
     CHANNEL_PAUSED,
-    DEFAULT_MAX_ATTEMPTS,
-    AttemptStart,
     Channel,
     Event,
-    Occurrence,
-    OpenedAttempt,
     Page,
 )
-from cronledger.ledger.occurrences import MAX_PAGE_SIZE, OccurrenceStore
-from cronledger.ledger.tables import channel_versions, channels, occurrences
-
-#: An occurrence's columns, then its channel's (NULL when the channel is gone): built once,
-#: since every attempt sends it.
-_OCCURRENCE_AND_CHANNEL = (
-    sa.select(occurrences, channels)
-    .select_from(occurrences.outerjoin(channels, channels.c.channel_id == occurrences.c.channel_id))
-    .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
-)
+from cronledger.ledger.occurrences import OccurrenceStore
+from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, read_page
+from cronledger.ledger.tables import channel_versions, channels
 
 #: For each status, the statuses a channel may move to it from. Same-status is a no-op.
 _ALLOWED_FROM = {
@@ -241,76 +227,6 @@ class ChannelStore(OccurrenceStore):
             offset=offset,
         )
 
-    def get_occurrence_and_channel(self, occurrence_id: str) -> tuple[Occurrence, Channel | None]:
-        """An occurrence and its channel as the channel is now (None: deleted), in one read:
-        what an attempt needs before it starts. NotFound when there is no such occurrence."""
-        with self._read() as conn:
-            row = conn.execute(_OCCURRENCE_AND_CHANNEL, {"p_id": occurrence_id}).one_or_none()
-        return _occurrence_and_channel(occurrence_id, row)
-
-    def open_attempt(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        lease_secs: float,
-        trace_id: str,
-        *,
-        misfire_grace_secs: float,
-    ) -> OpenedAttempt:
-        """`get_occurrence_and_channel`, whether the occurrence is a late cron row the
-        misfire rule has yet to judge (not started within `misfire_grace_secs` of its due
-        time), and on PostgreSQL, in the same statement, the start of a plain attempt when
-        nothing stands in its way: still claimed by `claimant`, not such a late row, no
-        singleton slot held from an earlier attempt, channel active, and
-        `concurrency.policy` absent or "allow" (so no slot to take). The start is then the
-        `AttemptStart` (`executing_version`: the channel's version; `max_attempts`: its
-        retry policy's); otherwise `None`, and the caller decides from the read, starting
-        with `start_attempt` if it should. The occurrence and channel are as they were just
-        before the statement."""
-        rows, _ = self._run(
-            ("open", lease_secs, misfire_grace_secs),
-            lambda: self._open_statement(lease_secs, misfire_grace_secs),
-            {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
-            write=self._sql.is_postgres,
-        )
-        row = rows[0] if rows else None
-        occurrence, channel = _occurrence_and_channel(occurrence_id, row)
-        assert row is not None
-        misfire_due, started_at = row[-2:]
-        return OpenedAttempt(
-            occurrence,
-            channel,
-            AttemptStart("started", started_at=started_at) if started_at else None,
-            bool(misfire_due),
-        )
-
-    def _open_statement(self, lease_secs: float, misfire_grace_secs: float) -> sa.Select[Any]:
-        late = misfire_due(self._sql, misfire_grace_secs)
-        read = _OCCURRENCE_AND_CHANNEL.add_columns(late)
-        if not self._sql.is_postgres:
-            return read.add_columns(sa.null())
-        policy = channels.c.transport_config["concurrency"]["policy"].as_string()
-        running = (
-            running_update(
-                self._sql,
-                lease_secs,
-                executing_version=channels.c.version,
-                trace_id=param(occurrences.c.trace_id, "p_trace"),
-                max_attempts=_retry_max_attempts(),
-            )
-            .where(occurrences.c.singleton_key.is_(None))
-            .where(sa.not_(late))
-            .where(channels.c.channel_id == occurrences.c.channel_id)
-            .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
-            .where(sa.func.coalesce(policy, "allow") == "allow")
-        )
-        started, logged = attempt_log.logged_start_cte(running)
-        return (
-            read.add_columns(started.c.started_at)
-            .outerjoin_from(occurrences, started, sa.true())
-            .add_cte(logged)
-        )
-
     def get_channel_by_name(self, name: str) -> Channel:
         with self._read() as conn:
             row = conn.execute(sa.select(channels).where(channels.c.name == name)).one_or_none()
@@ -324,29 +240,31 @@ class ChannelStore(OccurrenceStore):
         limit: int = 50,
         offset: int = 0,
         name: str | None = None,
+        *,
+        name_prefix: str | None = None,
         labels: Mapping[str, str] | None = None,
+        after: str | None = None,
+        exact_total: bool = False,
     ) -> Page[Channel]:
-        """Oldest first (creation order); `limit` clamped to 1..1000; `name`: that exact
-        name only; `labels`: channels carrying every one of them."""
-        limit = min(max(limit, 1), MAX_PAGE_SIZE)
-        offset = max(offset, 0)
-        conditions = [] if status is None else [channels.c.status == status]
-        if name is not None:
-            conditions.append(channels.c.name == name)
+        """Newest first by (`created_at`, `channel_id`), a page at a time by key (`after`:
+        the `next` of the page before); `limit` clamped to 1..1000; `name`: that exact name
+        only; `name_prefix`: names starting with it (case-sensitive on both backends);
+        `labels`: channels carrying every one of them."""
+        conditions = channel_conditions(status=status, name=name, name_prefix=name_prefix)
         if labels:
             conditions.append(self._labelled(labels))
-        page = (
-            sa.select(channels)
-            .where(*conditions)
-            .order_by(channels.c.created_at, channels.c.channel_id)
-            .limit(limit)
-            .offset(offset)
-        )
-        count = sa.select(sa.func.count()).select_from(channels).where(*conditions)
+        request = PageRequest(limit, offset, after, exact_total)
+        order = (channels.c.created_at, channels.c.channel_id)
         with self._read() as conn:
-            total = int(conn.execute(count).scalar_one())
-            data = [Channel(**row._mapping) for row in conn.execute(page)]
-        return Page(data=data, total=total, limit=limit, offset=offset)
+            read = read_page(conn, channels, conditions, order, request)
+        return Page(
+            data=[Channel(**row._mapping) for row in read.rows],
+            total=read.total,
+            limit=read.limit,
+            offset=read.offset,
+            next=read.next,
+            total_is_exact=read.total_is_exact,
+        )
 
     def _labelled(self, labels: Mapping[str, str]) -> sa.ColumnElement[bool]:
         """The channel carries every one of `labels`: containment on PostgreSQL (what the
@@ -388,6 +306,22 @@ class ChannelStore(OccurrenceStore):
         raise NotFound(f"channel {channel_id} not found")
 
 
+def channel_conditions(
+    *, status: str | None = None, name: str | None = None, name_prefix: str | None = None
+) -> list[sa.ColumnElement[bool]]:
+    """The channel list's filters, each one condition; a new filter (labels) is one more
+    keyword here and one more condition, and every list and the status view take it."""
+    conditions: list[sa.ColumnElement[bool]] = []
+    if status is not None:
+        conditions.append(channels.c.status == status)
+    if name is not None:
+        conditions.append(channels.c.name == name)
+    if name_prefix:
+        # substr, not LIKE: SQLite's LIKE ignores case, and `%` or `_` in a name are literal.
+        conditions.append(sa.func.substr(channels.c.name, 1, len(name_prefix)) == name_prefix)
+    return conditions
+
+
 def _at_version(current: Channel, version: Any) -> Channel:
     """The channel with the definition of an earlier `cron_channel_versions` row."""
     return Channel(
@@ -403,30 +337,3 @@ def _at_version(current: Channel, version: Any) -> Channel:
         status_reason=current.status_reason,
         labels=version.labels,
     )
-
-
-def _retry_max_attempts() -> sa.ColumnElement[int]:
-    """PostgreSQL: the channel's `retry.max_attempts` read from its stored document (a
-    number there, as validation left it), or the policy's default."""
-    stored = channels.c.transport_config["retry"]["max_attempts"]
-    number = sa.case(
-        (
-            sa.func.jsonb_typeof(stored) == "number",
-            sa.cast(sa.cast(stored.as_string(), sa.Numeric), sa.Integer),
-        ),
-        else_=sa.null(),
-    )
-    return sa.func.coalesce(number, DEFAULT_MAX_ATTEMPTS)
-
-
-def _occurrence_and_channel(
-    occurrence_id: str, row: Sequence[Any] | None
-) -> tuple[Occurrence, Channel | None]:
-    """An occurrence's columns, then its channel's (all NULL when the channel is gone)."""
-    if row is None:
-        raise NotFound(f"occurrence {occurrence_id} not found")
-    split, end = len(occurrences.c), len(occurrences.c) + len(channels.c)
-    occurrence = occurrence_of(row[:split])
-    if row[split] is None:  # the channel's id: no channel
-        return occurrence, None
-    return occurrence, Channel(*row[split:end])  # fields in table order, as occurrence_of

@@ -144,12 +144,6 @@ class CursorStore(EventStore):
         with self._write() as conn:
             self._pause_cursor(conn, channel_id)
 
-    def advance_cursor(self, move: CursorMove) -> bool:
-        """Make one move. False: someone else moved or reset the cursor first, and the
-        caller's plan is stale."""
-        with self._write(single=True) as conn:
-            return move.channel_id in self._advance_in(conn, [move])
-
     def _advance_in(self, conn: sa.Connection, moves: list[CursorMove]) -> set[str]:
         """The moves as UPDATEs with a condition per move, inside the caller's transaction:
         SQLite's batch, and a single move anywhere (PostgreSQL's batches join a JSON parameter

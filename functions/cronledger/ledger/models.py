@@ -15,6 +15,7 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from cronledger.errors import CronledgerError
 from cronledger.ids import new_occurrence_id
+from cronledger.retry import DEFAULT_MAX_ATTEMPTS
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -138,10 +139,6 @@ class Occurrence:
         `max_attempts` from the channel's policy again; the attempt made was allowed all
         the same, so "attempt 2 of 1" is never shown."""
         return max(self.max_attempts, self.attempt)
-
-
-#: The retry policy's default `max_attempts` (SPEC §1.1), for rows written without a channel's.
-DEFAULT_MAX_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,15 +321,22 @@ class OpenedAttempt:
 
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
+    """A page of a list; `total` is exact unless `total_is_exact` is False, when more than
+    that many rows match. `next`: the key to pass as `after` for the next page (None on the
+    last)."""
+
     data: list[T]
     total: int
     limit: int
     offset: int
+    next: str | None = None
+    total_is_exact: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class OccurrenceFilter:
-    """Listing filter; `since` and `until` bound `scheduled_for`, both inclusive."""
+    """Listing filter; `since` and `until` bound `scheduled_for`, both inclusive. `after`:
+    the `next` of the page before; `exact_total`: count every match, past the usual bound."""
 
     channel_id: str | None = None
     status: str | None = None
@@ -341,6 +345,8 @@ class OccurrenceFilter:
     until: datetime | None = None
     limit: int = 50
     offset: int = 0
+    after: str | None = None
+    exact_total: bool = False
 
 
 @dataclass(frozen=True, slots=True)

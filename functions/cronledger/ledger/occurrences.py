@@ -39,6 +39,7 @@ from cronledger.ledger.models import (
     OccurrenceFilter,
     Page,
 )
+from cronledger.ledger.paging import PageRequest, read_page
 from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
 from cronledger.ledger.tables import (
     channel_alerts,
@@ -49,7 +50,6 @@ from cronledger.ledger.tables import (
     status_is,
 )
 
-MAX_PAGE_SIZE = 1000
 #: Rows per retention DELETE (`delete_terminal_older_than`).
 RETENTION_BATCH = 1000
 #: Rows per INSERT statement, well inside both backends' bound-parameter limits.
@@ -80,7 +80,7 @@ class OccurrenceStore(CursorStore):
         moves: Iterable[CursorMove],
     ) -> tuple[int, set[str]]:
         """A reconcile pass's writes, all or nothing: make the moves, each by its own
-        compare-and-set (`advance_cursor`; a channel should appear once), and insert the rows
+        compare-and-set (a channel should appear once), and insert the rows
         of exactly the channels whose cursor moved. A cursor someone else moved meanwhile (a
         peer's pass, or an edit resetting it, even onto the instant the move starts from)
         gets none of this pass's rows, so rows planned under a schedule that was just
@@ -212,12 +212,10 @@ class OccurrenceStore(CursorStore):
             return attempt_log.attempts_of(conn, occurrence_id)
 
     def list_occurrences(self, filter: OccurrenceFilter | None = None) -> Page[Occurrence]:
-        """Newest first by `scheduled_for` (a backfilled 06:00 row sits below a 09:00 one
-        whenever it was written): an operator opening the list asks what happened recently.
-        `limit` is clamped to 1..1000."""
+        """Newest first by (`scheduled_for`, `id`), a page at a time by key (`paging`): a
+        backfilled 06:00 row sits below a 09:00 one whenever it was written, since an
+        operator opening the list asks what happened recently. `limit` is clamped to 1..1000."""
         f = filter or OccurrenceFilter()
-        limit = min(max(f.limit, 1), MAX_PAGE_SIZE)
-        offset = max(f.offset, 0)
         conditions: list[sa.ColumnElement[bool]] = []
         if f.channel_id is not None:
             conditions.append(occurrences.c.channel_id == f.channel_id)
@@ -229,18 +227,18 @@ class OccurrenceStore(CursorStore):
             conditions.append(occurrences.c.scheduled_for >= require_utc(f.since, "since"))
         if f.until is not None:
             conditions.append(occurrences.c.scheduled_for <= require_utc(f.until, "until"))
-        page = (
-            sa.select(occurrences)
-            .where(*conditions)
-            .order_by(occurrences.c.scheduled_for.desc(), occurrences.c.id.desc())
-            .limit(limit)
-            .offset(offset)
-        )
-        count = sa.select(sa.func.count()).select_from(occurrences).where(*conditions)
+        request = PageRequest(f.limit, f.offset, f.after, f.exact_total)
+        order = (occurrences.c.scheduled_for, occurrences.c.id)
         with self._read() as conn:
-            total = conn.execute(count).scalar_one()
-            data = [Occurrence(**row._mapping) for row in conn.execute(page)]
-        return Page(data=data, total=total, limit=limit, offset=offset)
+            read = read_page(conn, occurrences, conditions, order, request)
+        return Page(
+            data=[Occurrence(**row._mapping) for row in read.rows],
+            total=read.total,
+            limit=read.limit,
+            offset=read.offset,
+            next=read.next,
+            total_is_exact=read.total_is_exact,
+        )
 
     def requeue(self, occurrence_id: str) -> Occurrence:
         """Put a failed, cancelled or skipped occurrence of an active channel back to
@@ -377,16 +375,7 @@ class OccurrenceStore(CursorStore):
         a vacuum must keep) nor runs into the statement timeout. It stops at the first batch
         that comes back short, or after the batch that ends past the monotonic `until`,
         leaving the rest to the next run; answers how many rows went."""
-        expired = sa.and_(
-            status_is(*TERMINAL_STATUSES),
-            occurrences.c.completed_at < self._sql.now_plus(-hours * 3600),
-        )
-        batch = sa.select(occurrences.c.id).where(expired).limit(batch_size)
-        if self._sql.is_postgres:
-            batch = batch.with_for_update(skip_locked=True)
-        # The condition is checked again on the row deleted: one an operator's retry made
-        # pending since the batch was chosen stays.
-        stmt = sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()), expired)
+        stmt = self._retention_batch(hours, batch_size)
         deleted = 0
         while True:
             with self._write(single=True) as conn:
@@ -395,12 +384,34 @@ class OccurrenceStore(CursorStore):
             if count < batch_size or (until is not None and time.monotonic() >= until):
                 return deleted
 
-    def purge_channel(self, channel_id: str) -> None:
-        """Remove a channel's cursor and occurrences, and free the singleton slots they
-        hold. For a deleted channel; an archived one keeps its history."""
-        self._atomic(lambda conn: self._purge(conn, channel_id))
+    def _retention_batch(self, hours: float, batch_size: int) -> sa.Delete:
+        """One retention batch: the `batch_size` oldest terminal rows past the window, read
+        in `completed_at` order from the index of terminal rows (so a batch costs what it
+        deletes, however much history or live work the table holds), deleted by primary
+        key; their attempts go with them (ON DELETE CASCADE)."""
+        expired = sa.and_(
+            status_is(*TERMINAL_STATUSES),
+            occurrences.c.completed_at < self._sql.now_plus(-hours * 3600),
+        )
+        batch = (
+            sa.select(occurrences.c.id)
+            .where(expired)
+            .order_by(occurrences.c.completed_at)
+            .limit(batch_size)
+        )
+        if self._sql.is_postgres:
+            # The ids as an array computed once, then each row reached by primary key: the
+            # planner cannot drive the delete from the window's condition instead (every
+            # expired row, not a batch). The lock re-checks the condition on the row as it
+            # is, so one an operator's retry made pending since the read is not chosen.
+            locked = batch.with_for_update(skip_locked=True).scalar_subquery()
+            return sa.delete(occurrences).where(occurrences.c.id == sa.any_(sa.func.array(locked)))
+        # SQLite's single writer: nothing changes between the read and the delete.
+        return sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()))
 
     def _purge(self, conn: sa.Connection, channel_id: str) -> None:
+        """A deleted channel's cursor, occurrences (their attempts cascade), events and alert
+        row go, and the slots its occurrences hold are freed, in the caller's transaction."""
         ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
         release_slots_of(conn, self._sql, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))

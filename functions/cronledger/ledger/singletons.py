@@ -14,20 +14,23 @@ lock, so adding them never waits while holding one.
 
 These functions run inside the caller's transaction, which writes singleton rows before any
 occurrence row (the lock order, `store.py`); each write is one conditional statement whose
-answer is what it matched.
+answer is what it matched. `take_key` is a start's whole decision over the locked rows: a
+free slot, the waiting place (`queue_one`), the oldest holder's slot (`replace`), or none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from cronledger.ledger import attempt_log
 from cronledger.ledger.backend import Backend
-from cronledger.ledger.tables import occurrences, singletons
+from cronledger.ledger.models import CANCELLED, LEASED_STATUSES, Occurrence, SingletonSpec
+from cronledger.ledger.tables import occurrence_of, occurrences, singletons, status_rechecked
 
 #: The slot row of a `queue_one` key's waiting contender (never a running holder's).
 WAITER_SLOT = -1
@@ -202,3 +205,111 @@ def _release_chosen(
         .returning(singletons.c.singleton_key, singletons.c.slot)
     )
     return {(str(key), int(slot)) for key, slot in freed}
+
+
+def add_key_rows(conn: sa.Connection, sql: Backend, spec: SingletonSpec) -> None:
+    """The rows a start under `spec` may take: its slots and, under `queue_one`, the
+    waiting place."""
+    first = WAITER_SLOT if spec.policy == "queue_one" else 0
+    add_slot_rows(conn, sql, spec.key, range(first, spec.slots))
+
+
+def take_key(
+    conn: sa.Connection,
+    sql: Backend,
+    spec: SingletonSpec,
+    occurrence_id: str,
+    holder: str,
+    lease_secs: float,
+    wait_secs: float,
+) -> tuple[int, int, Occurrence | None] | str | None:
+    """(slot, fencing token, replaced holder) of the slot this occurrence now holds,
+    "busy" (give up) or "wait" (it has taken the key's waiting place); None when the key
+    lacks a slot row it needs, before anything is written. Every row it may write is
+    locked by the one read it starts with."""
+    rows = lock_slots(conn, sql, spec.key, occurrence_id)
+    of_key = {r.slot: r for r in rows if r.key == spec.key}
+    waiter = of_key.get(WAITER_SLOT)
+    if spec.policy == "queue_one" and _held_by_another(waiter, occurrence_id):
+        return "busy"  # one contender already waits, and goes first when a slot frees
+    needed = range(WAITER_SLOT if spec.policy == "queue_one" else 0, spec.slots)
+    if any(slot not in of_key for slot in needed):  # see `add_key_rows`
+        return None
+    if any(r.occurrence_id == occurrence_id for r in rows):
+        release_slots_of(conn, sql, [occurrence_id])
+    # Holders of slots an edit has since removed still run: until they end, they count
+    # against the key's slots like any other holder.
+    running = sum(1 for r in of_key.values() if r.slot >= 0 and _held_by_another(r, occurrence_id))
+    free = next(
+        (
+            of_key[slot]
+            for slot in range(spec.slots)
+            if not _held_by_another(of_key[slot], occurrence_id)
+        ),
+        None,
+    )
+    if running >= spec.slots:
+        free = None
+    if free is not None:
+        token = take_slot(conn, sql, free, occurrence_id, holder, lease_secs)
+        return "busy" if token is None else (free.slot, token, None)
+    if spec.policy == "queue_one" and waiter is not None:
+        # The place outlives the wait and a claim of the waiter in between.
+        place_secs = lease_secs + wait_secs
+        placed = take_slot(conn, sql, waiter, occurrence_id, None, place_secs)
+        return "busy" if placed is None else "wait"
+    if spec.policy == "replace":
+        return _replace_oldest(conn, sql, rows, spec, occurrence_id, holder, lease_secs)
+    return "busy"
+
+
+def _replace_oldest(
+    conn: sa.Connection,
+    sql: Backend,
+    rows: list[SlotRow],
+    spec: SingletonSpec,
+    occurrence_id: str,
+    holder: str,
+    lease_secs: float,
+) -> tuple[int, int, Occurrence | None] | str:
+    """Cancel the key's live holder that started first ("replaced by <this id>") and take
+    its slot under the next token. Its slot row is among those locked already, so it
+    cannot change hands meanwhile."""
+    holders = [
+        r for r in rows if r.key == spec.key and r.slot >= 0 and _held_by_another(r, occurrence_id)
+    ]
+    if not holders:
+        return "busy"
+    victim = min(holders, key=_start_order)
+    replaced_by = f"replaced by {occurrence_id}"
+    token = take_slot(conn, sql, victim, occurrence_id, holder, lease_secs)
+    if token is None or victim.occurrence_id is None:
+        return "busy"
+    cancelled = conn.execute(
+        sa.update(occurrences)
+        .where(occurrences.c.id == victim.occurrence_id)
+        .where(status_rechecked(*LEASED_STATUSES))
+        .values(
+            status=CANCELLED,
+            claimed_until=None,
+            error_message=replaced_by,
+            completed_at=sql.now(),
+            updated_at=sql.now(),
+            overdue_at=None,
+        )
+        .returning(*occurrences.c)
+    ).one_or_none()
+    if cancelled is None:
+        return victim.slot, token, None
+    attempt_log.end_open(conn, sql, [victim.occurrence_id], CANCELLED, replaced_by)
+    return victim.slot, token, occurrence_of(cancelled)
+
+
+def _held_by_another(row: SlotRow | None, occurrence_id: str) -> bool:
+    """The slot is held under a live lease, and not by this occurrence."""
+    return row is not None and row.live and row.occurrence_id != occurrence_id
+
+
+def _start_order(row: SlotRow) -> tuple[bool, datetime, int]:
+    """Holders by when they started (one with no start recorded last), then by slot."""
+    return (row.started_at is None, row.started_at or datetime.min.replace(tzinfo=UTC), row.slot)

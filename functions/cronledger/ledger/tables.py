@@ -8,6 +8,7 @@ compares the instants, including against the clock expression in `backend.py`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from cronledger.instants import require_utc
+from cronledger.ledger.models import Occurrence
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -73,6 +75,8 @@ channels = sa.Table(
         postgresql_using="gin",
         postgresql_ops={"labels": "jsonb_path_ops"},
     ),
+    # The channel list and the status view, newest first, a page at a time by key.
+    sa.Index("ix_cron_channels_created", "created_at", "channel_id"),
 )
 
 channel_versions = sa.Table(
@@ -172,8 +176,20 @@ occurrences = sa.Table(
         postgresql_where=sa.text("status = 'pending' AND NOT misfire_judged"),
         sqlite_where=sa.text("status = 'pending' AND NOT misfire_judged"),
     ),
-    # Newest-first listing by instant (per channel: the unique constraint above).
+    # Newest-first listing by instant (per channel: the unique constraint above), and by
+    # key within a status or a trigger: a filtered page is one range of one index.
     sa.Index("ix_cron_occurrences_scheduled", "scheduled_for", "id"),
+    sa.Index("ix_cron_occurrences_status", "status", "scheduled_for", "id"),
+    sa.Index("ix_cron_occurrences_trigger", "trigger", "scheduled_for", "id"),
+    # Retention reads the oldest history from here, a batch at a time, never the table.
+    # Partial on PostgreSQL (terminal rows only: `status_is(*TERMINAL_STATUSES)` matches it).
+    sa.Index(
+        "ix_cron_occurrences_retention",
+        "completed_at",
+        postgresql_where=sa.text(
+            "status IN ('completed', 'failed', 'cancelled', 'skipped_misfire', 'skipped_singleton')"
+        ),
+    ),
     # The overdue watch: only instants that may still become overdue.
     sa.Index(
         "ix_cron_occurrences_overdue",
@@ -278,3 +294,23 @@ def status_is(*statuses: str) -> sa.ColumnElement[bool]:
     literals: nothing to bind or expand per execution, and a prepared statement's generic
     plan can still use the partial indexes on `status`."""
     return occurrences.c.status.in_([sa.literal_column(f"'{status}'") for status in statuses])
+
+
+def status_rechecked(*statuses: str) -> sa.ColumnElement[bool]:
+    """`cron_occurrences.status` is one of these, compared through an expression no index is
+    built on (`status || ''`), for a statement that finds its row by primary key: no plan can
+    then reach it through an index on status instead. Statistics taken before a burst make
+    the partial in-flight index look empty, and a plan scanning it costs what is in flight."""
+    checked = occurrences.c.status.op("||")(sa.literal_column("''", sa.String))
+    return checked.in_([sa.literal_column(f"'{status}'") for status in statuses])
+
+
+def occurrence_of(row: Sequence[Any]) -> Occurrence:
+    """An occurrence from its table's columns, in table order (the model's fields are in
+    that order: tests/ledger/test_schema.py checks)."""
+    return Occurrence(*row)
+
+
+def param(column: sa.Column[Any], name: str) -> sa.BindParameter[Any]:
+    """A value bound at execution, typed as `column`."""
+    return sa.bindparam(name, type_=column.type)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from bisect import bisect_left
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from typing import Any, Final, Literal
 
 from cronledger.alerts import AlertRules
 from cronledger.instants import require_utc, to_rfc3339
+from cronledger.retry import RetryPolicy as RetryPolicy  # its home; schedules carry one
 from cronledger.schedule.walk import (
     EPOCH,
     FIRST_SECOND,
@@ -89,29 +89,6 @@ def kept_misfires(policy: MisfirePolicy, count: int, catch_up: int) -> range:
     if policy == "latest":
         return range(count - 1, count)
     return range(min(count, catch_up))
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How many attempts one occurrence gets in all, and how long it waits between them.
-
-    The wait before attempt `n + 1` is drawn uniformly from `[backoff_secs, ceiling]`, where
-    the ceiling doubles per attempt from `backoff_secs` up to `max_backoff_secs`: full jitter
-    above a floor, so retries of many failed occurrences spread out, yet no retry comes
-    sooner than `backoff_secs` after the failure."""
-
-    max_attempts: int = 3
-    backoff_secs: int = 10
-    max_backoff_secs: int = 300
-
-    def ceiling_secs(self, attempt: int) -> float:
-        """The longest wait after failed attempt `attempt` (1-based)."""
-        doubled = self.backoff_secs * 2.0 ** min(max(attempt - 1, 0), 32)
-        return float(max(self.backoff_secs, min(self.max_backoff_secs, doubled)))
-
-    def backoff_secs_after(self, attempt: int, rng: random.Random | None = None) -> float:
-        """A jittered wait after failed attempt `attempt`, in `[backoff_secs, ceiling]`."""
-        return (rng or random).uniform(self.backoff_secs, self.ceiling_secs(attempt))
 
 
 @dataclass(frozen=True, slots=True)

@@ -636,20 +636,32 @@ async function refresh() {
   await refreshPanel();
 }
 
+// Every row of a list: a page at a time, each after the key (`next`) the one before named.
+async function everyRow(path) {
+  const rows = [];
+  let after = null;
+  do {
+    const page = await api("GET", `${path}?limit=1000${after ? `&after=${enc(after)}` : ""}`);
+    rows.push(...page.data);
+    after = page.next;
+  } while (after);
+  return rows;
+}
+
 async function readLedger() {
   try {
-    const [page, status, misfires] = await Promise.all([
-      api("GET", "channels?limit=1000"),
-      api("GET", "cron/status?limit=1000").then((a) => a.data).catch(() => []),
+    const [channels, status, misfires] = await Promise.all([
+      everyRow("channels"),
+      everyRow("cron/status").catch(() => []),
       api("GET", `cron/occurrences?status=skipped_misfire&limit=${MISFIRES}`).then((a) => a.data).catch(() => []),
     ]);
-    const strips = await Promise.all(page.data.map((c) =>
+    const strips = await Promise.all(channels.map((c) =>
       api("GET", `cron/occurrences?channel_id=${enc(c.channel_id)}&limit=${state.depth.get(c.channel_id) || STRIP}`).catch(() => ({ data: [], total: 0 }))));
-    state.channels = page.data;
+    state.channels = channels;
     state.status = new Map(status.map((r) => [r.channel_id, r]));
     state.alerts = new Map(status.filter((r) => r.open_alert).map((r) => [r.channel_id, r.open_alert]));
-    state.strips = new Map(page.data.map((c, i) => [c.channel_id, strips[i].data]));
-    state.totals = new Map(page.data.map((c, i) => [c.channel_id, strips[i].total]));
+    state.strips = new Map(channels.map((c, i) => [c.channel_id, strips[i].data]));
+    state.totals = new Map(channels.map((c, i) => [c.channel_id, strips[i].total]));
     state.misfires = new Map();
     for (const o of misfires) {
       if (!state.misfires.has(o.channel_id)) state.misfires.set(o.channel_id, []);

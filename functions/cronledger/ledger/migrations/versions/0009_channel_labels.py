@@ -1,7 +1,7 @@
 """Labels at the top of a channel document: `labels` on channels and their versions.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-02
 
 Additive only: a column with a constant default (`{}`) on `cron_channels` and on
@@ -19,8 +19,8 @@ from sqlalchemy.dialects import postgresql
 
 from cronledger.ledger.online_ddl import create_index_online
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,160 @@
+"""Lists read a page at a time by key, newest first, with a total counted only so far.
+
+A page's `next` is the key (instant, id) of its last row, and the following page starts
+strictly below it: the read is a range scan of an index in that order, as cheap at the
+millionth row as at the first, and rows written between two reads land above the pages
+already read instead of shifting them (an offset would repeat or skip them). The total is
+counted up to `TOTAL_BOUND` matching rows and reported as "more than that" beyond, unless
+asked for exactly: counting a 40-million-row ledger on every page read is the cost paging
+avoids. An offset still works for small ones; beyond the bound it is refused, naming `after`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from cronledger.errors import FieldError, ValidationFailed
+from cronledger.instants import require_utc
+
+#: Matching rows counted before the total is reported as "more than" this; also the
+#: largest offset accepted.
+TOTAL_BOUND = 10_000
+MAX_PAGE_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    """Which page: below the key `after` (the `next` of the page before), or at `offset`
+    rows in; `exact_total` counts every matching row however many there are."""
+
+    limit: int = 50
+    offset: int = 0
+    after: str | None = None
+    exact_total: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KeysetRead:
+    """One page's rows (at most `limit`), the key of the next page, and the total."""
+
+    rows: list[sa.Row[Any]]
+    limit: int
+    offset: int
+    next: str | None
+    total: int
+    total_is_exact: bool
+
+
+def read_page(
+    conn: sa.Connection,
+    table: sa.Table,
+    conditions: Sequence[sa.ColumnElement[bool]],
+    order: tuple[sa.Column[Any], sa.Column[Any]],
+    request: PageRequest,
+) -> KeysetRead:
+    """The page of `table`'s rows matching `conditions`, newest first by `order` (an instant
+    and a unique id). ValidationFailed for an offset past the bound, an offset with a key, or
+    a key that is not one."""
+    limit = min(max(request.limit, 1), MAX_PAGE_SIZE)
+    offset = _checked_offset(request)
+    at, row_id = order
+    stmt = sa.select(table).where(*conditions)
+    if request.after is not None:
+        stmt = stmt.where(below(order, *read_key(request.after)))
+    stmt = stmt.order_by(at.desc(), row_id.desc()).limit(limit + 1).offset(offset)
+    rows = list(conn.execute(stmt).all())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    last = rows[-1]._mapping if more and rows else None
+    total, exact = count_matching(conn, table, conditions, exact=request.exact_total)
+    return KeysetRead(
+        rows=rows,
+        limit=limit,
+        offset=offset,
+        next=None if last is None else page_key(last[at.name], last[row_id.name]),
+        total=total,
+        total_is_exact=exact,
+    )
+
+
+def count_matching(
+    conn: sa.Connection,
+    table: sa.Table,
+    conditions: Sequence[sa.ColumnElement[bool]],
+    *,
+    exact: bool = False,
+) -> tuple[int, bool]:
+    """(rows matching, whether that is exact): past `TOTAL_BOUND` the count stops there
+    unless `exact`, so its cost is bounded by the bound, not by the table."""
+    matching = sa.select(sa.literal(1).label("one")).select_from(table).where(*conditions)
+    if not exact:
+        matching = matching.limit(TOTAL_BOUND + 1)
+    counted = conn.execute(sa.select(sa.func.count()).select_from(matching.subquery()))
+    total = int(counted.scalar_one())
+    if exact or total <= TOTAL_BOUND:
+        return total, True
+    return TOTAL_BOUND, False
+
+
+def below(order: tuple[sa.Column[Any], sa.Column[Any]], at: datetime, row_id: str) -> Any:
+    """Rows strictly after the key in newest-first order: `(at, id) < (key)`, written as a
+    row comparison so that an index on (…, at, id) reads it as one range."""
+    at_column, id_column = order
+    return sa.tuple_(at_column, id_column) < sa.tuple_(
+        sa.bindparam(None, require_utc(at), type_=at_column.type),
+        sa.bindparam(None, row_id, type_=id_column.type),
+    )
+
+
+def page_key(at: datetime, row_id: str) -> str:
+    """The opaque `next` naming a row: its instant and id, URL-safe."""
+    raw = f"{require_utc(at).isoformat()}|{row_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def read_key(key: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4)).decode()
+        at, row_id = raw.split("|", 1)
+        return require_utc(datetime.fromisoformat(at)), row_id
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise ValidationFailed(
+            [
+                FieldError(
+                    "after", "invalid", "is not a page key; pass the `next` of the page before"
+                )
+            ]
+        ) from exc
+
+
+def _checked_offset(request: PageRequest) -> int:
+    offset = max(request.offset, 0)
+    if offset > TOTAL_BOUND:
+        raise ValidationFailed(
+            [
+                FieldError(
+                    "offset",
+                    "too_large",
+                    f"offsets are accepted up to {TOTAL_BOUND}; to read further, pass each "
+                    "page's `next` as `after` for the page after it",
+                )
+            ]
+        )
+    if offset and request.after is not None:
+        raise ValidationFailed(
+            [
+                FieldError(
+                    "offset",
+                    "invalid",
+                    "pass either `offset` or `after` (the `next` of the page before), not both",
+                )
+            ]
+        )
+    return offset

@@ -1,0 +1,218 @@
+"""`cronledger dev`'s stand-in for API Gateway: a plain HTTP request becomes an HTTP API
+(payload v2) event for the resolver, and the resolver's v2 answer becomes the response.
+
+There is one adapter: the API's tests send their requests through `exchange` and `serve_api`
+too, so what they check is what `cronledger dev` serves. The API has no authentication, so
+what only a local server needs is decided here as well: a request a web page of another site
+may have sent is refused (`foreign_request`), and listening beyond this machine must be asked
+for, and said (`exposure_warning`).
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import logging
+import time
+from collections.abc import Callable, Mapping
+from http.server import ThreadingHTTPServer
+from typing import Any, cast
+from urllib.parse import parse_qsl, urlsplit
+
+from cronledger.local_http import (
+    READ_TIMEOUT_SECS,
+    JsonRequestHandler,
+    PeerSafeServer,
+    error_body,
+    serve_in_thread,
+)
+
+log = logging.getLogger(__name__)
+
+#: Answers one v2 event (and a Lambda context) with a v2 response dict, as the resolver does.
+Resolve = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+def v2_event(
+    method: str, target: str, headers: Mapping[str, str] | None = None, body: bytes = b""
+) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload v2) event for one request to `target` (a path and
+    its query, still encoded): repeated query parameters joined with a comma, a body that is
+    not UTF-8 as base64, and no body as none, as API Gateway passes them."""
+    headers = {k.lower(): v for k, v in (headers or {}).items()}
+    parts = urlsplit(target)
+    query: dict[str, str] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        query[key] = f"{query[key]},{value}" if key in query else value
+    try:
+        text, encoded = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode("ascii"), True
+    now = time.time()
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": parts.path or "/",
+        "rawQueryString": parts.query,
+        "headers": headers,
+        "queryStringParameters": query or None,
+        "requestContext": {
+            "accountId": "000000000000",
+            "apiId": "local",
+            "domainName": "127.0.0.1",
+            "domainPrefix": "local",
+            "http": {
+                "method": method,
+                "path": parts.path or "/",
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": headers.get("user-agent", ""),
+            },
+            "requestId": f"local-{time.time_ns()}",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "timeEpoch": int(now * 1000),
+        },
+        "body": text or None,
+        "isBase64Encoded": encoded,
+    }
+
+
+class LocalContext:
+    """The few attributes of a Lambda context anything may read locally."""
+
+    function_name = "cronledger-local"
+    memory_limit_in_mb = 0
+    invoked_function_arn = "arn:aws:lambda:local:000000000000:function:cronledger-local"
+    aws_request_id = "local"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 900_000
+
+
+def exchange(
+    resolve: Resolve, method: str, target: str, headers: Mapping[str, str], body: bytes
+) -> tuple[int, dict[str, str], bytes]:
+    """One request answered through `resolve`: its status, headers and body bytes. An error
+    the resolver did not map is a 500 in the API's error shape, and logged."""
+    try:
+        response = resolve(v2_event(method, target, headers, body), LocalContext())
+    except Exception:  # the resolver maps errors; this is the last line of defence
+        log.exception("unhandled error answering %s %s", method, target)
+        response = {
+            "statusCode": 500,
+            "headers": {"content-type": "application/json"},
+            "body": error_body("internal", "internal error").decode(),
+        }
+    return http_answer(response)
+
+
+def http_answer(response: Mapping[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    """A v2 response dict as the status, headers and body bytes an HTTP server sends."""
+    raw = response.get("body") or ""
+    # "replace": a lone surrogate in an answer must not cost the client its connection.
+    payload = (
+        base64.b64decode(raw) if response.get("isBase64Encoded") else raw.encode("utf-8", "replace")
+    )
+    headers = {name: str(value) for name, value in (response.get("headers") or {}).items()}
+    return int(response.get("statusCode", 200)), headers, payload
+
+
+def serve_api(
+    resolve: Resolve, host: str, port: int, read_timeout_secs: float = READ_TIMEOUT_SECS
+) -> ThreadingHTTPServer:
+    """An HTTP server on `host:port`, on a thread of its own, answering every request through
+    `resolve(event, context)`, except those a web page on another site may have sent
+    (`foreign_request`): 403. A client that misbehaves or goes away fails only its own request
+    (`cronledger.local_http`)."""
+    from cronledger.api.errors import forbidden  # Powertools: only when serving
+    from cronledger.api.request_rules import MAX_BODY_BYTES
+
+    class Handler(JsonRequestHandler):
+        timeout = read_timeout_secs
+        max_body = MAX_BODY_BYTES
+
+        def handle_method(self) -> None:
+            # Every method goes to the resolver, which answers one no route takes with a 405
+            # naming those the path does.
+            body = self.read_body()
+            if body is None:
+                return
+            served_port = cast(ThreadingHTTPServer, self.server).server_port
+            refusal = foreign_request(
+                self.headers.get("host"), self.headers.get("origin"), host, served_port
+            )
+            if refusal is not None:
+                self.answer(*http_answer(forbidden(refusal)))
+                return
+            self.answer(
+                *exchange(resolve, self.command, self.path, dict(self.headers.items()), body)
+            )
+
+    server = PeerSafeServer((host, port), Handler)
+    serve_in_thread(server, "cronledger-http")
+    return server
+
+
+def foreign_request(
+    host_header: str | None, origin: str | None, served_host: str, served_port: int
+) -> str | None:
+    """Why a request may come from a web page of another site, or None.
+
+    The local API has no authentication: what keeps a web page the user happens to visit from
+    driving it is that the browser names the page's site in `Origin` (so only this server's
+    own pages, such as /swagger, pass), and that `Host` names this server by address, as
+    `localhost` or as the name it was started with (so a DNS name rebound to 127.0.0.1 by an
+    attacker does not pass). Clients that are not browsers send no `Origin`."""
+    if not host_header:
+        return "a request must say which host it is for (Host)"
+    try:
+        parts = urlsplit(f"//{host_header}")
+        name = (parts.hostname or "").rstrip(".")
+        port = parts.port or 80
+    except ValueError:  # an unclosed `[`, a bracketed name, a port that is no number
+        name, port = "", -1
+    if port != served_port or not (name in ("localhost", served_host.lower()) or _is_address(name)):
+        return (
+            f"Host {host_header!r} does not name this server; use "
+            f"http://127.0.0.1:{served_port} or http://localhost:{served_port}"
+        )
+    if origin is not None and origin.lower() != f"http://{host_header.lower()}":
+        return (
+            f"requests from the web page of another site ({origin}) are refused: the local API "
+            "has no authentication"
+        )
+    return None
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (what `--host` names) is only reachable from this machine."""
+    return host.lower() == "localhost" or (
+        _is_address(host) and ipaddress.ip_address(host).is_loopback
+    )
+
+
+def exposure_warning(host: str, allow_remote: bool) -> str | None:
+    """What `cronledger dev` must say before listening on `host` (None: nothing, it is this
+    machine's); `ValueError` when `host` is not loopback and `allow_remote` was not given."""
+    if is_loopback(host):
+        return None
+    if not allow_remote:
+        raise ValueError(
+            f"refusing to serve the API on {host}: it has no authentication, so anyone who can "
+            "reach it can run what your targets allow; pass --allow-remote to do it anyway"
+        )
+    return (
+        f"WARNING: the API listens on {host}, beyond this machine, with no authentication: "
+        "anyone who can reach it can create channels and run what your targets allow."
+    )

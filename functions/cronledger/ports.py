@@ -1,0 +1,161 @@
+"""What each service needs of the ledger, and nothing more.
+
+`claim`, `execute` and `reconcile` each take one of these `Protocol`s rather than the whole
+`Ledger`, so a reader sees at a glance which writes a service can make, and a test can hand
+it an in-memory ledger (tests/fakes) that implements the port alone. `Ledger` satisfies
+every port: mypy checks it below, so a signature that drifts fails the type check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from cronledger.ledger.misfires import Judgment
+from cronledger.ledger.models import (
+    AttemptStart,
+    Backlog,
+    ClaimResult,
+    CursorMove,
+    Event,
+    MisfireRule,
+    NewOccurrence,
+    Occurrence,
+    OpenedAttempt,
+    Outbox,
+    ScheduleWork,
+    SingletonSpec,
+)
+
+if TYPE_CHECKING:
+    from cronledger.ledger import Ledger
+
+
+class Clocked(Protocol):
+    def db_now(self) -> datetime:
+        """The database's clock; also a loop's probe for a database that was away."""
+        ...
+
+
+class ClaimPort(Clocked, Protocol):
+    """What the claim loop asks: room, the claim itself, handing a lease back, when next."""
+
+    def in_flight_count(self, at_most: int | None = None) -> int: ...
+
+    def claim(self, claimant: str, limit: int, lease_secs: float) -> ClaimResult: ...
+
+    def release_claim(self, occurrence_id: str, claimant: str) -> bool: ...
+
+    def seconds_until_next_due(self) -> float | None: ...
+
+    def record_job_ok(self, job: str) -> None: ...
+
+
+class AttemptPort(Protocol):
+    """What an executor writes: every call is conditional on the claimant (and token)."""
+
+    def open_attempt(
+        self,
+        occurrence_id: str,
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> OpenedAttempt: ...
+
+    def judge_misfires(
+        self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
+    ) -> Judgment: ...
+
+    def start_attempt(
+        self,
+        occurrence: Occurrence | str,
+        claimant: str,
+        executing_version: int,
+        singleton: SingletonSpec | None,
+        lease_secs: float,
+        *,
+        trace_id: str | None = None,
+        max_attempts: int | None = None,
+        wait_secs: float = 1.0,
+    ) -> AttemptStart: ...
+
+    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool: ...
+
+    def release_claim(self, occurrence_id: str, claimant: str) -> bool: ...
+
+    def renew(
+        self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
+    ) -> bool: ...
+
+    def settle(
+        self,
+        occurrence_id: str,
+        claimant: str,
+        status: str,
+        *,
+        fencing_token: int | None = None,
+        error_message: str | None = None,
+        error_detail: str | None = None,
+        result: str | None = None,
+        retry_in: float | None = None,
+        release_held: bool = False,
+        completed_is_told: bool = False,
+    ) -> bool: ...
+
+    def get_occurrence(self, occurrence_id: str) -> Occurrence: ...
+
+
+class OutboxPort(Protocol):
+    """What delivering events takes: the outbox, marks of what was sent, overdue detection."""
+
+    def detect_overdue(self) -> list[Event]: ...
+
+    def take_outbox(self, limit: int = ...) -> list[Event]: ...
+
+    def mark_delivered(self, event_ids: Iterable[str]) -> int: ...
+
+    def mark_undelivered(self, failures: dict[str, str]) -> None: ...
+
+    def outbox(self) -> Outbox: ...
+
+
+class ReconcilePort(Clocked, OutboxPort, Protocol):
+    """What a reconcile pass and its housekeeping read and write: the work, the cursors,
+    the rows materialised with their cursor moves, the backlog, retention; and the outbox,
+    which a reconcile loop sweeps where no other thread does."""
+
+    def schedules_needing_work(self, horizon: datetime) -> list[ScheduleWork]: ...
+
+    def pause_cursor(self, channel_id: str) -> None: ...
+
+    def adopt_channel_version(self, channel_id: str, version: int) -> bool: ...
+
+    def upsert_cursor(
+        self,
+        channel_id: str,
+        channel_version: int,
+        config_hash: str,
+        next_fire_at: datetime | None,
+    ) -> None: ...
+
+    def materialise(
+        self, rows: Iterable[NewOccurrence], moves: Iterable[CursorMove]
+    ) -> tuple[int, set[str]]: ...
+
+    def backlog(self) -> Backlog: ...
+
+    def record_job_ok(self, job: str) -> None: ...
+
+    def delete_terminal_older_than(self, hours: float, *, until: float | None = None) -> int: ...
+
+    def delete_events_older_than(self, hours: float) -> int: ...
+
+
+if TYPE_CHECKING:
+
+    def _ledger_serves_every_port(ledger: Ledger) -> tuple[ClaimPort, AttemptPort, ReconcilePort]:
+        """Never called: mypy fails here if `Ledger` stops satisfying a port."""
+        return ledger, ledger, ledger
