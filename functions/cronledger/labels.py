@@ -4,17 +4,20 @@ A key is an optional prefix (a DNS subdomain, at most 253 characters) and `/`, t
 at most 63 characters of `[A-Za-z0-9]` with `-`, `_` or `.` inside; a value is empty or a name
 of the same form. At most 64 labels. They are stored with the definition and served back, and
 never decide when a channel fires (they are not in the scheduling hash), so one spelling
-selects the same channels wherever a selector is written.
+selects the same channels wherever a selector is written. A selector is a set of
+`key=value` terms that a channel must all carry.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Annotated, Any, Final
 
 from pydantic import BeforeValidator, Field, ValidationError
 from pydantic_core import InitErrorDetails
 
+from cronledger.errors import FieldError, ValidationFailed
 from cronledger.validation import json_type, refused
 
 MAX_LABELS: Final = 64
@@ -86,3 +89,26 @@ Labels = Annotated[
     ),
 ]
 """A channel's labels (see the module header)."""
+
+
+def selector(terms: Iterable[str], path: str = "label") -> dict[str, str]:
+    """`key=value` terms, every one required (AND), as one map; `ValidationFailed` naming
+    each term at `path` that is not a label key and value, or that gives a key twice."""
+    wanted: dict[str, str] = {}
+    problems: list[FieldError] = []
+    for term in terms:
+        key, equals, value = term.partition("=")
+        problem = key_problem(key) if equals else "write it as key=value, e.g. team=billing"
+        if problem is None and value and not NAME.fullmatch(value):
+            problem = f"the value must be empty or {_NAME_RULE}"
+        if problem is None and wanted.get(key, value) != value:
+            problem = f"gives {key} a second value: a channel has one value per label"
+        if problem is not None:
+            problems.append(
+                FieldError(path, "invalid", f"{term!r} is not a label selector: {problem}")
+            )
+        else:
+            wanted[key] = value
+    if problems:
+        raise ValidationFailed(problems, "invalid label selector")
+    return wanted

@@ -21,6 +21,7 @@ from tests.api.helpers import (
     FAIL_TARGET,
     SETTINGS,
     Api,
+    Scheduler,
     channel_document,
     create_channel,
 )
@@ -341,22 +342,45 @@ def test_a_dry_run_answers_as_the_request_would_and_writes_nothing(
 
 
 def test_labels_are_stored_and_served_with_the_definition(api: Api, ledger: Ledger) -> None:
-    labelled = channel_document()
-    labelled["transport_config"]["labels"] = {"team": "billing", "example.com/tier": ""}
-
-    channel = create_channel(api, transport_config=labelled["transport_config"])
-    bad = channel_document(name="bad-labels")
-    bad["transport_config"]["labels"] = {"-team": "x", "tier": 3}
-    refused = api("POST", CHANNELS, body=bad)
+    channel = create_channel(api, labels={"team": "billing", "example.com/tier": ""})
+    refused = api(
+        "POST", CHANNELS, body=channel_document("bad-labels", labels={"-team": "x", "tier": 3})
+    )
 
     stored = ledger.get_channel(channel["channel_id"])
-    assert stored.transport_config["labels"] == {"team": "billing", "example.com/tier": ""}
-    assert channel["transport_config"]["labels"] == stored.transport_config["labels"]
+    assert stored.labels == {"team": "billing", "example.com/tier": ""}
+    assert channel["labels"] == stored.labels
+    assert "labels" not in stored.transport_config
     assert (refused.status, refused.error["code"]) == (400, "validation_failed")
     assert {(d["path"], d["code"]) for d in refused.error["details"]} == {
-        ("transport_config.labels.-team", "invalid"),
-        ("transport_config.labels.tier", "type_mismatch"),
+        ("labels.-team", "invalid"),
+        ("labels.tier", "type_mismatch"),
     }
+
+
+def test_a_labels_only_change_is_a_new_version_that_keeps_the_cursor(
+    api: Api, ledger: Ledger, scheduler: Scheduler
+) -> None:
+    # Given an active channel labelled team=billing, reconciled once
+    channel = create_channel(api, status="active", labels={"team": "billing"})
+    path = f"{CHANNELS}/{channel['channel_id']}"
+    scheduler.reconcile()
+    [before] = ledger.schedule_states([channel["channel_id"]])
+
+    # When only its labels change, then the same document is sent again
+    relabelled = api("PUT", path, body=channel_document(labels={"team": "ops"}))
+    again = api("PUT", path, body=channel_document(labels={"team": "ops"}))
+
+    # Then the change is version 2 with the new labels, version 1 keeps the old ones, the
+    # repeat writes nothing, and the scheduling hash did not move
+    assert (relabelled.status, relabelled.data["version"], again.data["version"]) == (200, 2, 2)
+    assert ledger.get_channel(channel["channel_id"]).labels == {"team": "ops"}
+    assert ledger.get_channel(channel["channel_id"], version=1).labels == {"team": "billing"}
+    versions = api("GET", f"{path}/versions").data
+    assert [v["labels"] for v in versions] == [{"team": "ops"}, {"team": "billing"}]
+    scheduler.reconcile()
+    [after] = ledger.schedule_states([channel["channel_id"]])
+    assert (after.config_hash, after.next_fire_at) == (before.config_hash, before.next_fire_at)
 
 
 def test_two_apps_in_one_process_each_answer_from_their_own_ledger(

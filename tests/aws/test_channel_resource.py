@@ -96,6 +96,38 @@ def test_an_update_writes_a_new_version_only_when_the_document_changed(container
     assert channel.status_reason == f"applied by the deploy of {DEPLOYER}"
 
 
+def test_labels_are_created_with_the_channel_and_a_labels_only_change_is_a_new_version(
+    container: Ledger,
+) -> None:
+    # Given a channel declared with labels
+    labelled = {**DOCUMENT, "labels": {"team": "billing", "example.com/tier": "gold"}}
+    created = deploy(event("Create", labelled))
+    channel_id = created["PhysicalResourceId"]
+
+    # When only its labels change, then that document is deployed again
+    relabelled = {**DOCUMENT, "labels": {"team": "ops"}}
+    changed = deploy(event("Update", relabelled, old=labelled, physical_id=channel_id))
+    same = deploy(event("Update", relabelled, old=relabelled, physical_id=channel_id))
+
+    # Then version 1 kept the first labels, version 2 holds the new ones, the redeploy wrote
+    # nothing, and the schedule is as declared
+    assert (created["Data"]["Outcome"], changed["Data"]["Outcome"]) == ("created", "updated")
+    assert same["Data"]["Outcome"] == "unchanged"
+    channel = container.get_channel(channel_id)
+    assert (channel.version, channel.status, channel.labels) == (2, "active", {"team": "ops"})
+    first = container.get_channel(channel_id, version=1)
+    assert first.labels == {"team": "billing", "example.com/tier": "gold"}
+    assert channel.transport_config == first.transport_config == DOCUMENT["transport_config"]
+
+
+def test_a_bad_label_fails_the_deploy_at_its_path(container: Ledger) -> None:
+    with pytest.raises(DeployRefused, match=r"labels\.-team") as refused:
+        deploy(event("Create", {**DOCUMENT, "labels": {"-team": "x"}}))
+
+    assert "nightly-report" in str(refused.value)
+    assert container.list_channels().total == 0
+
+
 def test_a_redeploy_of_an_unchanged_document_writes_nothing(container: Ledger) -> None:
     channel_id = deploy(event("Create", DOCUMENT))["PhysicalResourceId"]
     before = container.get_channel(channel_id)

@@ -508,6 +508,45 @@ def test_search_and_filters_narrow_a_table_of_two_hundred_channels(console: Cons
     assert console.driver.execute_script(last) == "failed"
 
 
+def test_labels_show_on_a_channel_and_filter_the_table(console: Console) -> None:
+    # Given channels of two teams and tenants, and one without labels
+    made = {
+        "billing-acme": {"team": "billing", "tenant": "acme"},
+        "billing-globex": {"team": "billing", "tenant": "globex"},
+        "ops-acme": {"team": "ops", "tenant": "acme"},
+        "plain": {},
+    }
+    for name, labels in made.items():
+        console.ledger.create_channel(
+            name, {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000, "active", labels=labels
+        )
+    console.driver.set_window_size(1500, 760)
+    console.open()
+    chips = """return [...document.querySelectorAll(
+                 '#channels tr[data-channel="billing-acme"] .label')].map((c) => c.textContent)"""
+    assert console.driver.execute_script(chips) == ["team=billing", "tenant=acme"]
+
+    def shown(expected: list[str]) -> None:
+        console.wait(lambda d: d.execute_script(ROWS_SHOWN) == expected)
+
+    # When a selector is typed, then another term added, then a chip clicked on a clear filter
+    selector = console.driver.find_element("id", "labels")
+    selector.send_keys("team=billing")
+    shown(["billing-acme", "billing-globex"])
+    selector.send_keys(", tenant=acme")
+    shown(["billing-acme"])
+    selector.clear()
+    console.driver.execute_script("arguments[0].dispatchEvent(new Event('input'))", selector)
+    shown(list(made))
+    console.click('#channels tr[data-channel="ops-acme"] .label:nth-child(2)')
+
+    # Then the chip's label is the filter, and the panel lists the channel's labels
+    shown(["billing-acme", "ops-acme"])
+    assert selector.get_attribute("value") == "tenant=acme"
+    console.click('#channels tr[data-channel="billing-acme"] .name')
+    console.wait(lambda d: "tenant=acme" in d.find_element("id", "panel-body").text)
+
+
 GEOMETRY = """
 const rect = (el) => { const r = el.getBoundingClientRect();
   return { left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width }; };

@@ -32,7 +32,7 @@ def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger
         tables = set(sa.inspect(conn).get_table_names())
         revision = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
     assert tables == {*metadata.tables, VERSION_TABLE}
-    assert revision == "0009"
+    assert revision == "0010"
 
 
 def test_the_migrated_schema_matches_the_table_definitions(ledger: Ledger) -> None:

@@ -90,7 +90,7 @@ def test_a_database_migrated_by_newer_code_is_left_as_it_is_and_the_log_says_so(
         assert recorded_revision(ledger) == "0099"
         assert schema(ledger) == before
         [said] = [r.getMessage() for r in caplog.records if "ahead of this code" in r.message]
-        assert "0099 is unknown here" in said and "newest is 0009" in said
+        assert "0099 is unknown here" in said and "newest is 0010" in said
 
 
 #: The columns of `cron_occurrences` the previous release (schema 0005) writes, as it lists
@@ -191,7 +191,7 @@ def test_an_index_an_interrupted_migration_left_invalid_is_built_again(
         ledger.migrate()
 
         # Then the revision finished, and the index is one the planner may use
-        assert recorded_revision(ledger) == "0009"
+        assert recorded_revision(ledger) == "0010"
         assert index_validity(ledger, "ix_cron_occurrences_overdue") is True
         assert index_validity(ledger, "ix_cron_schedule_state_next") is True
 
@@ -243,6 +243,52 @@ def test_ddl_kept_waiting_by_a_long_transaction_gives_way_and_is_tried_again(
 
         # Then the revision gave way once (letting the table's other users through) and,
         # tried again once the reader was done, completed
-        assert recorded_revision(ledger) == "0009"
+        assert recorded_revision(ledger) == "0010"
         waited = [r for r in caplog.records if "waited too long for a table lock" in r.message]
         assert len(waited) == 1
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_channels_written_before_labels_have_none_after_the_upgrade(
+    backend: str, pg_database_url: str, tmp_path: Path
+) -> None:
+    with database(backend, pg_database_url, tmp_path) as ledger:
+        # Given a channel and its first version written by the release before labels (0006
+        # builds indexes in autocommit blocks: migrated as the ledger does, outside a
+        # transaction)
+        config = Config(str(ALEMBIC_INI))
+        with ledger.engine.connect() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0009")
+            conn.commit()
+        document = {"transport_config": '{"schedule": "0 15 2 * * *"}', "target": "{}"}
+        with ledger.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cron_channels (channel_id, name, status, version,"
+                    " transport_config, target, timeout_ms, created_at, updated_at)"
+                    " VALUES ('c1', 'old', 'active', 1, :transport_config, :target, 5000,"
+                    " :at, :at)"
+                ),
+                {**document, "at": AN_INSTANT.replace(tzinfo=None)},
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cron_channel_versions (channel_id, version, transport_config,"
+                    " target, timeout_ms, created_at)"
+                    " VALUES ('c1', 1, :transport_config, :target, 5000, :at)"
+                ),
+                {**document, "at": AN_INSTANT.replace(tzinfo=None)},
+            )
+
+        # When the deploy migrates, and the channel is relabelled
+        ledger.migrate()
+        ledger.new_channel_version(
+            "c1", {"schedule": "0 15 2 * * *"}, {}, 5000, labels={"team": "billing"}
+        )
+
+        # Then the old version has no labels, the new one has them, and a selector finds it
+        assert ledger.get_channel("c1", version=1).labels == {}
+        assert ledger.get_channel("c1").labels == {"team": "billing"}
+        assert [c.name for c in ledger.list_channels(labels={"team": "billing"}).data] == ["old"]
+        assert ledger.list_channels(labels={"team": "ops"}).data == []

@@ -1,5 +1,6 @@
-"""Labels on a channel (`transport_config.labels`): Kubernetes' spelling, every problem at its
-key, stored with the definition and outside the scheduling hash."""
+"""Labels on a channel (`labels`, at the top of the document beside `name`): Kubernetes'
+spelling, every problem at its key, stored with the definition and outside the scheduling
+hash; a selector (`key=value` terms) spelled the same way."""
 
 from __future__ import annotations
 
@@ -7,14 +8,28 @@ from typing import Any
 
 import pytest
 
-from cronledger.schedule import ScheduleInvalid, compile_schedule
+from cronledger.api.documents import read_new_channel
+from cronledger.errors import ValidationFailed
+from cronledger.labels import selector
+from cronledger.schedule import compile_schedule
+from cronledger.targets import TargetPolicy
 
 SCHEDULE = "0 15 2 * * *"
+POLICY = TargetPolicy(python_modules=("tests",))
+
+
+def document(labels: Any) -> dict[str, Any]:
+    return {
+        "name": "labelled",
+        "labels": labels,
+        "transport_config": {"schedule": SCHEDULE},
+        "target": {"type": "python", "callable": "tests.api.jobs:ok"},
+    }
 
 
 def refusals(labels: Any) -> list[tuple[str, str]]:
-    with pytest.raises(ScheduleInvalid) as caught:
-        compile_schedule({"schedule": SCHEDULE, "labels": labels}, "c1")
+    with pytest.raises(ValidationFailed) as caught:
+        read_new_channel(document(labels), 60_000, POLICY)
     return [(e.path, e.code) for e in caught.value.errors]
 
 
@@ -29,7 +44,7 @@ def refusals(labels: Any) -> list[tuple[str, str]]:
     ],
 )
 def test_labels_spelled_as_kubernetes_spells_them_are_accepted(labels: dict[str, str]) -> None:
-    assert compile_schedule({"schedule": SCHEDULE, "labels": labels}, "c1").expression == SCHEDULE
+    assert read_new_channel(document(labels), 60_000, POLICY).definition.labels == labels
 
 
 @pytest.mark.parametrize(
@@ -49,28 +64,58 @@ def test_labels_spelled_as_kubernetes_spells_them_are_accepted(labels: dict[str,
     ],
 )
 def test_a_bad_label_is_refused_at_its_key(key: str, value: Any, code: str) -> None:
-    assert refusals({"ok": "yes", key: value}) == [(f"transport_config.labels.{key}", code)]
+    assert refusals({"ok": "yes", key: value}) == [(f"labels.{key}", code)]
 
 
 def test_every_bad_label_is_reported_at_once_with_how_to_fix_it() -> None:
-    with pytest.raises(ScheduleInvalid) as caught:
-        compile_schedule({"schedule": SCHEDULE, "labels": {"-a": "x", "b": "?"}}, "c1")
+    with pytest.raises(ValidationFailed) as caught:
+        read_new_channel(document({"-a": "x", "b": "?"}), 60_000, POLICY)
 
     errors = {e.path: e.message for e in caught.value.errors}
-    assert set(errors) == {"transport_config.labels.-a", "transport_config.labels.b"}
-    assert "starting and ending with a letter or digit" in errors["transport_config.labels.-a"]
-    assert "must be empty or" in errors["transport_config.labels.b"]
+    assert set(errors) == {"labels.-a", "labels.b"}
+    assert "starting and ending with a letter or digit" in errors["labels.-a"]
+    assert "must be empty or" in errors["labels.b"]
 
 
 def test_more_than_64_labels_or_not_an_object_is_refused_whole() -> None:
-    assert refusals({f"key{n}": "v" for n in range(65)}) == [
-        ("transport_config.labels", "too_long")
-    ]
-    assert refusals(["team=billing"]) == [("transport_config.labels", "type_mismatch")]
+    assert refusals({f"key{n}": "v" for n in range(65)}) == [("labels", "too_long")]
+    assert refusals(["team=billing"]) == [("labels", "type_mismatch")]
+
+
+def test_labels_are_not_part_of_transport_config_and_say_where_they_belong() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        read_new_channel(
+            {**document({}), "transport_config": {"schedule": SCHEDULE, "labels": {"a": "b"}}},
+            60_000,
+            POLICY,
+        )
+
+    [error] = caught.value.errors
+    assert error.path == "transport_config.labels"
+    assert "top of the channel document" in error.message
 
 
 def test_labels_are_not_in_the_scheduling_hash() -> None:
-    plain = compile_schedule({"schedule": SCHEDULE}, "c1")
-    labelled = compile_schedule({"schedule": SCHEDULE, "labels": {"team": "billing"}}, "c1")
+    plain = read_new_channel(document({}), 60_000, POLICY).definition
+    labelled = read_new_channel(document({"team": "billing"}), 60_000, POLICY).definition
 
-    assert plain.config_hash == labelled.config_hash
+    assert plain.transport_config == labelled.transport_config
+    assert (
+        compile_schedule(plain.transport_config, "c1").config_hash
+        == compile_schedule(labelled.transport_config, "c1").config_hash
+    )
+
+
+def test_a_selector_is_every_term_it_names_and_refuses_what_is_not_a_label() -> None:
+    assert selector(["team=billing", "example.com/tier=", "team=billing"]) == {
+        "team": "billing",
+        "example.com/tier": "",
+    }
+    with pytest.raises(ValidationFailed) as caught:
+        selector(["team", "-x=1", "team=billing", "team=ops", "tier=a b"])
+
+    messages = [e.message for e in caught.value.errors]
+    assert {e.path for e in caught.value.errors} == {"label"}
+    assert len(messages) == 4
+    assert "key=value" in messages[0]
+    assert "second value" in messages[2]

@@ -300,7 +300,9 @@ ONE_TIME = {"at": "2099-03-26T01:30:00", "timezone": "Europe/London", "jitter_se
 def test_show_prints_a_document_that_applies_back_unchanged(
     cli: Cli, tmp_path: Path, fmt: str, config: dict[str, Any]
 ) -> None:
-    cli.ledger.create_channel("nightly", config, OK_TARGET, 5000, "active")
+    cli.ledger.create_channel(
+        "nightly", config, OK_TARGET, 5000, "active", labels={"example.com/team": "bi"}
+    )
     cli("channels", "pause", "nightly")
 
     shown = cli("channels", "show", "nightly", "-o", fmt)
@@ -309,7 +311,15 @@ def test_show_prints_a_document_that_applies_back_unchanged(
 
     assert shown.code == 0
     document = yaml.safe_load(shown.out)
-    assert set(document) == {"name", "transport_config", "target", "timeout_ms", "status"}
+    assert set(document) == {
+        "name",
+        "labels",
+        "transport_config",
+        "target",
+        "timeout_ms",
+        "status",
+    }
+    assert document["labels"] == {"example.com/team": "bi"}
     assert document["transport_config"] == config  # every value as a string, not a date
     assert applied.code == 0
     assert [(o["name"], o["outcome"]) for o in applied.json()] == [("nightly", "unchanged")]

@@ -20,6 +20,7 @@ Decisions where SPEC is silent:
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from aws_lambda_powertools.event_handler import Response
@@ -27,27 +28,40 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.api.documents import read_new_channel, read_new_version
-from cronledger.api.errors import BROKEN_RESPONSE, responses
+from cronledger.api.errors import BROKEN_RESPONSE, error_response, responses
 from cronledger.api.models import (
     PREFIX,
     After,
+    BulkStatusChange,
     ChannelCreateBody,
     ChannelUpdateBody,
     ChannelVersion,
     ChannelView,
+    ErrorBody,
     ExactTotal,
+    LabelSelector,
     Limit,
     NamePrefix,
     Offset,
     One,
     Page,
     StatusChange,
+    StatusMove,
     Text,
 )
 from cronledger.api.past_at import past_at_warnings
 from cronledger.api.services import serving
 from cronledger.api.views import channel_version, channel_view, cursors_by_channel
-from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_ARCHIVED, Channel, Ledger, ScheduleState
+from cronledger.errors import Conflict, CronledgerError, FieldError, ValidationFailed
+from cronledger.labels import selector
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    CHANNEL_ARCHIVED,
+    CHANNEL_DRAFT,
+    Channel,
+    Ledger,
+    ScheduleState,
+)
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy, validate_target
@@ -97,6 +111,7 @@ def create_channel(
         new.definition.target,
         new.definition.timeout_ms,
         status=new.status,
+        labels=new.definition.labels,
         dry_run=dry_run,
     )
     return _warned(_view(ledger, channel), warnings)
@@ -112,6 +127,7 @@ def create_channel(
 def list_channels(
     status: Annotated[ChannelStatusName | None, Query()] = None,
     name: Annotated[Text | None, Query(description="exact name")] = None,
+    label: LabelSelector = None,
     name_prefix: NamePrefix = None,
     limit: Limit = 50,
     offset: Offset = 0,
@@ -125,6 +141,7 @@ def list_channels(
         offset=offset,
         name=name,
         name_prefix=name_prefix,
+        labels=selector(label or []),
         after=after,
         exact_total=exact_total,
     )
@@ -198,14 +215,20 @@ def update_channel(
         allowed=allow_past_at,
         before=current.transport_config,
     )
-    if (new.transport_config, new.target, new.timeout_ms) == (
+    if (new.transport_config, new.target, new.timeout_ms, new.labels) == (
         current.transport_config,
         current.target,
         current.timeout_ms,
+        current.labels,
     ):
         return _view(ledger, current)
     written = ledger.new_channel_version(
-        channel_id, new.transport_config, new.target, new.timeout_ms, dry_run=dry_run
+        channel_id,
+        new.transport_config,
+        new.target,
+        new.timeout_ms,
+        labels=new.labels,
+        dry_run=dry_run,
     )
     return _warned(_view(ledger, written), warnings)
 
@@ -221,22 +244,77 @@ def set_status(
     channel_id: ChannelId, body: Annotated[StatusChange, Body()], dry_run: DryRun = False
 ) -> One[ChannelView]:
     ledger, _, policy = _services()
-    if body.status == CHANNEL_ACTIVE:
-        channel = ledger.get_channel(channel_id)
-        if channel.status == CHANNEL_ARCHIVED:
-            # Final whatever its definition: the ledger's 409, not a 400 inviting a fix.
-            return _view(
-                ledger,
-                ledger.set_channel_status(
-                    channel_id, body.status, dry_run=dry_run, reason=body.reason
-                ),
+    channel = ledger.get_channel(channel_id)
+    return _view(ledger, _move(ledger, policy, channel, body.status, body.reason, dry_run))
+
+
+@router.post(
+    f"{PREFIX}/channels/status",
+    summary="Activate, pause or archive every channel carrying the selector's labels",
+    tags=["channels"],
+    responses=responses(200, "each selected channel, moved or with why not", 415),
+    custom_response_validation_http_code=BROKEN_RESPONSE,
+)
+def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[list[StatusMove]]:
+    """Each channel moves in its own transaction, with the checks of a single change: one
+    that may not move is reported with its error and the others still move. Archived
+    channels are final and never selected; a draft is never activated by a selector (it
+    was never running, so it is not "resumed")."""
+    ledger, _, policy = _services()
+    if not body.selector:
+        raise ValidationFailed(
+            [
+                FieldError(
+                    "selector", "required", 'name at least one label, e.g. {"team": "billing"}'
+                )
+            ],
+            "invalid bulk status change",
+        )
+    moves = []
+    for channel in ledger.labelled_channels(body.selector):
+        error = None
+        try:
+            if body.status == CHANNEL_ACTIVE and channel.status == CHANNEL_DRAFT:
+                raise Conflict(
+                    f"channel {channel.channel_id} is a draft: a selector resumes paused "
+                    "channels; activate a draft on its own"
+                )
+            after = _move(ledger, policy, channel, body.status, body.reason, False).status
+        except CronledgerError as exc:
+            after, error = channel.status, _error_of(exc, f"PATCH {PREFIX}/channels/status")
+        moves.append(
+            StatusMove(
+                channel_id=channel.channel_id,
+                name=channel.name,
+                before=channel.status,
+                status=after,
+                error=error,
             )
+        )
+    return One(data=moves)
+
+
+def _move(
+    ledger: Ledger,
+    policy: TargetPolicy,
+    channel: Channel,
+    status: str,
+    reason: str | None,
+    dry_run: bool,
+) -> Channel:
+    """`channel` moved to `status`. Activating re-checks its stored schedule and its target
+    against the policy as it is now, unless it is archived (final whatever its definition:
+    the ledger's 409, not a 400 inviting a fix)."""
+    if status == CHANNEL_ACTIVE and channel.status != CHANNEL_ARCHIVED:
         SHARED_SCHEDULES.get(channel)
         validate_target(channel.target, policy)
-    written = ledger.set_channel_status(
-        channel_id, body.status, dry_run=dry_run, reason=body.reason
-    )
-    return _view(ledger, written)
+    return ledger.set_channel_status(channel.channel_id, status, dry_run=dry_run, reason=reason)
+
+
+def _error_of(exc: CronledgerError, request: str) -> ErrorBody:
+    """The error body a single request refused with `exc` would answer."""
+    answer = error_response(exc, request)
+    return ErrorBody.model_validate(json.loads(str(answer.body))["error"])
 
 
 @router.delete(

@@ -2,7 +2,7 @@
 
 A body is read by its model (`ChannelCreate`, `ChannelUpdate`): the name, `transport_config`
 (the schedule's models, calendar checks included), `target` (the union of target types, under
-the operator's policy), `timeout_ms` and `status`, unknown keys refused. Beside it, values the
+the operator's policy), `timeout_ms`, `labels` and `status`, unknown keys refused. Beside it, values the
 database cannot hold (NUL characters, lone surrogates, non-finite numbers) or the API could not
 serve back (objects and arrays nested deeper than `request_rules.MAX_DEPTH`) are refused, so a
 user fixes a document in one round trip and a bad document is a 400, never a 500 from the
@@ -15,6 +15,7 @@ Decisions where the contract is silent:
   (`CRONLEDGER_DEFAULT_TIMEOUT_MS`) is written into the version, so a version records how long
   it actually allows even if the default later changes.
 - JSON `null` on an optional key means "not given", as in a target document.
+- A version is the whole document: `labels` left out of a new version means no labels.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pydantic import (
 
 from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP
 from cronledger.errors import FieldError, ValidationFailed
+from cronledger.labels import Labels
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
 from cronledger.schedule.config import TransportConfig
 from cronledger.settings import TIMEOUT_MAX_MS
@@ -105,6 +107,7 @@ class ChannelUpdate(Document):
     }
 
     name: Name | None = None
+    labels: Labels = Field(default_factory=dict)
     transport_config: TransportConfig
     target: Target
     timeout_ms: TimeoutMs | None = None
@@ -142,6 +145,7 @@ class Definition:
     transport_config: dict[str, Any]
     target: dict[str, Any]
     timeout_ms: int
+    labels: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +206,7 @@ def _definition(body: ChannelUpdate, document: Mapping[str, Any], default_ms: in
         transport_config=dict(document["transport_config"]),
         target=dict(document["target"]),
         timeout_ms=default_ms if body.timeout_ms is None else body.timeout_ms,
+        labels=dict(body.labels),
     )
 
 

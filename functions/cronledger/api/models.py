@@ -29,6 +29,7 @@ from pydantic.json_schema import JsonSchemaValue
 
 from cronledger.api.documents import ChannelCreate, ChannelUpdate, storable_text
 from cronledger.instants import parse_rfc3339
+from cronledger.labels import Labels
 from cronledger.ledger import Page as LedgerPage
 
 T = TypeVar("T")
@@ -86,6 +87,14 @@ ExactTotal = Annotated[
     bool,
     Query(description="count every matching row (otherwise counted up to 10000)"),
 ]
+LabelSelector = Annotated[
+    list[Text] | None,
+    Query(
+        description="key=value: only channels carrying that label; repeat it (or join terms "
+        "with commas) for channels carrying all of them",
+        examples=["team=billing"],
+    ),
+]
 
 
 # --- request bodies -------------------------------------------------------------------------
@@ -115,6 +124,18 @@ class StatusChange(BaseModel):
     status: Literal["active", "paused", "archived"]
     reason: str | None = Field(
         None, max_length=500, description="why, shown with the status (e.g. a pause's reason)"
+    )
+
+
+class BulkStatusChange(BaseModel):
+    """Every channel carrying all of `selector`'s labels moved to `status`, one at a time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    selector: Labels = Field(description="labels a channel must all carry (at least one)")
+    status: Literal["active", "paused", "archived"]
+    reason: str | None = Field(
+        None, max_length=500, description="why, shown with each channel's status"
     )
 
 
@@ -230,6 +251,7 @@ class ChannelView(BaseModel):
     name: str
     status: str
     version: int
+    labels: dict[str, str]
     transport_config: dict[str, Any]
     target: dict[str, Any]
     target_ref: str | None
@@ -253,6 +275,7 @@ class ChannelVersion(BaseModel):
     name: str
     version: int
     current: bool = Field(description="whether this is the channel's current version")
+    labels: dict[str, str]
     transport_config: dict[str, Any]
     target: dict[str, Any]
     timeout_ms: int
@@ -263,6 +286,19 @@ MAX_ATTEMPTS_DESCRIPTION = (
     "attempts allowed in all: the channel's retry.max_attempts, or one more than were made "
     "when an operator retried it"
 )
+
+
+class StatusMove(BaseModel):
+    """One channel of a bulk status change: where it was, where it is, and why not moved."""
+
+    channel_id: str
+    name: str
+    before: str = Field(description="its status before the change")
+    status: str = Field(description="its status after it")
+    error: ErrorBody | None = Field(
+        description="why this channel did not move (the error a single change would answer); "
+        "null when it moved or already had the status"
+    )
 
 
 class OccurrenceSummary(BaseModel):
@@ -391,6 +427,7 @@ class ChannelStatus(BaseModel):
     channel_id: str
     name: str
     version: int
+    labels: dict[str, str]
     schedule: str | None
     at: str | None
     timezone: str | None

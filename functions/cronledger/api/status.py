@@ -23,6 +23,7 @@ from cronledger.api.models import (
     ChannelStatus,
     ExactTotal,
     Health,
+    LabelSelector,
     Limit,
     NamePrefix,
     Offset,
@@ -38,6 +39,7 @@ from cronledger.api.views import (
 )
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.instants import to_rfc3339
+from cronledger.labels import selector
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, Ledger, ScheduleState
 from cronledger.reconcile import JOB as RECONCILE_JOB
 from cronledger.schedule import Schedule
@@ -53,6 +55,7 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def status(
+        label: LabelSelector = None,
         name_prefix: NamePrefix = None,
         limit: Limit = 50,
         offset: Offset = 0,
@@ -64,6 +67,7 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
             limit=limit,
             offset=offset,
             name_prefix=name_prefix,
+            labels=selector(label or []),
             after=after,
             exact_total=exact_total,
         )
@@ -128,6 +132,7 @@ def _status(
         channel_id=channel.channel_id,
         name=channel.name,
         version=channel.version,
+        labels=channel.labels,
         schedule=None if schedule is None else schedule.expression,
         at=None if schedule is None else schedule.at,
         timezone=None if schedule is None else schedule.timezone,

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cronledger import declare
 from cronledger.cli import documents, proposed
 from cronledger.cli.client import ApiError, segment
 from cronledger.cli.documents import Document, UsageError
@@ -37,6 +38,25 @@ from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
 
+Selector = Annotated[
+    str | None,
+    typer.Option(
+        "--selector", "-l", help="only channels carrying these labels: key=value[,key=value]"
+    ),
+]
+
+
+def label_query(selector: str | None) -> list[str] | None:
+    """A `-l` selector as the API's repeated `label` query terms (None: no selector)."""
+    if selector is None:
+        return None
+    return [f"{key}={value}" for key, value in documents.selector(selector).items()]
+
+
+def labels_of(channel: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((channel.get("labels") or {}).items()))
+
+
 CHANNEL_COLUMNS = (
     Column("NAME", lambda c: c["name"], 100),
     Column("STATUS", lambda c: c["status"], 90, status=True),
@@ -45,6 +65,7 @@ CHANNEL_COLUMNS = (
     Column("NEXT FIRE (UTC)", lambda c: when((c.get("compiled") or {}).get("next_fire_at")), 60),
     Column("VERSION", lambda c: c["version"], 30),
     Column("TARGET", lambda c: c.get("target_ref"), 15, wide_only=True),
+    Column("LABELS", labels_of, 12, wide_only=True),
     Column("ID", lambda c: c["channel_id"], 10, id=True),
 )
 
@@ -56,6 +77,7 @@ def list_channels(
         str | None,
         typer.Option(help="only channels in this status: draft, active, paused, archived"),
     ] = None,
+    selector: Selector = None,
     name_prefix: Annotated[
         str | None, typer.Option("--name-prefix", help="only names starting with this")
     ] = None,
@@ -65,7 +87,13 @@ def list_channels(
 ) -> None:
     """List channels, newest first, with their schedule and next fire time, a page at a
     time (the footer names the next: --after …)."""
-    query = {"status": status, "name_prefix": name_prefix, "limit": limit, "offset": offset}
+    query = {
+        "status": status,
+        "name_prefix": name_prefix,
+        "label": label_query(selector),
+        "limit": limit,
+        "offset": offset,
+    }
     page = s.get("/channels", {**query, "after": after})
     s.out.answer(page, lambda: s.out.table(CHANNEL_COLUMNS, page["data"], page))
 
@@ -95,6 +123,7 @@ def show(s: Session, channel: ChannelRef) -> None:
             ),
             ("paused at", when(compiled.get("paused_at"))),
             ("reason", c.get("status_reason")),
+            ("labels", labels_of(c) or None),
             ("target", c.get("target_ref")),
             ("timeout", f"{c['timeout_ms']} ms"),
             ("created", when(c["created_at"])),
@@ -109,11 +138,31 @@ def show(s: Session, channel: ChannelRef) -> None:
 def apply(
     s: Session,
     file: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--file", "-f", help="a JSON or YAML file of channel documents ('-' for stdin)"
         ),
-    ],
+    ] = None,
+    from_module: Annotated[
+        str | None,
+        typer.Option(
+            "--from-module",
+            help="a Python module (importable from here) whose @cronledger.schedule functions "
+            "declare the channels",
+        ),
+    ] = None,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune",
+            help="archive the channels that carry the selector's labels and are not in the "
+            "input (with --from-module the selector defaults to the module's label)",
+        ),
+    ] = False,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", "-l", help="labels, as key=value[,key=value]; with --prune"),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -131,15 +180,64 @@ def apply(
         ),
     ] = False,
 ) -> None:
-    """Create the channels of a file, or write a new version of each that exists by name."""
+    """Create the channels of a file (or a module's declarations), or write a new version of
+    each that exists by name; with `--prune`, archive the selected channels the input no
+    longer holds."""
     query = {"dry_run": "true"} if dry_run else {}
     if allow_past:
         query["allow_past_at"] = "true"
-    outcomes = [_apply(s, d, dry_run, query) for d in documents.read(file)]
+    given, labels = _input(file, from_module, prune, selector)
+    outcomes = [_apply(s, d, dry_run, query) for d in given]
+    if prune and not any(o["outcome"] == "refused" for o in outcomes):
+        kept = {d.name for d in given}
+        outcomes += [_prune(s, c, dry_run) for c in _selected(s, labels) if c["name"] not in kept]
     if s.out.for_scripts:
         s.out.data(outcomes)
     if any(o["outcome"] == "refused" for o in outcomes):
         raise typer.Exit(EXIT_API)
+
+
+def _input(
+    file: str | None, module: str | None, prune: bool, selector: str | None
+) -> tuple[list[Document], dict[str, str]]:
+    """The documents to apply, and the labels `--prune` selects by."""
+    if (file is None) == (module is None):
+        raise UsageError("give one of --file/-f FILE and --from-module MODULE")
+    labels = documents.selector(selector) if selector is not None else {}
+    if file is not None:
+        if prune and not labels:
+            raise UsageError(
+                "--prune needs --selector/-l: only channels carrying its labels are pruned"
+            )
+        return documents.read(file), labels
+    assert module is not None
+    try:
+        declared = declare.declared_by(module)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module}: {exc}") from None
+    if not declared and not prune:
+        raise UsageError(f"{module} declares no channel (no @cronledger.schedule function)")
+    given = [Document(f"{module}[{i}]", body) for i, body in enumerate(declared)]
+    return given, labels or {declare.MODULE_LABEL: module}
+
+
+def _selected(s: Session, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every channel that is not archived and carries all of `labels`."""
+    found = s.each("/channels", {"label": [f"{k}={v}" for k, v in labels.items()]})
+    return [c for c in found if c["status"] != "archived"]
+
+
+def _prune(s: Session, channel: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """Archive one channel the input no longer holds (or say so, with `dry_run`)."""
+    name = channel["name"]
+    if not dry_run:
+        s.send(
+            "PATCH",
+            f"/channels/{segment(channel['channel_id'])}/status",
+            {"status": "archived", "reason": "pruned: no longer in the applied input"},
+        )
+    s.out.say(s.out.status("archived"), f"  {name}: pruned{' (dry run)' if dry_run else ''}")
+    return {"name": name, "outcome": "archived", "channel_id": channel["channel_id"]}
 
 
 def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str]) -> dict[str, Any]:
@@ -336,7 +434,21 @@ Reason = Annotated[
 
 def _lifecycle(verb: str, status: str, text: str) -> None:
     @api(channels, verb, help=text)
-    def change(s: Session, channel: ChannelRef, reason: Reason = None) -> None:
+    def change(
+        s: Session,
+        channel: Annotated[
+            str | None,
+            typer.Argument(help="a channel name or id (or -l for every labelled one)"),
+        ] = None,
+        selector: Selector = None,
+        reason: Reason = None,
+    ) -> None:
+        if (channel is None) == (selector is None):
+            raise UsageError(f"give a channel, or --selector/-l key=value to {verb} many")
+        if selector is not None:
+            _bulk(s, documents.selector(selector), status, reason)
+            return
+        assert channel is not None
         body = {"status": status, "reason": reason}
         answer = s.send("PATCH", f"{s.channel_path(channel)}/status", body)
         c = answer["data"]
@@ -345,6 +457,29 @@ def _lifecycle(verb: str, status: str, text: str) -> None:
             answer,
             lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]), why),
         )
+
+
+def _bulk(s: Session, labels: Mapping[str, str], status: str, reason: str | None) -> None:
+    """Every channel carrying `labels` moved to `status` in one request (each channel on its
+    own); each is said, and the command exits 1 if any could not move."""
+    body = {"selector": dict(labels), "status": status, "reason": reason}
+    answer = s.send("POST", "/channels/status", body)
+    moves = answer["data"]
+
+    def human() -> None:
+        if not moves:
+            s.out.say("no channel carries ", ",".join(f"{k}={v}" for k, v in labels.items()))
+        for m in moves:
+            if m["error"] is not None:
+                s.out.say(
+                    f"{m['name']}: ", s.out.status(m["status"]), f" ({m['error']['message']})"
+                )
+            else:
+                s.out.say(f"{m['name']}: {m['before']} → ", s.out.status(m["status"]))
+
+    s.out.answer(answer, human)
+    if any(m["error"] is not None for m in moves):
+        raise typer.Exit(EXIT_API)
 
 
 def status_note(channel: Mapping[str, Any]) -> str | None:
@@ -357,7 +492,11 @@ def status_note(channel: Mapping[str, Any]) -> str | None:
 
 
 _lifecycle("pause", "paused", "Stop a channel producing occurrences (resume starts it from now).")
-_lifecycle("resume", "active", "Activate a draft or paused channel; it fires from now on.")
+_lifecycle(
+    "resume",
+    "active",
+    "Activate a draft or paused channel; it fires from now on (with -l: paused ones only).",
+)
 _lifecycle("archive", "archived", "Retire a channel for good, keeping its history (final).")
 
 

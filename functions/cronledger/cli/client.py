@@ -95,7 +95,7 @@ class ApiClient:
     ) -> Any:
         """The decoded JSON answer (None for 204); `ApiError` or `Unreachable` otherwise."""
         given = {k: v for k, v in (query or {}).items() if v is not None}
-        target = path + (f"?{urlencode(given)}" if given else "")
+        target = path + (f"?{urlencode(given, doseq=True)}" if given else "")
         data = None if body is None else json.dumps(body).encode()
         status, _headers, raw = self.exchange(method, target, data)
         try:

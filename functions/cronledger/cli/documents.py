@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,22 @@ from typing import Any, Final
 
 import yaml
 
-DOCUMENT_KEYS: Final = ("name", "transport_config", "target", "timeout_ms", "status")
+DOCUMENT_KEYS: Final = ("name", "labels", "transport_config", "target", "timeout_ms", "status")
+
+
+#: A label selector: `key=value` pairs joined by commas, every one required.
+_SELECTOR_PART: Final = re.compile(r"\s*([^=,\s]+)\s*=\s*([^=,\s]*)\s*")
+
+
+def selector(text: str) -> dict[str, str]:
+    """`team=billing,tenant=acme` as a map; UsageError naming the part that is not `k=v`."""
+    labels: dict[str, str] = {}
+    for part in text.split(","):
+        match = _SELECTOR_PART.fullmatch(part)
+        if match is None:
+            raise UsageError(f"selector part {part.strip()!r} is not key=value, e.g. team=billing")
+        labels[match[1]] = match[2]
+    return labels
 
 
 class UsageError(Exception):

@@ -138,6 +138,17 @@ class Session:
     ) -> Any:
         return self.api.call(method, f"{PREFIX}{path}", query, body=body)
 
+    def each(self, path: str, query: Mapping[str, Any] | None = None) -> list[Any]:
+        """Every item of a list, following its pages (`next`)."""
+        items: list[Any] = []
+        given = {**(query or {}), "limit": 1000}
+        while True:
+            page = self.get(path, given)
+            items += page["data"]
+            if not page.get("next"):
+                return items
+            given["after"] = page["next"]
+
     def channel(self, ref: str) -> dict[str, Any]:
         """The channel named `ref`, else the one whose id it is; an error naming both."""
         found = self.get("/channels", {"name": ref})["data"]

@@ -9,9 +9,11 @@ archiving pauses the cursor in the same transaction (dropping not-yet-due cron r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
@@ -54,6 +56,7 @@ class ChannelStore(OccurrenceStore):
         timeout_ms: int,
         status: str = CHANNEL_DRAFT,
         *,
+        labels: Mapping[str, str] | None = None,
         dry_run: bool = False,
     ) -> Channel:
         """A new channel at version 1. Conflict when the name is taken. A channel created
@@ -67,6 +70,7 @@ class ChannelStore(OccurrenceStore):
             "transport_config": transport_config,
             "target": target,
             "timeout_ms": timeout_ms,
+            "labels": dict(labels or {}),
         }
         insert = (
             self._sql.insert(channels)
@@ -103,6 +107,7 @@ class ChannelStore(OccurrenceStore):
         target: dict[str, Any],
         timeout_ms: int,
         *,
+        labels: Mapping[str, str] | None = None,
         dry_run: bool = False,
     ) -> Channel:
         """Make the given definition the channel's next version; earlier versions stay as
@@ -112,6 +117,7 @@ class ChannelStore(OccurrenceStore):
             "transport_config": transport_config,
             "target": target,
             "timeout_ms": timeout_ms,
+            "labels": dict(labels or {}),
         }
         bump = (
             sa.update(channels)
@@ -239,13 +245,17 @@ class ChannelStore(OccurrenceStore):
         name: str | None = None,
         *,
         name_prefix: str | None = None,
+        labels: Mapping[str, str] | None = None,
         after: str | None = None,
         exact_total: bool = False,
     ) -> Page[Channel]:
         """Newest first by (`created_at`, `channel_id`), a page at a time by key (`after`:
         the `next` of the page before); `limit` clamped to 1..1000; `name`: that exact name
-        only; `name_prefix`: names starting with it (case-sensitive on both backends)."""
+        only; `name_prefix`: names starting with it (case-sensitive on both backends);
+        `labels`: channels carrying every one of them."""
         conditions = channel_conditions(status=status, name=name, name_prefix=name_prefix)
+        if labels:
+            conditions.append(self._labelled(labels))
         request = PageRequest(limit, offset, after, exact_total)
         order = (channels.c.created_at, channels.c.channel_id)
         with self._read() as conn:
@@ -258,6 +268,29 @@ class ChannelStore(OccurrenceStore):
             next=read.next,
             total_is_exact=read.total_is_exact,
         )
+
+    def _labelled(self, labels: Mapping[str, str]) -> sa.ColumnElement[bool]:
+        """The channel carries every one of `labels`: containment on PostgreSQL (what the
+        GIN index answers), one bound JSON path per label on SQLite."""
+        if self._sql.is_postgres:
+            return sa.type_coerce(channels.c.labels, postgresql.JSONB).contains(dict(labels))
+        return sa.and_(
+            *(channels.c.labels[key].as_string() == value for key, value in labels.items())
+        )
+
+    def labelled_channels(self, labels: Mapping[str, str]) -> list[Channel]:
+        """Every channel that is not archived and carries all of `labels` (at least one),
+        oldest first: what a bulk status change moves, one channel at a time."""
+        if not labels:
+            raise ValueError("a selector needs at least one label")
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(channels)
+                .where(self._labelled(labels))
+                .where(channels.c.status != CHANNEL_ARCHIVED)
+                .order_by(channels.c.created_at, channels.c.channel_id)
+            )
+            return [Channel(**row._mapping) for row in rows]
 
     def delete_channel(self, channel_id: str) -> None:
         """Purge a channel: its versions, cursor and occurrences, and the singleton slots
@@ -305,4 +338,5 @@ def _at_version(current: Channel, version: Any) -> Channel:
         created_at=current.created_at,
         updated_at=version.created_at,
         status_reason=current.status_reason,
+        labels=version.labels,
     )

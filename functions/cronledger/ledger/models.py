@@ -415,6 +415,8 @@ class Channel:
     updated_at: datetime
     #: Why it is in its status, as the operator said (a pause's reason); None if unsaid.
     status_reason: str | None = None
+    #: Its labels (`cronledger.labels`), part of the version; never in the scheduling hash.
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -32,10 +33,12 @@ def create_index_online(
     columns: Sequence[str | sa.TextClause],
     *,
     where: str | None = None,
+    **postgresql: Any,
 ) -> None:
     """Create index `name` on `table` (partial when `where` is given; a `text` column is an
     expression) without blocking the table's writers on PostgreSQL; idempotent, so a
-    migration interrupted here resumes."""
+    migration interrupted here resumes. `postgresql` holds PostgreSQL-only options
+    (`postgresql_using="gin"`, `postgresql_ops`)."""
     condition = None if where is None else sa.text(where)
     context = op.get_context()
     if context.dialect.name != "postgresql":
@@ -56,6 +59,7 @@ def create_index_online(
             postgresql_where=condition,
             postgresql_concurrently=True,
             if_not_exists=True,
+            **postgresql,
         )
 
 

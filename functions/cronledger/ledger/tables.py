@@ -66,6 +66,15 @@ channels = sa.Table(
     # Why it is in its status, as the operator said when moving it there (a pause's reason);
     # NULL when they said nothing. Every status change writes it.
     sa.Column("status_reason", sa.Text, nullable=True),
+    # The current version's labels (`cronledger.labels`): selectors read them here, by the
+    # containment index on PostgreSQL. `{}` for a channel without any.
+    sa.Column("labels", JsonDocument, nullable=False, server_default=sa.text("'{}'")),
+    sa.Index(
+        "ix_cron_channels_labels",
+        "labels",
+        postgresql_using="gin",
+        postgresql_ops={"labels": "jsonb_path_ops"},
+    ),
     # The channel list and the status view, newest first, a page at a time by key.
     sa.Index("ix_cron_channels_created", "created_at", "channel_id"),
 )
@@ -79,6 +88,7 @@ channel_versions = sa.Table(
     sa.Column("target", JsonDocument, nullable=False),
     sa.Column("timeout_ms", sa.Integer, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("labels", JsonDocument, nullable=False, server_default=sa.text("'{}'")),
 )
 
 schedule_state = sa.Table(

@@ -4,8 +4,9 @@ The document is read by its models (`schedule.config`), which check each key on 
 raise every finding together; they become `ScheduleInvalid`, each with its path, a code and
 a message that says how to fix it, because a user should fix a document in one round trip.
 `max_catch_up` is accepted under `skip` and `latest` but does nothing there, so it is hashed
-only under `catch_up`: editing an inert number must not reset the cursor. `retry`, `alerts`
-and `labels` are not in the scheduling hash: none of them moves when the schedule fires.
+only under `catch_up`: editing an inert number must not reset the cursor. `retry` and `alerts`
+are not in the scheduling hash (nor are a channel's labels, outside this document): none of
+them moves when the schedule fires.
 """
 
 from __future__ import annotations

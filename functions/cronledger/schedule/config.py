@@ -28,6 +28,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Final, Literal, get_args
@@ -53,7 +54,6 @@ from pydantic_core import InitErrorDetails
 
 from cronledger.alerts import Alerts
 from cronledger.instants import parse_rfc3339
-from cronledger.labels import Labels
 from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy
 from cronledger.schedule.expression import ExpressionRefused, parse_expression
 from cronledger.schedule.walk import (
@@ -399,7 +399,10 @@ class _Common(Document):
         json_schema_extra={"example": 60},
     )
     alerts: Annotated[Alerts | None, _Inline()] = None
-    labels: Labels = Field(default_factory=dict)
+    unknown_hints: ClassVar[Mapping[str, str]] = {
+        "labels": "labels sit at the top of the channel document, beside name and "
+        'transport_config, e.g. "labels": {"team": "billing"}'
+    }
 
     @classmethod
     def relations(cls, document: Any) -> list[InitErrorDetails]:

@@ -17,7 +17,7 @@ const state = {
   channels: [], strips: new Map(), totals: new Map(), depth: new Map(), misfires: new Map(),
   status: new Map(), alerts: new Map(), selected: null, panel: null, utc: true, busy: null,
   fireDays: new Map(), // channel_id → { asked: version@day, days: Set of UTC dates, until: last instant read }
-  view: { search: "", filter: "", sort: "name" },
+  view: { search: "", labels: [], filter: "", sort: "name" },
 };
 
 const $ = (selector) => document.querySelector(selector);
@@ -320,6 +320,36 @@ function toggleButton(channel) {
   return null;
 }
 
+// A channel's labels as chips; a click adds the label to the label filter.
+function labelChips(channel) {
+  const labels = Object.entries(channel.labels || {}).sort(([a], [b]) => a.localeCompare(b));
+  if (!labels.length) return null;
+  return el("div", { class: "labels" }, labels.map(([key, value]) =>
+    el("span", { class: "label mono", title: "show only channels with this label", onclick: () => addLabel(key, value) }, `${key}=${value}`)));
+}
+
+function addLabel(key, value) {
+  const input = $("#labels");
+  const terms = input.value.split(",").map((t) => t.trim()).filter(Boolean);
+  if (!terms.includes(`${key}=${value}`)) terms.push(`${key}=${value}`);
+  input.value = terms.join(",");
+  input.dispatchEvent(new Event("input"));
+}
+
+// A selector as the API reads one: `key=value` terms joined by commas, every one required;
+// a term without `=` asks only that the key be there.
+function selectorOf(text) {
+  return text.split(",").map((t) => t.trim()).filter(Boolean).map((term) => {
+    const at = term.indexOf("=");
+    return at < 0 ? [term, null] : [term.slice(0, at).trim(), term.slice(at + 1).trim()];
+  });
+}
+
+function carries(channel, selector) {
+  const labels = channel.labels || {};
+  return selector.every(([key, value]) => Object.hasOwn(labels, key) && (value === null || labels[key] === value));
+}
+
 function channelRow(channel) {
   const strip = state.strips.get(channel.channel_id) || [];
   const compiled = channel.compiled || {};
@@ -327,7 +357,8 @@ function channelRow(channel) {
   return el("tr", { class: `channel${state.selected === channel.channel_id ? " selected" : ""}`, dataset: { channel: channel.name } },
     el("td", { class: "who" },
       el("div", {}, el("span", { class: "name", onclick: () => showChannel(channel.channel_id) }, channel.name), " ", badge(statusOf(channel)), " ", alertBadge(channel)),
-      el("div", { class: "mono muted schedule", title: compiled.timezone || "" }, scheduleOf(compiled) || "(invalid)", compiled.timezone && compiled.timezone !== "UTC" ? ` · ${compiled.timezone}` : "")),
+      el("div", { class: "mono muted schedule", title: compiled.timezone || "" }, scheduleOf(compiled) || "(invalid)", compiled.timezone && compiled.timezone !== "UTC" ? ` · ${compiled.timezone}` : ""),
+      labelChips(channel)),
     el("td", { class: "next", title: time(compiled.next_fire_at) },
       el("div", {}, compiled.next_fire_at ? relative(compiled.next_fire_at) : el("span", { class: "muted" }, "–")),
       el("div", { class: "last" }, last ? badge(last.status) : el("span", { class: "muted" }, "–"))),
@@ -356,8 +387,9 @@ function when(channel, which) {
 }
 
 function wanted(channel) {
-  const { search, filter } = state.view;
+  const { search, labels, filter } = state.view;
   if (search && !channel.name.toLowerCase().includes(search.toLowerCase())) return false;
+  if (labels.length && !carries(channel, labels)) return false;
   if (filter === "failing") return failing(channel);
   return !filter || statusOf(channel) === filter;
 }
@@ -523,6 +555,7 @@ async function showChannel(id, again = false) {
     dl([
       ["id", el("span", { class: "mono" }, channel.channel_id)],
       ["version", channel.version],
+      ["labels", labelChips(channel) || el("span", { class: "muted" }, "none")],
       ["schedule", el("span", { class: "mono" }, scheduleOf(compiled) || "(the stored schedule does not compile)")],
       ["timezone", compiled.timezone],
       ["misfire policy", compiled.misfire_policy],
@@ -544,7 +577,7 @@ async function showChannel(id, again = false) {
         jittered ? el("td", { class: "mono" }, i.due_at) : null)))
       : el("p", { class: "muted" }, (preview && preview.note) || "no preview"),
     el("h3", {}, "definition"),
-    el("pre", {}, JSON.stringify({ transport_config: channel.transport_config, target: channel.target }, null, 2)),
+    el("pre", {}, JSON.stringify({ labels: channel.labels, transport_config: channel.transport_config, target: channel.target }, null, 2)),
   );
 }
 
@@ -645,6 +678,7 @@ document.addEventListener("DOMContentLoaded", () => {
   legend();
   $("#close").addEventListener("click", () => { $("#panel").hidden = true; state.selected = null; state.panel = null; remember(); render(); });
   $("#search").addEventListener("input", (event) => { state.view.search = event.target.value.trim(); render(); });
+  $("#labels").addEventListener("input", (event) => { state.view.labels = selectorOf(event.target.value); render(); });
   $("#filter").addEventListener("change", (event) => { state.view.filter = event.target.value; render(); });
   $("#sort").addEventListener("change", (event) => { state.view.sort = event.target.value; render(); });
   window.addEventListener("hashchange", openFromAddress);

@@ -1,0 +1,1 @@
+"""A module that declares no channel any more."""
