@@ -1,4 +1,4 @@
-"""Reconcile: stored schedules in, durable occurrences out (SPEC §3).
+"""Reconcile: stored schedules in, durable occurrences out (docs/guarantees.md#reconcile).
 
 A pass decides where each cursor should be, plans what is due, and writes the rows and the
 cursor moves together (`Ledger.materialise`: one statement on PostgreSQL, one transaction on

@@ -39,7 +39,7 @@ a connection that went silent (a failover's half-open socket). A blank value is 
 blank usually means a template forgot to fill it in; the two lists are the exception, because
 for them empty is the safe default itself (nothing allowed), and `cronledger dev` needs a way to
 say "nothing" over its own loopback default. What the lists and `CRONLEDGER_SECRETS` open is the
-subject of SPEC §10 and `cronledger.targets.policy`. Other `CRONLEDGER_*` variables belong to
+subject of docs/guarantees.md#security and `cronledger.targets.policy`. Other `CRONLEDGER_*` variables belong to
 other modules and are ignored here.
 """
 

@@ -1,4 +1,4 @@
-"""The operator HTTP API (SPEC §6) on AWS Lambda Powertools' `APIGatewayHttpResolver`.
+"""The operator HTTP API (docs/guarantees.md#api) on AWS Lambda Powertools' `APIGatewayHttpResolver`.
 
     from cronledger.api import create_app, handle_event
     app = create_app(ledger, settings)

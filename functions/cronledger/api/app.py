@@ -1,4 +1,4 @@
-"""The resolver: every route of SPEC §6 on one `APIGatewayHttpResolver`, validated both ways.
+"""The resolver: every route of docs/guarantees.md#api on one `APIGatewayHttpResolver`, validated both ways.
 
 Before any route is chosen, a request passes the body rules every route shares (JSON objects
 only, of bounded size and depth, valid Unicode, `HEAD` as `GET`: `request_rules.screen`). Requests are then checked

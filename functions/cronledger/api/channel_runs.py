@@ -5,7 +5,7 @@ insert-if-absent on `(channel_id, scheduled_for)`: it cannot double an instant t
 has a row, and the claim loop runs it exactly as it runs a cron row. The instant of a manual
 run is the database's now, never this node's clock.
 
-Decisions where SPEC is silent:
+Decisions the guarantees leave open:
 - Trigger and backfill need an `active` channel (an unknown one included, a 400): the executor
   settles a run of any other channel as `channel_unavailable`, so accepting it would only
   queue a failure.

@@ -1,10 +1,10 @@
-"""Channel routes: create, list, read, new version, status, delete (SPEC §6, §1.3).
+"""Channel routes: create, list, read, new version, status, delete (docs/guarantees.md#api, docs/guarantees.md#lifecycle).
 
 Every edit of a definition is a new immutable version, written by the ledger in one
 transaction; this module validates first (every problem in one 400) and never writes a
 document the scheduler could not compile.
 
-Decisions where SPEC is silent:
+Decisions the guarantees leave open:
 - A PUT whose definition equals the current one writes no version and answers the channel
   as it is, so applying the same file twice (`cronledger channels apply`) is idempotent.
 - Activating a channel re-checks its stored schedule, so a definition that stopped compiling

@@ -1,4 +1,4 @@
-"""The one place an exception becomes an HTTP answer (SPEC §6).
+"""The one place an exception becomes an HTTP answer (docs/guarantees.md#api).
 
 Every error leaves as `{"error": {"code", "message", "details": [{"path", "code", "message"}]}}`:
 

@@ -1,4 +1,4 @@
-"""What crosses the wire: request bodies, response shapes, and the error envelope (SPEC §6).
+"""What crosses the wire: request bodies, response shapes, and the error envelope (docs/guarantees.md#api).
 
 These models are the OpenAPI document; the resolver validates every response against them, so
 the document cannot drift from what is served. Timestamps leave as RFC 3339 UTC text with a

@@ -1,4 +1,4 @@
-"""The ledger's rows: list, read, retry, cancel (SPEC §6, §2).
+"""The ledger's rows: list, read, retry, cancel (docs/guarantees.md#api, docs/guarantees.md#ledger).
 
 Retry and cancel are each one conditional write in the ledger; its answer is the row as
 written, and a refusal (404 / 409) comes from the same write, never from an earlier read.

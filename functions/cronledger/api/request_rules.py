@@ -1,4 +1,4 @@
-"""What a request must be before any route sees it (SPEC §6, the body rules at its end).
+"""What a request must be before any route sees it (docs/guarantees.md#api, the body rules at its end).
 
 One pass over the raw API Gateway event, before Powertools routes and validates it:
 

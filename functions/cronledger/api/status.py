@@ -4,7 +4,7 @@ Both read only the ledger, with ages on the database's clock, so they tell the t
 ledger holds whichever node answers. `/health` reaching the database at all is the check:
 an unreachable database is a 503 (through the one error mapping), never a cheerful 200.
 
-Decisions where SPEC is silent:
+Decisions the guarantees leave open:
 - The status view is a page of the active channels, newest first and by key like every
   other list, filterable by name prefix; "last" is the latest occurrence that has fallen due (rows materialised
   ahead are not a last run).

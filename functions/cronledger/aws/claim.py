@@ -1,6 +1,6 @@
 """`claim`: the EventBridge tick (every minute), or a wake from the API, runs the claim loop
 while something is due before the function's deadline, handing the claimed occurrences to the
-executor as asynchronous (`Event`) invocations of ids only (SPEC §4), concurrently and in
+executor as asynchronous (`Event`) invocations of ids only (docs/guarantees.md#dispatch), concurrently and in
 batches during a burst (`cronledger.aws.invoker`). With nothing due it returns at once: a quiet
 minute costs one claim round. The executor's name comes from the stack
 (`CRONLEDGER_EXECUTE_FUNCTION_NAME`; only this function is told it, and may invoke it).

@@ -1,4 +1,4 @@
-"""`execute`: an asynchronous invocation of ids only (SPEC §4), `{"occurrence_id", "claimant"}`
+"""`execute`: an asynchronous invocation of ids only (docs/guarantees.md#dispatch), `{"occurrence_id", "claimant"}`
 for one occurrence or, during a burst, `{"occurrence_ids": [...], "claimant"}` for a batch
 (`cronledger.aws.invoker`), runs each attempt under the function's own deadline; a batch's
 attempts run side by side, one thread each, so each keeps its own timeout and none waits for

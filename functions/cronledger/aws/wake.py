@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLAIM_FUNCTION_NAME = "CRONLEDGER_CLAIM_FUNCTION_NAME"
-#: The operator API's routes whose success leaves rows due now (SPEC §6).
+#: The operator API's routes whose success leaves rows due now (docs/guarantees.md#api).
 RUN_MAKING_SUFFIXES = ("/trigger", "/backfill", "/retry")
 WAKE_EVENT = b'{"wake": "api"}'
 

@@ -1,4 +1,4 @@
-"""Misfires judged at start (SPEC §5): a late cron row runs only if its channel's policy
+"""Misfires judged at start (docs/guarantees.md#misfire-at-start): a late cron row runs only if its channel's policy
 would have kept it, however early it was written.
 
 A row materialised ahead (lookahead), or one that waited out a claim backlog or an outage,

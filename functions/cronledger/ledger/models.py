@@ -298,7 +298,7 @@ class ClaimResult:
 
 @dataclass(frozen=True, slots=True)
 class MisfireRule:
-    """A channel's misfire policy as a judgment at start applies it (SPEC §5): a cron row
+    """A channel's misfire policy as a judgment at start applies it (docs/guarantees.md#misfire-at-start): a cron row
     not started within `grace_secs` of its due time is late; of a channel's late rows
     (oldest first), `keep(count)` are the positions that still run."""
 

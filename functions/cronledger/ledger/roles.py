@@ -1,4 +1,4 @@
-"""The application role (SPEC §10): what every function but `migrate` connects as on AWS.
+"""The application role (docs/guarantees.md#security): what every function but `migrate` connects as on AWS.
 
 The role may read and write the rows of the `cron_*` tables (and use their sequences), and
 nothing else: it owns no table, so it cannot `ALTER`, `DROP` or `TRUNCATE` one, cannot create

@@ -1,4 +1,4 @@
-"""The ledger's tables (SPEC §2), in SQLAlchemy Core.
+"""The ledger's tables (docs/guarantees.md#ledger), in SQLAlchemy Core.
 
 The migrations in `migrations/versions/` create exactly this; a test compares the two.
 Every timestamp is `UtcDateTime`: `timestamptz` on PostgreSQL, and on SQLite fixed-width

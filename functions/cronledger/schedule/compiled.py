@@ -13,7 +13,7 @@ Jitter: each instant's row is due at `due_at(instant)`, the instant plus `d` in
 `[0, jitter_secs)` milliseconds-exact, from a keyed BLAKE2b hash of (channel id, instant): the
 same on every pass, in every process, on either backend, and spread evenly across channels.
 
-Planning rules (SPEC §1.6), with the decisions the contract leaves open:
+Planning rules (docs/guarantees.md#misfire), with the decisions the contract leaves open:
 - instants whose due time is at or after `now - grace` are late and always materialised, under
   any policy; a jittered instant is judged by its due time (`is_misfired`), which is what an
   attempt judged at start uses too. `jitter_secs` is shorter than the schedule's shortest gap,
@@ -63,7 +63,7 @@ FEW_DUE: Final = 8
 def is_misfired(due_at: datetime, now: datetime, grace: timedelta) -> bool:
     """Whether an instant due at `due_at` is misfired at `now` rather than merely late: its due
     time (the instant, plus its jitter) is older than `now - grace`. The one rule reconcile
-    plans by and an attempt is judged by at start (SPEC §1.6, §5)."""
+    plans by and an attempt is judged by at start (docs/guarantees.md#misfire, docs/guarantees.md#misfire-at-start)."""
     return due_at < now - grace
 
 

@@ -1,4 +1,4 @@
-"""Targets: what an occurrence runs (SPEC §1.2), one module per type behind one interface.
+"""Targets: what an occurrence runs (docs/guarantees.md#targets), one module per type behind one interface.
 
 `target_errors` / `validate_target` check a document when a channel is saved against its
 type's model (`Target`, a union by `type`), reporting every problem at `target.<key>` in the
@@ -8,7 +8,7 @@ any exception (`SystemExit` and `KeyboardInterrupt` too), becomes a failed outco
 and message, because the executor must settle the occurrence either way. Excerpts in an outcome
 are already truncated to 64 KiB.
 
-Both take the operator's `TargetPolicy` (SPEC §10: which Python modules, private networks and
+Both take the operator's `TargetPolicy` (docs/guarantees.md#security: which Python modules, private networks and
 secret sources a document may name), and `run_target` checks the document against it again,
 because the policy may have narrowed since the channel was saved.
 """

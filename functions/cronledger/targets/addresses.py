@@ -1,4 +1,4 @@
-"""Which network addresses an `http` target may reach (SPEC §10).
+"""Which network addresses an `http` target may reach (docs/guarantees.md#security).
 
 A target's URL is written by whoever can call the API, so without a rule it could make the
 executor talk to the instance metadata service, the database, or anything else on a private

@@ -1,4 +1,4 @@
-"""The trigger envelope (SPEC §1.2): the one event every target type receives.
+"""The trigger envelope (docs/guarantees.md#targets): the one event every target type receives.
 
 `occurrence_id` and `scheduled_for` are the target's idempotency key, so every attempt of an
 occurrence builds them identically; `attempt` and `fencing_token` are what tell two attempts

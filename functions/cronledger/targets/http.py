@@ -1,6 +1,6 @@
 """HTTP target: the envelope as a JSON request body, successful on a 2xx answer.
 
-What a URL may reach is the operator's choice (SPEC §10, `cronledger.targets.addresses`): a
+What a URL may reach is the operator's choice (docs/guarantees.md#security, `cronledger.targets.addresses`): a
 host written as an address is judged when the channel is saved; every host is judged again
 when an attempt runs, after resolution, and the request goes to the address that was judged
 (`cronledger.targets.pinned_http`). A URL must be printable ASCII (an international name in its

@@ -47,6 +47,6 @@ class TargetKind:
 
 
 def timed_out(timeout_secs: float, detail: str | None = None) -> TargetOutcome:
-    """The outcome of a target that used its whole budget (SPEC §5: `timed out after N ms`)."""
+    """The outcome of a target that used its whole budget (docs/guarantees.md#attempt: `timed out after N ms`)."""
     message = f"timed out after {round(max(timeout_secs, 0.0) * 1000)} ms"
     return TargetOutcome(ok=False, error=f"{message} ({detail})" if detail else message)

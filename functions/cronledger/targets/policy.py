@@ -1,4 +1,4 @@
-"""What the operator lets targets do (SPEC §10): one immutable object, made from `Settings`.
+"""What the operator lets targets do (docs/guarantees.md#security): one immutable object, made from `Settings`.
 
 The API is a control plane: whoever can call it chooses what the executor runs. So anything a
 target document can name that reaches beyond the target itself (a Python function, a network,

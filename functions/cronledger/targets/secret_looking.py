@@ -1,4 +1,4 @@
-"""Refusing credentials written in plain target settings (SPEC §10).
+"""Refusing credentials written in plain target settings (docs/guarantees.md#security).
 
 Target documents are stored, listed and returned in plain text, so a header or query parameter
 that looks like a credential is refused when the channel is saved; `secret_headers` is where a

@@ -1,4 +1,4 @@
-"""Credentials by reference (SPEC §10): `secret_headers` name a secret, never hold one.
+"""Credentials by reference (docs/guarantees.md#security): `secret_headers` name a secret, never hold one.
 
 A channel's stored definition carries only where a secret lives; the executor reads it when an
 attempt runs and keeps it no longer than a short cache (`CACHE_SECS`, so a rotated secret is
