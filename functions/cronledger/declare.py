@@ -1,4 +1,4 @@
-"""Channels declared beside the function they run: `@cronledger.schedule(...)`.
+"""Channels declared beside the function they run: `@cronledger.cron(...)`.
 
 Decorating a module-level function records one channel document in this process's registry
 and returns the function unchanged: nothing is sent until `cronledger channels apply
@@ -44,7 +44,7 @@ def schedule(
         module, qualname = function.__module__, function.__qualname__
         if "." in qualname or qualname.startswith("_"):
             raise TypeError(
-                f"@cronledger.schedule needs a public module-level function, not {qualname!r}"
+                f"@cronledger.cron needs a public module-level function, not {qualname!r}"
             )
         channel = name or _UNSAFE_NAME_CHARS.sub("-", f"{module}.{qualname}")
         config: dict[str, Any] = {"schedule": expression, "timezone": timezone, **transport}

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cronledger import alerts, metrics
+from cronledger.cron import RetryPolicy, Schedule, ScheduleInvalid, kept_misfires
 from cronledger.errors import NotFound
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
@@ -46,7 +47,6 @@ from cronledger.ledger import (
 )
 from cronledger.pacing import SYSTEM_CLOCK, Clock
 from cronledger.ports import AttemptPort
-from cronledger.schedule import RetryPolicy, Schedule, ScheduleInvalid, kept_misfires
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import (

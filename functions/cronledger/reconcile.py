@@ -52,6 +52,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from cronledger import metrics
+from cronledger.cron import PassPlan, Schedule, ScheduleInvalid
 from cronledger.ledger import (
     PENDING,
     SKIPPED_MISFIRE,
@@ -76,7 +77,6 @@ from cronledger.pacing import (
     sleep_until_next,
 )
 from cronledger.ports import ReconcilePort
-from cronledger.schedule import PassPlan, Schedule, ScheduleInvalid
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import target_ref

@@ -14,8 +14,8 @@ import json
 import threading
 from collections import OrderedDict
 
+from cronledger.cron import Schedule, compile_schedule
 from cronledger.ledger import Channel, DueChannel
-from cronledger.schedule import Schedule, compile_schedule
 
 #: The channel id a document is compiled under: not a lock name (`concurrency.key` refuses
 #: `*`), so a concurrency key equal to it is the default one, the channel's own id.

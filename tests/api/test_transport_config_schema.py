@@ -7,9 +7,9 @@ from typing import Any
 
 from cronledger.alerts import MAX_CONSECUTIVE, MAX_OVERDUE_SECS
 from cronledger.api import create_app
+from cronledger.cron import config
 from cronledger.labels import MAX_LABELS
 from cronledger.ledger import Ledger
-from cronledger.schedule import config
 from tests.api.helpers import SETTINGS
 from tests.api.http import call
 

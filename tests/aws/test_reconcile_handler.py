@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from cronledger.aws import reconcile
+from cronledger.cron import compile_schedule
 from cronledger.errors import CronledgerError
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
@@ -21,7 +22,6 @@ from cronledger.ledger import (
     Shard,
 )
 from cronledger.ledger.tables import channel_changes
-from cronledger.schedule import compile_schedule
 from cronledger.settings import SettingsError
 from tests.aws.bus import (
     BUS,

@@ -30,14 +30,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cronledger.cron import compile_schedule
+from cronledger.cron.compiler import _croniter_refusal
+from cronledger.cron.walk import calendar
 from cronledger.ids import uuid7
 from cronledger.ledger import CHANNEL_ACTIVE, Ledger
 from cronledger.ledger.tables import channel_versions, channels, occurrences, schedule_state
 from cronledger.local import DEMO_MODULE
 from cronledger.reconcile import reconcile_once
-from cronledger.schedule import compile_schedule
-from cronledger.schedule.compiler import _croniter_refusal
-from cronledger.schedule.walk import calendar
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.bench.bench_scheduler import EVERY_MINUTE, TARGET, counting_statements

@@ -25,10 +25,10 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
+from cronledger.cron import compile_schedule
 from cronledger.ledger import Ledger, Shard
 from cronledger.local import DEMO_MODULE
 from cronledger.reconcile import PassReport, merged, reconcile_once
-from cronledger.schedule import compile_schedule
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.bench.bench_scheduler import TARGET

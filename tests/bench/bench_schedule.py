@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from cronledger.schedule import PassPlan, compile_schedule
-from cronledger.schedule.walk import _transitions
+from cronledger.cron import PassPlan, compile_schedule
+from cronledger.cron.walk import _transitions
 
 REPEATS = 20
 GRACE = timedelta(seconds=60)

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from cronledger.cron import compile_schedule
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Channel, Ledger, OccurrenceFilter
 from cronledger.ledger.tables import schedule_state
 from cronledger.local import LocalScheduler
 from cronledger.reconcile import reconcile_once
-from cronledger.schedule import compile_schedule
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, rows, run_until_settled
 from tests.polling import wait_until

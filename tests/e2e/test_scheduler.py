@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from cronledger.claim import claim_once, run_claim_loop
+from cronledger.cron import Schedule
 from cronledger.execute import Executor
 from cronledger.invokers import OneByOne, ThreadPoolInvoker
 from cronledger.ledger import (
@@ -35,7 +36,6 @@ from cronledger.ledger import (
 from cronledger.ledger.tables import occurrences, schedule_state
 from cronledger.local import LocalScheduler
 from cronledger.reconcile import reconcile_once
-from cronledger.schedule import Schedule
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.e2e import targets

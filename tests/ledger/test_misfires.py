@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from cronledger.cron import compile_schedule
 from cronledger.execute import misfire_rule
 from cronledger.ledger import (
     CLAIMED,
@@ -19,7 +20,6 @@ from cronledger.ledger import (
     MisfireRule,
     NewOccurrence,
 )
-from cronledger.schedule import compile_schedule
 from cronledger.settings import Settings
 from tests.ledger.helpers import LEASE, active_channel, claim_one, row, start
 

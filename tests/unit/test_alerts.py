@@ -25,8 +25,8 @@ from cronledger.alerts import (
     alert_rules,
     rules_of,
 )
+from cronledger.cron import ScheduleInvalid, compile_schedule
 from cronledger.errors import FieldError
-from cronledger.schedule import ScheduleInvalid, compile_schedule
 
 
 def test_without_alerts_a_channel_is_told_of_failures_misses_and_recovery() -> None:

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from cronledger.cron import RetryPolicy, compile_schedule
 from cronledger.execute import Ending, ending, singleton_of
 from cronledger.ledger import COMPLETED, FAILED, SingletonSpec
-from cronledger.schedule import RetryPolicy, compile_schedule
 from cronledger.targets import TargetOutcome
 
 POLICY = RetryPolicy(max_attempts=3, backoff_secs=10, max_backoff_secs=300)

@@ -1,8 +1,10 @@
-"""Channels declared in code: `@cronledger.schedule` on a function, applied by
+"""Channels declared in code: `@cronledger.cron` on a function, applied by
 `channels apply --from-module`, and `--prune` archiving only the selected channels that the
 input no longer holds; on PostgreSQL and SQLite, the rows read back through the ledger."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +123,31 @@ def test_a_module_that_cannot_be_imported_is_a_usage_error(cli: Cli) -> None:
     ran = cli("channels", "apply", "--from-module", "tests.unit.declared.missing")
 
     assert ran.code == 2 and "cannot import tests.unit.declared.missing" in ran.err
+
+
+def test_apply_of_a_directory_reads_every_file_and_prunes_what_it_no_longer_holds(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Given a directory of two team files, applied
+    repo = tmp_path / "channels"
+    (repo / "billing").mkdir(parents=True)
+    document = (
+        "name: {name}\nlabels: {{team: billing}}\nstatus: active\n"
+        "transport_config: {{schedule: '0 0 * * * *'}}\n"
+        "target: {{type: python, callable: 'tests.unit.declared.nightly:report'}}\n"
+    )
+    (repo / "billing" / "a.yaml").write_text(document.format(name="invoices"))
+    (repo / "billing" / "b.yml").write_text(document.format(name="reminders"))
+    (repo / "notes.txt").write_text("not a channel")
+    assert cli("channels", "apply", "-f", str(repo)).code == 0
+
+    # When one file is removed and the directory applied with --prune for the team
+    (repo / "billing" / "b.yml").unlink()
+    pruned = cli("channels", "apply", "-f", str(repo), "--prune", "-l", "team=billing")
+
+    # Then the channel of the removed file is archived, the other is untouched
+    assert pruned.code == 0
+    assert {n: s for n, (s, _, _) in by_name(cli).items()} == {
+        "invoices": "active",
+        "reminders": "archived",
+    }

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from cronledger.api.documents import read_new_channel
+from cronledger.cron import compile_schedule
 from cronledger.errors import ValidationFailed
 from cronledger.labels import selector
-from cronledger.schedule import compile_schedule
 from cronledger.targets import TargetPolicy
 
 SCHEDULE = "0 15 2 * * *"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import boto3
 import pytest
 
+from cronledger.cron.compiled import RetryPolicy
 from cronledger.execute import ending
 from cronledger.ledger import FAILED
-from cronledger.schedule.compiled import RetryPolicy
 from cronledger.targets import AwsClients, TargetOutcome, TargetPolicy, run_target
 from tests.unit.test_targets_aws import POLICY, aws, envelope
 

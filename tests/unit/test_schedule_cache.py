@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from cronledger.cron import compiler
 from cronledger.ledger import DueChannel
-from cronledger.schedule import compiler
 from cronledger.schedule_cache import ScheduleCache
 
 EVERY_MINUTE = {"schedule": "0 * * * * *", "timezone": "Europe/Paris"}

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from cronledger.cron import FieldError, RetryPolicy, ScheduleInvalid, compile_schedule
 from cronledger.errors import ValidationFailed
-from cronledger.schedule import FieldError, RetryPolicy, ScheduleInvalid, compile_schedule
 
 CHANNEL = "0190f3a2-7c4e-7a11-9b3d-5e2f1a0c9d77"
 

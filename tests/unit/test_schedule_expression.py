@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cronledger.schedule import ScheduleInvalid, compile_schedule
+from cronledger.cron import ScheduleInvalid, compile_schedule
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from cronledger.schedule import Schedule, ScheduleInvalid, compile_schedule
-from cronledger.schedule.compiled import jitter
+from cronledger.cron import Schedule, ScheduleInvalid, compile_schedule
+from cronledger.cron.compiled import jitter
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 GRACE = timedelta(seconds=5)
@@ -247,7 +247,7 @@ def test_the_spread_is_the_same_in_every_process_whatever_its_hash_seed() -> Non
     # Python's hash() of a string changes with PYTHONHASHSEED; the jitter must not.
     here = jitter("channel-1", utc(2026, 5, 4, 10, 1), 3600)
     code = (
-        "from datetime import datetime, UTC; from cronledger.schedule.compiled import jitter; "
+        "from datetime import datetime, UTC; from cronledger.cron.compiled import jitter; "
         "print(jitter('channel-1', datetime(2026, 5, 4, 10, 1, tzinfo=UTC), 3600)"
         ".total_seconds())"
     )

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cronledger.schedule import (
+from cronledger.cron import (
     WALK_LIMIT,
     PassPlan,
     Schedule,

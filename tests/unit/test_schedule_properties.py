@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cronledger.schedule import Schedule, ScheduleInvalid, compile_schedule
-from cronledger.schedule.compiled import FEW_DUE
+from cronledger.cron import Schedule, ScheduleInvalid, compile_schedule
+from cronledger.cron.compiled import FEW_DUE
 from tests.cron_oracle import Oracle
 from tests.profiles import examples
 

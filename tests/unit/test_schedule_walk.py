@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from cronledger.schedule import WALK_LIMIT, Schedule, compile_schedule
+from cronledger.cron import WALK_LIMIT, Schedule, compile_schedule
 
 
 def utc(*parts: int) -> datetime:

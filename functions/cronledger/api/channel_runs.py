@@ -41,6 +41,7 @@ from cronledger.api.models import (
 )
 from cronledger.api.services import serving
 from cronledger.api.views import occurrence_record, preview_instant, safe_target_ref
+from cronledger.cron import Schedule
 from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import (
@@ -52,7 +53,6 @@ from cronledger.ledger import (
     Ledger,
     NewOccurrence,
 )
-from cronledger.schedule import Schedule
 from cronledger.schedule_cache import SHARED_SCHEDULES
 
 MAX_BACKFILL: Final = 1000

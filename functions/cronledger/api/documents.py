@@ -37,10 +37,10 @@ from pydantic import (
 )
 
 from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP
+from cronledger.cron.config import TransportConfig
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.labels import Labels
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
-from cronledger.schedule.config import TransportConfig
 from cronledger.settings import TIMEOUT_MAX_MS
 from cronledger.targets import Target, TargetPolicy
 from cronledger.validation import Document, explained, field_errors, refused

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from cronledger.cron import compile_schedule
 from cronledger.errors import FieldError, ValidationFailed
-from cronledger.schedule import compile_schedule
 
 _PLACEHOLDER_ID = "channel-being-validated"
 

@@ -38,11 +38,11 @@ from cronledger.api.views import (
     timestamp,
 )
 from cronledger.claim import JOB as CLAIM_JOB
+from cronledger.cron import Schedule
 from cronledger.instants import to_rfc3339
 from cronledger.labels import selector
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, Ledger, ScheduleState
 from cronledger.reconcile import JOB as RECONCILE_JOB
-from cronledger.schedule import Schedule
 
 
 def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:

@@ -30,10 +30,10 @@ from cronledger.api.models import (
     PreviewInstant,
 )
 from cronledger.api.request_rules import MAX_DEPTH, too_deep
+from cronledger.cron import Schedule
 from cronledger.errors import ValidationFailed
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import Attempt, Channel, Event, Occurrence, ScheduleState
-from cronledger.schedule import Schedule
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import target_ref
 

@@ -147,7 +147,7 @@ def apply(
         str | None,
         typer.Option(
             "--from-module",
-            help="a Python module (importable from here) whose @cronledger.schedule functions "
+            help="a Python module (importable from here) whose @cronledger.cron functions "
             "declare the channels",
         ),
     ] = None,
@@ -216,7 +216,7 @@ def _input(
     except ImportError as exc:
         raise UsageError(f"cannot import {module}: {exc}") from None
     if not declared and not prune:
-        raise UsageError(f"{module} declares no channel (no @cronledger.schedule function)")
+        raise UsageError(f"{module} declares no channel (no @cronledger.cron function)")
     given = [Document(f"{module}[{i}]", body) for i, body in enumerate(declared)]
     return given, labels or {declare.MODULE_LABEL: module}
 

@@ -61,7 +61,23 @@ class Document:
         return name if isinstance(name, str) else "?"
 
 
+#: The files of a directory that `read` takes, in name order.
+FILE_SUFFIXES: Final = (".yaml", ".yml", ".json")
+
+
 def read(path: str) -> list[Document]:
+    """The documents of a file, of stdin (`-`), or of every JSON and YAML file of a
+    directory tree (in path order); duplicate names are refused across all of them."""
+    given = Path(path)
+    if path != "-" and given.is_dir():
+        files = sorted(f for f in given.rglob("*") if f.suffix in FILE_SUFFIXES and f.is_file())
+        if not files:
+            raise UsageError(f"{path} holds no .yaml, .yml or .json file")
+        return _without_duplicates([d for f in files for d in _read_file(str(f))])
+    return _without_duplicates(_read_file(path))
+
+
+def _read_file(path: str) -> list[Document]:
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -72,8 +88,7 @@ def read(path: str) -> list[Document]:
     documents = [d for item in loaded for d in _documents_in(item)]
     if not documents:
         raise UsageError(f"{path} holds no channel document")
-    checked = [_checked(path, index, len(documents), d) for index, d in enumerate(documents)]
-    return _without_duplicates(checked)
+    return [_checked(path, index, len(documents), d) for index, d in enumerate(documents)]
 
 
 def _documents_in(item: Any) -> list[Any]:

@@ -26,7 +26,7 @@ from cronledger.cli import documents
 from cronledger.cli.documents import Document
 from cronledger.cli.output import Column
 from cronledger.cli.session import Session
-from cronledger.schedule import Schedule, ScheduleInvalid, compile_schedule
+from cronledger.cron import Schedule, ScheduleInvalid, compile_schedule
 
 #: Compiling needs a channel id (the default concurrency key); any id compiles the same.
 _ANY_ID: Final = "channel-being-compared"

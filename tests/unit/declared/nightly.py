@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronledger.declare import schedule
+import cronledger
 
 
-@schedule("0 15 2 * * *", timezone="Europe/London", name="nightly-report", labels={"team": "bi"})
+@cronledger.schedule(
+    "0 15 2 * * *", timezone="Europe/London", name="nightly-report", labels={"team": "bi"}
+)
 def report(envelope: Any) -> str:
     return "reported"
 
 
-@schedule("0 */15 * * * *", retry={"max_attempts": 2})
+@cronledger.schedule("0 */15 * * * *", retry={"max_attempts": 2})
 def refresh(envelope: Any) -> None:
     return None

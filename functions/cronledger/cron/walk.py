@@ -30,7 +30,7 @@ from itertools import pairwise
 from typing import Final, Protocol
 from zoneinfo import ZoneInfo
 
-from cronledger.schedule.expression import CronSpec, DayRule, parse_expression
+from cronledger.cron.expression import CronSpec, DayRule, parse_expression
 
 DAY: Final = 86_400
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)

@@ -38,9 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 from cronledger.alerts import AlertRules
-from cronledger.instants import require_utc, to_rfc3339
-from cronledger.retry import RetryPolicy as RetryPolicy  # its home; schedules carry one
-from cronledger.schedule.walk import (
+from cronledger.cron.walk import (
     EPOCH,
     FIRST_SECOND,
     LAST_SECOND,
@@ -50,6 +48,8 @@ from cronledger.schedule.walk import (
     floor_seconds,
     instant,
 )
+from cronledger.instants import require_utc, to_rfc3339
+from cronledger.retry import RetryPolicy as RetryPolicy  # its home; schedules carry one
 
 MisfirePolicy = Literal["skip", "latest", "catch_up"]
 ConcurrencyPolicy = Literal["allow", "forbid", "queue_one", "replace"]

@@ -53,10 +53,9 @@ from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 from pydantic_core import InitErrorDetails
 
 from cronledger.alerts import Alerts
-from cronledger.instants import parse_rfc3339
-from cronledger.schedule.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy
-from cronledger.schedule.expression import ExpressionRefused, parse_expression
-from cronledger.schedule.walk import (
+from cronledger.cron.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy
+from cronledger.cron.expression import ExpressionRefused, parse_expression
+from cronledger.cron.walk import (
     FIRST_SECOND,
     LAST_SECOND,
     calendar,
@@ -65,6 +64,7 @@ from cronledger.schedule.walk import (
     floor_seconds,
     seconds,
 )
+from cronledger.instants import parse_rfc3339
 from cronledger.validation import UNTAGGED, Document, choice, json_type, refused, whole
 
 PAYLOAD_LIMIT_BYTES: Final = 256 * 1024

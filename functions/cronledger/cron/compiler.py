@@ -19,11 +19,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from cronledger.alerts import AlertRules
-from cronledger.errors import FieldError, ValidationFailed
-from cronledger.instants import require_utc, to_rfc3339
-from cronledger.schedule.compiled import MisfirePolicy, Schedule
-from cronledger.schedule.config import TRANSPORT_CONFIG, OneTime, Recurring, at_second, payload_json
-from cronledger.schedule.walk import (
+from cronledger.cron.compiled import MisfirePolicy, Schedule
+from cronledger.cron.config import TRANSPORT_CONFIG, OneTime, Recurring, at_second, payload_json
+from cronledger.cron.walk import (
     FIRST_SECOND,
     LAST_SECOND,
     Bounded,
@@ -33,6 +31,8 @@ from cronledger.schedule.walk import (
     ceil_seconds,
     floor_seconds,
 )
+from cronledger.errors import FieldError, ValidationFailed
+from cronledger.instants import require_utc, to_rfc3339
 from cronledger.validation import field_errors
 
 

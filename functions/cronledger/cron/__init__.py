@@ -6,8 +6,7 @@ own (`compiled`); the walk in a zone, DST rules included, is `walk`. Datetimes i
 aware UTC; a naive one is refused.
 """
 
-from cronledger.errors import FieldError
-from cronledger.schedule.compiled import (
+from cronledger.cron.compiled import (
     WALK_LIMIT,
     ConcurrencyPolicy,
     MisfirePolicy,
@@ -18,7 +17,8 @@ from cronledger.schedule.compiled import (
     is_misfired,
     kept_misfires,
 )
-from cronledger.schedule.compiler import ScheduleInvalid, compile_schedule
+from cronledger.cron.compiler import ScheduleInvalid, compile_schedule
+from cronledger.errors import FieldError
 
 __all__ = [
     "WALK_LIMIT",
