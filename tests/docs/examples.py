@@ -191,9 +191,12 @@ class Page:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as answer:
-                    if answer.status == 200:
+                # The pages start "with the scheduler running": the demo has its first row.
+                listing = f"{self.url}/api/v1/admin/cron/occurrences?limit=1"
+                with urllib.request.urlopen(listing, timeout=2) as answer:
+                    if answer.status == 200 and json.load(answer)["data"]:
                         return
+                time.sleep(0.2)
             except OSError:
                 if self.server.poll() is not None:
                     break
