@@ -56,10 +56,21 @@ def sqlstate(exc: BaseException) -> str | None:
     return details.get("C") if isinstance(details, dict) else None
 
 
+def _lost_session(context: sa.engine.ExceptionContext) -> None:
+    """A server session ended under a statement (shut down, terminated, any connection
+    exception) is a lost connection, as a broken socket is: SQLAlchemy then drops it and
+    every connection pooled before it, which went to the same server."""
+    state = sqlstate(context.original_exception)
+    if state is not None and (state in ("57P01", "57P02") or state.startswith("08")):
+        context.is_disconnect = True
+
+
 class Store:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self._sql = Backend(engine.dialect.name)
+        if self._sql.is_postgres and not sa.event.contains(engine, "handle_error", _lost_session):
+            sa.event.listen(engine, "handle_error", _lost_session)
         self._statements: dict[Hashable, Any] = {}
 
     def _statement(self, key: Hashable, build: Callable[[], S]) -> S:
