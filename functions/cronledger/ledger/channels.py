@@ -259,15 +259,9 @@ class ChannelStore(OccurrenceStore):
         request = PageRequest(limit, offset, after, exact_total)
         order = (channels.c.created_at, channels.c.channel_id)
         with self._read() as conn:
-            read = read_page(conn, channels, conditions, order, request)
-        return Page(
-            data=[Channel(**row._mapping) for row in read.rows],
-            total=read.total,
-            limit=read.limit,
-            offset=read.offset,
-            next=read.next,
-            total_is_exact=read.total_is_exact,
-        )
+            return read_page(
+                conn, channels, conditions, order, request, lambda row: Channel(**row._mapping)
+            )
 
     def _labelled(self, labels: Mapping[str, str]) -> sa.ColumnElement[bool]:
         """The channel carries every one of `labels`: containment on PostgreSQL (what the

@@ -231,15 +231,14 @@ class OccurrenceStore(CursorStore):
         request = PageRequest(f.limit, f.offset, f.after, f.exact_total)
         order = (occurrences.c.scheduled_for, occurrences.c.id)
         with self._read() as conn:
-            read = read_page(conn, occurrences, conditions, order, request)
-        return Page(
-            data=[Occurrence(**row._mapping) for row in read.rows],
-            total=read.total,
-            limit=read.limit,
-            offset=read.offset,
-            next=read.next,
-            total_is_exact=read.total_is_exact,
-        )
+            return read_page(
+                conn,
+                occurrences,
+                conditions,
+                order,
+                request,
+                lambda row: Occurrence(**row._mapping),
+            )
 
     def requeue(self, occurrence_id: str) -> Occurrence:
         """Put a failed, cancelled or skipped occurrence of an active channel back to

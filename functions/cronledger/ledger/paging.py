@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import require_utc
+from cronledger.ledger.models import Page
+
+T = TypeVar("T")
 
 #: Matching rows counted before the total is reported as "more than" this; also the
 #: largest offset accepted.
@@ -40,27 +43,16 @@ class PageRequest:
     exact_total: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class KeysetRead:
-    """One page's rows (at most `limit`), the key of the next page, and the total."""
-
-    rows: list[sa.Row[Any]]
-    limit: int
-    offset: int
-    next: str | None
-    total: int
-    total_is_exact: bool
-
-
 def read_page(
     conn: sa.Connection,
     table: sa.Table,
     conditions: Sequence[sa.ColumnElement[bool]],
     order: tuple[sa.Column[Any], sa.Column[Any]],
     request: PageRequest,
-) -> KeysetRead:
-    """The page of `table`'s rows matching `conditions`, newest first by `order` (an instant
-    and a unique id). ValidationFailed for an offset past the bound, an offset with a key, or
+    of: Callable[[sa.Row[Any]], T],
+) -> Page[T]:
+    """The page of `table`'s rows matching `conditions`, each made by `of`, newest first by
+    `order` (an instant and a unique id). ValidationFailed for an offset past the bound, an offset with a key, or
     a key that is not one."""
     limit = min(max(request.limit, 1), MAX_PAGE_SIZE)
     offset = _checked_offset(request)
@@ -74,8 +66,8 @@ def read_page(
     rows = rows[:limit]
     last = rows[-1]._mapping if more and rows else None
     total, exact = count_matching(conn, table, conditions, exact=request.exact_total)
-    return KeysetRead(
-        rows=rows,
+    return Page(
+        data=[of(row) for row in rows],
         limit=limit,
         offset=offset,
         next=None if last is None else page_key(last[at.name], last[row_id.name]),
