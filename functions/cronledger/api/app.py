@@ -25,10 +25,9 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from cronledger import __version__
-from cronledger.api import channel_runs, channels, events
+from cronledger import __version__, console
+from cronledger.api import channel_runs, channels, events, occurrences, status
 from cronledger.api.errors import as_v2, error_response, install_error_mapping
-from cronledger.api.occurrences import add_occurrence_routes
 from cronledger.api.request_rules import (
     BodyTooLarge,
     MalformedBody,
@@ -37,8 +36,6 @@ from cronledger.api.request_rules import (
     screen,
 )
 from cronledger.api.services import Services, serve
-from cronledger.api.status import add_health_routes, add_status_routes
-from cronledger.console import PAGE, add_console_routes
 from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
@@ -54,7 +51,12 @@ DESCRIPTION = (
 )
 SWAGGER = "/swagger"
 #: Routes kept out of the OpenAPI document, for the method table.
-_UNDOCUMENTED = {"/openapi.json": "GET", SWAGGER: "GET", PAGE: "GET", f"{PAGE}/{{name}}": "GET"}
+_UNDOCUMENTED = {
+    "/openapi.json": "GET",
+    SWAGGER: "GET",
+    console.PAGE: "GET",
+    f"{console.PAGE}/{{name}}": "GET",
+}
 _one_request_at_a_time = threading.Lock()
 
 
@@ -98,13 +100,8 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
         policy = replace(policy, secret_hosts=hosts_where_readable(default_clients()))
     app = ScreenedResolver(Services(ledger, settings, policy))
     install_error_mapping(app, lambda: routes())
-    app.include_router(channels.router)
-    app.include_router(channel_runs.router)
-    app.include_router(events.router)
-    add_occurrence_routes(app, ledger)
-    add_status_routes(app, ledger)
-    add_health_routes(app, ledger)
-    add_console_routes(app)
+    for module in (channels, channel_runs, events, occurrences, status, console):
+        app.include_router(module.router)
 
     @cache
     def document() -> str:

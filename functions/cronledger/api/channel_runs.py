@@ -28,7 +28,7 @@ from typing import Annotated, Final
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from cronledger.api.errors import BROKEN_RESPONSE, responses
+from cronledger.api.errors import documented
 from cronledger.api.models import (
     PREFIX,
     BackfillResult,
@@ -67,10 +67,7 @@ router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 @router.post(
     f"{PREFIX}/channels/<channel_id>/trigger",
     summary="Run an active channel now (a manual occurrence at the database's now)",
-    tags=["channels"],
-    responses=responses(202, "a pending manual occurrence", 400, 409),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
-    status_code=202,
+    **documented("channels", 202, "a pending manual occurrence", 400, 409),
 )
 def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
     ledger = serving().ledger
@@ -87,10 +84,7 @@ def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
 @router.post(
     f"{PREFIX}/channels/<channel_id>/backfill",
     summary=f"Run an active channel's past instants in [from, to] (at most {MAX_BACKFILL})",
-    tags=["channels"],
-    responses=responses(202, "backfill occurrences written", 400, 415),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
-    status_code=202,
+    **documented("channels", 202, "backfill occurrences written", 400, 415),
 )
 def backfill(
     channel_id: ChannelId,
@@ -155,9 +149,7 @@ def backfill(
 @router.get(
     f"{PREFIX}/channels/<channel_id>/preview",
     summary="The next instants, in UTC and in the channel's local wall time",
-    tags=["channels"],
-    responses=responses(200, "the next instants", 400, 404),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 200, "the next instants", 400, 404),
 )
 def preview(
     channel_id: ChannelId,

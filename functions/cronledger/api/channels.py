@@ -28,7 +28,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.api.documents import read_new_channel, read_new_version
-from cronledger.api.errors import BROKEN_RESPONSE, error_response, responses
+from cronledger.api.errors import documented, error_response
 from cronledger.api.models import (
     PREFIX,
     After,
@@ -90,10 +90,7 @@ router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 @router.post(
     f"{PREFIX}/channels",
     summary="Create a channel (draft unless status is active)",
-    tags=["channels"],
-    responses=responses(201, "created", 400, 409, 415),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
-    status_code=201,
+    **documented("channels", 201, "created", 400, 409, 415),
 )
 def create_channel(
     body: Annotated[ChannelCreateBody, Body()],
@@ -120,9 +117,7 @@ def create_channel(
 @router.get(
     f"{PREFIX}/channels",
     summary="List channels, newest first, a page at a time (pass `next` as `after`)",
-    tags=["channels"],
-    responses=responses(200, "a page of channels"),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 200, "a page of channels"),
 )
 def list_channels(
     status: Annotated[ChannelStatusName | None, Query()] = None,
@@ -152,9 +147,7 @@ def list_channels(
 @router.get(
     f"{PREFIX}/channels/<channel_id>",
     summary="Read a channel",
-    tags=["channels"],
-    responses=responses(200, "the channel", 404),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 200, "the channel", 404),
 )
 def get_channel(channel_id: ChannelId) -> One[ChannelView]:
     ledger = serving().ledger
@@ -164,9 +157,7 @@ def get_channel(channel_id: ChannelId) -> One[ChannelView]:
 @router.get(
     f"{PREFIX}/channels/<channel_id>/versions",
     summary="List a channel's versions, newest first",
-    tags=["channels"],
-    responses=responses(200, "a page of versions", 404),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 200, "a page of versions", 404),
 )
 def list_versions(
     channel_id: ChannelId, limit: Limit = 50, offset: Offset = 0
@@ -180,9 +171,7 @@ def list_versions(
 @router.get(
     f"{PREFIX}/channels/<channel_id>/versions/<version>",
     summary="Read one version of a channel",
-    tags=["channels"],
-    responses=responses(200, "the version", 404),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 200, "the version", 404),
 )
 def get_version(
     channel_id: ChannelId,
@@ -196,9 +185,7 @@ def get_version(
 @router.put(
     f"{PREFIX}/channels/<channel_id>",
     summary="Write the channel's next version",
-    tags=["channels"],
-    responses=responses(200, "the channel at its new version", 400, 404, 409, 415),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 200, "the channel at its new version", 400, 404, 409, 415),
 )
 def update_channel(
     channel_id: ChannelId,
@@ -236,9 +223,7 @@ def update_channel(
 @router.patch(
     f"{PREFIX}/channels/<channel_id>/status",
     summary="Activate, pause or archive a channel",
-    tags=["channels"],
-    responses=responses(200, "the channel", 400, 404, 409, 415),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 200, "the channel", 400, 404, 409, 415),
 )
 def set_status(
     channel_id: ChannelId, body: Annotated[StatusChange, Body()], dry_run: DryRun = False
@@ -251,9 +236,7 @@ def set_status(
 @router.post(
     f"{PREFIX}/channels/status",
     summary="Activate, pause or archive every channel carrying the selector's labels",
-    tags=["channels"],
-    responses=responses(200, "each selected channel, moved or with why not", 415),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 200, "each selected channel, moved or with why not", 415),
 )
 def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[list[StatusMove]]:
     """Each channel moves in its own transaction, with the checks of a single change: one
@@ -320,9 +303,7 @@ def _error_of(exc: CronledgerError, request: str) -> ErrorBody:
 @router.delete(
     f"{PREFIX}/channels/<channel_id>",
     summary="Delete a channel with its versions, cursor and occurrences",
-    tags=["channels"],
-    responses=responses(204, "deleted", 404),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("channels", 204, "deleted", 404),
 )
 def delete_channel(channel_id: ChannelId) -> Response[None]:
     serving().ledger.delete_channel(channel_id)

@@ -53,24 +53,27 @@ from cronledger.validation import field_error
 log = logging.getLogger(__name__)
 
 MALFORMED = HTTPStatus.UNPROCESSABLE_ENTITY
-#: What a response that does not match the OpenAPI document answers (every route sets it, so
-#: the document shows the error envelope for it rather than Powertools' own shape).
-BROKEN_RESPONSE = HTTPStatus.INTERNAL_SERVER_ERROR
 
 
-def responses(status: int, description: str, *errors: int) -> dict[int, OpenAPIResponse]:
-    """A route's OpenAPI `responses`: its success (schema from the route's return annotation;
-    none for 204), the given error statuses, and those any route can answer (400, 413 and 415
-    for a body that breaks the body rules, 422, 500, 503), each of them the error envelope."""
-    documented: dict[int, OpenAPIResponse] = {status: {"description": description}}
+def documented(tag: str, status: int, description: str, *errors: int) -> dict[str, Any]:
+    """A route's keyword arguments: its tag, its success `status` (schema from the return
+    annotation; none for 204), the given error statuses and those any route can answer (400,
+    413, 415, 422, 500, 503), each the error envelope; a response that breaks the document is
+    a 500 in that envelope too, not Powertools' own shape."""
+    responses: dict[int, OpenAPIResponse] = {status: {"description": description}}
     if status == HTTPStatus.NO_CONTENT:
-        documented[status]["content"] = {}
+        responses[status]["content"] = {}
     for error in sorted({*errors, 400, 413, 415, 422, 500, 503}):
-        documented[error] = {
+        responses[error] = {
             "description": HTTPStatus(error).phrase,
             "content": {"application/json": {"model": ErrorEnvelope}},
         }
-    return documented
+    return {
+        "tags": [tag],
+        "responses": responses,
+        "status_code": status,
+        "custom_response_validation_http_code": HTTPStatus.INTERNAL_SERVER_ERROR,
+    }
 
 
 def install_error_mapping(app: APIGatewayHttpResolver, routes: Callable[[], RouteMethods]) -> None:

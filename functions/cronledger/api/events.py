@@ -15,11 +15,10 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.alerts import KINDS
-from cronledger.api.errors import BROKEN_RESPONSE, responses
-from cronledger.api.models import PREFIX, EventView, Instant, KeysetPage, Limit, Text
+from cronledger.api.errors import documented
+from cronledger.api.models import PREFIX, EventView, Instant, KeysetPage, Limit, Text, known
 from cronledger.api.services import serving
 from cronledger.api.views import event_view
-from cronledger.errors import FieldError, ValidationFailed
 from cronledger.ledger import EventFilter
 
 _KNOWN = ", ".join(KINDS)
@@ -31,9 +30,7 @@ router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 @router.get(
     f"{PREFIX}/cron/events",
     summary="List events, newest first, a page at a time by key (pass `next` as `after`)",
-    tags=["events"],
-    responses=responses(200, "a page of events"),
-    custom_response_validation_http_code=BROKEN_RESPONSE,
+    **documented("events", 200, "a page of events"),
 )
 def list_events(
     channel_id: Annotated[Text | None, Query()] = None,
@@ -58,9 +55,5 @@ def _kind(value: str | None) -> str | None:
     """The full name of `value`, written short or in full."""
     if value is None or value in KINDS.values():
         return value
-    if value in KINDS:
-        return KINDS[value]
-    raise ValidationFailed(
-        [FieldError("kind", "invalid", f"unknown kind {value!r}; one of {_KNOWN}")],
-        "invalid filter",
-    )
+    known("kind", value, tuple(KINDS))
+    return KINDS[value]

@@ -28,7 +28,8 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 
 from cronledger.api.documents import ChannelCreate, ChannelUpdate, storable_text
-from cronledger.instants import parse_rfc3339
+from cronledger.errors import FieldError, ValidationFailed
+from cronledger.instants import parse_rfc3339, to_rfc3339
 from cronledger.labels import Labels
 from cronledger.ledger import Page as LedgerPage
 
@@ -64,11 +65,17 @@ Instant = Annotated[
 ]
 """An RFC 3339 timestamp with an offset in a request; anything else is a 422."""
 
+
+def _timestamp(value: Any) -> Any:
+    return to_rfc3339(value) if isinstance(value, datetime) else value
+
+
 Timestamp = Annotated[
     str,
+    BeforeValidator(_timestamp),
     WithJsonSchema({"type": "string", "format": "date-time", "example": "2026-09-01T02:15:00Z"}),
 ]
-"""An RFC 3339 UTC timestamp with `Z` in a response."""
+"""An RFC 3339 UTC timestamp with `Z` in a response (a datetime is written so)."""
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size, 1..1000")]
 Offset = Annotated[
@@ -95,6 +102,13 @@ LabelSelector = Annotated[
         examples=["team=billing"],
     ),
 ]
+
+
+def known(name: str, value: str | None, choices: tuple[str, ...]) -> None:
+    """A filter that could never match is a mistake worth saying, not an empty page."""
+    if value is not None and value not in choices:
+        message = f"unknown {name} {value!r}; one of {', '.join(choices)}"
+        raise ValidationFailed([FieldError(name, "invalid", message)], "invalid filter")
 
 
 # --- request bodies -------------------------------------------------------------------------

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from cronledger.api.errors import BROKEN_RESPONSE, responses
+from cronledger.api.errors import documented
 from cronledger.api.models import (
     PREFIX,
     After,
@@ -28,105 +28,94 @@ from cronledger.api.models import (
     One,
     Page,
     Text,
+    known,
 )
+from cronledger.api.services import serving
 from cronledger.api.views import occurrence_record, occurrence_summary
-from cronledger.errors import FieldError, ValidationFailed
-from cronledger.ledger import OCCURRENCE_STATUSES, TRIGGERS, Ledger, OccurrenceFilter
+from cronledger.ledger import OCCURRENCE_STATUSES, TRIGGERS, OccurrenceFilter
 
 OccurrenceId = Annotated[Text, Path(description="the occurrence's id")]
 
 
-def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
+router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 
-    @app.get(
-        f"{PREFIX}/cron/occurrences",
-        summary="List occurrences, newest scheduled_for first, a page at a time (pass `next` "
-        "as `after`)",
-        tags=["occurrences"],
-        responses=responses(200, "a page of summaries", 400),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-    )
-    def list_occurrences(
-        channel_id: Annotated[Text | None, Query()] = None,
-        status: Annotated[
-            Text | None, Query(description=f"one of {', '.join(OCCURRENCE_STATUSES)}")
-        ] = None,
-        trigger: Annotated[Text | None, Query(description=f"one of {', '.join(TRIGGERS)}")] = None,
-        since: Annotated[Instant | None, Query(description="scheduled_for at or after")] = None,
-        until: Annotated[Instant | None, Query(description="scheduled_for at or before")] = None,
-        limit: Limit = 50,
-        offset: Offset = 0,
-        after: After = None,
-        exact_total: ExactTotal = False,
-    ) -> Page[OccurrenceSummary]:
-        _known("status", status, OCCURRENCE_STATUSES)
-        _known("trigger", trigger, TRIGGERS)
-        page = ledger.list_occurrences(
-            OccurrenceFilter(
-                channel_id=channel_id,
-                status=status,
-                trigger=trigger,
-                since=since,
-                until=until,
-                limit=limit,
-                offset=offset,
-                after=after,
-                exact_total=exact_total,
-            )
+
+@router.get(
+    f"{PREFIX}/cron/occurrences",
+    summary="List occurrences, newest scheduled_for first, a page at a time (pass `next` "
+    "as `after`)",
+    **documented("occurrences", 200, "a page of summaries", 400),
+)
+def list_occurrences(
+    channel_id: Annotated[Text | None, Query()] = None,
+    status: Annotated[
+        Text | None, Query(description=f"one of {', '.join(OCCURRENCE_STATUSES)}")
+    ] = None,
+    trigger: Annotated[Text | None, Query(description=f"one of {', '.join(TRIGGERS)}")] = None,
+    since: Annotated[Instant | None, Query(description="scheduled_for at or after")] = None,
+    until: Annotated[Instant | None, Query(description="scheduled_for at or before")] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    after: After = None,
+    exact_total: ExactTotal = False,
+) -> Page[OccurrenceSummary]:
+    known("status", status, OCCURRENCE_STATUSES)
+    known("trigger", trigger, TRIGGERS)
+    page = serving().ledger.list_occurrences(
+        OccurrenceFilter(
+            channel_id=channel_id,
+            status=status,
+            trigger=trigger,
+            since=since,
+            until=until,
+            limit=limit,
+            offset=offset,
+            after=after,
+            exact_total=exact_total,
         )
-        return Page.of(page, occurrence_summary)
-
-    @app.get(
-        f"{PREFIX}/cron/occurrences/<occurrence_id>",
-        summary="Read one occurrence in full: lease, fencing token, trace id, result excerpt",
-        tags=["occurrences"],
-        responses=responses(200, "the occurrence", 404),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
     )
-    def get_occurrence(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
-        occurrence = ledger.get_occurrence(occurrence_id)
-        return One(data=occurrence_record(occurrence, ledger.attempts_of(occurrence_id)))
-
-    @app.post(
-        f"{PREFIX}/cron/occurrences/<occurrence_id>/retry",
-        summary="Put a failed, cancelled or skipped occurrence back to pending (same id, one "
-        "more attempt allowed); 409 for any other status or a channel that is not active",
-        tags=["occurrences"],
-        responses=responses(200, "the occurrence, pending again", 404, 409),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-    )
-    def retry(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
-        return One(data=occurrence_record(ledger.requeue(occurrence_id)))
-
-    @app.post(
-        f"{PREFIX}/cron/occurrences/<occurrence_id>/cancel",
-        summary="Cancel a pending, claimed or running occurrence; an optional "
-        '`{"reason": "…"}` is recorded with it, beside the IAM caller when there is one',
-        tags=["occurrences"],
-        responses=responses(200, "the occurrence, cancelled", 404, 409),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
-    )
-    def cancel(
-        occurrence_id: OccurrenceId, body: Annotated[CancelReason | None, Body()] = None
-    ) -> One[OccurrenceRecord]:
-        reason = None if body is None else body.reason
-        cancelled = ledger.cancel(occurrence_id, by=_caller(app), reason=reason)
-        return One(data=occurrence_record(cancelled))
+    return Page.of(page, occurrence_summary)
 
 
-def _caller(app: APIGatewayHttpResolver) -> str | None:
+@router.get(
+    f"{PREFIX}/cron/occurrences/<occurrence_id>",
+    summary="Read one occurrence in full: lease, fencing token, trace id, result excerpt",
+    **documented("occurrences", 200, "the occurrence", 404),
+)
+def get_occurrence(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
+    ledger = serving().ledger
+    occurrence = ledger.get_occurrence(occurrence_id)
+    return One(data=occurrence_record(occurrence, ledger.attempts_of(occurrence_id)))
+
+
+@router.post(
+    f"{PREFIX}/cron/occurrences/<occurrence_id>/retry",
+    summary="Put a failed, cancelled or skipped occurrence back to pending (same id, one "
+    "more attempt allowed); 409 for any other status or a channel that is not active",
+    **documented("occurrences", 200, "the occurrence, pending again", 404, 409),
+)
+def retry(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
+    return One(data=occurrence_record(serving().ledger.requeue(occurrence_id)))
+
+
+@router.post(
+    f"{PREFIX}/cron/occurrences/<occurrence_id>/cancel",
+    summary="Cancel a pending, claimed or running occurrence; an optional "
+    '`{"reason": "…"}` is recorded with it, beside the IAM caller when there is one',
+    **documented("occurrences", 200, "the occurrence, cancelled", 404, 409),
+)
+def cancel(
+    occurrence_id: OccurrenceId, body: Annotated[CancelReason | None, Body()] = None
+) -> One[OccurrenceRecord]:
+    reason = None if body is None else body.reason
+    cancelled = serving().ledger.cancel(occurrence_id, by=_caller(), reason=reason)
+    return One(data=occurrence_record(cancelled))
+
+
+def _caller() -> str | None:
     """Who asks, as API Gateway's IAM authorizer names them (their ARN); None where no
     authorizer stands in front (the local server), rather than a guess."""
-    context = app.current_event.raw_event.get("requestContext") or {}
+    context = router.current_event.raw_event.get("requestContext") or {}
     iam = (context.get("authorizer") or {}).get("iam") or {}
     caller = iam.get("userArn") or iam.get("callerId")
     return str(caller) if caller else None
-
-
-def _known(name: str, value: str | None, known: tuple[str, ...]) -> None:
-    """A filter that could never match is a mistake worth saying, not an empty page."""
-    if value is not None and value not in known:
-        raise ValidationFailed(
-            [FieldError(name, "invalid", f"unknown {name} {value!r}; one of {', '.join(known)}")],
-            "invalid filter",
-        )

@@ -14,9 +14,9 @@ Decisions the guarantees leave open:
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from cronledger.api.errors import BROKEN_RESPONSE, responses
+from cronledger.api.errors import documented
 from cronledger.api.models import (
     PREFIX,
     After,
@@ -30,92 +30,84 @@ from cronledger.api.models import (
     One,
     Page,
 )
-from cronledger.api.views import (
-    compiled,
-    cursor_times,
-    cursors_by_channel,
-    has_ended,
-    timestamp,
-)
+from cronledger.api.services import serving
+from cronledger.api.views import compiled, cursor, cursors_by_channel, fields_of
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.cron import Schedule
-from cronledger.instants import to_rfc3339
 from cronledger.labels import selector
-from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, Ledger, ScheduleState
+from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, ScheduleState
 from cronledger.reconcile import JOB as RECONCILE_JOB
 
+#: What the status view shows of a schedule: all null when the definition no longer compiles.
+_SCHEDULE_KEYS = ("schedule", "at", "timezone", "concurrency_policy", "concurrency_key", "slots")
 
-def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
+router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 
-    @app.get(
-        f"{PREFIX}/cron/status",
-        summary="Per active channel: cursor, last run, pending count, concurrency",
-        tags=["status"],
-        responses=responses(200, "a page of active channels"),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
+
+@router.get(
+    f"{PREFIX}/cron/status",
+    summary="Per active channel: cursor, last run, pending count, concurrency",
+    **documented("status", 200, "a page of active channels"),
+)
+def status(
+    label: LabelSelector = None,
+    name_prefix: NamePrefix = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    after: After = None,
+    exact_total: ExactTotal = False,
+) -> Page[ChannelStatus]:
+    ledger = serving().ledger
+    page = ledger.list_channels(
+        status=CHANNEL_ACTIVE,
+        limit=limit,
+        offset=offset,
+        name_prefix=name_prefix,
+        labels=selector(label or []),
+        after=after,
+        exact_total=exact_total,
     )
-    def status(
-        label: LabelSelector = None,
-        name_prefix: NamePrefix = None,
-        limit: Limit = 50,
-        offset: Offset = 0,
-        after: After = None,
-        exact_total: ExactTotal = False,
-    ) -> Page[ChannelStatus]:
-        page = ledger.list_channels(
-            status=CHANNEL_ACTIVE,
-            limit=limit,
-            offset=offset,
-            name_prefix=name_prefix,
-            labels=selector(label or []),
-            after=after,
-            exact_total=exact_total,
-        )
-        ids = [channel.channel_id for channel in page.data]
-        schedules = {channel.channel_id: compiled(channel) for channel in page.data}
-        keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}
-        # A fixed handful of reads for the whole page, whatever its size.
-        states = cursors_by_channel(ledger.schedule_states(ids))
-        activity = ledger.channel_activity(ids, keys)
-        alerts = ledger.open_alerts(ids)
-        return Page.of(
-            page,
-            lambda c: _status(
-                c,
-                schedules[c.channel_id],
-                states.get(c.channel_id),
-                activity,
-                alerts.get(c.channel_id),
-            ),
-        )
-
-
-def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
-
-    @app.get(
-        "/health",
-        summary="Database reachability, backlog, the events outbox, and the last successful "
-        "reconcile and claim",
-        tags=["status"],
-        responses=responses(200, "the database answered"),
-        custom_response_validation_http_code=BROKEN_RESPONSE,
+    ids = [channel.channel_id for channel in page.data]
+    schedules = {channel.channel_id: compiled(channel) for channel in page.data}
+    keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}
+    # A fixed handful of reads for the whole page, whatever its size.
+    states = cursors_by_channel(ledger.schedule_states(ids))
+    activity = ledger.channel_activity(ids, keys)
+    alerts = ledger.open_alerts(ids)
+    return Page.of(
+        page,
+        lambda c: _status(
+            c,
+            schedules[c.channel_id],
+            states.get(c.channel_id),
+            activity,
+            alerts.get(c.channel_id),
+        ),
     )
-    def health() -> One[Health]:
-        beats = ledger.job_heartbeats()
-        backlog = ledger.backlog()
-        outbox = ledger.outbox()
-        return One(
-            data=Health(
-                database="reachable",
-                db_now=to_rfc3339(backlog.now),
-                oldest_pending_secs=backlog.oldest_pending_age_secs,
-                pending=backlog.pending,
-                last_reconcile_at=timestamp(beats.get(RECONCILE_JOB)),
-                last_claim_at=timestamp(beats.get(CLAIM_JOB)),
-                undelivered_events=outbox.undelivered,
-                oldest_undelivered_event_secs=outbox.oldest_age_secs,
-            )
-        )
+
+
+@router.get(
+    "/health",
+    summary="Database reachability, backlog, the events outbox, and the last successful "
+    "reconcile and claim",
+    **documented("status", 200, "the database answered"),
+)
+def health() -> One[Health]:
+    ledger = serving().ledger
+    beats = ledger.job_heartbeats()
+    backlog = ledger.backlog()
+    outbox = ledger.outbox()
+    health = {
+        "database": "reachable",
+        "db_now": backlog.now,
+        "oldest_pending_secs": backlog.oldest_pending_age_secs,
+        "pending": backlog.pending,
+        "last_reconcile_at": beats.get(RECONCILE_JOB),
+        "last_claim_at": beats.get(CLAIM_JOB),
+        "undelivered_events": outbox.undelivered,
+        "oldest_undelivered_event_secs": outbox.oldest_age_secs,
+    }
+    return One(data=Health.model_validate(health))
 
 
 def _status(
@@ -127,26 +119,22 @@ def _status(
 ) -> ChannelStatus:
     last = activity.latest.get(channel.channel_id)
     key = None if schedule is None else schedule.singleton_key
-    next_fire_at, paused_at = cursor_times(state)
-    return ChannelStatus(
-        channel_id=channel.channel_id,
-        name=channel.name,
-        version=channel.version,
-        labels=channel.labels,
-        schedule=None if schedule is None else schedule.expression,
-        at=None if schedule is None else schedule.at,
-        timezone=None if schedule is None else schedule.timezone,
-        next_fire_at=next_fire_at,
-        paused_at=paused_at,
-        ended=schedule is not None and has_ended(schedule, state),
-        last_occurrence_id=None if last is None else last.id,
-        last_status=None if last is None else last.status,
-        last_scheduled_for=None if last is None else to_rfc3339(last.scheduled_for),
-        last_completed_at=None if last is None else timestamp(last.completed_at),
-        pending=activity.pending.get(channel.channel_id, 0),
-        concurrency_policy=None if schedule is None else schedule.concurrency_policy,
-        concurrency_key=None if schedule is None else schedule.concurrency_key,
-        slots=None if schedule is None else schedule.slots,
-        slots_held=None if key is None else activity.held_slots.get(key, 0),
-        open_alert=open_alert,
+    shown = (
+        dict.fromkeys(_SCHEDULE_KEYS)
+        if schedule is None
+        else {**fields_of(schedule), "schedule": schedule.expression}
+    )
+    return ChannelStatus.model_validate(
+        {
+            **shown,
+            **fields_of(channel),
+            **cursor(schedule, state),
+            "last_occurrence_id": None if last is None else last.id,
+            "last_status": None if last is None else last.status,
+            "last_scheduled_for": None if last is None else last.scheduled_for,
+            "last_completed_at": None if last is None else last.completed_at,
+            "pending": activity.pending.get(channel.channel_id, 0),
+            "slots_held": None if key is None else activity.held_slots.get(key, 0),
+            "open_alert": open_alert,
+        }
     )

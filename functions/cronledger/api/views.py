@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import fields
 from datetime import datetime
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from cronledger.api.models import (
-    AttemptRecord,
     ChannelVersion,
     ChannelView,
     CompiledView,
@@ -32,7 +32,6 @@ from cronledger.api.models import (
 from cronledger.api.request_rules import MAX_DEPTH, too_deep
 from cronledger.cron import Schedule
 from cronledger.errors import ValidationFailed
-from cronledger.instants import to_rfc3339
 from cronledger.ledger import Attempt, Channel, Event, Occurrence, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import target_ref
@@ -42,10 +41,6 @@ SUMMARY_ERROR_CHARS: Final = 300
 _DEFINITION_DEPTH: Final = 2
 #: What stands for a part of a definition too deep even to write as text.
 TOO_DEEP_TO_SHOW: Final = "(nested too deeply to show)"
-
-
-def timestamp(value: datetime | None) -> str | None:
-    return None if value is None else to_rfc3339(value)
 
 
 def compiled(channel: Channel) -> Schedule | None:
@@ -59,36 +54,32 @@ def compiled(channel: Channel) -> Schedule | None:
 
 def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
     schedule = compiled(channel)
-    return ChannelView(
-        channel_id=channel.channel_id,
-        name=channel.name,
-        status=channel.status,
-        version=channel.version,
-        labels=channel.labels,
-        transport_config=servable(channel.transport_config),
-        target=servable(channel.target),
-        target_ref=safe_target_ref(channel),
-        timeout_ms=channel.timeout_ms,
-        created_at=to_rfc3339(channel.created_at),
-        updated_at=to_rfc3339(channel.updated_at),
-        compiled=None if schedule is None else _compiled_view(schedule, state),
-        status_reason=channel.status_reason,
+    return ChannelView.model_validate(
+        {
+            **_definition(channel),
+            "target_ref": safe_target_ref(channel),
+            "compiled": None if schedule is None else _compiled_view(schedule, state),
+        }
     )
 
 
 def channel_version(channel: Channel, current: int) -> ChannelVersion:
     """`channel` at one of its versions (`updated_at` is when that version was written)."""
-    return ChannelVersion(
-        channel_id=channel.channel_id,
-        name=channel.name,
-        version=channel.version,
-        current=channel.version == current,
-        labels=channel.labels,
-        transport_config=servable(channel.transport_config),
-        target=servable(channel.target),
-        timeout_ms=channel.timeout_ms,
-        created_at=to_rfc3339(channel.updated_at),
+    return ChannelVersion.model_validate(
+        {
+            **_definition(channel),
+            "current": channel.version == current,
+            "created_at": channel.updated_at,
+        }
     )
+
+
+def _definition(channel: Channel) -> dict[str, Any]:
+    return {
+        **fields_of(channel),
+        "transport_config": servable(channel.transport_config),
+        "target": servable(channel.target),
+    }
 
 
 def servable(definition: dict[str, Any]) -> dict[str, Any]:
@@ -117,46 +108,26 @@ def cursors_by_channel(states: Iterable[ScheduleState]) -> dict[str, ScheduleSta
     return {state.channel_id: state for state in states}
 
 
-def has_ended(schedule: Schedule, state: ScheduleState | None) -> bool:
-    """The channel has no instant left: reconcile parked its cursor for this very schedule
-    (an edit that changes the scheduling hash, such as a later `ends_at`, is not ended: the
-    next pass re-initialises the cursor from it)."""
-    return (
-        state is not None
-        and state.paused_at is None
+def cursor(schedule: Schedule | None, state: ScheduleState | None) -> dict[str, Any]:
+    """`next_fire_at`, `paused_at` and `ended` of a cursor as shown. A paused cursor is
+    re-initialised on resume, so its stale value is no "next" anything, even while its channel
+    is active again. Ended: reconcile parked the cursor for this very schedule (an edit that
+    changes the scheduling hash, such as a later `ends_at`, re-initialises it instead)."""
+    paused = state is not None and state.paused_at is not None
+    return {
+        "next_fire_at": None if state is None or paused else state.next_fire_at,
+        "paused_at": state.paused_at if state is not None else None,
+        "ended": schedule is not None
+        and state is not None
+        and not paused
         and state.next_fire_at is None
-        and state.config_hash == schedule.config_hash
-    )
-
-
-def cursor_times(state: ScheduleState | None) -> tuple[str | None, str | None]:
-    """(next_fire_at, paused_at) of a cursor as shown. A paused cursor is re-initialised on
-    resume, so its stale value is no "next" anything, even while its channel is active
-    again and the next pass has not yet re-initialised it."""
-    if state is None:
-        return None, None
-    if state.paused_at is not None:
-        return None, timestamp(state.paused_at)
-    return timestamp(state.next_fire_at), None
+        and state.config_hash == schedule.config_hash,
+    }
 
 
 def _compiled_view(schedule: Schedule, state: ScheduleState | None) -> CompiledView:
-    next_fire_at, paused_at = cursor_times(state)
-    return CompiledView(
-        schedule=schedule.expression,
-        at=schedule.at,
-        timezone=schedule.timezone,
-        starts_at=timestamp(schedule.starts_at),
-        ends_at=timestamp(schedule.ends_at),
-        jitter_secs=schedule.jitter_secs,
-        misfire_policy=schedule.misfire_policy,
-        max_catch_up=schedule.max_catch_up,
-        concurrency_policy=schedule.concurrency_policy,
-        concurrency_key=schedule.concurrency_key,
-        slots=schedule.slots,
-        next_fire_at=next_fire_at,
-        paused_at=paused_at,
-        ended=has_ended(schedule, state),
+    return CompiledView.model_validate(
+        {**fields_of(schedule), "schedule": schedule.expression, **cursor(schedule, state)}
     )
 
 
@@ -168,74 +139,33 @@ def safe_target_ref(channel: Channel) -> str | None:
 
 
 def occurrence_summary(occurrence: Occurrence) -> OccurrenceSummary:
+    row = _occurrence(occurrence)
     error = occurrence.error_message
     if error is not None and len(error) > SUMMARY_ERROR_CHARS:
-        error = error[: SUMMARY_ERROR_CHARS - 1] + "…"
-    return OccurrenceSummary(
-        id=occurrence.id,
-        channel_id=occurrence.channel_id,
-        channel_name=occurrence.channel_name,
-        trigger=occurrence.trigger,
-        scheduled_for=to_rfc3339(occurrence.scheduled_for),
-        due_at=to_rfc3339(occurrence.due_at),
-        status=occurrence.status,
-        attempt=occurrence.attempt,
-        max_attempts=occurrence.allowed_attempts,
-        started_at=timestamp(occurrence.started_at),
-        completed_at=timestamp(occurrence.completed_at),
-        lag_ms=_millis(occurrence.due_at, occurrence.started_at),
-        late_by_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
-        duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
-        error_message=error,
-    )
+        row["error_message"] = error[: SUMMARY_ERROR_CHARS - 1] + "…"
+    return OccurrenceSummary.model_validate(row)
 
 
 def occurrence_record(occurrence: Occurrence, attempts: Sequence[Attempt] = ()) -> OccurrenceRecord:
     """The occurrence with `attempts`, its log (only the single-occurrence read fetches it)."""
-    return OccurrenceRecord(
-        attempts=[attempt_record(a) for a in attempts],
-        id=occurrence.id,
-        channel_id=occurrence.channel_id,
-        channel_name=occurrence.channel_name,
-        channel_version=occurrence.channel_version,
-        executing_version=occurrence.executing_version,
-        target_ref=occurrence.target_ref,
-        trigger=occurrence.trigger,
-        scheduled_for=to_rfc3339(occurrence.scheduled_for),
-        due_at=to_rfc3339(occurrence.due_at),
-        status=occurrence.status,
-        attempt=occurrence.attempt,
-        max_attempts=occurrence.allowed_attempts,
-        claimed_by=occurrence.claimed_by,
-        claimed_until=timestamp(occurrence.claimed_until),
-        singleton_key=occurrence.singleton_key,
-        singleton_slot=occurrence.singleton_slot,
-        fencing_token=occurrence.fencing_token,
-        trace_id=occurrence.trace_id,
-        error_message=occurrence.error_message,
-        result=occurrence.result,
-        started_at=timestamp(occurrence.started_at),
-        completed_at=timestamp(occurrence.completed_at),
-        created_at=to_rfc3339(occurrence.created_at),
-        updated_at=to_rfc3339(occurrence.updated_at),
-        lag_ms=_millis(occurrence.due_at, occurrence.started_at),
-        late_by_ms=_millis(occurrence.scheduled_for, occurrence.started_at),
-        duration_ms=_millis(occurrence.started_at, occurrence.completed_at),
-    )
+    attempt_records = [{**fields_of(a), "duration_ms": a.duration_ms} for a in attempts]
+    return OccurrenceRecord.model_validate({**_occurrence(occurrence), "attempts": attempt_records})
 
 
-def attempt_record(attempt: Attempt) -> AttemptRecord:
-    return AttemptRecord(
-        number=attempt.number,
-        claimant=attempt.claimant,
-        started_at=to_rfc3339(attempt.started_at),
-        ended_at=timestamp(attempt.ended_at),
-        outcome=attempt.outcome,
-        error_message=attempt.error_message,
-        error_detail=attempt.error_detail,
-        duration_ms=attempt.duration_ms,
-        fencing_token=attempt.fencing_token,
-    )
+def _occurrence(o: Occurrence) -> dict[str, Any]:
+    """The row's columns with what both occurrence shapes derive from them."""
+    return {
+        **fields_of(o),
+        "max_attempts": o.allowed_attempts,
+        "lag_ms": _millis(o.due_at, o.started_at),
+        "late_by_ms": _millis(o.scheduled_for, o.started_at),
+        "duration_ms": _millis(o.started_at, o.completed_at),
+    }
+
+
+def fields_of(row: Any) -> dict[str, Any]:
+    """A ledger dataclass's fields by name, values as they are (no copy)."""
+    return {f.name: getattr(row, f.name) for f in fields(row)}
 
 
 def preview_instant(
@@ -252,12 +182,14 @@ def preview_instant(
         was = before.astimezone(zone).isoformat()[-6:]
         if was != local.isoformat()[-6:]:
             dst = f"{was} → {local.isoformat()[-6:]}"
-    return PreviewInstant(
-        utc=to_rfc3339(at),
-        local=local.isoformat(),
-        due_at=to_rfc3339(schedule.due_at(at)),
-        weekday=local.strftime("%a"),
-        dst=dst,
+    return PreviewInstant.model_validate(
+        {
+            "utc": at,
+            "local": local.isoformat(),
+            "due_at": schedule.due_at(at),
+            "weekday": local.strftime("%a"),
+            "dst": dst,
+        }
     )
 
 
@@ -274,7 +206,7 @@ def event_view(event: Event) -> EventView:
         {
             **event.document,
             "deliver": event.deliver,
-            "delivered_at": timestamp(event.delivered_at),
+            "delivered_at": event.delivered_at,
             "send_attempts": event.send_attempts,
             "last_error": event.last_error,
         }

@@ -1,5 +1,5 @@
 """The web console: static files shipped in the package, served at `/console` by the API
-(`add_console_routes`) and by `cronledger console`'s local proxy; both send `/` there.
+(`router`) and by `cronledger console`'s local proxy; both send `/` there.
 
 The page is plain HTML, CSS and JavaScript (no build step, nothing from a CDN) over the same
 JSON API the command line uses. Its Content-Security-Policy allows nothing but this origin, so
@@ -11,7 +11,8 @@ from __future__ import annotations
 from importlib import resources
 from typing import Final
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 PAGE: Final = "/console"
 _TYPES: Final = {
@@ -49,24 +50,29 @@ def asset(path: str) -> tuple[bytes, str] | None:
     return file.read_bytes(), _TYPES[suffix]
 
 
-def add_console_routes(app: APIGatewayHttpResolver) -> None:
-    def answer(path: str) -> Response[bytes]:
-        found = asset(path)
-        if found is None:
-            return Response(404, "text/plain; charset=utf-8", b"no such file", headers=HEADERS)
-        body, content_type = found
-        return Response(200, content_type, body, headers=HEADERS)
+router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
 
-    @app.get("/", include_in_schema=False)
-    def root() -> Response[bytes]:
-        # Event links name the console as `/#channel=…`: the browser keeps the fragment
-        # across this redirect, so the link opens that panel (as the local proxy's does).
-        return Response(302, "text/plain; charset=utf-8", b"", headers={"Location": PAGE})
 
-    @app.get(PAGE, include_in_schema=False)
-    def page() -> Response[bytes]:
-        return answer(PAGE)
+@router.get("/", include_in_schema=False)
+def root() -> Response[bytes]:
+    # Event links name the console as `/#channel=…`: the browser keeps the fragment across
+    # this redirect, so the link opens that panel (as the local proxy's does).
+    return Response(302, "text/plain; charset=utf-8", b"", headers={"Location": PAGE})
 
-    @app.get(f"{PAGE}/<name>", include_in_schema=False)
-    def file(name: str) -> Response[bytes]:
-        return answer(f"{PAGE}/{name}")
+
+@router.get(PAGE, include_in_schema=False)
+def page() -> Response[bytes]:
+    return _answer(PAGE)
+
+
+@router.get(f"{PAGE}/<name>", include_in_schema=False)
+def file(name: str) -> Response[bytes]:
+    return _answer(f"{PAGE}/{name}")
+
+
+def _answer(path: str) -> Response[bytes]:
+    found = asset(path)
+    if found is None:
+        return Response(404, "text/plain; charset=utf-8", b"no such file", headers=HEADERS)
+    body, content_type = found
+    return Response(200, content_type, body, headers=HEADERS)
