@@ -1,13 +1,10 @@
-"""The one-process local scheduler: `cronledger dev`.
+"""The one-process local scheduler, `cronledger dev`: the Lambda services on threads.
 
-The same services that run as Lambda functions run here on threads: the API resolver behind
-a plain HTTP server (`local_gateway`: each request becomes an API Gateway HTTP API v2 event,
-so the resolver cannot tell the difference), the reconcile loop, the claim loop, and
-executors on a thread pool, each attempt that ends printed as a line (`local_printer`).
-Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts, then exits
-whatever a target is doing: the leases of attempts still running are left to expire, and a
-peer (or the next run) recovers them as their next attempt (or settles them abandoned, if
-that was their last). A second Ctrl-C exits at once.
+The API resolver sits behind a plain HTTP server (`local_gateway`), beside the reconcile and
+claim loops and executors on a pool, each ended attempt printed as a line (`local_printer`).
+Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts, then exits: the
+leases still held expire and a peer (or the next run) recovers them. A second Ctrl-C exits at
+once.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TextIO
+from typing import Any, Final, TextIO
 
 import sqlalchemy as sa
 
@@ -36,7 +33,7 @@ from cronledger.pacing import wait_for_interrupt
 from cronledger.reconcile import PassReport, run_reconcile_loop
 from cronledger.settings import Settings
 
-DEMO_CHANNEL = {
+DEMO_CHANNEL: Final[dict[str, Any]] = {
     "name": "demo",
     "transport_config": {
         "schedule": "*/5 * * * * *",
@@ -60,19 +57,12 @@ DEV_ALLOW_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network(
 
 
 def ensure_demo_channel(ledger: Ledger) -> Channel:
-    """Create the demo channel, active, if no channel has its name; answer it as it is. Once
-    it exists it is the operator's: a demo they paused or archived stays so on every restart
-    (the caller says how to resume it) rather than firing again behind their back."""
+    """The demo channel, created active if no channel has its name. Once it exists it is the
+    operator's: paused or archived, it stays so on every restart."""
     try:
-        return ledger.get_channel_by_name(DEMO_CHANNEL["name"])  # type: ignore[arg-type]
+        return ledger.get_channel_by_name(DEMO_CHANNEL["name"])
     except NotFound:
-        return ledger.create_channel(
-            name=DEMO_CHANNEL["name"],  # type: ignore[arg-type]
-            transport_config=DEMO_CHANNEL["transport_config"],  # type: ignore[arg-type]
-            target=DEMO_CHANNEL["target"],  # type: ignore[arg-type]
-            timeout_ms=DEMO_CHANNEL["timeout_ms"],  # type: ignore[arg-type]
-            status=CHANNEL_ACTIVE,
-        )
+        return ledger.create_channel(**DEMO_CHANNEL, status=CHANNEL_ACTIVE)
 
 
 @dataclass
@@ -107,38 +97,29 @@ class LocalScheduler:
             self.on_settled(report)
         return report
 
-    def _room(self) -> int:
-        # A claim's lease starts ticking at once: claim no more than there are free workers.
-        return self.invoker.room
-
     def start(self) -> None:
-        forever = float("inf")
-        loops: list[tuple[str, Callable[[], object]]] = [
-            (
-                "reconcile",
-                lambda: run_reconcile_loop(
-                    self.ledger, self.settings, forever, self.stop, on_pass=self._reconciled
-                ),
+        forever, ledger, settings = float("inf"), self.ledger, self.settings
+        loops: dict[str, Callable[[], object]] = {
+            "reconcile": lambda: run_reconcile_loop(
+                ledger, settings, forever, self.stop, on_pass=self._reconciled
             ),
-            (
-                "claim",
-                lambda: run_claim_loop(
-                    self.ledger,
-                    self.settings,
-                    self.invoker,
-                    forever,
-                    self.stop,
-                    room=self._room,
-                    wake=self._wake,
-                ),
+            # A claim's lease starts ticking at once: claim no more than there are free workers.
+            "claim": lambda: run_claim_loop(
+                ledger,
+                settings,
+                self.invoker,
+                forever,
+                self.stop,
+                room=lambda: self.invoker.room,
+                wake=self._wake,
             ),
-        ]
-        for name, loop in loops:
+        }
+        for name, loop in loops.items():
             thread = threading.Thread(target=loop, name=f"cronledger-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
         if self.courier is not None:
-            self.ledger.on_events = self.courier.submit
+            ledger.on_events = self.courier.submit
             self.courier.start()
 
     def shutdown(self, drain_secs: float = DRAIN_SECS) -> bool:
@@ -217,75 +198,63 @@ def run_dev(
         raise OSError(
             f"cannot serve the API on {host}:{port} ({exc.strerror}); pass --port"
         ) from exc
-    # The first Ctrl-C (or SIGTERM, from a process manager or `kill`) drains; any after it
-    # ends the process on the spot.
+    # The first Ctrl-C (or SIGTERM) drains; any after it ends the process on the spot.
     first = _first_stop(out)
     signal.signal(signal.SIGINT, first)
     signal.signal(signal.SIGTERM, first)
     lock = threading.Lock()
 
-    def show_event(event: Event) -> None:
+    def say(*lines: str) -> None:
         with lock:
-            print(event_line(event), file=out, flush=True)
+            print(*lines, sep="\n", file=out, flush=True)
 
     scheduler = LocalScheduler(
-        ledger, settings, on_settled=console_printer(ledger, out), on_event=show_event
+        ledger,
+        settings,
+        on_settled=console_printer(ledger, out),
+        on_event=lambda event: say(event_line(event)),
     )
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
-    print(f"cronledger dev: API on http://{host}:{port}  (database {shown_url})", file=out)
-    if warning:
-        print(warning, file=out)
-    for line in describe_policy(settings):
-        print(line, file=out)
     webhook = settings.events_webhook_url
-    print(
+    say(
+        f"cronledger dev: API on http://{host}:{port}  (database {shown_url})",
+        *([warning] if warning else []),
+        *describe_policy(settings),
         f"events: printed below{f' and POSTed to {webhook}' if webhook else ''} "
         "(CRONLEDGER_EVENTS_WEBHOOK_URL sends them to a webhook)",
-        file=out,
     )
     if demo_status == CHANNEL_ACTIVE:
-        print(
-            "demo channel 'demo' fires every 5 seconds; settled occurrences print below.", file=out
-        )
+        say("demo channel 'demo' fires every 5 seconds; settled occurrences print below.")
     elif demo:
-        print(
+        say(
             f"demo channel 'demo' is {demo_status}, as you left it "
-            "(`cronledger channels resume demo` runs it again).",
-            file=out,
+            "(`cronledger channels resume demo` runs it again)."
         )
     try:
-        # Inside the try: a Ctrl-C sent the moment this line is read, or as soon as the first
-        # attempt runs, must still drain.
-        print("Ctrl-C to stop.", file=out, flush=True)
+        # Inside the try: a Ctrl-C sent as this line is read, or as the first attempt runs,
+        # must still drain.
+        say("Ctrl-C to stop.")
         scheduler.start()
         wait_for_interrupt()
     except KeyboardInterrupt:
-        print(
+        say(
             f"\nstopping: waiting up to {DRAIN_SECS:.0f} s for running attempts "
-            "(Ctrl-C again to stop at once)…",
-            file=out,
-            flush=True,
+            "(Ctrl-C again to stop at once)…"
         )
     server.shutdown()
-    drained = scheduler.shutdown(DRAIN_SECS)
-    if not drained:
-        print(
-            "some attempts were still running; their leases will expire and be recovered.", file=out
-        )
+    if not scheduler.shutdown(DRAIN_SECS):
+        say("some attempts were still running; their leases will expire and be recovered.")
         # Their threads cannot be stopped, and the interpreter would wait for them at exit.
         _stop_now(out, 0)
     ledger.dispose()
-    print("stopped.", file=out, flush=True)
+    say("stopped.")
     return 0
 
 
 def _first_stop(out: TextIO) -> Callable[[int, object], None]:
-    """The handler of the first Ctrl-C or SIGTERM: it makes any later one end the process at
-    once, before it interrupts the main thread to drain. Re-armed here, in the handler, there
-    is no moment at which a second signal finds the default handler and escapes as an
-    uncaught KeyboardInterrupt: that left the interpreter waiting at exit for a target that
-    would not return, while the claim loop, never told to stop, claimed what it could no
-    longer dispatch, over and over."""
+    """The handler of the first Ctrl-C or SIGTERM: it re-arms both to end the process at once
+    before it interrupts the main thread to drain, so no second signal can find the default
+    handler and escape as a KeyboardInterrupt that leaves the loops running."""
 
     def at_once(signum: int, frame: object) -> None:
         _stop_now(out, 130)
@@ -299,9 +268,8 @@ def _first_stop(out: TextIO) -> Callable[[int, object], None]:
 
 
 def _stop_now(out: TextIO, code: int) -> None:
-    """End the process now, whatever its threads are doing (the attempts left running keep
-    their leases until those expire). It exits even if saying so fails (a signal that came
-    while this thread was writing to `out` finds the stream busy)."""
+    """End the process now, whatever its threads do (running attempts keep their leases until
+    they expire); it exits even if saying so fails (a signal mid-write finds `out` busy)."""
     try:
         print("stopped.", file=out, flush=True)
         sys.stderr.flush()

@@ -1,13 +1,6 @@
-"""The operator HTTP API (docs/guarantees.md#api) on AWS Lambda Powertools' `APIGatewayHttpResolver`.
-
-    from cronledger.api import create_app, handle_event
-    app = create_app(ledger, settings)
-    response = handle_event(app, api_gateway_v2_event)
-
-Routes live one subject per module (`channels`, `channel_runs`, `occurrences`, `status`,
-`events`), the
-wire shapes in `models`, their formatting in `views`, channel document validation in
-`documents`, and the exception → HTTP mapping in `errors`, its only home.
+"""The operator HTTP API (docs/guarantees.md#api) on Powertools' `APIGatewayHttpResolver`:
+`create_app(ledger, settings)`, then `handle_event(app, event)` per request. One subject per
+router module, wire shapes in `models`, formatting in `views`, errors mapped in `errors`.
 """
 
 from cronledger.api.app import create_app, handle_event

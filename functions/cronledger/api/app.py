@@ -1,16 +1,9 @@
-"""The resolver: every route of docs/guarantees.md#api on one `APIGatewayHttpResolver`, validated both ways.
+"""The resolver: every route on one `APIGatewayHttpResolver`, validated both ways.
 
-Before any route is chosen, a request passes the body rules every route shares (JSON objects
-only, of bounded size and depth, valid Unicode, `HEAD` as `GET`: `request_rules.screen`). Requests are then checked
-against the pydantic models before a route runs (a malformed one is a 422 in the error
-envelope) and every response is checked against the same models, so `/openapi.json` describes
-exactly what is served; a response that does not match is a bug and answers 500. A known path
-asked with a method it does not answer is a 405 naming the ones it does. The Swagger UI's route
-is added by its first request: Powertools' `enable_swagger` builds its OpenAPI document's
-pydantic models as it is called, which no other route needs (as much work as an eighth of the
-API's import, on a Lambda container's first request). The resolver holds no state of its own
-besides the ledger it was given, so one instance serves a Lambda container or the local
-runner's threads alike (through `handle_event`, which answers one request at a time).
+A request first passes the body rules (`request_rules.screen`), then the pydantic models (a
+malformed one is a 422 in the error envelope); every response is checked against the same
+models, so `/openapi.json` describes what is served (a mismatch is a bug: 500). A wrong method
+on a known path is a 405. The Swagger UI is built on its first request, which no other needs.
 """
 
 from __future__ import annotations
@@ -61,9 +54,8 @@ _one_request_at_a_time = threading.Lock()
 
 
 class ScreenedResolver(APIGatewayHttpResolver):
-    """Powertools' resolver with the request rules of `request_rules.screen` in front of it,
-    the Swagger UI enabled by its first request (see the module header), and its `services`
-    made what the routers' functions serve from (`services.serve`) for each request."""
+    """Powertools' resolver behind `request_rules.screen`, serving its routers from its own
+    `services`, with the Swagger UI built by its first request."""
 
     swagger_enabled = False
 
@@ -90,13 +82,12 @@ class ScreenedResolver(APIGatewayHttpResolver):
 
 
 def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHttpResolver:
-    """The API over `ledger`. `settings` supplies the default `timeout_ms` of new versions and
-    what targets may name (`TargetPolicy`)."""
+    """The API over `ledger`; `settings` give new versions' default `timeout_ms` and what
+    targets may name."""
     settings = settings or Settings()
     policy = TargetPolicy.from_settings(settings)
     if policy.secrets == "aws":
-        # A secret bound to hosts is refused for another when a channel is saved, where this
-        # process may read its tags; the executor checks again in any case.
+        # A secret bound to hosts is refused for another on save; the executor checks again.
         policy = replace(policy, secret_hosts=hosts_where_readable(default_clients()))
     app = ScreenedResolver(Services(ledger, settings, policy))
     install_error_mapping(app, lambda: routes())
@@ -123,11 +114,7 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
 def handle_event(
     app: APIGatewayHttpResolver, event: Mapping[str, Any], context: LambdaContext | None = None
 ) -> dict[str, Any]:
-    """Answer one API Gateway HTTP API (payload v2) event with its v2 response dict
-    (`statusCode`, `headers`, `body`, `isBase64Encoded`, `cookies`).
-
-    Safe to call from many threads: Powertools keeps the request being resolved in
-    class-level state shared by every resolver, so requests are answered one at a time
-    (a Lambda container only ever has one anyway)."""
+    """One API Gateway HTTP API (payload v2) event's v2 response. Safe from many threads:
+    Powertools keeps the request in class-level state, so requests go one at a time."""
     with _one_request_at_a_time:
         return app.resolve(event, context)  # type: ignore[arg-type]

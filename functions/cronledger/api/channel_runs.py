@@ -1,23 +1,11 @@
 """Running a channel outside its schedule, and looking ahead: trigger, backfill, preview.
 
-A manual or backfill run is an occurrence like any other, materialised by the same
-insert-if-absent on `(channel_id, scheduled_for)`: it cannot double an instant that already
-has a row, and the claim loop runs it exactly as it runs a cron row. The instant of a manual
-run is the database's now, never this node's clock.
-
-Decisions the guarantees leave open:
-- Trigger and backfill need an `active` channel (an unknown one included, a 400): the executor
-  settles a run of any other channel as `channel_unavailable`, so accepting it would only
-  queue a failure.
-- Backfill covers the schedule's instants in `[from, to]`, at most 1000 per request; `to`
-  must not be after the database's now. Instants that already have an occurrence keep it and
-  are counted as `already_present`.
-- Backfill rows run one after another by default (`overlap: sequential`): a row whose
-  concurrency key is busy waits for it instead of being recorded `skipped_singleton`, since
-  whoever backfills a window wants every instant in it run. `overlap: policy` lets the
-  channel's own concurrency policy decide, as for its scheduled rows. `?dry_run=true`
-  answers the instants it would write and writes nothing.
-- Preview works in any status, so a draft can be checked before it is activated.
+A manual or backfill run is an occurrence like any other, inserted if absent on
+`(channel_id, scheduled_for)` at the database's now or the schedule's instants, so it never
+doubles an instant. Trigger and backfill need an `active` channel (the executor would settle
+any other's run `channel_unavailable`); backfill takes at most `MAX_BACKFILL` past instants,
+run one after another unless `overlap: policy` (whoever backfills wants every instant run),
+and writes nothing with `?dry_run=true`. Preview works in any status, drafts included.
 """
 
 from __future__ import annotations
@@ -25,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Final
 
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.api.errors import documented
@@ -33,11 +21,12 @@ from cronledger.api.models import (
     PREFIX,
     BackfillResult,
     BackfillWindow,
+    ChannelId,
     OccurrenceRecord,
     One,
     Preview,
     PreviewInstant,
-    Text,
+    invalid,
 )
 from cronledger.api.services import serving
 from cronledger.api.views import occurrence_record, preview_instant, safe_target_ref
@@ -57,8 +46,6 @@ from cronledger.schedule_cache import SHARED_SCHEDULES
 
 MAX_BACKFILL: Final = 1000
 MAX_PREVIEW: Final = 1000
-
-ChannelId = Annotated[Text, Path(description="the channel's id")]
 
 
 router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
@@ -100,29 +87,20 @@ def backfill(
     if body.from_ > body.to:
         problems.append(FieldError("from", "invalid", "from must not be after to"))
     if body.to > now:
-        problems.append(
-            FieldError(
-                "to",
-                "invalid",
-                f"to is in the future (the database's now is {to_rfc3339(now)}); backfill "
-                "covers past instants, use trigger to run now",
-            )
+        future = (
+            f"to is in the future (the database's now is {to_rfc3339(now)}); backfill covers "
+            "past instants, use trigger to run now"
         )
+        problems.append(FieldError("to", "invalid", future))
     if problems:
         raise ValidationFailed(problems, "invalid backfill window")
     schedule = SHARED_SCHEDULES.get(channel)
     instants = schedule.fires_in(body.from_, body.to, cap=MAX_BACKFILL + 1)
     if len(instants) > MAX_BACKFILL:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "to",
-                    "invalid",
-                    f"the window holds more than {MAX_BACKFILL} instants of "
-                    f"`{schedule.expression}`; backfill at most {MAX_BACKFILL} at a time "
-                    "(split the window)",
-                )
-            ],
+        raise invalid(
+            "to",
+            f"the window holds more than {MAX_BACKFILL} instants of `{schedule.expression}`; "
+            f"backfill at most {MAX_BACKFILL} at a time (split the window)",
             "backfill window too large",
         )
     rows = _occurrences_of(
@@ -134,14 +112,14 @@ def backfill(
     created = 0 if dry_run else ledger.insert_occurrences(rows)
     result = {
         "channel_id": channel.channel_id,
-        "from": to_rfc3339(body.from_),
-        "to": to_rfc3339(body.to),
+        "from": body.from_,
+        "to": body.to,
         "instants": len(instants),
         "created": created,
         "already_present": 0 if dry_run else len(instants) - created,
         "overlap": body.overlap,
         "dry_run": dry_run,
-        "planned": [to_rfc3339(at) for at in instants] if dry_run else [],
+        "planned": instants if dry_run else [],
     }
     return One(data=BackfillResult.model_validate(result))
 
@@ -169,9 +147,7 @@ def preview(
     channel = ledger.get_channel(channel_id)
     schedule = SHARED_SCHEDULES.get(channel)
     if from_ is not None and from_.tzinfo is None:
-        raise ValidationFailed(
-            [FieldError("from", "invalid", "give an offset, e.g. 2026-10-25T00:00:00Z")]
-        )
+        raise invalid("from", "give an offset, e.g. 2026-10-25T00:00:00Z")
     instants: list[PreviewInstant] = []
     at: datetime | None = ledger.db_now() if from_ is None else from_
     before: datetime | None = None
@@ -197,10 +173,8 @@ def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:
     try:
         channel = ledger.get_channel(channel_id)
     except NotFound:
-        raise ValidationFailed(
-            [FieldError("channel_id", "invalid", f"no channel {channel_id}; check the id")],
-            f"channel {channel_id} cannot be {verb}",
-        ) from None
+        message = f"no channel {channel_id}; check the id"
+        raise invalid("channel_id", message, f"channel {channel_id} cannot be {verb}") from None
     if channel.status != CHANNEL_ACTIVE:
         # Archived is final: point at what can still be done, never at re-activating it.
         remedy = (
@@ -208,15 +182,10 @@ def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:
             if channel.status == CHANNEL_ARCHIVED
             else 'activate it first (PATCH …/status with {"status": "active"})'
         )
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "channel_id",
-                    "invalid",
-                    f"channel {channel.name} is {channel.status}; only an active channel can be "
-                    f"{verb}: {remedy}",
-                )
-            ],
+        raise invalid(
+            "channel_id",
+            f"channel {channel.name} is {channel.status}; only an active channel can be "
+            f"{verb}: {remedy}",
             f"channel {channel.name} cannot be {verb}",
         )
     return channel

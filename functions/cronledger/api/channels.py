@@ -1,21 +1,9 @@
-"""Channel routes: create, list, read, new version, status, delete (docs/guarantees.md#api, docs/guarantees.md#lifecycle).
+"""Channel routes: create, list, read, new version, status, delete (docs/guarantees.md#api).
 
-Every edit of a definition is a new immutable version, written by the ledger in one
-transaction; this module validates first (every problem in one 400) and never writes a
-document the scheduler could not compile.
-
-Decisions the guarantees leave open:
-- A PUT whose definition equals the current one writes no version and answers the channel
-  as it is, so applying the same file twice (`cronledger channels apply`) is idempotent.
-- Activating a channel re-checks its stored schedule, so a definition that stopped compiling
-  (a zone removed from the tz database) is refused with the reason instead of failing silently
-  in every reconcile pass; and its target against the operator's policy as it is now (a module
-  or network no longer allowed), for the same reason.
-- The list is newest first, like every list, and can be filtered by `status`, by exact `name`
-  (which is how the command line resolves a name to an id) and by a name prefix.
-- `?dry_run=true` on create, new version and status change runs the request as usual and
-  rolls its transaction back (as a Kubernetes server-side dry run does): the same checks, the
-  same refusal or the same answer, nothing written. `channels apply --dry-run` uses it.
+Every edit is a new immutable version, validated first (every problem in one 400) so the
+scheduler never meets a document it cannot compile. A PUT equal to the current definition
+writes nothing (applying a file twice is idempotent); activating re-checks the stored schedule
+and the target against today's policy; `?dry_run=true` runs the request and rolls it back.
 """
 
 from __future__ import annotations
@@ -34,6 +22,7 @@ from cronledger.api.models import (
     After,
     BulkStatusChange,
     ChannelCreateBody,
+    ChannelId,
     ChannelUpdateBody,
     ChannelVersion,
     ChannelView,
@@ -66,7 +55,6 @@ from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy, validate_target
 
-ChannelId = Annotated[Text, Path(description="the channel's id")]
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
 AllowPastAt = Annotated[
     bool,
@@ -245,13 +233,9 @@ def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[lis
     was never running, so it is not "resumed")."""
     ledger, _, policy = _services()
     if not body.selector:
+        message = 'name at least one label, e.g. {"team": "billing"}'
         raise ValidationFailed(
-            [
-                FieldError(
-                    "selector", "required", 'name at least one label, e.g. {"team": "billing"}'
-                )
-            ],
-            "invalid bulk status change",
+            [FieldError("selector", "required", message)], "invalid bulk status change"
         )
     moves = []
     for channel in ledger.labelled_channels(body.selector):

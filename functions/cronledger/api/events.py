@@ -1,10 +1,6 @@
-"""The events listing: every event the ledger recorded, delivered or not, newest first.
-
-Pages are read by key, never by offset: `next` names the last event of a page and the
-following page starts strictly after it, so an operator paging back while the scheduler
-writes new events sees each event once. A `kind` that names no kind is a 400 (a typo would
-otherwise read as "nothing happened"); it may be written short (`failed`) or in full
-(`occurrence.failed`), as `alerts.on` is.
+"""The events listing, newest first, paged by key: `next` names a page's last event and the
+following page starts strictly after it, so each event is seen once while new ones arrive.
+A `kind` is short (`failed`) or full (`occurrence.failed`); an unknown one is a 400.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""What crosses the wire: request bodies, response shapes, and the error envelope (docs/guarantees.md#api).
+"""What crosses the wire: request bodies, response shapes and the error envelope.
 
-These models are the OpenAPI document; the resolver validates every response against them, so
-the document cannot drift from what is served. Timestamps leave as RFC 3339 UTC text with a
-`Z` (formatted in `views`), never as a serializer's guess.
-
-A channel body is read as a JSON object and documented as its model (`documents`), which the
-route runs itself to collect every problem into one 400: a wrong type is reported beside every
-other problem of the document instead of as a lone 422.
+These models are the OpenAPI document, and every response is validated against them, so the
+document cannot drift from what is served. A channel body is documented as its model but read
+as a JSON object (`documents`), so a wrong type is reported beside every other problem.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -77,6 +73,7 @@ Timestamp = Annotated[
 ]
 """An RFC 3339 UTC timestamp with `Z` in a response (a datetime is written so)."""
 
+ChannelId = Annotated[Text, Path(description="the channel's id")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size, 1..1000")]
 Offset = Annotated[
     int,
@@ -104,11 +101,16 @@ LabelSelector = Annotated[
 ]
 
 
+def invalid(path: str, message: str, summary: str = "validation failed") -> ValidationFailed:
+    """A refusal of one value, at `path`, saying how to fix it."""
+    return ValidationFailed([FieldError(path, "invalid", message)], summary)
+
+
 def known(name: str, value: str | None, choices: tuple[str, ...]) -> None:
     """A filter that could never match is a mistake worth saying, not an empty page."""
     if value is not None and value not in choices:
         message = f"unknown {name} {value!r}; one of {', '.join(choices)}"
-        raise ValidationFailed([FieldError(name, "invalid", message)], "invalid filter")
+        raise invalid(name, message, "invalid filter")
 
 
 # --- request bodies -------------------------------------------------------------------------

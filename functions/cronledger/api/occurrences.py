@@ -1,10 +1,8 @@
-"""The ledger's rows: list, read, retry, cancel (docs/guarantees.md#api, docs/guarantees.md#ledger).
+"""The ledger's rows: list, read, retry, cancel (docs/guarantees.md#ledger).
 
-Retry and cancel are each one conditional write in the ledger; its answer is the row as
-written, and a refusal (404 / 409) comes from the same write, never from an earlier read.
-`since` and `until` bound `scheduled_for`, both inclusive; a timestamp that is not RFC 3339
-with an offset is a 422. A `status` or `trigger` filter that names no such thing is a 400
-(a typo would otherwise read as "nothing happened").
+Retry and cancel are each one conditional write whose answer is the row as written, so a
+refusal (404 / 409) comes from the write itself. `since`/`until` bound `scheduled_for`,
+inclusive; a filter naming no such status or trigger is a 400, not an empty page.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""A one-time `at` already in the past is refused when it is saved, unless asked for.
-
-Such a channel is valid, but it never runs: the instant is behind the cursor before the first
-pass, so saving it silently would leave an operator waiting for a run that cannot come. The
-check is against the database's clock, like every other instant. Only an `at` being set is
-judged: a channel that fired keeps its past `at`, and editing its payload must still work.
-`allow_past_at` saves it anyway and answers a warning that says it will never run (a record
-of a run that happened elsewhere, a channel kept as a template).
+"""A one-time `at` already past when it is saved is refused unless `allow_past_at`: such a
+channel never runs, so saving it silently would leave an operator waiting. Judged on the
+database's clock, and only where the `at` is being set (a fired channel keeps its past `at`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""What a route serves from: the ledger, the settings and the target policy of the app that
-is answering the request.
+"""What a route serves from: the ledger, settings and target policy of the answering app.
 
-Route functions live at module level on Powertools `Router`s, shared by every app a process
-builds (a test builds many). Powertools keeps the request being resolved in class-level state,
-so an app answers one request at a time (`app.handle_event`); the app's services ride the same
-way: the resolver sets them before it routes, and a route reads them with `serving()`.
+Routes live on module-level Routers shared by every app; Powertools keeps the request in
+class-level state, so an app answers one request at a time and sets its services before it
+routes (`serve`), for the route to read (`serving`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""What the scheduler is doing: the per-channel status view and `/health`.
+"""What the scheduler is doing: the status of active channels, and `/health`.
 
-Both read only the ledger, with ages on the database's clock, so they tell the truth the
-ledger holds whichever node answers. `/health` reaching the database at all is the check:
-an unreachable database is a 503 (through the one error mapping), never a cheerful 200.
-
-Decisions the guarantees leave open:
-- The status view is a page of the active channels, newest first and by key like every
-  other list, filterable by name prefix; "last" is the latest occurrence that has fallen due (rows materialised
-  ahead are not a last run).
-- `last_reconcile_at` / `last_claim_at` are the last heartbeats the loops recorded, null until
-  the first one; an alarm compares them with `db_now`.
+Both read only the ledger, ages on the database's clock, so any node tells the same truth; an
+unreachable database is a 503 from `/health` (through the one error mapping). "Last" is the
+latest occurrence that has fallen due, not a row materialised ahead.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Ledger values in, response models out: the only place the API formats what it serves.
 
-Every instant leaves as RFC 3339 UTC with a `Z`. A listing carries summaries (no result
-excerpt, the error cut short) so a page of a thousand stays small; the full record, lease and
-fencing detail included, is served one occurrence at a time.
-
-A channel's definition is served as stored, except an object or array nested deeper than a
-body may be (`request_rules.MAX_DEPTH`, counting the channel document as the first level),
-which only a channel written before bodies were limited can hold: it is served as its JSON
-text. The serializer behind every answer refuses to go much deeper, and one such channel
-would otherwise make every page that lists it fail.
+A listing carries summaries (no result, the error cut short), the full record is read one
+occurrence at a time. A definition nested deeper than a body may be (only one stored before
+bodies were limited) is served as JSON text below that depth, so the serializer never fails
+a whole page on it.
 """
 
 from __future__ import annotations
