@@ -1,21 +1,11 @@
-"""Channels declared in code (a CDK app), applied at deploy through the API's own routes.
+"""Channels declared in code, applied at deploy through the API resolver in this process, so a
+deploy validates, compares and writes exactly as `channels apply` does: every problem before
+anything is written, and no new version for an unchanged declaration.
 
-A declared channel is a channel document, the one the API takes. It is applied by requests to
-the API resolver in this process, as `channels apply` sends them over HTTP, so a deploy
-validates, compares and writes exactly as the API does: every problem in one refusal, before
-anything is written; a new version only when the definition changed (the API writes none for
-an equal one), so applying an unchanged declaration writes nothing.
-
-The declaration wins. A channel that was changed through the API since the last deploy (a
-new version, a pause) is overwritten, and that is said twice: in what `apply_declared`
-returns (the deploy's output) and in the channel's status reason (`channels show`). Whether
-it changed is asked of the API too: would the previous declaration, applied now, make a new
-version? A channel of the declared name that the declaration did not make (an earlier
-`channels apply`) is adopted the same way, and said so. An archived channel is final, so a
-declaration of its name is refused with what to do.
-
-Removing a declaration archives the channel, keeping its history, or purges it; a channel
-already gone is not an error (a deploy that failed before creating it still removes it).
+The declaration wins: a channel changed through the API since the last deploy (or made by
+another) is overwritten, and that is said in the result and the channel's status reason. An
+archived channel is final, so declaring its name is refused. Removing a declaration archives
+(or purges) the channel; one already gone is no error.
 """
 
 from __future__ import annotations

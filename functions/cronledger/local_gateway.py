@@ -1,11 +1,7 @@
-"""`cronledger dev`'s stand-in for API Gateway: a plain HTTP request becomes an HTTP API
-(payload v2) event for the resolver, and the resolver's v2 answer becomes the response.
-
-There is one adapter: the API's tests send their requests through `exchange` and `serve_api`
-too, so what they check is what `cronledger dev` serves. The API has no authentication, so
-what only a local server needs is decided here as well: a request a web page of another site
-may have sent is refused (`foreign_request`), and listening beyond this machine must be asked
-for, and said (`exposure_warning`).
+"""`cronledger dev`'s stand-in for API Gateway: an HTTP request becomes a payload v2 event
+and the resolver's answer the response. The API's tests use this very adapter. With no
+authentication, a request a foreign web page may have sent is refused (`foreign_request`),
+and listening beyond this machine must be asked for, and is said (`exposure_warning`).
 """
 
 from __future__ import annotations
@@ -36,9 +32,8 @@ Resolve = Callable[[dict[str, Any], Any], dict[str, Any]]
 def v2_event(
     method: str, target: str, headers: Mapping[str, str] | None = None, body: bytes = b""
 ) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload v2) event for one request to `target` (a path and
-    its query, still encoded): repeated query parameters joined with a comma, a body that is
-    not UTF-8 as base64, and no body as none, as API Gateway passes them."""
+    """The payload v2 event API Gateway makes of a request to `target` (path and query, still
+    encoded): repeated parameters joined by commas, a body that is not UTF-8 as base64."""
     headers = {k.lower(): v for k, v in (headers or {}).items()}
     parts = urlsplit(target)
     query: dict[str, str] = {}
@@ -79,26 +74,13 @@ def v2_event(
     }
 
 
-class LocalContext:
-    """The few attributes of a Lambda context anything may read locally."""
-
-    function_name = "cronledger-local"
-    memory_limit_in_mb = 0
-    invoked_function_arn = "arn:aws:lambda:local:000000000000:function:cronledger-local"
-    aws_request_id = "local"
-
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 900_000
-
-
 def exchange(
     resolve: Resolve, method: str, target: str, headers: Mapping[str, str], body: bytes
 ) -> tuple[int, dict[str, str], bytes]:
-    """One request answered through `resolve`: its status, headers and body bytes. An error
-    the resolver did not map is a 500 in the API's error shape, and logged."""
+    """One request answered through `resolve`: status, headers, body; an error the resolver
+    did not map is a logged 500 in the API's error shape."""
     try:
-        response = resolve(v2_event(method, target, headers, body), LocalContext())
+        response = resolve(v2_event(method, target, headers, body), None)
     except Exception:  # the resolver maps errors; this is the last line of defence
         log.exception("unhandled error answering %s %s", method, target)
         response = {
@@ -123,10 +105,8 @@ def http_answer(response: Mapping[str, Any]) -> tuple[int, dict[str, str], bytes
 def serve_api(
     resolve: Resolve, host: str, port: int, read_timeout_secs: float = READ_TIMEOUT_SECS
 ) -> ThreadingHTTPServer:
-    """An HTTP server on `host:port`, on a thread of its own, answering every request through
-    `resolve(event, context)`, except those a web page on another site may have sent
-    (`foreign_request`): 403. A client that misbehaves or goes away fails only its own request
-    (`cronledger.local_http`)."""
+    """An HTTP server on `host:port`, on its own thread, answering through `resolve`, except
+    a request a web page of another site may have sent (`foreign_request`): 403."""
     from cronledger.api.errors import forbidden  # Powertools: only when serving
     from cronledger.api.request_rules import MAX_BODY_BYTES
 
@@ -135,8 +115,7 @@ def serve_api(
         max_body = MAX_BODY_BYTES
 
         def handle_method(self) -> None:
-            # Every method goes to the resolver, which answers one no route takes with a 405
-            # naming those the path does.
+            # Every method goes to the resolver, which answers a wrong one with a 405.
             body = self.read_body()
             if body is None:
                 return
@@ -159,13 +138,9 @@ def serve_api(
 def foreign_request(
     host_header: str | None, origin: str | None, served_host: str, served_port: int
 ) -> str | None:
-    """Why a request may come from a web page of another site, or None.
-
-    The local API has no authentication: what keeps a web page the user happens to visit from
-    driving it is that the browser names the page's site in `Origin` (so only this server's
-    own pages, such as /swagger, pass), and that `Host` names this server by address, as
-    `localhost` or as the name it was started with (so a DNS name rebound to 127.0.0.1 by an
-    attacker does not pass). Clients that are not browsers send no `Origin`."""
+    """Why a request may come from a web page of another site, or None. A browser names the
+    page's site in `Origin` (only this server's own pages pass; other clients send none), and
+    `Host` must name this server by address, `localhost` or its own name (no DNS rebinding)."""
     if not host_header:
         return "a request must say which host it is for (Host)"
     try:
@@ -203,8 +178,8 @@ def is_loopback(host: str) -> bool:
 
 
 def exposure_warning(host: str, allow_remote: bool) -> str | None:
-    """What `cronledger dev` must say before listening on `host` (None: nothing, it is this
-    machine's); `ValueError` when `host` is not loopback and `allow_remote` was not given."""
+    """What `cronledger dev` says before listening on `host` (None for loopback); ValueError
+    for any other without `allow_remote`."""
     if is_loopback(host):
         return None
     if not allow_remote:

@@ -1,15 +1,10 @@
-"""The HTTP server under `cronledger dev`'s API and `cronledger console`'s proxy: a peer can
-fail its own request, never the server.
+"""The HTTP server under `cronledger dev` and `cronledger console`: a peer can fail its own
+request, never the server.
 
-A request's body is read whole before anything answers it, and only when its
-`Content-Length` is one decimal number within the server's cap. Anything else (negative, not
-a number, several that differ, over the cap, a body sent in chunks, a body that stops short
-or stays silent for `READ_TIMEOUT_SECS`) is refused in the API's error shape and the
-connection closed, since where the next request would start is then unknown. A client that
-goes away mid-exchange (reset, closed before its answer) costs only its own connection and
-one log line. The standard library's own refusals (a malformed request line, headers too
-long) leave in the same JSON shape instead of its HTML pages, and every method, known or
-not, reaches the handler's `handle_method` instead of an HTML 501.
+A body is read whole, only with one decimal `Content-Length` within the cap; anything else
+(chunked, short, silent for `READ_TIMEOUT_SECS`, over the cap) is refused in the API's error
+shape and the connection closed. A client going away costs one log line. The standard
+library's own refusals leave as JSON too, and every method reaches `handle_method`.
 """
 
 from __future__ import annotations
@@ -29,9 +24,7 @@ log = logging.getLogger(__name__)
 #: How long a client may stay silent in the middle of a request, or idle between two on one
 #: connection, before the server gives its connection up.
 READ_TIMEOUT_SECS: Final = 30.0
-#: How often a serving thread looks up to see whether it was told to stop, which bounds how
-#: long `shutdown` waits: the standard library's half second, paid on every stop, is what a
-#: test suite that starts hundreds of servers notices.
+#: How often a serving thread checks whether it was told to stop, which bounds `shutdown`.
 STOP_POLL_SECS: Final = 0.02
 #: The error codes of the refusals made here, in the API's vocabulary where it has one.
 _CODES: Final = {
@@ -51,8 +44,7 @@ def error_body(code: str, message: str) -> bytes:
 
 
 def serve_in_thread(server: socketserver.BaseServer, name: str) -> threading.Thread:
-    """Serve on a daemon thread of its own until `server.shutdown()`, which returns within
-    `STOP_POLL_SECS`."""
+    """Serve on a daemon thread until `server.shutdown()` (within `STOP_POLL_SECS`)."""
     thread = threading.Thread(
         target=server.serve_forever, args=(STOP_POLL_SECS,), name=name, daemon=True
     )
@@ -80,8 +72,8 @@ class _BodyRefused(Exception):
 
 
 class JsonRequestHandler(BaseHTTPRequestHandler):
-    """A handler whose every method goes to `handle_method`, which reads the body with
-    `read_body` and answers with `answer`; refusals are JSON in the error shape."""
+    """Every method goes to `handle_method`, which reads with `read_body` and answers with
+    `answer`; refusals are JSON in the error shape."""
 
     protocol_version = "HTTP/1.1"
     timeout = READ_TIMEOUT_SECS
@@ -101,8 +93,7 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
             raise AttributeError(name)
 
     def read_body(self) -> bytes | None:
-        """The request's body, whole; None when it was refused (answered, and the connection
-        is closing)."""
+        """The request's body, whole; None when it was refused (answered, connection closing)."""
         try:
             length = self._content_length()
             if not length:
@@ -172,8 +163,7 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The standard library's own refusals (a malformed request line, headers too long…),
-        in the error shape instead of an HTML page."""
+        """The standard library's own refusals, in the error shape instead of an HTML page."""
         self.log_error("code %d, message %s", code, message)
         if self.request_version == "HTTP/0.9":
             # A request line too malformed to name its version still gets a status line.

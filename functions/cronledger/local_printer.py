@@ -1,9 +1,5 @@
-"""What `cronledger dev` prints as attempts end: one line each, in columns that line up
-whatever the trigger, with why it did not complete indented below it.
-
-Attempts that wrote nothing (`stopped`, `superseded`) are printed too, since they say so; the
-line is built from the attempt's report and the occurrence's row as it is read afterwards, and
-from the report alone when the row is gone (a purge).
+"""What `cronledger dev` prints as attempts end: one aligned line each, why it did not
+complete indented below, built from the report and the row (the report alone once purged).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Documents as pydantic models, and pydantic's refusals as `FieldError`s, in one place.
 
-A document (`transport_config`, a target, a channel, a request body) is a `Document`: closed
-(an unknown key is refused by name, with the known key closest to it) and strict (`"3"` is not
-3, `true` is not 1). pydantic collects every problem of a document in one pass; `field_errors`
-turns them into the errors every answer carries: a dotted path, a code (`required`,
-`type_mismatch`, `invalid`, `too_long`) and a message that says how to fix the value. A check
-that needs its own words raises `refused(code, message)`; `instead` puts it at a sibling's path
-(a relation between two keys is reported at the key to change).
+A `Document` is closed (an unknown key is named, with the closest known one) and strict (`"3"`
+is not 3). Every problem is collected in one pass; `field_errors` gives each a dotted path, a
+code (`required`, `type_mismatch`, `invalid`, `too_long`) and a message that says how to fix
+it. A check in its own words raises `refused(code, message)`, optionally at a sibling's path.
 """
 
 from __future__ import annotations

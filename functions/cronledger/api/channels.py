@@ -49,7 +49,6 @@ from cronledger.ledger import (
     CHANNEL_DRAFT,
     Channel,
     Ledger,
-    ScheduleState,
 )
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
@@ -99,7 +98,7 @@ def create_channel(
         labels=new.definition.labels,
         dry_run=dry_run,
     )
-    return _warned(_view(ledger, channel), warnings)
+    return _view(ledger, channel, warnings)
 
 
 @router.get(
@@ -205,7 +204,7 @@ def update_channel(
         labels=new.labels,
         dry_run=dry_run,
     )
-    return _warned(_view(ledger, written), warnings)
+    return _view(ledger, written, warnings)
 
 
 @router.patch(
@@ -269,9 +268,8 @@ def _move(
     reason: str | None,
     dry_run: bool,
 ) -> Channel:
-    """`channel` moved to `status`. Activating re-checks its stored schedule and its target
-    against the policy as it is now, unless it is archived (final whatever its definition:
-    the ledger's 409, not a 400 inviting a fix)."""
+    """`channel` moved to `status`. Activating re-checks its schedule and its target against
+    today's policy, unless it is archived (final: the ledger's 409, not a 400 inviting a fix)."""
     if status == CHANNEL_ACTIVE and channel.status != CHANNEL_ARCHIVED:
         SHARED_SCHEDULES.get(channel)
         validate_target(channel.target, policy)
@@ -299,15 +297,8 @@ def _services() -> tuple[Ledger, Settings, TargetPolicy]:
     return services.ledger, services.settings, services.policy
 
 
-def _view(ledger: Ledger, channel: Channel) -> One[ChannelView]:
-    return One(data=channel_view(channel, _cursor(ledger, channel.channel_id)))
-
-
-def _warned(answer: One[ChannelView], warnings: list[str]) -> One[ChannelView]:
-    if warnings:
-        answer.data.warnings = warnings
-    return answer
-
-
-def _cursor(ledger: Ledger, channel_id: str) -> ScheduleState | None:
-    return cursors_by_channel(ledger.schedule_states([channel_id])).get(channel_id)
+def _view(ledger: Ledger, channel: Channel, warnings: list[str] | None = None) -> One[ChannelView]:
+    states = cursors_by_channel(ledger.schedule_states([channel.channel_id]))
+    view = channel_view(channel, states.get(channel.channel_id))
+    view.warnings = warnings or []
+    return One(data=view)

@@ -1,21 +1,11 @@
-"""Reading a channel document: every problem with it, at once, or a definition safe to store.
+"""Reading a channel document: every problem at once, or a definition safe to store.
 
-A body is read by its model (`ChannelCreate`, `ChannelUpdate`): the name, `transport_config`
-(the schedule's models, calendar checks included), `target` (the union of target types, under
-the operator's policy), `timeout_ms`, `labels` and `status`, unknown keys refused. Beside it, values the
-database cannot hold (NUL characters, lone surrogates, non-finite numbers) or the API could not
-serve back (objects and arrays nested deeper than `request_rules.MAX_DEPTH`) are refused, so a
-user fixes a document in one round trip and a bad document is a 400, never a 500 from the
-database or from reading it back.
-
-Decisions where the contract is silent:
-- A name is 1..128 characters of `[A-Za-z0-9_.-]`, starting with a letter or digit, so that it
-  can be typed on a command line and put in a URL without quoting.
-- `timeout_ms` is 1..900000 (Lambda's 15-minute ceiling); when left out, the instance default
-  (`CRONLEDGER_DEFAULT_TIMEOUT_MS`) is written into the version, so a version records how long
-  it actually allows even if the default later changes.
-- JSON `null` on an optional key means "not given", as in a target document.
-- A version is the whole document: `labels` left out of a new version means no labels.
+A body is read by its model (`ChannelCreate`, `ChannelUpdate`: the schedule, the target under
+the operator's policy, unknown keys refused), and beside it values the database cannot hold
+(NUL, lone surrogates, NaN) or the API could not serve back (nesting deeper than `MAX_DEPTH`)
+are refused, so one round trip fixes a document. A name can be typed and put in a URL
+unquoted; a left-out `timeout_ms` is stored as the instance default; JSON `null` means not
+given; a version is the whole document (no `labels`: no labels).
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """The one place an exception becomes an HTTP answer (docs/guarantees.md#api).
 
 Every error leaves as `{"error": {"code", "message", "details": [{"path", "code", "message"}]}}`:
-
-| raised | status | code |
-|---|---|---|
-| `ValidationFailed` (every field problem) | 400 | `validation_failed` |
-| `ValidationFailed` raised by `request_rules.screen`: text that is not valid Unicode | 400 | `validation_failed` |
-| `NotFound`, or no such route | 404 | `not_found` |
-| a known path with a method it does not answer | 405 (with `Allow`) | `method_not_allowed` |
-| `Conflict` | 409 | `conflict` |
-| a body over `request_rules.MAX_BODY_BYTES` | 413 | `too_large` |
-| a body sent as anything but JSON | 415 | `unsupported_media_type` |
-| a malformed query or body (Powertools' request validation), a body that is not a JSON object, not UTF-8, nested deeper than `request_rules.MAX_DEPTH` (the detail's path says where) or holding a number too long to read | 422 | `malformed_request` |
-| `DatabaseUnavailable` | 503 | `database_unavailable` |
-| anything else: a bug, logged at ERROR with its traceback, never echoed | 500 | `internal` |
-
-Bad input is always one of the 4xx rows: what the resolver's request validation refuses is
-reshaped here, so no client ever sees Powertools' own error shape. A refusal that comes
-before routing (`request_rules.screen`) is answered here too, as a finished v2 response
-(`as_v2`), and so is the local server's 403 (`forbidden`).
+`ValidationFailed` 400 `validation_failed`; `NotFound` or no route 404 `not_found`; a known path
+with another method 405 `method_not_allowed` (with `Allow`); `Conflict` 409 `conflict`; a body
+too large 413 `too_large`, not JSON 415 `unsupported_media_type`, malformed (Powertools'
+request validation, not an object, not UTF-8, too deep, a number too long) 422
+`malformed_request`; `DatabaseUnavailable` 503 `database_unavailable`; anything else, a bug
+logged with its traceback and never echoed, 500 `internal`. No client sees Powertools' shape.
 """
 
 from __future__ import annotations
@@ -77,19 +65,18 @@ def documented(tag: str, status: int, description: str, *errors: int) -> dict[st
 
 
 def install_error_mapping(app: APIGatewayHttpResolver, routes: Callable[[], RouteMethods]) -> None:
-    """Send every exception a route raises, and every unmatched route, through
-    `error_response`. `routes()` tells a wrong method from a path that does not exist."""
+    """Every exception a route raises, and every unmatched route, through `error_response`;
+    `routes()` tells a wrong method from a path that does not exist."""
 
     def answer(exc: Exception) -> Response[Any]:
         event = app.current_event
         request = f"{event.http_method} {event.path}"
         allowed = routes().allowed(event.path) if isinstance(exc, NotFoundError) else frozenset()
         if allowed:
+            listed = ", ".join(sorted(allowed))
+            message = f"{event.path} answers {listed}, not {event.http_method}"
             return _answer(
-                HTTPStatus.METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                f"{event.path} answers {', '.join(sorted(allowed))}, not {event.http_method}",
-                headers={"Allow": ", ".join(sorted(allowed))},
+                HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed", message, (), {"Allow": listed}
             )
         return error_response(exc, request)
 
@@ -107,8 +94,7 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
             HTTPStatus.NOT_FOUND, "not_found", f"no route for {request}; see /openapi.json"
         )
     if isinstance(exc, MalformedBody):
-        detail = FieldError(exc.path, exc.code, str(exc))
-        return _answer(MALFORMED, "malformed_request", f"malformed request: {exc}", [detail])
+        return _malformed(str(exc), [FieldError(exc.path, exc.code, str(exc))])
     if isinstance(exc, BodyTooLarge):
         detail = FieldError("body", "too_long", str(exc))
         return _answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", str(exc), [detail])
@@ -122,14 +108,11 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
         )
     if isinstance(exc, RequestValidationError):
         details = [field_error(error) for error in exc.errors()]
-        summary = "; ".join(f"{d.path}: {d.message}" for d in details)
-        return _answer(MALFORMED, "malformed_request", f"malformed request: {summary}", details)
+        return _malformed("; ".join(f"{d.path}: {d.message}" for d in details), details)
     if isinstance(exc, RecursionError):
-        return _answer(MALFORMED, "malformed_request", f"malformed request: {TOO_DEEP}")
+        return _malformed(TOO_DEEP)
     if isinstance(exc, UnicodeDecodeError):
-        return _answer(
-            MALFORMED, "malformed_request", "malformed request: the body is not UTF-8 text"
-        )
+        return _malformed("the body is not UTF-8 text")
     if isinstance(exc, DatabaseUnavailable):
         # The driver's text can name hosts and users: log it, answer in general terms.
         log.warning("%s: database unavailable: %s", request, exc)
@@ -153,8 +136,7 @@ def forbidden(message: str) -> dict[str, Any]:
 
 
 def as_v2(response: Response[Any]) -> dict[str, Any]:
-    """An answer made outside the resolver, as the API Gateway v2 response the resolver's own
-    answers are."""
+    """An answer made outside the resolver, as the v2 response the resolver's own are."""
     return {
         "statusCode": response.status_code,
         "headers": dict(response.headers),
@@ -164,6 +146,10 @@ def as_v2(response: Response[Any]) -> dict[str, Any]:
     }
 
 
+def _malformed(message: str, details: Iterable[FieldError] = ()) -> Response[Any]:
+    return _answer(MALFORMED, "malformed_request", f"malformed request: {message}", details)
+
+
 def _answer(
     status: HTTPStatus,
     code: str,
@@ -171,17 +157,8 @@ def _answer(
     details: Iterable[FieldError] = (),
     headers: Mapping[str, str] | None = None,
 ) -> Response[Any]:
-    body = {
-        "error": {
-            "code": code,
-            "message": message,
-            "details": [d.as_dict() for d in details],
-        }
-    }
+    error = {"code": code, "message": message, "details": [d.as_dict() for d in details]}
     # ASCII-only JSON: nothing a caller sent can make the answer unencodable.
     return Response(
-        status_code=status.value,
-        content_type=content_types.APPLICATION_JSON,
-        body=json.dumps(body),
-        headers=headers,
+        status.value, content_types.APPLICATION_JSON, json.dumps({"error": error}), headers
     )

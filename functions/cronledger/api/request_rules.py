@@ -1,24 +1,10 @@
-"""What a request must be before any route sees it (docs/guarantees.md#api, the body rules at its end).
+"""What a request must be before any route sees it: one pass over the raw event.
 
-One pass over the raw API Gateway event, before Powertools routes and validates it:
-
-- a request that carries a body must say `Content-Type: application/json` (the media type in
-  any case, with any parameters), or it is a 415. This is also what keeps a web page from
-  driving the API: a browser sends a cross-site request without asking first only with a form
-  or text content type. A request without a body has nothing to label: its `Content-Type`
-  is dropped;
-- the body is at most `MAX_BODY_BYTES` (else a 413), a JSON object (an array or a scalar is a
-  422, never read as something else), nested at most `MAX_DEPTH` objects and arrays deep (a
-  422 naming where it goes deeper), and one Python can read (an integer of more than 4300
-  digits is a 422 too);
-- no text in it may be invalid Unicode (a lone surrogate such as `"\\ud800"`, which JSON can
-  spell but nothing can store or print): a 400 naming each place, keys included, so no route,
-  compiler or error message ever holds one;
-- `HEAD` is answered as `GET` without the body, wherever `GET` is.
-
-A body that is not JSON at all is left to the resolver's own validation (422, with the parse
-error). A wrong method on a known path is answered by the error mapping (405 with `Allow`),
-from the table of routes built here from the OpenAPI document.
+A body must be declared JSON (else 415, which also keeps a web page's simple cross-site
+request out), at most `MAX_BODY_BYTES` (413), a JSON object readable by Python and nested at
+most `MAX_DEPTH` deep (422 naming where), holding no lone surrogate (400 naming each place).
+A body-less request's `Content-Type` is dropped; `HEAD` is answered as `GET` without a body.
+Text that is not JSON at all is left to the resolver's validation (422).
 """
 
 from __future__ import annotations
@@ -29,6 +15,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Final
 
 from cronledger.errors import FieldError, ValidationFailed
@@ -143,18 +130,15 @@ def _check_document(body: bytes) -> None:
         raise MalformedBody(TOO_DEEP, path=deep)
     if not _ESCAPED_SURROGATE.search(text):
         return  # JSON text that is UTF-8 can hold a lone surrogate only as a \ud8xx escape
-    problems = []
-    for path, is_key in _invalid_text(document):
-        where = "a key" if is_key else "the text"
-        problems.append(
-            FieldError(
-                path,
-                "invalid",
-                f"{where} is not valid Unicode (it holds a lone surrogate); send UTF-8 text",
-            )
+    problems = [
+        FieldError(
+            path,
+            "invalid",
+            f"{'a key' if is_key else 'the text'} is not valid Unicode (it holds a lone "
+            "surrogate); send UTF-8 text",
         )
-        if len(problems) == _MAX_REPORTED:
-            break
+        for path, is_key in islice(_invalid_text(document), _MAX_REPORTED)
+    ]
     if problems:
         raise ValidationFailed(problems, "invalid text")
 
@@ -182,29 +166,22 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> str | None:
 
 
 def _invalid_text(document: dict[str, Any]) -> Iterator[tuple[str, bool]]:
-    """Every place (path, whether it is a key) holding a lone surrogate, without recursion
-    (JSON may nest deeper than Python's stack); a path is spelled only where it is needed."""
+    """Every place (path, whether it is a key) holding a lone surrogate, in document order,
+    without recursion (JSON may nest deeper than Python's stack)."""
     stack: list[tuple[str, Any]] = [("", document)]
     while stack:
         path, value = stack.pop()
-        if isinstance(value, dict):
-            items: Iterable[tuple[Any, Any]] = value.items()
-        elif isinstance(value, list):
-            items = enumerate(value)
-        else:
-            if isinstance(value, str) and _has_surrogate(value):
-                yield path or "body", False
+        if isinstance(value, str) and _has_surrogate(value):
+            yield path or "body", False
+        if not isinstance(value, dict | list):
             continue
         children = []
-        for key, item in items:
-            if isinstance(item, str) and not (isinstance(key, str) and _has_surrogate(key)):
-                if _has_surrogate(item):
-                    children.append((_child(path, key), item))
-                continue
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
             child = _child(path, key)
             if isinstance(key, str) and _has_surrogate(key):
                 yield child, True
-            children.append((child, item))
+            if isinstance(item, dict | list | str):
+                children.append((child, item))
         stack.extend(reversed(children))
 
 

@@ -1,9 +1,6 @@
-"""The web console: static files shipped in the package, served at `/console` by the API
-(`router`) and by `cronledger console`'s local proxy; both send `/` there.
-
-The page is plain HTML, CSS and JavaScript (no build step, nothing from a CDN) over the same
-JSON API the command line uses. Its Content-Security-Policy allows nothing but this origin, so
-the page cannot load or send anything elsewhere even by mistake.
+"""The web console: static files shipped in the package, served at `/console` by the API and
+by `cronledger console`'s proxy; both send `/` there. No build step, nothing from a CDN, and
+a Content-Security-Policy that allows this origin only.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""`cronledger console`: the web console for an API a browser cannot call itself.
+"""`cronledger console`: a local proxy that serves the console and signs (SigV4) its API
+requests with the operator's credentials, since a browser cannot sign for the IAM-only API.
 
-On AWS the API is IAM-only, so a browser cannot sign its requests. This proxy listens on
-127.0.0.1 only, serves the page from this package, and passes every API request on through
-the command line's `ApiClient`, which signs it (SigV4) with the operator's credentials, as
-`kubectl proxy` does.
-
-A signing proxy on localhost is a key any web page could try to turn, so it answers only
-requests that are plainly its own page's: the `Host` must be this proxy (no DNS rebinding), an
-`Origin` or `Sec-Fetch-Site` must say same-origin (no other site's page), and a body must be
-JSON (no simple cross-site form). Only the API's own paths are passed on.
+A signing proxy is a key any web page could try to turn, so it answers only its own page:
+`Host` names this proxy (no DNS rebinding), `Origin`/`Sec-Fetch-Site` say same-origin, a body
+is JSON, and only the API's paths are passed on.
 """
 
 from __future__ import annotations
