@@ -62,7 +62,7 @@ def _query(
     s: Session, channel: str | None, status: str | None, since: str | None, until: str | None
 ) -> dict[str, Any]:
     return {
-        "channel_id": None if channel is None else s.channel(channel)["channel_id"],
+        "channel_id": s.channel_id(channel),
         "status": status,
         "since": instant(since),
         "until": instant(until),
@@ -208,7 +208,7 @@ def retry(
     if not ids:
         query = _query(s, channel, status or "failed", since, until)
         # A row that failed meanwhile shifts the pages: an id may come twice, once is enough.
-        ids = list(dict.fromkeys(o["id"] for o in _every(s, query)))
+        ids = list(dict.fromkeys(o["id"] for o in s.each("/cron/occurrences", query)))
         if not ids:
             s.out.answer({"done": [], "refused": []}, lambda: s.out.say("nothing matches"))
             return
@@ -257,15 +257,3 @@ def _each(s: Session, action: str, ids: list[str], body: Any = None) -> None:
         s.out.data(answers[0] if len(ids) == 1 else {"done": done, "refused": refused})
     if refused:
         raise typer.Exit(EXIT_API)
-
-
-def _every(s: Session, query: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every row a filter matches, page by page, each page after the last one's key."""
-    rows: list[dict[str, Any]] = []
-    after = None
-    while True:
-        page = s.get("/cron/occurrences", {**query, "limit": 1000, "after": after})
-        rows += page["data"]
-        after = page.get("next")
-        if not page["data"] or after is None:
-            return rows

@@ -118,8 +118,16 @@ class Out:
         else:
             sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
 
-    def flush(self) -> None:
-        """Out now, not when a buffer fills: a stream's reader is waiting for it."""
+    def rows(
+        self, columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], header: bool, empty: str
+    ) -> None:
+        """Rows of a stream, out now (its reader is waiting): one `record` each for scripts;
+        for a person, table rows, with the header (or `empty`) when `header`."""
+        if self.for_scripts:
+            for row in rows:
+                self.record(dict(row))
+        elif rows or header:
+            self.table(columns, rows, empty=empty, header=header)
         sys.stdout.flush()
 
     def say(self, *parts: str | Text) -> None:
@@ -206,21 +214,15 @@ class Out:
         return Text(text)
 
     def _footer(self, page: Mapping[str, Any]) -> None:
-        """Which rows these are, and the key of the page after them: a list is paged by
-        key, so the next page is `--after` its `next` (an older API's: by offset)."""
-        shown, total, offset = len(page["data"]), page["total"], page.get("offset", 0)
-        exact = page.get("total_is_exact", True)
+        """How many rows of how many these are, and the key of the page after them."""
+        shown, total, exact = len(page["data"]), page["total"], page.get("total_is_exact", True)
         if not shown or (exact and shown >= total):
             return
-        key = page.get("next")
-        if "next" in page:
-            more = f" (--after {key} for more)" if key else ""
-        else:
-            more = f" (--offset {offset + shown} for more)" if offset + shown < total else ""
-        of = total if exact else f"more than {total}"
+        more = f" (--after {page['next']} for more)" if page.get("next") else ""
+        offset = page.get("offset", 0)
         # A page read by key knows how many it shows, not where it sits in the list.
-        where = f"{offset + 1}-{offset + shown}" if offset or "next" not in page else shown
-        self.say(f"{where} of {of}{more}")
+        where = f"{offset + 1}-{offset + shown}" if offset else shown
+        self.say(f"{where} of {total if exact else f'more than {total}'}{more}")
 
 
 def _fitting(

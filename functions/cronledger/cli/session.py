@@ -167,9 +167,9 @@ class Session:
     def channel_path(self, ref: str) -> str:
         return f"/channels/{segment(self.channel(ref)['channel_id'])}"
 
-
-def _session(api_url: str, fmt: Format) -> Session:
-    return Session(ApiClient(api_url), Out(fmt))
+    def channel_id(self, ref: str | None) -> str | None:
+        """The id of the channel `ref` names (None: no channel given)."""
+        return None if ref is None else str(self.channel(ref)["channel_id"])
 
 
 def api(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[..., Any]:
@@ -198,7 +198,7 @@ def api(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[.
             fmt = kwargs.pop("output") or root.get("output") or Format.table
             if kwargs.pop("json_") or root.get("json_"):
                 fmt = Format.json
-            session = _session(api_url, fmt)
+            session = Session(ApiClient(api_url), Out(fmt))
             run(session.out, lambda: func(session, **kwargs))
 
         command.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
