@@ -1,12 +1,11 @@
 """`cronledger channels …` and the commands that act on one channel: trigger, backfill,
 preview, status.
 
-`channels apply` judges each document of a file on its own: every valid one is applied, each
-is reported as created, updated, unchanged or refused, and the command exits 1 if any was
-refused. A new channel is created in the document's `status` (draft, active or paused); an
-existing one gets a new version only if its definition changed, then the document's status if
-it differs. `--dry-run` sends the same requests as API dry runs (checked, then rolled back), so
-it reports what applying would do, refusals included, writes nothing, and prints each diff.
+`channels apply` judges each document on its own: each is reported created, updated, unchanged
+or refused, every valid one is applied, and the command exits 1 if any was refused. An existing
+channel gets a new version only if its definition changed, then the document's status if it
+differs. `--dry-run` sends the same requests as API dry runs (checked, then rolled back), so it
+reports what applying would do, refusals included, and prints each diff.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """`cronledger occurrences …`, `retry` and `cancel`: reading the ledger and acting on its rows.
 
-`retry` takes ids, or a filter (`--channel`, `--status`, `--since`, `--until`) whose matches
-it counts and asks about first (`--yes` to skip the question); each row is one conditional
-write in the API, so a row that moved on meanwhile is reported as refused, not retried twice.
+`retry` takes ids, or a filter whose matches it counts and asks about first; each row is one
+conditional write in the API, so a row that moved on meanwhile is refused, not retried twice.
 """
 
 from __future__ import annotations

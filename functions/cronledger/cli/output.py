@@ -1,11 +1,10 @@
 """The one renderer every command prints through (Rich).
 
-`-o table` (the default) is for a person at a terminal: columns dropped in order of
-importance until the table fits the terminal (a column that may be cut instead, like an
-error, is kept whenever a row has something in it, cut to what room is left), ids shortened, statuses coloured (only on a
-terminal; `NO_COLOR` honoured by Rich). `-o wide` shows every column in full. `-o json` and
-`-o yaml` print the API's answer for scripts, and nothing else goes to stdout then: progress
-goes to stderr. Errors go to stderr once, as one line and the field problems under it.
+`-o table` (the default) fits the terminal: columns dropped least important first (a `cut_to`
+column is cut instead, while a row has something in it), ids shortened, statuses coloured on a
+terminal (`NO_COLOR` honoured). `-o wide` shows every column in full. `-o json` and `-o yaml`
+print the API's answer and nothing else on stdout: progress goes to stderr. An error goes to
+stderr once, as one line and the field problems under it.
 """
 
 from __future__ import annotations
@@ -65,11 +64,9 @@ _UNCUT: Final = 100_000
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: its header, how a row shows in it, and how much it matters (the
-    least important is dropped first when the table is too wide). An `id` column is
-    shortened unless `-o wide`; a `status` column is coloured. A column with `cut_to` is
-    never dropped while a row has something in it: it is cut (with an ellipsis) to the
-    room the others leave, and to no fewer than `cut_to` characters."""
+    """A table column: its header, how a row shows in it, and its importance (the least
+    important is dropped first). An `id` is shortened unless `-o wide`; a `status` coloured;
+    a `cut_to` column is cut to the room left, to no fewer than `cut_to` characters."""
 
     header: str
     cell: Callable[[Mapping[str, Any]], Any]

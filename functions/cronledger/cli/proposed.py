@@ -1,17 +1,12 @@
 """What a file of channel documents would change, before it is applied: `channels diff -f`.
 
-For each document whose channel is new or differs from the channel as the API has it: the
-field diff (the one `channels apply --dry-run` prints) and the next instants before and after
-the change, in UTC and in the channel's zone, from the same moment (now), so a zone or DST
-mistake is seen before it lands. Each instant next to a clock change is marked:
-- `gap`: the first instant after the clocks jumped forward (a wall time in the jump does not
-  exist, so it does not fire);
-- `fold`: a wall time that happens twice (it fires at each of the two instants);
-- `fold passed`: the first instant after the clocks went back.
-
-The instants are computed here, with the scheduler's own compiler and the preview's own
-rendering (`preview_instant`), from the current document the API returns and from the file's;
-the API compiles the same way. A document whose schedule does not compile shows why instead.
+For each document whose channel is new or differs: the field diff and the next instants before
+and after, in UTC and in the channel's zone, from one moment, so a zone or DST mistake shows
+before it lands. An instant next to a clock change is marked `gap` (the first after the clocks
+jumped forward: a wall time in the jump never fires), `fold` (a wall time that happens twice,
+firing at each) or `fold passed` (the first after the clocks went back). The instants come from
+the scheduler's own compiler and the preview's rendering; a schedule that does not compile
+shows why instead.
 """
 
 from __future__ import annotations

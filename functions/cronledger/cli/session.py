@@ -2,12 +2,9 @@
 the one boundary where an error becomes a message and an exit code.
 
 The global options (`--api-url`, `-o/--output`, `--json`) are accepted before the subcommand
-and after it (`cronledger --api-url URL status` and `cronledger status --api-url URL`): `api`
-adds them to each command's own signature, so they are in its help too, and one given after
-the subcommand wins over one given before it.
-
-Exit codes: 0 done; 1 the API refused or failed the request (its message and field problems
-are printed once, on stderr); 2 bad usage or an unreadable file; 3 the API could not be reached.
+and after it: `api` adds them to each command's signature (so its help lists them), and one
+given after the subcommand wins. Exit codes: 0 done; 1 the API refused (its message and field
+problems printed once, on stderr); 2 bad usage or an unreadable file; 3 the API is unreachable.
 """
 
 from __future__ import annotations
