@@ -268,8 +268,8 @@ def _applied(
 ) -> dict[str, Any]:
     name = body["name"]
     dry = {"dry_run": "true"} if dry_run else None
-    found = s.get("/channels", {"name": name})["data"]
-    if not found:
+    current = s.named(name)
+    if current is None:
         channel = s.send("POST", "/channels", body, query or None)["data"]
         return {
             "outcome": "created",
@@ -277,7 +277,6 @@ def _applied(
             "channel": channel,
             "diff": documents.diff(None, body, "/dev/null", name) if dry_run else [],
         }
-    current = found[0]
     wanted = body.get("status")
     if wanted == "draft" and current["status"] != "draft":
         raise UsageError(
@@ -285,8 +284,12 @@ def _applied(
             "(set status to active, paused or archived, or leave it out)"
         )
     before = documents.document_of(current)
-    after = {**before, **{k: v for k, v in body.items() if k in documents.DOCUMENT_KEYS}}
-    diff = documents.diff(before, after, f"{name} (version {current['version']})", "the file")
+    diff = documents.diff(
+        before,
+        documents.applied_to(before, body),
+        f"{name} (version {current['version']})",
+        "the file",
+    )
     path = f"/channels/{segment(current['channel_id'])}"
     definition = {k: v for k, v in body.items() if k != "status"}
     channel = s.send("PUT", path, definition, query or None)["data"]

@@ -160,6 +160,11 @@ def document_of(channel: Mapping[str, Any]) -> dict[str, Any]:
     return {key: channel[key] for key in DOCUMENT_KEYS if key in channel}
 
 
+def applied_to(before: Mapping[str, Any] | None, body: Mapping[str, Any]) -> dict[str, Any]:
+    """What applying the document `body` makes of the channel document `before`."""
+    return {**(before or {}), **{k: v for k, v in body.items() if k in DOCUMENT_KEYS}}
+
+
 def as_yaml(document: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True, width=100)
 

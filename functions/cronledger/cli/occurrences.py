@@ -100,7 +100,7 @@ def list_occurrences(
 
 #: The full record's fields in the order a person reads them; any other field the API
 #: answers (a newer API's) follows, as it is.
-RECORD = (
+RECORD = [
     "id",
     "channel",
     "trigger",
@@ -120,7 +120,7 @@ RECORD = (
     "late_by",
     "duration",
     "error_message",
-)
+]
 _SHOWN_AS = {
     "channel": ("channel_id", "channel_name"),
     "version": ("channel_version", "executing_version"),

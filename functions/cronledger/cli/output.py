@@ -37,26 +37,12 @@ class Format(StrEnum):
 #: How each status (of an occurrence, a channel, or an applied document) is coloured;
 #: a status not listed here (a newer API's) prints plain.
 STYLES: Final = {
-    "completed": "green",
-    "failed": "bold red",
-    "running": "cyan",
-    "claimed": "cyan",
-    "pending": "yellow",
-    "cancelled": "bright_black",
-    "skipped_misfire": "magenta",
-    "skipped_singleton": "magenta",
-    "active": "green",
-    "paused": "yellow",
-    "draft": "bright_black",
-    "archived": "bright_black",
-    "created": "green",
-    "updated": "cyan",
-    "unchanged": "bright_black",
-    "refused": "bold red",
-    "warning": "yellow",
-    "delivered": "green",
-    "undelivered": "yellow",
-    "recorded": "bright_black",
+    **dict.fromkeys(("completed", "active", "created", "delivered"), "green"),
+    **dict.fromkeys(("failed", "refused"), "bold red"),
+    **dict.fromkeys(("running", "claimed", "updated"), "cyan"),
+    **dict.fromkeys(("pending", "paused", "warning", "undelivered"), "yellow"),
+    **dict.fromkeys(("cancelled", "draft", "archived", "unchanged", "recorded"), "bright_black"),
+    **dict.fromkeys(("skipped_misfire", "skipped_singleton"), "magenta"),
 }
 SHORT_ID: Final = 13  # "01a22832-3cee…": the id's time-ordered head
 _UNCUT: Final = 100_000

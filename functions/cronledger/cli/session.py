@@ -146,11 +146,15 @@ class Session:
                 return items
             given["after"] = page["next"]
 
+    def named(self, name: str) -> dict[str, Any] | None:
+        """The channel named `name`, if there is one."""
+        found: list[dict[str, Any]] = self.get("/channels", {"name": name})["data"]
+        return found[0] if found else None
+
     def channel(self, ref: str) -> dict[str, Any]:
         """The channel named `ref`, else the one whose id it is; an error naming both."""
-        found = self.get("/channels", {"name": ref})["data"]
-        if found:
-            channel: dict[str, Any] = found[0]
+        channel = self.named(ref)
+        if channel is not None:
             return channel
         try:
             channel = self.get(f"/channels/{segment(ref)}")["data"]

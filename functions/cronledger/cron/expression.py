@@ -57,7 +57,6 @@ DAY_OF_WEEK: Final = _Field(
 )
 #: `*` in day-of-week is Sunday to Saturday; 7 (Sunday again) only when written.
 DAY_OF_WEEK_LAST: Final = 6
-FIELDS: Final = (SECOND, MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
 
 
 @dataclass(frozen=True, slots=True)

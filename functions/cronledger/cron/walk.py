@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cached_property, lru_cache
 from itertools import pairwise
-from typing import Final, Protocol
+from typing import Final, Union
 from zoneinfo import ZoneInfo
 
 from cronledger.cron.expression import CronSpec, DayRule, parse_expression
@@ -52,23 +52,6 @@ class Survey:
         if not self.count - len(self.tail) <= index < self.count:
             raise IndexError(f"instant {index} of {self.count} was not kept")
         return self.tail[index - self.count]
-
-
-class Instants(Protocol):
-    """What a schedule's instants answer, in integer UTC seconds, windows inclusive."""
-
-    def instants(self, lo: int, hi: int, cap: int) -> list[int]:
-        """The first `cap` instants in `[lo, hi]`, ascending."""
-        ...
-
-    def first(self, lo: int, hi: int) -> int | None:
-        """The first instant in `[lo, hi]`, if any."""
-        ...
-
-    def survey(self, lo: int, hi: int, head: int) -> Survey:
-        """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last
-        three."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +88,12 @@ class Bounded:
 
     def survey(self, lo: int, hi: int, head: int) -> Survey:
         return self.inner.survey(max(lo, self.lo), min(hi, self.hi), head)
+
+
+#: What a schedule's instants answer, in integer UTC seconds, windows inclusive: `instants`
+#: (the first `cap` in `[lo, hi]`, ascending), `first` (or None) and `survey` (the count, the
+#: first `head` and the last three).
+Instants = Union["Calendar", OneInstant, Bounded]
 
 
 @lru_cache(maxsize=1024)

@@ -9,9 +9,9 @@ start. Clients come from a botocore session: boto3's are the same, and boto3 loa
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
@@ -38,9 +38,7 @@ class AwsClients:
         self._session: Session | None = None
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, str | None, float | None, bool, int | None], Any] = (
-            OrderedDict()
-        )
+        self._cached = functools.lru_cache(maxsize=_CACHE_SIZE)(self._build)
 
     def lambda_(
         self,
@@ -91,27 +89,28 @@ class AwsClients:
         connections: int | None = None,
     ) -> Any:
         read_timeout = None if timeout_secs is None else float(math.ceil(timeout_secs))
-        key = (service, region, read_timeout, retried, connections)
+        return self._cached(service, region, read_timeout, retried, connections)
+
+    def _build(
+        self,
+        service: str,
+        region: str | None,
+        read_timeout: float | None,
+        retried: bool,
+        connections: int | None,
+    ) -> Any:
+        # A botocore Session is not thread-safe while it builds clients; the lock covers that.
         with self._lock:
-            client = self._cache.get(key)
-            if client is not None:
-                self._cache.move_to_end(key)
-                return client
-            # A botocore Session is not thread-safe while it builds clients; the lock covers that.
             if self._session is None:
                 import botocore.session
 
                 self._session = botocore.session.Session()
-            client = self._session.create_client(
+            return self._session.create_client(
                 service,
                 region_name=region,
                 endpoint_url=self._endpoint_url,
                 config=_config(read_timeout, retried, connections),
             )
-            self._cache[key] = client
-            if len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
-            return client
 
 
 def _config(read_timeout: float | None, retried: bool, connections: int | None = None) -> Config:
