@@ -37,6 +37,9 @@ from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
 
+NamePrefix = Annotated[
+    str | None, typer.Option("--name-prefix", help="only names starting with this")
+]
 Selector = Annotated[
     str | None,
     typer.Option(
@@ -77,9 +80,7 @@ def list_channels(
         typer.Option(help="only channels in this status: draft, active, paused, archived"),
     ] = None,
     selector: Selector = None,
-    name_prefix: Annotated[
-        str | None, typer.Option("--name-prefix", help="only names starting with this")
-    ] = None,
+    name_prefix: NamePrefix = None,
     limit: Limit = 50,
     offset: Offset = 0,
     after: After = None,
@@ -639,9 +640,7 @@ STATUS_COLUMNS = (
 @api(root, "status")
 def status(
     s: Session,
-    name_prefix: Annotated[
-        str | None, typer.Option("--name-prefix", help="only names starting with this")
-    ] = None,
+    name_prefix: NamePrefix = None,
     limit: Limit = 50,
     offset: Offset = 0,
     after: After = None,

@@ -178,13 +178,8 @@ class Out:
 
     def diff(self, lines: Iterable[str]) -> None:
         for line in lines:
-            style = ""
-            if line.startswith("+") and not line.startswith("+++"):
-                style = "green"
-            elif line.startswith("-") and not line.startswith("---"):
-                style = "red"
-            elif line.startswith("@@"):
-                style = "cyan"
+            head = "" if line.startswith(("+++", "---")) else line[:1]
+            style = {"+": "green", "-": "red", "@": "cyan"}.get(head, "")
             self.console.print(Text(line.rstrip("\n"), style=style), soft_wrap=True)
 
     def _cell(self, column: Column, row: Mapping[str, Any], wide: bool) -> Text:
@@ -221,7 +216,8 @@ def _fitting(
         for c in columns
         if c.cut_to and any(t.plain != _plain(None) for t in cells[c.header])
     }
-    needed = {h: min(n, _cut_width(columns, h)) if h in cut else n for h, n in natural.items()}
+    cut_to = {c.header: c.cut_to for c in columns}
+    needed = {h: min(n, cut_to[h]) if h in cut else n for h, n in natural.items()}
     kept = list(columns)
 
     def total() -> int:
@@ -235,10 +231,6 @@ def _fitting(
         others = total() - needed[header]
         room[header] = max(needed[header], width - others)
     return kept, room
-
-
-def _cut_width(columns: Sequence[Column], header: str) -> int:
-    return next(c.cut_to for c in columns if c.header == header)
 
 
 def _plain(value: Any) -> str:
