@@ -153,11 +153,11 @@ class Session:
 
     def channel(self, ref: str) -> dict[str, Any]:
         """The channel named `ref`, else the one whose id it is; an error naming both."""
-        channel = self.named(ref)
-        if channel is not None:
-            return channel
+        named = self.named(ref)
+        if named is not None:
+            return named
         try:
-            channel = self.get(f"/channels/{segment(ref)}")["data"]
+            channel: dict[str, Any] = self.get(f"/channels/{segment(ref)}")["data"]
         except ApiError as exc:
             if exc.status == 404:
                 message = f"no channel named {ref!r} or with that id; `channels list` shows them"

@@ -10,6 +10,7 @@ the document again first, because the policy may have narrowed since the channel
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from collections.abc import Mapping
 from typing import Any, Final
@@ -118,9 +119,9 @@ def run_target(
 
     kind = _KINDS[doc["type"]]
     try:
-        outcome = kind.run(
-            doc, Delivery(envelope, timeout_secs, clients or default_clients(), policy)
-        )
+        deadline = time.monotonic() + timeout_secs
+        given = Delivery(envelope, timeout_secs, deadline, clients or default_clients(), policy)
+        outcome = kind.run(doc, given)
     except ReadTimeoutError:
         return timed_out(timeout_secs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt… fail the attempt, as any error

@@ -35,10 +35,12 @@ class TargetDocument(Document):
 
     null_means_absent: ClassVar[bool] = True
     type_name: ClassVar[str]
+    #: The ledger's `target_ref`, filled from the document's keys.
+    ref_format: ClassVar[str]
 
     @classmethod
     def ref(cls, doc: Mapping[str, Any]) -> str:
-        raise NotImplementedError
+        return cls.ref_format.format_map(doc)
 
     @classmethod
     def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:

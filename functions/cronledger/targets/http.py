@@ -13,7 +13,6 @@ goes in `X-Cronledger-*` headers. Redirects are not followed: a 3xx fails, namin
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import SplitResult, parse_qsl, urlsplit
@@ -137,7 +136,6 @@ class HttpTarget(TargetDocument):
 
     @classmethod
     def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
-        deadline = time.monotonic() + delivery.timeout_secs
         parts, policy, clients = urlsplit(doc["url"]), delivery.policy, delivery.clients
         references: dict[str, str] = doc.get("secret_headers") or {}
         try:
@@ -163,7 +161,7 @@ class HttpTarget(TargetDocument):
         else:
             body, sent = envelope_json(delivery.envelope).encode("utf-8"), {"Content-Type": JSON}
         headers = {**secrets, **sent}
-        outcome = post(doc, parts, body, delivery.timeout_secs, deadline, headers, policy)
+        outcome = post(doc, parts, body, delivery.timeout_secs, delivery.deadline, headers, policy)
         values = list(secrets.values())
         return TargetOutcome(
             outcome.ok,

@@ -28,11 +28,12 @@ class TargetOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One attempt's delivery: the envelope, its time budget, the AWS clients and the
-    operator's policy (checked again at run time: it may have narrowed since the save)."""
+    """One attempt's delivery: the envelope, its time budget (and the monotonic deadline it
+    ends at), the AWS clients and the operator's policy (it may have narrowed since the save)."""
 
     envelope: Envelope
     timeout_secs: float
+    deadline: float
     clients: AwsClients
     policy: TargetPolicy
 

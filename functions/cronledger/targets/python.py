@@ -36,6 +36,7 @@ class Unresolved(Exception):
 
 class PythonTarget(TargetDocument):
     type_name: ClassVar[str] = "python"
+    ref_format: ClassVar[str] = "python:{callable}"
 
     type: Literal["python"]
     callable: text(  # type: ignore[valid-type]
@@ -55,10 +56,6 @@ class PythonTarget(TargetDocument):
         except Unresolved as exc:
             raise refused("invalid", str(exc)) from None
         return spec
-
-    @classmethod
-    def ref(cls, doc: Mapping[str, Any]) -> str:
-        return f"python:{doc['callable']}"
 
     @classmethod
     def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:

@@ -22,6 +22,7 @@ _REGION = re.compile(r"https?://(?:sqs\.([a-z0-9-]+)\.amazonaws|([a-z0-9-]+)\.qu
 
 class SqsTarget(TargetDocument):
     type_name: ClassVar[str] = "sqs"
+    ref_format: ClassVar[str] = "sqs:{queue_url}"
 
     type: Literal["sqs"]
     queue_url: text(  # type: ignore[valid-type]
@@ -30,10 +31,6 @@ class SqsTarget(TargetDocument):
         _QUEUE_URL,
         "must be a queue URL (https://<endpoint>/<account id>/<queue name>)",
     )
-
-    @classmethod
-    def ref(cls, doc: Mapping[str, Any]) -> str:
-        return f"sqs:{doc['queue_url']}"
 
     @classmethod
     def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:

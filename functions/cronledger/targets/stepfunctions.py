@@ -32,6 +32,7 @@ _MAX_POLL_SECS = 2.0
 
 class StepFunctionsTarget(TargetDocument):
     type_name: ClassVar[str] = "stepfunctions"
+    ref_format: ClassVar[str] = "stepfunctions:{state_machine_arn}"
 
     type: Literal["stepfunctions"]
     state_machine_arn: text(  # type: ignore[valid-type]
@@ -43,12 +44,7 @@ class StepFunctionsTarget(TargetDocument):
     wait: Boolean = Field(True, description="wait for the execution to end")
 
     @classmethod
-    def ref(cls, doc: Mapping[str, Any]) -> str:
-        return f"stepfunctions:{doc['state_machine_arn']}"
-
-    @classmethod
     def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
-        deadline = time.monotonic() + delivery.timeout_secs
         machine: str = doc["state_machine_arn"]
         client = delivery.clients.stepfunctions(arn_region(machine), delivery.timeout_secs)
         name = execution_name(delivery.envelope)
@@ -68,7 +64,7 @@ class StepFunctionsTarget(TargetDocument):
             "RUNNING",
             "PENDING_REDRIVE",
         ):
-            left = deadline - time.monotonic()
+            left = delivery.deadline - time.monotonic()
             if left <= 0:
                 return timed_out(delivery.timeout_secs, f"execution {execution} still running")
             time.sleep(min(pause, left))
