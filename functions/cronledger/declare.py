@@ -1,11 +1,9 @@
 """Channels declared beside the function they run: `@cronledger.cron(...)`.
 
-Decorating a module-level function records one channel document in this process's registry
-and returns the function unchanged: nothing is sent until `cronledger channels apply
---from-module MODULE` imports the module and applies what it declares. Each document is the
-one the API takes (a `python` target naming the function), labelled with its module under
-`MODULE_LABEL`, so `--prune` can archive the channels a module no longer declares and never
-one declared elsewhere.
+Decorating a module-level function records one channel document (a `python` target naming the
+function) and returns the function unchanged; `cronledger channels apply --from-module MODULE`
+imports the module and applies what it declares. Each document carries its module under
+`MODULE_LABEL`, so `--prune` archives only the channels that module no longer declares.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Domain errors, shared by every layer and mapped to HTTP responses in exactly one place.
 
-Nothing below the API speaks HTTP: a service raises `NotFound`, `Conflict` or
-`ValidationFailed`, and the API's error mapping turns each into its status code.
-`ValidationFailed` always carries *every* problem found, never just the first,
-so a user fixes a document in one round trip.
+`ValidationFailed` always carries *every* problem found, so a document is fixed in one round
+trip.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Bounded text: what a target answered or why it failed, cut to what the ledger keeps.
-
-One rule for every writer (the targets, which cut what they read, and the ledger, which
-bounds what it stores): at most so many bytes of UTF-8, never inside a character, and a
-visible mark when something was cut so nobody mistakes an excerpt for the whole answer.
-"""
+"""Bounded text: what a target answered or why it failed, cut to what the ledger keeps: at
+most so many bytes of UTF-8, never inside a character, marked when cut."""
 
 from __future__ import annotations
 

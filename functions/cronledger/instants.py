@@ -1,8 +1,5 @@
-"""Instants at the boundary: every datetime that crosses a module boundary is aware UTC.
-
-A naive datetime is refused rather than guessed at, because guessing a zone is exactly
-how a scheduler fires an hour early. RFC 3339 with a `Z` is the only text form.
-"""
+"""Every datetime that crosses a module boundary is aware UTC: a naive one is refused, since
+guessing a zone is how a scheduler fires an hour early. RFC 3339 with `Z` is the text form."""
 
 from __future__ import annotations
 

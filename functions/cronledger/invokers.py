@@ -1,16 +1,11 @@
 """Invokers: how a claimed occurrence reaches an executor.
 
-The claim service hands over ids only, `(occurrence_id, claimant)`; the executor loads the rest
-itself under that claimant, so a dispatch carries no payload that could go stale or leak. A
-dispatch either hands the attempt over or fails (`DispatchFailed`); the claim service then gives
-the occurrence back to `pending`, or its lease expires and a later claim recovers it.
-
-`dispatch_all` hands over one claim's occurrences, each exactly once, and answers the ones that
-were not handed over. This module holds the interface and the local thread pool; the Lambda
-invoker lives in `cronledger.aws.invoker`, so the claim service loads no AWS SDK.
-
-A queued dispatch's lease is already running, so the thread pool reports `in_flight` and callers
-claim no more than `max_workers - in_flight`, rather than letting claims wait in a queue.
+A dispatch carries ids only, `(occurrence_id, claimant)`: the executor loads the rest under
+that claimant, so nothing handed over can go stale or leak. It either hands the attempt over
+or fails (`DispatchFailed`), and the claim service gives the occurrence back or its lease
+expires. The Lambda invoker lives in `cronledger.aws.invoker`, so the claim service loads no
+AWS SDK. A queued dispatch's lease is already running, so the thread pool reports its `room`
+and callers claim no more than that instead of letting claims wait in a queue.
 """
 
 from __future__ import annotations

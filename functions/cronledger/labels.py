@@ -1,11 +1,9 @@
 """Labels: a channel's `key: value` tags, spelled as Kubernetes spells them.
 
-A key is an optional prefix (a DNS subdomain, at most 253 characters) and `/`, then a name of
-at most 63 characters of `[A-Za-z0-9]` with `-`, `_` or `.` inside; a value is empty or a name
-of the same form. At most 64 labels. They are stored with the definition and served back, and
-never decide when a channel fires (they are not in the scheduling hash), so one spelling
-selects the same channels wherever a selector is written. A selector is a set of
-`key=value` terms that a channel must all carry.
+A key is an optional DNS-subdomain prefix and `/`, then a name of at most 63 characters of
+`[A-Za-z0-9]` with `-`, `_` or `.` inside; a value is empty or such a name; at most 64 labels.
+They never decide when a channel fires (not in the scheduling hash). A selector is a set of
+`key=value` terms a channel must all carry.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Pacing for the service loops: how often housekeeping runs, how long a loop sleeps, and how
 it backs off while the database is away.
 
-Both loops (reconcile, claim) run until a monotonic deadline, so a Lambda invocation ends
-before its timeout and a local run stops promptly on Ctrl-C. A loop whose database fails
-waits longer after each consecutive failure (`Backoff`), so an outage costs neither a busy
-loop against a dead server nor a log line per poll: one line when the database goes away, one
-when it is back. While it waits it probes the database with one cheap statement every poll
-interval (at most every second) and stops waiting at the first answer: a loop runs again
-within a probe of the database's return, not after whatever its backoff had grown to, which
-could be longer than the misfire grace and skip instants due just after the outage.
-
-Every wait and every reading of the time goes through a `Clock`: the system's in production,
-a fake one in tests, which then run a loop's pacing without sleeping.
+A loop runs until a monotonic deadline, so a Lambda invocation ends before its timeout and a
+local run stops promptly. While the database is away a loop waits longer after each failure
+(`Backoff`), logging only the outage's start and end, and probes the database every poll
+interval so it runs again within a probe of its return, not after a backoff that could
+outlast the misfire grace. Every wait and reading of the time goes through a `Clock`, so a
+test runs a loop's pacing on a fake one without sleeping.
 """
 
 from __future__ import annotations
@@ -107,10 +102,9 @@ class Backoff:
         until: float,
         probe: Callable[[], object],
     ) -> None:
-        """Count a failure (`failed`) and wait before the next try, cut short by `stop`, by
-        the monotonic deadline `until`, and by the database's return: `probe` (one cheap
-        statement) runs every `first_secs`, at most every `PROBE_EVERY_SECS`, and its first
-        success ends the wait. A failing probe is not counted or logged: the next try is."""
+        """Count a failure and wait before the next try, cut short by `stop`, by the deadline
+        `until`, and by the first success of `probe` (one cheap statement, run every
+        `first_secs`, at most every `PROBE_EVERY_SECS`; a failing one is not counted)."""
         clock = self._clock
         end = min(until, clock.monotonic() + self.failed(error))
         every = min(self.first_secs, PROBE_EVERY_SECS)
@@ -144,11 +138,8 @@ def sleep_until_next(
 def wait_for_interrupt() -> NoReturn:
     """Block the main thread until a signal's handler raises (Ctrl-C's: KeyboardInterrupt).
 
-    The kernel hands a process's signal to any of its threads that does not block it, and
-    CPython runs the Python handler only on the main thread, when that thread next runs
-    Python. A wait without end (`Event().wait()`, a long sleep) is cut short only when the
-    signal lands on the main thread itself: one that lands on a server's thread instead leaves
-    the process serving after its Ctrl-C. So the main thread sleeps in short steps: a signal
-    that landed elsewhere is acted on within one."""
+    CPython runs a handler only when the main thread next runs Python, and a signal may land
+    on another thread, which does not wake a main thread waiting without end; so it sleeps
+    in short steps, and a signal that landed elsewhere is acted on within one."""
     while True:
         time.sleep(SIGNAL_LOOK_SECS)

@@ -1,8 +1,7 @@
 """How many attempts an occurrence gets in all, and how long it waits between them.
 
-A leaf module (nothing but the standard library) because both sides need the default: the
-schedule compiler fills it into a channel's policy, and the ledger writes it for a row or a
-stored document that names none. One constant, so the two cannot disagree.
+A leaf module, because the compiler fills the default into a channel's policy and the ledger
+writes it for a row that names none: one constant, so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -17,12 +16,9 @@ DEFAULT_MAX_ATTEMPTS: Final = 3
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How many attempts one occurrence gets in all, and how long it waits between them.
-
-    The wait before attempt `n + 1` is drawn uniformly from `[backoff_secs, ceiling]`, where
-    the ceiling doubles per attempt from `backoff_secs` up to `max_backoff_secs`: full jitter
-    above a floor, so retries of many failed occurrences spread out, yet no retry comes
-    sooner than `backoff_secs` after the failure."""
+    """The wait before attempt `n + 1` is uniform in `[backoff_secs, ceiling]`, the ceiling
+    doubling per attempt up to `max_backoff_secs`: retries of many failures spread out, and
+    none comes sooner than `backoff_secs`."""
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     backoff_secs: int = 10

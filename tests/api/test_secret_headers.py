@@ -20,11 +20,10 @@ from moto import mock_aws
 from cronledger.api import create_app
 from cronledger.ledger import Ledger
 from cronledger.ledger.tables import metadata
-from cronledger.targets.secrets import forget_cached_secrets
 from tests.api.helpers import CHANNELS, OCCURRENCES, SETTINGS, Scheduler
 from tests.api.http import Answer, call
 from tests.unit.fixtures_targets import Answer as Endpoint
-from tests.unit.fixtures_targets import RecordingServer
+from tests.unit.fixtures_targets import RecordingServer, forget_cached_secrets
 
 SECRET = "Bearer xyzzy-7b1e-secret-4e0c"
 REFERENCE = "env:CRONLEDGER_SECRET_REPORTS_TOKEN"

@@ -13,12 +13,11 @@ import pytest
 
 from cronledger.aws import execute
 from cronledger.ledger import CHANNEL_ACTIVE, CLAIMED, COMPLETED, FAILED, Ledger, NewOccurrence
-from cronledger.targets.secrets import forget_cached_secrets
 from tests.aws import targets
 from tests.aws.bus import BUS, INSTALLATION, bus_to_queue, received
 from tests.aws.conftest import SERVICE
 from tests.aws.invocations import FakeContext, emf_documents, log_lines, metric_values
-from tests.unit.fixtures_targets import Answer, RecordingServer
+from tests.unit.fixtures_targets import Answer, RecordingServer, forget_cached_secrets
 
 # Pytest resets the warning filters runtime.py sets; an invocation that records only
 # dimensioned metrics (or none) is expected, and Powertools would warn about it.

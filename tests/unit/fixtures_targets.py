@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from cronledger.local_http import serve_in_thread
+from cronledger.targets import secrets
 
 received_envelopes: list[dict[str, Any]] = []
 
@@ -104,3 +105,10 @@ class RecordingServer:
                 pass
 
         return Handler
+
+
+def forget_cached_secrets() -> None:
+    """Drop every secret value and host binding the targets cached, so a test reads afresh."""
+    with secrets._providers_lock:
+        secrets._providers.clear()
+        secrets._hosts.clear()

@@ -16,10 +16,9 @@ from cronledger.targets import AwsClients, TargetPolicy, run_target
 from cronledger.targets.secrets import (
     HOSTS_TAG,
     SecretUnavailable,
-    forget_cached_secrets,
     resolve_secret,
 )
-from tests.unit.fixtures_targets import RecordingServer
+from tests.unit.fixtures_targets import RecordingServer, forget_cached_secrets
 from tests.unit.test_targets_aws import envelope
 
 AWS = TargetPolicy(secrets="aws", http_allow_networks=(ip_network("127.0.0.0/8"),))

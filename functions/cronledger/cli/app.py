@@ -1,12 +1,8 @@
 """The `cronledger` command line (Typer): the root, and the commands that run something here.
 
-`cronledger migrate` upgrades a database to the newest schema; `cronledger dev --demo` runs the
-scheduler locally; `cronledger console` serves the web console through a signing proxy; the
-operator commands (`channels`, `occurrences`, `trigger`, `backfill`, `retry`, `cancel`,
-`status`, `preview`, `events`) talk to the HTTP API. Every failure exits non-zero with one
-message, never a traceback; a closed pipe (`… | head -1`) ends a command that prints and exits
-quietly. `dev` and `console` serve until stopped: to them a peer that goes away (a client, a
-target, the database) is an ordinary error, so a broken pipe or socket never ends them.
+Every failure exits non-zero with one message, never a traceback. A command that prints and
+exits ends quietly on a closed pipe (`… | head -1`); to `dev` and `console`, which serve until
+stopped, a peer that goes away is an ordinary error, so a broken pipe never ends them.
 """
 
 from __future__ import annotations
@@ -42,13 +38,10 @@ app.add_typer(occurrences, name="occurrences")
 for commands in (channel_commands, occurrence_commands, event_commands):
     app.registered_commands += commands.registered_commands
 
-#: The commands that serve until stopped. They keep Python's handling of a broken pipe (an
-#: exception, which ends one request or one attempt) instead of the default action (the end
-#: of the process), which every other command takes so that `… | head -1` ends it quietly.
+#: The commands that serve until stopped: a broken pipe ends one request, not the process.
 SERVERS: Final = frozenset({"dev", "console"})
-#: What `entry` hands the root command: this process is the `cronledger` executable, so the
-#: command may take the default action on a broken pipe (a test calling `main` in-process
-#: must never change its own process's signal handling).
+#: What `entry` hands the root command: only the executable changes its signal handling (a
+#: test calling `main` in-process must not).
 _EXECUTABLE: Final = "executable"
 
 
@@ -76,8 +69,7 @@ def root(
     usage, 3 the API could not be reached.
     """
     if ctx.obj == _EXECUTABLE and ctx.invoked_subcommand not in SERVERS:
-        # A closed pipe ends the command as it ends a C tool (exit 141), quietly, instead of
-        # as a Python error.
+        # A closed pipe ends the command quietly, as it ends a C tool (exit 141).
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
@@ -90,8 +82,7 @@ DatabaseUrl = Annotated[
 
 
 def _database_url(given: str | None) -> str:
-    """`--database-url`, else the settings' (`CRONLEDGER_DATABASE_URL`, checked like every
-    setting, or the default)."""
+    """`--database-url`, else the settings' (checked like every setting)."""
     return given or Settings.from_env().database_url
 
 
@@ -101,8 +92,7 @@ def migrate(database_url: DatabaseUrl = None) -> None:
     from cronledger.ledger import Ledger
 
     url = _database_url(database_url)
-    # An index build on a large table sends nothing back until it ends: no read timeout cuts
-    # it short (TCP keepalives still notice a server that went away).
+    # An index build sends nothing until it ends: no read timeout (keepalives still run).
     Ledger.connect(url, socket_timeout_secs=None).migrate()
     typer.echo(f"migrated {sa.make_url(url).render_as_string(hide_password=True)}")
 
@@ -148,7 +138,7 @@ _command = cache(partial(typer.main.get_command, app))
 
 def main(argv: Sequence[str] | None = None, *, executable: bool = False) -> int:
     """Run the command line; the exit code. `executable`: this process is the `cronledger`
-    executable, and no more than that command runs in it (see `SERVERS`)."""
+    executable, running that command alone."""
     command = _command()
     try:
         command.main(
@@ -168,6 +158,5 @@ def main(argv: Sequence[str] | None = None, *, executable: bool = False) -> int:
 
 
 def entry() -> None:
-    """The `cronledger` executable. A closed pipe (`… | head -1`) ends a command that prints
-    and exits quietly, by the default SIGPIPE action; never `dev` or `console`."""
+    """The `cronledger` executable."""
     sys.exit(main(executable=True))

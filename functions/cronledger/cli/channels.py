@@ -1,12 +1,11 @@
 """`cronledger channels …` and the commands that act on one channel: trigger, backfill,
 preview, status.
 
-`channels apply` judges each document of a file on its own: every valid one is applied, each
-is reported as created, updated, unchanged or refused, and the command exits 1 if any was
-refused. A new channel is created in the document's `status` (draft, active or paused); an
-existing one gets a new version only if its definition changed, then the document's status if
-it differs. `--dry-run` sends the same requests as API dry runs (checked, then rolled back), so
-it reports what applying would do, refusals included, writes nothing, and prints each diff.
+`channels apply` judges each document on its own: each is reported created, updated, unchanged
+or refused, every valid one is applied, and the command exits 1 if any was refused. An existing
+channel gets a new version only if its definition changed, then the document's status if it
+differs. `--dry-run` sends the same requests as API dry runs (checked, then rolled back), so it
+reports what applying would do, refusals included, and prints each diff.
 """
 
 from __future__ import annotations
@@ -38,6 +37,9 @@ from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
 
+NamePrefix = Annotated[
+    str | None, typer.Option("--name-prefix", help="only names starting with this")
+]
 Selector = Annotated[
     str | None,
     typer.Option(
@@ -78,9 +80,7 @@ def list_channels(
         typer.Option(help="only channels in this status: draft, active, paused, archived"),
     ] = None,
     selector: Selector = None,
-    name_prefix: Annotated[
-        str | None, typer.Option("--name-prefix", help="only names starting with this")
-    ] = None,
+    name_prefix: NamePrefix = None,
     limit: Limit = 50,
     offset: Offset = 0,
     after: After = None,
@@ -269,8 +269,8 @@ def _applied(
 ) -> dict[str, Any]:
     name = body["name"]
     dry = {"dry_run": "true"} if dry_run else None
-    found = s.get("/channels", {"name": name})["data"]
-    if not found:
+    current = s.named(name)
+    if current is None:
         channel = s.send("POST", "/channels", body, query or None)["data"]
         return {
             "outcome": "created",
@@ -278,7 +278,6 @@ def _applied(
             "channel": channel,
             "diff": documents.diff(None, body, "/dev/null", name) if dry_run else [],
         }
-    current = found[0]
     wanted = body.get("status")
     if wanted == "draft" and current["status"] != "draft":
         raise UsageError(
@@ -286,8 +285,12 @@ def _applied(
             "(set status to active, paused or archived, or leave it out)"
         )
     before = documents.document_of(current)
-    after = {**before, **{k: v for k, v in body.items() if k in documents.DOCUMENT_KEYS}}
-    diff = documents.diff(before, after, f"{name} (version {current['version']})", "the file")
+    diff = documents.diff(
+        before,
+        documents.applied_to(before, body),
+        f"{name} (version {current['version']})",
+        "the file",
+    )
     path = f"/channels/{segment(current['channel_id'])}"
     definition = {k: v for k, v in body.items() if k != "status"}
     channel = s.send("PUT", path, definition, query or None)["data"]
@@ -637,9 +640,7 @@ STATUS_COLUMNS = (
 @api(root, "status")
 def status(
     s: Session,
-    name_prefix: Annotated[
-        str | None, typer.Option("--name-prefix", help="only names starting with this")
-    ] = None,
+    name_prefix: NamePrefix = None,
     limit: Limit = 50,
     offset: Offset = 0,
     after: After = None,

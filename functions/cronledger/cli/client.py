@@ -1,10 +1,9 @@
 """The HTTP client every operator command (and the console proxy) talks to the API through.
 
-Nothing in the command line reads the database: it tells exactly the truth the API tells,
-locally or on AWS. An API Gateway endpoint (`*.execute-api.<region>.amazonaws.com`) is
-IAM-authorised, so each request to one is SigV4-signed for `execute-api` with botocore's
-default credential chain, in the region the host names (the only region such a signature is
-valid for).
+Nothing in the command line reads the database: it tells exactly what the API tells. An API
+Gateway endpoint (`*.execute-api.<region>.amazonaws.com`) is IAM-authorised, so each request to
+one is SigV4-signed for `execute-api` in the region the host names, with botocore's default
+credential chain.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Channel documents on disk: reading a file of them, and a channel written back as one.
 
-A file is JSON or YAML; YAML may hold several documents (`---`), and either may hold a list,
-or a page of channels as `channels list -o yaml` prints it (each channel read as its
-document, so a listing exported applies back unchanged).
-Each document is judged on its own, so one bad document never hides the others: `read`
-returns a `Document` for each, with `problem` set when it cannot be sent. Two documents of
-one name are both refused, naming each other: which one was meant is not for `apply` to
-guess, and applying both would make the second silently undo the first. A file that is not
-JSON or YAML at all is `UsageError`, with the line and what to do.
-
-`document_of` is the inverse of `channels apply`: the keys a channel document has
-(`name`, `transport_config`, `target`, `timeout_ms`, `status`), so `channels show -o yaml`
-applies back unchanged.
+A file is JSON or YAML (several documents, a list, or a page as `channels list -o yaml` prints
+it). Each document is judged on its own, so one bad document never hides the others: `read`
+gives a `Document` each, with `problem` set when it cannot be sent. Two of one name are both
+refused, naming each other: which was meant is not for `apply` to guess. A file that is not
+JSON or YAML is `UsageError`, with the line and what to do. `document_of` is the inverse of
+`apply`, so `channels show -o yaml` applies back unchanged.
 """
 
 from __future__ import annotations
@@ -164,6 +158,11 @@ def _checked(path: str, index: int, count: int, body: Any) -> Document:
 def document_of(channel: Mapping[str, Any]) -> dict[str, Any]:
     """A channel as the API shows it, written as the document `channels apply` takes."""
     return {key: channel[key] for key in DOCUMENT_KEYS if key in channel}
+
+
+def applied_to(before: Mapping[str, Any] | None, body: Mapping[str, Any]) -> dict[str, Any]:
+    """What applying the document `body` makes of the channel document `before`."""
+    return {**(before or {}), **{k: v for k, v in body.items() if k in DOCUMENT_KEYS}}
 
 
 def as_yaml(document: Mapping[str, Any]) -> str:

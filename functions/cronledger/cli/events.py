@@ -1,18 +1,15 @@
 """`cronledger events`: what the scheduler told (or would have told) about each channel.
 
-A listing is the API's: newest first, a page at a time by key (`--after` the `next` the
-footer names). `--watch` reads as a log instead: the newest page oldest first, then each event
-as it arrives, until Ctrl-C. It polls by the events' own instants (the database's clock, so a
-skewed local clock loses nothing), looking back a little further than the last one seen
-(`_LOOK_BACK`): an event is stamped inside its transaction and listed once that commits, so
-one may appear a moment behind another already shown. Ids already printed are not printed
-twice, and are forgotten once they fall out of that window (the poll cannot see them again).
+A listing is the API's: newest first, a page at a time by key. `--watch` reads as a log: the
+newest page oldest first, then each event as it arrives. It polls by the events' own instants
+(the database's clock, so a skewed local clock loses nothing), looking back `_LOOK_BACK`
+before the newest seen: an event is stamped inside its transaction and listed once that
+commits, so it may appear behind one already shown. An id is printed once, and forgotten when
+it falls out of that window (no poll can see it again).
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Final
@@ -20,14 +17,14 @@ from typing import Annotated, Any, Final
 import typer
 
 from cronledger.cli.output import Column, instant_of, when
-from cronledger.cli.session import Limit, Session, api, instant
+from cronledger.cli.session import After, Limit, Session, api, instant
+from cronledger.cli.watching import Interval, WatchFor, every_poll
 from cronledger.instants import to_rfc3339
 
 root = typer.Typer()
 
 #: How far before the newest event seen each poll looks again.
 _LOOK_BACK: Final = timedelta(seconds=60)
-_PAGE: Final = 1000
 
 
 def delivery(event: Mapping[str, Any]) -> str:
@@ -64,34 +61,35 @@ def events(
         str | None, typer.Option(help="at or after: RFC 3339 or an age (24h, 30m, 7d)")
     ] = None,
     limit: Limit = 50,
-    after: Annotated[
-        str | None, typer.Option(help="the page after this key (the footer names it)")
-    ] = None,
+    after: After = None,
     watch: Annotated[
         bool, typer.Option("--watch", "-w", help="then print each new event until Ctrl-C")
     ] = False,
-    interval: Annotated[
-        float, typer.Option(min=0.1, max=3600, help="seconds between polls with --watch")
-    ] = 2.0,
-    watch_for: Annotated[
-        float | None,
-        typer.Option(hidden=True, min=0, help="stop watching after this many seconds"),
-    ] = None,
+    interval: Interval = 2.0,
+    watch_for: WatchFor = None,
 ) -> None:
     """Events newest first: failures, overdue and stalled channels, recoveries, cancels,
     skips, each with whether it was delivered."""
-    query = {
-        "channel_id": None if channel is None else s.channel(channel)["channel_id"],
-        "kind": kind,
-        "since": instant(since),
-    }
+    query = {"channel_id": s.channel_id(channel), "kind": kind, "since": instant(since)}
     page = s.get("/cron/events", {**query, "limit": limit, "after": after})
     if not watch:
         s.out.answer(page, lambda: _listing(s, page))
         return
-    deadline = None if watch_for is None else time.monotonic() + watch_for
-    with contextlib.suppress(KeyboardInterrupt):  # how a watch ends: not an error
-        _watch(s, query, page["data"], interval, deadline)
+    seen: dict[str, Any] = {}
+
+    def poll(first: bool) -> None:
+        """The newest page first, then every event not yet shown (oldest first)."""
+        found = page["data"] if first else _arrived(s, query, seen)
+        ordered = sorted(found, key=lambda e: (e["at"], e["event_id"]))
+        header = first or not seen
+        seen.update((e["event_id"], instant_of(e["at"])) for e in ordered)
+        s.out.rows(COLUMNS, ordered, header=header, empty="(no events yet)")
+        if seen:
+            horizon = max(seen.values()) - _LOOK_BACK
+            for event_id in [i for i, at in seen.items() if at < horizon]:
+                del seen[event_id]
+
+    every_poll(interval, watch_for, poll)
 
 
 def _listing(s: Session, page: Mapping[str, Any]) -> None:
@@ -100,51 +98,12 @@ def _listing(s: Session, page: Mapping[str, Any]) -> None:
         s.out.say(f"(--after {page['next']} for more)")
 
 
-def _watch(
-    s: Session,
-    query: Mapping[str, Any],
-    newest: list[dict[str, Any]],
-    interval: float,
-    deadline: float | None,
-) -> None:
-    """Print `newest` oldest first, then every event that arrives, until the deadline."""
-    seen: dict[str, Any] = {}
-    _show(s, newest, seen, header=True)
-    while deadline is None or time.monotonic() < deadline:
-        pause = interval if deadline is None else min(interval, deadline - time.monotonic())
-        time.sleep(max(0.0, pause))
-        _show(s, _arrived(s, query, seen), seen, header=not seen)
-        if seen:
-            horizon = max(seen.values()) - _LOOK_BACK
-            for event_id in [i for i, at in seen.items() if at < horizon]:
-                del seen[event_id]
-
-
 def _arrived(s: Session, query: Mapping[str, Any], seen: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The events not yet shown, from a little before the newest one shown on."""
     since = query.get("since")
     if seen:
         back = to_rfc3339(max(seen.values()) - _LOOK_BACK)
         since = back if since is None or instant_of(since) < instant_of(back) else since
-    found: list[dict[str, Any]] = []
-    after = None
-    while True:
-        page = s.get("/cron/events", {**query, "since": since, "limit": _PAGE, "after": after})
-        found += [e for e in page["data"] if e["event_id"] not in seen]
-        after = page.get("next")
-        if after is None:
-            return found
-
-
-def _show(s: Session, events: list[dict[str, Any]], seen: dict[str, Any], header: bool) -> None:
-    """`events` oldest first: a table's rows for a person, one JSON (or YAML) document each
-    for a script; each remembered by id with its instant."""
-    ordered = sorted(events, key=lambda e: (e["at"], e["event_id"]))
-    for event in ordered:
-        seen[event["event_id"]] = instant_of(event["at"])
-    if s.out.for_scripts:
-        for event in ordered:
-            s.out.record(event)
-    elif ordered or header:
-        s.out.table(COLUMNS, ordered, empty="(no events yet)", header=header)
-    s.out.flush()
+    return [
+        e for e in s.each("/cron/events", {**query, "since": since}) if e["event_id"] not in seen
+    ]

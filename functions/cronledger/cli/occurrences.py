@@ -1,8 +1,7 @@
 """`cronledger occurrences …`, `retry` and `cancel`: reading the ledger and acting on its rows.
 
-`retry` takes ids, or a filter (`--channel`, `--status`, `--since`, `--until`) whose matches
-it counts and asks about first (`--yes` to skip the question); each row is one conditional
-write in the API, so a row that moved on meanwhile is reported as refused, not retried twice.
+`retry` takes ids, or a filter whose matches it counts and asks about first; each row is one
+conditional write in the API, so a row that moved on meanwhile is refused, not retried twice.
 """
 
 from __future__ import annotations
@@ -62,7 +61,7 @@ def _query(
     s: Session, channel: str | None, status: str | None, since: str | None, until: str | None
 ) -> dict[str, Any]:
     return {
-        "channel_id": None if channel is None else s.channel(channel)["channel_id"],
+        "channel_id": s.channel_id(channel),
         "status": status,
         "since": instant(since),
         "until": instant(until),
@@ -101,7 +100,7 @@ def list_occurrences(
 
 #: The full record's fields in the order a person reads them; any other field the API
 #: answers (a newer API's) follows, as it is.
-RECORD = (
+RECORD = [
     "id",
     "channel",
     "trigger",
@@ -121,7 +120,7 @@ RECORD = (
     "late_by",
     "duration",
     "error_message",
-)
+]
 _SHOWN_AS = {
     "channel": ("channel_id", "channel_name"),
     "version": ("channel_version", "executing_version"),
@@ -208,7 +207,7 @@ def retry(
     if not ids:
         query = _query(s, channel, status or "failed", since, until)
         # A row that failed meanwhile shifts the pages: an id may come twice, once is enough.
-        ids = list(dict.fromkeys(o["id"] for o in _every(s, query)))
+        ids = list(dict.fromkeys(o["id"] for o in s.each("/cron/occurrences", query)))
         if not ids:
             s.out.answer({"done": [], "refused": []}, lambda: s.out.say("nothing matches"))
             return
@@ -257,15 +256,3 @@ def _each(s: Session, action: str, ids: list[str], body: Any = None) -> None:
         s.out.data(answers[0] if len(ids) == 1 else {"done": done, "refused": refused})
     if refused:
         raise typer.Exit(EXIT_API)
-
-
-def _every(s: Session, query: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every row a filter matches, page by page, each page after the last one's key."""
-    rows: list[dict[str, Any]] = []
-    after = None
-    while True:
-        page = s.get("/cron/occurrences", {**query, "limit": 1000, "after": after})
-        rows += page["data"]
-        after = page.get("next")
-        if not page["data"] or after is None:
-            return rows

@@ -1,11 +1,10 @@
 """The one renderer every command prints through (Rich).
 
-`-o table` (the default) is for a person at a terminal: columns dropped in order of
-importance until the table fits the terminal (a column that may be cut instead, like an
-error, is kept whenever a row has something in it, cut to what room is left), ids shortened, statuses coloured (only on a
-terminal; `NO_COLOR` honoured by Rich). `-o wide` shows every column in full. `-o json` and
-`-o yaml` print the API's answer for scripts, and nothing else goes to stdout then: progress
-goes to stderr. Errors go to stderr once, as one line and the field problems under it.
+`-o table` (the default) fits the terminal: columns dropped least important first (a `cut_to`
+column is cut instead, while a row has something in it), ids shortened, statuses coloured on a
+terminal (`NO_COLOR` honoured). `-o wide` shows every column in full. `-o json` and `-o yaml`
+print the API's answer and nothing else on stdout: progress goes to stderr. An error goes to
+stderr once, as one line and the field problems under it.
 """
 
 from __future__ import annotations
@@ -38,26 +37,12 @@ class Format(StrEnum):
 #: How each status (of an occurrence, a channel, or an applied document) is coloured;
 #: a status not listed here (a newer API's) prints plain.
 STYLES: Final = {
-    "completed": "green",
-    "failed": "bold red",
-    "running": "cyan",
-    "claimed": "cyan",
-    "pending": "yellow",
-    "cancelled": "bright_black",
-    "skipped_misfire": "magenta",
-    "skipped_singleton": "magenta",
-    "active": "green",
-    "paused": "yellow",
-    "draft": "bright_black",
-    "archived": "bright_black",
-    "created": "green",
-    "updated": "cyan",
-    "unchanged": "bright_black",
-    "refused": "bold red",
-    "warning": "yellow",
-    "delivered": "green",
-    "undelivered": "yellow",
-    "recorded": "bright_black",
+    **dict.fromkeys(("completed", "active", "created", "delivered"), "green"),
+    **dict.fromkeys(("failed", "refused"), "bold red"),
+    **dict.fromkeys(("running", "claimed", "updated"), "cyan"),
+    **dict.fromkeys(("pending", "paused", "warning", "undelivered"), "yellow"),
+    **dict.fromkeys(("cancelled", "draft", "archived", "unchanged", "recorded"), "bright_black"),
+    **dict.fromkeys(("skipped_misfire", "skipped_singleton"), "magenta"),
 }
 SHORT_ID: Final = 13  # "01a22832-3cee…": the id's time-ordered head
 _UNCUT: Final = 100_000
@@ -65,11 +50,9 @@ _UNCUT: Final = 100_000
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: its header, how a row shows in it, and how much it matters (the
-    least important is dropped first when the table is too wide). An `id` column is
-    shortened unless `-o wide`; a `status` column is coloured. A column with `cut_to` is
-    never dropped while a row has something in it: it is cut (with an ellipsis) to the
-    room the others leave, and to no fewer than `cut_to` characters."""
+    """A table column: its header, how a row shows in it, and its importance (the least
+    important is dropped first). An `id` is shortened unless `-o wide`; a `status` coloured;
+    a `cut_to` column is cut to the room left, to no fewer than `cut_to` characters."""
 
     header: str
     cell: Callable[[Mapping[str, Any]], Any]
@@ -118,8 +101,16 @@ class Out:
         else:
             sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
 
-    def flush(self) -> None:
-        """Out now, not when a buffer fills: a stream's reader is waiting for it."""
+    def rows(
+        self, columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], header: bool, empty: str
+    ) -> None:
+        """Rows of a stream, out now (its reader is waiting): one `record` each for scripts;
+        for a person, table rows, with the header (or `empty`) when `header`."""
+        if self.for_scripts:
+            for row in rows:
+                self.record(dict(row))
+        elif rows or header:
+            self.table(columns, rows, empty=empty, header=header)
         sys.stdout.flush()
 
     def say(self, *parts: str | Text) -> None:
@@ -187,13 +178,8 @@ class Out:
 
     def diff(self, lines: Iterable[str]) -> None:
         for line in lines:
-            style = ""
-            if line.startswith("+") and not line.startswith("+++"):
-                style = "green"
-            elif line.startswith("-") and not line.startswith("---"):
-                style = "red"
-            elif line.startswith("@@"):
-                style = "cyan"
+            head = "" if line.startswith(("+++", "---")) else line[:1]
+            style = {"+": "green", "-": "red", "@": "cyan"}.get(head, "")
             self.console.print(Text(line.rstrip("\n"), style=style), soft_wrap=True)
 
     def _cell(self, column: Column, row: Mapping[str, Any], wide: bool) -> Text:
@@ -206,21 +192,15 @@ class Out:
         return Text(text)
 
     def _footer(self, page: Mapping[str, Any]) -> None:
-        """Which rows these are, and the key of the page after them: a list is paged by
-        key, so the next page is `--after` its `next` (an older API's: by offset)."""
-        shown, total, offset = len(page["data"]), page["total"], page.get("offset", 0)
-        exact = page.get("total_is_exact", True)
+        """How many rows of how many these are, and the key of the page after them."""
+        shown, total, exact = len(page["data"]), page["total"], page.get("total_is_exact", True)
         if not shown or (exact and shown >= total):
             return
-        key = page.get("next")
-        if "next" in page:
-            more = f" (--after {key} for more)" if key else ""
-        else:
-            more = f" (--offset {offset + shown} for more)" if offset + shown < total else ""
-        of = total if exact else f"more than {total}"
+        more = f" (--after {page['next']} for more)" if page.get("next") else ""
+        offset = page.get("offset", 0)
         # A page read by key knows how many it shows, not where it sits in the list.
-        where = f"{offset + 1}-{offset + shown}" if offset or "next" not in page else shown
-        self.say(f"{where} of {of}{more}")
+        where = f"{offset + 1}-{offset + shown}" if offset else shown
+        self.say(f"{where} of {total if exact else f'more than {total}'}{more}")
 
 
 def _fitting(
@@ -236,7 +216,8 @@ def _fitting(
         for c in columns
         if c.cut_to and any(t.plain != _plain(None) for t in cells[c.header])
     }
-    needed = {h: min(n, _cut_width(columns, h)) if h in cut else n for h, n in natural.items()}
+    cut_to = {c.header: c.cut_to for c in columns}
+    needed = {h: min(n, cut_to[h]) if h in cut else n for h, n in natural.items()}
     kept = list(columns)
 
     def total() -> int:
@@ -250,10 +231,6 @@ def _fitting(
         others = total() - needed[header]
         room[header] = max(needed[header], width - others)
     return kept, room
-
-
-def _cut_width(columns: Sequence[Column], header: str) -> int:
-    return next(c.cut_to for c in columns if c.header == header)
 
 
 def _plain(value: Any) -> str:

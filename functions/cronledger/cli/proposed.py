@@ -1,23 +1,19 @@
 """What a file of channel documents would change, before it is applied: `channels diff -f`.
 
-For each document whose channel is new or differs from the channel as the API has it: the
-field diff (the one `channels apply --dry-run` prints) and the next instants before and after
-the change, in UTC and in the channel's zone, from the same moment (now), so a zone or DST
-mistake is seen before it lands. Each instant next to a clock change is marked:
-- `gap`: the first instant after the clocks jumped forward (a wall time in the jump does not
-  exist, so it does not fire);
-- `fold`: a wall time that happens twice (it fires at each of the two instants);
-- `fold passed`: the first instant after the clocks went back.
-
-The instants are computed here, with the scheduler's own compiler and the preview's own
-rendering (`preview_instant`), from the current document the API returns and from the file's;
-the API compiles the same way. A document whose schedule does not compile shows why instead.
+For each document whose channel is new or differs: the field diff and the next instants before
+and after, in UTC and in the channel's zone, from one moment, so a zone or DST mistake shows
+before it lands. An instant next to a clock change is marked `gap` (the first after the clocks
+jumped forward: a wall time in the jump never fires), `fold` (a wall time that happens twice,
+firing at each) or `fold passed` (the first after the clocks went back). The instants come from
+the scheduler's own compiler and the preview's rendering; a schedule that does not compile
+shows why instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from itertools import zip_longest
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
@@ -43,20 +39,14 @@ def _compared(s: Session, document: Document, count: int, start: datetime) -> di
     outcome: dict[str, Any] = {"name": document.name, "where": document.where}
     if document.problem is not None:
         return outcome | {"outcome": "refused", "error": document.problem}
-    found = s.get("/channels", {"name": document.name})["data"]
-    before = documents.document_of(found[0]) if found else None
-    after = _ordered_like(
-        {
-            **(before or {}),
-            **{k: v for k, v in document.body.items() if k in documents.DOCUMENT_KEYS},
-        },
-        before,
-    )
+    found = s.named(document.name)
+    before = None if found is None else documents.document_of(found)
+    after = _ordered_like(documents.applied_to(before, document.body), before)
     if before == after:
         return outcome | {"outcome": "unchanged"}
-    old = f"{document.name} (version {found[0]['version']})" if found else "/dev/null"
+    old = "/dev/null" if found is None else f"{document.name} (version {found['version']})"
     outcome |= {
-        "outcome": "changed" if found else "new",
+        "outcome": "new" if found is None else "changed",
         "diff": documents.diff(before, after, old, document.where),
         "before": [] if before is None else _instants(before, count, start),
     }
@@ -82,12 +72,9 @@ def _instants(document: Mapping[str, Any], count: int, start: datetime) -> list[
     """The next `count` instants of the document's schedule after `start`, marked."""
     schedule = compile_schedule(document.get("transport_config") or {}, _ANY_ID, now=start)
     shown: list[dict[str, Any]] = []
-    at: datetime | None = start
+    at = schedule.next_after(start)
     before: datetime | None = None
     while at is not None and len(shown) < count:
-        at = schedule.next_after(at)
-        if at is None:
-            break
         instant = preview_instant(at, schedule, before).model_dump(mode="json")
         shown.append(
             {
@@ -97,7 +84,7 @@ def _instants(document: Mapping[str, Any], count: int, start: datetime) -> list[
                 "dst": dst_mark(at, before, schedule),
             }
         )
-        before = at
+        before, at = at, schedule.next_after(at)
     return shown
 
 
@@ -137,8 +124,8 @@ def _table(s: Session, before: list[dict[str, Any]], after: list[dict[str, Any]]
     if not before and not after:
         return
     rows = [
-        {"n": i + 1, "before": _at(before, i), "after": _at(after, i)}
-        for i in range(max(len(before), len(after)))
+        {"n": n, "before": old, "after": new}
+        for n, (old, new) in enumerate(zip_longest(before, after), start=1)
     ]
 
     def cell(side: str, key: str) -> Any:
@@ -156,7 +143,3 @@ def _table(s: Session, before: list[dict[str, Any]], after: list[dict[str, Any]]
     if not any(r["before"] for r in rows):
         columns = [c for c in columns if not c.header.startswith("BEFORE")]
     s.out.table(columns, rows)
-
-
-def _at(instants: list[dict[str, Any]], index: int) -> dict[str, Any] | None:
-    return instants[index] if index < len(instants) else None

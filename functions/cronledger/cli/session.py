@@ -2,12 +2,9 @@
 the one boundary where an error becomes a message and an exit code.
 
 The global options (`--api-url`, `-o/--output`, `--json`) are accepted before the subcommand
-and after it (`cronledger --api-url URL status` and `cronledger status --api-url URL`): `api`
-adds them to each command's own signature, so they are in its help too, and one given after
-the subcommand wins over one given before it.
-
-Exit codes: 0 done; 1 the API refused or failed the request (its message and field problems
-are printed once, on stderr); 2 bad usage or an unreadable file; 3 the API could not be reached.
+and after it: `api` adds them to each command's signature (so its help lists them), and one
+given after the subcommand wins. Exit codes: 0 done; 1 the API refused (its message and field
+problems printed once, on stderr); 2 bad usage or an unreadable file; 3 the API is unreachable.
 """
 
 from __future__ import annotations
@@ -149,14 +146,18 @@ class Session:
                 return items
             given["after"] = page["next"]
 
+    def named(self, name: str) -> dict[str, Any] | None:
+        """The channel named `name`, if there is one."""
+        found: list[dict[str, Any]] = self.get("/channels", {"name": name})["data"]
+        return found[0] if found else None
+
     def channel(self, ref: str) -> dict[str, Any]:
         """The channel named `ref`, else the one whose id it is; an error naming both."""
-        found = self.get("/channels", {"name": ref})["data"]
-        if found:
-            channel: dict[str, Any] = found[0]
-            return channel
+        named = self.named(ref)
+        if named is not None:
+            return named
         try:
-            channel = self.get(f"/channels/{segment(ref)}")["data"]
+            channel: dict[str, Any] = self.get(f"/channels/{segment(ref)}")["data"]
         except ApiError as exc:
             if exc.status == 404:
                 message = f"no channel named {ref!r} or with that id; `channels list` shows them"
@@ -167,9 +168,9 @@ class Session:
     def channel_path(self, ref: str) -> str:
         return f"/channels/{segment(self.channel(ref)['channel_id'])}"
 
-
-def _session(api_url: str, fmt: Format) -> Session:
-    return Session(ApiClient(api_url), Out(fmt))
+    def channel_id(self, ref: str | None) -> str | None:
+        """The id of the channel `ref` names (None: no channel given)."""
+        return None if ref is None else str(self.channel(ref)["channel_id"])
 
 
 def api(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[..., Any]:
@@ -198,7 +199,7 @@ def api(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[.
             fmt = kwargs.pop("output") or root.get("output") or Format.table
             if kwargs.pop("json_") or root.get("json_"):
                 fmt = Format.json
-            session = _session(api_url, fmt)
+            session = Session(ApiClient(api_url), Out(fmt))
             run(session.out, lambda: func(session, **kwargs))
 
         command.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]

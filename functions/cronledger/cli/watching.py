@@ -1,11 +1,9 @@
 """`--watch` on a listing: poll it, print the rows that are new or changed, until Ctrl-C.
 
-A row is known by its key (an occurrence's id, a channel's id) and compared whole with what
-was last printed for it, so a status moving `running → completed` prints the row again and a
-poll that finds nothing new prints nothing. For a person the first poll is the table with its
-header and each change a row under it; for a script every row printed is one JSON line (or
-YAML document). The listing's page bounds what is watched: the newest rows, as without
-`--watch`.
+A row is known by its key and compared whole with what was last printed for it, so a status
+moving `running → completed` prints the row again and a quiet poll prints nothing. A person
+gets the table with its header, then each change as a row under it; a script gets each row as
+one JSON line (or YAML document). The watched rows are the listing's page, as without --watch.
 """
 
 from __future__ import annotations
@@ -32,6 +30,21 @@ WatchFor = Annotated[
 ]
 
 
+def every_poll(interval: float, watch_for: float | None, poll: Callable[[bool], None]) -> None:
+    """`poll(first)` at once, then every `interval` seconds until `watch_for` seconds have
+    passed (None: until Ctrl-C, which ends the watch quietly)."""
+    deadline = None if watch_for is None else time.monotonic() + watch_for
+    first = True
+    with contextlib.suppress(KeyboardInterrupt):  # how a watch ends: not an error
+        while True:
+            poll(first)
+            first = False
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            pause = interval if deadline is None else min(interval, deadline - time.monotonic())
+            time.sleep(max(0.0, pause))
+
+
 def watch_rows(
     s: Session,
     fetch: Callable[[], Sequence[Mapping[str, Any]]],
@@ -41,22 +54,11 @@ def watch_rows(
     watch_for: float | None,
 ) -> None:
     """Print `fetch()`'s rows, then those that changed at each poll, oldest change first."""
-    deadline = None if watch_for is None else time.monotonic() + watch_for
     shown: dict[str, Mapping[str, Any]] = {}
-    first = True
-    with contextlib.suppress(KeyboardInterrupt):  # how a watch ends: not an error
-        while True:
-            changed = [r for r in fetch() if shown.get(key(r)) != r]
-            for row in changed:
-                shown[key(row)] = row
-            if s.out.for_scripts:
-                for row in changed:
-                    s.out.record(dict(row))
-            elif changed or first:
-                s.out.table(columns, list(changed), empty="(none yet)", header=first)
-            s.out.flush()
-            first = False
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            pause = interval if deadline is None else min(interval, deadline - time.monotonic())
-            time.sleep(max(0.0, pause))
+
+    def poll(first: bool) -> None:
+        changed = [r for r in fetch() if shown.get(key(r)) != r]
+        shown.update((key(row), row) for row in changed)
+        s.out.rows(columns, changed, header=first, empty="(none yet)")
+
+    every_poll(interval, watch_for, poll)

@@ -1,9 +1,6 @@
 """The pure schedule compiler: `transport_config` in, an immutable `Schedule` out.
 
-`compile_schedule` validates a document and reports every problem at once (`compiler`); a
-`Schedule` says when it fires and plans a reconcile pass with no database and no clock of its
-own (`compiled`); the walk in a zone, DST rules included, is `walk`. Datetimes in and out are
-aware UTC; a naive one is refused.
+Datetimes in and out are aware UTC; a naive one is refused.
 """
 
 from cronledger.cron.compiled import (

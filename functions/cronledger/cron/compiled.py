@@ -1,30 +1,17 @@
 """A compiled `Schedule`: when it fires, and what one reconcile pass should write.
 
-Everything here is pure: no database, no clock. The caller passes `now` (the DB clock) and gets
-back a plan. That is what lets every misfire rule be tested exhaustively and two reconcilers
-planning the same pass agree row for row.
+Pure: the caller passes `now` (the database's clock) and gets a plan, so every misfire rule
+can be tested exhaustively and two reconcilers planning one pass agree row for row. Every
+answer keeps to the schedule's `starts_at`/`ends_at` bounds, so reconcile, preview, status and
+backfill agree without re-checking them. An instant's row is due `jitter` after it: a keyed
+hash of (channel, instant), the same in every process, shorter than the schedule's shortest
+gap, so due times keep the instants' order.
 
-A schedule is a cron expression or one instant (`at`), kept to its `starts_at`/`ends_at`
-bounds (inclusive) by the schedule itself: every question (`fires_in`, `next_after`,
-`plan_pass`) is answered within them, so reconcile, preview, status and backfill agree without
-each re-checking the bounds. Past its last instant a schedule has no next fire.
-
-Jitter: each instant's row is due at `due_at(instant)`, the instant plus `d` in
-`[0, jitter_secs)` milliseconds-exact, from a keyed BLAKE2b hash of (channel id, instant): the
-same on every pass, in every process, on either backend, and spread evenly across channels.
-
-Planning rules (docs/guarantees.md#misfire), with the decisions the contract leaves open:
-- instants whose due time is at or after `now - grace` are late and always materialised, under
-  any policy; a jittered instant is judged by its due time (`is_misfired`), which is what an
-  attempt judged at start uses too. `jitter_secs` is shorter than the schedule's shortest gap,
-  so due times keep the instants' order and the misfired ones stay the oldest;
-- older ones are misfired: `skip` keeps none, `latest` the newest, `catch_up` the oldest
-  `min(max_catch_up, instance_max_catch_up)`;
-- every dropped instant is counted, exactly, in one `SkipSummary` carried by the newest one;
-- `next_cursor` is the first instant after `now` and never before `cursor`, or `None` when the
-  schedule has none left. If the late instants alone exceed `WALK_LIMIT`, the plan keeps the
-  first `WALK_LIMIT` and `next_cursor` is the first one it did not keep, so the next pass
-  resumes there instead of silently losing them.
+A pass (docs/guarantees.md#misfire): instants due at or after `now - grace` are late and always
+written; older ones are misfired, and `skip` keeps none, `latest` the newest, `catch_up` the
+oldest `min(max_catch_up, instance_max_catch_up)`; the dropped ones are counted exactly in one
+`SkipSummary`. `next_cursor` is the first instant after `now` (None when none is left); when
+the late instants alone exceed `WALK_LIMIT`, it is the first one not kept, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -61,16 +48,14 @@ FEW_DUE: Final = 8
 
 
 def is_misfired(due_at: datetime, now: datetime, grace: timedelta) -> bool:
-    """Whether an instant due at `due_at` is misfired at `now` rather than merely late: its due
-    time (the instant, plus its jitter) is older than `now - grace`. The one rule reconcile
-    plans by and an attempt is judged by at start (docs/guarantees.md#misfire, docs/guarantees.md#misfire-at-start)."""
+    """Whether an instant due at `due_at` (jitter included) is misfired at `now`, not merely
+    late: the one rule reconcile plans by and an attempt is judged by at start."""
     return due_at < now - grace
 
 
 def jitter(channel_id: str, scheduled_for: datetime, jitter_secs: int) -> timedelta:
-    """How long after `scheduled_for` the channel's row of it is due: whole milliseconds in
-    `[0, jitter_secs)`, from a hash of the channel and the instant (never Python's `hash()`,
-    which differs between processes)."""
+    """How long after `scheduled_for` its row is due: whole milliseconds in `[0, jitter_secs)`,
+    from a hash of channel and instant (never `hash()`, which differs between processes)."""
     if jitter_secs <= 0:
         return timedelta(0)
     if scheduled_for.tzinfo is None:
@@ -81,9 +66,8 @@ def jitter(channel_id: str, scheduled_for: datetime, jitter_secs: int) -> timede
 
 
 def kept_misfires(policy: MisfirePolicy, count: int, catch_up: int) -> range:
-    """Which of one channel's `count` misfired instants, oldest first from index 0, `policy`
-    runs: `skip` none, `latest` the newest, `catch_up` the oldest `catch_up` (the bound already
-    clamped to the instance's). Always a prefix or a suffix; the rest are dropped."""
+    """Which of `count` misfired instants (oldest at 0) `policy` runs: `skip` none, `latest`
+    the newest, `catch_up` the oldest `catch_up`. Always a prefix or a suffix."""
     if count <= 0 or policy == "skip":
         return range(0)
     if policy == "latest":
@@ -112,9 +96,7 @@ class PassPlan:
 
 @dataclass(frozen=True, eq=False)
 class Schedule:
-    """A validated schedule; immutable, so one instance may be shared between threads.
-
-    Built only by `compile_schedule`."""
+    """A validated schedule, built by `compile_schedule`; immutable, so threads share it."""
 
     channel_id: str
     #: The cron expression; None for a one-time schedule.
@@ -176,14 +158,10 @@ class Schedule:
         instance_max_catch_up: int,
         shared: dict[Hashable, PassPlan] | None = None,
     ) -> PassPlan:
-        """Plan the due instants in `[cursor, now]`; see the module docstring for the rules.
-
-        `shared`: the plans made so far in one pass (a dict its caller keeps for the pass,
-        with one `now` and one `grace`). A plan with no misfired instant depends on nothing
-        but the instants and the window, so schedules of one calendar (an expression in a
-        zone, within the same bounds) due from the same cursor share it: a thousand hourly
-        channels due at one instant walk their calendar once. The plan is then shared too;
-        it is not to be changed."""
+        """Plan the due instants in `[cursor, now]` by the module's rules. `shared`: the plans
+        of one pass so far. A plan with no misfired instant depends only on the calendar and
+        the window, so channels of one calendar due from one cursor share it (not to be
+        changed)."""
         key = (self._calendar, cursor, now, grace, instance_max_catch_up)
         if shared is not None and (plan := shared.get(key)) is not None:
             return plan  # made from these very arguments, which passed every check then
@@ -238,9 +216,8 @@ class Schedule:
     def _late_by_jitter(
         self, misfired: Survey, late_cutoff: int, now: datetime, grace: timedelta
     ) -> int | None:
-        """The newest instant before the cutoff when its row is due after it after all (its
-        jitter carries it past). Only that one can be: the jitter is shorter than every gap,
-        so due times keep the instants' order."""
+        """The newest instant before the cutoff if its jitter carries its row past it; only that
+        one can be, since the jitter is shorter than every gap."""
         if not self.jitter_secs or not misfired.count:
             return None
         newest = misfired.tail[-1]

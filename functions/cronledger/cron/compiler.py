@@ -1,12 +1,8 @@
 """`transport_config` in, a `Schedule` out, or every problem with the document at once.
 
-The document is read by its models (`schedule.config`), which check each key on its own and
-raise every finding together; they become `ScheduleInvalid`, each with its path, a code and
-a message that says how to fix it, because a user should fix a document in one round trip.
-`max_catch_up` is accepted under `skip` and `latest` but does nothing there, so it is hashed
-only under `catch_up`: editing an inert number must not reset the cursor. `retry` and `alerts`
-are not in the scheduling hash (nor are a channel's labels, outside this document): none of
-them moves when the schedule fires.
+The models (`config`) check every key and raise every finding together; they become
+`ScheduleInvalid`, each with its path, a code and a message saying how to fix it, so a
+document is fixed in one round trip.
 """
 
 from __future__ import annotations
@@ -90,17 +86,12 @@ def compile_schedule(
 
 
 def _config_hash(config: Recurring | OneTime) -> str:
-    """SHA-256 over what decides *when* the schedule fires, each part length-prefixed so
-    `("ab", "c")` and `("a", "bc")` cannot collide. Payload and concurrency stay out: editing
-    what a job does must not move when it next runs.
-
-    Of the newer keys: `at` is the instant itself, so it is in. `starts_at` and `ends_at` are
-    in: a channel parked past its end must resume when `ends_at` moves later (a changed hash
-    re-initialises the cursor from now), rows materialised ahead beyond a moved end must go
-    (a reset removes them), and an earlier start must not leave the cursor waiting at the old
-    one. `jitter_secs` is out: it moves when rows are due, not which instants there are, so
-    editing it keeps the cursor's place (rows already written keep their due time). Each new
-    part is added only when its key is given, so a schedule without them hashes as before."""
+    """SHA-256 over what decides *which instants* fire, each part length-prefixed so parts
+    cannot run into each other. A changed hash re-initialises the cursor from now, so the
+    bounds are in (a moved end resumes a parked channel and drops rows beyond it) and what a
+    job does is out: payload, concurrency, retry, alerts, jitter (it moves due times, not
+    instants) and `max_catch_up` except under `catch_up`. A key adds its part only when
+    given, so a schedule without it hashes as before."""
     digest = hashlib.sha256()
     policy: MisfirePolicy = config.misfire
     bound = str(config.max_catch_up) if policy == "catch_up" else ""

@@ -1,26 +1,14 @@
 """`transport_config` as models: the one home of its limits, its JSON schema and its checks.
 
-A document is a recurring `schedule` or a one-time `at` (a union told apart by which key it
-has); both share the other keys. The limits below are what the compiler, the API's schema and
-every message use. The calendar checks live with the keys they judge: a `schedule` that never
-fires in the next 5 years, a window of `starts_at`/`ends_at` holding no instant, a jitter not
-shorter than the shortest gap between instants (clock changes included), an `at` the clocks
-skip. They read the keys validated before them (the zone, the bounds, the jitter), so a bad
-zone hides no impossible date (that is impossible in UTC too), and "now" comes from the
-validation context (`{"now": datetime}`), or the wall clock.
-
-Decisions where the contract is silent:
-- `null` for a key is a type mismatch; only leaving the key out means "use the default".
-- A zone name without a `/` is refused as an abbreviation or legacy alias (`IST`, `EST`,
-  `Japan`), except `UTC`.
-- Random and hashed fields (croniter's `R`, `H`) are refused: a schedule must fire at the same
-  instants every time it is compiled. croniter still validates every expression, but the fields
-  mean what `expression` reads them to mean, and the forms without a plain meaning are refused.
-- An `at` or an `ends_at` already in the past is accepted: a channel outlives its last instant.
-  `starts_at`/`ends_at` with `at` are refused (bounds of a single instant are a mistake).
-- A one-time schedule takes any jitter up to `MAX_JITTER_SECS`.
-- `retry.max_backoff_secs` defaults to 300, or to `backoff_secs` when that is larger, and is
-  refused below it.
+A document is a recurring `schedule` or a one-time `at` (told apart by which key it has). The
+calendar checks live with the keys they judge and read the keys validated before them: a
+`schedule` that never fires in the next 5 years (from the context's `now`), a `starts_at`/
+`ends_at` window holding no instant, a jitter not shorter than the shortest gap (clock changes
+included), an `at` the clocks skip. `null` for a key is a type mismatch (only leaving it out
+means the default); a zone without `/` other than `UTC` is refused as ambiguous; random and
+hashed fields (`R`, `H`) are refused, since a schedule must fire at the same instants every
+time it is compiled; an `at` or `ends_at` in the past is accepted (a channel outlives its last
+instant); bounds with `at` are refused.
 """
 
 from __future__ import annotations

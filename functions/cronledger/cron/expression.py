@@ -1,27 +1,13 @@
 """The cron expression language: six fields read with their standard (Vixie/cronie) meaning.
 
-croniter stays the parser of record (an expression it refuses is refused), but its own reading
-has quirks a schedule must not inherit: `5-5` is the whole field to it, `NOV-FEB` wraps round
-the year, `15W` or `SUN#2` beside a restricted day-of-week is an AND. So the compiler reads the
-fields itself, here, into value sets and one rule for days, and a form whose meaning is not
-plain is refused with a message that says how to write it, never evaluated some other way.
-
-What each form means (the README has the table):
-- `*` every value; `?` the same, in a day field only. `A` one value; `A-B` the values from A to
-  B, A <= B (`5-5` is 5); `*/S`, `A-B/S`, `A/S` every S-th value from the start of the field,
-  from A to B, from A to the field's end. Months and weekdays take names (`JAN`, `mon`).
-- Day-of-week is 0-7, both 0 and 7 Sunday. `D#N` is the N-th weekday D of the month (1..5; a
-  month without a fifth one has none), `LD` the last weekday D of the month.
-- Day-of-month: `L` the month's last day, `A-L` from A to it, `NW` the weekday (Mon-Fri)
-  nearest day N within its month (a Saturday 1st moves to Monday the 3rd, a Sunday last day to
-  Friday); like a plain N, it does not fire in a month without a day N.
-- A day matches when the month matches and, if both day fields are restricted (neither `*` nor
-  `?`), **either** one does, whatever forms they use; if one is restricted, that one does.
-
-Refused, each with its fix: `A-B` with A > B (`22-2` is `22-23,0-2`, `SAT-SUN` is `6-7`); a step longer than its
-field; `*` inside a list; `A/S` in day-of-week; `W` or `#` on anything but one day; weekday
-values mixed with `#`/`L` forms; and `*/S` in one day field while the other is restricted,
-because Vixie cron reads that pair as AND and most other crons as OR.
+croniter stays the parser of record (an expression it refuses is refused), but its reading has
+quirks a schedule must not inherit (`5-5` as the whole field, `NOV-FEB` wrapping, `15W` beside
+a restricted weekday as an AND), so the fields are read here into value sets and one day rule.
+The README's table gives each form's meaning. When both day fields are restricted a day
+matches if **either** does. A form without a plain meaning is refused with how to write it:
+a backwards range (ranges never wrap), a step longer than its field, `*` in a list, `A/S` in
+day-of-week, `W` or `#` on more than one day, plain weekdays mixed with `#`/`L`, and `*/S` in
+one day field beside a restricted other (Vixie reads that pair as AND, most crons as OR).
 """
 
 from __future__ import annotations
@@ -71,7 +57,6 @@ DAY_OF_WEEK: Final = _Field(
 )
 #: `*` in day-of-week is Sunday to Saturday; 7 (Sunday again) only when written.
 DAY_OF_WEEK_LAST: Final = 6
-FIELDS: Final = (SECOND, MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
 
 
 @dataclass(frozen=True, slots=True)

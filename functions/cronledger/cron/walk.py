@@ -1,22 +1,13 @@
 """Walking a cron expression in a zone, in integer UTC seconds, without stepping instant by instant.
 
-Cron fields are matched against naive local wall-clock values; the zone is applied one
-*constant-offset segment* at a time. Inside a segment local time and UTC differ by a fixed
-offset, so a local match converts exactly. That one shape gives both DST rules for free:
-- a spring-forward gap lies in no segment, so a local time that does not exist never fires
-  (it is not shifted to the next valid time);
-- a fall-back repeat lies in two segments, so it fires twice, at two UTC instants.
-Segments are visited in UTC order, so every walk is strictly ascending with no duplicates.
-
-Times of day and days are independent in cron, so a day's matching times are one sorted array
-of seconds-of-day and only the *days* need searching (not at all when every day matches): a
-month's matching days come from the expression's day rule (`expression`). A window is a run
-of whole days plus two partial ones: counting what a per-second schedule missed in a day is a
-few bisections, not 86,400 steps.
-
-zoneinfo does not publish its transition table, so offsets are sampled every 6 hours and each
-change is bisected to the second. A zone that changed its offset and changed it back within 6
-hours would be missed; tzdata has no such zone.
+Fields match naive local wall-clock values; the zone is applied one constant-offset segment at
+a time, where a local match converts exactly. That gives both DST rules: a wall time in a
+spring-forward gap lies in no segment, so it never fires (it is not shifted), and one in a
+fall-back repeat lies in two, so it fires at both instants. Segments are visited in UTC order,
+so every walk ascends with no duplicates. Times of day and days are independent in cron: a
+day's times are one sorted array and only days are searched, a partial day by bisection.
+zoneinfo does not publish its transitions, so offsets are sampled every 6 hours and each
+change bisected to the second (tzdata has no zone that changes and changes back within that).
 """
 
 from __future__ import annotations
@@ -27,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cached_property, lru_cache
 from itertools import pairwise
-from typing import Final, Protocol
+from typing import Final, Union
 from zoneinfo import ZoneInfo
 
 from cronledger.cron.expression import CronSpec, DayRule, parse_expression
@@ -61,23 +52,6 @@ class Survey:
         if not self.count - len(self.tail) <= index < self.count:
             raise IndexError(f"instant {index} of {self.count} was not kept")
         return self.tail[index - self.count]
-
-
-class Instants(Protocol):
-    """What a schedule's instants answer, in integer UTC seconds, windows inclusive."""
-
-    def instants(self, lo: int, hi: int, cap: int) -> list[int]:
-        """The first `cap` instants in `[lo, hi]`, ascending."""
-        ...
-
-    def first(self, lo: int, hi: int) -> int | None:
-        """The first instant in `[lo, hi]`, if any."""
-        ...
-
-    def survey(self, lo: int, hi: int, head: int) -> Survey:
-        """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last
-        three."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +88,12 @@ class Bounded:
 
     def survey(self, lo: int, hi: int, head: int) -> Survey:
         return self.inner.survey(max(lo, self.lo), min(hi, self.hi), head)
+
+
+#: What a schedule's instants answer, in integer UTC seconds, windows inclusive: `instants`
+#: (the first `cap` in `[lo, hi]`, ascending), `first` (or None) and `survey` (the count, the
+#: first `head` and the last three).
+Instants = Union["Calendar", OneInstant, Bounded]
 
 
 @lru_cache(maxsize=1024)

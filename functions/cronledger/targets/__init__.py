@@ -1,21 +1,16 @@
-"""Targets: what an occurrence runs (docs/guarantees.md#targets), one module per type behind one interface.
+"""Targets: what an occurrence runs, one model per type (`fields.TargetDocument`).
 
-`target_errors` / `validate_target` check a document when a channel is saved against its
-type's model (`Target`, a union by `type`), reporting every problem at `target.<key>` in the
-same shape as the schedule's errors. `run_target` runs one
-attempt and always answers with a `TargetOutcome`: whatever goes wrong in the target, including
-any exception (`SystemExit` and `KeyboardInterrupt` too), becomes a failed outcome with its type
-and message, because the executor must settle the occurrence either way. Excerpts in an outcome
-are already truncated to 64 KiB.
-
-Both take the operator's `TargetPolicy` (docs/guarantees.md#security: which Python modules, private networks and
-secret sources a document may name), and `run_target` checks the document against it again,
-because the policy may have narrowed since the channel was saved.
+`target_errors` checks a document against its type's model under the operator's policy,
+reporting every problem at `target.<key>`, in the schedule errors' shape. `run_target` always
+answers with a `TargetOutcome`, excerpts already cut: anything that goes wrong in a target,
+any exception included, is a failed outcome, because the executor settles either way. It checks
+the document again first, because the policy may have narrowed since the channel was saved.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from collections.abc import Mapping
 from typing import Any, Final
@@ -24,16 +19,17 @@ from pydantic import TypeAdapter, ValidationError
 
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, RESULT_EXCERPT_BYTES, truncate_excerpt
-from cronledger.targets import aws_lambda, eventbridge, http, python, sqs, stepfunctions
+from cronledger.targets.aws_lambda import LambdaTarget
 from cronledger.targets.clients import AwsClients, default_clients
 from cronledger.targets.envelope import Envelope, Trigger, build_envelope, envelope_json
-from cronledger.targets.fields import union
-from cronledger.targets.interface import (
-    TargetKind,
-    TargetOutcome,
-    timed_out,
-)
+from cronledger.targets.eventbridge import EventBridgeTarget
+from cronledger.targets.fields import TargetDocument, union
+from cronledger.targets.http import HttpTarget
+from cronledger.targets.interface import Delivery, TargetOutcome, timed_out
 from cronledger.targets.policy import TargetPolicy
+from cronledger.targets.python import PythonTarget
+from cronledger.targets.sqs import SqsTarget
+from cronledger.targets.stepfunctions import StepFunctionsTarget
 from cronledger.validation import field_errors
 
 __all__ = [
@@ -56,20 +52,20 @@ __all__ = [
     "validate_target",
 ]
 
-_KINDS: Final[dict[str, TargetKind]] = {
-    kind.type: kind
+_KINDS: Final[dict[str, type[TargetDocument]]] = {
+    kind.type_name: kind
     for kind in (
-        aws_lambda.KIND,
-        http.KIND,
-        stepfunctions.KIND,
-        sqs.KIND,
-        eventbridge.KIND,
-        python.KIND,
+        LambdaTarget,
+        HttpTarget,
+        StepFunctionsTarget,
+        SqsTarget,
+        EventBridgeTarget,
+        PythonTarget,
     )
 }
 TARGET_TYPES = tuple(_KINDS)
 #: A target document: one of the types' models, by its `type`.
-Target = union([kind.model for kind in _KINDS.values()])
+Target = union(list(_KINDS.values()))
 TARGET: Final = TypeAdapter[Any](Target)
 REF_MAX_CHARS = 512
 _log = logging.getLogger(__name__)
@@ -123,15 +119,17 @@ def run_target(
 
     kind = _KINDS[doc["type"]]
     try:
-        outcome = kind.run(doc, envelope, timeout_secs, clients or default_clients(), policy)
+        deadline = time.monotonic() + timeout_secs
+        given = Delivery(envelope, timeout_secs, deadline, clients or default_clients(), policy)
+        outcome = kind.run(doc, given)
     except ReadTimeoutError:
         return timed_out(timeout_secs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt… fail the attempt, as any error
-        _log.warning("%s target %s failed", kind.type, target_ref(doc), exc_info=True)
+        _log.warning("%s target %s failed", kind.type_name, target_ref(doc), exc_info=True)
         outcome = TargetOutcome(
             ok=False,
             error=f"{type(exc).__name__}: {exc}",
-            detail=last_frames(exc) if kind.type == "python" else None,
+            detail=last_frames(exc) if kind is PythonTarget else None,
             permanent=_target_gone(exc),
         )
     return TargetOutcome(

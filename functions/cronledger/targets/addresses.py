@@ -1,18 +1,11 @@
-"""Which network addresses an `http` target may reach (docs/guarantees.md#security).
+"""Which network addresses an `http` target may reach.
 
-A target's URL is written by whoever can call the API, so without a rule it could make the
-executor talk to the instance metadata service, the database, or anything else on a private
-network, and store the answer in the ledger for the caller to read. The rule: an address is
-refused when it is loopback, link-local, private, CGNAT, unique-local, multicast, unspecified
-or otherwise not a public internet address, unless a network the operator listed in
-`CRONLEDGER_HTTP_ALLOW_NETWORKS` contains it.
-
-Every spelling is judged as the address it is: an IPv6 address that carries an IPv4 one
-(IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) is
-refused when either form is, and a host written as a number (`2852039166`, `0xa9.0xfe.169.254`,
-`0251.0376.0251.0376`, `169.254.43518`) is read the way the C library's resolver reads it.
-That covers what can be seen in a URL; what a name resolves to is judged after resolution, and
-the connection goes to the address that was judged (`cronledger.targets.http`).
+A target's URL is written by whoever can call the API, so an address is refused when it is
+loopback, link-local (instance metadata), private, CGNAT, unique-local, multicast, unspecified
+or otherwise not public, unless a network in `CRONLEDGER_HTTP_ALLOW_NETWORKS` holds it. Every
+spelling is judged as the address it is: an IPv6 address carrying an IPv4 one (mapped,
+compatible, NAT64, 6to4) is refused when either form is, and a numeric host (`2852039166`,
+`0xa9.0xfe.169.254`) is read as the C resolver reads it. Names are judged after resolution.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Lambda target: a synchronous invoke, successful when it returns without `FunctionError`.
 
-The attempt's budget is the client's read timeout and the client never retries, because a
-retried synchronous invoke runs the function a second time. A timeout does not stop the
-function (Lambda cannot cancel a running invoke); the envelope's `fencing_token` is how such a
-straggler can tell it was superseded.
+The budget is the client's read timeout, and the client never retries: a retried synchronous
+invoke runs the function twice. A timeout does not stop the function (Lambda cannot cancel an
+invoke); the envelope's `fencing_token` tells such a straggler it was superseded.
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationInfo, field_validator
 
-from cronledger.targets.clients import AwsClients, arn_region
-from cronledger.targets.envelope import Envelope, envelope_json
+from cronledger.targets.clients import arn_region
+from cronledger.targets.envelope import envelope_json
 from cronledger.targets.fields import TargetDocument, text
-from cronledger.targets.interface import TargetKind, TargetOutcome
-from cronledger.targets.policy import TargetPolicy
+from cronledger.targets.interface import Delivery, TargetOutcome
 from cronledger.validation import refused
 
 _ARN = r"arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:function:"
@@ -53,35 +51,28 @@ class LambdaTarget(TargetDocument):
             )
         return qualifier
 
+    @classmethod
+    def ref(cls, doc: Mapping[str, Any]) -> str:
+        qualifier = doc.get("qualifier")
+        return f"lambda:{doc['function_arn']}" + (f":{qualifier}" if qualifier else "")
 
-def ref(doc: Mapping[str, Any]) -> str:
-    qualifier = doc.get("qualifier")
-    return f"lambda:{doc['function_arn']}" + (f":{qualifier}" if qualifier else "")
-
-
-def run(
-    doc: Mapping[str, Any],
-    envelope: Envelope,
-    timeout_secs: float,
-    clients: AwsClients,
-    policy: TargetPolicy,
-) -> TargetOutcome:
-    function = doc["function_arn"]
-    client = clients.lambda_(arn_region(function), timeout_secs)
-    options = {"Qualifier": doc["qualifier"]} if doc.get("qualifier") else {}
-    response = client.invoke(
-        FunctionName=function,
-        InvocationType="RequestResponse",
-        Payload=envelope_json(envelope).encode("utf-8"),
-        **options,
-    )
-    answer = response["Payload"].read().decode("utf-8", errors="replace")
-    function_error = response.get("FunctionError")
-    if function_error:
-        return TargetOutcome(
-            ok=False, result=answer, error=f"{function_error} function error: {_reason(answer)}"
+    @classmethod
+    def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
+        function = doc["function_arn"]
+        client = delivery.clients.lambda_(arn_region(function), delivery.timeout_secs)
+        options = {"Qualifier": doc["qualifier"]} if doc.get("qualifier") else {}
+        response = client.invoke(
+            FunctionName=function,
+            InvocationType="RequestResponse",
+            Payload=envelope_json(delivery.envelope).encode("utf-8"),
+            **options,
         )
-    return TargetOutcome(ok=True, result=answer)
+        answer = response["Payload"].read().decode("utf-8", errors="replace")
+        function_error = response.get("FunctionError")
+        if function_error:
+            error = f"{function_error} function error: {_reason(answer)}"
+            return TargetOutcome(ok=False, result=answer, error=error)
+        return TargetOutcome(ok=True, result=answer)
 
 
 def _inline_qualifier(function: str) -> bool:
@@ -99,6 +90,3 @@ def _reason(answer: str) -> str:
         kind = document.get("errorType")
         return f"{kind}: {document['errorMessage']}" if kind else str(document["errorMessage"])
     return answer[:500]
-
-
-KIND = TargetKind(model=LambdaTarget, ref=ref, run=run)

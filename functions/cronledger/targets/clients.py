@@ -1,27 +1,17 @@
-"""AWS clients for the targets, the Lambda invoker, the API's wake and the migration's secret,
-made once and reused.
+"""AWS clients for the targets, the invoker, the API's wake and the migration, made once.
 
-A Lambda execution environment serves many invocations; building a client costs more than most
-calls made with it, so clients are cached per (service, region, read timeout, retried: a
-synchronous target invoke is never retried, a dispatch is; connection pool size, larger for
-the dispatch client's concurrent invokes). The read
-timeout is how a synchronous call honours an attempt's time budget, so it is part of the key,
-rounded up to a whole second to keep the number of distinct clients small (a budget cut by the
-executor's own deadline differs on every invocation; the executor's margin covers the extra
-fraction); the cache is bounded too.
-Nothing is created until first use, so importing this needs no region or credentials, and
-botocore's client machinery, a good part of a cold start, is loaded by the first client made:
-a function that never calls AWS (`reconcile`), or only sometimes (the API's wake, an executor
-running HTTP targets), does not pay for it up front. The clients come from a botocore session:
-boto3's would build the same clients, and importing boto3 also brings s3transfer and its
-resource layer.
+Clients are cached (bounded) per service, region, read timeout (a synchronous call's budget,
+rounded up to a whole second to keep the set small), whether botocore retries (never for a
+synchronous invoke, which would run the function twice) and pool size. Nothing is built or
+imported until first use: a function that never calls AWS pays nothing for botocore at cold
+start. Clients come from a botocore session: boto3's are the same, and boto3 loads more.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
@@ -48,9 +38,7 @@ class AwsClients:
         self._session: Session | None = None
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple[str, str | None, float | None, bool, int | None], Any] = (
-            OrderedDict()
-        )
+        self._cached = functools.lru_cache(maxsize=_CACHE_SIZE)(self._build)
 
     def lambda_(
         self,
@@ -101,27 +89,28 @@ class AwsClients:
         connections: int | None = None,
     ) -> Any:
         read_timeout = None if timeout_secs is None else float(math.ceil(timeout_secs))
-        key = (service, region, read_timeout, retried, connections)
+        return self._cached(service, region, read_timeout, retried, connections)
+
+    def _build(
+        self,
+        service: str,
+        region: str | None,
+        read_timeout: float | None,
+        retried: bool,
+        connections: int | None,
+    ) -> Any:
+        # A botocore Session is not thread-safe while it builds clients; the lock covers that.
         with self._lock:
-            client = self._cache.get(key)
-            if client is not None:
-                self._cache.move_to_end(key)
-                return client
-            # A botocore Session is not thread-safe while it builds clients; the lock covers that.
             if self._session is None:
                 import botocore.session
 
                 self._session = botocore.session.Session()
-            client = self._session.create_client(
+            return self._session.create_client(
                 service,
                 region_name=region,
                 endpoint_url=self._endpoint_url,
                 config=_config(read_timeout, retried, connections),
             )
-            self._cache[key] = client
-            if len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
-            return client
 
 
 def _config(read_timeout: float | None, retried: bool, connections: int | None = None) -> Config:

@@ -1,10 +1,8 @@
-"""The trigger envelope (docs/guarantees.md#targets): the one event every target type receives.
+"""The trigger envelope: the one event every target type receives.
 
-`occurrence_id` and `scheduled_for` are the target's idempotency key, so every attempt of an
-occurrence builds them identically; `attempt` and `fencing_token` are what tell two attempts
-apart. `due_at` is when the attempt's row became claimable: the instant plus the channel's
-jitter, or the end of a retry's backoff; it is never part of the idempotency key. Timestamps
-are RFC 3339 UTC with a `Z`.
+`occurrence_id` and `scheduled_for` are the target's idempotency key, built identically by
+every attempt; `attempt` and `fencing_token` tell attempts apart. `due_at` (the instant plus
+jitter, or a retry's backoff end) is never part of the key. Timestamps are RFC 3339 UTC.
 """
 
 from __future__ import annotations

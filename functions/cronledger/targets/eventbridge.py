@@ -1,22 +1,24 @@
 """EventBridge target: the envelope as the `detail` of one event, successful when the bus
-accepts the entry (`FailedEntryCount` 0). A refused entry arrives as an HTTP 200 with an error
-code on the entry, so the entry, not the call, is the answer."""
+accepts the entry. A refused entry comes back in an HTTP 200 with an error code on the entry,
+so the entry, not the call, is the answer."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import field_validator
 
-from cronledger.targets.clients import AwsClients, arn_region
-from cronledger.targets.envelope import Envelope, envelope_json
+from cronledger.targets.clients import arn_region
+from cronledger.targets.envelope import envelope_json
 from cronledger.targets.fields import TargetDocument, text
-from cronledger.targets.interface import TargetKind, TargetOutcome
-from cronledger.targets.policy import TargetPolicy
+from cronledger.targets.interface import Delivery, TargetOutcome
 from cronledger.validation import refused
+
+if TYPE_CHECKING:
+    from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
 
 DEFAULT_BUS = "default"
 _BUS = re.compile(r"(arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,256}")
@@ -45,37 +47,23 @@ class EventBridgeTarget(TargetDocument):
             )
         return source
 
+    @classmethod
+    def ref(cls, doc: Mapping[str, Any]) -> str:
+        return f"eventbridge:{doc.get('event_bus_name') or DEFAULT_BUS}:{doc['source']}"
 
-def ref(doc: Mapping[str, Any]) -> str:
-    return f"eventbridge:{doc.get('event_bus_name') or DEFAULT_BUS}:{doc['source']}"
-
-
-def run(
-    doc: Mapping[str, Any],
-    envelope: Envelope,
-    timeout_secs: float,
-    clients: AwsClients,
-    policy: TargetPolicy,
-) -> TargetOutcome:
-    bus: str = doc.get("event_bus_name") or DEFAULT_BUS
-    region = arn_region(bus)
-    response = clients.events(region, timeout_secs).put_events(
-        Entries=[
-            {
-                "EventBusName": bus,
-                "Source": doc["source"],
-                "DetailType": doc["detail_type"],
-                "Detail": envelope_json(envelope),
-            }
-        ]
-    )
-    entry = response["Entries"][0]
-    if response.get("FailedEntryCount", 0) or "ErrorCode" in entry:
-        return TargetOutcome(
-            ok=False,
-            error=f"entry refused by {bus}: {entry.get('ErrorCode')}: {entry.get('ErrorMessage')}",
-        )
-    return TargetOutcome(ok=True, result=json.dumps({"EventId": entry.get("EventId")}))
-
-
-KIND = TargetKind(model=EventBridgeTarget, ref=ref, run=run)
+    @classmethod
+    def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
+        bus: str = doc.get("event_bus_name") or DEFAULT_BUS
+        entry: PutEventsRequestEntryTypeDef = {
+            "EventBusName": bus,
+            "Source": doc["source"],
+            "DetailType": doc["detail_type"],
+            "Detail": envelope_json(delivery.envelope),
+        }
+        client = delivery.clients.events(arn_region(bus), delivery.timeout_secs)
+        response = client.put_events(Entries=[entry])
+        answer = response["Entries"][0]
+        if response.get("FailedEntryCount", 0) or "ErrorCode" in answer:
+            why = f"{answer.get('ErrorCode')}: {answer.get('ErrorMessage')}"
+            return TargetOutcome(ok=False, error=f"entry refused by {bus}: {why}")
+        return TargetOutcome(ok=True, result=json.dumps({"EventId": answer.get("EventId")}))

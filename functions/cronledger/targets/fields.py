@@ -1,9 +1,8 @@
 """Target documents as models: one per `type`, told apart by it, every problem at its key.
 
-Each type's module declares a `TargetDocument`; `TargetUnion` reads a document as the one its
-`type` names. JSON `null` on an optional key means "not given", because clients that serialise
-a whole form send nulls for the fields left blank. What a document may reach beyond its target
-(the operator's `TargetPolicy`) is the validation context's `policy`.
+JSON `null` on an optional key means "not given": clients that serialise a whole form send
+nulls for the fields left blank. The operator's `TargetPolicy` is the validation context's
+`policy`, the only source of what a document may reach beyond its target.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from pydantic import (
     WrapValidator,
 )
 
+from cronledger.targets.interface import Delivery, TargetOutcome
 from cronledger.targets.policy import TargetPolicy
 from cronledger.validation import UNTAGGED, Document, refused
 
@@ -30,10 +30,21 @@ _EXAMPLE = '{"type": "http", "url": "https://example.com/hooks/nightly"}'
 
 
 class TargetDocument(Document):
-    """A target of one `type` (its `type_name`)."""
+    """A target of one `type` (its `type_name`): its keys and checks, the secret-free `ref`
+    the ledger shows, and how an attempt runs it."""
 
     null_means_absent: ClassVar[bool] = True
     type_name: ClassVar[str]
+    #: The ledger's `target_ref`, filled from the document's keys.
+    ref_format: ClassVar[str]
+
+    @classmethod
+    def ref(cls, doc: Mapping[str, Any]) -> str:
+        return cls.ref_format.format_map(doc)
+
+    @classmethod
+    def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
+        raise NotImplementedError
 
     @classmethod
     def unknown_key(cls, key: str) -> str:

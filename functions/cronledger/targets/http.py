@@ -1,26 +1,18 @@
 """HTTP target: the envelope as a JSON request body, successful on a 2xx answer.
 
-What a URL may reach is the operator's choice (docs/guarantees.md#security, `cronledger.targets.addresses`): a
-host written as an address is judged when the channel is saved; every host is judged again
-when an attempt runs, after resolution, and the request goes to the address that was judged
-(`cronledger.targets.pinned_http`). A URL must be printable ASCII (an international name in its
-`xn--` form), so what is stored, shown and sent is one spelling.
-
-Target documents are stored and listed in plain text, so anything that looks like a credential
-in `url` or `headers` is refused (`cronledger.targets.secret_looking`); a credential goes in
-`secret_headers`, by reference (`cronledger.targets.secrets`), read when an attempt runs, and
-scrubbed from the result excerpt and the error if the endpoint echoes it back; a secret bound
-to hosts goes to no other, checked before anything is sent. Header values
-are single lines of printable ASCII. POST, PUT and PATCH send the envelope as the body; GET
-and HEAD (a health or cache-warming URL) send none, so what identifies the run, the envelope's
-idempotency key, goes in `X-Cronledger-*` headers instead. Redirects are not followed: a 3xx is a failure that names where
-the endpoint moved, so the envelope never goes to a host nobody configured.
+What a URL may reach is the operator's choice (`addresses`): a host written as an address is
+judged when the channel is saved, every host again after resolution when an attempt runs, and
+the request goes to the address judged (`pinned_http`). A URL is printable ASCII, so what is
+stored, shown and sent is one spelling. Anything in `url` or `headers` that looks like a
+credential is refused (documents are stored in plain text): a credential goes in
+`secret_headers`, by reference, read at run time, sent to no host its binding excludes, and
+scrubbed from what the endpoint echoes. GET and HEAD send no body: the run's idempotency key
+goes in `X-Cronledger-*` headers. Redirects are not followed: a 3xx fails, naming where to.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import SplitResult, parse_qsl, urlsplit
@@ -31,10 +23,9 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from cronledger import __version__
 from cronledger.targets import pinned_http
 from cronledger.targets.addresses import Address, literal_address
-from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope, envelope_json
 from cronledger.targets.fields import TargetDocument, policy_of, text
-from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
+from cronledger.targets.interface import Delivery, TargetOutcome, timed_out
 from cronledger.targets.policy import HTTP_ALLOW_NETWORKS, TargetPolicy
 from cronledger.targets.secret_looking import looks_secret
 from cronledger.targets.secrets import (
@@ -139,6 +130,46 @@ class HttpTarget(TargetDocument):
         _raise_all(found)
         return secrets
 
+    @classmethod
+    def ref(cls, doc: Mapping[str, Any]) -> str:
+        return f"http:{_method(doc)} {_endpoint(urlsplit(doc['url']))}"
+
+    @classmethod
+    def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
+        parts, policy, clients = urlsplit(doc["url"]), delivery.policy, delivery.clients
+        references: dict[str, str] = doc.get("secret_headers") or {}
+        try:
+            secrets = {name: resolve_secret(r, policy, clients) for name, r in references.items()}
+            refusals = [
+                refusal
+                for r in references.values()
+                if policy.secrets == "aws"
+                and (refusal := host_refusal(r, parts.hostname or "", secret_hosts(r, clients)))
+            ]
+        except SecretUnavailable as exc:
+            return TargetOutcome(ok=False, error=str(exc))
+        if refusals:
+            return TargetOutcome(ok=False, error=f"refused: {'; '.join(refusals)}")
+        unsendable = [name for name, value in secrets.items() if not _HEADER_VALUE.fullmatch(value)]
+        if unsendable:
+            return TargetOutcome(
+                ok=False,
+                error=f"the secret for {', '.join(unsendable)} is not one line of printable ASCII",
+            )
+        if _method(doc) in BODYLESS:
+            body, sent = None, identity_headers(delivery.envelope)
+        else:
+            body, sent = envelope_json(delivery.envelope).encode("utf-8"), {"Content-Type": JSON}
+        headers = {**secrets, **sent}
+        outcome = post(doc, parts, body, delivery.timeout_secs, delivery.deadline, headers, policy)
+        values = list(secrets.values())
+        return TargetOutcome(
+            outcome.ok,
+            scrub(outcome.result, values),
+            scrub(outcome.error, values),
+            permanent=outcome.permanent,
+        )
+
 
 def _raise_all(problems: Iterable[tuple[str, Any]]) -> None:
     """Raise each `(key, problem)` at its key of the mapping being checked ("" for itself)."""
@@ -225,10 +256,6 @@ def _plain_problem(name: str, value: Any) -> tuple[str, str] | None:
     return None
 
 
-def ref(doc: Mapping[str, Any]) -> str:
-    return f"http:{_method(doc)} {_endpoint(urlsplit(doc['url']))}"
-
-
 def _endpoint(parts: SplitResult) -> str:
     """The URL without its query, which is for the endpoint, not for the ledger or a log."""
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
@@ -250,51 +277,6 @@ def identity_headers(envelope: Envelope) -> dict[str, str]:
 
 def _method(doc: Mapping[str, Any]) -> str:
     return str(doc.get("method") or "POST").upper()
-
-
-def run(
-    doc: Mapping[str, Any],
-    envelope: Envelope,
-    timeout_secs: float,
-    clients: AwsClients,
-    policy: TargetPolicy,
-) -> TargetOutcome:
-    deadline = time.monotonic() + timeout_secs
-    parts = urlsplit(doc["url"])
-    host = parts.hostname or ""
-    try:
-        secrets = {
-            name: resolve_secret(reference, policy, clients)
-            for name, reference in (doc.get("secret_headers") or {}).items()
-        }
-        refusals = [
-            refusal
-            for reference in (doc.get("secret_headers") or {}).values()
-            if policy.secrets == "aws"
-            and (refusal := host_refusal(reference, host, secret_hosts(reference, clients)))
-        ]
-    except SecretUnavailable as exc:
-        return TargetOutcome(ok=False, error=str(exc))
-    if refusals:
-        return TargetOutcome(ok=False, error=f"refused: {'; '.join(refusals)}")
-    unsendable = [name for name, value in secrets.items() if not _HEADER_VALUE.fullmatch(value)]
-    if unsendable:
-        return TargetOutcome(
-            ok=False,
-            error=f"the secret for {', '.join(unsendable)} is not one line of printable ASCII",
-        )
-    if _method(doc) in BODYLESS:
-        body, sent_headers = None, identity_headers(envelope)
-    else:
-        body, sent_headers = envelope_json(envelope).encode("utf-8"), {"Content-Type": JSON}
-    outcome = post(doc, parts, body, timeout_secs, deadline, {**secrets, **sent_headers}, policy)
-    values = list(secrets.values())
-    return TargetOutcome(
-        outcome.ok,
-        scrub(outcome.result, values),
-        scrub(outcome.error, values),
-        permanent=outcome.permanent,
-    )
 
 
 #: Answers that say the endpoint itself does not exist: the attempt fails without retries.
@@ -361,6 +343,3 @@ def post(
     # The endpoint says it does not exist: another attempt would be told the same.
     gone = answer.status in GONE_STATUSES
     return TargetOutcome(ok=False, result=answer.body, error=error, permanent=gone)
-
-
-KIND = TargetKind(model=HttpTarget, ref=ref, run=run)

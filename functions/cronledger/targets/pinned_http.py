@@ -1,12 +1,8 @@
 """One HTTP request sent to an address that was checked, under the URL's own host name.
 
-Resolving a name twice (once to check it, once to connect) leaves a window in which the name
-can change its answer (DNS rebinding): the check would pass on a public address and the
-connection go to a private one. So the connection is opened to the checked address itself,
-while the request keeps the URL's host in its `Host` header and, over TLS, in the SNI and in
-the certificate check (urllib3's `server_hostname` and `assert_hostname`), against the system's
-trust store: an address that is not the named server fails verification as it would otherwise.
-Redirects are never followed, no proxy is used, nothing is retried.
+Resolving twice (to check, then to connect) would let a name change its answer in between (DNS
+rebinding). So the connection goes to the checked address, while the `Host` header, the TLS SNI
+and the certificate check keep the URL's host. No redirects, no proxy, no retries.
 """
 
 from __future__ import annotations

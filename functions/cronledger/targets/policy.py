@@ -1,13 +1,9 @@
-"""What the operator lets targets do (docs/guarantees.md#security): one immutable object, made from `Settings`.
+"""What the operator lets targets do: one immutable object, made from `Settings`.
 
-The API is a control plane: whoever can call it chooses what the executor runs. So anything a
-target document can name that reaches beyond the target itself (a Python function, a network,
-a secret) is allowed by this policy, which only the operator sets, never by the document. The
-default policy allows nothing of the kind: no `python` target, no private or loopback address,
-and secrets only from `env:CRONLEDGER_SECRET_*` variables.
-
-The same policy is applied when a channel is saved (the API's validation) and again when an
-attempt runs (the executor's `run_target`), because the operator may have narrowed it since.
+Whoever can call the API chooses what the executor runs, so anything a document can name
+beyond its target (a Python function, a private network, a secret) is allowed by this policy
+alone, never by the document. The default allows none of it: no `python` target, no private
+or loopback address, secrets only from `env:CRONLEDGER_SECRET_*` variables.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Python target: `package.module:function`, called in-process with the envelope.
 
-Running a named function is running code, so only functions the operator allowed can be named:
-the module must fall under a prefix in `CRONLEDGER_PYTHON_TARGETS` (none by default), and the
-attribute must be a plain, public, synchronous function *defined* in such a module, so a name an
-allowed module merely imported (`from subprocess import getoutput`) does not count. The name is
-resolved when the channel is saved (importing the allowed module, which is why the allow-list
-comes before the import) and again when an attempt runs, because the operator may have narrowed
-the list since.
-
-The callable's return value, as JSON, is the result excerpt. A Python call cannot be
-interrupted, so this target does not enforce the time budget itself: it runs in the caller's
-thread and the executor's deadline bounds it.
+Running a named function is running code, so only the operator's choice counts: the module must
+fall under a prefix of `CRONLEDGER_PYTHON_TARGETS` (none by default) before it is imported, and
+the attribute must be a public, synchronous function *defined* there (a name the module merely
+imported does not count). It is resolved when the channel is saved and again at each attempt,
+because the list may have narrowed since. A call cannot be interrupted: it runs in the caller's
+thread, bounded by the executor's deadline. Its return value, as JSON, is the result.
 """
 
 from __future__ import annotations
@@ -25,10 +20,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationInfo, field_validator
 
-from cronledger.targets.clients import AwsClients
 from cronledger.targets.envelope import Envelope
 from cronledger.targets.fields import TargetDocument, policy_of, text
-from cronledger.targets.interface import TargetKind, TargetOutcome
+from cronledger.targets.interface import Delivery, TargetOutcome
 from cronledger.targets.policy import PYTHON_TARGETS, TargetPolicy
 from cronledger.validation import refused
 
@@ -42,6 +36,7 @@ class Unresolved(Exception):
 
 class PythonTarget(TargetDocument):
     type_name: ClassVar[str] = "python"
+    ref_format: ClassVar[str] = "python:{callable}"
 
     type: Literal["python"]
     callable: text(  # type: ignore[valid-type]
@@ -61,6 +56,18 @@ class PythonTarget(TargetDocument):
         except Unresolved as exc:
             raise refused("invalid", str(exc)) from None
         return spec
+
+    @classmethod
+    def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
+        try:
+            function = resolve_function(str(doc["callable"]), delivery.policy)
+        except Unresolved as exc:
+            return TargetOutcome(ok=False, error=str(exc), permanent=True)
+        value = function(delivery.envelope)
+        if value is None:
+            return TargetOutcome(ok=True)
+        # Whatever the callable returns is kept as text; an odd type must not fail a finished run.
+        return TargetOutcome(ok=True, result=json.dumps(value, default=str, ensure_ascii=False))
 
 
 def resolve_function(spec: str, policy: TargetPolicy) -> Callable[[Envelope], Any]:
@@ -91,28 +98,3 @@ def resolve_function(spec: str, policy: TargetPolicy) -> Callable[[Envelope], An
         )
     resolved: Callable[[Envelope], Any] = function
     return resolved
-
-
-def ref(doc: Mapping[str, Any]) -> str:
-    return f"python:{doc['callable']}"
-
-
-def run(
-    doc: Mapping[str, Any],
-    envelope: Envelope,
-    timeout_secs: float,
-    clients: AwsClients,
-    policy: TargetPolicy,
-) -> TargetOutcome:
-    try:
-        function = resolve_function(str(doc["callable"]), policy)
-    except Unresolved as exc:
-        return TargetOutcome(ok=False, error=str(exc), permanent=True)
-    value = function(envelope)
-    if value is None:
-        return TargetOutcome(ok=True)
-    # Whatever the callable returns is kept as text; an odd type must not fail a finished run.
-    return TargetOutcome(ok=True, result=json.dumps(value, default=str, ensure_ascii=False))
-
-
-KIND = TargetKind(model=PythonTarget, ref=ref, run=run)

@@ -1,16 +1,10 @@
-"""Refusing credentials written in plain target settings (docs/guarantees.md#security).
+"""Refusing credentials written in plain target settings (they are stored and listed as text).
 
-Target documents are stored, listed and returned in plain text, so a header or query parameter
-that looks like a credential is refused when the channel is saved; `secret_headers` is where a
-credential goes (by reference, resolved at run time). This is a heuristic, tuned to catch the
-ways people actually spell credentials rather than a fixed word list: a name is reduced to its
-lowercase letters and digits (`X-Auth_Token`, `xAuthToken` and `X.AUTH.TOKEN` are one name), then
-matched against fragments (`auth` catches Authorization, Authorisation, OAuth, X-Auth-Token),
-and a name ending in `key`, `token`, `pass` or `sig` is refused whatever precedes it
-(`X-Private-Key`, `Refresh-Token`). Values are refused when they carry an authorisation scheme
-(`Bearer abc`, `bearer:abc`, `Basic=…`), a JWT, an AWS access key id, a PEM block or a
-well-known provider token prefix. A false positive costs one move to `secret_headers`, which
-works for any header; a false negative costs a leaked secret, so the heuristic leans wide.
+A heuristic that leans wide, since a false positive costs a move to `secret_headers` and a
+false negative a leaked secret: a name is folded to lowercase letters and digits, then matched
+against fragments (`auth` catches OAuth and X-Auth-Token) and endings (`key`, `token`, …);
+a value is refused when it carries an authorisation scheme, a JWT, an AWS access key id, a PEM
+block or a well-known provider token prefix.
 """
 
 from __future__ import annotations

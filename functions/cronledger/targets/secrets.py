@@ -1,26 +1,14 @@
-"""Credentials by reference (docs/guarantees.md#security): `secret_headers` name a secret, never hold one.
+"""Credentials by reference: `secret_headers` name a secret, never hold one.
 
-A channel's stored definition carries only where a secret lives; the executor reads it when an
-attempt runs and keeps it no longer than a short cache (`CACHE_SECS`, so a rotated secret is
-picked up within a minute and a burst of attempts does not read it a thousand times). Where a
-reference may point is the operator's choice (`CRONLEDGER_SECRETS`):
-
-- `env` (the default; `cronledger dev`): `env:CRONLEDGER_SECRET_<NAME>`, a variable of the
-  scheduler's own environment. Only that prefix: the environment also holds things no target
-  should be sent, such as the process's own AWS credentials.
-- `aws` (the stack sets it): a Secrets Manager secret ARN, or an SSM Parameter Store parameter
-  name (or ARN), decrypted. IAM limits the executor to secrets and parameters tagged
-  `cronledger:secret=<installation name>` (infra/cronledger_infra/target_access.py).
-
-A secret on AWS may also be bound to hosts: its tag `cronledger:secret-hosts` lists, comma
-separated, the host names it may be sent to, and an http target naming any other host is
-refused, when a channel is saved (where the API can read the secret's tags) and again when an
-attempt runs, before anything is sent, so a channel edited to point elsewhere cannot carry the
-credential along. The executor refuses the attempt when it cannot read the tags at all; a
-secret without the tag may go to any host its channels name. `env` secrets have no tags: they
-are the operator's own, set in the scheduler's environment, and bound to nothing.
-
-No message here repeats a secret's value, only its reference.
+The stored definition carries only where a secret lives; an attempt reads it, kept at most
+`CACHE_SECS` (a rotation is picked up soon, a burst of attempts reads it once). Where a
+reference may point is the operator's choice (`CRONLEDGER_SECRETS`): `env` allows only
+`env:CRONLEDGER_SECRET_<NAME>` (the environment also holds the process's own credentials);
+`aws` a Secrets Manager ARN or an SSM parameter, which IAM limits to the installation's tag.
+An AWS secret tagged `cronledger:secret-hosts` goes only to the hosts listed there, checked
+when a channel is saved (where the tags can be read) and before an attempt sends anything, so
+a channel edited to point elsewhere cannot carry the credential along; tags that cannot be
+read refuse the attempt. No message here repeats a secret's value, only its reference.
 """
 
 from __future__ import annotations
@@ -188,13 +176,6 @@ def _name(reference: str) -> str:
     name = match.group(1)
     # A parameter without a path has the ARN `…:parameter/name` and the name `name`.
     return name if name.count("/") > 1 else name[1:]
-
-
-def forget_cached_secrets() -> None:
-    """Drop every cached value (tests, or after a rotation one cannot wait a minute for)."""
-    with _providers_lock:
-        _providers.clear()
-        _hosts.clear()
 
 
 def scrub(text: str | None, secrets: list[str]) -> str | None:

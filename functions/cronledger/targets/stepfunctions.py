@@ -1,16 +1,11 @@
-"""Step Functions target: start an execution named after the attempt, and with `wait` (the
-default) poll it until it ends or the budget runs out.
+"""Step Functions target: start an execution named after the attempt and, with `wait` (the
+default), poll it until it ends or the budget runs out.
 
-The execution name is `<occurrence_id>-<attempt>`: a second delivery of one attempt cannot
-start a second execution, because Step Functions refuses a reused name; it follows the one
-already started instead. Running out of budget does not stop the execution (that would need
-another permission and is rarely what a long workflow wants); the error names it.
-
-An Express state machine keeps no execution history to poll (`DescribeExecution` does not know
-its executions), so with `wait` one runs with `StartSyncExecution` instead, which answers when
-the execution ends (Express executions last at most five minutes), its wait bounded by the
-attempt's budget. The machine's type is asked for (`DescribeStateMachine`) before starting.
-Without `wait` both types start the same way.
+The name is `<occurrence_id>-<attempt>`: Step Functions refuses a reused name, so a second
+delivery of one attempt follows the execution already started instead of starting another.
+Running out of budget does not stop the execution; the error names it. An Express machine
+keeps no history to poll, so with `wait` one runs by `StartSyncExecution`, which answers when
+it ends (the machine's type is asked for first).
 """
 
 from __future__ import annotations
@@ -23,11 +18,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from cronledger.targets.clients import AwsClients, arn_region
+from cronledger.targets.clients import arn_region
 from cronledger.targets.envelope import Envelope, delivery_id, envelope_json
 from cronledger.targets.fields import Boolean, TargetDocument, text
-from cronledger.targets.interface import TargetKind, TargetOutcome, timed_out
-from cronledger.targets.policy import TargetPolicy
+from cronledger.targets.interface import Delivery, TargetOutcome, timed_out
 
 _ARN = re.compile(
     r"arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[A-Za-z0-9_-]{1,80}(:[A-Za-z0-9_-]{1,80})?"
@@ -38,6 +32,7 @@ _MAX_POLL_SECS = 2.0
 
 class StepFunctionsTarget(TargetDocument):
     type_name: ClassVar[str] = "stepfunctions"
+    ref_format: ClassVar[str] = "stepfunctions:{state_machine_arn}"
 
     type: Literal["stepfunctions"]
     state_machine_arn: text(  # type: ignore[valid-type]
@@ -48,9 +43,33 @@ class StepFunctionsTarget(TargetDocument):
     )
     wait: Boolean = Field(True, description="wait for the execution to end")
 
-
-def ref(doc: Mapping[str, Any]) -> str:
-    return f"stepfunctions:{doc['state_machine_arn']}"
+    @classmethod
+    def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
+        machine: str = doc["state_machine_arn"]
+        client = delivery.clients.stepfunctions(arn_region(machine), delivery.timeout_secs)
+        name = execution_name(delivery.envelope)
+        given = envelope_json(delivery.envelope)
+        if doc.get("wait") is not False and _is_express(client, machine):
+            ended = client.start_sync_execution(stateMachineArn=machine, name=name, input=given)
+            return _ended(ended, f"express execution {ended.get('executionArn', name)}")
+        try:
+            started = client.start_execution(stateMachineArn=machine, name=name, input=given)
+            execution = started["executionArn"]
+        except client.exceptions.ExecutionAlreadyExists:
+            execution = _execution_arn(machine, name)
+        if doc.get("wait") is False:
+            return TargetOutcome(ok=True, result=json.dumps({"executionArn": execution}))
+        pause = _FIRST_POLL_SECS
+        while (described := client.describe_execution(executionArn=execution))["status"] in (
+            "RUNNING",
+            "PENDING_REDRIVE",
+        ):
+            left = delivery.deadline - time.monotonic()
+            if left <= 0:
+                return timed_out(delivery.timeout_secs, f"execution {execution} still running")
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _MAX_POLL_SECS)
+        return _ended(described, f"execution {execution}")
 
 
 def execution_name(envelope: Envelope) -> str:
@@ -58,66 +77,19 @@ def execution_name(envelope: Envelope) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", delivery_id(envelope))[:80]
 
 
-def run(
-    doc: Mapping[str, Any],
-    envelope: Envelope,
-    timeout_secs: float,
-    clients: AwsClients,
-    policy: TargetPolicy,
-) -> TargetOutcome:
-    deadline = time.monotonic() + timeout_secs
-    machine: str = doc["state_machine_arn"]
-    client = clients.stepfunctions(arn_region(machine), timeout_secs)
-    name = execution_name(envelope)
-    if doc.get("wait") is not False and _is_express(client, machine):
-        return _run_to_completion(client, machine, name, envelope)
-    try:
-        execution = client.start_execution(
-            stateMachineArn=machine, name=name, input=envelope_json(envelope)
-        )["executionArn"]
-    except client.exceptions.ExecutionAlreadyExists:
-        execution = _execution_arn(machine, name)
-    if doc.get("wait") is False:
-        return TargetOutcome(ok=True, result=json.dumps({"executionArn": execution}))
-
-    pause = _FIRST_POLL_SECS
-    while True:
-        described = client.describe_execution(executionArn=execution)
-        status = described["status"]
-        if status == "SUCCEEDED":
-            return TargetOutcome(ok=True, result=described.get("output"))
-        if status not in ("RUNNING", "PENDING_REDRIVE"):
-            reason = ": ".join(filter(None, (described.get("error"), described.get("cause"))))
-            return TargetOutcome(
-                ok=False,
-                result=described.get("output"),
-                error=f"execution {execution} ended {status}" + (f": {reason}" if reason else ""),
-            )
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return timed_out(timeout_secs, f"execution {execution} still running")
-        time.sleep(min(pause, left))
-        pause = min(pause * 2, _MAX_POLL_SECS)
-
-
 def _is_express(client: Any, machine: str) -> bool:
     unqualified = ":".join(machine.split(":")[:7])  # a version or alias has its machine's type
     return bool(client.describe_state_machine(stateMachineArn=unqualified)["type"] == "EXPRESS")
 
 
-def _run_to_completion(client: Any, machine: str, name: str, envelope: Envelope) -> TargetOutcome:
-    ended = client.start_sync_execution(
-        stateMachineArn=machine, name=name, input=envelope_json(envelope)
-    )
-    status = ended["status"]
-    if status == "SUCCEEDED":
+def _ended(ended: Mapping[str, Any], execution: str) -> TargetOutcome:
+    """The outcome of an execution that ended: its output, and why when it did not succeed."""
+    if ended["status"] == "SUCCEEDED":
         return TargetOutcome(ok=True, result=ended.get("output"))
     reason = ": ".join(filter(None, (ended.get("error"), ended.get("cause"))))
-    execution = ended.get("executionArn", name)
+    error = f"{execution} ended {ended['status']}"
     return TargetOutcome(
-        ok=False,
-        result=ended.get("output"),
-        error=f"express execution {execution} ended {status}" + (f": {reason}" if reason else ""),
+        ok=False, result=ended.get("output"), error=error + (f": {reason}" if reason else "")
     )
 
 
@@ -125,6 +97,3 @@ def _execution_arn(machine: str, name: str) -> str:
     # arn:aws:states:<region>:<account>:stateMachine:<machine>[:<version or alias>]
     partition, service, region, account, _, machine_name = machine.split(":")[1:7]
     return f"arn:{partition}:{service}:{region}:{account}:execution:{machine_name}:{name}"
-
-
-KIND = TargetKind(model=StepFunctionsTarget, ref=ref, run=run)
