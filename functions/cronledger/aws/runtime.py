@@ -21,9 +21,11 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from types import ModuleType
 from typing import Any, TypeVar, cast
 
+import sqlalchemy as sa
 import wrapt
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -58,12 +60,45 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 logger = Logger()
 metrics = Metrics()
 emf_sink = EmfSink(metrics)
-# The database is traced from the start: every function connects to it.
-tracer = Tracer(patch_modules=("pg8000",))
+tracer = Tracer(auto_patch=False)  # what is traced, and when: see TRACED_WHEN_LOADED and _trace_sql
 
 
 def _trace(library: str, _module: ModuleType) -> None:
     tracer.patch([library])
+
+
+def _trace_sql(engine: sa.Engine) -> None:
+    """Each statement the ledger sends becomes a `remote` subsegment with X-Ray's SQL fields,
+    as X-Ray's pg8000 patch records them for what `pg8000.connect` opens (the ledger opens its
+    connections itself): the database, its user and driver, never a statement's values."""
+    name, url = f"{engine.url.database}@{engine.url.host}", engine.url
+    sql = {
+        "url": url.render_as_string(hide_password=True),
+        "user": url.username or "",
+        "database_type": engine.dialect.name,
+        "driver_version": engine.driver,
+    }
+
+    def begin(connection: sa.Connection, *_: Any) -> None:
+        statement = connection.info["xray"] = ExitStack()
+        subsegment: Any = statement.enter_context(
+            tracer.provider.in_subsegment(name, namespace="remote")
+        )
+        if subsegment is not None:  # None with no trace to join (not in an invocation)
+            subsegment.set_sql(sql)
+
+    def end(connection: sa.Connection, *_: Any) -> None:
+        connection.info.pop("xray").close()
+
+    def fail(context: sa.engine.ExceptionContext) -> None:
+        statement = context.connection and context.connection.info.pop("xray", None)
+        if statement is not None:
+            failure = context.original_exception
+            statement.__exit__(type(failure), failure, failure.__traceback__)
+
+    sa.event.listen(engine, "before_cursor_execute", begin)
+    sa.event.listen(engine, "after_cursor_execute", end)
+    sa.event.listen(engine, "handle_error", fail)
 
 
 def _trace_http_targets(module: ModuleType) -> None:
@@ -138,7 +173,10 @@ def settings() -> Settings:
 def ledger() -> Ledger:
     """The container's ledger; the events a commit makes are sent to the installation's bus
     right after it, by the function that made them (what misses that, the sweep sends)."""
-    built = Ledger(ledger_engine())
+    engine = ledger_engine()
+    if not tracer.disabled:
+        _trace_sql(engine)
+    built = Ledger(engine)
     sender = event_sender()
     if sender is not None:
         built.on_events = send_after_commit(built, sender)
