@@ -1,16 +1,12 @@
-"""What every Lambda function shares: Powertools' logger, metrics and tracer, and the things a
-container builds once and keeps for its life (settings, the ledger and its event sender, an
-executor, the API).
+"""What every Lambda function shares: Powertools' logger, metrics and tracer, and what a
+container builds once and keeps for its life (`per_container`: settings, the ledger and its
+event sender, …).
 
-Import time reads only Powertools' own variables (`POWERTOOLS_SERVICE_NAME`, `…_NAMESPACE`,
-`…_LOG_LEVEL`): a container builds the rest on its first invocation, through
-`per_container` getters, so a bad setting fails that invocation naming the variable, and
-nothing connects until the first handler asks. The services log through stdlib loggers under
-`cronledger.*`; Powertools names its logger after the service, which the stack sets to
-`cronledger`, so their lines go through the same JSON handler with the same appended keys.
-
-Loops stop `LOOP_MARGIN_SECS` before the function's deadline, enough for the round in flight
-(a batch of dispatches) and the metrics flush to finish inside it.
+Importing reads only Powertools' own variables: the rest is built on the first invocation, so
+a bad setting fails that invocation naming the variable, and nothing connects before a
+handler asks. The services' stdlib loggers (`cronledger.*`) go through Powertools' JSON
+handler, which the stack names `cronledger` too. Loops stop `LOOP_MARGIN_SECS` before the
+deadline, time for the round in flight and the metrics flush.
 """
 
 from __future__ import annotations
@@ -41,20 +37,14 @@ RECONCILE_SUCCEEDED = "ReconcileSucceeded"
 #: Occurrences a claim invocation handed to executors.
 DISPATCHED = "Dispatched"
 LOOP_MARGIN_SECS = 3.0
-#: What X-Ray traces, as Powertools names it, and the module whose import patches it: AWS
-#: calls (targets, dispatches, the API's wake: botocore's clients, made from a session).
-#: Patching a library imports it, so it is patched when a function first loads it (wrapt's
-#: post-import hook; X-Ray patches with wrapt), not at import: a function that never calls
-#: AWS (`reconcile`) does not load botocore's clients to trace them. `claim` and `migrate`,
-#: which call AWS on every invocation, load them at import. The http target is traced by
-#: `_trace_http_targets`: X-Ray's own `httplib` patch wraps a method of `http.client` that
-#: urllib3 2, which sends the target's requests, never calls.
+#: What X-Ray patches (as Powertools names it) once a function loads the module it maps to,
+#: never at import (patching imports the library): `reconcile` calls no AWS API and loads no
+#: botocore client. The http target and the ledger's statements are traced by our own hooks
+#: (X-Ray's `httplib` patch misses urllib3 2; its pg8000 patch misses the ledger's connections).
 TRACED_WHEN_LOADED = {"botocore": "botocore.session"}
 HTTP_TARGET_MODULE = "cronledger.targets.pinned_http"
 
-# An invocation may record only metrics with dimensions of their own (a pass that failed, an
-# attempt that was no longer its own), leaving `log_metrics` nothing to flush: expected here,
-# so Powertools' warning about it would only be noise in every such invocation's log.
+# An invocation may record only metrics with dimensions of their own: nothing for `log_metrics`.
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
 
 logger = Logger()
@@ -102,17 +92,14 @@ def _trace_sql(engine: sa.Engine) -> None:
 
 
 def _trace_http_targets(module: ModuleType) -> None:
-    """Each request an http target sends becomes a `remote` subsegment named by its host, as
-    X-Ray's own HTTP patches name theirs, with the method, the status and the origin. Not the
-    path or the query: a webhook's path is often its credential."""
+    """Each http target request is a `remote` subsegment named by its host, with its method,
+    status and origin; never its path or query (a webhook's path is often its credential)."""
     send = module.send
 
     @functools.wraps(send)
     def traced(**request: Any) -> Any:
         with tracer.provider.in_subsegment(request["host"], namespace="remote") as segment:
-            # X-Ray's Subsegment (Powertools types it as its own abstract segment), or None
-            # with no trace to join (not in an invocation)
-            subsegment: Any = segment
+            subsegment: Any = segment  # X-Ray's; None with no trace to join
             if subsegment is None:
                 return send(**request)
             origin = f"{request['scheme']}://{request['host']}:{request['port']}"
@@ -129,10 +116,8 @@ for _library, _module in TRACED_WHEN_LOADED.items():
     wrapt.register_post_import_hook(functools.partial(_trace, _library), _module)
 wrapt.register_post_import_hook(_trace_http_targets, HTTP_TARGET_MODULE)
 
-# What is loaded by now (SQLAlchemy, Powertools, pg8000, the ledger) lives as long as the
-# container: frozen out of the cyclic collector's sight, it is not walked again by the full
-# collections the rest of the import and every later invocation trigger (a twentieth of a
-# handler's import).
+# What is loaded by now lives as long as the container: frozen, the cyclic collector's full
+# collections never walk it again.
 gc.freeze()
 
 T = TypeVar("T")
@@ -154,8 +139,7 @@ def per_container(factory: Callable[[], T]) -> Callable[[], T]:
 
 
 def forget_container() -> None:
-    """Drop everything built so far, closing the ledger's connections: the next call builds
-    afresh, as in a new container. The tests use it between cases."""
+    """Drop everything built so far, closing the ledger's connections, as a new container."""
     with _building:
         built = list(_built.values())
         _built.clear()
