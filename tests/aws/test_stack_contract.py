@@ -168,13 +168,9 @@ def test_tracing_patches_aws_and_http_when_a_function_loads_them() -> None:
     assert "botocore.session" in imported["loaded"]
 
 
-HTTP_TARGET_UNDER_A_TRACE = """
-import http.server, threading, time
-import cronledger.aws.execute  # as Lambda imports the handler: tracing on, HTTP patched
+#: What X-Ray emits, kept in `emitted`; `walk` flattens an entity and its subsegments.
+CAPTURED_TRACE = """
 from aws_xray_sdk.core import xray_recorder
-from cronledger.aws.runtime import tracer
-from cronledger.targets import pinned_http
-from cronledger.targets.addresses import literal_address
 
 class Emitted:
     def __init__(self):
@@ -184,6 +180,22 @@ class Emitted:
     def set_daemon_address(self, address):
         pass
 
+def walk(entity):
+    return [entity] + [e for s in entity.get("subsegments", []) for e in walk(s)]
+
+emitted = Emitted()
+xray_recorder.configure(emitter=emitted)
+"""
+
+HTTP_TARGET_UNDER_A_TRACE = (
+    CAPTURED_TRACE
+    + """
+import http.server, threading, time
+import cronledger.aws.execute  # as Lambda imports the handler: tracing on, HTTP patched
+from cronledger.aws.runtime import tracer
+from cronledger.targets import pinned_http
+from cronledger.targets.addresses import literal_address
+
 class Hook(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -192,11 +204,6 @@ class Hook(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-def walk(entity):
-    return [entity] + [e for s in entity.get("subsegments", []) for e in walk(s)]
-
-emitted = Emitted()
-xray_recorder.configure(emitter=emitted)
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 with tracer.provider.in_subsegment("## attempt"):
@@ -209,6 +216,7 @@ traced = [e for emitted_entity in emitted.entities for e in walk(emitted_entity)
 request = [e for e in traced if e["name"] == "127.0.0.1"]
 print(repr([answer.status, sorted({e["name"] for e in traced}), request]))
 """
+)
 
 
 def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> None:
@@ -239,25 +247,13 @@ def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> N
     assert "T0K3N" not in repr(request) and "S3CR3T" not in repr(request)
 
 
-SQL_UNDER_A_TRACE = """
+SQL_UNDER_A_TRACE = (
+    CAPTURED_TRACE
+    + """
 import cronledger.aws.reconcile  # as Lambda imports the handler: tracing on
 import sqlalchemy as sa
-from aws_xray_sdk.core import xray_recorder
 from cronledger.aws import runtime
 
-class Emitted:
-    def __init__(self):
-        self.entities = []
-    def send_entity(self, entity):
-        self.entities.append(entity.to_dict())
-    def set_daemon_address(self, address):
-        pass
-
-def walk(entity):
-    return [entity] + [e for s in entity.get("subsegments", []) for e in walk(s)]
-
-emitted = Emitted()
-xray_recorder.configure(emitter=emitted)
 with runtime.tracer.provider.in_subsegment("## pass"):
     with runtime.ledger().engine.connect() as connection:
         connection.execute(sa.text("SELECT :secret"), {"secret": "S3CR3T"})
@@ -268,6 +264,7 @@ with runtime.tracer.provider.in_subsegment("## pass"):
 traced = [e for emitted_entity in emitted.entities for e in walk(emitted_entity)]
 print(repr([{k: e.get(k) for k in ("id", "parent_id", "name", "namespace", "sql", "fault")} for e in traced]))
 """
+)
 
 
 def test_each_ledger_statement_is_a_subsegment_of_the_invocations_trace(
