@@ -39,7 +39,6 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
-from pydantic_settings.sources.utils import parse_env_vars
 from sqlalchemy.exc import ArgumentError
 
 from cronledger.errors import CronledgerError
@@ -232,8 +231,8 @@ class Settings(BaseSettings):
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
         """Read every setting from `environ`; raise one `SettingsError` naming each bad variable.
         Other `CRONLEDGER_*` variables belong to other modules and are ignored here."""
-        source = EnvSettingsSource(cls)
-        source.env_vars = parse_env_vars(environ)
+        source = EnvSettingsSource(cls)  # names matched case-insensitively, as it reads os.environ
+        source.env_vars = {name.lower(): value for name, value in environ.items()}
         return cls.model_validate({name: EnvText(text) for name, text in source().items()})
 
     def replace(self, **changes: Any) -> Settings:
