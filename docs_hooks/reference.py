@@ -29,7 +29,8 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 
@@ -288,7 +289,7 @@ def _bounds(cls: type, name: str) -> str:
         low = next((m.ge for m in info.metadata if getattr(m, "ge", None) is not None), None)
         high = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
         if low is not None or high is not None:
-            return f"{low if low is not None else ''}..{high if high is not None else ''}"
+            return f"{'' if low is None else f'{low:,}'}..{'' if high is None else f'{high:,}'}"
     ranges = getattr(sys.modules[cls.__module__], "_RANGES", {})
     if name in ranges:
         low, high = ranges[name]
@@ -305,6 +306,13 @@ def _shown(value: Any) -> str:
 
 
 def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) is Annotated:  # a pydantic field's validators are not its type
+        return _type_name(get_args(annotation)[0])
+    if get_origin(annotation) is Literal:
+        return " or ".join(map(str, get_args(annotation)))
+    if get_origin(annotation) in (tuple, UnionType):
+        named = [_type_name(a) if a is not Ellipsis else "..." for a in get_args(annotation)]
+        return f"tuple[{', '.join(named)}]" if get_origin(annotation) is tuple else " or ".join(named)
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None)
     return str(text or annotation).replace("typing.", "").replace("|", "or")
 

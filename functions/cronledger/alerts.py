@@ -12,7 +12,7 @@ channel fires.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, WithJsonSchema
@@ -120,13 +120,7 @@ def advance(
         if deliver and kind in ALERTING:
             open_alert = kind
     delivered = sum(1 for _, deliver in recorded if deliver)
-    after = replace(
-        state,
-        sequence=state.sequence + delivered,
-        consecutive_failures=failures,
-        open_alert=open_alert,
-    )
-    return after, recorded
+    return AlertState(state.sequence + delivered, failures, open_alert), recorded
 
 
 class Alerts(Document):
@@ -179,7 +173,4 @@ def alert_rules(value: Any, errors: list[FieldError]) -> AlertRules | None:
 def rules_of(transport_config: Mapping[str, Any] | None) -> AlertRules:
     """The rules of a stored (validated) document; the defaults where it has none or
     where it no longer reads as valid, so an event is never lost to an odd document."""
-    value = (transport_config or {}).get("alerts")
-    errors: list[FieldError] = []
-    rules = alert_rules(value, errors)
-    return rules if rules is not None else AlertRules()
+    return alert_rules((transport_config or {}).get("alerts"), []) or AlertRules()

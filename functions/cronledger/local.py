@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
 import sqlalchemy as sa
@@ -144,15 +144,15 @@ def dev_settings(
 ) -> Settings:
     """The settings `cronledger dev` runs with: the environment's, with its own defaults where
     the environment is silent (see the constants above), and the demo's module allowed."""
-    settings = replace(Settings.from_env(environ), database_url=database_url)
+    settings = Settings.from_env(environ).replace(database_url=database_url)
     if "CRONLEDGER_LOOKAHEAD_SECS" not in environ:
         # Rows a moment ahead let the claim loop sleep until exactly when each is due, instead
         # of finding it up to one reconcile tick late.
-        settings = replace(settings, lookahead_secs=DEV_LOOKAHEAD_SECS)
+        settings = settings.replace(lookahead_secs=DEV_LOOKAHEAD_SECS)
     if "CRONLEDGER_HTTP_ALLOW_NETWORKS" not in environ:
-        settings = replace(settings, http_allow_networks=DEV_ALLOW_NETWORKS)
+        settings = settings.replace(http_allow_networks=DEV_ALLOW_NETWORKS)
     if demo and DEMO_MODULE not in settings.python_targets:
-        settings = replace(settings, python_targets=(*settings.python_targets, DEMO_MODULE))
+        settings = settings.replace(python_targets=(*settings.python_targets, DEMO_MODULE))
     return settings
 
 

@@ -55,6 +55,15 @@ def detail_type(kind: str) -> str:
     return " ".join(word.capitalize() for word in kind.replace(".", "_").split("_"))
 
 
+def in_sequence(events: Sequence[Event]) -> list[Event]:
+    """Events in the order a receiver reads them: by channel, then the channel's sequence."""
+    return sorted(events, key=lambda e: (e.channel_id, e.sequence or 0))
+
+
+def event_json(event: Event) -> str:
+    return json.dumps(event.document, separators=(",", ":"))
+
+
 def deliver(ledger: OutboxPort, sender: Sender, events: Sequence[Event]) -> Delivery:
     """Send `events` and mark the accepted ones delivered. A refusal, or a sender that
     raises, leaves them in the outbox for the sweep."""
@@ -110,18 +119,11 @@ class WebhookSender:
         parts = urlsplit(self.url)
         doc = {"type": "http", "url": self.url}
         answers: dict[str, str | None] = {}
-        for event in sorted(events, key=lambda e: (e.channel_id, e.sequence or 0)):
-            body = json.dumps(event.document, separators=(",", ":")).encode()
+        for event in in_sequence(events):
+            body = event_json(event).encode()
             deadline = time.monotonic() + self.timeout_secs
-            outcome = http.post(
-                doc,
-                parts,
-                body,
-                self.timeout_secs,
-                deadline,
-                {"Content-Type": http.JSON},
-                self.policy,
-            )
+            headers = {"Content-Type": http.JSON}
+            outcome = http.post(doc, parts, body, self.timeout_secs, deadline, headers, self.policy)
             answers[event.event_id] = None if outcome.ok else (outcome.error or "refused")
             if not outcome.ok:
                 # The receiver is down or refusing: the rest wait for the sweep, in order.
@@ -205,14 +207,9 @@ class Courier:
 def local_sender(settings: Settings, show: Callable[[Event], None] | None = None) -> Sender | None:
     """Where events go locally: the webhook, if one is set, and `show`, if given (printing
     alone counts as delivery when there is no webhook). None: nowhere, they stay listed."""
-    webhook = (
-        WebhookSender(settings.events_webhook_url, TargetPolicy.from_settings(settings))
-        if settings.events_webhook_url
-        else None
-    )
-    if show is None:
-        return webhook
-    return PrintSender(show, then=webhook)
+    url = settings.events_webhook_url
+    webhook = WebhookSender(url, TargetPolicy.from_settings(settings)) if url else None
+    return webhook if show is None else PrintSender(show, then=webhook)
 
 
 def event_line(event: Event) -> str:

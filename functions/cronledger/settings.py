@@ -2,45 +2,15 @@
 
 Every process (a Lambda cold start, `cronledger dev`) builds `Settings.from_env()` before doing
 anything else, so a bad value stops it at start rather than as a strange lease race an hour
-later. All problems are reported together in one `SettingsError`, each naming its variable.
-Reading the environment happens only when asked: importing this module reads nothing.
+later. All problems are reported together in one `SettingsError`, each naming its variable;
+settings built directly (`Settings(...)`, `replace`) obey the same rules and read no environment.
+The reference page (docs/reference/settings.md) is generated from the fields below.
 
-| variable | default | rule |
-|---|---|---|
-| `CRONLEDGER_DATABASE_URL` | `sqlite:///.cronledger/cronledger.db` | a SQLAlchemy URL |
-| `CRONLEDGER_POLL_INTERVAL_MS` | 1000 | 10..60000 |
-| `CRONLEDGER_CLAIM_BATCH_SIZE` | 20 | 1..1000 |
-| `CRONLEDGER_CLAIM_LEASE_SECS` | 60 | 2..3600 |
-| `CRONLEDGER_HEARTBEAT_INTERVAL_SECS` | 15 | 1..3600, below the claim lease |
-| `CRONLEDGER_MISFIRE_GRACE_SECS` | 5 | 0..86400, at least the poll interval |
-| `CRONLEDGER_MAX_CATCH_UP` | 100 | 1..1000 |
-| `CRONLEDGER_DEFAULT_TIMEOUT_MS` | 60000 | 1..900000 (Lambda's 15-minute ceiling) |
-| `CRONLEDGER_MAX_IN_FLIGHT` | 100 | 1..10000 |
-| `CRONLEDGER_LOOKAHEAD_SECS` | 0 | 0..3600 |
-| `CRONLEDGER_RETENTION_HOURS` | 720 (30 days) | 1..87600 |
-| `CRONLEDGER_RECONCILE_SHARD_SIZE` | 25000 | 100..1000000: due channels one shard of a pass takes on before the pass splits |
-| `CRONLEDGER_RECONCILE_MAX_SHARDS` | 4 | 1..64: shards one pass splits into at most (on AWS, invocations at once) |
-| `CRONLEDGER_EXECUTE_MARGIN_MS` | 2000 | 0..60000: kept back from the executor's time left |
-| `CRONLEDGER_DB_STATEMENT_TIMEOUT_MS` | 30000 | 100..3600000: PostgreSQL cancels a statement running longer |
-| `CRONLEDGER_DB_SOCKET_TIMEOUT_SECS` | 40 | 1..3600, above the statement timeout: a connection silent this long (connecting included) is dropped |
-| `CRONLEDGER_PYTHON_TARGETS` | none | comma-separated module prefixes whose functions `python` targets may call |
-| `CRONLEDGER_HTTP_ALLOW_NETWORKS` | none | comma-separated CIDRs `http` targets may reach although private, loopback, … |
-| `CRONLEDGER_EVENTS_WEBHOOK_URL` | none | locally: an http(s) URL each delivered event is POSTed to (the address rules of `http` targets apply) |
-| `CRONLEDGER_EVENT_BUS_NAME` | none | on AWS: the EventBridge bus events are put on |
-| `CRONLEDGER_INSTALLATION` | `cronledger` | the installation's name: events' `source` is `cronledger.<name>` |
-| `CRONLEDGER_SECRETS` | `env` | where `secret_headers` references point: `env` (`env:CRONLEDGER_SECRET_*` variables) or `aws` (Secrets Manager, SSM Parameter Store) |
-
-The defaults not fixed by the spec were chosen so: a job gets a minute unless its channel says
-otherwise; 100 attempts in flight is well inside a default Lambda concurrency quota; a month of
-history answers "did it run last week?"; two seconds lets an executor settle and release after
-its target gives up; no ledger statement needs 30 s, and one that waits that long on a lock or
-a database going away is better cancelled, with 10 s more before the socket itself gives up on
-a connection that went silent (a failover's half-open socket). A blank value is refused rather than read as "use the default", because a
-blank usually means a template forgot to fill it in; the two lists are the exception, because
-for them empty is the safe default itself (nothing allowed), and `cronledger dev` needs a way to
-say "nothing" over its own loopback default. What the lists and `CRONLEDGER_SECRETS` open is the
-subject of docs/guarantees.md#security and `cronledger.targets.policy`. Other `CRONLEDGER_*` variables belong to
-other modules and are ignored here.
+A blank value is refused rather than read as "use the default", because a blank usually means
+a template forgot to fill it in; the two lists are the exception, because for them empty is the
+safe default itself (nothing allowed), and `cronledger dev` needs a way to say "nothing" over
+its own loopback default. What the lists and `secrets` open is the subject of
+docs/guarantees.md#security and `cronledger.targets.policy`.
 """
 
 from __future__ import annotations
@@ -48,12 +18,27 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 import sqlalchemy as sa
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 from sqlalchemy.exc import ArgumentError
 
 from cronledger.errors import CronledgerError
@@ -78,57 +63,212 @@ class SettingsError(CronledgerError):
         super().__init__("invalid cronledger settings: " + "; ".join(problems))
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    database_url: str = DEFAULT_DATABASE_URL
-    poll_interval_ms: int = 1000
-    claim_batch_size: int = 20
-    claim_lease_secs: int = 60
-    heartbeat_interval_secs: int = 15
-    misfire_grace_secs: int = 5
-    max_catch_up: int = 100
-    default_timeout_ms: int = 60_000
-    max_in_flight: int = 100
-    lookahead_secs: int = 0
-    retention_hours: int = 720
-    reconcile_shard_size: int = 25_000
-    reconcile_max_shards: int = 4
-    execute_margin_ms: int = 2000
-    db_statement_timeout_ms: int = 30_000
-    db_socket_timeout_secs: int = 40
-    python_targets: tuple[str, ...] = ()
-    http_allow_networks: tuple[Network, ...] = ()
-    secrets: SecretSource = "env"
-    events_webhook_url: str = ""
-    event_bus_name: str = ""
-    installation: str = "cronledger"
+class EnvText(str):
+    """A value as the environment wrote it: its validator reads it as text, and its messages
+    speak of the variable."""
 
-    def __post_init__(self) -> None:
-        # Built directly (tests, the local runner) or from the environment: the same rules hold.
-        problems = _problems({f.name: getattr(self, f.name) for f in fields(self)}, unparsed=set())
-        if problems:
-            raise SettingsError(problems)
+
+def _variable(name: str | None) -> str:
+    return PREFIX + str(name).upper()
+
+
+def _problem(message: str) -> PydanticCustomError:
+    return PydanticCustomError("settings", message)
+
+
+def _items(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _whole(value: Any, info: ValidationInfo) -> Any:
+    if not isinstance(value, str):
+        return value
+    variable = _variable(info.field_name)
+    if not value.strip():
+        raise _problem(f"{variable} is empty; unset it to use the default or give a number")
+    try:
+        return int(value.strip(), 10)
+    except ValueError:
+        raise _problem(f"{variable}={value!r} is not a whole number") from None
+
+
+def _database_url(value: str, info: ValidationInfo) -> str:
+    # The URL may carry a password, so no message below repeats it.
+    text, variable = value.strip(), _variable(info.field_name)
+    if not text:
+        raise _problem(f"{variable} is empty; unset it to use {DEFAULT_DATABASE_URL}")
+    try:
+        sa.make_url(text)
+    except ArgumentError:
+        raise _problem(
+            f"{variable} is not a database URL; use e.g. {DEFAULT_DATABASE_URL} or "
+            "postgresql+pg8000://user@host:5432/db"
+        ) from None
+    return text
+
+
+def _module_prefixes(value: Any, info: ValidationInfo) -> Any:
+    variable = _variable(info.field_name)
+    if isinstance(value, str):
+        value = _items(value)
+        bad = [p for p in value if not MODULE_NAME.fullmatch(p)]
+        if bad:
+            raise _problem(
+                f"{variable}: {', '.join(map(repr, bad))} not a module name; list module "
+                "prefixes separated by commas, e.g. reports.jobs,billing.tasks"
+            )
+    return value
+
+
+def _module_name(value: str, info: ValidationInfo) -> str:
+    if not MODULE_NAME.fullmatch(value):
+        raise _problem(
+            f"{PREFIX}PYTHON_TARGETS: {value!r} is not a module name such as reports.jobs"
+        )
+    return value
+
+
+def _networks(value: Any, info: ValidationInfo) -> Any:
+    variable = _variable(info.field_name)
+    if not isinstance(value, str):
+        if not all(isinstance(n, Network) for n in value):
+            raise _problem(f"{variable} holds networks (ipaddress.ip_network)")
+        return value
+    networks, bad = [], []
+    for item in _items(value):
+        try:
+            networks.append(ipaddress.ip_network(item))
+        except ValueError as exc:
+            bad.append(f"{item!r} ({exc})")
+    if bad:
+        raise _problem(
+            f"{variable}: {'; '.join(bad)}; list networks in CIDR form separated by commas, "
+            "e.g. 10.20.0.0/16,fd12:3456::/48"
+        )
+    return networks
+
+
+def _secret_source(value: Any, info: ValidationInfo) -> Any:
+    variable = _variable(info.field_name)
+    if not isinstance(value, EnvText):
+        if value not in SECRET_SOURCES:
+            raise _problem(f"{variable}={value!r} must be one of env, aws")
+        return value
+    if value.strip().lower() not in SECRET_SOURCES:
+        raise _problem(
+            f"{variable}={value!r} must be env (env:CRONLEDGER_SECRET_* variables) or aws "
+            "(Secrets Manager ARNs and SSM parameter names)"
+        )
+    return value.strip().lower()
+
+
+def _webhook_url(value: str, info: ValidationInfo) -> str:
+    if value.strip() and not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", value.strip()):
+        raise _problem(
+            f"{_variable(info.field_name)} must be an http:// or https:// URL, e.g. "
+            "http://127.0.0.1:9000/events"
+        )
+    return value.strip()
+
+
+def _name(value: str, info: ValidationInfo) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", value.strip()):
+        raise _problem(
+            f"{_variable(info.field_name)}={value!r} must be 1-64 letters, digits, `.`, `_` or "
+            "`-`, starting with a letter or digit"
+        )
+    return value.strip()
+
+
+Whole = Annotated[int, BeforeValidator(_whole)]
+
+
+class Settings(BaseSettings):
+    """What every process runs with; the meaning of each field is in
+    docs/reference/settings-notes.yml, its range in its annotation."""
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="forbid")
+
+    database_url: Annotated[str, BeforeValidator(_database_url)] = DEFAULT_DATABASE_URL
+    poll_interval_ms: Annotated[Whole, Field(ge=10, le=60_000)] = 1000
+    claim_batch_size: Annotated[Whole, Field(ge=1, le=1000)] = 20
+    claim_lease_secs: Annotated[Whole, Field(ge=2, le=3600)] = 60
+    heartbeat_interval_secs: Annotated[Whole, Field(ge=1, le=3600)] = 15
+    misfire_grace_secs: Annotated[Whole, Field(ge=0, le=86_400)] = 5
+    max_catch_up: Annotated[Whole, Field(ge=1, le=1000)] = 100
+    default_timeout_ms: Annotated[Whole, Field(ge=1, le=TIMEOUT_MAX_MS)] = 60_000
+    max_in_flight: Annotated[Whole, Field(ge=1, le=10_000)] = 100
+    lookahead_secs: Annotated[Whole, Field(ge=0, le=3600)] = 0
+    retention_hours: Annotated[Whole, Field(ge=1, le=87_600)] = 720
+    reconcile_shard_size: Annotated[Whole, Field(ge=100, le=1_000_000)] = 25_000
+    reconcile_max_shards: Annotated[Whole, Field(ge=1, le=64)] = 4
+    execute_margin_ms: Annotated[Whole, Field(ge=0, le=60_000)] = 2000
+    db_statement_timeout_ms: Annotated[Whole, Field(ge=100, le=3_600_000)] = 30_000
+    db_socket_timeout_secs: Annotated[Whole, Field(ge=1, le=3600)] = 40
+    python_targets: Annotated[
+        tuple[Annotated[str, BeforeValidator(_module_name)], ...],
+        NoDecode,
+        BeforeValidator(_module_prefixes),
+    ] = ()
+    http_allow_networks: Annotated[tuple[Network, ...], NoDecode, BeforeValidator(_networks)] = ()
+    secrets: Annotated[SecretSource, BeforeValidator(_secret_source)] = "env"
+    events_webhook_url: Annotated[str, BeforeValidator(_webhook_url)] = ""
+    event_bus_name: Annotated[str, BeforeValidator(str.strip)] = ""
+    installation: Annotated[str, BeforeValidator(_name)] = "cronledger"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)  # built directly, from its arguments only: see `from_env`
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
-        """Read every setting from `environ`; raise one `SettingsError` naming each bad variable."""
-        given: dict[str, Any] = {}
-        problems: list[str] = []
-        unparsed: set[str] = set()
-        for field in fields(cls):
-            raw = environ.get(_variable(field.name))
-            if raw is None:
-                continue
-            try:
-                given[field.name] = _PARSERS[field.name](_variable(field.name), raw)
-            except ValueError as exc:
-                problems.append(str(exc))
-                unparsed.add(field.name)
-        merged = {f.name: given.get(f.name, f.default) for f in fields(cls)}
-        problems += _problems(merged, unparsed)
-        if problems:
-            raise SettingsError(problems)
-        return cls(**given)
+        """Read every setting from `environ`; raise one `SettingsError` naming each bad variable.
+        Other `CRONLEDGER_*` variables belong to other modules and are ignored here."""
+        source = EnvSettingsSource(cls)  # names matched case-insensitively, as it reads os.environ
+        source.env_vars = {name.lower(): value for name, value in environ.items()}
+        return cls.model_validate({name: EnvText(text) for name, text in source().items()})
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes`, checked like any other."""
+        return type(self)(**{**dict(self), **changes})
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _checked(cls, values: Any, handler: ModelWrapValidatorHandler[Settings]) -> Settings:
+        """Every problem at once, as a `SettingsError`; the rules relating two settings only
+        once each alone is valid (a relation to a bad value would only repeat the problem)."""
+        try:
+            settings = handler(values)
+        except ValidationError as invalid:
+            raise SettingsError([_message(error) for error in invalid.errors()]) from None
+        lease, beat = settings.claim_lease_secs, settings.heartbeat_interval_secs
+        grace, poll = settings.misfire_grace_secs, settings.poll_interval_ms
+        socket, statement = settings.db_socket_timeout_secs, settings.db_statement_timeout_ms
+        found = []
+        if beat >= lease:  # a beat must land inside the lease, or every run loses its claim
+            found.append(
+                f"{PREFIX}HEARTBEAT_INTERVAL_SECS={beat} must be below {PREFIX}CLAIM_LEASE_SECS={lease}"
+            )
+        if grace * 1000 < poll:  # or an instant due just after one poll misfires at the next
+            found.append(
+                f"{PREFIX}MISFIRE_GRACE_SECS={grace} must cover {PREFIX}POLL_INTERVAL_MS={poll} "
+                f"(set it to at least {-(-poll // 1000)})"
+            )
+        if socket * 1000 <= statement:  # the server's cancellation must reach a listening client
+            found.append(
+                f"{PREFIX}DB_SOCKET_TIMEOUT_SECS={socket} must be above "
+                f"{PREFIX}DB_STATEMENT_TIMEOUT_MS={statement}"
+            )
+        if found:
+            raise SettingsError(found)
+        return settings
 
     @property
     def poll_interval(self) -> timedelta:
@@ -169,159 +309,16 @@ class Settings:
         return timedelta(milliseconds=self.execute_margin_ms)
 
 
-def _variable(name: str) -> str:
-    return PREFIX + name.upper()
-
-
-_RANGES: dict[str, tuple[int, int]] = {
-    "poll_interval_ms": (10, 60_000),
-    "claim_batch_size": (1, 1000),
-    "claim_lease_secs": (2, 3600),
-    "heartbeat_interval_secs": (1, 3600),
-    "misfire_grace_secs": (0, 86_400),
-    "max_catch_up": (1, 1000),
-    "default_timeout_ms": (1, TIMEOUT_MAX_MS),
-    "max_in_flight": (1, 10_000),
-    "lookahead_secs": (0, 3600),
-    "retention_hours": (1, 87_600),
-    "reconcile_shard_size": (100, 1_000_000),
-    "reconcile_max_shards": (1, 64),
-    "execute_margin_ms": (0, 60_000),
-    "db_statement_timeout_ms": (100, 3_600_000),
-    "db_socket_timeout_secs": (1, 3600),
-}
-
-
-def _problems(values: Mapping[str, Any], unparsed: set[str]) -> list[str]:
-    """Every range and every rule relating two settings, skipping values that did not parse."""
-    found = [
-        f"{_variable('python_targets')}: {prefix!r} is not a module name such as reports.jobs"
-        for prefix in values["python_targets"]
-        if not (isinstance(prefix, str) and MODULE_NAME.fullmatch(prefix))
-    ]
-    if not all(isinstance(n, Network) for n in values["http_allow_networks"]):
-        found.append(f"{_variable('http_allow_networks')} holds networks (ipaddress.ip_network)")
-    if values["secrets"] not in SECRET_SOURCES:
-        found.append(f"{_variable('secrets')}={values['secrets']!r} must be one of env, aws")
-    for name, (low, high) in _RANGES.items():
-        if name not in unparsed and not low <= values[name] <= high:
-            found.append(f"{_variable(name)}={values[name]} must be between {low} and {high}")
-    if found or unparsed:
-        # A relation between an out-of-range value and another would only repeat the problem.
-        return found
-    if values["heartbeat_interval_secs"] >= values["claim_lease_secs"]:
-        # A beat must land inside the lease, or every run loses its claim to a peer.
-        found.append(
-            f"{_variable('heartbeat_interval_secs')}={values['heartbeat_interval_secs']} "
-            f"must be below {_variable('claim_lease_secs')}={values['claim_lease_secs']}"
+def _message(error: Any) -> str:
+    """The line a pydantic error becomes: the validators' own, or a range naming both ends."""
+    if error["type"] == "settings":
+        return str(error["msg"])
+    name = str(error["loc"][0])
+    variable = _variable(name)
+    if error["type"] in ("greater_than_equal", "less_than_equal"):
+        low, high = (
+            next(getattr(m, end) for m in Settings.model_fields[name].metadata if hasattr(m, end))
+            for end in ("ge", "le")
         )
-    if values["misfire_grace_secs"] * 1000 < values["poll_interval_ms"]:
-        # An instant that became due just after one poll would count as missed at the next.
-        found.append(
-            f"{_variable('misfire_grace_secs')}={values['misfire_grace_secs']} must cover "
-            f"{_variable('poll_interval_ms')}={values['poll_interval_ms']} "
-            f"(set it to at least {-(-values['poll_interval_ms'] // 1000)})"
-        )
-    if values["db_socket_timeout_secs"] * 1000 <= values["db_statement_timeout_ms"]:
-        # The server's cancellation must arrive before the client stops listening for it.
-        found.append(
-            f"{_variable('db_socket_timeout_secs')}={values['db_socket_timeout_secs']} must be "
-            f"above {_variable('db_statement_timeout_ms')}={values['db_statement_timeout_ms']}"
-        )
-    return found
-
-
-def _integer(variable: str, raw: str) -> int:
-    text = raw.strip()
-    if not text:
-        raise ValueError(f"{variable} is empty; unset it to use the default or give a number")
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise ValueError(f"{variable}={raw!r} is not a whole number") from None
-
-
-def _database_url(variable: str, raw: str) -> str:
-    # The URL may carry a password, so no message below repeats it.
-    text = raw.strip()
-    if not text:
-        raise ValueError(f"{variable} is empty; unset it to use {DEFAULT_DATABASE_URL}")
-    try:
-        sa.make_url(text)
-    except ArgumentError:
-        raise ValueError(
-            f"{variable} is not a database URL; use e.g. {DEFAULT_DATABASE_URL} or "
-            "postgresql+pg8000://user@host:5432/db"
-        ) from None
-    return text
-
-
-def _items(raw: str) -> list[str]:
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-def _module_prefixes(variable: str, raw: str) -> tuple[str, ...]:
-    prefixes = tuple(_items(raw))
-    bad = [p for p in prefixes if not MODULE_NAME.fullmatch(p)]
-    if bad:
-        raise ValueError(
-            f"{variable}: {', '.join(map(repr, bad))} not a module name; list module prefixes "
-            "separated by commas, e.g. reports.jobs,billing.tasks"
-        )
-    return prefixes
-
-
-def _networks(variable: str, raw: str) -> tuple[Network, ...]:
-    networks, bad = [], []
-    for item in _items(raw):
-        try:
-            networks.append(ipaddress.ip_network(item))
-        except ValueError as exc:
-            bad.append(f"{item!r} ({exc})")
-    if bad:
-        raise ValueError(
-            f"{variable}: {'; '.join(bad)}; list networks in CIDR form separated by commas, "
-            "e.g. 10.20.0.0/16,fd12:3456::/48"
-        )
-    return tuple(networks)
-
-
-def _webhook_url(variable: str, raw: str) -> str:
-    text = raw.strip()
-    if text and not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", text):
-        raise ValueError(
-            f"{variable} must be an http:// or https:// URL, e.g. http://127.0.0.1:9000/events"
-        )
-    return text
-
-
-def _name(variable: str, raw: str) -> str:
-    text = raw.strip()
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", text):
-        raise ValueError(
-            f"{variable}={raw!r} must be 1-64 letters, digits, `.`, `_` or `-`, starting with a "
-            "letter or digit"
-        )
-    return text
-
-
-def _secret_source(variable: str, raw: str) -> str:
-    text = raw.strip().lower()
-    if text not in SECRET_SOURCES:
-        raise ValueError(
-            f"{variable}={raw!r} must be env (env:CRONLEDGER_SECRET_* variables) or aws "
-            "(Secrets Manager ARNs and SSM parameter names)"
-        )
-    return text
-
-
-_PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "database_url": _database_url,
-    "python_targets": _module_prefixes,
-    "http_allow_networks": _networks,
-    "secrets": _secret_source,
-    "events_webhook_url": _webhook_url,
-    "event_bus_name": lambda variable, raw: raw.strip(),
-    "installation": _name,
-    **dict.fromkeys(_RANGES, _integer),
-}
+        return f"{variable}={error['input']} must be between {low} and {high}"
+    return f"{variable}: {error['msg']}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import replace
 from ipaddress import ip_network
 from typing import Any
 
@@ -28,7 +27,7 @@ from tests.unit.fixtures_targets import RecordingServer, forget_cached_secrets
 SECRET = "Bearer xyzzy-7b1e-secret-4e0c"
 REFERENCE = "env:CRONLEDGER_SECRET_REPORTS_TOKEN"
 #: This test's operator: python targets of the suite, and http targets on this machine.
-LOOPBACK = replace(SETTINGS, http_allow_networks=(ip_network("127.0.0.0/8"),))
+LOOPBACK = SETTINGS.replace(http_allow_networks=(ip_network("127.0.0.0/8"),))
 
 
 @pytest.mark.parametrize("status", [200, 500])
@@ -138,7 +137,7 @@ def test_a_channel_that_would_send_a_bound_secret_to_another_host_is_refused_whe
         SecretString=SECRET,
         Tags=[{"Key": "cronledger:secret-hosts", "Value": "reports.example.com"}],
     )["ARN"]
-    app = create_app(sqlite_ledger, replace(SETTINGS, secrets="aws"))
+    app = create_app(sqlite_ledger, SETTINGS.replace(secrets="aws"))
 
     # When channels name it for another host, and for its own
     elsewhere = new_http_channel(app, "leak", "https://collector.example.net/in", arn)

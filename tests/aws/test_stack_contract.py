@@ -11,6 +11,8 @@ import subprocess
 import sys
 from typing import Any
 
+import sqlalchemy as sa
+
 import cronledger
 from cronledger import alerts, metrics, reconcile
 from cronledger import claim as claim_loop
@@ -149,33 +151,26 @@ def traced_after_import(module: str) -> list[dict[str, Any]]:
     return [ast.literal_eval(line) for line in done.stdout.splitlines()]
 
 
-def test_tracing_patches_the_database_at_import_and_aws_and_http_when_a_function_loads_them() -> (
-    None
-):
-    # reconcile never calls AWS: it traces the database, and does not load botocore's clients
-    # to trace them
+def test_tracing_patches_aws_and_http_when_a_function_loads_them() -> None:
+    # reconcile never calls AWS: it does not load botocore's clients to trace them
     imported, later = traced_after_import("cronledger.aws.reconcile")
-    assert imported["patched"] == ["pg8000"]
+    assert imported["patched"] == []
     assert "botocore.session" not in imported["loaded"]
     # they are traced, as the http target's requests are, as soon as something loads them
     assert later == {
-        "patched": ["botocore", "pg8000"],
+        "patched": ["botocore"],
         "loaded": ["botocore.session", "cronledger.targets.pinned_http"],
         "http target traced": True,
     }
     # claim calls Lambda on every invocation: its clients are loaded, and traced, at import
     imported, _ = traced_after_import("cronledger.aws.claim")
-    assert imported["patched"] == ["botocore", "pg8000"]
+    assert imported["patched"] == ["botocore"]
     assert "botocore.session" in imported["loaded"]
 
 
-HTTP_TARGET_UNDER_A_TRACE = """
-import http.server, threading, time
-import cronledger.aws.execute  # as Lambda imports the handler: tracing on, HTTP patched
+#: What X-Ray emits, kept in `emitted`; `walk` flattens an entity and its subsegments.
+CAPTURED_TRACE = """
 from aws_xray_sdk.core import xray_recorder
-from cronledger.aws.runtime import tracer
-from cronledger.targets import pinned_http
-from cronledger.targets.addresses import literal_address
 
 class Emitted:
     def __init__(self):
@@ -185,6 +180,22 @@ class Emitted:
     def set_daemon_address(self, address):
         pass
 
+def walk(entity):
+    return [entity] + [e for s in entity.get("subsegments", []) for e in walk(s)]
+
+emitted = Emitted()
+xray_recorder.configure(emitter=emitted)
+"""
+
+HTTP_TARGET_UNDER_A_TRACE = (
+    CAPTURED_TRACE
+    + """
+import http.server, threading, time
+import cronledger.aws.execute  # as Lambda imports the handler: tracing on, HTTP patched
+from cronledger.aws.runtime import tracer
+from cronledger.targets import pinned_http
+from cronledger.targets.addresses import literal_address
+
 class Hook(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -193,11 +204,6 @@ class Hook(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-def walk(entity):
-    return [entity] + [e for s in entity.get("subsegments", []) for e in walk(s)]
-
-emitted = Emitted()
-xray_recorder.configure(emitter=emitted)
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 with tracer.provider.in_subsegment("## attempt"):
@@ -210,6 +216,7 @@ traced = [e for emitted_entity in emitted.entities for e in walk(emitted_entity)
 request = [e for e in traced if e["name"] == "127.0.0.1"]
 print(repr([answer.status, sorted({e["name"] for e in traced}), request]))
 """
+)
 
 
 def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> None:
@@ -238,3 +245,59 @@ def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> N
     assert request["http"]["request"]["method"] == "POST" and origin.startswith("http://127.0.0.1:")
     assert request["http"]["response"]["status"] == 204
     assert "T0K3N" not in repr(request) and "S3CR3T" not in repr(request)
+
+
+SQL_UNDER_A_TRACE = (
+    CAPTURED_TRACE
+    + """
+import cronledger.aws.reconcile  # as Lambda imports the handler: tracing on
+import sqlalchemy as sa
+from cronledger.aws import runtime
+
+with runtime.tracer.provider.in_subsegment("## pass"):
+    with runtime.ledger().engine.connect() as connection:
+        connection.execute(sa.text("SELECT :secret"), {"secret": "S3CR3T"})
+        try:
+            connection.execute(sa.text("SELECT no_such_column"))
+        except sa.exc.DBAPIError:
+            pass
+traced = [e for emitted_entity in emitted.entities for e in walk(emitted_entity)]
+print(repr([{k: e.get(k) for k in ("id", "parent_id", "name", "namespace", "sql", "fault")} for e in traced]))
+"""
+)
+
+
+def test_each_ledger_statement_is_a_subsegment_of_the_invocations_trace(
+    pg_database_url: str,
+) -> None:
+    # Given a function's ledger, built as on Lambda (tracing on), inside an invocation's trace
+    done = subprocess.run(
+        [sys.executable, "-c", SQL_UNDER_A_TRACE],
+        env={
+            **lambda_import_environment(),
+            "CRONLEDGER_DATABASE_URL": pg_database_url,
+            "CRONLEDGER_POLL_INTERVAL_MS": "1000",
+            "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;"
+            "Parent=53995c3f42cd8ad8;Sampled=1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    # When it runs a statement and one the database refuses, Then each is a remote subsegment
+    # of the trace with X-Ray's SQL fields, the refused one a fault, and no value is recorded
+    url = sa.make_url(pg_database_url)
+    traced = ast.literal_eval(done.stdout)
+    statements = [e for e in traced if e["name"] == f"{url.database}@{url.host}"]
+    (parent,) = [e for e in traced if e["name"] == "## pass"]
+    assert len(statements) >= 2
+    for statement in statements:
+        assert statement["namespace"] == "remote" and statement["parent_id"] == parent["id"]
+        assert statement["sql"]["database_type"] == "postgresql"
+        assert statement["sql"]["user"] == url.username
+        assert statement["sql"]["driver_version"] == "pg8000"
+    assert [e["fault"] for e in statements[-2:]] == [None, True]
+    assert "S3CR3T" not in done.stdout

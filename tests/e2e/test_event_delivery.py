@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,9 +60,7 @@ def test_a_receiver_down_for_30_seconds_loses_nothing_and_sees_no_gap(
 ) -> None:
     # Given a channel failing every second and a webhook receiver that is down
     receiver = Receiver()
-    settings = replace(
-        FAST, events_webhook_url=receiver.url, http_allow_networks=DEV_ALLOW_NETWORKS
-    )
+    settings = FAST.replace(events_webhook_url=receiver.url, http_allow_networks=DEV_ALLOW_NETWORKS)
     channel = sqlite_ledger.create_channel(
         "nightly-report",
         FAILING,

@@ -19,7 +19,6 @@ import contextlib
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -48,7 +47,7 @@ POLICIES = {
     "latest": {"misfire_policy": "latest"},
     "catch_up": {"misfire_policy": "catch_up", "max_catch_up": 2},
 }
-SETTINGS = replace(FAST, misfire_grace_secs=GRACE_SECS)
+SETTINGS = FAST.replace(misfire_grace_secs=GRACE_SECS)
 WORKERS = 4
 SUMMARY = re.compile(r"skipped (\d+) missed occurrence")
 
@@ -82,7 +81,7 @@ def test_an_outage_runs_the_same_instants_with_and_without_lookahead(
                 5000,
                 CHANNEL_ACTIVE,
             )
-    with_lookahead = replace(SETTINGS, lookahead_secs=LOOKAHEAD_SECS)
+    with_lookahead = SETTINGS.replace(lookahead_secs=LOOKAHEAD_SECS)
     running = _schedulers(ahead, plain, with_lookahead)
     for scheduler in running:
         scheduler.start()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -55,7 +54,7 @@ class Outage:
         return call
 
 
-SETTINGS = replace(FAST, poll_interval_ms=100, misfire_grace_secs=1)
+SETTINGS = FAST.replace(poll_interval_ms=100, misfire_grace_secs=1)
 #: Long enough for the loops' backoff to reach 6.4 s between two tries.
 OUTAGE_SECS = 6.0
 
@@ -71,7 +70,7 @@ def test_after_a_25_second_outage_an_instant_due_3_seconds_later_runs_under_skip
     sqlite_ledger: Ledger,
 ) -> None:
     # the installation's own polls (1 s) and grace (5 s): the backoff alone would wait 16 s
-    settings = replace(FAST, poll_interval_ms=1000, misfire_grace_secs=5)
+    settings = FAST.replace(poll_interval_ms=1000, misfire_grace_secs=5)
     _outage_then_an_instant(sqlite_ledger, settings, 25.0, due_after=timedelta(seconds=3))
 
 

@@ -9,7 +9,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -36,7 +35,7 @@ from tests.polling import wait_until
 #: FAST (beats every second) with a lease no busy machine outlasts: these tests are about
 #: overlap, not about an attempt starved of the processor past its lease (recovered, rightly,
 #: as its next attempt, and a waiter's place expiring with it).
-SETTINGS = replace(FAST, claim_lease_secs=30)
+SETTINGS = FAST.replace(claim_lease_secs=30)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from ipaddress import ip_network
 from typing import Any
@@ -37,7 +36,7 @@ from tests.unit.fixtures_targets import Answer, RecordingServer
 
 RETRY_AT_ONCE = {"max_attempts": 3, "backoff_secs": 0}
 #: FAST, and the recording HTTP server on loopback allowed as a target.
-WITH_LOOPBACK = replace(FAST, http_allow_networks=(ip_network("127.0.0.0/8"),))
+WITH_LOOPBACK = FAST.replace(http_allow_networks=(ip_network("127.0.0.0/8"),))
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,7 +27,7 @@ from tests.polling import wait_until
 
 RECORD = {"type": "python", "callable": "tests.e2e.targets:record"}
 #: Long enough a grace that rows written into the recent past are late, not misfired.
-PATIENT = replace(FAST, misfire_grace_secs=600)
+PATIENT = FAST.replace(misfire_grace_secs=600)
 
 
 @pytest.fixture(autouse=True)
@@ -211,7 +210,7 @@ def test_jitter_spreads_a_thousand_channels_at_one_instant_and_none_starts_befor
     # When the scheduler runs until all 1,000 rows of that instant have completed (with a
     # grace no busy machine's backlog outlasts: a row started later than the grace would be
     # judged a misfire at start, rightly, and never complete)
-    scheduler = LocalScheduler(ledger, replace(FAST, misfire_grace_secs=600))
+    scheduler = LocalScheduler(ledger, FAST.replace(misfire_grace_secs=600))
     scheduler.start()
     try:
         wait_until(lambda: len(completed_at(ledger, instant)) == 1000, timeout=180)

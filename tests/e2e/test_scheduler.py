@@ -11,7 +11,6 @@ import gc
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -737,7 +736,7 @@ def test_a_plan_made_before_an_edit_loses_to_a_reset_onto_the_same_instant(
 ) -> None:
     # Given a per-second channel whose cursor is ten seconds ahead, inside a minute's
     # lookahead, so a pass plans some fifty rows from it
-    settings = replace(FAST, lookahead_secs=60)
+    settings = FAST.replace(lookahead_secs=60)
     channel = make_channel(ledger)
     reconcile_once(ledger, settings)  # cursor initialised
     start = ledger.db_now().replace(microsecond=0) + timedelta(seconds=10)

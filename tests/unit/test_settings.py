@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 from ipaddress import ip_network
 
 import pytest
+from pydantic import ValidationError
 
 from cronledger.ledger import backend
 from cronledger.settings import Settings, SettingsError
@@ -59,7 +59,7 @@ def test_every_variable_is_read_from_its_prefixed_name() -> None:
 
     settings = Settings.from_env(environ)
 
-    assert dataclasses.asdict(settings) == {
+    assert settings.model_dump() == {
         "database_url": "postgresql+pg8000://scheduler@db:5432/cron",
         "poll_interval_ms": 250,
         "claim_batch_size": 50,
@@ -170,7 +170,7 @@ def test_settings_built_directly_obey_the_same_rules() -> None:
 def test_settings_cannot_be_changed_after_start() -> None:
     settings = Settings()
 
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(ValidationError, match="frozen"):
         settings.claim_lease_secs = 5  # type: ignore[misc]
 
 

@@ -1,37 +1,18 @@
 """How a Lambda container reaches the ledger: over verified TLS, as an IAM user, through RDS
-Proxy (the `standard` and `ha` profiles) or straight to the Aurora cluster (`lean`).
+Proxy (`standard`, `ha`) or straight to the Aurora cluster (`lean`).
 
-The stack tells the functions where the database is (`CRONLEDGER_DB_HOST`, `_PORT`, `_NAME`,
-`_USER`), whether that is a proxy (`CRONLEDGER_DB_PROXY`, true unless it says false) and that
-it wants IAM authentication (`CRONLEDGER_DB_IAM_AUTH=true`); it never gives them a password.
-So every new connection presents a fresh authentication token, signed with the function's own
-role at connect time (signing is local, no network call; a token is good for 15 minutes and is
-needed only to connect). The token is what an RDS client's `generate_db_auth_token` makes, a
-SigV4 presigned `connect` URL for the `rds-db` service, signed by the same botocore signer with
-the credentials Lambda puts in the function's environment, but without building an RDS client,
-which would load the RDS service model (as much work as a fifth of a handler's import) for one
-local signature; botocore's signer is loaded by the first connection. The token travels inside
-a TLS context that verifies the server's certificate and host name: a proxy's chains to
-Amazon's public roots, which the runtime's trust store holds; the cluster's to the Amazon RDS
-roots shipped beside this module (`rds-ca-bundle.pem`). Through a proxy no statement is
-prepared on the session (it would pin the session to one backend); straight to the cluster they
-are, as locally. The engine is built once per container; its small pool checks a connection
-that sat idle before using it (`cronledger.ledger.driver`), because the server may close an
-idle connection between invocations. Every container holds at most `PROXY_POOL`'s connections,
-which the stack counts in its connection budget (infra/cronledger_infra/capacity.py).
-
-Without a proxy `migrate` connects as the schema's owner, the cluster's master user, with its
-password (an IAM login would cost it the password its rotation uses), from the secret only it
-is named (`CRONLEDGER_DB_ADMIN_SECRET_ARN`, `admin_engine`).
-
-Every connection is bounded in time (`CRONLEDGER_DB_STATEMENT_TIMEOUT_MS`, `…_SOCKET_TIMEOUT_SECS`,
-see `cronledger.ledger.backend`). RDS Proxy refuses startup parameters and would pin a session
-that sets one, so behind it the statement timeout is the database's default, which the
-deploy's migration sets from the same variable (`cronledger.aws.migrate`); straight to the
-cluster, each session sets it.
-
-`CRONLEDGER_DATABASE_URL`, when set, wins: the tests and a database outside the stack give a
-whole URL instead.
+The stack names the database (`CRONLEDGER_DB_HOST`, `_PORT`, `_NAME`, `_USER`), whether it is
+a proxy (`CRONLEDGER_DB_PROXY`, true unless false) and asks for IAM authentication
+(`CRONLEDGER_DB_IAM_AUTH=true`); it never gives a password. Each new connection presents a
+token signed locally with the function's role (SigV4 presigned `connect` for `rds-db`, as
+RDS's `generate_db_auth_token` makes it, without loading the RDS service model), inside a TLS
+context that verifies the server: a proxy's chain against the runtime's trust store, the
+cluster's against `rds-ca-bundle.pem`. Behind a proxy no statement is prepared and no startup
+parameter is sent (either would pin the session), so the statement timeout there is the
+database's default, which `migrate` sets from the same setting. A container holds at most
+`PROXY_POOL`'s connections (the stack's connection budget counts them). Without a proxy,
+`migrate` connects as the cluster's master user from the secret only it is named
+(`admin_engine`). `CRONLEDGER_DATABASE_URL`, when set, wins.
 """
 
 from __future__ import annotations
@@ -152,24 +133,32 @@ class IamAuthToken:
 
 def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
     """The engine for this container's ledger, from the environment (see the module header)."""
-    settings = Settings.from_env(environ)
     url = environ.get(DATABASE_URL, "").strip()
     if url:
-        return create_ledger_engine(
-            url,
-            statement_timeout_ms=settings.db_statement_timeout_ms,
-            socket_timeout_secs=settings.db_socket_timeout_secs,
-        )
+        return _engine(url, environ)
     endpoint = DatabaseEndpoint.from_env(environ)
-    return create_ledger_engine(
+    return _engine(
         endpoint.url(),
-        prepared_statements=not endpoint.via_proxy,  # a proxy would pin every session
-        # the proxy takes no startup option: behind it, the database's default
-        statement_timeout_ms=None if endpoint.via_proxy else settings.db_statement_timeout_ms,
-        socket_timeout_secs=settings.db_socket_timeout_secs,
+        environ,
+        via_proxy=endpoint.via_proxy,
         password=IamAuthToken(endpoint, function_region()).token,
         connect_args={"ssl_context": endpoint.tls()},
         **PROXY_POOL,
+    )
+
+
+def _engine(
+    url: str | sa.URL, environ: Mapping[str, str], via_proxy: bool = False, **options: Any
+) -> sa.Engine:
+    """An engine bounded by the settings' timeouts; behind a proxy nothing is prepared and
+    the statement timeout is the database's default (module header)."""
+    settings = Settings.from_env(environ)
+    return create_ledger_engine(
+        url,
+        prepared_statements=not via_proxy,
+        statement_timeout_ms=None if via_proxy else settings.db_statement_timeout_ms,
+        socket_timeout_secs=settings.db_socket_timeout_secs,
+        **options,
     )
 
 
@@ -206,10 +195,4 @@ def admin_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine | None:
         port=endpoint.port,
         database=endpoint.database,
     )
-    settings = Settings.from_env(environ)
-    return create_ledger_engine(
-        url,
-        statement_timeout_ms=settings.db_statement_timeout_ms,
-        socket_timeout_secs=settings.db_socket_timeout_secs,
-        connect_args={"ssl_context": endpoint.tls()},
-    )
+    return _engine(url, environ, connect_args={"ssl_context": endpoint.tls()})

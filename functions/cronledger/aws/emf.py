@@ -1,18 +1,10 @@
 """`cronledger.metrics` as CloudWatch EMF, in the shape the stack's alarms match.
 
-The alarms (infra/cronledger_infra/monitoring.py) select `OldestPendingAgeSeconds` and
-`ReconcileSucceeded` by exactly one dimension, `service`. In EMF every metric of one document
-shares that document's dimension set, so a value recorded with dimensions of its own (the
-`Status` of `Occurrences`, the `Operation` of `DbUnavailable`) must not join the main
-document: it would move every metric beside it onto a dimension set no alarm selects. So:
-
-- a value without dimensions goes to Powertools' `Metrics` (dimension `service`), which
-  `log_metrics` flushes when the handler returns;
-- a value with dimensions goes to a document of its own per dimension set (plus `service`),
-  flushed when the invocation's `recording()` block ends, so a loop that records
-  `Occurrences{Status=pending}` every second prints one document, not sixty.
-
-Both accumulate values (EMF takes up to 100 per metric; Powertools flushes early past that).
+The alarms select `OldestPendingAgeSeconds` and `ReconcileSucceeded` by exactly one dimension,
+`service`, and every metric of one EMF document shares its dimension set. So a value without
+dimensions goes to Powertools' `Metrics` (flushed by `log_metrics` when the handler returns),
+and a value with dimensions of its own (`Status`, `Operation`) to a document per dimension set,
+flushed when the invocation's `recording()` block ends: one document per set, not per value.
 """
 
 from __future__ import annotations

@@ -1,23 +1,20 @@
-"""Events onto the installation's EventBridge bus: `source` is `cronledger.<installation>`,
+"""Events onto the installation's EventBridge bus: `source` `cronledger.<installation>`,
 `detail-type` the kind's readable form ("Occurrence Failed"), `detail` the event's document.
 
-PutEvents answers entry by entry: a refused entry comes back in a successful call with an
-`ErrorCode`, so the entry, not the call, says whether its event was accepted. Entries go ten
-to a call, the API's most. A call that fails whole (unreachable, throttled, denied) ends the
-send: its events and those after it stay in the outbox for the sweep, so a bus that cannot be
-reached costs one short timeout, not one per batch. The client is made on the first send, so a
-function whose commits made nothing to deliver never loads botocore for events.
+Each entry, not the call, says whether its event was accepted (a refused entry carries an
+`ErrorCode`). A call that fails whole ends the send: its events and those after it stay in the
+outbox for the sweep, so an unreachable bus costs one short timeout, not one per batch.
+botocore is loaded by the first send, not before.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from cronledger.ledger import Event, Ledger
-from cronledger.outbox import Sender, deliver, detail_type
+from cronledger.outbox import Sender, deliver, detail_type, event_json, in_sequence
 from cronledger.settings import Settings
 from cronledger.targets.clients import AwsClients, arn_region, default_clients
 
@@ -31,9 +28,8 @@ log = logging.getLogger(__name__)
 
 #: The most entries one PutEvents call takes.
 PUT_EVENTS_BATCH = 10
-#: One try of one call, short: the send right after a commit holds up the function that made
-#: the event, and an executor that settled at its deadline has only its margin left for it.
-#: Whatever misses it, the sweep sends again.
+#: One try of one call, short: the send after a commit holds up the function that made the
+#: event (an executor at its deadline has only its margin); what misses it, the sweep sends.
 SEND_TIMEOUT_SECS = 1.0
 
 
@@ -60,7 +56,7 @@ class EventBridgeSender:
 
         clients = self._clients or default_clients()
         client = clients.events(arn_region(self.bus), self.timeout_secs, retried=False)
-        ordered = sorted(events, key=lambda e: (e.channel_id, e.sequence or 0))
+        ordered = in_sequence(events)
         answers: dict[str, str | None] = {}
         for start in range(0, len(ordered), PUT_EVENTS_BATCH):
             batch = ordered[start : start + PUT_EVENTS_BATCH]
@@ -80,7 +76,7 @@ class EventBridgeSender:
             "EventBusName": self.bus,
             "Source": self.source,
             "DetailType": detail_type(event.kind),
-            "Detail": json.dumps(event.document, separators=(",", ":")),
+            "Detail": event_json(event),
             # When it happened (the database's clock), not when a sweep got to send it.
             "Time": event.at,
         }

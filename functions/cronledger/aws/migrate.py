@@ -1,39 +1,21 @@
 """`migrate`: run by the stack's CDK trigger on every deploy, before the other functions get new
-code (infra/cronledger_infra/migration.py). The trigger invokes it synchronously with an empty
-event and reads only whether it failed: an exception fails the deploy, which CloudFormation
-rolls back, with its message shown in the stack's events. Migrating is idempotent (upgrade to
-head, deploys taking turns on an advisory lock), so running it again is harmless.
+code. An exception fails the deploy (CloudFormation rolls back and shows the message); running
+it again is harmless (upgrade to head, deploys taking turns on an advisory lock).
 
-A first deploy runs it as soon as the database exists, which is while the master secret's first
-rotation (started when its rotation schedule is created) may still be changing the password
-and before RDS Proxy reaches the cluster. So, within `CRONLEDGER_MIGRATE_WAIT_SECS` (240 s by
-default, never past its own stop, below, less `MIGRATION_SECS` for the migration itself):
-1. it waits while that secret (`CRONLEDGER_DB_SECRET_ARN`) has a rotation under way or has yet
-   to finish its first, polling `DescribeSecret` (metadata only, never the value), for at most
-   half the time: a rotation stuck for longer is the rotation function's problem, and whether
-   the database answers is what decides;
-2. it migrates, and while the database is unavailable tries again with backoff (1 s, doubling,
-   `cronledger.pacing.Backoff`); when the next try would end past the bound it fails, saying
-   how long it waited and why.
-Migrating makes the statement timeout (`CRONLEDGER_DB_STATEMENT_TIMEOUT_MS`) the database's
-default, which is how sessions through RDS Proxy get it, then upgrades the schema.
+A first deploy may run it while the master secret's first rotation is still changing the
+password and before RDS Proxy reaches the cluster. So, within `CRONLEDGER_MIGRATE_WAIT_SECS`
+(less `MIGRATION_SECS` for the migration itself), it first waits, for at most half that time,
+while the secret (`CRONLEDGER_DB_SECRET_ARN`) has a rotation under way or not yet finished
+(`DescribeSecret`: metadata only), then migrates, retrying with backoff while the database is
+unavailable, and fails naming how long it waited and why once the next try would end past the
+bound. Migrating makes the statement timeout the database's default (how sessions through RDS
+Proxy get it), upgrades the schema and makes sure the application role
+(`CRONLEDGER_DB_APP_USER`) exists with rights to the `cron_*` tables' rows and nothing more.
 
-Whatever happens, it stops `STOP_MARGIN_SECS` before the function's own deadline, so the deploy
-shows its error rather than Lambda's timeout: every connection it opens finishes its handshake
-and every read by then (`cronledger.ledger.connecting`), its statements are cancelled by then,
-and it raises `DeadlineReached` naming that deadline. A connection that is slow to open is
-given up after `CONNECT_TIMEOUT_SECS` and tried again; one that the deadline cut short is not.
-
-`migrate` is the one function that connects as the schema's owner. After upgrading it makes
-sure the application role the other functions connect as (`CRONLEDGER_DB_APP_USER`, set by the
-stack) exists with rights to the `cron_*` tables' rows and nothing more
-(`cronledger.ledger.roles`), so a table a new revision adds is granted in the same deploy.
-All of it is idempotent, so a try the database dropped halfway is simply made again.
-
-It connects as the owner through RDS Proxy with an IAM token, or, without a proxy (the `lean`
-profile), straight to the cluster with the owner's password from the secret the stack names
-to it alone (`admin_engine`): the owner is the cluster's master user, which cannot log in
-with IAM without losing the password its rotation uses.
+Everything stops `STOP_MARGIN_SECS` before the function's deadline, so the deploy shows its
+error rather than Lambda's timeout (`DeadlineReached`). `migrate` is the one function that
+connects as the schema's owner: through RDS Proxy with an IAM token, or, without a proxy, with
+the master user's password from the secret named to it alone (`admin_engine`).
 """
 
 from __future__ import annotations
@@ -115,19 +97,14 @@ def owner() -> Ledger:
 
 
 def migrate(ledger: Ledger, statement_timeout_ms: int, until: float | None = None) -> None:
+    """Upgrade the schema and grant the application role, when the stack names one (a
+    database reached with CRONLEDGER_DATABASE_URL may not want one), with the statement
+    timeout as its own default; with one user for everything, it is the database's default.
+    The schema's owner, building an index, is never held to it."""
     role = os.environ.get(APP_USER, "").strip()
     if not role:
-        # One user for everything: the timeout becomes the database's default.
         ledger.make_statement_timeout_default(statement_timeout_ms)
     ledger.migrate(until=until)
-    ensure_application_role(ledger, statement_timeout_ms)
-
-
-def ensure_application_role(ledger: Ledger, statement_timeout_ms: int) -> None:
-    """Grant the application role, when the stack names one (a database outside the stack,
-    reached with CRONLEDGER_DATABASE_URL, may not want one), with the statement timeout as
-    its own default: the schema's owner, building an index, is never held to it."""
-    role = os.environ.get(APP_USER, "").strip()
     if not role:
         logger.info(f"{APP_USER} is not set: no application role to grant")
         return

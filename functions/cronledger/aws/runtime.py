@@ -1,16 +1,12 @@
-"""What every Lambda function shares: Powertools' logger, metrics and tracer, and the things a
-container builds once and keeps for its life (settings, the ledger and its event sender, an
-executor, the API).
+"""What every Lambda function shares: Powertools' logger, metrics and tracer, and what a
+container builds once and keeps for its life (`per_container`: settings, the ledger and its
+event sender, …).
 
-Import time reads only Powertools' own variables (`POWERTOOLS_SERVICE_NAME`, `…_NAMESPACE`,
-`…_LOG_LEVEL`): a container builds the rest on its first invocation, through
-`per_container` getters, so a bad setting fails that invocation naming the variable, and
-nothing connects until the first handler asks. The services log through stdlib loggers under
-`cronledger.*`; Powertools names its logger after the service, which the stack sets to
-`cronledger`, so their lines go through the same JSON handler with the same appended keys.
-
-Loops stop `LOOP_MARGIN_SECS` before the function's deadline, enough for the round in flight
-(a batch of dispatches) and the metrics flush to finish inside it.
+Importing reads only Powertools' own variables: the rest is built on the first invocation, so
+a bad setting fails that invocation naming the variable, and nothing connects before a
+handler asks. The services' stdlib loggers (`cronledger.*`) go through Powertools' JSON
+handler, which the stack names `cronledger` too. Loops stop `LOOP_MARGIN_SECS` before the
+deadline, time for the round in flight and the metrics flush.
 """
 
 from __future__ import annotations
@@ -21,9 +17,11 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from types import ModuleType
 from typing import Any, TypeVar, cast
 
+import sqlalchemy as sa
 import wrapt
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -39,45 +37,69 @@ RECONCILE_SUCCEEDED = "ReconcileSucceeded"
 #: Occurrences a claim invocation handed to executors.
 DISPATCHED = "Dispatched"
 LOOP_MARGIN_SECS = 3.0
-#: What X-Ray traces, as Powertools names it, and the module whose import patches it: AWS
-#: calls (targets, dispatches, the API's wake: botocore's clients, made from a session).
-#: Patching a library imports it, so it is patched when a function first loads it (wrapt's
-#: post-import hook; X-Ray patches with wrapt), not at import: a function that never calls
-#: AWS (`reconcile`) does not load botocore's clients to trace them. `claim` and `migrate`,
-#: which call AWS on every invocation, load them at import. The http target is traced by
-#: `_trace_http_targets`: X-Ray's own `httplib` patch wraps a method of `http.client` that
-#: urllib3 2, which sends the target's requests, never calls.
+#: What X-Ray patches (as Powertools names it) once a function loads the module it maps to,
+#: never at import (patching imports the library): `reconcile` calls no AWS API and loads no
+#: botocore client. The http target and the ledger's statements are traced by our own hooks
+#: (X-Ray's `httplib` patch misses urllib3 2; its pg8000 patch misses the ledger's connections).
 TRACED_WHEN_LOADED = {"botocore": "botocore.session"}
 HTTP_TARGET_MODULE = "cronledger.targets.pinned_http"
 
-# An invocation may record only metrics with dimensions of their own (a pass that failed, an
-# attempt that was no longer its own), leaving `log_metrics` nothing to flush: expected here,
-# so Powertools' warning about it would only be noise in every such invocation's log.
+# An invocation may record only metrics with dimensions of their own: nothing for `log_metrics`.
 warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
 
 logger = Logger()
 metrics = Metrics()
 emf_sink = EmfSink(metrics)
-# The database is traced from the start: every function connects to it.
-tracer = Tracer(patch_modules=("pg8000",))
+tracer = Tracer(auto_patch=False)  # what is traced, and when: see TRACED_WHEN_LOADED and _trace_sql
 
 
 def _trace(library: str, _module: ModuleType) -> None:
     tracer.patch([library])
 
 
+def _trace_sql(engine: sa.Engine) -> None:
+    """Each statement the ledger sends becomes a `remote` subsegment with X-Ray's SQL fields,
+    as X-Ray's pg8000 patch records them for what `pg8000.connect` opens (the ledger opens its
+    connections itself): the database, its user and driver, never a statement's values."""
+    name, url = f"{engine.url.database}@{engine.url.host}", engine.url
+    sql = {
+        "url": url.render_as_string(hide_password=True),
+        "user": url.username or "",
+        "database_type": engine.dialect.name,
+        "driver_version": engine.driver,
+    }
+
+    def begin(connection: sa.Connection, *_: Any) -> None:
+        statement = connection.info["xray"] = ExitStack()
+        subsegment: Any = statement.enter_context(
+            tracer.provider.in_subsegment(name, namespace="remote")
+        )
+        if subsegment is not None:  # None with no trace to join (not in an invocation)
+            subsegment.set_sql(sql)
+
+    def end(connection: sa.Connection, *_: Any) -> None:
+        connection.info.pop("xray").close()
+
+    def fail(context: sa.engine.ExceptionContext) -> None:
+        statement = context.connection and context.connection.info.pop("xray", None)
+        if statement is not None:
+            failure = context.original_exception
+            statement.__exit__(type(failure), failure, failure.__traceback__)
+
+    sa.event.listen(engine, "before_cursor_execute", begin)
+    sa.event.listen(engine, "after_cursor_execute", end)
+    sa.event.listen(engine, "handle_error", fail)
+
+
 def _trace_http_targets(module: ModuleType) -> None:
-    """Each request an http target sends becomes a `remote` subsegment named by its host, as
-    X-Ray's own HTTP patches name theirs, with the method, the status and the origin. Not the
-    path or the query: a webhook's path is often its credential."""
+    """Each http target request is a `remote` subsegment named by its host, with its method,
+    status and origin; never its path or query (a webhook's path is often its credential)."""
     send = module.send
 
     @functools.wraps(send)
     def traced(**request: Any) -> Any:
         with tracer.provider.in_subsegment(request["host"], namespace="remote") as segment:
-            # X-Ray's Subsegment (Powertools types it as its own abstract segment), or None
-            # with no trace to join (not in an invocation)
-            subsegment: Any = segment
+            subsegment: Any = segment  # X-Ray's; None with no trace to join
             if subsegment is None:
                 return send(**request)
             origin = f"{request['scheme']}://{request['host']}:{request['port']}"
@@ -94,10 +116,8 @@ for _library, _module in TRACED_WHEN_LOADED.items():
     wrapt.register_post_import_hook(functools.partial(_trace, _library), _module)
 wrapt.register_post_import_hook(_trace_http_targets, HTTP_TARGET_MODULE)
 
-# What is loaded by now (SQLAlchemy, Powertools, pg8000, the ledger) lives as long as the
-# container: frozen out of the cyclic collector's sight, it is not walked again by the full
-# collections the rest of the import and every later invocation trigger (a twentieth of a
-# handler's import).
+# What is loaded by now lives as long as the container: frozen, the cyclic collector's full
+# collections never walk it again.
 gc.freeze()
 
 T = TypeVar("T")
@@ -119,8 +139,7 @@ def per_container(factory: Callable[[], T]) -> Callable[[], T]:
 
 
 def forget_container() -> None:
-    """Drop everything built so far, closing the ledger's connections: the next call builds
-    afresh, as in a new container. The tests use it between cases."""
+    """Drop everything built so far, closing the ledger's connections, as a new container."""
     with _building:
         built = list(_built.values())
         _built.clear()
@@ -138,7 +157,10 @@ def settings() -> Settings:
 def ledger() -> Ledger:
     """The container's ledger; the events a commit makes are sent to the installation's bus
     right after it, by the function that made them (what misses that, the sweep sends)."""
-    built = Ledger(ledger_engine())
+    engine = ledger_engine()
+    if not tracer.disabled:
+        _trace_sql(engine)
+    built = Ledger(engine)
     sender = event_sender()
     if sender is not None:
         built.on_events = send_after_commit(built, sender)

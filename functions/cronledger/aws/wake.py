@@ -1,12 +1,9 @@
-"""Waking `claim` from the API: a manual trigger, a retry or a backfill writes rows that are
-due at once, and `claim` runs only while something is due (then returns until the next
-minute's tick). So after answering such a request the `api` function invokes `claim`
-asynchronously, and the run starts within seconds instead of at the next tick.
+"""Waking `claim` from the API: a trigger, retry or backfill writes rows due at once, and
+`claim` runs only while something is due, so once such a request is answered `api` invokes
+`claim` asynchronously and the run starts within seconds, not at the next minute's tick.
 
-The wake carries nothing: `claim` claims whatever is due, so a duplicate or a late wake is a
-claim round that finds nothing. A wake that cannot be delivered is logged and left to the next
-tick: the rows are in the ledger either way, and the request has already been answered. Only
-`api` is told `claim`'s name (`CRONLEDGER_CLAIM_FUNCTION_NAME`) and may invoke it.
+The wake carries nothing (`claim` claims whatever is due): a duplicate or late wake is a round
+that finds nothing, and one that cannot be delivered is logged and left to the next tick.
 """
 
 from __future__ import annotations
