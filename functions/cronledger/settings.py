@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, Self, get_args
 
 import sqlalchemy as sa
 from pydantic import (
@@ -241,7 +241,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _checked(cls, values: Any, handler: ModelWrapValidatorHandler[Settings]) -> Settings:
+    def _checked(cls, values: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         """Every problem at once, as a `SettingsError`; the rules relating two settings only
         once each alone is valid (a relation to a bad value would only repeat the problem)."""
         try:
