@@ -64,9 +64,9 @@ def ensure_demo_channel(ledger: Ledger) -> Channel:
     it exists it is the operator's: a demo they paused or archived stays so on every restart
     (the caller says how to resume it) rather than firing again behind their back."""
     try:
-        return ledger.get_channel_by_name(DEMO_CHANNEL["name"])  # type: ignore[arg-type]
+        return ledger.channels.get_channel_by_name(DEMO_CHANNEL["name"])  # type: ignore[arg-type]
     except NotFound:
-        return ledger.create_channel(
+        return ledger.channels.create_channel(
             name=DEMO_CHANNEL["name"],  # type: ignore[arg-type]
             transport_config=DEMO_CHANNEL["transport_config"],  # type: ignore[arg-type]
             target=DEMO_CHANNEL["target"],  # type: ignore[arg-type]
@@ -138,7 +138,7 @@ class LocalScheduler:
             thread.start()
             self._threads.append(thread)
         if self.courier is not None:
-            self.ledger.on_events = self.courier.submit
+            self.ledger.events.on_events = self.courier.submit
             self.courier.start()
 
     def shutdown(self, drain_secs: float = DRAIN_SECS) -> bool:
@@ -152,8 +152,8 @@ class LocalScheduler:
         drained = self.invoker.shutdown(max(0.0, deadline - time.monotonic()))
         if self.courier is not None:
             # Last: the drained attempts' events go out now; what does not waits in the outbox.
-            if self.ledger.on_events == self.courier.submit:
-                self.ledger.on_events = None
+            if self.ledger.events.on_events == self.courier.submit:
+                self.ledger.events.on_events = None
             self.courier.stop(max(0.5, deadline - time.monotonic()))
         return drained
 

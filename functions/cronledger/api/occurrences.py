@@ -61,7 +61,7 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
     ) -> Page[OccurrenceSummary]:
         _known("status", status, OCCURRENCE_STATUSES)
         _known("trigger", trigger, TRIGGERS)
-        page = ledger.list_occurrences(
+        page = ledger.occurrences.list_occurrences(
             OccurrenceFilter(
                 channel_id=channel_id,
                 status=status,
@@ -84,8 +84,10 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def get_occurrence(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
-        occurrence = ledger.get_occurrence(occurrence_id)
-        return One(data=occurrence_record(occurrence, ledger.attempts_of(occurrence_id)))
+        occurrence = ledger.occurrences.get_occurrence(occurrence_id)
+        return One(
+            data=occurrence_record(occurrence, ledger.occurrences.attempts_of(occurrence_id))
+        )
 
     @app.post(
         f"{PREFIX}/cron/occurrences/<occurrence_id>/retry",
@@ -96,7 +98,7 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def retry(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
-        return One(data=occurrence_record(ledger.requeue(occurrence_id)))
+        return One(data=occurrence_record(ledger.occurrences.requeue(occurrence_id)))
 
     @app.post(
         f"{PREFIX}/cron/occurrences/<occurrence_id>/cancel",
@@ -110,7 +112,7 @@ def add_occurrence_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         occurrence_id: OccurrenceId, body: Annotated[CancelReason | None, Body()] = None
     ) -> One[OccurrenceRecord]:
         reason = None if body is None else body.reason
-        cancelled = ledger.cancel(occurrence_id, by=_caller(app), reason=reason)
+        cancelled = ledger.occurrences.cancel(occurrence_id, by=_caller(app), reason=reason)
         return One(data=occurrence_record(cancelled))
 
 

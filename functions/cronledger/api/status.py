@@ -62,7 +62,7 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         after: After = None,
         exact_total: ExactTotal = False,
     ) -> Page[ChannelStatus]:
-        page = ledger.list_channels(
+        page = ledger.channels.list_channels(
             status=CHANNEL_ACTIVE,
             limit=limit,
             offset=offset,
@@ -75,9 +75,9 @@ def add_status_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         schedules = {channel.channel_id: compiled(channel) for channel in page.data}
         keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}
         # A fixed handful of reads for the whole page, whatever its size.
-        states = cursors_by_channel(ledger.schedule_states(ids))
-        activity = ledger.channel_activity(ids, keys)
-        alerts = ledger.open_alerts(ids)
+        states = cursors_by_channel(ledger.cursors.schedule_states(ids))
+        activity = ledger.reporting.channel_activity(ids, keys)
+        alerts = ledger.events.open_alerts(ids)
         return Page.of(
             page,
             lambda c: _status(
@@ -101,9 +101,9 @@ def add_health_routes(app: APIGatewayHttpResolver, ledger: Ledger) -> None:
         custom_response_validation_http_code=BROKEN_RESPONSE,
     )
     def health() -> One[Health]:
-        beats = ledger.job_heartbeats()
-        backlog = ledger.backlog()
-        outbox = ledger.outbox()
+        beats = ledger.reporting.job_heartbeats()
+        backlog = ledger.reporting.backlog()
+        outbox = ledger.events.outbox()
         return One(
             data=Health(
                 database="reachable",

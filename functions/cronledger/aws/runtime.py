@@ -141,7 +141,7 @@ def ledger() -> Ledger:
     built = Ledger(ledger_engine())
     sender = event_sender()
     if sender is not None:
-        built.on_events = send_after_commit(built, sender)
+        built.events.on_events = send_after_commit(built, sender)
     return built
 
 

@@ -18,7 +18,8 @@ from sqlalchemy.dialects import postgresql
 from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
-from cronledger.ledger.events import Draft
+from cronledger.ledger.cursors import CursorStore
+from cronledger.ledger.events import Draft, EventStore
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
@@ -30,6 +31,7 @@ from cronledger.ledger.models import (
 )
 from cronledger.ledger.occurrences import OccurrenceStore
 from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, read_page
+from cronledger.ledger.store import Store
 from cronledger.ledger.tables import channel_versions, channels
 
 #: For each status, the statuses a channel may move to it from. Same-status is a no-op.
@@ -47,7 +49,15 @@ _TURNS: dict[tuple[str | None, str], str] = {
 }
 
 
-class ChannelStore(OccurrenceStore):
+class ChannelStore(Store):
+    def __init__(
+        self, base: Store, events: EventStore, cursors: CursorStore, occurrences: OccurrenceStore
+    ) -> None:
+        super().__init__(base)
+        self.events = events
+        self.cursors = cursors
+        self.occurrences = occurrences
+
     def create_channel(
         self,
         name: str,
@@ -95,7 +105,7 @@ class ChannelStore(OccurrenceStore):
                     channel_id=row.channel_id, version=1, created_at=now, **document
                 )
             )
-            self._note_change(conn, row.channel_id)
+            self.cursors._note_change(conn, row.channel_id)
             if dry_run:
                 conn.rollback()
         return Channel(**row._mapping)
@@ -134,7 +144,7 @@ class ChannelStore(OccurrenceStore):
                         channel_id=channel_id, version=row.version, created_at=now, **document
                     )
                 )
-                self._note_change(conn, channel_id)
+                self.cursors._note_change(conn, channel_id)
                 if dry_run:
                     conn.rollback()
                 return Channel(**row._mapping)
@@ -166,15 +176,15 @@ class ChannelStore(OccurrenceStore):
             row = conn.execute(stmt).one_or_none()
             if row is not None:
                 if status in (CHANNEL_PAUSED, CHANNEL_ARCHIVED):
-                    self._pause_cursor(conn, channel_id)
-                self._note_change(conn, channel_id)
+                    self.cursors._pause_cursor(conn, channel_id)
+                self.cursors._note_change(conn, channel_id)
                 if (kind := _TURNS.get((before, status))) is not None:
-                    made = self._record(conn, [Draft(kind, channel_id, reason=reason)])
+                    made = self.events.record(conn, [Draft(kind, channel_id, reason=reason)])
                 if dry_run:
                     conn.rollback()
                     made = []
         if row is not None:
-            self._announce(made)
+            self.events.announce(made)
             return Channel(**row._mapping)
         current = self.get_channel(channel_id)
         raise Conflict(
@@ -290,7 +300,7 @@ class ChannelStore(OccurrenceStore):
         """Purge a channel: its versions, cursor and occurrences, and the singleton slots
         those hold, in one transaction. NotFound when there is no such channel."""
         with self._write() as conn:
-            self._purge(conn, channel_id)
+            self.occurrences._purge(conn, channel_id)
             conn.execute(
                 sa.delete(channel_versions).where(channel_versions.c.channel_id == channel_id)
             )

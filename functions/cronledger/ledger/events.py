@@ -1,6 +1,6 @@
 """Events: an outbox written by the transaction that makes the change it reports.
 
-- `_record` is only ever called inside a write transaction that has just changed an
+- `record` is only ever called inside a write transaction that has just changed an
   occurrence or a cursor: the change and its event commit together or not at all. It locks
   the channels' alert rows in channel id order, after every other row the transaction
   writes, so two recording transactions cannot wait on each other in a cycle.
@@ -79,12 +79,12 @@ class EventStore(Store):
     #: commit (the caller's thread): the function that made them sends them.
     on_events: Any = None
 
-    def _announce(self, made: Sequence[Event]) -> None:
+    def announce(self, made: Sequence[Event]) -> None:
         deliver = [event for event in made if event.deliver]
         if deliver and self.on_events is not None:
             self.on_events(deliver)
 
-    def _record(self, conn: sa.Connection, drafts: Sequence[Draft]) -> list[Event]:
+    def record(self, conn: sa.Connection, drafts: Sequence[Draft]) -> list[Event]:
         """Write the events of `drafts` in the caller's transaction, moving each channel's
         alert state; answers them in order."""
         if not drafts:
@@ -319,7 +319,7 @@ class EventStore(Store):
         channels whose cursor has fallen behind their schedule by more than their
         `alerts.overdue_after_secs`; answers the events written."""
         made = self._overdue_occurrences(limit) + self._stalled_channels(limit)
-        self._announce(made)
+        self.announce(made)
         return made
 
     def _overdue_occurrences(self, limit: int) -> list[Event]:
@@ -336,7 +336,7 @@ class EventStore(Store):
                 .returning(*occurrences.c)
             ).all()
             found = sorted((Occurrence(*row) for row in rows), key=lambda o: o.channel_id)
-            return self._record(conn, [draft(alerts.OVERDUE, o) for o in found])
+            return self.record(conn, [draft(alerts.OVERDUE, o) for o in found])
 
     def _stalled_channels(self, limit: int) -> list[Event]:
         """Running cursors behind the clock are few (a pass moves each past now), and read
@@ -381,7 +381,7 @@ class EventStore(Store):
                     .where(channel_alerts.c.channel_id.in_(sorted(caught_up)))
                     .values(stalled_at=None)
                 )
-            made = self._record(
+            made = self.record(
                 conn,
                 [
                     Draft(alerts.STALLED, channel_id, oldest_scheduled_for=since)

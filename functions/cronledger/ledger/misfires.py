@@ -35,6 +35,7 @@ from cronledger.ledger.models import (
     MisfireRule,
     Occurrence,
 )
+from cronledger.ledger.store import Store
 from cronledger.ledger.tables import occurrences, schedule_state, status_is
 
 Verdict = Literal["run", "skipped", "behind", "lost"]
@@ -61,7 +62,11 @@ def misfire_due(sql: Backend, grace_secs: float) -> sa.ColumnElement[bool]:
     )
 
 
-class MisfireStore(EventStore):
+class MisfireStore(Store):
+    def __init__(self, base: Store, events: EventStore) -> None:
+        super().__init__(base)
+        self.events = events
+
     def judge_misfires(
         self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
     ) -> Judgment:
@@ -123,7 +128,7 @@ class MisfireStore(EventStore):
                     ordered = sorted(
                         (Occurrence(*r) for r in skipped), key=lambda o: o.scheduled_for
                     )
-                    made = self._record(
+                    made = self.events.record(
                         conn,
                         [
                             draft(
@@ -139,7 +144,7 @@ class MisfireStore(EventStore):
                     occurrences.c.status, occurrences.c.claimed_by, occurrences.c.misfire_judged
                 ).where(occurrences.c.id == occurrence_id)
             ).one_or_none()
-        self._announce(made)
+        self.events.announce(made)
         if mine is not None and mine.status == SKIPPED_MISFIRE:
             return Judgment("skipped", dropped)
         if mine is not None and (mine.status, mine.claimed_by) == (CLAIMED, claimant):

@@ -21,7 +21,7 @@ from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.instants import require_utc
 from cronledger.ledger import attempt_log
 from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
-from cronledger.ledger.events import draft
+from cronledger.ledger.events import EventStore, draft
 from cronledger.ledger.models import (
     ACTIVE_STATUSES,
     CANCELLED,
@@ -41,6 +41,7 @@ from cronledger.ledger.models import (
 )
 from cronledger.ledger.paging import PageRequest, read_page
 from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
+from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     channel_alerts,
     channel_changes,
@@ -57,7 +58,12 @@ RETENTION_BATCH = 1000
 INSERT_CHUNK = 1000
 
 
-class OccurrenceStore(CursorStore):
+class OccurrenceStore(Store):
+    def __init__(self, base: Store, events: EventStore, cursors: CursorStore) -> None:
+        super().__init__(base)
+        self.events = events
+        self.cursors = cursors
+
     def insert_occurrence(self, row: NewOccurrence) -> bool:
         """Materialise one occurrence; True when this call created it."""
         return self.insert_occurrences([row]) == 1
@@ -94,13 +100,13 @@ class OccurrenceStore(CursorStore):
         made: list[Event] = []
         if not self._sql.is_postgres:
             with self._write() as conn:
-                moved_ids = self._advance_in(conn, moves)
+                moved_ids = self.cursors._advance_in(conn, moves)
                 mine = [row for row in rows if row.channel_id in moved_ids]
                 count = self._insert_in(conn, mine) if mine else 0
                 made = self._summary_events(conn, summaries)
-            self._announce(made)
+            self.events.announce(made)
             return count, moved_ids
-        move, moved = self._moves_statement(moves)
+        move, moved = self.cursors._moves_statement(moves)
         if rows:
             inserted = _counted(self._insert_statement(rows, only=sa.select(moved.c.channel_id)))
         else:
@@ -110,7 +116,7 @@ class OccurrenceStore(CursorStore):
         with self._write(single=not summaries) as conn:
             count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
             made = self._summary_events(conn, summaries)
-        self._announce(made)
+        self.events.announce(made)
         return int(count), set(moves_of(moves)) - set(lost_ids)
 
     def _summary_events(self, conn: sa.Connection, summaries: list[NewOccurrence]) -> list[Event]:
@@ -123,7 +129,7 @@ class OccurrenceStore(CursorStore):
             sa.select(occurrences).where(occurrences.c.id.in_(list(by_id)))
         ).all()
         found = sorted((Occurrence(*r) for r in written), key=lambda o: o.channel_id)
-        return self._record(
+        return self.events.record(
             conn,
             [
                 draft(
@@ -352,11 +358,11 @@ class OccurrenceStore(CursorStore):
                 # A start of this occurrence committed while the UPDATE above waited for
                 # its row: the slot it took was not yet its own when the release ran.
                 release_slots_of(conn, self._sql, [occurrence_id])
-            return cancelled, self._record(conn, [draft(alerts.CANCELLED, cancelled)])
+            return cancelled, self.events.record(conn, [draft(alerts.CANCELLED, cancelled)])
 
         done = self._atomic(cancel)
         if done is not None:
-            self._announce(done[1])
+            self.events.announce(done[1])
             return done[0]
         current = self.get_occurrence(occurrence_id)
         raise Conflict(

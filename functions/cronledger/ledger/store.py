@@ -66,12 +66,21 @@ def _lost_session(context: sa.engine.ExceptionContext) -> None:
 
 
 class Store:
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self._sql = Backend(engine.dialect.name)
-        if self._sql.is_postgres and not sa.event.contains(engine, "handle_error", _lost_session):
-            sa.event.listen(engine, "handle_error", _lost_session)
-        self._statements: dict[Hashable, Any] = {}
+    """The base of every store: on an engine, a base of its own; on another store, that
+    store's engine, backend and statement cache, shared, so a ledger's stores make each
+    statement once and run it on one pool."""
+
+    engine: sa.Engine
+    _sql: Backend
+    _statements: dict[Hashable, Any]
+
+    def __init__(self, base: Store | sa.Engine) -> None:
+        if isinstance(base, Store):
+            self.engine, self._sql, self._statements = base.engine, base._sql, base._statements
+            return
+        self.engine, self._sql, self._statements = base, Backend(base.dialect.name), {}
+        if self._sql.is_postgres and not sa.event.contains(base, "handle_error", _lost_session):
+            sa.event.listen(base, "handle_error", _lost_session)
 
     def _statement(self, key: Hashable, build: Callable[[], S]) -> S:
         """The statement `build` makes, made once per `key` and kept, its values bound by
