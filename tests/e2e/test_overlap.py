@@ -30,7 +30,7 @@ from cronledger.ledger import (
 from cronledger.local import LocalScheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel, rows
-from tests.ledger.helpers import empty_tables, with_stores
+from tests.ledger.helpers import empty_tables, held_slots, with_stores
 from tests.polling import wait_until
 
 #: FAST (beats every second) with a lease no busy machine outlasts: these tests are about
@@ -249,7 +249,7 @@ def test_eight_replace_channels_on_one_key_stop_each_replaced_holder_at_its_next
         for _ in range(3):
             ids.extend(_trigger_all(pg_ledger, channels))
             wait_until(lambda: _none_pending(pg_ledger, ids), timeout=60)
-            held_seen.append(pg_ledger.reporting.held_slots("shared"))
+            held_seen.append(held_slots(pg_ledger, "shared"))
             time.sleep(1.5 * SETTINGS.heartbeat_interval.total_seconds())
         replaced = [i for i in ids if pg_ledger.occurrences.get_occurrence(i).status == CANCELLED]
         wait_until(lambda: len(reports) >= len(replaced), timeout=60)

@@ -39,7 +39,7 @@ from cronledger.reconcile import reconcile_once
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.e2e import targets
-from tests.ledger.helpers import expire_claim, with_stores
+from tests.ledger.helpers import expire_claim, held_slots, with_stores
 from tests.polling import wait_until
 
 FAST = Settings(
@@ -314,7 +314,7 @@ def test_forbid_with_a_slow_target_skips_contenders_and_never_overlaps(
     skipped = [o for o in rows(ledger) if o.status == SKIPPED_SINGLETON]
     assert all(channel.channel_id in (o.error_message or "") for o in skipped)
     assert all(o.claimed_until is None for o in skipped)
-    assert ledger.reporting.held_slots(channel.channel_id) <= slots
+    assert held_slots(ledger, channel.channel_id) <= slots
 
 
 def test_an_executor_that_dies_mid_run_is_recovered_and_the_dead_one_writes_nothing(
@@ -369,7 +369,7 @@ def test_cancelling_a_running_occurrence_stops_its_attempt_and_frees_its_slot(
     claim_once(ledger, FAST, invoker)
     wait_until(lambda: any(o.status == RUNNING for o in rows(ledger)))
     (running,) = [o for o in rows(ledger) if o.status == RUNNING]
-    assert ledger.reporting.held_slots(channel.channel_id) == 1
+    assert held_slots(ledger, channel.channel_id) == 1
 
     # When an operator cancels it
     ledger.occurrences.cancel(running.id)
@@ -379,7 +379,7 @@ def test_cancelling_a_running_occurrence_stops_its_attempt_and_frees_its_slot(
     assert reports[0].outcome == "superseded" and reports[0].status is None
     row = ledger.occurrences.get_occurrence(running.id)
     assert row.status == "cancelled" and row.claimed_until is None
-    assert ledger.reporting.held_slots(channel.channel_id) == 0
+    assert held_slots(ledger, channel.channel_id) == 0
     invoker.shutdown(1)
 
 

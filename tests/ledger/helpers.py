@@ -41,6 +41,15 @@ def with_stores(ledger: Ledger, **stores: Any) -> Ledger:
     return view
 
 
+def held_slots(ledger: Ledger, key: str) -> int:
+    """How many slots of a singleton key a live lease holds."""
+    return ledger.reporting.channel_activity([], [key]).held_slots.get(key, 0)
+
+
+def pending_count(ledger: Ledger, channel_id: str) -> int:
+    return ledger.reporting.channel_activity([channel_id], []).pending.get(channel_id, 0)
+
+
 def row(at: datetime, channel_id: str = "ch", **overrides: Any) -> NewOccurrence:
     """A fresh occurrence of `channel_id` at `at` (a new id every call, like a reconciler)."""
     return replace(NewOccurrence(channel_id, "nightly", 1, at), **overrides)

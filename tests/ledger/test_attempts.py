@@ -20,6 +20,7 @@ from tests.ledger.helpers import (
     contend,
     expire_claim,
     expire_singleton,
+    held_slots,
     release_singleton,
     row,
     seed_due,
@@ -56,7 +57,7 @@ def test_starting_moves_the_occurrence_to_running_under_its_lease(ledger: Ledger
     assert running.executing_version == 7
     assert running.started_at is not None
     assert running.claimed_until is not None and running.claimed_until > ledger.db_now()
-    assert ledger.reporting.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
 
 
 def test_one_singleton_key_admits_one_occurrence(ledger: Ledger) -> None:
@@ -67,7 +68,7 @@ def test_one_singleton_key_admits_one_occurrence(ledger: Ledger) -> None:
 
     assert busy == AttemptStart("singleton_busy"), "a live key must refuse the second"
     assert ledger.occurrences.get_occurrence(second.id).status == "claimed", "busy writes nothing"
-    assert ledger.reporting.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
 
 
 def test_a_key_with_two_slots_admits_two_occurrences_and_refuses_a_third(ledger: Ledger) -> None:
@@ -78,7 +79,7 @@ def test_a_key_with_two_slots_admits_two_occurrences_and_refuses_a_third(ledger:
     assert shape(start(ledger, first, "node-a", "key", slots=2)) == ("started", 1, 0)
     assert shape(start(ledger, second, "node-a", "key", slots=2)) == ("started", 1, 1)
     assert start(ledger, third, "node-a", "key", slots=2).outcome == "singleton_busy"
-    assert ledger.reporting.held_slots("key") == 2
+    assert held_slots(ledger, "key") == 2
 
 
 def test_distinct_keys_do_not_contend(ledger: Ledger) -> None:
@@ -86,7 +87,7 @@ def test_distinct_keys_do_not_contend(ledger: Ledger) -> None:
 
     assert start(ledger, first, "node-a", "key-a").started
     assert start(ledger, second, "node-a", "key-b").started
-    assert (ledger.reporting.held_slots("key-a"), ledger.reporting.held_slots("key-b")) == (1, 1)
+    assert (held_slots(ledger, "key-a"), held_slots(ledger, "key-b")) == (1, 1)
 
 
 def test_without_a_singleton_occurrences_overlap(ledger: Ledger) -> None:
@@ -109,7 +110,7 @@ def test_starting_an_occurrence_this_node_no_longer_holds_is_lost(ledger: Ledger
     assert outcome == AttemptStart("lost")
     stored = ledger.occurrences.get_occurrence(due.id)
     assert (stored.status, stored.claimed_by) == ("claimed", "node-b")
-    assert ledger.reporting.held_slots("key") == 0
+    assert held_slots(ledger, "key") == 0
 
 
 def test_starting_twice_is_lost_the_second_time(ledger: Ledger) -> None:
@@ -137,7 +138,7 @@ def test_taking_over_an_expired_key_bumps_the_fencing_token(ledger: Ledger) -> N
     assert shape(start(ledger, taken_over, "node-b", "key")) == ("started", 2, 0), (
         "an expired key is takeable, under a higher generation"
     )
-    assert ledger.reporting.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
 
 
 def test_a_superseded_holder_cannot_renew_settle_or_release(ledger: Ledger) -> None:
@@ -157,10 +158,10 @@ def test_a_superseded_holder_cannot_renew_settle_or_release(ledger: Ledger) -> N
     # Then every one of those matches nothing: node-a's row and node-b's slot are untouched
     assert (renewed, settled, released) == (False, False, False)
     assert ledger.occurrences.get_occurrence(first.id).status == "running"
-    assert ledger.reporting.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
     assert ledger.attempts.renew(taken_over.id, "node-b", 2, LEASE), "the real holder still renews"
     assert release_singleton(ledger, "key", taken_over.id, "node-b", 2), "and releases its own slot"
-    assert ledger.reporting.held_slots("key") == 0
+    assert held_slots(ledger, "key") == 0
 
 
 def test_a_reclaimed_occurrence_fences_its_own_earlier_attempt(ledger: Ledger) -> None:
@@ -176,7 +177,7 @@ def test_a_reclaimed_occurrence_fences_its_own_earlier_attempt(ledger: Ledger) -
 
     # Then attempt 2 takes the slot attempt 1 held, under a new token, and attempt 1 is fenced
     assert shape(outcome) == ("started", 2, 0)
-    assert ledger.reporting.held_slots("key") == 1, "one occurrence never holds two slots"
+    assert held_slots(ledger, "key") == 1, "one occurrence never holds two slots"
     assert not ledger.attempts.renew(due.id, "node-a", 1, LEASE)
     assert ledger.occurrences.get_occurrence(due.id).attempt == 2
 
@@ -204,19 +205,19 @@ def test_a_superseded_claimant_cannot_release_a_later_attempts_slot_under_an_equ
 
     # Then nothing is freed: attempt 2 still holds slot 1 and renews under its token
     assert not released
-    assert ledger.reporting.held_slots("key") == 2
+    assert held_slots(ledger, "key") == 2
     current = ledger.occurrences.get_occurrence(stalled.id)
     assert (current.claimed_by, current.singleton_slot, current.fencing_token) == ("node-b", 1, 1)
     assert ledger.attempts.renew(stalled.id, "node-b", 1, LEASE)
     assert release_singleton(ledger, "key", stalled.id, "node-b", 1)
-    assert ledger.reporting.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
 
 
 def test_a_released_slot_hands_the_next_holder_a_higher_token(ledger: Ledger) -> None:
     first, second = claimed_pair(ledger)
     assert start(ledger, first, "node-a", "key").fencing_token == 1
     assert ledger.attempts.settle(first.id, "node-a", "completed", fencing_token=1)
-    assert ledger.reporting.held_slots("key") == 0
+    assert held_slots(ledger, "key") == 0
 
     assert shape(start(ledger, second, "node-a", "key")) == ("started", 2, 0), (
         "tokens never repeat on a key, even after a release"
@@ -231,7 +232,7 @@ def test_a_renewal_extends_both_the_claim_and_the_singleton(ledger: Ledger) -> N
     assert token is not None
     expire_claim(ledger, due.id)
     expire_singleton(ledger, "key")
-    assert ledger.reporting.in_flight_count() == 0 and ledger.reporting.held_slots("key") == 0
+    assert ledger.reporting.in_flight_count() == 0 and held_slots(ledger, "key") == 0
 
     # When the holder renews
     assert ledger.attempts.renew(due.id, "node-a", token, 600)
@@ -241,7 +242,7 @@ def test_a_renewal_extends_both_the_claim_and_the_singleton(ledger: Ledger) -> N
     renewed = ledger.occurrences.get_occurrence(due.id)
     assert renewed.claimed_until is not None
     assert renewed.claimed_until > now + timedelta(seconds=590)
-    assert ledger.reporting.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
     assert ledger.reporting.in_flight_count() == 1
     assert ledger.attempts.claim("node-b", 10, LEASE).leased == []
     assert not ledger.attempts.renew(due.id, "node-a", token + 1, 600), (
@@ -288,7 +289,7 @@ def test_eight_contenders_on_one_forbid_key_start_exactly_slots_of_them(
         # Then exactly `slots` started, the rest found the key busy, and the rows agree
         assert errors == []
         assert sorted(outcomes) == ["singleton_busy"] * (8 - slots) + ["started"] * slots
-        assert ledger.reporting.held_slots(spec.key) == slots
+        assert held_slots(ledger, spec.key) == slots
         running = [
             o for o in claimed if ledger.occurrences.get_occurrence(o.id).status == "running"
         ]

@@ -36,6 +36,7 @@ from tests.ledger.helpers import (
     contend,
     empty_tables,
     expire_claim,
+    held_slots,
     reclaim,
     row,
     start,
@@ -138,7 +139,7 @@ def test_a_reclaimed_holder_and_a_fresh_contender_start_together_without_deadloc
             1: (second.id, old_token + 1),
             2: (fresh.id, 1),
         }
-        assert pg_ledger.reporting.held_slots("k") == 3
+        assert held_slots(pg_ledger, "k") == 3
 
 
 @pytest.mark.slow
@@ -179,7 +180,7 @@ def test_a_queued_waiter_and_a_crashed_holder_taken_over_start_together_without_
         else:
             assert (behind.status, behind.claimed_by) == (CLAIMED, "node-again")
             assert rows[WAITER_SLOT][0] is None
-        assert pg_ledger.reporting.held_slots("q") == 1
+        assert held_slots(pg_ledger, "q") == 1
 
 
 SHAPES = [(slots, policy) for slots in (1, 2, 3) for policy in ("forbid", "queue_one", "replace")]
@@ -225,7 +226,7 @@ def test_concurrent_starts_of_every_shape_fill_exactly_the_free_slots(
         for o in running:
             assert o.singleton_slot is not None
             assert rows[o.singleton_slot] == (o.id, o.fencing_token)
-        assert pg_ledger.reporting.held_slots("s") == slots
+        assert held_slots(pg_ledger, "s") == slots
         cancelled = [o for o in stored if o.status == CANCELLED]
         assert len(cancelled) == (3 if policy == "replace" else 0)
         waiting = [o for o in stored if o.status == PENDING]
@@ -258,7 +259,7 @@ def test_a_cancel_that_waited_for_a_start_in_flight_frees_the_slot_the_start_too
     cancelled = pg_ledger.occurrences.get_occurrence(mine.id)
     assert cancelled.status == CANCELLED
     assert slot_rows(pg_ledger, "c")[0] == (None, 1)
-    assert pg_ledger.reporting.held_slots("c") == 0
+    assert held_slots(pg_ledger, "c") == 0
 
 
 def test_a_channel_delete_that_waited_for_a_start_in_flight_frees_the_slot_it_took(
@@ -279,7 +280,7 @@ def test_a_channel_delete_that_waited_for_a_start_in_flight_frees_the_slot_it_to
         left = conn.execute(sa.select(occurrences.c.id).where(occurrences.c.id == mine.id))
         assert left.all() == []
     assert slot_rows(pg_ledger, "p")[0] == (None, 1)
-    assert pg_ledger.reporting.held_slots("p") == 0
+    assert held_slots(pg_ledger, "p") == 0
 
 
 def _while_a_start_is_in_flight(

@@ -223,6 +223,6 @@ def test_a_skipped_misfire_is_not_pending_work(ledger: Ledger) -> None:
     claim_one(ledger, "node-a")
     ledger.misfires.judge_misfires(late.id, "node-a", channel.channel_id, rule("skip"))
 
-    assert ledger.reporting.pending_count() == 0 and ledger.reporting.in_flight_count() == 0
+    assert ledger.reporting.backlog().pending == 0 and ledger.reporting.in_flight_count() == 0
     assert ledger.occurrences.get_occurrence(late.id).status != PENDING
     assert not start(ledger, ledger.occurrences.get_occurrence(late.id), "node-a").started

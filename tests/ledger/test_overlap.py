@@ -29,6 +29,7 @@ from tests.ledger.helpers import (
     contend,
     empty_tables,
     expire_claim,
+    held_slots,
     reclaim,
     release_singleton,
     row,
@@ -75,7 +76,7 @@ def test_queue_one_makes_the_first_contender_wait_and_skips_the_next(ledger: Led
     )
     assert waiting.misfire_judged
     assert ledger.occurrences.get_occurrence(third.id).status == CLAIMED, "busy writes nothing"
-    assert ledger.reporting.held_slots("k") == 1
+    assert held_slots(ledger, "k") == 1
 
 
 def test_a_waiter_that_finds_the_key_still_held_waits_again(ledger: Ledger) -> None:
@@ -118,7 +119,7 @@ def test_a_contender_does_not_jump_the_queue_when_a_slot_frees(ledger: Ledger) -
 
     # A contender that arrives before the waiter is back finds it first in line
     assert start_as(ledger, late, "queue_one") == "singleton_busy"
-    assert ledger.reporting.held_slots("k") == 0
+    assert held_slots(ledger, "k") == 0
 
 
 def test_cancelling_the_waiter_frees_its_place(ledger: Ledger) -> None:
@@ -165,7 +166,7 @@ def test_eight_queue_one_contenders_start_slots_of_them_and_queue_exactly_one(
         stored = [pg_ledger.occurrences.get_occurrence(o.id) for o in contenders]
         assert sum(o.status == RUNNING for o in stored) == slots
         assert sum(o.status == PENDING for o in stored) == 1
-        assert pg_ledger.reporting.held_slots(spec.key) == slots
+        assert held_slots(pg_ledger, spec.key) == slots
 
 
 # --- replace -------------------------------------------------------------------------------
@@ -191,7 +192,7 @@ def test_replace_cancels_the_holder_and_takes_its_slot_under_the_next_token(
     replaced = ledger.occurrences.get_occurrence(holder.id)
     assert (replaced.status, replaced.claimed_until) == (CANCELLED, None)
     assert replaced.error_message == f"replaced by {contender.id}"
-    assert ledger.reporting.held_slots("k") == 1
+    assert held_slots(ledger, "k") == 1
     # …and the replaced attempt's renew, settle and release write nothing
     assert not ledger.attempts.renew(holder.id, "node-0", old_token, LEASE)
     assert not ledger.attempts.settle(holder.id, "node-0", COMPLETED, fencing_token=old_token)
@@ -223,7 +224,7 @@ def test_replace_cancels_the_holder_that_started_first(ledger: Ledger) -> None:
     assert started.replaced == first.id
     statuses = [ledger.occurrences.get_occurrence(o.id).status for o in (first, second, third)]
     assert statuses == [CANCELLED, RUNNING, RUNNING]
-    assert ledger.reporting.held_slots("k") == 2
+    assert held_slots(ledger, "k") == 2
 
 
 def test_a_replacement_that_loses_its_own_claim_replaces_nobody(ledger: Ledger) -> None:
@@ -257,7 +258,7 @@ def test_eight_replace_contenders_leave_exactly_slots_holders_and_fence_the_rest
         stored = [pg_ledger.occurrences.get_occurrence(o.id) for o in contenders]
         running = [o for o in stored if o.status == RUNNING]
         assert len(running) == slots
-        assert pg_ledger.reporting.held_slots(spec.key) == slots
+        assert held_slots(pg_ledger, spec.key) == slots
         replaced = [o for o in stored if o.status == CANCELLED]
         assert len(replaced) == 8 - slots
         ids = {o.id for o in contenders}

@@ -15,6 +15,7 @@ from tests.ledger.helpers import (
     age_completion,
     claim_one,
     expire_claim,
+    pending_count,
     row,
     seed_due,
     sent_statements,
@@ -76,29 +77,29 @@ def test_the_status_view_reads_the_latest_due_occurrence_and_the_backlog(ledger:
     new = row(now - timedelta(minutes=1))
     ahead = row(now + timedelta(minutes=5))
     other = row(now, "ch-2")
-    assert ledger.reporting.pending_count() == 0
-    assert ledger.reporting.oldest_pending_age_secs() is None
+    assert ledger.reporting.backlog().pending == 0
+    assert ledger.reporting.backlog().oldest_pending_age_secs is None
     assert ledger.occurrences.insert_occurrences([old, new, ahead, other]) == 4
 
     # Then the counts include every pending row, the latest is the newest *due* one, and
     # the backlog's age is the oldest due row's
-    assert ledger.reporting.pending_count() == 4
-    assert ledger.reporting.pending_count("ch") == 3
-    latest = ledger.reporting.latest_for_channel("ch")
+    assert ledger.reporting.backlog().pending == 4
+    assert pending_count(ledger, "ch") == 3
+    latest = ledger.reporting.channel_activity(["ch"], []).latest.get("ch")
     assert latest is not None and latest.id == new.id
-    assert ledger.reporting.latest_for_channel("absent") is None
+    assert ledger.reporting.channel_activity(["absent"], []).latest.get("absent") is None
     activity = ledger.reporting.channel_activity(["ch", "ch-2", "absent"], [])
     assert {cid: o.id for cid, o in activity.latest.items()} == {"ch": new.id, "ch-2": other.id}
     assert activity.pending == {"ch": 3, "ch-2": 1}
-    age = ledger.reporting.oldest_pending_age_secs()
+    age = ledger.reporting.backlog().oldest_pending_age_secs
     assert age is not None and 599 <= age <= 630, age
 
 
 def test_a_future_pending_row_is_not_a_backlog(ledger: Ledger) -> None:
     assert ledger.occurrences.insert_occurrence(row(ledger.db_now() + timedelta(hours=1)))
 
-    assert ledger.reporting.oldest_pending_age_secs() is None
-    assert ledger.reporting.pending_count() == 1
+    assert ledger.reporting.backlog().oldest_pending_age_secs is None
+    assert ledger.reporting.backlog().pending == 1
 
 
 def test_in_flight_counts_live_leases_only(ledger: Ledger) -> None:

@@ -33,6 +33,7 @@ from tests.ledger.helpers import (
     empty_tables,
     expire_claim,
     expire_singleton,
+    held_slots,
     row,
     seed_due,
     start,
@@ -141,7 +142,7 @@ def test_a_failure_with_attempts_left_waits_out_its_backoff_then_is_claimed_agai
     assert (waiting.started_at, waiting.completed_at) == (None, None)
     assert waiting.scheduled_for == due.scheduled_for
     assert before + timedelta(seconds=29) < waiting.due_at < before + timedelta(seconds=35)
-    assert ledger.reporting.held_slots("key") == 0
+    assert held_slots(ledger, "key") == 0
     assert ledger.attempts.claim("node-b", 10, LEASE).leased == [], "not before its backoff"
     assert not ledger.attempts.settle(due.id, "node-a", FAILED, retry_in=1), "the attempt is over"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cronledger.ledger import COMPLETED, FAILED, SKIPPED_SINGLETON, Ledger
-from tests.ledger.helpers import LEASE, claim_one, seed_due, start
+from tests.ledger.helpers import LEASE, claim_one, held_slots, seed_due, start
 
 
 def test_settling_requires_still_holding_the_claim(ledger: Ledger) -> None:
@@ -36,7 +36,7 @@ def test_settling_releases_the_singleton_in_the_same_transaction(ledger: Ledger)
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
     token = start(ledger, mine, "node-a", "key").fencing_token
-    assert ledger.reporting.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
 
     assert ledger.attempts.settle(
         due.id, "node-a", FAILED, fencing_token=token, error_message="boom"
@@ -44,7 +44,7 @@ def test_settling_releases_the_singleton_in_the_same_transaction(ledger: Ledger)
 
     failed = ledger.occurrences.get_occurrence(due.id)
     assert (failed.status, failed.error_message) == (FAILED, "boom")
-    assert ledger.reporting.held_slots("key") == 0, "the key is free the moment the attempt ends"
+    assert held_slots(ledger, "key") == 0, "the key is free the moment the attempt ends"
 
 
 def test_a_wrong_token_settles_nothing_and_keeps_the_slot(ledger: Ledger) -> None:
@@ -56,7 +56,7 @@ def test_a_wrong_token_settles_nothing_and_keeps_the_slot(ledger: Ledger) -> Non
     assert not ledger.attempts.settle(due.id, "node-a", COMPLETED, fencing_token=token + 1)
 
     assert ledger.occurrences.get_occurrence(due.id).status == "running"
-    assert ledger.reporting.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
 
 
 def test_a_busy_key_is_recorded_as_skipped_singleton_with_the_key_in_the_message(

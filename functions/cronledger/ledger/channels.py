@@ -100,15 +100,7 @@ class ChannelStore(Store):
             row = conn.execute(insert).one_or_none()
             if row is None:
                 raise Conflict(f"a channel named {name!r} already exists; choose another name")
-            conn.execute(
-                sa.insert(channel_versions).values(
-                    channel_id=row.channel_id, version=1, created_at=now, **document
-                )
-            )
-            self.cursors._note_change(conn, row.channel_id)
-            if dry_run:
-                conn.rollback()
-        return Channel(**row._mapping)
+            return self._keep_version(conn, row, document, dry_run)
 
     def new_channel_version(
         self,
@@ -139,17 +131,21 @@ class ChannelStore(Store):
         with self._write() as conn:
             row = conn.execute(bump).one_or_none()
             if row is not None:
-                conn.execute(
-                    sa.insert(channel_versions).values(
-                        channel_id=channel_id, version=row.version, created_at=now, **document
-                    )
-                )
-                self.cursors._note_change(conn, channel_id)
-                if dry_run:
-                    conn.rollback()
-                return Channel(**row._mapping)
+                return self._keep_version(conn, row, document, dry_run)
         self.get_channel(channel_id)  # NotFound, if that is why
         raise Conflict(f"channel {channel_id} is archived; an archived channel cannot be edited")
+
+    def _keep_version(
+        self, conn: sa.Connection, row: Any, document: dict[str, Any], dry_run: bool
+    ) -> Channel:
+        """Keep the version `row` now has for good and note the channel for the next pass;
+        `dry_run`: roll it all back."""
+        kept = {"channel_id": row.channel_id, "version": row.version, **document}
+        conn.execute(sa.insert(channel_versions).values(created_at=self._sql.now(), **kept))
+        self.cursors._note_change(conn, row.channel_id)
+        if dry_run:
+            conn.rollback()
+        return Channel(**row._mapping)
 
     def set_channel_status(
         self, channel_id: str, status: str, *, dry_run: bool = False, reason: str | None = None

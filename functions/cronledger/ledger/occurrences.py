@@ -1,10 +1,9 @@
 """Occurrences as records: materialise, read, list, retry, cancel, retain, purge.
 
-Materialisation is insert-if-absent on `(channel_id, scheduled_for)`. The caller mints a
-fresh id every call, so a duplicate is only detectable by that identity, and it loses to the
-row already there: a retried tick or a second reconciler cannot make a second row.
+Materialisation is insert-if-absent on `(channel_id, scheduled_for)`: a duplicate (a retried
+tick, a second reconciler) loses to the row already there, whatever id it was minted with.
 Retry and cancel are each one conditional UPDATE whose matched row is the answer; a read
-afterwards only decides between "no such occurrence" (404) and "wrong state" (409).
+afterwards only tells "no such occurrence" (404) from "wrong state" (409).
 """
 
 from __future__ import annotations
@@ -69,9 +68,8 @@ class OccurrenceStore(Store):
         return self.insert_occurrences([row]) == 1
 
     def insert_occurrences(self, rows: Iterable[NewOccurrence]) -> int:
-        """Materialise many occurrences with one INSERT … ON CONFLICT DO NOTHING (on SQLite,
-        one per thousand rows, in one transaction); answers how many rows were actually
-        inserted."""
+        """Materialise many occurrences, insert-if-absent, in one transaction; answers how
+        many rows were inserted."""
         rows = list(rows)
         if not rows:
             return 0
@@ -86,13 +84,10 @@ class OccurrenceStore(Store):
         rows: Iterable[NewOccurrence],
         moves: Iterable[CursorMove],
     ) -> tuple[int, set[str]]:
-        """A reconcile pass's writes, all or nothing: make the moves, each by its own
-        compare-and-set (a channel should appear once), and insert the rows
-        of exactly the channels whose cursor moved. A cursor someone else moved meanwhile (a
-        peer's pass, or an edit resetting it, even onto the instant the move starts from)
-        gets none of this pass's rows, so rows planned under a schedule that was just
-        replaced never land.
-        Answers (rows inserted, channel ids moved). PostgreSQL: one statement."""
+        """A reconcile pass's writes, all or nothing: each move by its own compare-and-set (a
+        channel appears once), and the rows of exactly the channels whose cursor moved, so a
+        cursor a peer or an edit moved meanwhile gets none of this pass's rows. Answers (rows
+        inserted, channel ids moved). PostgreSQL: one statement."""
         rows, moves = list(rows), list(moves)
         if not moves:
             return 0, set()
@@ -120,8 +115,8 @@ class OccurrenceStore(Store):
         return int(count), set(moves_of(moves)) - set(lost_ids)
 
     def _summary_events(self, conn: sa.Connection, summaries: list[NewOccurrence]) -> list[Event]:
-        """`occurrence.skipped` for each misfire summary this transaction inserted (its id is
-        fresh, so a summary that lost to a row already there is not found by it)."""
+        """`occurrence.skipped` for each misfire summary this transaction inserted (a summary
+        that lost to a row already there is not found by its fresh id)."""
         if not summaries:
             return []
         by_id = {row.id: row for row in summaries}
@@ -161,10 +156,8 @@ class OccurrenceStore(Store):
     def _insert_statement(
         self, rows: list[NewOccurrence], only: sa.Select[tuple[str]] | None = None
     ) -> sa.CTE:
-        """PostgreSQL: every row in one INSERT with one (JSON) parameter, so the statement's
-        text and compile stay the same however many rows a pass plans; a multi-row VALUES
-        would cost a bound parameter, and Python, per cell. `only`: the channel ids whose
-        rows go in. Answers the INSERT as a CTE returning the ids it inserted."""
+        """PostgreSQL: every row in one INSERT of one JSON parameter (`Backend.rows`), as a CTE
+        returning the ids it inserted. `only`: the channel ids whose rows go in."""
         columns: dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]] = {
             "id": (sa.String(), [r.id for r in rows]),
             "channel_id": (sa.String(), [r.channel_id for r in rows]),
@@ -219,9 +212,8 @@ class OccurrenceStore(Store):
             return attempt_log.attempts_of(conn, occurrence_id)
 
     def list_occurrences(self, filter: OccurrenceFilter | None = None) -> Page[Occurrence]:
-        """Newest first by (`scheduled_for`, `id`), a page at a time by key (`paging`): a
-        backfilled 06:00 row sits below a 09:00 one whenever it was written, since an
-        operator opening the list asks what happened recently. `limit` is clamped to 1..1000."""
+        """Newest first by (`scheduled_for`, `id`), a page at a time by key (`paging`): what
+        happened recently, whenever each row was written."""
         f = filter or OccurrenceFilter()
         conditions: list[sa.ColumnElement[bool]] = []
         if f.channel_id is not None:
@@ -248,11 +240,9 @@ class OccurrenceStore(Store):
 
     def requeue(self, occurrence_id: str) -> Occurrence:
         """Put a failed, cancelled or skipped occurrence of an active channel back to
-        `pending`, due now, keeping its id and `scheduled_for`; the next claim makes it
-        `attempt + 1`, and it is granted that attempt even if it had used all it was allowed.
-        A retry is never a misfire. NotFound, or Conflict for any other status (`completed`
-        included: running finished work again is a trigger) or a channel that is not active
-        (the executor would only fail it)."""
+        `pending`, due now, same id, granted one more attempt if it had used all, never a
+        misfire. NotFound; Conflict for another status (`completed` too: running finished
+        work again is a trigger) or a channel that is not active."""
         channel_active = (
             sa.select(channels.c.channel_id)
             .where(channels.c.channel_id == occurrences.c.channel_id)
@@ -322,10 +312,9 @@ class OccurrenceStore(Store):
     def cancel(
         self, occurrence_id: str, *, by: str | None = None, reason: str | None = None
     ) -> Occurrence:
-        """Cancel a pending, claimed or running occurrence: it becomes `cancelled`, loses its
-        claim and gives back any singleton slot, and its `occurrence.cancelled` event
-        (saying who and why, when known) is written, in one transaction. A running attempt
-        finds out at its next renewal, which then matches nothing. NotFound / Conflict."""
+        """Cancel a pending, claimed or running occurrence, in one transaction: `cancelled`,
+        its claim and slot given back, its `occurrence.cancelled` event written. A running
+        attempt finds out at its next renewal. NotFound / Conflict."""
         message = f"cancelled by {by or 'an operator'}" + (f": {reason}" if reason else "")
 
         def cancel(conn: sa.Connection) -> tuple[Occurrence, list[Event]] | None:
@@ -416,8 +405,8 @@ class OccurrenceStore(Store):
         return sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()))
 
     def _purge(self, conn: sa.Connection, channel_id: str) -> None:
-        """A deleted channel's cursor, occurrences (their attempts cascade), events and alert
-        row go, and the slots its occurrences hold are freed, in the caller's transaction."""
+        """In the caller's transaction: a deleted channel's cursor, occurrences (attempts
+        cascade), events and alert row go, and their slots are freed."""
         ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
         release_slots_of(conn, self._sql, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
