@@ -1,11 +1,10 @@
 """The ledger: the database every guarantee of cronledger rests on.
 
-    from cronledger.ledger import Ledger
     ledger = Ledger.connect("postgresql+pg8000://…")   # or "sqlite:///.cronledger/ledger.db"
     ledger.migrate()
+    ledger.channels.get_channel(channel_id)            # one store per subject
 
-A database that cannot be reached raises `DatabaseUnavailable` (never an empty answer);
-`NotFound` and `Conflict` come from `cronledger.errors`.
+A database that cannot be reached raises `DatabaseUnavailable`, never an empty answer.
 """
 
 from cronledger.ledger.backend import create_ledger_engine

@@ -395,52 +395,39 @@ def _event(
     where, and where to look, with no secret (the error is the excerpt the ledger keeps)."""
     o = d.occurrence
     event_id = str(uuid7())
-    channel_name = (o.channel_name if o is not None else None) or name
+    error = d.error if d.error is not None or o is None else o.error_message
+    api, console = (
+        (f"/api/v1/admin/cron/occurrences/{o.id}", f"/#occurrence={o.id}")
+        if o is not None
+        else (f"/api/v1/admin/channels/{d.channel_id}", f"/#channel={d.channel_id}")
+    )
+    # `o and …`: the occurrence's fields, None on a channel's event.
     body: dict[str, Any] = {
         "event_id": event_id,
         "sequence": sequence,
         "kind": kind,
         "at": to_rfc3339(now),
         "channel_id": d.channel_id,
-        "channel_name": channel_name,
+        "channel_name": (o and o.channel_name) or name,
         "timezone": document.get("timezone", "UTC"),
-        "occurrence_id": None,
-        "scheduled_for": None,
-        "due_at": None,
-        "trigger": None,
-        "attempt": None,
-        "max_attempts": None,
-        "status": None,
-        "error": d.error,
+        "occurrence_id": o and o.id,
+        "scheduled_for": o and to_rfc3339(o.scheduled_for),
+        "due_at": o and to_rfc3339(o.due_at),
+        "trigger": o and o.trigger,
+        "attempt": o and o.attempt,
+        "max_attempts": o and o.allowed_attempts,
+        "status": o and o.status,
+        "error": None if kind == alerts.RECOVERED else error,
         "count": d.count,
         "consecutive_failures": state.consecutive_failures,
-        "links": {
-            "api": f"/api/v1/admin/channels/{d.channel_id}",
-            "console": f"/#channel={d.channel_id}",
-        },
+        "links": {"api": api, "console": console},
     }
     if d.oldest_scheduled_for is not None:
         body["oldest_scheduled_for"] = to_rfc3339(d.oldest_scheduled_for)
     if d.reason is not None:
         body["reason"] = d.reason
     if o is not None:
-        body |= {
-            "occurrence_id": o.id,
-            "scheduled_for": to_rfc3339(o.scheduled_for),
-            "due_at": to_rfc3339(o.due_at),
-            "trigger": o.trigger,
-            "attempt": o.attempt,
-            "max_attempts": o.allowed_attempts,
-            "status": o.status,
-            "error": d.error if d.error is not None else o.error_message,
-            "singleton_key": o.singleton_key,
-            "links": {
-                "api": f"/api/v1/admin/cron/occurrences/{o.id}",
-                "console": f"/#occurrence={o.id}",
-            },
-        }
-    if kind == alerts.RECOVERED:
-        body["error"] = None
+        body["singleton_key"] = o.singleton_key
     return Event(
         event_id=event_id,
         channel_id=d.channel_id,
@@ -453,16 +440,6 @@ def _event(
 
 
 def _event_of(row: Any) -> Event:
-    document = json.loads(row.document)
-    return Event(
-        event_id=row.event_id,
-        channel_id=row.channel_id,
-        sequence=row.sequence,
-        kind=row.kind,
-        at=row.at,
-        occurrence_id=row.occurrence_id,
-        document=document,
-        send_attempts=row.send_attempts,
-        last_error=row.last_error,
-        delivered_at=row.delivered_at,
-    )
+    """An event from its row (every column but `send_after`)."""
+    fields = {k: v for k, v in row._mapping.items() if k != "send_after"}
+    return Event(**fields | {"document": json.loads(row.document)})

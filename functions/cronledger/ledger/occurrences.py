@@ -139,7 +139,14 @@ class OccurrenceStore(Store):
 
     def _insert_in(self, conn: sa.Connection, rows: list[NewOccurrence]) -> int:
         """SQLite: multi-row INSERTs of a thousand rows, inside the caller's transaction."""
-        values = [self._new_row(row) for row in rows]
+        columns, now = _columns(rows), self._sql.now()
+        values = []
+        for cells in zip(*(given for _, given in columns.values()), strict=True):
+            row = dict(zip(columns, cells, strict=True))
+            # A row born terminal (a misfire summary) ended when it was written.
+            ended = None if row["status"] in ACTIVE_STATUSES else now
+            fixed = {"attempt": 0, "misfire_judged": False, "created_at": now, "updated_at": now}
+            values.append(row | fixed | {"completed_at": ended})
         inserted = 0
         for start in range(0, len(values), INSERT_CHUNK):
             stmt = (
@@ -158,24 +165,7 @@ class OccurrenceStore(Store):
     ) -> sa.CTE:
         """PostgreSQL: every row in one INSERT of one JSON parameter (`Backend.rows`), as a CTE
         returning the ids it inserted. `only`: the channel ids whose rows go in."""
-        columns: dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]] = {
-            "id": (sa.String(), [r.id for r in rows]),
-            "channel_id": (sa.String(), [r.channel_id for r in rows]),
-            "channel_name": (sa.String(), [r.channel_name for r in rows]),
-            "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
-            "target_ref": (sa.String(), [r.target_ref for r in rows]),
-            "trigger": (sa.String(), [r.trigger for r in rows]),
-            "scheduled_for": (
-                sa.DateTime(timezone=True),
-                [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
-            ),
-            "status": (sa.String(), [r.status for r in rows]),
-            "error_message": (sa.Text(), [r.error_message for r in rows]),
-            "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
-            "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
-            "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
-            "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
-        }
+        columns = _columns(rows)
         given = self._sql.rows("new", columns)
         now = self._sql.now()
         chosen = sa.select(
@@ -207,7 +197,7 @@ class OccurrenceStore(Store):
             return self._fetch(conn, occurrence_id)
 
     def attempts_of(self, occurrence_id: str) -> list[Attempt]:
-        """The occurrence's attempts on record, first to last (none before it first started)."""
+        """The occurrence's attempts, first to last."""
         with self._read() as conn:
             return attempt_log.attempts_of(conn, occurrence_id)
 
@@ -426,29 +416,27 @@ class OccurrenceStore(Store):
             raise NotFound(f"occurrence {occurrence_id} not found")
         return Occurrence(**row._mapping)
 
-    def _new_row(self, row: NewOccurrence) -> dict[str, Any]:
-        now = self._sql.now()
-        return {
-            "id": row.id,
-            "channel_id": row.channel_id,
-            "channel_name": row.channel_name,
-            "channel_version": row.channel_version,
-            "target_ref": row.target_ref,
-            "trigger": row.trigger,
-            "scheduled_for": require_utc(row.scheduled_for, "scheduled_for"),
-            "status": row.status,
-            "attempt": 0,
-            "error_message": row.error_message,
-            "due_at": require_utc(row.due, "due_at"),
-            "max_attempts": row.max_attempts,
-            "overdue_at": row.overdue_at,
-            "waits_for_key": row.waits_for_key,
-            "misfire_judged": False,
-            # A row born terminal (a misfire summary) ended when it was written.
-            "completed_at": None if row.status in ACTIVE_STATUSES else now,
-            "created_at": now,
-            "updated_at": now,
-        }
+
+def _columns(rows: list[NewOccurrence]) -> dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]]:
+    """The rows' given columns: each one's type, and its values in row order."""
+    return {
+        "id": (sa.String(), [r.id for r in rows]),
+        "channel_id": (sa.String(), [r.channel_id for r in rows]),
+        "channel_name": (sa.String(), [r.channel_name for r in rows]),
+        "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
+        "target_ref": (sa.String(), [r.target_ref for r in rows]),
+        "trigger": (sa.String(), [r.trigger for r in rows]),
+        "scheduled_for": (
+            sa.DateTime(timezone=True),
+            [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
+        ),
+        "status": (sa.String(), [r.status for r in rows]),
+        "error_message": (sa.Text(), [r.error_message for r in rows]),
+        "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
+        "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
+        "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
+        "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
+    }
 
 
 def _counted(inserted: sa.CTE) -> sa.Select[Any]:

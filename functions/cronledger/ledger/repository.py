@@ -46,10 +46,8 @@ class Ledger(Store):
         return cls(create_ledger_engine(url, **engine_options))
 
     def migrate(self, *, until: float | None = None) -> None:
-        """Upgrade the database to the newest schema (idempotent), or leave a schema newer
-        than this code as it is (`cronledger.ledger.migration`). With `until` (monotonic),
-        connecting included, end by then or raise `DeadlineReached`. A database that cannot
-        be reached raises `DatabaseUnavailable`."""
+        """Upgrade the database to the newest schema (idempotent; `migration`), ending by the
+        monotonic `until`, connecting included, or raising `DeadlineReached`."""
         if not self._sql.is_postgres and self.engine.url.database:
             Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)
         # Alembic is needed only here: importing it lazily keeps it off every cold start.
@@ -67,9 +65,8 @@ class Ledger(Store):
             conn.close()
 
     def make_statement_timeout_default(self, milliseconds: int) -> None:
-        """PostgreSQL: make `statement_timeout` this database's default for new sessions,
-        for clients that cannot set it per connection (RDS Proxy takes no startup parameters
-        and pins a session that runs SET). Needs the database's owner."""
+        """PostgreSQL: make `statement_timeout` the database's default for new sessions, for
+        clients that cannot set it (RDS Proxy). Needs the database's owner."""
         if not self._sql.is_postgres:
             return
         with self._write() as conn:
