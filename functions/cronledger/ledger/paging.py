@@ -111,36 +111,27 @@ def read_key(key: str) -> tuple[datetime, str]:
         at, row_id = raw.split("|", 1)
         return require_utc(datetime.fromisoformat(at)), row_id
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "after", "invalid", "is not a page key; pass the `next` of the page before"
-                )
-            ]
-        ) from exc
+        problem = FieldError(
+            "after", "invalid", "is not a page key; pass the `next` of the page before"
+        )
+        raise ValidationFailed([problem]) from exc
 
 
 def _checked_offset(request: PageRequest) -> int:
     offset = max(request.offset, 0)
     if offset > TOTAL_BOUND:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "offset",
-                    "too_large",
-                    f"offsets are accepted up to {TOTAL_BOUND}; to read further, pass each "
-                    "page's `next` as `after` for the page after it",
-                )
-            ]
+        problem = FieldError(
+            "offset",
+            "too_large",
+            f"offsets are accepted up to {TOTAL_BOUND}; to read further, pass each "
+            "page's `next` as `after` for the page after it",
         )
-    if offset and request.after is not None:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "offset",
-                    "invalid",
-                    "pass either `offset` or `after` (the `next` of the page before), not both",
-                )
-            ]
+    elif offset and request.after is not None:
+        problem = FieldError(
+            "offset",
+            "invalid",
+            "pass either `offset` or `after` (the `next` of the page before), not both",
         )
-    return offset
+    else:
+        return offset
+    raise ValidationFailed([problem])
