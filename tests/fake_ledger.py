@@ -85,6 +85,8 @@ class FakeLedger:
         self.calls: list[tuple[str, float]] = []
         self.failed: list[tuple[str, float]] = []
         self.down = False
+        # One object serves as every store the port and the tests reach.
+        self.attempts = self.reporting = self.occurrences = self
 
     # -- the port --------------------------------------------------------------------------
 

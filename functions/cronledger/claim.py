@@ -94,13 +94,13 @@ def claim_once(
     round_ = ClaimRound()
     wanted = settings.claim_batch_size if batch is None else batch
     try:
-        in_flight = ledger.in_flight_count(at_most=settings.max_in_flight)
+        in_flight = ledger.reporting.in_flight_count(at_most=settings.max_in_flight)
         limit = min(wanted, settings.max_in_flight - in_flight)
         round_.limit = limit if room is None else min(limit, room)
         if round_.limit <= 0:
             return round_
         round_.claimant = new_claimant_id()
-        result = ledger.claim(round_.claimant, round_.limit, settings.claim_lease_secs)
+        result = ledger.attempts.claim(round_.claimant, round_.limit, settings.claim_lease_secs)
     except Exception as exc:
         metrics.record_db_unavailable(JOB)
         round_.error = exc
@@ -124,7 +124,7 @@ def claim_once(
             failed[occurrence.id],
         )
         try:
-            if ledger.release_claim(occurrence.id, round_.claimant):
+            if ledger.attempts.release_claim(occurrence.id, round_.claimant):
                 round_.returned.append(occurrence.id)
         except Exception as release_exc:
             log.warning(
@@ -209,13 +209,13 @@ def _seconds_to_next_due(ledger: ClaimPort, poll: float) -> float | None:
     """Seconds until something is claimable (None: nothing is pending or leased); a failed
     read answers one poll interval, so the next round's claim meets the failure."""
     try:
-        return ledger.seconds_until_next_due()
+        return ledger.reporting.seconds_until_next_due()
     except Exception:
         return poll
 
 
 def _beat(ledger: ClaimPort) -> None:
     try:
-        ledger.record_job_ok(JOB)
+        ledger.reporting.record_job_ok(JOB)
     except Exception as exc:
         log.warning("could not record the claim heartbeat: %s", exc)

@@ -277,7 +277,7 @@ class Executor:
         """Read the occurrence and its channel; a plain attempt (overlap allowed,
         channel active, not a late row to judge) starts in this same read."""
         try:
-            opened = self.ledger.open_attempt(
+            opened = self.ledger.attempts.open_attempt(
                 occurrence_id,
                 claimant,
                 self.settings.claim_lease_secs,
@@ -323,7 +323,7 @@ class Executor:
         if deadline is not None:
             wait_until = min(wait_until, deadline - self._margin())
         while True:
-            judged = self.ledger.judge_misfires(
+            judged = self.ledger.misfires.judge_misfires(
                 occurrence.id, claimant, occurrence.channel_id, rule
             )
             if judged.dropped:
@@ -339,7 +339,7 @@ class Executor:
             if judged.verdict == "lost":
                 raise _Ended(_lost(occurrence, "lost the claim before starting"))
             if self.clock.monotonic() + poll > wait_until:
-                self.ledger.release_claim(occurrence.id, claimant)
+                self.ledger.attempts.release_claim(occurrence.id, claimant)
                 raise _Ended(
                     _lost(
                         occurrence,
@@ -359,7 +359,7 @@ class Executor:
         """Take the concurrency key (if any) and go `running`, in one transaction; the
         overlap policy decides, in the ledger, what a contender for a held key does."""
         singleton = singleton_of(schedule)
-        start = self.ledger.start_attempt(
+        start = self.ledger.attempts.start_attempt(
             occurrence,
             claimant,
             channel.version,
@@ -374,7 +374,7 @@ class Executor:
             # A backfill run one after another: its turn comes when the key frees.
             metrics.record_singleton_contention()
             wait = self.settings.poll_interval.total_seconds()
-            if self.ledger.wait_for_key(occurrence.id, claimant, wait):
+            if self.ledger.attempts.wait_for_key(occurrence.id, claimant, wait):
                 raise _Ended(AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt))
             raise _Ended(_lost(occurrence, "lost the claim before waiting"))
         if start.outcome == "singleton_busy":
@@ -472,7 +472,7 @@ class Executor:
                 return timed_out(budget, "the target did not return; abandoned")
             asked = self.clock.monotonic()  # as the start's lease, timed from the call
             try:
-                renewed = self.ledger.renew(
+                renewed = self.ledger.attempts.renew(
                     occurrence.id, claimant, fencing_token, self.settings.claim_lease_secs
                 )
             except Exception as exc:
@@ -514,7 +514,7 @@ class Executor:
     def _why_lost(self, occurrence: Occurrence, claimant: str) -> str:
         """What became of an occurrence this attempt no longer owns, as a log can say it."""
         try:
-            now = self.ledger.get_occurrence(occurrence.id)
+            now = self.ledger.occurrences.get_occurrence(occurrence.id)
         except Exception as exc:  # the reason is for a log line; not knowing it changes nothing
             return f"ownership lost ({type(exc).__name__} reading why)"
         if now.claimed_by != claimant and now.status in (CLAIMED, RUNNING):
@@ -532,7 +532,7 @@ class Executor:
     ) -> AttemptReport:
         """Write the end (or the retry) under ownership, releasing the slot."""
         settled = self._settle_through_blips(
-            lambda: self.ledger.settle(
+            lambda: self.ledger.attempts.settle(
                 occurrence.id,
                 claimant,
                 end.status,

@@ -60,9 +60,9 @@ def ensure_demo_channel(ledger: Ledger) -> Channel:
     """The demo channel, created active if no channel has its name. Once it exists it is the
     operator's: paused or archived, it stays so on every restart."""
     try:
-        return ledger.get_channel_by_name(DEMO_CHANNEL["name"])
+        return ledger.channels.get_channel_by_name(DEMO_CHANNEL["name"])
     except NotFound:
-        return ledger.create_channel(**DEMO_CHANNEL, status=CHANNEL_ACTIVE)
+        return ledger.channels.create_channel(**DEMO_CHANNEL, status=CHANNEL_ACTIVE)
 
 
 @dataclass
@@ -119,7 +119,7 @@ class LocalScheduler:
             thread.start()
             self._threads.append(thread)
         if self.courier is not None:
-            ledger.on_events = self.courier.submit
+            ledger.events.on_events = self.courier.submit
             self.courier.start()
 
     def shutdown(self, drain_secs: float = DRAIN_SECS) -> bool:
@@ -133,8 +133,8 @@ class LocalScheduler:
         drained = self.invoker.shutdown(max(0.0, deadline - time.monotonic()))
         if self.courier is not None:
             # Last: the drained attempts' events go out now; what does not waits in the outbox.
-            if self.ledger.on_events == self.courier.submit:
-                self.ledger.on_events = None
+            if self.ledger.events.on_events == self.courier.submit:
+                self.ledger.events.on_events = None
             self.courier.stop(max(0.5, deadline - time.monotonic()))
         return drained
 

@@ -28,7 +28,7 @@ def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[Attem
         if report.status is None and not stopped:
             return
         try:
-            row: Occurrence | None = ledger.get_occurrence(report.occurrence_id)
+            row: Occurrence | None = ledger.occurrences.get_occurrence(report.occurrence_id)
         except Exception:
             row = None  # gone meanwhile (a purge): the report alone still says what happened
         text = _console_line(report, row, stopped)

@@ -77,9 +77,9 @@ def deliver(ledger: OutboxPort, sender: Sender, events: Sequence[Event]) -> Deli
     accepted = [e for e in events if e.event_id in answers and answers[e.event_id] is None]
     refused = {i: error or "not answered" for i, error in answers.items() if error is not None}
     refused |= {e.event_id: "not answered" for e in events if e.event_id not in answers}
-    ledger.mark_delivered(e.event_id for e in accepted)
+    ledger.events.mark_delivered(e.event_id for e in accepted)
     if refused:
-        ledger.mark_undelivered(refused)
+        ledger.events.mark_undelivered(refused)
     for event in accepted:
         metrics.record_event_delivered(event.kind, event.at)
     if refused:
@@ -94,7 +94,7 @@ def sweep(
     left, a batch fails whole, or the monotonic `until` passes."""
     done = Delivery()
     while until is None or time.monotonic() < until:
-        taken = ledger.take_outbox(batch)
+        taken = ledger.events.take_outbox(batch)
         if not taken:
             break
         report = deliver(ledger, sender, taken)
@@ -190,7 +190,7 @@ class Courier:
             try:
                 deliver(self.ledger, self.sender, fresh)
                 # What the watch writes it announces (`on_events`): queued here, sent next.
-                self.ledger.detect_overdue()
+                self.ledger.events.detect_overdue()
                 sweep(self.ledger, self.sender, until=time.monotonic() + self.interval * 5)
             except DatabaseUnavailable as exc:
                 log.warning("event delivery paused: %s", exc)

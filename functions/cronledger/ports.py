@@ -1,9 +1,11 @@
 """What each service needs of the ledger, and nothing more.
 
 `claim`, `execute` and `reconcile` each take one of these `Protocol`s rather than the whole
-`Ledger`, so a reader sees at a glance which writes a service can make, and a test can hand
-it an in-memory ledger (tests/fakes) that implements the port alone. `Ledger` satisfies
-every port: mypy checks it below, so a signature that drifts fails the type check.
+`Ledger`: a port names the stores a service reaches (`ledger.attempts`, …) and, of each,
+only the methods it calls, so a reader sees at a glance which writes a service can make,
+and a test can hand it an in-memory ledger (tests/fake_ledger.py) that implements the port
+alone. `Ledger` satisfies every port: mypy checks it below, so a signature that drifts
+fails the type check.
 """
 
 from __future__ import annotations
@@ -40,21 +42,33 @@ class Clocked(Protocol):
         ...
 
 
-class ClaimPort(Clocked, Protocol):
-    """What the claim loop asks: room, the claim itself, handing a lease back, when next."""
+class Heartbeat(Protocol):
+    def record_job_ok(self, job: str) -> None: ...
 
+
+class ClaimReads(Heartbeat, Protocol):
     def in_flight_count(self, at_most: int | None = None) -> int: ...
 
+    def seconds_until_next_due(self) -> float | None: ...
+
+
+class ClaimWrites(Protocol):
     def claim(self, claimant: str, limit: int, lease_secs: float) -> ClaimResult: ...
 
     def release_claim(self, occurrence_id: str, claimant: str) -> bool: ...
 
-    def seconds_until_next_due(self) -> float | None: ...
 
-    def record_job_ok(self, job: str) -> None: ...
+class ClaimPort(Clocked, Protocol):
+    """What the claim loop asks: room, the claim itself, handing a lease back, when next."""
+
+    @property
+    def attempts(self) -> ClaimWrites: ...
+
+    @property
+    def reporting(self) -> ClaimReads: ...
 
 
-class AttemptPort(Protocol):
+class AttemptWrites(Protocol):
     """What an executor writes: every call is conditional on the claimant (and token)."""
 
     def open_attempt(
@@ -66,10 +80,6 @@ class AttemptPort(Protocol):
         *,
         misfire_grace_secs: float,
     ) -> OpenedAttempt: ...
-
-    def judge_misfires(
-        self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
-    ) -> Judgment: ...
 
     def start_attempt(
         self,
@@ -107,12 +117,31 @@ class AttemptPort(Protocol):
         completed_is_told: bool = False,
     ) -> bool: ...
 
+
+class MisfireJudge(Protocol):
+    def judge_misfires(
+        self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
+    ) -> Judgment: ...
+
+
+class OccurrenceReads(Protocol):
     def get_occurrence(self, occurrence_id: str) -> Occurrence: ...
 
 
-class OutboxPort(Protocol):
-    """What delivering events takes: the outbox, marks of what was sent, overdue detection."""
+class AttemptPort(Protocol):
+    """What an executor reads and writes: its attempt's row, and the misfire judgment."""
 
+    @property
+    def attempts(self) -> AttemptWrites: ...
+
+    @property
+    def misfires(self) -> MisfireJudge: ...
+
+    @property
+    def occurrences(self) -> OccurrenceReads: ...
+
+
+class OutboxEvents(Protocol):
     def detect_overdue(self) -> list[Event]: ...
 
     def take_outbox(self, limit: int = ...) -> list[Event]: ...
@@ -123,12 +152,17 @@ class OutboxPort(Protocol):
 
     def outbox(self) -> Outbox: ...
 
+    def delete_events_older_than(self, hours: float) -> int: ...
 
-class ReconcilePort(Clocked, OutboxPort, Protocol):
-    """What a reconcile pass and its housekeeping read and write: the work, the cursors,
-    the rows materialised with their cursor moves, the backlog, retention; and the outbox,
-    which a reconcile loop sweeps where no other thread does."""
 
+class OutboxPort(Protocol):
+    """What delivering events takes: the outbox, marks of what was sent, overdue detection."""
+
+    @property
+    def events(self) -> OutboxEvents: ...
+
+
+class ReconcileCursors(Protocol):
     def noted_changes(
         self, shard: Shard = WHOLE, *, after: str | None = None, limit: int = READ_PAGE
     ) -> list[NotedChange]: ...
@@ -148,17 +182,32 @@ class ReconcilePort(Clocked, OutboxPort, Protocol):
 
     def note_drifted_channels(self) -> int: ...
 
+
+class ReconcileOccurrences(Protocol):
     def materialise(
         self, rows: Iterable[NewOccurrence], moves: Iterable[CursorMove]
     ) -> tuple[int, set[str]]: ...
 
-    def backlog(self) -> Backlog: ...
-
-    def record_job_ok(self, job: str) -> None: ...
-
     def delete_terminal_older_than(self, hours: float, *, until: float | None = None) -> int: ...
 
-    def delete_events_older_than(self, hours: float) -> int: ...
+
+class ReconcileReads(Heartbeat, Protocol):
+    def backlog(self) -> Backlog: ...
+
+
+class ReconcilePort(Clocked, OutboxPort, Protocol):
+    """What a reconcile pass and its housekeeping read and write: the work, the cursors,
+    the rows materialised with their cursor moves, the backlog, retention; and the outbox,
+    which a reconcile loop sweeps where no other thread does."""
+
+    @property
+    def cursors(self) -> ReconcileCursors: ...
+
+    @property
+    def occurrences(self) -> ReconcileOccurrences: ...
+
+    @property
+    def reporting(self) -> ReconcileReads: ...
 
 
 if TYPE_CHECKING:

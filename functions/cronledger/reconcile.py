@@ -1,7 +1,7 @@
 """Reconcile: stored schedules in, durable occurrences out (docs/guarantees.md#reconcile).
 
 A pass decides where each cursor should be, plans what is due, and writes the rows and the
-cursor moves together (`Ledger.materialise`: one statement on PostgreSQL, one transaction on
+cursor moves together (`OccurrenceStore.materialise`: one statement on PostgreSQL, one transaction on
 SQLite). A channel gets its rows only if its cursor compare-and-set wins, so:
 
 | meanwhile…                     | outcome                                                     |
@@ -22,8 +22,8 @@ falls back to one channel at a time, so one bad channel cannot stop the others.
 
 A pass reads two things, each a page at a time through an index, so its cost follows what is
 due and what changed, never the number of channels installed (an idle pass reads two empty
-index ranges): the channel changes its writes noted (`Ledger.noted_changes`), and the running
-cursors due by the horizon (`Ledger.due_cursors`). A cursor is (re)initialised at the first
+index ranges): the channel changes its writes noted (`CursorStore.noted_changes`), and the running
+cursors due by the horizon (`CursorStore.due_cursors`). A cursor is (re)initialised at the first
 instant after *now* when it is new, its scheduling hash changed, or it was paused: never
 back-filled from when the channel was written; the cursor writes of a page (inits, adopted
 versions, pauses) are one statement each, and a note is forgotten with them.
@@ -181,7 +181,7 @@ def reconcile_sharded(
     reports merged. Each shard reads and writes only its own channels, so shards never wait
     on each other's rows, and a shard that fails is redone by the next pass."""
     bound = settings.reconcile_shard_size * settings.reconcile_max_shards
-    count = shards_for(ledger.due_count(settings.lookahead_secs, bound=bound), settings)
+    count = shards_for(ledger.cursors.due_count(settings.lookahead_secs, bound=bound), settings)
     shards = Shard.split(count)
     if count == 1:
         return reconcile_once(ledger, settings, cache)
@@ -243,7 +243,7 @@ def _line_up_changes(
     Answers the channels whose cursor it initialised: the pass plans them no further."""
     reset: set[str] = set()
     after: str | None = None
-    while page := ledger.noted_changes(shard, after=after, limit=READ_PAGE):
+    while page := ledger.cursors.noted_changes(shard, after=after, limit=READ_PAGE):
         writes = CursorWrites()
         for noted in page:
             work = noted.work
@@ -255,7 +255,7 @@ def _line_up_changes(
                 _record_failure(report, work.channel_id, exc)
                 continue  # noted still: looked at again next pass
             writes.seen.append((work.channel_id, noted.change))
-        ledger.write_cursors(writes)
+        ledger.cursors.write_cursors(writes)
         reset.update(init.channel_id for init in writes.inits)
         _collect_page_cycles()
         if len(page) < READ_PAGE:
@@ -312,7 +312,7 @@ def _plan_due(
     horizon = now + settings.lookahead
     shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
     after: tuple[datetime, str] | None = None
-    while page := ledger.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
+    while page := ledger.cursors.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
         writes = CursorWrites()
         for work in page:
             state = work.state
@@ -331,7 +331,7 @@ def _plan_due(
                 _record_failure(report, work.channel_id, exc)
             if planned is not None:
                 yield planned
-        ledger.write_cursors(writes)
+        ledger.cursors.write_cursors(writes)
         _collect_page_cycles()
         if len(page) < READ_PAGE:
             return
@@ -471,7 +471,7 @@ def _write_batch(ledger: ReconcilePort, planned: list[_Planned]) -> _Written:
     database being unavailable), channel by channel."""
     written = _Written()
     try:
-        written.inserted, written.moved = ledger.materialise(
+        written.inserted, written.moved = ledger.occurrences.materialise(
             (r for p in planned for r in p.rows), (p.move for p in planned)
         )
     except DatabaseUnavailable:
@@ -480,7 +480,7 @@ def _write_batch(ledger: ReconcilePort, planned: list[_Planned]) -> _Written:
         log.warning("batched reconcile write failed (%s); retrying channel by channel", exc)
         for p in planned:
             try:
-                inserted, moved = ledger.materialise(p.rows, [p.move])
+                inserted, moved = ledger.occurrences.materialise(p.rows, [p.move])
                 written.inserted += inserted
                 written.moved |= moved
             except Exception as channel_exc:
@@ -511,18 +511,20 @@ def after_pass(
     """Bookkeeping after a successful pass: the backlog gauges (one read), the job heartbeat
     the health endpoint reads (when `heartbeat` is due), and retention with the sweep for
     channels written without a note (when `retention` is due)."""
-    backlog = ledger.backlog()
+    backlog = ledger.reporting.backlog()
     metrics.record_oldest_pending_age(backlog.oldest_pending_age_secs or 0.0)
     metrics.record_pending_count(backlog.pending)
     if heartbeat.due():
-        ledger.record_job_ok(JOB)
+        ledger.reporting.record_job_ok(JOB)
     if retention.due():
         until = time.monotonic() + RETENTION_BUDGET_SECS
-        deleted = ledger.delete_terminal_older_than(settings.retention_hours, until=until)
+        deleted = ledger.occurrences.delete_terminal_older_than(
+            settings.retention_hours, until=until
+        )
         if deleted:
             log.info("retention removed %d terminal occurrence(s)", deleted)
-        ledger.delete_events_older_than(settings.retention_hours)
-        if noted := ledger.note_drifted_channels():
+        ledger.events.delete_events_older_than(settings.retention_hours)
+        if noted := ledger.cursors.note_drifted_channels():
             log.info("%d channel(s) written without a note: their cursors follow next pass", noted)
         if time.monotonic() >= until:
             retention.again()  # the budget ran out first: the next pass goes on
@@ -538,12 +540,12 @@ class OutboxRound:
     sender: Sender | None = None
 
     def __call__(self, ledger: ReconcilePort, until: float) -> None:
-        ledger.detect_overdue()
+        ledger.events.detect_overdue()
         if self.sender is not None:
             done = sweep(ledger, self.sender, until=until)
             if done.failed:
                 log.warning("outbox sweep: %d event(s) not accepted", done.failed)
-        waiting = ledger.outbox()
+        waiting = ledger.events.outbox()
         metrics.record_outbox(waiting.undelivered, waiting.oldest_age_secs)
 
 

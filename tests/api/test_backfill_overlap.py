@@ -25,10 +25,10 @@ HOURLY_FORBID = {"schedule": "0 0 * * * *", "concurrency": {"policy": "forbid"}}
 def _holding_the_key(ledger: Ledger, channel: dict[str, Any]) -> str:
     """A manual run of the channel, claimed and started: it holds the channel's key."""
     held = NewOccurrence(channel["channel_id"], channel["name"], 1, ledger.db_now())
-    assert ledger.insert_occurrence(held)
-    [claimed] = ledger.claim("holder", 1, 60).leased
+    assert ledger.occurrences.insert_occurrence(held)
+    [claimed] = ledger.attempts.claim("holder", 1, 60).leased
     spec = SingletonSpec(channel["channel_id"], 1, "forbid")
-    assert ledger.start_attempt(claimed, "holder", 1, spec, 60).started
+    assert ledger.attempts.start_attempt(claimed, "holder", 1, spec, 60).started
     return held.id
 
 
@@ -38,7 +38,7 @@ def _window(ledger: Ledger, hours: int) -> dict[str, str]:
 
 
 def _backfilled(ledger: Ledger, channel: dict[str, Any]) -> list[str]:
-    rows = ledger.list_occurrences().data
+    rows = ledger.occurrences.list_occurrences().data
     return [
         r.status for r in sorted(rows, key=lambda r: r.scheduled_for) if r.trigger == "backfill"
     ]
@@ -60,7 +60,7 @@ def test_backfill_rows_wait_for_a_busy_key_then_all_run_one_after_another(
     assert _backfilled(ledger, channel) == [PENDING, PENDING]
 
     # And once the holder ends, both run
-    assert ledger.settle(held, "holder", COMPLETED, fencing_token=1)
+    assert ledger.attempts.settle(held, "holder", COMPLETED, fencing_token=1)
     scheduler.until(lambda: _backfilled(ledger, channel) == [COMPLETED, COMPLETED])
 
 
@@ -97,4 +97,4 @@ def test_a_backfill_dry_run_lists_the_instants_and_writes_nothing(api: Api, ledg
     assert (
         answer.data["planned"][0] == window["from"] and answer.data["planned"][-1] == window["to"]
     )
-    assert ledger.list_occurrences().total == 0
+    assert ledger.occurrences.list_occurrences().total == 0

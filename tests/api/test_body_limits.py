@@ -77,7 +77,7 @@ def test_a_payload_nested_300_deep_is_refused_naming_its_path_on_create_and_on_u
     assert (listed.status, read.status) == (200, 200)
     assert [c["name"] for c in listed.data] == ["nightly"]
     assert read.data["version"] == 1
-    assert ledger.get_channel(channel["channel_id"]).version == 1
+    assert ledger.channels.get_channel(channel["channel_id"]).version == 1
 
 
 def test_a_payload_at_the_depth_limit_is_stored_and_served_back_whole(
@@ -92,7 +92,10 @@ def test_a_payload_at_the_depth_limit_is_stored_and_served_back_whole(
     assert created.status == 201, created.body
     assert created.data["transport_config"]["payload"] == payload
     assert api("GET", CHANNELS).data[0]["transport_config"]["payload"] == payload
-    assert ledger.get_channel(created.data["channel_id"]).transport_config["payload"] == payload
+    assert (
+        ledger.channels.get_channel(created.data["channel_id"]).transport_config["payload"]
+        == payload
+    )
 
 
 def test_an_array_nested_too_deep_anywhere_in_a_body_is_refused_naming_it(api: Api) -> None:
@@ -117,7 +120,7 @@ def test_a_body_nested_deeper_than_python_reads_is_refused_in_the_error_shape(
     assert answer.status == 422, answer.body
     assert answer.error["code"] == "malformed_request"
     assert answer.error["details"] == [{"path": "body", "code": "invalid", "message": TOO_DEEP}]
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_a_body_over_the_size_cap_is_a_413_in_the_error_shape(api: Api, ledger: Ledger) -> None:
@@ -130,7 +133,7 @@ def test_a_body_over_the_size_cap_is_a_413_in_the_error_shape(api: Api, ledger: 
     assert answer.error["code"] == "too_large"
     assert answer.error["details"][0]["path"] == "body"
     assert f"at most {MAX_BODY_BYTES} are accepted" in answer.error["message"]
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_whoever_calls_the_document_check_a_definition_too_deep_is_refused_naming_it() -> None:
@@ -153,7 +156,7 @@ def test_a_channel_stored_deeper_before_the_limit_is_still_listed_and_read(
 ) -> None:
     # Given a channel written straight to the ledger with a 300-deep payload, as the API
     # accepted before bodies were limited, beside an ordinary one
-    deep = ledger.create_channel(
+    deep = ledger.channels.create_channel(
         "deep", {"schedule": SCHEDULE, "payload": nested(300)}, OK_TARGET, 5000
     )
     plain = create_channel(api)
@@ -176,13 +179,13 @@ def test_a_channel_stored_deeper_before_the_limit_is_still_listed_and_read(
         assert json.loads(payload) == nested(300 - FIRST_TOO_DEEP_BELOW_PAYLOAD)
     # …and it still compiles and runs as stored
     assert read.data["compiled"] is not None
-    assert ledger.get_channel(deep.channel_id).transport_config["payload"] == nested(300)
+    assert ledger.channels.get_channel(deep.channel_id).transport_config["payload"] == nested(300)
 
 
 def test_a_channel_stored_deeper_takes_a_new_version_within_the_limit(
     api: Api, ledger: Ledger
 ) -> None:
-    deep = ledger.create_channel(
+    deep = ledger.channels.create_channel(
         "deep", {"schedule": SCHEDULE, "payload": nested(300)}, OK_TARGET, 5000
     )
 
@@ -202,4 +205,4 @@ def test_a_channel_stored_deeper_takes_a_new_version_within_the_limit(
     assert refused.status == 422
     assert fixed.status == 200, fixed.body
     assert fixed.data["version"] == 2
-    assert ledger.get_channel(deep.channel_id).transport_config["payload"] == {"a": 1}
+    assert ledger.channels.get_channel(deep.channel_id).transport_config["payload"] == {"a": 1}

@@ -43,7 +43,7 @@ def test_a_manual_trigger_is_202_with_a_pending_occurrence_that_then_completes(
         "pending",
         0,
     )
-    stored = ledger.get_occurrence(occurrence["id"])
+    stored = ledger.occurrences.get_occurrence(occurrence["id"])
     assert before <= stored.scheduled_for <= ledger.db_now()
 
     assert scheduler.run_due() == 1
@@ -71,7 +71,7 @@ def test_triggering_a_channel_that_is_not_active_is_a_400(
     # Archived is final: it is never told to activate the channel.
     assert ("archived is final" in message) == (status == "archived")
     assert ('"active"' in message) == (status != "archived")
-    assert ledger.list_occurrences().total == 0
+    assert ledger.occurrences.list_occurrences().total == 0
 
 
 def test_triggering_an_unknown_channel_is_a_400(api: Api, ledger: Ledger) -> None:
@@ -79,7 +79,7 @@ def test_triggering_an_unknown_channel_is_a_400(api: Api, ledger: Ledger) -> Non
 
     assert answer.status == 400
     assert answer.error["details"][0]["path"] == "channel_id"
-    assert ledger.list_occurrences().total == 0
+    assert ledger.occurrences.list_occurrences().total == 0
 
 
 def test_a_trigger_at_an_instant_that_already_has_a_row_is_a_409(ledger: Ledger, api: Api) -> None:
@@ -92,13 +92,13 @@ def test_a_trigger_at_an_instant_that_already_has_a_row_is_a_409(ledger: Ledger,
         channel_version=1,
         scheduled_for=frozen.frozen,
     )
-    assert ledger.insert_occurrence(taken)
+    assert ledger.occurrences.insert_occurrence(taken)
 
     answer = call(create_app(frozen), "POST", f"{CHANNELS}/{channel['channel_id']}/trigger")
 
     assert answer.status == 409
     assert to_rfc3339(frozen.frozen) in answer.error["message"]
-    rows = ledger.list_occurrences().data
+    rows = ledger.occurrences.list_occurrences().data
     assert [(r.id, r.trigger) for r in rows] == [(taken.id, "cron")]
 
 
@@ -116,7 +116,7 @@ def test_backfill_writes_the_past_instants_and_keeps_rows_already_there(
         channel_version=1,
         scheduled_for=start + timedelta(hours=1),
     )
-    assert ledger.insert_occurrence(already)
+    assert ledger.occurrences.insert_occurrence(already)
     window = {"from": to_rfc3339(start), "to": to_rfc3339(start + timedelta(hours=3))}
 
     answer = api("POST", f"{CHANNELS}/{channel['channel_id']}/backfill", body=window)
@@ -127,7 +127,7 @@ def test_backfill_writes_the_past_instants_and_keeps_rows_already_there(
         3,
         1,
     )
-    rows = sorted(ledger.list_occurrences().data, key=lambda r: r.scheduled_for)
+    rows = sorted(ledger.occurrences.list_occurrences().data, key=lambda r: r.scheduled_for)
     assert [(r.scheduled_for - start, r.trigger) for r in rows] == [
         (timedelta(hours=0), "backfill"),
         (timedelta(hours=1), "cron"),
@@ -163,7 +163,7 @@ def test_backfill_refuses_a_future_end_an_inverted_window_and_too_many_instants(
     assert "future" in future.error["details"][0]["message"]
     assert "1000" in too_many.error["details"][0]["message"]
     assert naive.error["details"][0]["path"] == "body.from"
-    assert ledger.list_occurrences().total == 0
+    assert ledger.occurrences.list_occurrences().total == 0
 
 
 def test_preview_shows_a_fall_back_day_twice_in_local_time_with_both_offsets(

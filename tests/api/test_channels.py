@@ -40,7 +40,7 @@ def test_a_created_channel_is_a_draft_at_version_1_with_its_compiled_schedule(
     assert channel["compiled"]["timezone"] == "Europe/London"
     assert channel["compiled"]["next_fire_at"] is None  # no cursor before a reconcile
     assert channel["created_at"].endswith("Z")
-    stored = ledger.get_channel(channel["channel_id"])
+    stored = ledger.channels.get_channel(channel["channel_id"])
     assert (stored.status, stored.timeout_ms) == ("draft", 30_000)
     assert stored.target == {"type": "python", "callable": "tests.api.jobs:ok"}
 
@@ -50,7 +50,7 @@ def test_a_channel_created_without_timeout_stores_the_instance_default(
 ) -> None:
     channel = create_channel(api, status="active")
 
-    stored = ledger.get_channel(channel["channel_id"])
+    stored = ledger.channels.get_channel(channel["channel_id"])
     assert (stored.status, stored.timeout_ms) == ("active", 60_000)
 
 
@@ -81,7 +81,7 @@ def test_a_five_error_channel_document_returns_five_details_in_one_400(
         "transport_config.timezone",
     ]
     assert "0 15 2 * * *" in answer.body["error"]["message"]  # the six-field spelling is shown
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_wrong_types_and_missing_fields_are_reported_together_as_400_not_422(
@@ -97,7 +97,7 @@ def test_wrong_types_and_missing_fields_are_reported_together_as_400_not_422(
         "target": "required",
         "colour": "invalid",
     }
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_text_the_database_cannot_store_is_a_400_at_its_path(api: Api, ledger: Ledger) -> None:
@@ -108,7 +108,7 @@ def test_text_the_database_cannot_store_is_a_400_at_its_path(api: Api, ledger: L
 
     assert answer.status == 400
     assert [d["path"] for d in answer.error["details"]] == ["transport_config.payload.note"]
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_a_taken_name_is_a_409(api: Api, ledger: Ledger) -> None:
@@ -118,7 +118,7 @@ def test_a_taken_name_is_a_409(api: Api, ledger: Ledger) -> None:
 
     assert answer.status == 409
     assert answer.error["code"] == "conflict"
-    assert ledger.list_channels().total == 1
+    assert ledger.channels.list_channels().total == 1
 
 
 def test_a_malformed_body_is_a_422_in_the_error_envelope(api: Api) -> None:
@@ -141,8 +141,8 @@ def test_put_writes_a_new_version_and_keeps_the_old_one(api: Api, ledger: Ledger
     assert answer.status == 200
     assert answer.data["version"] == 2
     assert answer.data["compiled"]["schedule"] == "0 30 3 * * *"
-    assert ledger.get_channel(channel["channel_id"]).version == 2
-    first = ledger.get_channel(channel["channel_id"], version=1)
+    assert ledger.channels.get_channel(channel["channel_id"]).version == 2
+    first = ledger.channels.get_channel(channel["channel_id"], version=1)
     assert first.transport_config["schedule"] == "0 15 2 * * *"
 
 
@@ -153,7 +153,7 @@ def test_put_of_an_unchanged_definition_writes_no_version(api: Api, ledger: Ledg
 
     assert answer.status == 200
     assert answer.data["version"] == 1
-    assert ledger.get_channel(channel["channel_id"]).version == 1
+    assert ledger.channels.get_channel(channel["channel_id"]).version == 1
 
 
 def test_put_refuses_a_rename_and_a_bad_target_in_one_400(api: Api, ledger: Ledger) -> None:
@@ -164,7 +164,7 @@ def test_put_refuses_a_rename_and_a_bad_target_in_one_400(api: Api, ledger: Ledg
 
     assert answer.status == 400
     assert sorted(d["path"] for d in answer.error["details"]) == ["name", "target.type"]
-    assert ledger.get_channel(channel["channel_id"]).version == 1
+    assert ledger.channels.get_channel(channel["channel_id"]).version == 1
 
 
 def test_an_archived_channel_cannot_be_edited_or_reactivated(api: Api, ledger: Ledger) -> None:
@@ -176,7 +176,7 @@ def test_an_archived_channel_cannot_be_edited_or_reactivated(api: Api, ledger: L
     reactivate = api("PATCH", f"{path}/status", body={"status": "active"})
 
     assert (edit.status, reactivate.status) == (409, 409)
-    stored = ledger.get_channel(channel["channel_id"])
+    stored = ledger.channels.get_channel(channel["channel_id"])
     assert (stored.status, stored.version) == ("archived", 1)
 
 
@@ -187,7 +187,7 @@ def test_a_status_outside_the_lifecycle_words_is_a_422(api: Api, ledger: Ledger)
 
     assert answer.status == 422
     assert answer.error["details"][0]["path"] == "body.status"
-    assert ledger.get_channel(channel["channel_id"]).status == "draft"
+    assert ledger.channels.get_channel(channel["channel_id"]).status == "draft"
 
 
 def test_list_filters_by_status_and_exact_name(api: Api) -> None:
@@ -212,8 +212,8 @@ def test_delete_purges_the_channel_and_a_second_delete_is_a_404(api: Api, ledger
 
     assert (first.status, first.body) == (204, None)
     assert second.status == 404
-    assert ledger.list_channels().total == 0
-    assert ledger.list_occurrences().total == 0
+    assert ledger.channels.list_channels().total == 0
+    assert ledger.occurrences.list_occurrences().total == 0
 
 
 def test_requests_answered_from_many_threads_each_get_their_own_answer(
@@ -264,7 +264,7 @@ def test_a_body_that_is_not_json_text_is_refused_with_a_4xx(
     assert (plain_text.status, plain_text.error["code"]) == (415, "unsupported_media_type")
     assert (not_utf8.status, not_utf8.error["code"]) == (422, "malformed_request")
     assert (too_deep.status, too_deep.error["code"]) == (422, "malformed_request")
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_versions_list_newest_first_and_each_reads_as_it_was_written(
@@ -285,7 +285,7 @@ def test_versions_list_newest_first_and_each_reads_as_it_was_written(
     assert versions.data[0]["transport_config"] == {"schedule": "0 30 3 * * *"}
     assert first.data["transport_config"] == channel["transport_config"]
     assert (missing.status, unknown.status) == (404, 404)
-    assert ledger.get_channel(channel["channel_id"]).version == 2
+    assert ledger.channels.get_channel(channel["channel_id"]).version == 2
 
 
 def test_a_channel_may_be_created_paused_and_resumed_later(api: Api, ledger: Ledger) -> None:
@@ -296,7 +296,7 @@ def test_a_channel_may_be_created_paused_and_resumed_later(api: Api, ledger: Led
     assert archived.status == 400
     resumed = api("PATCH", f"{CHANNELS}/{created['channel_id']}/status", body={"status": "active"})
     assert resumed.data["status"] == "active"
-    assert ledger.get_channel(created["channel_id"]).status == "active"
+    assert ledger.channels.get_channel(created["channel_id"]).status == "active"
 
 
 def test_a_dry_run_answers_as_the_request_would_and_writes_nothing(
@@ -316,7 +316,7 @@ def test_a_dry_run_answers_as_the_request_would_and_writes_nothing(
         400,
         "transport_config.schedule",
     )
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
     # A new version and a status change: the answers they would give, the channel as it was
     channel = create_channel(api)
@@ -328,11 +328,11 @@ def test_a_dry_run_answers_as_the_request_would_and_writes_nothing(
     assert (edited.status, edited.data["version"]) == (200, 2)
     assert edited.data["transport_config"] == {"schedule": "0 30 3 * * *"}
     assert (activated.status, activated.data["status"]) == (200, "active")
-    stored = ledger.get_channel(channel["channel_id"])
+    stored = ledger.channels.get_channel(channel["channel_id"])
     assert (stored.version, stored.status) == (1, "draft")
     assert stored.transport_config == channel["transport_config"]
-    assert ledger.list_channel_versions(channel["channel_id"]).total == 1
-    assert ledger.schedule_states() == []
+    assert ledger.channels.list_channel_versions(channel["channel_id"]).total == 1
+    assert ledger.cursors.schedule_states() == []
 
     # The refusals a state gives: a taken name, an archived channel edited or revived
     assert api("POST", CHANNELS, dry, channel_document()).status == 409
@@ -347,7 +347,7 @@ def test_labels_are_stored_and_served_with_the_definition(api: Api, ledger: Ledg
         "POST", CHANNELS, body=channel_document("bad-labels", labels={"-team": "x", "tier": 3})
     )
 
-    stored = ledger.get_channel(channel["channel_id"])
+    stored = ledger.channels.get_channel(channel["channel_id"])
     assert stored.labels == {"team": "billing", "example.com/tier": ""}
     assert channel["labels"] == stored.labels
     assert "labels" not in stored.transport_config
@@ -365,7 +365,7 @@ def test_a_labels_only_change_is_a_new_version_that_keeps_the_cursor(
     channel = create_channel(api, status="active", labels={"team": "billing"})
     path = f"{CHANNELS}/{channel['channel_id']}"
     scheduler.reconcile()
-    [before] = ledger.schedule_states([channel["channel_id"]])
+    [before] = ledger.cursors.schedule_states([channel["channel_id"]])
 
     # When only its labels change, then the same document is sent again
     relabelled = api("PUT", path, body=channel_document(labels={"team": "ops"}))
@@ -374,12 +374,14 @@ def test_a_labels_only_change_is_a_new_version_that_keeps_the_cursor(
     # Then the change is version 2 with the new labels, version 1 keeps the old ones, the
     # repeat writes nothing, and the scheduling hash did not move
     assert (relabelled.status, relabelled.data["version"], again.data["version"]) == (200, 2, 2)
-    assert ledger.get_channel(channel["channel_id"]).labels == {"team": "ops"}
-    assert ledger.get_channel(channel["channel_id"], version=1).labels == {"team": "billing"}
+    assert ledger.channels.get_channel(channel["channel_id"]).labels == {"team": "ops"}
+    assert ledger.channels.get_channel(channel["channel_id"], version=1).labels == {
+        "team": "billing"
+    }
     versions = api("GET", f"{path}/versions").data
     assert [v["labels"] for v in versions] == [{"team": "ops"}, {"team": "billing"}]
     scheduler.reconcile()
-    [after] = ledger.schedule_states([channel["channel_id"]])
+    [after] = ledger.cursors.schedule_states([channel["channel_id"]])
     assert (after.config_hash, after.next_fire_at) == (before.config_hash, before.next_fire_at)
 
 
@@ -400,5 +402,5 @@ def test_two_apps_in_one_process_each_answer_from_their_own_ledger(
     assert created.status == 201
     assert [c["name"] for c in in_first.data] == ["first-app-only"]
     assert in_other.data == []
-    assert other_ledger.list_channels().total == 0
+    assert other_ledger.channels.list_channels().total == 0
     other_ledger.dispose()

@@ -35,9 +35,9 @@ def _failed_run(api: Api, scheduler: Scheduler, channel: dict[str, Any]) -> str:
 def _cancelled_run(api: Api, ledger: Ledger, channel: dict[str, Any]) -> str:
     """A pending row of `channel` cancelled through the API; its id. Each is an instant of
     its own (a trigger's would clash when two fall in one millisecond of SQLite's clock)."""
-    at = ledger.db_now() - timedelta(days=1, seconds=ledger.list_occurrences().total)
+    at = ledger.db_now() - timedelta(days=1, seconds=ledger.occurrences.list_occurrences().total)
     row = NewOccurrence(channel["channel_id"], channel["name"], 1, at, trigger="manual")
-    assert ledger.insert_occurrence(row)
+    assert ledger.occurrences.insert_occurrence(row)
     assert api("POST", f"{OCCURRENCES}/{row.id}/cancel").status == 200
     return row.id
 
@@ -72,8 +72,8 @@ def test_events_are_listed_newest_first_with_their_document_and_delivery_state(
         "console": f"/#occurrence={failed}",
     }
     assert newest["at"].endswith("Z") and newest["at"] >= oldest["at"]
-    stored = {e.event_id: e for e in ledger.list_events().data}
-    assert [e["event_id"] for e in listed] == [e.event_id for e in ledger.list_events().data]
+    stored = {e.event_id: e for e in ledger.events.list_events().data}
+    assert [e["event_id"] for e in listed] == [e.event_id for e in ledger.events.list_events().data]
     assert stored[oldest["event_id"]].document["kind"] == "occurrence.failed"
 
 
@@ -164,7 +164,7 @@ def test_health_counts_the_undelivered_events_and_the_age_of_the_oldest(
     busy = api("GET", "/health").data
 
     assert (empty["undelivered_events"], empty["oldest_undelivered_event_secs"]) == (0, None)
-    assert busy["undelivered_events"] == 1 == ledger.outbox().undelivered
+    assert busy["undelivered_events"] == 1 == ledger.events.outbox().undelivered
     assert busy["oldest_undelivered_event_secs"] >= 0
 
 
@@ -204,7 +204,7 @@ def test_a_cancel_records_the_iam_caller_and_the_reason_given(
         NewOccurrence(channel["channel_id"], "nightly", 1, now - timedelta(minutes=m))
         for m in (1, 2)
     ]
-    assert all(ledger.insert_occurrence(row) for row in rows)
+    assert all(ledger.occurrences.insert_occurrence(row) for row in rows)
     signed, anonymous = (row.id for row in rows)
     arn = "arn:aws:iam::123456789012:user/ops"
 
@@ -222,8 +222,10 @@ def test_a_cancel_records_the_iam_caller_and_the_reason_given(
 
     # Then each row and its event say who and why, as far as it is known
     assert (answer["statusCode"], plain.status) == (200, 200)
-    assert ledger.get_occurrence(signed).error_message == (f"cancelled by {arn}: upstream is down")
-    assert ledger.get_occurrence(anonymous).error_message == "cancelled by an operator"
+    assert ledger.occurrences.get_occurrence(signed).error_message == (
+        f"cancelled by {arn}: upstream is down"
+    )
+    assert ledger.occurrences.get_occurrence(anonymous).error_message == "cancelled by an operator"
     errors = {e["occurrence_id"]: e["error"] for e in api("GET", EVENTS).data}
     assert errors[signed] == f"cancelled by {arn}: upstream is down"
     assert errors[anonymous] == "cancelled by an operator"
@@ -238,7 +240,7 @@ def test_a_cancel_body_with_an_unknown_key_is_a_422_and_cancels_nothing(
     answer = api("POST", f"{OCCURRENCES}/{run['id']}/cancel", body={"why": "because"})
 
     assert answer.status == 422
-    assert ledger.get_occurrence(run["id"]).status == "pending"
+    assert ledger.occurrences.get_occurrence(run["id"]).status == "pending"
 
 
 def test_the_openapi_document_describes_the_listing_and_the_alerts_rules(api: Api) -> None:

@@ -91,7 +91,7 @@ def test_a_bulk_pause_moves_only_the_selected_channels_and_reports_each(
         "billing-acme": ("active", "paused", None),
         "ops-acme": ("paused", "paused", None),
     }
-    stored = {name: ledger.get_channel(cid) for name, cid in fleet.items()}
+    stored = {name: ledger.channels.get_channel(cid) for name, cid in fleet.items()}
     assert {n: c.status for n, c in stored.items()} == {
         "billing-acme": "paused",
         "billing-globex": "active",
@@ -123,8 +123,8 @@ def test_a_bulk_resume_moves_the_paused_and_reports_each_channel_it_cannot_move(
         "billing-globex": "active",
         "billing-draft": "draft",
     }
-    assert ledger.get_channel(fleet["billing-acme"]).status == "active"
-    assert ledger.get_channel(fleet["billing-globex"]).status_reason is None
+    assert ledger.channels.get_channel(fleet["billing-acme"]).status == "active"
+    assert ledger.channels.get_channel(fleet["billing-globex"]).status_reason is None
     # And the refusal of the draft's pause was the error a single change answers
     draft = next(m for m in paused.data if m["name"] == "billing-draft")
     assert (draft["before"], draft["status"], draft["error"]["code"]) == (
@@ -142,7 +142,7 @@ def test_a_bulk_archive_never_selects_an_archived_channel_again(
 
     assert [m["status"] for m in first.data] == ["archived"]
     assert second.data == []
-    assert ledger.get_channel(fleet["ops-acme"]).status == "archived"
+    assert ledger.channels.get_channel(fleet["ops-acme"]).status == "archived"
 
 
 def test_a_bulk_change_without_a_label_or_with_a_bad_one_moves_nothing(
@@ -153,7 +153,7 @@ def test_a_bulk_change_without_a_label_or_with_a_bad_one_moves_nothing(
 
     assert (empty.status, empty.error["details"][0]["path"]) == (400, "selector")
     assert (bad.status, bad.error["details"][0]["path"]) == (422, "body.selector.-team")
-    assert {ledger.get_channel(cid).status for cid in fleet.values()} == {"active"}
+    assert {ledger.channels.get_channel(cid).status for cid in fleet.values()} == {"active"}
 
 
 def test_the_bulk_route_is_in_the_openapi_document(api: Api) -> None:

@@ -47,7 +47,7 @@ def test_a_per_second_channels_occurrences_appear_and_complete_in_the_listing(
     assert "result" not in completed[0]  # summaries; the excerpt is in the full record
     full = api("GET", f"{OCCURRENCES}/{completed[0]['id']}").data
     assert full["result"] is not None and completed[0]["id"] in full["result"]
-    assert ledger.get_occurrence(completed[0]["id"]).status == "completed"
+    assert ledger.occurrences.get_occurrence(completed[0]["id"]).status == "completed"
 
 
 def test_retry_keeps_the_id_and_instant_and_the_next_run_is_attempt_2(
@@ -59,7 +59,7 @@ def test_retry_keeps_the_id_and_instant_and_the_next_run_is_attempt_2(
     path = f"{CHANNELS}/{channel['channel_id']}"
     failed = api("POST", f"{path}/trigger").data
     scheduler.run_due()
-    assert ledger.get_occurrence(failed["id"]).status == "failed"
+    assert ledger.occurrences.get_occurrence(failed["id"]).status == "failed"
     # and a fixed target
     fixed = channel_document(target=OK_TARGET, transport_config=once)
     assert api("PUT", path, body=fixed).data["version"] == 2
@@ -73,10 +73,10 @@ def test_retry_keeps_the_id_and_instant_and_the_next_run_is_attempt_2(
     assert (retried.data["id"], retried.data["status"]) == (failed["id"], "pending")
     assert (retried.data["attempt"], retried.data["max_attempts"]) == (1, 2), "one more granted"
     assert retried.data["scheduled_for"] == failed["scheduled_for"]
-    again = ledger.get_occurrence(failed["id"])
+    again = ledger.occurrences.get_occurrence(failed["id"])
     assert (again.status, again.attempt, again.executing_version) == ("completed", 2, 2)
     assert to_rfc3339(again.scheduled_for) == failed["scheduled_for"]
-    assert ledger.list_occurrences().total == 1
+    assert ledger.occurrences.list_occurrences().total == 1
     # …and the attempt granted counts among those allowed, after it ran too (never "2 of 1")
     shown = api("GET", f"{OCCURRENCES}/{failed['id']}").data
     assert (shown["attempt"], shown["max_attempts"]) == (2, 2)
@@ -122,7 +122,7 @@ def test_retrying_an_occurrence_of_a_channel_not_active_is_a_409_naming_its_stat
     # Archived is final: the fix offered is never to re-activate it.
     assert ("activate it first" in message) == (status == "paused")
     assert ("archived is final" in message) == (status == "archived")
-    assert ledger.get_occurrence(failed["id"]).status == "failed"
+    assert ledger.occurrences.get_occurrence(failed["id"]).status == "failed"
 
 
 def test_retrying_a_completed_occurrence_is_a_409_and_an_unknown_one_a_404(
@@ -138,7 +138,7 @@ def test_retrying_a_completed_occurrence_is_a_409_and_an_unknown_one_a_404(
     assert (completed.status, completed.error["code"]) == (409, "conflict")
     assert "completed" in completed.error["message"]
     assert (unknown.status, unknown.error["code"]) == (404, "not_found")
-    stored = ledger.get_occurrence(done["id"])
+    stored = ledger.occurrences.get_occurrence(done["id"])
     assert (stored.status, stored.attempt) == ("completed", 1)
 
 
@@ -156,7 +156,7 @@ def test_cancel_moves_a_pending_occurrence_to_cancelled_and_refuses_a_settled_on
     assert cancelled.data["status"] == "cancelled"
     assert again.status == 409
     assert ran == 0
-    assert ledger.get_occurrence(pending["id"]).status == "cancelled"
+    assert ledger.occurrences.get_occurrence(pending["id"]).status == "cancelled"
 
 
 def test_archiving_stops_new_occurrences_and_keeps_the_history(
@@ -177,7 +177,7 @@ def test_archiving_stops_new_occurrences_and_keeps_the_history(
     time.sleep(1.2)  # an instant of the every-second schedule falls due after the archive
     scheduler.reconcile()
     scheduler.run_due()
-    ledger_rows = ledger.list_occurrences().data
+    ledger_rows = ledger.occurrences.list_occurrences().data
 
     assert kept
     assert {o.id for o in ledger_rows} == kept
@@ -193,8 +193,10 @@ def test_the_listing_filters_on_channel_status_and_an_inclusive_window(
     base = ledger.db_now().replace(microsecond=0) - timedelta(hours=1)
     for minutes in (0, 10, 20, 30):
         row = NewOccurrence(first["channel_id"], "first", 1, base + timedelta(minutes=minutes))
-        assert ledger.insert_occurrence(row)
-    assert ledger.insert_occurrence(NewOccurrence(second["channel_id"], "second", 1, base))
+        assert ledger.occurrences.insert_occurrence(row)
+    assert ledger.occurrences.insert_occurrence(
+        NewOccurrence(second["channel_id"], "second", 1, base)
+    )
 
     window = {
         "channel_id": first["channel_id"],
@@ -275,7 +277,9 @@ def test_the_listing_pages_by_next_and_refuses_an_offset_past_the_bound_naming_a
     base = ledger.db_now().replace(microsecond=0)
     for minutes in range(12):
         at = base - timedelta(minutes=minutes)
-        assert ledger.insert_occurrence(NewOccurrence(channel["channel_id"], "paged", 1, at))
+        assert ledger.occurrences.insert_occurrence(
+            NewOccurrence(channel["channel_id"], "paged", 1, at)
+        )
 
     # When the list is read five rows a page by `next`, and at an offset past the bound
     pages = [api("GET", OCCURRENCES, {"limit": 5})]

@@ -135,7 +135,7 @@ def test_no_deep_huge_or_odd_body_gets_a_5xx_and_a_deep_stored_channel_is_still_
     sqlite_ledger: Ledger, api_url: str
 ) -> None:
     # Given a channel stored 300 levels deep, as the API took it before bodies were limited
-    deep = sqlite_ledger.create_channel(
+    deep = sqlite_ledger.channels.create_channel(
         "stored-deep",
         {"schedule": "* * * * * *", "payload": _nested(300, 1, arrays=False)},
         OK_TARGET,
@@ -186,10 +186,12 @@ def _existing_ids(ledger: Ledger, path: str) -> dict[str, Any] | None:
     """A fresh active channel with one occurrence, as the operation's path parameters."""
     if "{" not in path:
         return None
-    name = f"fuzz-{len(ledger.list_channels(limit=1000).data)}"
-    channel = ledger.create_channel(name, {"schedule": "* * * * * *"}, OK_TARGET, 1000, "active")
+    name = f"fuzz-{len(ledger.channels.list_channels(limit=1000).data)}"
+    channel = ledger.channels.create_channel(
+        name, {"schedule": "* * * * * *"}, OK_TARGET, 1000, "active"
+    )
     occurrence = NewOccurrence(channel.channel_id, name, 1, ledger.db_now())
-    assert ledger.insert_occurrence(occurrence)
+    assert ledger.occurrences.insert_occurrence(occurrence)
     return {"channel_id": channel.channel_id, "occurrence_id": occurrence.id}
 
 

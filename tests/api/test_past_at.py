@@ -26,7 +26,7 @@ def test_an_at_in_the_past_is_refused_at_its_path_and_nothing_is_written(
     [detail] = answer.error["details"]
     assert detail["path"] == "transport_config.at"
     assert "is in the past" in detail["message"] and "allow_past_at=true" in detail["message"]
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_an_at_in_the_past_is_saved_when_allowed_with_a_warning_that_it_never_runs(
@@ -44,7 +44,7 @@ def test_an_at_in_the_past_is_saved_when_allowed_with_a_warning_that_it_never_ru
     assert answer.status == 201
     [warning] = answer.data["warnings"]
     assert warning.startswith("transport_config.at: ") and "will never run" in warning
-    assert ledger.list_channels().total == 1
+    assert ledger.channels.list_channels().total == 1
 
 
 def test_a_future_at_is_saved_without_a_warning(api: Api, ledger: Ledger) -> None:
@@ -77,4 +77,4 @@ def test_a_channel_keeping_its_past_at_can_still_be_edited_but_not_moved_to_anot
     assert edited.status == 200 and edited.data["version"] == 2
     assert moved.status == 400
     assert [d["path"] for d in moved.error["details"]] == ["transport_config.at"]
-    assert ledger.get_channel(created["channel_id"]).version == 2
+    assert ledger.channels.get_channel(created["channel_id"]).version == 2

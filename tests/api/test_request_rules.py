@@ -49,7 +49,7 @@ def test_a_body_not_declared_as_json_is_a_415_and_nothing_is_created(
     answer = api("POST", CHANNELS, raw_body=raw, headers=headers, json_default=False)
 
     assert (answer.status, answer.body["error"]) == (415, UNSUPPORTED)
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_a_form_body_is_a_415_not_an_unknown_key(api: Api, ledger: Ledger) -> None:
@@ -72,7 +72,7 @@ def test_the_json_media_type_is_accepted_in_any_case(
     answer = api("POST", CHANNELS, body=channel_document(), headers={"content-type": content_type})
 
     assert answer.status == 201, answer.body
-    assert ledger.list_channels().total == 1
+    assert ledger.channels.list_channels().total == 1
 
 
 # --- 422: the body is a JSON object -------------------------------------------------------
@@ -106,7 +106,7 @@ def test_a_json_body_that_is_not_an_object_is_a_422(
             }
         ],
     }
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 # --- 400: text that is not valid Unicode --------------------------------------------------
@@ -178,7 +178,7 @@ def test_invalid_unicode_anywhere_in_a_body_is_a_400_naming_the_place(
             }
         ],
     }
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_invalid_unicode_in_an_update_a_status_change_or_a_backfill_is_a_400(api: Api) -> None:

@@ -37,7 +37,7 @@ def test_a_one_time_schedule_in_a_spring_forward_gap_is_a_400_and_writes_nothing
     (detail,) = answer.error["details"]
     assert (detail["path"], detail["code"]) == ("transport_config.at", "invalid")
     assert "jump from 01:00:00 to 02:00:00" in detail["message"]
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_preview_shows_each_instant_with_its_due_time(api: Api, ledger: Ledger) -> None:
@@ -185,5 +185,5 @@ def test_backfill_stays_within_the_bounds(api: Api, ledger: Ledger) -> None:
 
     assert answer.status == 202
     assert (answer.data["instants"], answer.data["created"]) == (4, 4)
-    written = sorted(o.scheduled_for for o in ledger.list_occurrences().data)
+    written = sorted(o.scheduled_for for o in ledger.occurrences.list_occurrences().data)
     assert written == [start + timedelta(seconds=s) for s in (0, 10, 20, 30)]

@@ -66,15 +66,15 @@ def test_the_status_view_shows_the_last_run_and_the_pending_count(
 
     assert (row["last_occurrence_id"], row["last_status"]) == (waiting["id"], "pending")
     assert row["pending"] == 1
-    assert ledger.get_occurrence(ran["id"]).status == "completed"
+    assert ledger.occurrences.get_occurrence(ran["id"]).status == "completed"
 
 
 def test_health_reports_the_backlog_and_the_loops_last_success(api: Api, ledger: Ledger) -> None:
     empty = api("GET", "/health")
     channel = create_channel(api, status="active")
     api("POST", f"{CHANNELS}/{channel['channel_id']}/trigger")
-    ledger.record_job_ok(RECONCILE_JOB)
-    ledger.record_job_ok(CLAIM_JOB)
+    ledger.reporting.record_job_ok(RECONCILE_JOB)
+    ledger.reporting.record_job_ok(CLAIM_JOB)
 
     busy = api("GET", "/health")
 
@@ -84,7 +84,7 @@ def test_health_reports_the_backlog_and_the_loops_last_success(api: Api, ledger:
     health = busy.data
     assert (health["database"], health["pending"]) == ("reachable", 1)
     assert health["oldest_pending_secs"] >= 0
-    beats = ledger.job_heartbeats()
+    beats = ledger.reporting.job_heartbeats()
     assert parse_rfc3339(health["last_reconcile_at"]) == beats[RECONCILE_JOB]
     assert parse_rfc3339(health["last_claim_at"]) == beats[CLAIM_JOB]
 

@@ -74,7 +74,7 @@ def test_a_non_public_address_in_any_spelling_is_a_400_at_target_url(
     assert (detail["path"], detail["code"]) == ("target.url", "invalid")
     assert f" is {kind}; http targets reach only public addresses unless " in detail["message"]
     assert detail["message"].endswith("CRONLEDGER_HTTP_ALLOW_NETWORKS lists the network")
-    assert sqlite_ledger.list_channels().total == 0
+    assert sqlite_ledger.channels.list_channels().total == 0
 
 
 @given(
@@ -165,7 +165,7 @@ def test_each_refusal_is_a_400_with_its_path_and_message_and_nothing_is_stored(
     assert answer.body["error"]["details"] == [
         {"path": path, "code": "invalid", "message": message}
     ]
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
 
 
 def test_activating_a_channel_whose_target_the_operator_no_longer_allows_is_a_400(
@@ -184,7 +184,7 @@ def test_activating_a_channel_whose_target_the_operator_no_longer_allows_is_a_40
     assert answer.status == 400
     assert answer.body["error"]["details"][0]["path"] == "target.callable"
     assert "CRONLEDGER_PYTHON_TARGETS" in answer.body["error"]["details"][0]["message"]
-    assert ledger.get_channel(channel_id).status == "draft"
+    assert ledger.channels.get_channel(channel_id).status == "draft"
 
 
 def test_activating_an_archived_channel_is_a_409_even_when_its_target_is_no_longer_allowed(
@@ -193,7 +193,7 @@ def test_activating_an_archived_channel_is_a_409_even_when_its_target_is_no_long
     # Given an archived channel whose module the operator has since stopped allowing
     created = call(create_app(ledger, SETTINGS), "POST", CHANNELS, body=channel_document())
     channel_id = created.data["channel_id"]
-    ledger.set_channel_status(channel_id, "archived")
+    ledger.channels.set_channel_status(channel_id, "archived")
 
     # When someone activates it
     answer = call(
@@ -204,7 +204,7 @@ def test_activating_an_archived_channel_is_a_409_even_when_its_target_is_no_long
     # and an archived channel cannot be edited)
     assert answer.status == 409, answer.body
     assert "archived" in answer.body["error"]["message"]
-    assert ledger.get_channel(channel_id).status == "archived"
+    assert ledger.channels.get_channel(channel_id).status == "archived"
 
 
 @pytest.mark.parametrize(

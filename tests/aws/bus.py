@@ -67,13 +67,13 @@ def failed_on_its_last_attempt(
         ledger.db_now() - timedelta(seconds=30),
         max_attempts=1,
     )
-    assert ledger.insert_occurrence(new)
-    (claimed,) = ledger.claim("claim-e1", 1, LEASE).leased
+    assert ledger.occurrences.insert_occurrence(new)
+    (claimed,) = ledger.attempts.claim("claim-e1", 1, LEASE).leased
     started = start(ledger, claimed, "claim-e1")
-    assert ledger.settle(
+    assert ledger.attempts.settle(
         claimed.id, "claim-e1", FAILED, fencing_token=started.fencing_token, error_message=error
     )
-    return ledger.get_occurrence(claimed.id)
+    return ledger.occurrences.get_occurrence(claimed.id)
 
 
 def lapse_send_leases(ledger: Ledger) -> None:

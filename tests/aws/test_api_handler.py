@@ -49,7 +49,7 @@ def test_a_channel_created_through_the_function_is_in_the_ledger_and_the_request
         status, body = invoke("POST", f"{PREFIX}/channels", document)
 
     assert status == 201, body
-    stored = container.get_channel(body["data"]["channel_id"])
+    stored = container.channels.get_channel(body["data"]["channel_id"])
     assert (stored.name, stored.status, stored.version) == ("month-end", CHANNEL_ACTIVE, 1)
     assert stored.transport_config["timezone"] == "Europe/London"
     (summary,) = [line for line in lines if line["message"] == "request answered"]

@@ -167,7 +167,7 @@ def test_the_whole_scheduler_works_under_the_application_role(as_role: sa.Engine
         f"{CHANNELS}/{every_second.data['channel_id']}/status",
         body={"status": "paused"},
     )
-    purged = ledger.delete_terminal_older_than(hours=0)
+    purged = ledger.occurrences.delete_terminal_older_than(hours=0)
     deleted = call(app, "DELETE", f"{CHANNELS}/{nightly.data['channel_id']}")
 
     # Then every step answered as it does for the schema's owner

@@ -68,7 +68,7 @@ def edited(**transport: Any) -> dict[str, Any]:
 def test_a_create_makes_the_channel_active_at_version_1(container: Ledger) -> None:
     answer = deploy(event("Create", DOCUMENT))
 
-    channel = container.get_channel(answer["PhysicalResourceId"])
+    channel = container.channels.get_channel(answer["PhysicalResourceId"])
     assert (channel.name, channel.status, channel.version) == ("nightly-report", "active", 1)
     assert channel.transport_config["timezone"] == "Europe/London"
     assert answer["Data"]["Outcome"] == "created"
@@ -89,10 +89,10 @@ def test_an_update_writes_a_new_version_only_when_the_document_changed(container
     assert same["Data"]["Outcome"] == "unchanged"
     assert same["PhysicalResourceId"] == channel_id
     assert changed["Data"]["Outcome"] == "updated"
-    channel = container.get_channel(channel_id)
+    channel = container.channels.get_channel(channel_id)
     assert channel.version == 2
     assert channel.transport_config["schedule"] == "0 30 3 * * *"
-    assert container.list_channel_versions(channel_id).total == 2
+    assert container.channels.list_channel_versions(channel_id).total == 2
     assert channel.status_reason == f"applied by the deploy of {DEPLOYER}"
 
 
@@ -113,9 +113,9 @@ def test_labels_are_created_with_the_channel_and_a_labels_only_change_is_a_new_v
     # nothing, and the schedule is as declared
     assert (created["Data"]["Outcome"], changed["Data"]["Outcome"]) == ("created", "updated")
     assert same["Data"]["Outcome"] == "unchanged"
-    channel = container.get_channel(channel_id)
+    channel = container.channels.get_channel(channel_id)
     assert (channel.version, channel.status, channel.labels) == (2, "active", {"team": "ops"})
-    first = container.get_channel(channel_id, version=1)
+    first = container.channels.get_channel(channel_id, version=1)
     assert first.labels == {"team": "billing", "example.com/tier": "gold"}
     assert channel.transport_config == first.transport_config == DOCUMENT["transport_config"]
 
@@ -125,16 +125,16 @@ def test_a_bad_label_fails_the_deploy_at_its_path(container: Ledger) -> None:
         deploy(event("Create", {**DOCUMENT, "labels": {"-team": "x"}}))
 
     assert "nightly-report" in str(refused.value)
-    assert container.list_channels().total == 0
+    assert container.channels.list_channels().total == 0
 
 
 def test_a_redeploy_of_an_unchanged_document_writes_nothing(container: Ledger) -> None:
     channel_id = deploy(event("Create", DOCUMENT))["PhysicalResourceId"]
-    before = container.get_channel(channel_id)
+    before = container.channels.get_channel(channel_id)
 
     deploy(event("Update", DOCUMENT, old=DOCUMENT, physical_id=channel_id))
 
-    after = container.get_channel(channel_id)
+    after = container.channels.get_channel(channel_id)
     assert (after.version, after.updated_at, after.status_reason) == (
         before.version,
         before.updated_at,
@@ -146,16 +146,16 @@ def test_a_change_made_through_the_api_is_overwritten_and_said(container: Ledger
     # Given a deployed channel that an operator edited and paused through the API
     channel_id = deploy(event("Create", DOCUMENT))["PhysicalResourceId"]
     by_hand = edited(payload={"by": "hand"})["transport_config"]
-    current = container.get_channel(channel_id)
-    container.new_channel_version(channel_id, by_hand, current.target, current.timeout_ms)
-    container.set_channel_status(channel_id, "paused", reason="investigating")
+    current = container.channels.get_channel(channel_id)
+    container.channels.new_channel_version(channel_id, by_hand, current.target, current.timeout_ms)
+    container.channels.set_channel_status(channel_id, "paused", reason="investigating")
 
     # When the next deploy changes the declaration
     wanted = edited(schedule="0 45 2 * * *")
     answer = deploy(event("Update", wanted, old=DOCUMENT, physical_id=channel_id))
 
     # Then the declaration wins, and the deploy's output and the channel's history say so
-    channel = container.get_channel(channel_id)
+    channel = container.channels.get_channel(channel_id)
     assert channel.status == "active"
     assert channel.version == 3
     assert channel.transport_config == {**wanted["transport_config"]}
@@ -167,16 +167,16 @@ def test_a_new_version_written_through_the_api_is_named_when_overwritten(
     container: Ledger,
 ) -> None:
     channel_id = deploy(event("Create", DOCUMENT))["PhysicalResourceId"]
-    current = container.get_channel(channel_id)
+    current = container.channels.get_channel(channel_id)
     by_hand = edited(schedule="0 0 5 * * *")["transport_config"]
-    container.new_channel_version(channel_id, by_hand, current.target, current.timeout_ms)
+    container.channels.new_channel_version(channel_id, by_hand, current.target, current.timeout_ms)
 
     answer = deploy(event("Update", DOCUMENT, old=DOCUMENT, physical_id=channel_id))
 
     summary = answer["Data"]["Summary"]
     assert "version 2 → 3" in summary
     assert "written through the API since the last deploy (version 2)" in summary
-    channel = container.get_channel(channel_id)
+    channel = container.channels.get_channel(channel_id)
     assert channel.transport_config["schedule"] == "0 15 2 * * *"
     assert "written through the API" in (channel.status_reason or "")
 
@@ -186,7 +186,7 @@ def test_a_delete_archives_the_channel_and_keeps_its_history(container: Ledger) 
 
     answer = deploy(event("Delete", DOCUMENT, physical_id=channel_id))
 
-    channel = container.get_channel(channel_id)
+    channel = container.channels.get_channel(channel_id)
     assert channel.status == "archived"
     assert channel.status_reason == f"removed from the deploy of {DEPLOYER}"
     assert answer["PhysicalResourceId"] == channel_id
@@ -198,7 +198,7 @@ def test_a_delete_with_removal_policy_destroy_purges_the_channel(container: Ledg
     deploy(event("Delete", DOCUMENT, physical_id=channel_id, removal="purge"))
 
     with pytest.raises(NotFound):
-        container.get_channel(channel_id)
+        container.channels.get_channel(channel_id)
 
 
 def test_a_delete_of_a_channel_never_made_succeeds(container: Ledger) -> None:
@@ -223,7 +223,7 @@ def test_a_bad_document_fails_the_deploy_with_every_problem_and_writes_nothing(
     message = str(refused.value)
     for path in ("transport_config.schedule", "transport_config.timezone", "target.function_arn"):
         assert f"{path}: " in message, message
-    assert container.list_channels().total == 0
+    assert container.channels.list_channels().total == 0
 
 
 def test_a_bad_update_changes_nothing(container: Ledger) -> None:
@@ -234,7 +234,7 @@ def test_a_bad_update_changes_nothing(container: Ledger) -> None:
             event("Update", edited(schedule="0 0 0 30 2 *"), old=DOCUMENT, physical_id=channel_id)
         )
 
-    channel = container.get_channel(channel_id)
+    channel = container.channels.get_channel(channel_id)
     assert (channel.version, channel.status) == (1, "active")
 
 
@@ -251,7 +251,7 @@ def test_a_declaration_of_an_archived_channels_name_is_refused_with_what_to_do(
 def test_a_channel_made_by_hand_under_the_declared_name_is_adopted_and_said(
     container: Ledger,
 ) -> None:
-    made = container.create_channel(
+    made = container.channels.create_channel(
         "nightly-report",
         {"schedule": "0 0 1 * * *"},
         DOCUMENT["target"],
@@ -263,7 +263,7 @@ def test_a_channel_made_by_hand_under_the_declared_name_is_adopted_and_said(
 
     assert answer["PhysicalResourceId"] == made.channel_id
     assert "made outside this deploy" in answer["Data"]["Summary"]
-    channel = container.get_channel(made.channel_id)
+    channel = container.channels.get_channel(made.channel_id)
     assert (channel.status, channel.version) == ("active", 2)
 
 
@@ -282,6 +282,6 @@ def test_a_renamed_channel_is_created_anew_and_the_old_one_archived_by_its_delet
     # Then the new name is a new active channel and the old one is archived with its history
     assert answer["PhysicalResourceId"] != old_id
     assert answer["Data"]["Outcome"] == "created"
-    new = container.get_channel(answer["PhysicalResourceId"])
+    new = container.channels.get_channel(answer["PhysicalResourceId"])
     assert (new.name, new.status) == ("nightly-summary", "active")
-    assert container.get_channel(old_id).status == "archived"
+    assert container.channels.get_channel(old_id).status == "archived"

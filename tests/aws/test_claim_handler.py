@@ -83,7 +83,7 @@ def test_a_tick_dispatches_each_due_occurrence_as_an_event_invocation_of_ids_onl
 
     # And each row is leased to the claimant its payload names, for its first attempt
     for payload in payloads:
-        row = container.get_occurrence(payload["occurrence_id"])
+        row = container.occurrences.get_occurrence(payload["occurrence_id"])
         assert (row.status, row.claimed_by, row.attempt) == (CLAIMED, payload["claimant"], 1)
         assert row.claimed_until is not None and row.claimed_until > container.db_now()
 
@@ -97,7 +97,7 @@ def test_without_the_executors_name_a_tick_fails_naming_the_variable_and_claims_
     with pytest.raises(CronledgerError, match=claim.EXECUTE_FUNCTION_NAME):
         claim.handler(scheduled_event("Cronledger-Claim"), FakeContext("cronledger-claim", 3_600))
 
-    assert container.get_occurrence(occurrence.id).status == "pending"
+    assert container.occurrences.get_occurrence(occurrence.id).status == "pending"
 
 
 def test_a_last_attempt_whose_lease_ran_out_is_on_the_bus_as_abandoned_when_the_tick_ends(
@@ -116,8 +116,8 @@ def test_a_last_attempt_whose_lease_ran_out_is_on_the_bus_as_abandoned_when_the_
         container.db_now() - timedelta(minutes=5),
         max_attempts=1,
     )
-    assert container.insert_occurrence(new)
-    (claimed,) = container.claim("claim-gone", 1, LEASE).leased
+    assert container.occurrences.insert_occurrence(new)
+    (claimed,) = container.attempts.claim("claim-gone", 1, LEASE).leased
     start(container, claimed, "claim-gone")
     expire_claim(container, claimed.id)
 
@@ -129,5 +129,5 @@ def test_a_last_attempt_whose_lease_ran_out_is_on_the_bus_as_abandoned_when_the_
     assert message["detail-type"] == "Occurrence Abandoned"
     assert message["detail"]["occurrence_id"] == claimed.id
     assert message["detail"]["channel_name"] == "invoices"
-    assert container.get_occurrence(claimed.id).status == FAILED
-    assert container.outbox().undelivered == 0
+    assert container.occurrences.get_occurrence(claimed.id).status == FAILED
+    assert container.events.outbox().undelivered == 0

@@ -19,7 +19,7 @@ from tests.aws.bus import received as received_by
 def made(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> list[Event]:
     """The events the ledger's commits announce, as the function that made them gets them."""
     announced: list[Event] = []
-    monkeypatch.setattr(ledger, "on_events", announced.extend)
+    monkeypatch.setattr(ledger.events, "on_events", announced.extend)
     return announced
 
 
@@ -47,8 +47,8 @@ def test_a_failed_occurrence_reaches_the_bus_as_its_document_and_leaves_the_outb
 
     # And the event is delivered: nothing is left for the sweep
     assert delivery == Delivery(delivered=1)
-    assert ledger.outbox().undelivered == 0
-    (listed,) = ledger.list_events().data
+    assert ledger.events.outbox().undelivered == 0
+    (listed,) = ledger.events.list_events().data
     assert listed.delivered_at is not None and listed.last_error is None
 
 
@@ -69,7 +69,7 @@ def test_more_events_than_one_call_takes_all_arrive_and_all_are_marked_delivered
         e.event_id for e in made
     )
     assert delivery == Delivery(delivered=12)
-    assert ledger.outbox().undelivered == 0
+    assert ledger.events.outbox().undelivered == 0
 
 
 def test_an_entry_the_bus_refuses_stays_in_the_outbox_with_its_error_and_the_rest_are_delivered(
@@ -90,8 +90,8 @@ def test_an_entry_the_bus_refuses_stays_in_the_outbox_with_its_error_and_the_res
     # bus's reason
     assert [m["detail"]["event_id"] for m in received_by(queue)] == [accepted.event_id]
     assert delivery == Delivery(delivered=1, failed=1)
-    assert ledger.outbox().undelivered == 1
-    rows = {e.event_id: e for e in ledger.list_events().data}
+    assert ledger.events.outbox().undelivered == 1
+    rows = {e.event_id: e for e in ledger.events.list_events().data}
     assert rows[accepted.event_id].delivered_at is not None
     assert rows[refused.event_id].delivered_at is None
     assert (rows[refused.event_id].last_error or "").startswith("InvalidArgument")
@@ -110,8 +110,8 @@ def test_a_bus_that_cannot_be_reached_leaves_every_event_in_the_outbox_for_the_s
 
     # Then neither is delivered, and each waits with why
     assert delivery == Delivery(failed=2)
-    assert ledger.outbox().undelivered == 2
+    assert ledger.events.outbox().undelivered == 2
     assert all(
         e.delivered_at is None and "EndpointConnectionError" in (e.last_error or "")
-        for e in ledger.list_events().data
+        for e in ledger.events.list_events().data
     )

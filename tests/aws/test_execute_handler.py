@@ -33,7 +33,7 @@ def claimed_occurrence(
     """An occurrence of an active channel, due and claimed as a dispatch would leave it;
     answers its id and the claimant. Its target is the Python function `target` of
     tests.aws.targets, or the target `document`."""
-    channel = ledger.create_channel(
+    channel = ledger.channels.create_channel(
         f"ledger-{target}",
         {"schedule": "0 0 2 * * *", **config},
         document or {"type": "python", "callable": f"tests.aws.targets:{target}"},
@@ -43,8 +43,8 @@ def claimed_occurrence(
     new = NewOccurrence(
         channel.channel_id, channel.name, channel.version, ledger.db_now().replace(microsecond=0)
     )
-    assert ledger.insert_occurrence(new)
-    (claimed,) = ledger.claim("claim-7f3a", 1, 60).leased
+    assert ledger.occurrences.insert_occurrence(new)
+    (claimed,) = ledger.attempts.claim("claim-7f3a", 1, 60).leased
     return claimed.id, "claim-7f3a"
 
 
@@ -64,7 +64,7 @@ def test_a_dispatched_occurrence_runs_its_python_target_to_completed_under_the_x
     answer = invoke({"occurrence_id": occurrence_id, "claimant": claimant})
 
     # Then the row is completed with the target's result, under the invocation's trace
-    row = container.get_occurrence(occurrence_id)
+    row = container.occurrences.get_occurrence(occurrence_id)
     assert answer["status"] == row.status == COMPLETED
     assert row.attempt == 1 and row.completed_at is not None
     assert row.trace_id == TRACE_ROOT
@@ -92,7 +92,7 @@ def test_every_line_of_an_attempt_names_its_occurrence_channel_attempt_and_fenci
         invoke({"occurrence_id": occurrence_id, "claimant": claimant})
 
     # Then the target module's warning and the handler's summary both carry the attempt's keys
-    row = container.get_occurrence(occurrence_id)
+    row = container.occurrences.get_occurrence(occurrence_id)
     assert row.status == FAILED and row.fencing_token is not None
     expected = {
         "occurrence_id": occurrence_id,
@@ -139,7 +139,7 @@ def test_a_secret_from_secrets_manager_reaches_the_endpoint_and_no_log_line_row_
     # Then the endpoint got the secret, the attempt failed on its answer, scrubbed of it
     (request,) = server.received
     assert request.headers["Authorization"] == secret
-    row = container.get_occurrence(occurrence_id)
+    row = container.occurrences.get_occurrence(occurrence_id)
     assert (row.status, row.error_message) == (
         FAILED,
         "HTTP 500 Internal Server Error (after 1 attempt)",
@@ -160,7 +160,7 @@ def test_a_dispatch_whose_claim_has_moved_on_writes_nothing(container: Ledger) -
     answer = invoke({"occurrence_id": occurrence_id, "claimant": "claim-superseded"})
 
     # Then the attempt is lost, the row is still the real claimant's, and no target ran
-    row = container.get_occurrence(occurrence_id)
+    row = container.occurrences.get_occurrence(occurrence_id)
     assert answer["outcome"] == "lost" and answer["status"] is None
     assert (row.status, row.claimed_by) == (CLAIMED, claimant)
     assert targets.received == []
@@ -187,19 +187,19 @@ def test_a_batch_runs_its_occurrences_side_by_side_each_to_its_own_row_and_log_k
 ) -> None:
     # Given two claimed occurrences of different channels, under one claimant (a burst's batch)
     first, claimant = claimed_occurrence(container, "record")
-    channel = container.create_channel(
+    channel = container.channels.create_channel(
         "ledger-other",
         {"schedule": "0 0 3 * * *"},
         {"type": "python", "callable": "tests.aws.targets:record"},
         timeout_ms=10_000,
         status=CHANNEL_ACTIVE,
     )
-    assert container.insert_occurrence(
+    assert container.occurrences.insert_occurrence(
         NewOccurrence(
             channel.channel_id, channel.name, 1, container.db_now().replace(microsecond=0)
         )
     )
-    (second,) = container.claim(claimant, 1, 60).leased
+    (second,) = container.attempts.claim(claimant, 1, 60).leased
 
     # When one invocation carries both
     with log_lines() as lines:
@@ -208,7 +208,7 @@ def test_a_batch_runs_its_occurrences_side_by_side_each_to_its_own_row_and_log_k
     # Then each ran once to completed, and each summary line names its own occurrence
     assert [a["occurrence_id"] for a in answer["attempts"]] == [first, second.id]
     for occurrence_id in (first, second.id):
-        assert container.get_occurrence(occurrence_id).status == COMPLETED
+        assert container.occurrences.get_occurrence(occurrence_id).status == COMPLETED
     assert sorted(e["trigger"]["occurrence_id"] for e in targets.received) == sorted(
         [first, second.id]
     )
@@ -251,4 +251,4 @@ def test_a_target_that_fails_its_last_attempt_is_on_the_bus_when_the_executor_re
     assert message["detail-type"] == "Occurrence Failed"
     assert message["detail"]["occurrence_id"] == occurrence_id
     assert "the ledger printer is jammed" in message["detail"]["error"]
-    assert container.outbox().undelivered == 0
+    assert container.events.outbox().undelivered == 0

@@ -48,7 +48,7 @@ LONG_INVOCATION_MS = 15_000
 
 def due_channel(ledger: Ledger, behind: timedelta) -> tuple[Channel, str]:
     """An active per-second channel whose cursor the scheduler left `behind` ago."""
-    channel = ledger.create_channel(
+    channel = ledger.channels.create_channel(
         "invoices",
         EVERY_SECOND,
         {"type": "python", "callable": "tests.aws.targets:record"},
@@ -57,7 +57,7 @@ def due_channel(ledger: Ledger, behind: timedelta) -> tuple[Channel, str]:
     )
     schedule = compile_schedule(EVERY_SECOND, channel_id=channel.channel_id)
     cursor = (ledger.db_now() - behind).replace(microsecond=0)
-    ledger.upsert_cursor(channel.channel_id, channel.version, schedule.config_hash, cursor)
+    ledger.cursors.upsert_cursor(channel.channel_id, channel.version, schedule.config_hash, cursor)
     return channel, cursor.isoformat()
 
 
@@ -78,7 +78,7 @@ def test_a_tick_materialises_the_instants_a_due_channel_owes_and_moves_its_curso
     answer = invoke()
 
     # Then every second from the cursor on has a pending row, and the cursor is past them all
-    rows = container.list_occurrences(
+    rows = container.occurrences.list_occurrences(
         OccurrenceFilter(channel_id=channel.channel_id, limit=100)
     ).data
     instants = sorted(row.scheduled_for for row in rows)
@@ -86,7 +86,7 @@ def test_a_tick_materialises_the_instants_a_due_channel_owes_and_moves_its_curso
     assert instants[0].isoformat() == cursor
     assert instants[:4] == [instants[0] + timedelta(seconds=n) for n in range(4)]
     assert {row.status for row in rows} == {PENDING}
-    (state,) = container.schedule_states()
+    (state,) = container.cursors.schedule_states()
     assert state.next_fire_at is not None and state.next_fire_at > instants[-1]
 
 
@@ -166,7 +166,7 @@ def overdue_occurrence(ledger: Ledger) -> str:
         ledger.db_now() - timedelta(seconds=30),
         overdue_after_secs=1,
     )
-    assert ledger.insert_occurrence(new)
+    assert ledger.occurrences.insert_occurrence(new)
     return new.id
 
 
@@ -195,7 +195,7 @@ def test_a_tick_tells_the_bus_of_an_overdue_instant_and_sweeps_an_event_never_se
     assert details["Occurrence Overdue"]["channel_name"] == "payroll"
 
     # And nothing waits, which is what the outbox gauges say
-    assert container.outbox().undelivered == 0
+    assert container.events.outbox().undelivered == 0
     documents = emf_documents(capsys.readouterr().out)
     alarmed = {"service": SERVICE}
     assert metric_values(documents, "UndeliveredEvents", alarmed) == [0.0]
@@ -217,7 +217,7 @@ def test_events_the_bus_cannot_take_wait_in_the_outbox_and_the_gauges_count_them
     # Then the pass still succeeded, both events wait with the bus's refusal, and the
     # gauges count them, the oldest by its age
     assert answer["passes"] == 1
-    waiting = container.list_events().data
+    waiting = container.events.list_events().data
     assert len(waiting) == 2
     assert all(e.delivered_at is None and e.last_error for e in waiting)
     documents = emf_documents(capsys.readouterr().out)
@@ -234,14 +234,14 @@ def minute_channels(ledger: Ledger, count: int) -> list[str]:
     minute = ledger.db_now().replace(second=0, microsecond=0)
     ids = []
     for n in range(count):
-        channel = ledger.create_channel(
+        channel = ledger.channels.create_channel(
             f"digest-{n:03d}",
             every_minute,
             {"type": "python", "callable": "tests.aws.targets:record"},
             timeout_ms=10_000,
             status=CHANNEL_ACTIVE,
         )
-        ledger.upsert_cursor(channel.channel_id, 1, config_hash, minute)
+        ledger.cursors.upsert_cursor(channel.channel_id, 1, config_hash, minute)
         ids.append(channel.channel_id)
     with ledger.engine.begin() as conn:
         conn.execute(sa.delete(channel_changes))
@@ -263,14 +263,20 @@ def test_a_tick_with_more_due_than_a_shard_takes_starts_the_other_shards_and_run
 
     # Then it started shards 1 and 2 of 3 and wrote the rows of shard 0 only
     assert launched == [Shard(1, 3), Shard(2, 3)]
-    written = {o.channel_id for o in container.list_occurrences(OccurrenceFilter(limit=1000)).data}
+    written = {
+        o.channel_id
+        for o in container.occurrences.list_occurrences(OccurrenceFilter(limit=1000)).data
+    }
     assert written == {i for i in ids if Shard(0, 3).holds(i)}
 
     # And when the shards' invocations run, every channel has its row
     for shard in launched:
         event = {"shard": shard.index, "shards": shard.count}
         reconcile.handler(event, FakeContext("cronledger-reconcile", LONG_INVOCATION_MS))
-    written = {o.channel_id for o in container.list_occurrences(OccurrenceFilter(limit=1000)).data}
+    written = {
+        o.channel_id
+        for o in container.occurrences.list_occurrences(OccurrenceFilter(limit=1000)).data
+    }
     assert written == set(ids)
 
 

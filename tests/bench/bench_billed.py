@@ -114,7 +114,7 @@ def per_second(ledger: Ledger) -> None:
 
 def create_channels(ledger: Ledger, prefix: str, count: int, schedule: str) -> None:
     for n in range(count):
-        ledger.create_channel(
+        ledger.channels.create_channel(
             f"{prefix}-{n}",
             {"schedule": schedule},
             TARGET,

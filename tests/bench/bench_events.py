@@ -52,7 +52,7 @@ def lifecycle_figures() -> None:
         ledger.migrate()
         shapes = {
             name: [
-                ledger.create_channel(
+                ledger.channels.create_channel(
                     f"{name}-{n}", config, TARGET, 10_000, CHANNEL_ACTIVE
                 ).channel_id
                 for n in range(CHANNELS)
@@ -100,7 +100,9 @@ def watch_figures() -> None:
         with ledger.engine.begin() as conn:
             conn.execute(sa.text("SET LOCAL synchronous_commit = off"))
         ids = [
-            ledger.create_channel(f"w-{n}", config, TARGET, 10_000, CHANNEL_ACTIVE).channel_id
+            ledger.channels.create_channel(
+                f"w-{n}", config, TARGET, 10_000, CHANNEL_ACTIVE
+            ).channel_id
             for n in range(WATCHED_CHANNELS)
         ]
         now = ledger.db_now()
@@ -127,14 +129,14 @@ def watch_figures() -> None:
             for n, i in enumerate(ids)
             for h in range(5)
         ]
-        ledger.insert_occurrences(rows + history)
+        ledger.occurrences.insert_occurrences(rows + history)
         with ledger.engine.begin() as conn:
             conn.execute(sa.text("ANALYZE"))
-        ledger.detect_overdue()  # warm
+        ledger.events.detect_overdue()  # warm
         timings = []
         for _ in range(WATCH_PASSES):
             started = time.perf_counter()
-            assert ledger.detect_overdue() == []
+            assert ledger.events.detect_overdue() == []
             timings.append((time.perf_counter() - started) * 1000)
         with ledger.engine.begin() as conn:
             conn.execute(
@@ -145,7 +147,7 @@ def watch_figures() -> None:
                 )
             )
         started = time.perf_counter()
-        found = ledger.detect_overdue()
+        found = ledger.events.detect_overdue()
         reporting = (time.perf_counter() - started) * 1000
         assert len(found) == 100, len(found)
         ledger.dispose()

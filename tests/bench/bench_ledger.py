@@ -56,7 +56,7 @@ def seed(ledger: Ledger) -> None:
     with ledger.engine.begin() as conn:
         conn.execute(sa.delete(occurrences))
     now = ledger.db_now()
-    ledger.insert_occurrences(
+    ledger.occurrences.insert_occurrences(
         NewOccurrence(
             channel_id=f"ch-{i % 50}",
             channel_name="bench",
@@ -96,7 +96,7 @@ def _claimer(url: str, claimant: str, ready: Any, results: Any) -> None:
     ready.wait()
     started = time.perf_counter()
     count = 0
-    while batch := ledger.claim(claimant, BATCH, LEASE_SECS).leased:
+    while batch := ledger.attempts.claim(claimant, BATCH, LEASE_SECS).leased:
         count += len(batch)
     results.put((count, started, time.perf_counter()))
     ledger.dispose()

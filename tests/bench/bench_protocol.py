@@ -128,7 +128,7 @@ class World:
             )
             for n in range(start, start + count)
         ]
-        assert self.ledger.insert_occurrences(rows) == count
+        assert self.ledger.occurrences.insert_occurrences(rows) == count
         with self.lock:
             self.ids.extend(r.id for r in rows)
 
@@ -190,7 +190,7 @@ class Actor(threading.Thread):
 
     def dispatch(self) -> None:
         claimant = self.world.claimant()
-        found = self.ledger.claim(claimant, self.random.randint(1, 3), LEASE)
+        found = self.ledger.attempts.claim(claimant, self.random.randint(1, 3), LEASE)
         self.steps += 1
         for occurrence in found.leased:
             self.leased.append((occurrence.id, occurrence.attempt, claimant))
@@ -203,7 +203,7 @@ class Actor(threading.Thread):
 
     def start_attempt(self, ticket: Ticket) -> None:
         began = time.perf_counter()
-        started = self.ledger.start_attempt(
+        started = self.ledger.attempts.start_attempt(
             ticket.claimed, ticket.claimant, 1, ticket.spec, LEASE, wait_secs=0.0
         )
         ended = time.perf_counter()
@@ -227,7 +227,9 @@ class Actor(threading.Thread):
 
     def renew(self, ticket: Ticket) -> None:
         began = time.perf_counter()
-        renewed = self.ledger.renew(ticket.claimed.id, ticket.claimant, ticket.token, LEASE)
+        renewed = self.ledger.attempts.renew(
+            ticket.claimed.id, ticket.claimant, ticket.token, LEASE
+        )
         self.steps += 1
         if renewed:
             self.note(began, ticket, "renew")
@@ -242,7 +244,7 @@ class Actor(threading.Thread):
             status = FAILED
         retry = status == FAILED and occurrence.attempt < occurrence.max_attempts
         began = time.perf_counter()
-        settled = self.ledger.settle(
+        settled = self.ledger.attempts.settle(
             occurrence.id,
             ticket.claimant,
             status,
@@ -272,19 +274,19 @@ class Actor(threading.Thread):
     def hand_back(self, ticket: Ticket) -> None:
         if ticket.state != "claimed":
             return
-        if self.ledger.release_claim(ticket.claimed.id, ticket.claimant):
+        if self.ledger.attempts.release_claim(ticket.claimed.id, ticket.claimant):
             self.given_back.append((ticket.claimed.id, ticket.claimed.attempt))
         self.steps += 1
         self.tickets.remove(ticket)
 
     def cancel(self, occurrence_id: str) -> None:
         with contextlib.suppress(Conflict):
-            self.ledger.cancel(occurrence_id)
+            self.ledger.occurrences.cancel(occurrence_id)
         self.steps += 1
 
     def requeue(self, occurrence_id: str) -> None:
         with contextlib.suppress(Conflict):
-            self.ledger.requeue(occurrence_id)
+            self.ledger.occurrences.requeue(occurrence_id)
         self.steps += 1
 
     def note(self, began: float, ticket: Ticket, what: str) -> None:
@@ -440,11 +442,13 @@ def drain(world: World) -> int:
         for occurrence_id in active:
             expire(ledger, occurrence_id)
         claimant = world.claimant()
-        for occurrence in ledger.claim(claimant, len(active), LEASE).leased:
+        for occurrence in ledger.attempts.claim(claimant, len(active), LEASE).leased:
             spec = world.specs[occurrence.channel_id]
-            started = ledger.start_attempt(occurrence, claimant, 1, spec, LEASE, wait_secs=0.0)
+            started = ledger.attempts.start_attempt(
+                occurrence, claimant, 1, spec, LEASE, wait_secs=0.0
+            )
             if started.outcome in ("started", "singleton_busy"):
-                ledger.settle(
+                ledger.attempts.settle(
                     occurrence.id,
                     claimant,
                     COMPLETED if started.started else SKIPPED_SINGLETON,

@@ -131,7 +131,9 @@ def trim(ledger: Ledger, batches: list[float]) -> tuple[int, float]:
     while time.perf_counter() - started < RUN_SECS:
         before = time.perf_counter()
         # A deadline already reached: exactly one batch, as the last of a pass's budget.
-        count = ledger.delete_terminal_older_than(RETENTION_HOURS, until=time.monotonic())
+        count = ledger.occurrences.delete_terminal_older_than(
+            RETENTION_HOURS, until=time.monotonic()
+        )
         batches.append(time.perf_counter() - before)
         deleted += count
         if count < RETENTION_BATCH:
@@ -145,7 +147,7 @@ def claim_latencies(ledger: Ledger, secs: float) -> list[float]:
     until = time.perf_counter() + secs
     while time.perf_counter() < until:
         before = time.perf_counter()
-        ledger.claim("bench", 20, 600)
+        ledger.attempts.claim("bench", 20, 600)
         took.append(time.perf_counter() - before)
     return took
 

@@ -112,7 +112,7 @@ def lifecycle_figures() -> None:
         ledger = Ledger.connect(url)
         ledger.migrate()
         channel_ids = [
-            ledger.create_channel(
+            ledger.channels.create_channel(
                 f"noop-{n}", EVERY_MINUTE, TARGET, 10_000, status=CHANNEL_ACTIVE
             ).channel_id
             for n in range(LIFECYCLE_CHANNELS)
@@ -194,7 +194,7 @@ def seed_due(ledger: Ledger, channel_ids: list[str], count: int) -> None:
         conn.execute(sa.text("TRUNCATE cron_attempts, cron_occurrences"))
     now = ledger.db_now()
     names = {cid: f"noop-{n}" for n, cid in enumerate(channel_ids)}
-    ledger.insert_occurrences(
+    ledger.occurrences.insert_occurrences(
         NewOccurrence(
             channel_id=cid,
             channel_name=names[cid],
@@ -223,7 +223,7 @@ class _Worker:
         )
         self.executor = Executor(self.ledger, self.settings)
         for channel_id in channel_ids:
-            self.executor.schedules.get(self.ledger.get_channel(channel_id))
+            self.executor.schedules.get(self.ledger.channels.get_channel(channel_id))
 
     def work(self) -> tuple[int, int]:
         """Claim and run until nothing is due: (occurrences settled, claims that leased)."""
@@ -376,7 +376,9 @@ def lag_run() -> tuple[list[float], int, int]:
         ledger.migrate()
         every_second = {"schedule": "* * * * * *", "timezone": "UTC"}
         for n in range(LAG_CHANNELS):
-            ledger.create_channel(f"tick-{n}", every_second, TARGET, 10_000, CHANNEL_ACTIVE)
+            ledger.channels.create_channel(
+                f"tick-{n}", every_second, TARGET, 10_000, CHANNEL_ACTIVE
+            )
         settings = Settings(
             database_url=url, lookahead_secs=DEV_LOOKAHEAD_SECS, python_targets=(DEMO_MODULE,)
         )

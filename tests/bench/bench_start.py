@@ -63,15 +63,17 @@ def main() -> None:
         print(f"start cost ratio {BURST:,} / 100 in flight: {ratio:.2f} (target ±50%: {verdict})")
         claimed(ledger, MOST_IN_FLIGHT - BURST - 2 * STARTS, "more")
         limit = Settings().max_in_flight
-        in_flight = ledger.in_flight_count()
+        in_flight = ledger.reporting.in_flight_count()
         report(
             f"in_flight_count(at_most={limit}), {in_flight:,} in flight",
-            timed(lambda: ledger.in_flight_count(at_most=limit)),
+            timed(lambda: ledger.reporting.in_flight_count(at_most=limit)),
         )
-        report(f"in_flight_count(), {in_flight:,} in flight", timed(ledger.in_flight_count))
+        report(
+            f"in_flight_count(), {in_flight:,} in flight", timed(ledger.reporting.in_flight_count)
+        )
         report(
             f"seconds_until_next_due, {in_flight:,} in flight",
-            timed(ledger.seconds_until_next_due),
+            timed(ledger.reporting.seconds_until_next_due),
         )
         ledger.dispose()
 
@@ -84,10 +86,10 @@ def claimed(ledger: Ledger, count: int, claimant: str) -> list[Occurrence]:
         for n in range(count)
     ]
     for start in range(0, count, 10_000):
-        ledger.insert_occurrences(rows[start : start + 10_000])
+        ledger.occurrences.insert_occurrences(rows[start : start + 10_000])
     leased: list[Occurrence] = []
     while len(leased) < count:
-        leased += ledger.claim(claimant, min(1000, count - len(leased)), LEASE_SECS).leased
+        leased += ledger.attempts.claim(claimant, min(1000, count - len(leased)), LEASE_SECS).leased
     return leased
 
 
@@ -96,7 +98,9 @@ def timed_starts(ledger: Ledger, leased: list[Occurrence]) -> list[float]:
     took = []
     for occurrence in leased:
         started = time.perf_counter()
-        outcome = ledger.start_attempt(occurrence, occurrence.claimed_by or "", 1, None, 600)
+        outcome = ledger.attempts.start_attempt(
+            occurrence, occurrence.claimed_by or "", 1, None, 600
+        )
         took.append(time.perf_counter() - started)
         assert outcome.started, outcome
     return took
@@ -119,7 +123,7 @@ def planned_starts(ledger: Ledger, leased: list[Occurrence]) -> tuple[float, str
     try:
         for occurrence in leased:
             claimant = occurrence.claimed_by or ""
-            assert ledger.start_attempt(occurrence, claimant, 1, None, 600).started
+            assert ledger.attempts.start_attempt(occurrence, claimant, 1, None, 600).started
     finally:
         sa.event.remove(ledger.engine, "before_cursor_execute", explain)
     times = [float(re.findall(r"Execution Time: ([0-9.]+) ms", plan)[0]) for plan in plans]

@@ -104,7 +104,7 @@ def seed_due(ledger: Ledger, count: int, channels: int = 50) -> set[str]:
         )
         for n in range(count)
     ]
-    ledger.insert_occurrences(rows)
+    ledger.occurrences.insert_occurrences(rows)
     with ledger.engine.begin() as conn:
         conn.execute(sa.text("ANALYZE cron_occurrences"))
     return {r.id for r in rows}

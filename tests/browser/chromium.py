@@ -75,10 +75,10 @@ def seed_busy_ledger(ledger: Ledger) -> None:
     """`BUSY_CHANNELS` channels firing every minute, each with `BUSY_ROWS` past occurrences."""
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     for index in range(BUSY_CHANNELS):
-        channel = ledger.create_channel(
+        channel = ledger.channels.create_channel(
             f"busy-{index}", {"schedule": "0 * * * * *"}, OK_TARGET, 5000, "active"
         )
-        ledger.insert_occurrences(
+        ledger.occurrences.insert_occurrences(
             NewOccurrence.of(
                 channel,
                 now - timedelta(minutes=minute + 1),

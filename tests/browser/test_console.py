@@ -107,7 +107,9 @@ class Console:
     def channel(self, name: str, target: dict[str, Any], **config: Any) -> str:
         # Failures are final at once (no automatic retry): retrying is the operator's here.
         transport = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}, **config}
-        return self.ledger.create_channel(name, transport, target, 5000, "active").channel_id
+        return self.ledger.channels.create_channel(
+            name, transport, target, 5000, "active"
+        ).channel_id
 
 
 @pytest.fixture
@@ -153,15 +155,15 @@ def test_a_timeline_shows_completed_failed_and_misfire_rows_in_their_colours(
     for name in ("good", "bad"):
         for days in (3, 2, 1):
             at = datetime.now(UTC).replace(microsecond=0) - timedelta(days=days)
-            channel = console.ledger.get_channel_by_name(name)
-            console.ledger.insert_occurrence(
+            channel = console.ledger.channels.get_channel_by_name(name)
+            console.ledger.occurrences.insert_occurrence(
                 NewOccurrence.of(channel, at, None, trigger="backfill")
             )
     console.scheduler.run_due()
     missed = datetime.now(UTC).replace(microsecond=0) - timedelta(days=4)
-    console.ledger.insert_occurrence(
+    console.ledger.occurrences.insert_occurrence(
         NewOccurrence.of(
-            console.ledger.get_channel(good),
+            console.ledger.channels.get_channel(good),
             missed,
             None,
             status=SKIPPED_MISFIRE,
@@ -244,11 +246,13 @@ def _offset(zone: str, at: datetime) -> timedelta | None:
 def test_retry_on_a_failed_occurrence_makes_it_run_again(console: Console) -> None:
     # Given an occurrence that failed its first attempt (its target succeeds on a retry)
     console.channel("flaky", {"type": "python", "callable": "tests.api.jobs:fail_first"})
-    channel = console.ledger.get_channel_by_name("flaky")
+    channel = console.ledger.channels.get_channel_by_name("flaky")
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
-    console.ledger.insert_occurrence(NewOccurrence.of(channel, at, None, trigger="backfill"))
+    console.ledger.occurrences.insert_occurrence(
+        NewOccurrence.of(channel, at, None, trigger="backfill")
+    )
     console.scheduler.run_due()
-    (failed,) = console.ledger.list_occurrences().data
+    (failed,) = console.ledger.occurrences.list_occurrences().data
     assert (failed.status, failed.attempt) == (FAILED, 1)
 
     # When its cell is opened and Retry clicked, and the scheduler runs what is due
@@ -256,11 +260,11 @@ def test_retry_on_a_failed_occurrence_makes_it_run_again(console: Console) -> No
     console.click(f'.cell[data-id="{failed.id}"]')
     console.wait(lambda d: d.find_element("id", "retry").is_enabled())
     console.click("#retry")
-    console.wait(lambda d: console.ledger.get_occurrence(failed.id).status == "pending")
+    console.wait(lambda d: console.ledger.occurrences.get_occurrence(failed.id).status == "pending")
     assert console.scheduler.run_due() == 1
 
     # Then the same row ran again, as its second attempt, and the page shows it completed
-    again = console.ledger.get_occurrence(failed.id)
+    again = console.ledger.occurrences.get_occurrence(failed.id)
     assert (again.status, again.attempt) == ("completed", 2)
     console.wait(
         lambda d: [c["status"] for c in console.cells("flaky")] == ["completed"], timeout=15
@@ -273,36 +277,40 @@ def test_trigger_and_pause_buttons_act_on_the_channel(console: Console) -> None:
 
     row = '#channels tr[data-channel="nightly"]'
     console.click(f"{row} button.primary")
-    console.wait(lambda d: console.ledger.list_occurrences().total == 1)
+    console.wait(lambda d: console.ledger.occurrences.list_occurrences().total == 1)
     console.click(f"{row} button.act:not(.primary)")
-    console.wait(lambda d: console.ledger.get_channel_by_name("nightly").status == "paused")
+    console.wait(
+        lambda d: console.ledger.channels.get_channel_by_name("nightly").status == "paused"
+    )
 
-    (manual,) = console.ledger.list_occurrences().data
+    (manual,) = console.ledger.occurrences.list_occurrences().data
     assert manual.trigger == "manual"
 
 
 def test_cancel_on_a_pending_occurrence_and_resume_on_a_paused_channel(console: Console) -> None:
     # Given a channel with a run waiting (triggered, not yet claimed), then paused
     channel_id = console.channel("nightly", OK_TARGET)
-    channel = console.ledger.get_channel(channel_id)
+    channel = console.ledger.channels.get_channel(channel_id)
     at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
     waiting = NewOccurrence.of(channel, at, None, trigger="manual")
-    console.ledger.insert_occurrence(waiting)
-    console.ledger.set_channel_status(channel_id, "paused")
+    console.ledger.occurrences.insert_occurrence(waiting)
+    console.ledger.channels.set_channel_status(channel_id, "paused")
 
     # When its cell is opened and Cancel clicked, then the channel's Resume
     console.open()
     console.click(f'.cell[data-id="{waiting.id}"]')
     console.wait(lambda d: d.find_element("id", "cancel").is_enabled())
     console.click("#cancel")
-    console.wait(lambda d: console.ledger.get_occurrence(waiting.id).status == "cancelled")
+    console.wait(
+        lambda d: console.ledger.occurrences.get_occurrence(waiting.id).status == "cancelled"
+    )
     status = "return document.querySelector('#panel dl .badge')?.textContent"
     console.wait(lambda d: d.execute_script(status) == "cancelled")  # the panel too
     console.click('#channels tr[data-channel="nightly"] button.act:not(.primary)')
 
     # Then the row is cancelled (its panel says so), the channel active again, and the page
     # shows both
-    console.wait(lambda d: console.ledger.get_channel(channel_id).status == "active")
+    console.wait(lambda d: console.ledger.channels.get_channel(channel_id).status == "active")
     console.wait(lambda d: [c["status"] for c in console.cells("nightly")] == ["cancelled"])
     badge = """return document.querySelector('#channels tr[data-channel="nightly"] .badge')
                .textContent"""  # read in one step: a refresh may redraw the row at any time
@@ -322,7 +330,7 @@ def test_a_channels_panel_previews_its_next_fires_in_utc_local_and_due_time(
         lambda d: d.find_elements("css selector", "#panel .preview tr")[1:] or False
     )
 
-    expected = console.ledger.get_channel_by_name("london")
+    expected = console.ledger.channels.get_channel_by_name("london")
     cells = [[td.text for td in row.find_elements("css selector", "td")] for row in rows]
     assert len(cells) == 10
     for utc, local, due in cells:
@@ -349,10 +357,12 @@ return { left: box.left, right: box.right, width: box.width, stripLeft: strip.le
 def _every_5_s(console: Console, name: str, outage_ago: timedelta, newer: int) -> None:
     """A channel firing every 5 s: a misfire summary for a 2-minute outage `outage_ago`, then
     `newer` completed runs 5 s apart up to now, seeded straight into the ledger."""
-    channel = console.ledger.get_channel(console.channel(name, OK_TARGET, schedule="*/5 * * * * *"))
+    channel = console.ledger.channels.get_channel(
+        console.channel(name, OK_TARGET, schedule="*/5 * * * * *")
+    )
     now = datetime.now(UTC).replace(microsecond=0)
     now -= timedelta(seconds=now.second % 5)
-    console.ledger.insert_occurrence(
+    console.ledger.occurrences.insert_occurrence(
         NewOccurrence.of(
             channel,
             now - outage_ago,
@@ -361,7 +371,7 @@ def _every_5_s(console: Console, name: str, outage_ago: timedelta, newer: int) -
             error_message='skipped 24 missed occurrence(s) (misfire_policy "latest")',
         )
     )
-    console.ledger.insert_occurrences(
+    console.ledger.occurrences.insert_occurrences(
         NewOccurrence.of(channel, now - timedelta(seconds=5 * i), None, status="completed")
         for i in range(newer)
     )
@@ -458,11 +468,15 @@ def test_search_and_filters_narrow_a_table_of_two_hundred_channels(console: Cons
     paused, drafts, failing = names[::10], ["job-001", "job-051", "job-101", "job-151"], []
     for name in names:
         status = "paused" if name in paused else "draft" if name in drafts else "active"
-        console.ledger.create_channel(name, {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000, status)
+        console.ledger.channels.create_channel(
+            name, {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000, status
+        )
     for name in ("job-007", "job-077", "job-177"):
-        channel = console.ledger.get_channel_by_name(name)
+        channel = console.ledger.channels.get_channel_by_name(name)
         at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
-        console.ledger.insert_occurrence(NewOccurrence.of(channel, at, None, status=FAILED))
+        console.ledger.occurrences.insert_occurrence(
+            NewOccurrence.of(channel, at, None, status=FAILED)
+        )
         failing.append(name)
     console.driver.set_window_size(1500, 760)
     console.open(timeout=60)
@@ -517,7 +531,7 @@ def test_labels_show_on_a_channel_and_filter_the_table(console: Console) -> None
         "plain": {},
     }
     for name, labels in made.items():
-        console.ledger.create_channel(
+        console.ledger.channels.create_channel(
             name, {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000, "active", labels=labels
         )
     console.driver.set_window_size(1500, 760)
@@ -564,11 +578,11 @@ def test_at_1280_and_800_px_the_strip_stays_in_view_with_the_panel_open(
     console: Console, width: int
 ) -> None:
     # Given a channel with a long history, and its panel open in a window `width` wide
-    channel = console.ledger.get_channel(
+    channel = console.ledger.channels.get_channel(
         console.channel("nightly-report", OK_TARGET, timezone="Europe/London")
     )
     now = datetime.now(UTC).replace(microsecond=0)
-    console.ledger.insert_occurrences(
+    console.ledger.occurrences.insert_occurrences(
         NewOccurrence.of(channel, now - timedelta(days=i + 1), None, status="completed")
         for i in range(40)
     )
@@ -599,11 +613,13 @@ def test_at_1280_and_800_px_the_strip_stays_in_view_with_the_panel_open(
 def test_the_occurrence_panel_shows_the_run_that_follows_a_retry(console: Console) -> None:
     # Given a failed occurrence, its panel open
     console.channel("flaky", {"type": "python", "callable": "tests.api.jobs:fail_first"})
-    channel = console.ledger.get_channel_by_name("flaky")
+    channel = console.ledger.channels.get_channel_by_name("flaky")
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
-    console.ledger.insert_occurrence(NewOccurrence.of(channel, at, None, trigger="backfill"))
+    console.ledger.occurrences.insert_occurrence(
+        NewOccurrence.of(channel, at, None, trigger="backfill")
+    )
     console.scheduler.run_due()
-    (failed,) = console.ledger.list_occurrences().data
+    (failed,) = console.ledger.occurrences.list_occurrences().data
     console.driver.set_window_size(1500, 760)
     console.open()
     console.click(f'.cell[data-id="{failed.id}"]')
@@ -639,12 +655,12 @@ def test_an_ended_one_time_channel_shows_ended_and_a_draft_offers_activate(
     # Given a one-time channel that has fired (its cursor parked), and a draft
     at = (console.ledger.db_now() + timedelta(seconds=2)).replace(microsecond=0)
     once = {"at": at.strftime("%Y-%m-%dT%H:%M:%S"), "timezone": "UTC"}
-    console.ledger.create_channel("once", once, OK_TARGET, 5000, "active")
+    console.ledger.channels.create_channel("once", once, OK_TARGET, 5000, "active")
     console.scheduler.reconcile()
     console.wait(lambda d: console.ledger.db_now() >= at)
     console.scheduler.reconcile()
     assert console.scheduler.run_due() == 1
-    console.ledger.create_channel("drafted", {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000)
+    console.ledger.channels.create_channel("drafted", {"schedule": "0 15 2 * * *"}, OK_TARGET, 5000)
 
     # When the page is drawn
     console.driver.set_window_size(1500, 760)
@@ -658,18 +674,20 @@ def test_an_ended_one_time_channel_shows_ended_and_a_draft_offers_activate(
     assert console.driver.execute_script(label, "drafted") == ["draft", ["Trigger", "Activate"]]
     # …which makes it active
     console.click('#channels tr[data-channel="drafted"] .actions button:not(.primary)')
-    console.wait(lambda d: console.ledger.get_channel_by_name("drafted").status == "active")
+    console.wait(
+        lambda d: console.ledger.channels.get_channel_by_name("drafted").status == "active"
+    )
     console.wait(lambda d: d.execute_script(label, "drafted") == ["active", ["Trigger", "Pause"]])
 
 
 def _failed_run(console: Console, name: str) -> str:
     """A past run of the (failing) channel `name`, run to its final failure; its id."""
-    channel = console.ledger.get_channel_by_name(name)
+    channel = console.ledger.channels.get_channel_by_name(name)
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     row = NewOccurrence.of(channel, at, None, trigger="backfill")
-    console.ledger.insert_occurrence(row)
+    console.ledger.occurrences.insert_occurrence(row)
     console.scheduler.run_due()
-    assert console.ledger.get_occurrence(row.id).status == FAILED
+    assert console.ledger.occurrences.get_occurrence(row.id).status == FAILED
     return row.id
 
 
@@ -711,7 +729,9 @@ def test_an_events_console_links_open_its_channel_and_its_occurrence(console: Co
     # Given a failed run's event, and the console links it carries
     channel_id = console.channel("flaky", FAIL_TARGET)
     failed = _failed_run(console, "flaky")
-    (event,) = [e for e in console.ledger.list_events().data if e.kind == "occurrence.failed"]
+    (event,) = [
+        e for e in console.ledger.events.list_events().data if e.kind == "occurrence.failed"
+    ]
     to_occurrence = event.document["links"]["console"]
     to_channel = f"/#channel={channel_id}"  # what a channel's own events (stalled) link to
 
@@ -743,14 +763,14 @@ def test_the_page_works_through_the_signing_proxy(console: Console) -> None:
         console.url = f"http://127.0.0.1:{proxy.server_port}"
         console.open()
         console.click('#channels tr[data-channel="nightly"] button.primary')
-        console.wait(lambda d: console.ledger.list_occurrences().total == 1)
+        console.wait(lambda d: console.ledger.occurrences.list_occurrences().total == 1)
         errors = [e for e in console.driver.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         proxy.shutdown()
         proxy.server_close()
 
     assert errors == []
-    assert console.ledger.list_occurrences().data[0].trigger == "manual"
+    assert console.ledger.occurrences.list_occurrences().data[0].trigger == "manual"
 
 
 def test_the_page_draws_every_channel_with_ten_thousand_occurrences(
@@ -758,7 +778,7 @@ def test_the_page_draws_every_channel_with_ten_thousand_occurrences(
 ) -> None:
     # Given 10,000 occurrences over 10 channels
     seed_busy_ledger(console.ledger)
-    assert console.ledger.list_occurrences().total == BUSY_CHANNELS * BUSY_ROWS
+    assert console.ledger.occurrences.list_occurrences().total == BUSY_CHANNELS * BUSY_ROWS
 
     # When the page is loaded (a deadline no busy machine reaches: how fast it is, is
     # `python -m tests.bench console`'s figure)
@@ -798,10 +818,10 @@ def test_a_screenshot_of_the_console(console: Console, tmp_path: Path) -> None:
     """The picture the README shows, made from real runs."""
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     for name, target, config, minutes in SHOWN:
-        channel = console.ledger.get_channel(
+        channel = console.ledger.channels.get_channel(
             console.channel(name, target, **{"schedule": "0 * * * * *", **config})
         )
-        console.ledger.insert_occurrences(
+        console.ledger.occurrences.insert_occurrences(
             # Past rows run as a backfill does (a cron row this late would be a misfire).
             NewOccurrence.of(
                 channel,
@@ -811,8 +831,8 @@ def test_a_screenshot_of_the_console(console: Console, tmp_path: Path) -> None:
             )
             for i in range(40)
         )
-    cache = console.ledger.get_channel_by_name("cache-warm")
-    console.ledger.insert_occurrence(
+    cache = console.ledger.channels.get_channel_by_name("cache-warm")
+    console.ledger.occurrences.insert_occurrence(
         NewOccurrence.of(
             cache,
             now - timedelta(minutes=4, seconds=30),
@@ -823,10 +843,10 @@ def test_a_screenshot_of_the_console(console: Console, tmp_path: Path) -> None:
     )
     console.scheduler.reconcile()
     console.scheduler.run_due()
-    legacy = console.ledger.get_channel_by_name("legacy-export")
-    console.ledger.set_channel_status(legacy.channel_id, "paused")
+    legacy = console.ledger.channels.get_channel_by_name("legacy-export")
+    console.ledger.channels.set_channel_status(legacy.channel_id, "paused")
     for job in (reconcile.JOB, claim.JOB):  # the heartbeats the running loops would record
-        console.ledger.record_job_ok(job)
+        console.ledger.reporting.record_job_ok(job)
 
     console.driver.set_window_size(1500, 900)
     console.open()

@@ -32,8 +32,8 @@ def test_a_retried_then_completed_occurrence_shows_each_attempt_with_its_error(
     run_until_settled(ledger)
 
     # Then the occurrence completed on its second attempt, and both attempts are on record
-    assert ledger.get_occurrence(due.id).status == COMPLETED
-    first, second = ledger.attempts_of(due.id)
+    assert ledger.occurrences.get_occurrence(due.id).status == COMPLETED
+    first, second = ledger.occurrences.attempts_of(due.id)
     assert (first.number, first.outcome) == (1, FAILED)
     assert first.error_message == "RuntimeError: the printer jammed"
     assert first.error_detail is not None
@@ -56,7 +56,9 @@ def test_the_api_record_of_an_occurrence_lists_its_attempts_first_to_last(
     run_until_settled(ledger)
 
     # When its record is read as the API answers it
-    record = occurrence_record(ledger.get_occurrence(due.id), ledger.attempts_of(due.id))
+    record = occurrence_record(
+        ledger.occurrences.get_occurrence(due.id), ledger.occurrences.attempts_of(due.id)
+    )
 
     # Then it carries both attempts, outcome and error each
     shown = [(a.number, a.outcome, a.error_message) for a in record.attempts]

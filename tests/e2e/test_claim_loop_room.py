@@ -24,7 +24,7 @@ def test_a_scheduler_whose_workers_are_shut_down_claims_nothing(ledger: Ledger) 
     # Given due rows, and a local scheduler whose pool no longer takes attempts (it is
     # draining, or the interpreter is exiting) while its loops still run
     now = ledger.db_now()
-    ledger.insert_occurrences(row(now - timedelta(seconds=s)) for s in range(1, 4))
+    ledger.occurrences.insert_occurrences(row(now - timedelta(seconds=s)) for s in range(1, 4))
     scheduler = LocalScheduler(ledger, Settings(poll_interval_ms=100), workers=2)
     scheduler.invoker.shutdown(0.0)
 
@@ -36,7 +36,7 @@ def test_a_scheduler_whose_workers_are_shut_down_claims_nothing(ledger: Ledger) 
 
     # Then not one row was claimed: no claim, failed dispatch and return to pending, over
     # and over
-    rows = ledger.list_occurrences().data
+    rows = ledger.occurrences.list_occurrences().data
     assert [(o.status, o.attempt) for o in rows] == [(PENDING, 0)] * 3
     writes = [st for st, _ in sent if st.lstrip().upper().startswith("UPDATE CRON_OCCURRENCES")]
     assert writes == []
@@ -57,7 +57,9 @@ class Batches(OneByOne):
 def test_a_burst_is_claimed_in_batches_that_grow_to_the_room_there_is(ledger: Ledger) -> None:
     # Given a burst of 300 due rows, and the default batch size (20)
     now = ledger.db_now()
-    ledger.insert_occurrences(row(now - timedelta(milliseconds=ms)) for ms in range(1, 301))
+    ledger.occurrences.insert_occurrences(
+        row(now - timedelta(milliseconds=ms)) for ms in range(1, 301)
+    )
     roomy, tight = Batches(), Batches()
 
     # When a loop with room for them all drains it, and another (max_in_flight 100) finds

@@ -30,6 +30,7 @@ from cronledger.local_printer import console_printer
 from tests.api.helpers import Scheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel
+from tests.ledger.helpers import with_stores
 from tests.polling import wait_until
 
 OK = {"type": "python", "callable": "tests.api.jobs:ok"}
@@ -58,8 +59,10 @@ def test_durations_read_as_a_person_says_them(millis: float | None, shown: str) 
 def test_settled_attempts_line_up_whatever_the_trigger(sqlite_ledger: Ledger) -> None:
     # Given a cron, a manual (fractional instant) and a two-day-old backfill run, one failing
     ledger = sqlite_ledger
-    quick = ledger.create_channel("quick", {"schedule": "0 15 2 * * *"}, OK, 5000, "active")
-    longer = ledger.create_channel(
+    quick = ledger.channels.create_channel(
+        "quick", {"schedule": "0 15 2 * * *"}, OK, 5000, "active"
+    )
+    longer = ledger.channels.create_channel(
         "a-channel-with-a-long-name", {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}},
         FAIL, 5000, "active",
     )  # fmt: skip
@@ -69,7 +72,7 @@ def test_settled_attempts_line_up_whatever_the_trigger(sqlite_ledger: Ledger) ->
         NewOccurrence.of(quick, now - timedelta(milliseconds=1500), None, trigger="manual"),
         NewOccurrence.of(longer, now - timedelta(days=2), None, trigger="backfill"),
     ]
-    ledger.insert_occurrences(rows)
+    ledger.occurrences.insert_occurrences(rows)
     out = io.StringIO()
     show = console_printer(ledger, out)
 
@@ -97,20 +100,20 @@ def test_settled_attempts_line_up_whatever_the_trigger(sqlite_ledger: Ledger) ->
     assert len({line.index(line.split()[-1]) for line in results}) == 1  # the ids
     (why,) = [line for line in lines if line.startswith("    ")]
     assert why.startswith("    RuntimeError: report for")
-    assert ledger.get_occurrence(rows[2].id).status == "failed"
-    assert {ledger.get_occurrence(r.id).status for r in rows[:2]} == {COMPLETED}
+    assert ledger.occurrences.get_occurrence(rows[2].id).status == "failed"
+    assert {ledger.occurrences.get_occurrence(r.id).status for r in rows[:2]} == {COMPLETED}
 
 
 def test_an_attempt_an_operator_granted_counts_among_those_allowed(sqlite_ledger: Ledger) -> None:
     # Given a run that failed its only allowed attempt, then retried by an operator
     ledger = sqlite_ledger
     once = {"schedule": "0 15 2 * * *", "retry": {"max_attempts": 1}}
-    channel = ledger.create_channel("job", once, FAIL, 5000, "active")
+    channel = ledger.channels.create_channel("job", once, FAIL, 5000, "active")
     row = NewOccurrence.of(channel, ledger.db_now().replace(microsecond=0), None, trigger="manual")
-    ledger.insert_occurrence(row)
+    ledger.occurrences.insert_occurrence(row)
     scheduler = Scheduler(ledger)
     assert scheduler.run_due() == 1
-    ledger.requeue(row.id)
+    ledger.occurrences.requeue(row.id)
     out = io.StringIO()
     show = console_printer(ledger, out)
 
@@ -127,9 +130,11 @@ def test_an_attempt_an_operator_granted_counts_among_those_allowed(sqlite_ledger
 
 def test_stopped_and_superseded_attempts_are_shown_with_why(sqlite_ledger: Ledger) -> None:
     ledger = sqlite_ledger
-    channel = ledger.create_channel("job", {"schedule": "0 15 2 * * *"}, OK, 5000, "active")
+    channel = ledger.channels.create_channel(
+        "job", {"schedule": "0 15 2 * * *"}, OK, 5000, "active"
+    )
     row = NewOccurrence.of(channel, ledger.db_now().replace(microsecond=0), None)
-    ledger.insert_occurrence(row)
+    ledger.occurrences.insert_occurrence(row)
     out = io.StringIO()
     show = console_printer(ledger, out)
 
@@ -159,7 +164,7 @@ class _RenewalsFail:
         self._ledger = ledger
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
+        return getattr(self._ledger.attempts, name)
 
     def renew(self, *args: Any, **kwargs: Any) -> bool:
         raise DatabaseUnavailable("connection refused")
@@ -174,18 +179,20 @@ def test_an_attempt_that_stops_itself_or_is_superseded_logs_one_line_and_the_con
     targets.reset()
     channel = make_channel(ledger, "0 0 0 1 1 *", target="wait_for_release")
     due = NewOccurrence.of(channel, ledger.db_now() - timedelta(seconds=1), None)
-    ledger.insert_occurrence(due)
+    ledger.occurrences.insert_occurrence(due)
     out = io.StringIO()
-    runs_on = _RenewalsFail(ledger) if ending == "stopped" else ledger
-    scheduler = LocalScheduler(runs_on, FAST, on_settled=console_printer(ledger, out), workers=2)  # type: ignore[arg-type]
+    runs_on = with_stores(ledger, attempts=_RenewalsFail(ledger)) if ending == "stopped" else ledger
+    scheduler = LocalScheduler(runs_on, FAST, on_settled=console_printer(ledger, out), workers=2)
 
     # When it runs until the attempt has ended one way or the other
     with caplog.at_level(logging.WARNING, logger="cronledger.execute"):
         scheduler.start()
         try:
-            wait_until(lambda: ledger.get_occurrence(due.id).status == RUNNING, timeout=30)
+            wait_until(
+                lambda: ledger.occurrences.get_occurrence(due.id).status == RUNNING, timeout=30
+            )
             if ending == "superseded":
-                ledger.cancel(due.id)
+                ledger.occurrences.cancel(due.id)
             wait_until(lambda: due.id in out.getvalue(), timeout=30)
         finally:
             targets.release.set()
@@ -206,4 +213,4 @@ def test_an_attempt_that_stops_itself_or_is_superseded_logs_one_line_and_the_con
     assert shown[1] == f"    {why}"
     # …and it wrote nothing: a stopped attempt leaves its lease to expire
     expected = RUNNING if ending == "stopped" else CANCELLED
-    assert ledger.get_occurrence(due.id).status == expected
+    assert ledger.occurrences.get_occurrence(due.id).status == expected

@@ -166,7 +166,7 @@ def test_dev_and_a_console_in_front_of_it_outlive_the_database_cutting_every_con
         own = {"connect_args": {"application_name": TEST_CONNECTIONS}}
         ledger = Ledger.connect(url, **own)
         ledger.migrate()
-        ledger.create_channel(
+        ledger.channels.create_channel(
             "every-second",
             {"schedule": "* * * * * *"},
             {"type": "python", "callable": "tests.e2e.targets:record"},
@@ -209,7 +209,7 @@ def test_dev_and_a_console_in_front_of_it_outlive_the_database_cutting_every_con
 
 
 def _completed(ledger: Ledger) -> int:
-    return ledger.list_occurrences(OccurrenceFilter(status=COMPLETED)).total
+    return ledger.occurrences.list_occurrences(OccurrenceFilter(status=COMPLETED)).total
 
 
 # --- an HTTP target ------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_dev_outlives_an_http_target_that_hangs_up_mid_request(
     with HangUp() as target:
         # Given a channel whose target hangs up once the request starts, with a large payload
         # (the more there is to send, the likelier the hang-up meets the writer)
-        channel = ledger.create_channel(
+        channel = ledger.channels.create_channel(
             "hangs-up",
             {"schedule": "0 0 0 1 1 *", "payload": {"blob": "x" * 200_000},
              "retry": {"max_attempts": 1}},
@@ -249,7 +249,7 @@ def test_dev_outlives_an_http_target_that_hangs_up_mid_request(
 
     # Then each attempt failed naming the endpoint, and the server still runs and answers
     assert target.hung_up >= 3
-    errors = {o.error_message for o in ledger.list_occurrences().data}
+    errors = {o.error_message for o in ledger.occurrences.list_occurrences().data}
     assert all(
         e and e.startswith(f"could not reach http://127.0.0.1:{target.port}/hook") for e in errors
     ), errors
@@ -257,7 +257,7 @@ def test_dev_outlives_an_http_target_that_hangs_up_mid_request(
 
 
 def _failed(ledger: Ledger) -> int:
-    return ledger.list_occurrences(OccurrenceFilter(status=FAILED)).total
+    return ledger.occurrences.list_occurrences(OccurrenceFilter(status=FAILED)).total
 
 
 # --- clients -------------------------------------------------------------------------------
@@ -268,7 +268,7 @@ def _many_channels(ledger: Ledger) -> None:
     document = {"schedule": "0 0 0 1 1 *", "payload": {"blob": "x" * 2000}}
     target = {"type": "python", "callable": "tests.e2e.targets:record"}
     for number in range(300):
-        ledger.create_channel(f"channel-{number:03}", document, target, 5000)
+        ledger.channels.create_channel(f"channel-{number:03}", document, target, 5000)
 
 
 def _misbehave(port: int) -> None:

@@ -75,7 +75,7 @@ def test_a_cross_site_post_without_a_content_type_creates_nothing(
         "refused: the local API has no authentication",
         "details": [],
     }
-    assert sqlite_ledger.list_channels().total == 0
+    assert sqlite_ledger.channels.list_channels().total == 0
 
 
 def test_even_without_an_origin_a_body_that_is_not_json_is_refused(
@@ -86,7 +86,7 @@ def test_even_without_an_origin_a_body_that_is_not_json_is_refused(
     status, _, answer = send(served, "POST", CHANNELS, body, Content_Type="text/plain")
 
     assert (status, answer["error"]["code"]) == (415, "unsupported_media_type")
-    assert sqlite_ledger.list_channels().total == 0
+    assert sqlite_ledger.channels.list_channels().total == 0
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_this_servers_own_names_and_pages_are_answered(
     )
 
     assert status == 201
-    assert sqlite_ledger.list_channels().total == 1
+    assert sqlite_ledger.channels.list_channels().total == 1
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ def test_a_content_length_that_is_no_size_is_a_json_400_and_the_server_serves_on
         }
     }
     assert send(served, "GET", "/health")[0] == 200
-    assert sqlite_ledger.list_channels().total == 0
+    assert sqlite_ledger.channels.list_channels().total == 0
 
 
 def test_two_content_lengths_that_differ_are_a_json_400(served: int) -> None:
@@ -252,7 +252,7 @@ def test_a_body_that_never_arrives_is_a_json_408_after_the_read_timeout(
         "details": [],
     }
     assert health == 200
-    assert sqlite_ledger.list_channels().total == 0
+    assert sqlite_ledger.channels.list_channels().total == 0
 
 
 def test_a_client_that_goes_away_mid_body_costs_one_log_line_and_nothing_else(

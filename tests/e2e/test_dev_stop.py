@@ -52,7 +52,7 @@ def start_dev(url: str) -> subprocess.Popen[str]:
 
 
 def hanging_channel(ledger: Ledger) -> str:
-    return ledger.create_channel(
+    return ledger.channels.create_channel(
         "hangs",
         {"schedule": "* * * * * *"},
         {"type": "python", "callable": "tests.e2e.targets:hang"},
@@ -62,7 +62,7 @@ def hanging_channel(ledger: Ledger) -> str:
 
 
 def running(ledger: Ledger) -> int:
-    return sum(o.status == RUNNING for o in ledger.list_occurrences().data)
+    return sum(o.status == RUNNING for o in ledger.occurrences.list_occurrences().data)
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ FAILING = {"schedule": "* * * * * *", "retry": {"max_attempts": 1}, "alerts": {"
 
 def delivered_kinds(ledger: Ledger) -> dict[str, Event]:
     """The events of the ledger that are to be delivered, by id."""
-    page = ledger.list_events(EventFilter(limit=1000))
+    page = ledger.events.list_events(EventFilter(limit=1000))
     return {e.event_id: e for e in page.data if e.deliver}
 
 
@@ -61,7 +61,7 @@ def test_a_receiver_down_for_30_seconds_loses_nothing_and_sees_no_gap(
     # Given a channel failing every second and a webhook receiver that is down
     receiver = Receiver()
     settings = FAST.replace(events_webhook_url=receiver.url, http_allow_networks=DEV_ALLOW_NETWORKS)
-    channel = sqlite_ledger.create_channel(
+    channel = sqlite_ledger.channels.create_channel(
         "nightly-report",
         FAILING,
         {"type": "python", "callable": "tests.e2e.targets:fail"},
@@ -73,10 +73,10 @@ def test_a_receiver_down_for_30_seconds_loses_nothing_and_sees_no_gap(
     try:
         # When it runs for 30 s with nowhere to deliver, then the receiver comes up
         time.sleep(DOWN_SECS)
-        undelivered = sqlite_ledger.outbox().undelivered
-        sqlite_ledger.set_channel_status(channel.channel_id, CHANNEL_PAUSED)
+        undelivered = sqlite_ledger.events.outbox().undelivered
+        sqlite_ledger.channels.set_channel_status(channel.channel_id, CHANNEL_PAUSED)
         receiver.up()
-        wait_until(lambda: sqlite_ledger.outbox().undelivered == 0, timeout=90, every=0.5)
+        wait_until(lambda: sqlite_ledger.events.outbox().undelivered == 0, timeout=90, every=0.5)
     finally:
         scheduler.shutdown(5)
         receiver.down()
@@ -122,7 +122,7 @@ def failing_channel_ledger(tmp_path: Path) -> Iterator[tuple[Ledger, str]]:
     url = f"sqlite:///{tmp_path / 'events.db'}"
     ledger = Ledger.connect(url)
     ledger.migrate()
-    ledger.create_channel(
+    ledger.channels.create_channel(
         "nightly-report", FAILING, {"type": "http", "url": dead_url()}, 2000, CHANNEL_ACTIVE
     )
     yield ledger, url
@@ -170,16 +170,16 @@ def test_two_dev_schedulers_on_one_postgresql_deliver_each_event_at_least_once()
     with scratch_database(PG_SERVER_URL, "two_devs") as url:
         ledger = Ledger.connect(url)
         ledger.migrate()
-        channel = ledger.create_channel(
+        channel = ledger.channels.create_channel(
             "nightly-report", FAILING, {"type": "http", "url": dead_url()}, 2000, CHANNEL_ACTIVE
         )
         # Given two schedulers on one database, one channel failing every second
         devs = [start_dev(url, receiver.url), start_dev(url, receiver.url)]
         try:
             wait_until(lambda: len(delivered_kinds(ledger)) >= 8, timeout=60, every=0.2)
-            ledger.set_channel_status(channel.channel_id, CHANNEL_PAUSED)
+            ledger.channels.set_channel_status(channel.channel_id, CHANNEL_PAUSED)
             # When both have delivered what there is
-            wait_until(lambda: ledger.outbox().undelivered == 0, timeout=90, every=0.5)
+            wait_until(lambda: ledger.events.outbox().undelivered == 0, timeout=90, every=0.5)
             wait_until(lambda: set(delivered_kinds(ledger)) <= set(receiver.events()), 30)
         finally:
             outputs = [stop(dev) for dev in devs]

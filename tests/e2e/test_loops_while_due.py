@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cronledger.ledger import DatabaseUnavailable, Ledger
+from cronledger.ledger.store import Store
 from cronledger.reconcile import run_reconcile_loop
 from cronledger.settings import Settings
 from tests.fake_ledger import FakeClock
@@ -39,6 +40,10 @@ class Outage:
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._ledger, name)
+        if isinstance(real, Store):  # one of its stores: down as the ledger is
+            inner = object.__new__(type(self))
+            vars(inner).update(vars(self), _ledger=real)
+            return inner
         if not callable(real):
             return real
 

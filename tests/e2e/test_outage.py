@@ -74,7 +74,7 @@ def test_an_outage_runs_the_same_instants_with_and_without_lookahead(
     ahead, plain = ledger, twin
     for each in (ahead, plain):
         for policy, config in POLICIES.items():
-            each.create_channel(
+            each.channels.create_channel(
                 policy,
                 {"schedule": EVERY_4_SECONDS, **config},
                 {"type": "python", "callable": "tests.e2e.targets:record"},
@@ -114,7 +114,7 @@ def test_an_outage_runs_the_same_instants_with_and_without_lookahead(
     # …the rows written ahead having been judged at start, one skipped row per instant
     judged = [
         o.scheduled_for
-        for o in ahead.list_occurrences(OccurrenceFilter(status=SKIPPED_MISFIRE)).data
+        for o in ahead.occurrences.list_occurrences(OccurrenceFilter(status=SKIPPED_MISFIRE)).data
         if "judged at start" in (o.error_message or "") and o.channel_name == "skip"
     ]
     assert sorted(judged) == window[:2]
@@ -134,8 +134,8 @@ def _outcome(
 ) -> tuple[list[datetime], int]:
     """The instants of the outage that ran (completed), and how many did not (each
     `skipped_misfire` row of the outage counts one, a reconcile summary its N)."""
-    channel = ledger.get_channel_by_name(channel_name)
-    found = ledger.list_occurrences(
+    channel = ledger.channels.get_channel_by_name(channel_name)
+    found = ledger.occurrences.list_occurrences(
         OccurrenceFilter(
             channel_id=channel.channel_id, since=frozen_at, until=restart_at, limit=1000
         )

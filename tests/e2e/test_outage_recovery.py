@@ -23,6 +23,7 @@ from cronledger.ledger import (
     Ledger,
     OccurrenceFilter,
 )
+from cronledger.ledger.store import Store
 from cronledger.local import LocalScheduler
 from cronledger.settings import Settings
 from tests.e2e.test_scheduler import FAST
@@ -41,6 +42,10 @@ class Outage:
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._ledger, name)
+        if isinstance(real, Store):  # one of its stores: down as the ledger is
+            inner = object.__new__(type(self))
+            vars(inner).update(vars(self), _ledger=real)
+            return inner
         if not callable(real):
             return real
 
@@ -79,7 +84,7 @@ def _outage_then_an_instant(
 ) -> None:
     # Given a channel every second that skips misfires, run by a scheduler whose database
     # then goes away for `outage_secs`
-    channel = ledger.create_channel(
+    channel = ledger.channels.create_channel(
         "every-second",
         {"schedule": "* * * * * *", "misfire_policy": "skip"},
         {"type": "python", "callable": "tests.e2e.targets:record"},
@@ -106,7 +111,7 @@ def _outage_then_an_instant(
         scheduler.shutdown(drain_secs=5)
 
     # Then the instant due just after the database came back ran
-    found = ledger.list_occurrences(
+    found = ledger.occurrences.list_occurrences(
         OccurrenceFilter(channel_id=channel.channel_id, since=instant, until=instant)
     ).data
     assert [(o.scheduled_for, o.status) for o in found] == [(instant, COMPLETED)]

@@ -29,7 +29,7 @@ from cronledger.ledger import (
 from cronledger.local import LocalScheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel, rows
-from tests.ledger.helpers import empty_tables
+from tests.ledger.helpers import empty_tables, held_slots, with_stores
 from tests.polling import wait_until
 
 #: FAST (beats every second) with a lease no busy machine outlasts: these tests are about
@@ -91,12 +91,12 @@ def test_a_replaced_attempt_stops_at_its_next_beat_and_says_why(
         ledger, "0 0 0 1 1 *", target="wait_for_release", concurrency={"policy": "replace"}
     )
     recording = _RecordedRenewals(ledger)
-    executor = Executor(recording, SETTINGS)  # type: ignore[arg-type]
+    executor = Executor(with_stores(ledger, attempts=recording), SETTINGS)
     reports: list[AttemptReport] = []
     invoker = ThreadPoolInvoker(lambda o, c: reports.append(executor.run_attempt(o, c)), 4)
     first = _due(ledger, channel.channel_id, ago=2)
     claim_once(ledger, SETTINGS, invoker)
-    wait_until(lambda: ledger.get_occurrence(first.id).status == RUNNING)
+    wait_until(lambda: ledger.occurrences.get_occurrence(first.id).status == RUNNING)
     wait_until(lambda: recording.answers(first.id)[:1] == [True], timeout=30)  # it has beaten
 
     # When the next occurrence arrives and replaces it
@@ -116,21 +116,21 @@ def test_a_replaced_attempt_stops_at_its_next_beat_and_says_why(
         "superseded",
         None,
     )
-    gone = ledger.get_occurrence(first.id)
+    gone = ledger.occurrences.get_occurrence(first.id)
     assert (gone.status, gone.error_message) == (CANCELLED, f"replaced by {second.id}")
-    now = ledger.get_occurrence(second.id)
+    now = ledger.occurrences.get_occurrence(second.id)
     assert (now.status, now.fencing_token) == (RUNNING, (gone.fencing_token or 0) + 1)
     [line] = [r.getMessage() for r in caplog.records if "superseded" in r.getMessage()]
     assert first.id in line and "attempt 1" in line and f"replaced by {second.id}" in line
     targets.release.set()
     wait_until(lambda: len(reports) == 2, timeout=5)
-    assert ledger.get_occurrence(second.id).status == COMPLETED
+    assert ledger.occurrences.get_occurrence(second.id).status == COMPLETED
     invoker.shutdown(1)
 
 
 def _due(ledger: Ledger, channel_id: str, ago: float) -> NewOccurrence:
     new = NewOccurrence(channel_id, "job", 1, ledger.db_now() - timedelta(seconds=ago))
-    assert ledger.insert_occurrence(new)
+    assert ledger.occurrences.insert_occurrence(new)
     return new
 
 
@@ -171,7 +171,7 @@ def _trigger_all(ledger: Ledger, channels: list[Any]) -> list[str]:
     """One manual run of every channel (never a misfire), due now; their ids."""
     now = ledger.db_now()
     new = [NewOccurrence.of(c, now, None, trigger="manual") for c in channels]
-    ledger.insert_occurrences(new)
+    ledger.occurrences.insert_occurrences(new)
     return [n.id for n in new]
 
 
@@ -212,11 +212,11 @@ def test_eight_queue_one_channels_on_one_key_never_run_more_than_slots_nor_queue
     assert targets.max_running["shared"] <= slots
     assert max(running_seen) <= slots, running_seen
     assert max(waiting_seen) <= 1, waiting_seen
-    ended = [pg_ledger.get_occurrence(i) for i in ids]
+    ended = [pg_ledger.occurrences.get_occurrence(i) for i in ids]
     assert {o.status for o in ended} <= {COMPLETED, SKIPPED_SINGLETON}
     done = [o for o in ended if o.status == COMPLETED]
     assert len(done) > slots, "the key was held, freed and taken again"
-    ran = [pg_ledger.get_occurrence(i) for i in targets.received]
+    ran = [pg_ledger.occurrences.get_occurrence(i) for i in targets.received]
     assert {o.id for o in ran} == {o.id for o in done}, "the completed ran, and only they"
 
 
@@ -231,7 +231,12 @@ def test_eight_replace_channels_on_one_key_stop_each_replaced_holder_at_its_next
     channels = _shared_key_channels(pg_ledger, "replace", slots, "wait_for_release")
     recording = _RecordedRenewals(pg_ledger)
     reports: list[AttemptReport] = []
-    scheduler = LocalScheduler(recording, SETTINGS, on_settled=reports.append, workers=CONTENDERS)  # type: ignore[arg-type]
+    scheduler = LocalScheduler(
+        with_stores(pg_ledger, attempts=recording),
+        SETTINGS,
+        on_settled=reports.append,
+        workers=CONTENDERS,
+    )
     ids: list[str] = []
     held_seen: list[int] = []
 
@@ -243,9 +248,9 @@ def test_eight_replace_channels_on_one_key_stop_each_replaced_holder_at_its_next
         for _ in range(3):
             ids.extend(_trigger_all(pg_ledger, channels))
             wait_until(lambda: _none_pending(pg_ledger, ids), timeout=60)
-            held_seen.append(pg_ledger.held_slots("shared"))
+            held_seen.append(held_slots(pg_ledger, "shared"))
             time.sleep(1.5 * SETTINGS.heartbeat_interval.total_seconds())
-        replaced = [i for i in ids if pg_ledger.get_occurrence(i).status == CANCELLED]
+        replaced = [i for i in ids if pg_ledger.occurrences.get_occurrence(i).status == CANCELLED]
         wait_until(lambda: len(reports) >= len(replaced), timeout=60)
         targets.release.set()
         wait_until(lambda: len(reports) == len(ids), timeout=60)
@@ -256,7 +261,7 @@ def test_eight_replace_channels_on_one_key_stop_each_replaced_holder_at_its_next
     # Then `slots` holders were left at each round's end, the rest replaced, each naming its
     # replacement
     assert held_seen == [slots] * 3
-    ended = {i: pg_ledger.get_occurrence(i) for i in ids}
+    ended = {i: pg_ledger.occurrences.get_occurrence(i) for i in ids}
     assert sorted(o.status for o in ended.values()) == sorted(
         [COMPLETED] * slots + [CANCELLED] * (len(ids) - slots)
     )
@@ -287,10 +292,10 @@ class _RecordedRenewals:
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
+        return getattr(self._ledger.attempts, name)
 
     def renew(self, occurrence_id: str, *args: Any, **kwargs: Any) -> bool:
-        answer = self._ledger.renew(occurrence_id, *args, **kwargs)
+        answer = self._ledger.attempts.renew(occurrence_id, *args, **kwargs)
         with self._lock:
             self._answers.append((occurrence_id, answer))
         return answer
@@ -301,8 +306,10 @@ class _RecordedRenewals:
 
 
 def _all_settled(ledger: Ledger, ids: list[str]) -> bool:
-    return all(ledger.get_occurrence(i).status in (COMPLETED, SKIPPED_SINGLETON) for i in ids)
+    return all(
+        ledger.occurrences.get_occurrence(i).status in (COMPLETED, SKIPPED_SINGLETON) for i in ids
+    )
 
 
 def _none_pending(ledger: Ledger, ids: list[str]) -> bool:
-    return all(ledger.get_occurrence(i).status in (RUNNING, CANCELLED) for i in ids)
+    return all(ledger.occurrences.get_occurrence(i).status in (RUNNING, CANCELLED) for i in ids)

@@ -23,14 +23,14 @@ from cronledger.ledger import (
     SingletonSpec,
 )
 from tests.e2e.test_scheduler import FAST
-from tests.ledger.helpers import LEASE, claim_one, reclaim
+from tests.ledger.helpers import LEASE, claim_one, held_slots, reclaim
 
 KEY = "shared"
 QUEUE_ONE = {"policy": "queue_one", "key": KEY}
 
 
 def _channel(ledger: Ledger, name: str, concurrency: dict[str, Any]) -> Channel:
-    return ledger.create_channel(
+    return ledger.channels.create_channel(
         name=name,
         transport_config={"schedule": "0 0 0 1 1 *", "concurrency": concurrency},
         target={"type": "python", "callable": "tests.e2e.targets:record"},
@@ -41,7 +41,9 @@ def _channel(ledger: Ledger, name: str, concurrency: dict[str, Any]) -> Channel:
 
 def _claimed(ledger: Ledger, channel: Channel, ago: float, claimant: str) -> Occurrence:
     at = ledger.db_now() - timedelta(seconds=ago)
-    assert ledger.insert_occurrence(NewOccurrence(channel.channel_id, channel.name, 1, at))
+    assert ledger.occurrences.insert_occurrence(
+        NewOccurrence(channel.channel_id, channel.name, 1, at)
+    )
     return claim_one(ledger, claimant)
 
 
@@ -49,12 +51,14 @@ def _edit(ledger: Ledger, channel: Channel, concurrency: dict[str, Any] | None) 
     config = {k: v for k, v in channel.transport_config.items() if k != "concurrency"}
     if concurrency is not None:
         config["concurrency"] = concurrency
-    ledger.new_channel_version(channel.channel_id, config, channel.target, channel.timeout_ms)
+    ledger.channels.new_channel_version(
+        channel.channel_id, config, channel.target, channel.timeout_ms
+    )
 
 
 CHANGES: dict[str, Any] = {
-    "paused": lambda ledger, ch: ledger.set_channel_status(ch.channel_id, "paused"),
-    "archived": lambda ledger, ch: ledger.set_channel_status(ch.channel_id, "archived"),
+    "paused": lambda ledger, ch: ledger.channels.set_channel_status(ch.channel_id, "paused"),
+    "archived": lambda ledger, ch: ledger.channels.set_channel_status(ch.channel_id, "archived"),
     "policy_forbid": lambda ledger, ch: _edit(ledger, ch, {"policy": "forbid", "key": KEY}),
     "policy_allow": lambda ledger, ch: _edit(ledger, ch, {"policy": "allow", "key": KEY}),
     "no_concurrency": lambda ledger, ch: _edit(ledger, ch, None),
@@ -83,14 +87,16 @@ def test_a_waiter_whose_channel_changed_gives_the_waiting_place_back_when_it_end
     b = _channel(ledger, "b", QUEUE_ONE)
     spec = SingletonSpec(KEY, 1, "queue_one")
     holder = _claimed(ledger, a, 30, "node-h")
-    assert ledger.start_attempt(holder, "node-h", 1, spec, LEASE).started
+    assert ledger.attempts.start_attempt(holder, "node-h", 1, spec, LEASE).started
     waiter = _claimed(ledger, a, 20, "node-w")
-    assert ledger.start_attempt(waiter, "node-w", 1, spec, LEASE, wait_secs=30).outcome == (
-        "waiting"
-    )
+    assert ledger.attempts.start_attempt(
+        waiter, "node-w", 1, spec, LEASE, wait_secs=30
+    ).outcome == ("waiting")
     if change == "key_renamed_busy":  # the renamed key is held as well
         other = _claimed(ledger, b, 25, "node-o")
-        assert ledger.start_attempt(other, "node-o", 1, SingletonSpec("k2", 1, "forbid"), LEASE)
+        assert ledger.attempts.start_attempt(
+            other, "node-o", 1, SingletonSpec("k2", 1, "forbid"), LEASE
+        )
 
     # When A changes, and the waiter comes back for the key and runs its attempt
     CHANGES[change](ledger, a)
@@ -103,12 +109,12 @@ def test_a_waiter_whose_channel_changed_gives_the_waiting_place_back_when_it_end
 
     # Then, once the holder ends, a contender of B finds the key free: it starts (it is not
     # skipped on account of a waiter that is gone)
-    token = ledger.get_occurrence(holder.id).fencing_token
-    assert ledger.settle(holder.id, "node-h", COMPLETED, fencing_token=token)
+    token = ledger.occurrences.get_occurrence(holder.id).fencing_token
+    assert ledger.attempts.settle(holder.id, "node-h", COMPLETED, fencing_token=token)
     contender = _claimed(ledger, b, 10, "node-b")
-    start = ledger.start_attempt(contender, "node-b", 1, spec, LEASE)
+    start = ledger.attempts.start_attempt(contender, "node-b", 1, spec, LEASE)
     assert start.outcome == "started"
-    assert ledger.get_occurrence(contender.id).status == RUNNING
+    assert ledger.occurrences.get_occurrence(contender.id).status == RUNNING
 
 
 # --- slots reduced by an edit while holders run ---------------------------------------------
@@ -120,9 +126,9 @@ def _two_holders(ledger: Ledger) -> tuple[Occurrence, Occurrence]:
     a = _channel(ledger, "a", {"policy": "forbid", "key": KEY, "slots": 2})
     two = SingletonSpec(KEY, 2, "forbid")
     first = _claimed(ledger, a, 30, "node-0")
-    assert ledger.start_attempt(first, "node-0", 1, two, LEASE).slot == 0
+    assert ledger.attempts.start_attempt(first, "node-0", 1, two, LEASE).slot == 0
     second = _claimed(ledger, a, 20, "node-1")
-    assert ledger.start_attempt(second, "node-1", 1, two, LEASE).slot == 1
+    assert ledger.attempts.start_attempt(second, "node-1", 1, two, LEASE).slot == 1
     return first, second
 
 
@@ -134,13 +140,13 @@ def test_holders_of_slots_an_edit_removed_still_renew_and_settle(ledger: Ledger)
 
     # Then the holder of the removed slot still renews and settles under its token, and its
     # slot is no one's afterwards
-    token = ledger.get_occurrence(second.id).fencing_token
-    assert ledger.renew(second.id, "node-1", token, LEASE)
-    assert ledger.settle(second.id, "node-1", COMPLETED, fencing_token=token)
-    assert ledger.held_slots(KEY) == 1
+    token = ledger.occurrences.get_occurrence(second.id).fencing_token
+    assert ledger.attempts.renew(second.id, "node-1", token, LEASE)
+    assert ledger.attempts.settle(second.id, "node-1", COMPLETED, fencing_token=token)
+    assert held_slots(ledger, KEY) == 1
     # and a contender under the new spec waits for slot 0 only
     late = _claimed(ledger, _channel(ledger, "b", {"policy": "forbid", "key": KEY}), 10, "n")
-    assert ledger.start_attempt(late, "n", 1, one, LEASE).outcome == "singleton_busy"
+    assert ledger.attempts.start_attempt(late, "n", 1, one, LEASE).outcome == "singleton_busy"
 
 
 def test_a_contender_after_slots_were_cut_waits_for_the_remaining_holders(
@@ -151,10 +157,10 @@ def test_a_contender_after_slots_were_cut_waits_for_the_remaining_holders(
     one = SingletonSpec(KEY, 1, "forbid")
 
     # When the holder of slot 0 ends while slot 1's still runs
-    token = ledger.get_occurrence(first.id).fencing_token
-    assert ledger.settle(first.id, "node-0", COMPLETED, fencing_token=token)
+    token = ledger.occurrences.get_occurrence(first.id).fencing_token
+    assert ledger.attempts.settle(first.id, "node-0", COMPLETED, fencing_token=token)
 
     # Then a contender under the new spec is turned away: one already runs
     late = _claimed(ledger, _channel(ledger, "b", {"policy": "forbid", "key": KEY}), 10, "n")
-    assert ledger.start_attempt(late, "n", 1, one, LEASE).outcome == "singleton_busy"
-    assert ledger.held_slots(KEY) == 1
+    assert ledger.attempts.start_attempt(late, "n", 1, one, LEASE).outcome == "singleton_busy"
+    assert held_slots(ledger, KEY) == 1

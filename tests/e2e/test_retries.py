@@ -30,7 +30,7 @@ from cronledger.ledger import (
 from cronledger.local import LocalScheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel, rows, run_until_settled
-from tests.ledger.helpers import expire_claim
+from tests.ledger.helpers import expire_claim, with_stores
 from tests.polling import wait_until
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
@@ -48,13 +48,13 @@ def _fresh_targets() -> Iterator[None]:
 
 def due_now(ledger: Ledger, channel_id: str, name: str = "job") -> NewOccurrence:
     new = NewOccurrence(channel_id, name, 1, ledger.db_now() - timedelta(seconds=1))
-    assert ledger.insert_occurrence(new)
+    assert ledger.occurrences.insert_occurrence(new)
     return new
 
 
 def webhook_due(ledger: Ledger, server: RecordingServer, retry: dict[str, int]) -> NewOccurrence:
     """A due occurrence of an HTTP channel posting to `server`, retried by `retry`."""
-    channel = ledger.create_channel(
+    channel = ledger.channels.create_channel(
         "webhook",
         {"schedule": "0 0 0 1 1 *", "retry": retry},
         {"type": "http", "url": f"{server.url}/hook"},
@@ -104,13 +104,13 @@ def test_an_executor_that_dies_every_time_is_given_up_after_its_attempts(
     rounds = []
     for _ in range(5):
         rounds.append(claim_once(ledger, FAST, dead))
-        if ledger.get_occurrence(due.id).status != FAILED:
+        if ledger.occurrences.get_occurrence(due.id).status != FAILED:
             expire_claim(ledger, due.id)
 
     # Then it was dispatched three times, settled failed by the fourth claim, and left alone
     assert dead.dispatched == [due.id] * 3
     assert [r.abandoned for r in rounds] == [[], [], [], [due.id], []]
-    row = ledger.get_occurrence(due.id)
+    row = ledger.occurrences.get_occurrence(due.id)
     assert (row.status, row.attempt) == (FAILED, 3)
     assert row.error_message == "abandoned: lease expired after 3 attempts"
     assert targets.received == {}
@@ -128,7 +128,9 @@ def test_a_failing_http_target_is_delivered_three_times_after_its_backoffs(
         scheduler = LocalScheduler(ledger, WITH_LOOPBACK)
         scheduler.start()
         try:
-            wait_until(lambda: ledger.get_occurrence(due.id).status == FAILED, timeout=30)
+            wait_until(
+                lambda: ledger.occurrences.get_occurrence(due.id).status == FAILED, timeout=30
+            )
         finally:
             scheduler.shutdown(drain_secs=5)
 
@@ -141,7 +143,7 @@ def test_a_failing_http_target_is_delivered_three_times_after_its_backoffs(
     arrived = [r.at for r in server.received]
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrived)]
     assert all(gap >= 1.0 for gap in gaps), gaps
-    row = ledger.get_occurrence(due.id)
+    row = ledger.occurrences.get_occurrence(due.id)
     assert (row.status, row.attempt) == (FAILED, 3)
     assert row.error_message is not None and row.error_message.endswith("(after 3 attempts)")
 
@@ -152,7 +154,7 @@ def test_one_allowed_attempt_delivers_once(ledger: Ledger) -> None:
         run_until_settled(ledger, WITH_LOOPBACK)
 
     assert len(server.received) == 1
-    row = ledger.get_occurrence(due.id)
+    row = ledger.occurrences.get_occurrence(due.id)
     assert (row.status, row.attempt) == (FAILED, 1)
 
 
@@ -161,9 +163,9 @@ def test_a_retry_that_succeeds_completes_the_same_occurrence(ledger: Ledger) -> 
     with RecordingServer(Answer(status=503)) as server:
         due = webhook_due(ledger, server, RETRY_AT_ONCE)
         executor = Executor(ledger, WITH_LOOPBACK)
-        [claimed] = ledger.claim("node-a", 10, FAST.claim_lease_secs).leased
+        [claimed] = ledger.attempts.claim("node-a", 10, FAST.claim_lease_secs).leased
         executor.run_attempt(claimed.id, "node-a")
-        first = ledger.get_occurrence(due.id)
+        first = ledger.occurrences.get_occurrence(due.id)
         server.answer = Answer(status=200)
 
         # When the retry runs
@@ -172,7 +174,7 @@ def test_a_retry_that_succeeds_completes_the_same_occurrence(ledger: Ledger) -> 
     # Then the one occurrence completed on its second attempt, its last error cleared
     assert (first.status, first.attempt) == ("pending", 1)
     assert first.error_message == "HTTP 503 Service Unavailable"
-    row = ledger.get_occurrence(due.id)
+    row = ledger.occurrences.get_occurrence(due.id)
     assert (row.status, row.attempt, row.error_message) == ("completed", 2, None)
     assert len(server.received) == 2
 
@@ -196,13 +198,13 @@ class _SettleBlips:
         self.settles = 0
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
+        return getattr(self._ledger.attempts, name)
 
     def settle(self, *args: Any, **kwargs: Any) -> bool:
         self.settles += 1
         if self.settles == 1:
             raise DatabaseUnavailable("ledger database unavailable: connection reset")
-        return self._ledger.settle(*args, **kwargs)
+        return self._ledger.attempts.settle(*args, **kwargs)
 
 
 def test_a_settle_that_meets_a_passing_database_blip_is_retried_not_run_again(
@@ -212,23 +214,23 @@ def test_a_settle_that_meets_a_passing_database_blip_is_retried_not_run_again(
     # first settle fails on a dropped connection
     channel = make_channel(ledger, "0 0 0 1 1 *", retry=RETRY_AT_ONCE)
     due = due_now(ledger, channel.channel_id)
-    (claimed,) = ledger.claim("node-a", 1, FAST.claim_lease_secs).leased
+    (claimed,) = ledger.attempts.claim("node-a", 1, FAST.claim_lease_secs).leased
     blips = _SettleBlips(ledger)
 
     # When the attempt runs its target to success, and later claims recover whatever is left
-    report = Executor(blips, FAST).run_attempt(claimed.id, "node-a")  # type: ignore[arg-type]
+    report = Executor(with_stores(ledger, attempts=blips), FAST).run_attempt(claimed.id, "node-a")
     expire_claim_if_leased(ledger, due.id)
     run_until_settled(ledger)
 
     # Then the settle was tried again within the lease: the row is completed by attempt 1
     # and the target ran once, not a second time after the lease ran out
     assert report.status == COMPLETED
-    row = ledger.get_occurrence(due.id)
+    row = ledger.occurrences.get_occurrence(due.id)
     assert (row.status, row.attempt, row.claimed_until) == (COMPLETED, 1, None)
     assert [e["trigger"]["attempt"] for e in targets.received[due.id]] == [1]
 
 
 def expire_claim_if_leased(ledger: Ledger, occurrence_id: str) -> None:
     """Age a lease that is still held, as if the executor had died with it."""
-    if ledger.get_occurrence(occurrence_id).status in (CLAIMED, RUNNING):
+    if ledger.occurrences.get_occurrence(occurrence_id).status in (CLAIMED, RUNNING):
         expire_claim(ledger, occurrence_id)

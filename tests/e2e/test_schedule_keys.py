@@ -38,7 +38,7 @@ def _fresh_targets() -> Iterator[None]:
 
 
 def channel(ledger: Ledger, name: str = "job", **transport_config: Any) -> Channel:
-    return ledger.create_channel(
+    return ledger.channels.create_channel(
         name=name,
         transport_config=transport_config,
         target=RECORD,
@@ -57,7 +57,7 @@ def set_cursor(ledger: Ledger, at: datetime, channel_id: str | None = None) -> N
 
 
 def cursor(ledger: Ledger, channel_id: str) -> datetime | None:
-    (state,) = ledger.schedule_states([channel_id])
+    (state,) = ledger.cursors.schedule_states([channel_id])
     return state.next_fire_at
 
 
@@ -127,7 +127,7 @@ def test_a_one_time_schedule_at_a_time_the_clocks_skip_never_fires(ledger: Ledge
     # Then the gap time is neither fired nor moved to a time that exists: the channel has no
     # row and no cursor, and every pass says why, without stopping the others
     assert rows(ledger, gap.channel_id) == []
-    assert [s.channel_id for s in ledger.schedule_states()] == [other.channel_id]
+    assert [s.channel_id for s in ledger.cursors.schedule_states()] == [other.channel_id]
     report = reconcile_once(ledger, FAST)
     assert "2027-03-28T01:30:00 does not exist in Europe/London" in report.failed[gap.channel_id]
 
@@ -160,7 +160,7 @@ def test_bounds_hold_to_the_second_and_a_later_end_resumes_the_channel(ledger: L
     # When its end is moved a day later
     later = {**job.transport_config, "ends_at": (end + timedelta(days=1)).isoformat()}
     edited_at = ledger.db_now()
-    ledger.new_channel_version(job.channel_id, later, job.target, job.timeout_ms)
+    ledger.channels.new_channel_version(job.channel_id, later, job.target, job.timeout_ms)
     reconcile_once(ledger, PATIENT)
 
     # Then the cursor starts again from now: no back-fill of the time it was ended
@@ -240,7 +240,7 @@ def test_jitter_spreads_a_thousand_channels_at_one_instant_and_none_starts_befor
 
 
 def completed_at(ledger: Ledger, instant: datetime) -> list[Any]:
-    page = ledger.list_occurrences(
+    page = ledger.occurrences.list_occurrences(
         OccurrenceFilter(status=COMPLETED, since=instant, until=instant, limit=1000)
     )
     return page.data

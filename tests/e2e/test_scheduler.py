@@ -38,7 +38,7 @@ from cronledger.reconcile import reconcile_once
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.e2e import targets
-from tests.ledger.helpers import expire_claim
+from tests.ledger.helpers import expire_claim, held_slots, with_stores
 from tests.polling import wait_until
 
 FAST = Settings(
@@ -65,7 +65,7 @@ def make_channel(
     name: str = "job",
     **config: Any,
 ) -> Channel:
-    return ledger.create_channel(
+    return ledger.channels.create_channel(
         name=name,
         transport_config={"schedule": schedule, "payload": {"report": name}, **config},
         target={"type": "python", "callable": f"tests.e2e.targets:{target}"},
@@ -75,12 +75,14 @@ def make_channel(
 
 
 def rows(ledger: Ledger, channel_id: str | None = None) -> list[Any]:
-    return ledger.list_occurrences(OccurrenceFilter(channel_id=channel_id, limit=1000)).data
+    return ledger.occurrences.list_occurrences(
+        OccurrenceFilter(channel_id=channel_id, limit=1000)
+    ).data
 
 
 def move_cursor_back(ledger: Ledger, channel_id: str, by: timedelta) -> None:
     """Simulate downtime: the cursor is where the scheduler left it, `by` ago."""
-    (state,) = [s for s in ledger.schedule_states() if s.channel_id == channel_id]
+    (state,) = [s for s in ledger.cursors.schedule_states() if s.channel_id == channel_id]
     assert state.next_fire_at is not None
     with ledger.engine.begin() as conn:
         conn.execute(
@@ -154,7 +156,7 @@ def test_downtime_under_latest_runs_the_newest_and_summarises_the_rest(ledger: L
     assert "skipped 5 missed occurrence(s)" in (skipped[0].error_message or "")
     assert skipped[0].scheduled_for < pending[0].scheduled_for
     assert report.inserted == 2
-    state = ledger.schedule_states()[0]
+    state = ledger.cursors.schedule_states()[0]
     assert state.next_fire_at is not None and state.next_fire_at > ledger.db_now()
 
 
@@ -186,13 +188,13 @@ def test_a_schedule_change_resets_the_cursor_without_back_filling(ledger: Ledger
     reconcile_once(ledger, FAST)
     move_cursor_back(ledger, channel.channel_id, timedelta(hours=6))
 
-    ledger.new_channel_version(
+    ledger.channels.new_channel_version(
         channel.channel_id, {"schedule": "0 15 2 * * *"}, channel.target, channel.timeout_ms
     )
     reconcile_once(ledger, FAST)
 
     assert rows(ledger, channel.channel_id) == [], "the old schedule's gap is not replayed"
-    state = ledger.schedule_states()[0]
+    state = ledger.cursors.schedule_states()[0]
     assert state.next_fire_at is not None and state.next_fire_at > ledger.db_now()
     assert state.next_fire_at.hour == 2 and state.next_fire_at.minute == 15
     assert state.channel_version == 2
@@ -201,10 +203,10 @@ def test_a_schedule_change_resets_the_cursor_without_back_filling(ledger: Ledger
 def test_an_unchanged_schedule_hash_keeps_the_cursor(ledger: Ledger) -> None:
     channel = make_channel(ledger, "0 0 * * * *")
     reconcile_once(ledger, FAST)
-    before = ledger.schedule_states()[0]
+    before = ledger.cursors.schedule_states()[0]
 
     # A new version that only edits the payload must not move when the job next runs
-    ledger.new_channel_version(
+    ledger.channels.new_channel_version(
         channel.channel_id,
         {"schedule": "0 0 * * * *", "payload": {"report": "edited"}},
         channel.target,
@@ -212,7 +214,7 @@ def test_an_unchanged_schedule_hash_keeps_the_cursor(ledger: Ledger) -> None:
     )
     reconcile_once(ledger, FAST)
 
-    after = ledger.schedule_states()[0]
+    after = ledger.cursors.schedule_states()[0]
     assert after.next_fire_at == before.next_fire_at
     assert after.config_hash == before.config_hash
     assert after.channel_version == 2
@@ -223,7 +225,7 @@ def test_a_crash_between_insert_and_cursor_advance_converges(ledger: Ledger) -> 
     channel = make_channel(ledger)
     reconcile_once(ledger, FAST)
     move_cursor_back(ledger, channel.channel_id, timedelta(seconds=3))
-    cursor = ledger.schedule_states()[0].next_fire_at
+    cursor = ledger.cursors.schedule_states()[0].next_fire_at
     assert cursor is not None
 
     # When a pass inserted its rows and died before moving the cursor…
@@ -237,7 +239,7 @@ def test_a_crash_between_insert_and_cursor_advance_converges(ledger: Ledger) -> 
     after = [o.scheduled_for for o in rows(ledger)]
     assert len(after) == len(set(after)), "one row per instant"
     assert inserted <= set(after)
-    state = ledger.schedule_states()[0]
+    state = ledger.cursors.schedule_states()[0]
     assert state.next_fire_at is not None and state.next_fire_at > cursor
 
 
@@ -311,7 +313,7 @@ def test_forbid_with_a_slow_target_skips_contenders_and_never_overlaps(
     skipped = [o for o in rows(ledger) if o.status == SKIPPED_SINGLETON]
     assert all(channel.channel_id in (o.error_message or "") for o in skipped)
     assert all(o.claimed_until is None for o in skipped)
-    assert ledger.held_slots(channel.channel_id) <= slots
+    assert held_slots(ledger, channel.channel_id) <= slots
 
 
 def test_an_executor_that_dies_mid_run_is_recovered_and_the_dead_one_writes_nothing(
@@ -322,28 +324,30 @@ def test_an_executor_that_dies_mid_run_is_recovered_and_the_dead_one_writes_noth
     now = ledger.db_now()
     from cronledger.ledger import NewOccurrence
 
-    ledger.insert_occurrence(
+    ledger.occurrences.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, now - timedelta(seconds=1))
     )
-    (first,) = ledger.claim("dead-executor", 1, FAST.claim_lease_secs).leased
-    dead = ledger.start_attempt(first, "dead-executor", 1, None, FAST.claim_lease_secs)
+    (first,) = ledger.attempts.claim("dead-executor", 1, FAST.claim_lease_secs).leased
+    dead = ledger.attempts.start_attempt(first, "dead-executor", 1, None, FAST.claim_lease_secs)
     assert dead.started
 
     # When the lease expires (written into the past: the clock under test is the database's)
     # and a peer claims it
     expire_claim(ledger, first.id)
-    assert [o.id for o in ledger.claim("peer", 1, FAST.claim_lease_secs).leased] == [first.id]
+    assert [o.id for o in ledger.attempts.claim("peer", 1, FAST.claim_lease_secs).leased] == [
+        first.id
+    ]
     peer = Executor(ledger, FAST)
     report = peer.run_attempt(first.id, "peer")
 
     # Then the peer completes it as attempt 2, and the dead attempt, waking, writes nothing
     assert report.status == COMPLETED
-    row = ledger.get_occurrence(first.id)
+    row = ledger.occurrences.get_occurrence(first.id)
     assert (row.status, row.attempt, row.claimed_by) == (COMPLETED, 2, "peer")
     assert targets.received[first.id][0]["trigger"]["attempt"] == 2
-    assert not ledger.renew(first.id, "dead-executor", None, FAST.claim_lease_secs)
-    assert not ledger.settle(first.id, "dead-executor", "failed", error_message="late")
-    assert ledger.get_occurrence(first.id).status == COMPLETED
+    assert not ledger.attempts.renew(first.id, "dead-executor", None, FAST.claim_lease_secs)
+    assert not ledger.attempts.settle(first.id, "dead-executor", "failed", error_message="late")
+    assert ledger.occurrences.get_occurrence(first.id).status == COMPLETED
 
 
 def test_cancelling_a_running_occurrence_stops_its_attempt_and_frees_its_slot(
@@ -355,7 +359,7 @@ def test_cancelling_a_running_occurrence_stops_its_attempt_and_frees_its_slot(
     )
     from cronledger.ledger import NewOccurrence
 
-    ledger.insert_occurrence(
+    ledger.occurrences.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
     )
     executor = Executor(ledger, FAST)
@@ -364,17 +368,17 @@ def test_cancelling_a_running_occurrence_stops_its_attempt_and_frees_its_slot(
     claim_once(ledger, FAST, invoker)
     wait_until(lambda: any(o.status == RUNNING for o in rows(ledger)))
     (running,) = [o for o in rows(ledger) if o.status == RUNNING]
-    assert ledger.held_slots(channel.channel_id) == 1
+    assert held_slots(ledger, channel.channel_id) == 1
 
     # When an operator cancels it
-    ledger.cancel(running.id)
+    ledger.occurrences.cancel(running.id)
 
     # Then the attempt stops at its next beat, writing nothing, and the slot is free
     wait_until(lambda: reports != [], timeout=5)
     assert reports[0].outcome == "superseded" and reports[0].status is None
-    row = ledger.get_occurrence(running.id)
+    row = ledger.occurrences.get_occurrence(running.id)
     assert row.status == "cancelled" and row.claimed_until is None
-    assert ledger.held_slots(channel.channel_id) == 0
+    assert held_slots(ledger, channel.channel_id) == 0
     invoker.shutdown(1)
 
 
@@ -382,7 +386,7 @@ def test_a_failing_target_settles_failed_with_its_error(ledger: Ledger) -> None:
     channel = make_channel(ledger, "0 0 0 1 1 *", target="fail", retry={"max_attempts": 1})
     from cronledger.ledger import NewOccurrence
 
-    ledger.insert_occurrence(
+    ledger.occurrences.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
     )
     run_until_settled(ledger)
@@ -398,10 +402,10 @@ def test_an_occurrence_of_a_paused_channel_fails_as_channel_unavailable(ledger: 
     channel = make_channel(ledger, "0 0 0 1 1 *")
     from cronledger.ledger import NewOccurrence
 
-    ledger.insert_occurrence(
+    ledger.occurrences.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
     )
-    ledger.set_channel_status(channel.channel_id, "paused")
+    ledger.channels.set_channel_status(channel.channel_id, "paused")
     run_until_settled(ledger)
     (row,) = rows(ledger)
     assert row.status == "failed"
@@ -413,6 +417,9 @@ class _DeadLedger:
     """A ledger whose database has gone away: every call raises, as the real one does."""
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("attempts", "cursors", "events", "occurrences", "reporting"):
+            return self  # each of its stores is as dead
+
         def fail(*args: Any, **kwargs: Any) -> Any:
             from cronledger.ledger import DatabaseUnavailable
 
@@ -450,7 +457,7 @@ class _RenewalsFail:
         self.renewals = 0
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
+        return getattr(self._ledger.attempts, name)
 
     def renew(self, *args: Any, **kwargs: Any) -> bool:
         from cronledger.ledger import DatabaseUnavailable
@@ -466,22 +473,22 @@ def test_an_attempt_that_cannot_renew_stops_itself_before_its_lease_could_be_tak
     channel = make_channel(ledger, "0 0 0 1 1 *", target="wait_for_release")
     from cronledger.ledger import NewOccurrence
 
-    ledger.insert_occurrence(
+    ledger.occurrences.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
     )
-    (claimed,) = ledger.claim("flaky", 1, FAST.claim_lease_secs).leased
+    (claimed,) = ledger.attempts.claim("flaky", 1, FAST.claim_lease_secs).leased
     flaky = _RenewalsFail(ledger)
     started = time.monotonic()
 
     # When the attempt runs
-    report = Executor(flaky, FAST).run_attempt(claimed.id, "flaky")  # type: ignore[arg-type]
+    report = Executor(with_stores(ledger, attempts=flaky), FAST).run_attempt(claimed.id, "flaky")
     took = time.monotonic() - started
 
     # Then it stopped itself after lease - heartbeat without a renewal, before the lease ran out
     assert report.outcome == "stopped" and report.status is None
     assert flaky.renewals >= 1
     assert FAST.renewal_give_up.total_seconds() <= took < FAST.claim_lease_secs
-    row = ledger.get_occurrence(claimed.id)
+    row = ledger.occurrences.get_occurrence(claimed.id)
     assert row.status == RUNNING, "it wrote nothing: the lease is left to expire"
 
 
@@ -498,16 +505,16 @@ class _LateAnswerThenRenewalsFail:
         self.renewals = 0
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
+        return getattr(self._ledger.attempts, name)
 
     def open_attempt(self, *args: Any, **kwargs: Any) -> Any:
-        opened = self._ledger.open_attempt(*args, **kwargs)
+        opened = self._ledger.attempts.open_attempt(*args, **kwargs)
         if self.late == "start":
             time.sleep(self.late_secs)
         return opened
 
     def start_attempt(self, *args: Any, **kwargs: Any) -> Any:
-        started = self._ledger.start_attempt(*args, **kwargs)
+        started = self._ledger.attempts.start_attempt(*args, **kwargs)
         if self.late == "start":
             time.sleep(self.late_secs)
         return started
@@ -518,7 +525,7 @@ class _LateAnswerThenRenewalsFail:
         self.renewals += 1
         if self.late != "renewal" or self.renewals > 1:
             raise DatabaseUnavailable("connection refused")
-        renewed = self._ledger.renew(*args, **kwargs)
+        renewed = self._ledger.attempts.renew(*args, **kwargs)
         time.sleep(self.late_secs)
         return renewed
 
@@ -532,20 +539,20 @@ def test_an_attempt_times_its_lease_from_before_a_write_that_was_answered_late(
     channel = make_channel(ledger, "0 0 0 1 1 *", target="wait_for_release")
     from cronledger.ledger import NewOccurrence
 
-    ledger.insert_occurrence(
+    ledger.occurrences.insert_occurrence(
         NewOccurrence(channel.channel_id, channel.name, 1, ledger.db_now() - timedelta(seconds=1))
     )
-    (claimed,) = ledger.claim("slow", 1, FAST.claim_lease_secs).leased
+    (claimed,) = ledger.attempts.claim("slow", 1, FAST.claim_lease_secs).leased
     slow = _LateAnswerThenRenewalsFail(ledger, late_secs=1.8, late=late)
 
     # When the attempt runs until it stops itself
-    report = Executor(slow, FAST).run_attempt(claimed.id, "slow")  # type: ignore[arg-type]
+    report = Executor(with_stores(ledger, attempts=slow), FAST).run_attempt(claimed.id, "slow")
     stopped_at = ledger.db_now()
 
     # Then it stopped before the lease the database last granted ran out (a peer may take
     # the occurrence from then on), not a lease's length after the late answer arrived
     assert report.outcome == "stopped"
-    row = ledger.get_occurrence(claimed.id)
+    row = ledger.occurrences.get_occurrence(claimed.id)
     assert row.claimed_until is not None
     assert stopped_at < row.claimed_until, (stopped_at, row.claimed_until)
 
@@ -558,14 +565,14 @@ def test_a_pass_counts_only_the_rows_it_wrote(
     channel = make_channel(ledger)
     reconcile_once(ledger, FAST)
     move_cursor_back(ledger, channel.channel_id, timedelta(seconds=30))  # misses to summarise
-    real = ledger.materialise
+    real = ledger.occurrences.materialise
 
     def peer_wins_first(rows: Any, moves: Any) -> tuple[int, set[str]]:
         rows, moves = list(rows), list(moves)
         real(rows, moves)  # a peer's pass, with the same plan, wins every cursor
         return real(rows, moves)
 
-    monkeypatch.setattr(ledger, "materialise", peer_wins_first)
+    monkeypatch.setattr(ledger.occurrences, "materialise", peer_wins_first)
     recorder = metrics.InMemoryMetrics()
     with metrics.recording_to(recorder):
         report = reconcile_once(ledger, FAST)
@@ -591,9 +598,9 @@ def test_a_pass_plans_the_next_batch_while_the_last_is_written(
 
     # Given ten due channels, written in batches of four
     channels = due_channels(ledger, 10)
-    before = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    before = {s.channel_id: s.next_fire_at for s in ledger.cursors.schedule_states()}
     monkeypatch.setattr(reconcile, "WRITE_BATCH", 4)
-    real_materialise = ledger.materialise
+    real_materialise = ledger.occurrences.materialise
     fifth_planned = threading.Event()
 
     class Counting(ScheduleCache):
@@ -618,7 +625,7 @@ def test_a_pass_plans_the_next_batch_while_the_last_is_written(
         writes.append((len(moves), on_pass_thread, overlapped))
         return real_materialise(rows, moves)
 
-    monkeypatch.setattr(ledger, "materialise", materialise)
+    monkeypatch.setattr(ledger.occurrences, "materialise", materialise)
 
     # When one pass runs
     report = reconcile_once(ledger, FAST, Counting())
@@ -628,7 +635,7 @@ def test_a_pass_plans_the_next_batch_while_the_last_is_written(
     assert writes == [(4, False, True), (4, False, True), (2, True, True)]
     # And every channel got its rows and moved its cursor, once
     assert (report.due, report.advanced, report.failed) == (10, 10, {})
-    after = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    after = {s.channel_id: s.next_fire_at for s in ledger.cursors.schedule_states()}
     written = rows(ledger)
     assert report.inserted == len(written)
     for channel in channels:
@@ -647,9 +654,9 @@ def test_a_batch_that_fails_is_written_channel_by_channel_and_the_others_stand(
     # Given six due channels in batches of three, and a write that fails for the second one
     channels = due_channels(ledger, 6)
     bad = channels[1].channel_id
-    before = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    before = {s.channel_id: s.next_fire_at for s in ledger.cursors.schedule_states()}
     monkeypatch.setattr(reconcile, "WRITE_BATCH", 3)
-    real = ledger.materialise
+    real = ledger.occurrences.materialise
     calls: list[int] = []
 
     def refuse_bad(rows: Any, moves: Any) -> tuple[int, set[str]]:
@@ -659,7 +666,7 @@ def test_a_batch_that_fails_is_written_channel_by_channel_and_the_others_stand(
             raise ValueError("refused")
         return real(rows, moves)
 
-    monkeypatch.setattr(ledger, "materialise", refuse_bad)
+    monkeypatch.setattr(ledger.occurrences, "materialise", refuse_bad)
 
     # When one pass runs
     report = reconcile_once(ledger, FAST)
@@ -669,7 +676,7 @@ def test_a_batch_that_fails_is_written_channel_by_channel_and_the_others_stand(
     assert report.failed == {bad: "ValueError: refused"}
     assert report.due == 6 and report.advanced == 5
     # And the failed channel kept its cursor and got no row; every other one moved
-    after = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    after = {s.channel_id: s.next_fire_at for s in ledger.cursors.schedule_states()}
     assert after[bad] == before[bad] and not rows(ledger, bad)
     assert all(after[c.channel_id] != before[c.channel_id] for c in channels if c.channel_id != bad)
 
@@ -692,7 +699,7 @@ def test_a_database_failure_while_writing_stops_the_pass_at_its_first_write(
         calls.append(1)
         raise DatabaseUnavailable("connection refused")
 
-    monkeypatch.setattr(ledger, "materialise", down)
+    monkeypatch.setattr(ledger.occurrences, "materialise", down)
 
     # When a pass runs, then it fails as the database's failure after its first write: no
     # channel-by-channel fallback, no later batch against a dead database
@@ -709,24 +716,24 @@ def test_a_channel_paused_after_the_pass_read_it_gets_none_of_the_pass_rows(
 
     # Given a due per-second channel
     (channel,) = due_channels(ledger, 1)
-    (before,) = ledger.schedule_states()
+    (before,) = ledger.cursors.schedule_states()
     if batch:
         monkeypatch.setattr(reconcile, "WRITE_BATCH", batch)
-    real = ledger.materialise
+    real = ledger.occurrences.materialise
 
     def paused_meanwhile(rows: Any, moves: Any) -> tuple[int, set[str]]:
         # An operator pauses it between the pass's read and its write
-        ledger.set_channel_status(channel.channel_id, "paused")
+        ledger.channels.set_channel_status(channel.channel_id, "paused")
         return real(rows, moves)
 
-    monkeypatch.setattr(ledger, "materialise", paused_meanwhile)
+    monkeypatch.setattr(ledger.occurrences, "materialise", paused_meanwhile)
 
     # When the pass writes its plan
     report = reconcile_once(ledger, FAST)
 
     # Then the paused channel got no row and its cursor stayed where the pause left it
     assert rows(ledger, channel.channel_id) == []
-    (after,) = ledger.schedule_states()
+    (after,) = ledger.cursors.schedule_states()
     assert after.paused_at is not None and after.next_fire_at == before.next_fire_at
     assert (report.inserted, report.advanced) == (0, 0)
 
@@ -742,25 +749,25 @@ def test_a_plan_made_before_an_edit_loses_to_a_reset_onto_the_same_instant(
     start = ledger.db_now().replace(microsecond=0) + timedelta(seconds=10)
     with ledger.engine.begin() as conn:
         conn.execute(sa.update(schedule_state).values(next_fire_at=start))
-    real = ledger.materialise
+    real = ledger.occurrences.materialise
     peer: list[Any] = []
 
     def edited_meanwhile(rows: Any, moves: Any) -> tuple[int, set[str]]:
         if not peer:
             # Between the pass's read and its write: an edit to once a minute, at the
             # cursor's second, and a peer's pass that resets the cursor onto that instant
-            ledger.new_channel_version(
+            ledger.channels.new_channel_version(
                 channel.channel_id,
                 {"schedule": f"{start.second} * * * * *"},
                 channel.target,
                 channel.timeout_ms,
             )
             peer.append(reconcile_once(ledger, settings))
-            (reset,) = ledger.schedule_states()
+            (reset,) = ledger.cursors.schedule_states()
             assert (reset.next_fire_at, reset.channel_version) == (start, 2)
         return real(rows, moves)
 
-    monkeypatch.setattr(ledger, "materialise", edited_meanwhile)
+    monkeypatch.setattr(ledger.occurrences, "materialise", edited_meanwhile)
 
     # When the first pass writes the plan it made under the per-second schedule
     reconcile_once(ledger, settings)
@@ -795,7 +802,7 @@ def test_the_reconcile_loop_records_its_heartbeat_every_few_seconds_not_every_pa
     from cronledger.reconcile import run_reconcile_loop
 
     beats: list[str] = []
-    monkeypatch.setattr(ledger, "record_job_ok", beats.append)
+    monkeypatch.setattr(ledger.reporting, "record_job_ok", beats.append)
     passes = run_reconcile_loop(ledger, FAST, time.monotonic() + 0.5)
 
     assert passes >= 3 and beats == ["reconcile"]  # the first pass beats; the next is 15 s on

@@ -88,7 +88,7 @@ def main(database_url: str, dropped: list[str]) -> None:
     ledger = runtime.ledger()
     claimed = []
     while not claimed:  # the cursor starts at the next second
-        claimed = ledger.claim("asset-check", 1, 60).leased
+        claimed = ledger.attempts.claim("asset-check", 1, 60).leased
         if not claimed:
             reconcile.handler(scheduled_event("cronledger-reconcile"), context("reconcile"))
     answer = execute.handler(

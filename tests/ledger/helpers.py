@@ -6,6 +6,7 @@ cannot wait out a 60-second lease, so it writes the lease into the past instead.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +33,23 @@ from cronledger.ledger.tables import metadata, occurrences, singletons
 LEASE = 60.0
 
 
+def with_stores(ledger: Ledger, **stores: Any) -> Ledger:
+    """The ledger with the named stores replaced (by a test's wrapper of one), the rest its
+    own."""
+    view = copy.copy(ledger)
+    vars(view).update(stores)
+    return view
+
+
+def held_slots(ledger: Ledger, key: str) -> int:
+    """How many slots of a singleton key a live lease holds."""
+    return ledger.reporting.channel_activity([], [key]).held_slots.get(key, 0)
+
+
+def pending_count(ledger: Ledger, channel_id: str) -> int:
+    return ledger.reporting.channel_activity([channel_id], []).pending.get(channel_id, 0)
+
+
 def row(at: datetime, channel_id: str = "ch", **overrides: Any) -> NewOccurrence:
     """A fresh occurrence of `channel_id` at `at` (a new id every call, like a reconciler)."""
     return replace(NewOccurrence(channel_id, "nightly", 1, at), **overrides)
@@ -39,7 +57,7 @@ def row(at: datetime, channel_id: str = "ch", **overrides: Any) -> NewOccurrence
 
 def active_channel(ledger: Ledger, name: str = "nightly", **config: Any) -> Channel:
     """An active channel (every second, a Python target) whose occurrences a test seeds."""
-    return ledger.create_channel(
+    return ledger.channels.create_channel(
         name,
         {"schedule": "* * * * * *", **config},
         {"type": "python", "callable": "cronledger.demo:hello"},
@@ -59,12 +77,12 @@ def seed_due(
 ) -> NewOccurrence:
     """Materialise one occurrence that fell due `ago`."""
     new = row(ledger.db_now() - ago, channel_id)
-    assert ledger.insert_occurrence(new)
+    assert ledger.occurrences.insert_occurrence(new)
     return new
 
 
 def claim_one(ledger: Ledger, claimant: str) -> Occurrence:
-    claimed = ledger.claim(claimant, 1, LEASE).leased
+    claimed = ledger.attempts.claim(claimant, 1, LEASE).leased
     assert len(claimed) == 1, claimed
     return claimed[0]
 
@@ -91,7 +109,7 @@ def start(
     policy: str = "forbid",
 ) -> AttemptStart:
     spec = SingletonSpec(key, slots, policy) if key else None  # type: ignore[arg-type]
-    return ledger.start_attempt(occurrence, claimant, 1, spec, LEASE)
+    return ledger.attempts.start_attempt(occurrence, claimant, 1, spec, LEASE)
 
 
 def release_singleton(
@@ -107,7 +125,7 @@ def release_singleton(
 def advance_cursor(ledger: Ledger, move: CursorMove) -> bool:
     """One cursor move, as a reconcile pass writes it (`materialise`, with no rows). False:
     someone else moved or reset the cursor first, and the plan is stale."""
-    _, moved = ledger.materialise([], [move])
+    _, moved = ledger.occurrences.materialise([], [move])
     return move.channel_id in moved
 
 
@@ -145,7 +163,7 @@ def contend(
         try:
             gate.wait()
             claimant = occurrence.claimed_by or ""
-            started = ledger.start_attempt(
+            started = ledger.attempts.start_attempt(
                 occurrence, claimant, 1, spec, LEASE, wait_secs=wait_secs
             )
             outcomes.append(started.outcome)

@@ -33,7 +33,7 @@ def test_a_started_attempt_is_on_record_open_until_it_is_settled(ledger: Ledger)
     started = start(ledger, claimed, "node-a")
 
     # When its attempts are read while it runs
-    [running] = ledger.attempts_of(due.id)
+    [running] = ledger.occurrences.attempts_of(due.id)
 
     # Then the open attempt says who runs it since when, and nothing of its end
     assert (running.number, running.claimant, running.started_at) == (
@@ -50,12 +50,12 @@ def test_a_failure_retried_then_completed_leaves_both_attempts_with_their_ends(
     # Given an attempt that failed with attempts left, and a second one that completed
     due = seed_due(ledger)
     start(ledger, claim_one(ledger, "node-a"), "node-a")
-    assert ledger.settle(due.id, "node-a", FAILED, error_message="boom", retry_in=0)
+    assert ledger.attempts.settle(due.id, "node-a", FAILED, error_message="boom", retry_in=0)
     start(ledger, reclaim(ledger, due.id, "node-b"), "node-b")
-    assert ledger.settle(due.id, "node-b", COMPLETED)
+    assert ledger.attempts.settle(due.id, "node-b", COMPLETED)
 
     # When the attempts are read back
-    attempts = ledger.attempts_of(due.id)
+    attempts = ledger.occurrences.attempts_of(due.id)
 
     # Then each has its claimant, outcome and error, first to last
     assert [(a.number, a.claimant, a.outcome, a.error_message) for a in attempts] == [
@@ -78,7 +78,7 @@ def test_a_lease_that_ran_out_is_recorded_abandoned_by_the_claim_that_takes_it_a
 
     # Then the first attempt is ended abandoned, and the second is not yet on record
     assert again.attempt == 2
-    [first] = ledger.attempts_of(due.id)
+    [first] = ledger.occurrences.attempts_of(due.id)
     assert (first.outcome, first.ended_at is not None) == (ABANDONED, True)
     assert first.error_message is not None and "lease ran out" in first.error_message
 
@@ -89,10 +89,10 @@ def test_cancelling_a_running_occurrence_ends_its_attempt_cancelled(ledger: Ledg
     start(ledger, claim_one(ledger, "node-a"), "node-a")
 
     # When an operator cancels it
-    ledger.cancel(due.id, by="ops", reason="wrong day")
+    ledger.occurrences.cancel(due.id, by="ops", reason="wrong day")
 
     # Then its attempt ended cancelled, saying who and why
-    [attempt] = ledger.attempts_of(due.id)
+    [attempt] = ledger.occurrences.attempts_of(due.id)
     assert (attempt.outcome, attempt.error_message) == (CANCELLED, "cancelled by ops: wrong day")
 
 
@@ -103,16 +103,16 @@ def test_a_replaced_holder_has_its_attempt_ended_cancelled_by_the_replacement(
     old = seed_due(ledger, ago=timedelta(seconds=60))
     new = seed_due(ledger, ago=timedelta(seconds=30))
     spec = SingletonSpec("key", 1, "replace")
-    assert ledger.start_attempt(claim_one(ledger, "a"), "a", 1, spec, LEASE).started
+    assert ledger.attempts.start_attempt(claim_one(ledger, "a"), "a", 1, spec, LEASE).started
     contender = claim_one(ledger, "b")
     assert contender.id == new.id
 
     # When the second starts, replacing the first
-    assert ledger.start_attempt(contender, "b", 1, spec, LEASE).replaced == old.id
+    assert ledger.attempts.start_attempt(contender, "b", 1, spec, LEASE).replaced == old.id
 
     # Then the first's attempt ended cancelled and the second's is open, with a newer token
-    [replaced] = ledger.attempts_of(old.id)
-    [running] = ledger.attempts_of(new.id)
+    [replaced] = ledger.occurrences.attempts_of(old.id)
+    [running] = ledger.occurrences.attempts_of(new.id)
     assert (replaced.outcome, replaced.error_message) == (CANCELLED, f"replaced by {new.id}")
     assert running.ended_at is None
     assert running.fencing_token is not None and replaced.fencing_token is not None
@@ -123,17 +123,17 @@ def test_retention_deletes_the_attempts_with_their_occurrence(ledger: Ledger) ->
     # Given a completed occurrence, with its attempt on record, long past retention
     due = seed_due(ledger)
     start(ledger, claim_one(ledger, "node-a"), "node-a")
-    assert ledger.settle(due.id, "node-a", COMPLETED)
+    assert ledger.attempts.settle(due.id, "node-a", COMPLETED)
     age_completion(ledger, due.id, timedelta(days=30))
     kept = seed_due(ledger, ago=timedelta(seconds=5))
     start(ledger, claim_one(ledger, "node-b"), "node-b")
 
     # When retention runs
-    assert ledger.delete_terminal_older_than(24) == 1
+    assert ledger.occurrences.delete_terminal_older_than(24) == 1
 
     # Then the occurrence and its attempts are gone, and the live one keeps its own
-    assert ledger.attempts_of(due.id) == []
-    assert [a.claimant for a in ledger.attempts_of(kept.id)] == ["node-b"]
+    assert ledger.occurrences.attempts_of(due.id) == []
+    assert [a.claimant for a in ledger.occurrences.attempts_of(kept.id)] == ["node-b"]
 
 
 def test_deleting_a_channel_deletes_its_attempts(ledger: Ledger) -> None:
@@ -143,7 +143,7 @@ def test_deleting_a_channel_deletes_its_attempts(ledger: Ledger) -> None:
     start(ledger, claim_one(ledger, "node-a"), "node-a")
 
     # When the channel is deleted
-    ledger.delete_channel(gone.channel_id)
+    ledger.channels.delete_channel(gone.channel_id)
 
     # Then no attempt of it is left
-    assert ledger.attempts_of(due.id) == []
+    assert ledger.occurrences.attempts_of(due.id) == []

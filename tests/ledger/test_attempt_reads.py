@@ -18,7 +18,7 @@ from cronledger.ledger import (
     Occurrence,
 )
 from cronledger.ledger.tables import occurrences
-from tests.ledger.helpers import LEASE, claim_one, expire_claim, row, start
+from tests.ledger.helpers import LEASE, claim_one, expire_claim, held_slots, row, start
 
 SCHEDULE = {"schedule": "0 * * * * *"}
 TARGET = {"type": "python", "callable": "cronledger.demo:hello"}
@@ -26,36 +26,40 @@ TARGET = {"type": "python", "callable": "cronledger.demo:hello"}
 
 def test_an_occurrence_is_read_with_its_channel_as_the_channel_is_now(ledger: Ledger) -> None:
     # Given an occurrence materialised under version 1, and a channel edited since
-    channel = ledger.create_channel("nightly", SCHEDULE, TARGET, 1000, status=CHANNEL_ACTIVE)
+    channel = ledger.channels.create_channel(
+        "nightly", SCHEDULE, TARGET, 1000, status=CHANNEL_ACTIVE
+    )
     due = row(ledger.db_now(), channel.channel_id)
-    assert ledger.insert_occurrence(due)
-    ledger.new_channel_version(channel.channel_id, SCHEDULE, TARGET, 2000)
+    assert ledger.occurrences.insert_occurrence(due)
+    ledger.channels.new_channel_version(channel.channel_id, SCHEDULE, TARGET, 2000)
 
     # When an attempt reads it (not its claimant's: nothing starts)
-    opened = ledger.open_attempt(due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
+    opened = ledger.attempts.open_attempt(due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
     occurrence, current = opened.occurrence, opened.channel
 
     # Then it gets the row and the channel's current definition
     assert opened.start is None
-    assert occurrence == ledger.get_occurrence(due.id)
-    assert current == ledger.get_channel(channel.channel_id)
+    assert occurrence == ledger.occurrences.get_occurrence(due.id)
+    assert current == ledger.channels.get_channel(channel.channel_id)
     assert current is not None and (current.version, current.timeout_ms) == (2, 2000)
 
 
 def test_an_occurrence_whose_channel_is_gone_is_read_without_one(ledger: Ledger) -> None:
     due = row(ledger.db_now(), "deleted-long-ago")
-    assert ledger.insert_occurrence(due)
+    assert ledger.occurrences.insert_occurrence(due)
 
-    opened = ledger.open_attempt(due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
+    opened = ledger.attempts.open_attempt(due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
 
     assert (opened.occurrence.id, opened.channel) == (due.id, None)
     with pytest.raises(NotFound):
-        ledger.open_attempt("no-such-occurrence", "nobody", LEASE, "trace", misfire_grace_secs=60)
+        ledger.attempts.open_attempt(
+            "no-such-occurrence", "nobody", LEASE, "trace", misfire_grace_secs=60
+        )
 
 
 def test_a_start_under_allow_frees_the_slot_a_crashed_forbid_attempt_left(ledger: Ledger) -> None:
     # Given attempt 1 ran under `forbid`, took the key's slot, and died
-    assert ledger.insert_occurrence(row(ledger.db_now()))
+    assert ledger.occurrences.insert_occurrence(row(ledger.db_now()))
     first = claim_one(ledger, "node-a")
     assert start(ledger, first, "node-a", "key").started
     expire_claim(ledger, first.id)
@@ -66,12 +70,12 @@ def test_a_start_under_allow_frees_the_slot_a_crashed_forbid_attempt_left(ledger
     assert start(ledger, second, "node-b").started
 
     # Then the slot attempt 1 held is free for the key's next holder
-    assert ledger.held_slots("key") == 0
+    assert held_slots(ledger, "key") == 0
 
 
 def test_a_duplicate_start_under_allow_is_lost_and_writes_nothing(ledger: Ledger) -> None:
     # Given one dispatch delivered twice: both copies read the row while it was claimed
-    assert ledger.insert_occurrence(row(ledger.db_now()))
+    assert ledger.occurrences.insert_occurrence(row(ledger.db_now()))
     read = claim_one(ledger, "node-a")
     started = start(ledger, read, "node-a")
     assert started.started
@@ -81,7 +85,7 @@ def test_a_duplicate_start_under_allow_is_lost_and_writes_nothing(ledger: Ledger
 
     # Then it is lost, and the running attempt is untouched
     assert again == AttemptStart("lost")
-    stored = ledger.get_occurrence(read.id)
+    stored = ledger.occurrences.get_occurrence(read.id)
     assert (stored.status, stored.started_at) == ("running", started.started_at)
 
 
@@ -92,22 +96,28 @@ FORBID = {**SCHEDULE, "concurrency": {"policy": "forbid"}}
 
 
 def _claimed(ledger: Ledger, transport_config: dict[str, object] = SCHEDULE) -> Occurrence:
-    channel = ledger.create_channel("nightly", transport_config, TARGET, 1000, CHANNEL_ACTIVE)
-    ledger.new_channel_version(channel.channel_id, transport_config, TARGET, 1500)  # version 2
-    assert ledger.insert_occurrence(row(ledger.db_now(), channel.channel_id))
+    channel = ledger.channels.create_channel(
+        "nightly", transport_config, TARGET, 1000, CHANNEL_ACTIVE
+    )
+    ledger.channels.new_channel_version(
+        channel.channel_id, transport_config, TARGET, 1500
+    )  # version 2
+    assert ledger.occurrences.insert_occurrence(row(ledger.db_now(), channel.channel_id))
     return claim_one(ledger, "node-a")
 
 
 def test_a_plain_attempt_is_started_by_its_read_on_postgres(ledger: Ledger) -> None:
     claimed = _claimed(ledger)
 
-    opened = ledger.open_attempt(claimed.id, "node-a", LEASE, "trace-1", misfire_grace_secs=5)
+    opened = ledger.attempts.open_attempt(
+        claimed.id, "node-a", LEASE, "trace-1", misfire_grace_secs=5
+    )
     occurrence, channel, started = opened.occurrence, opened.channel, opened.start
 
     # The read is as it was before the statement: claimed, with the channel's current version
     assert (occurrence.status, occurrence.claimed_by) == (CLAIMED, "node-a")
     assert channel is not None and channel.version == 2
-    stored = ledger.get_occurrence(claimed.id)
+    stored = ledger.occurrences.get_occurrence(claimed.id)
     if ledger.engine.dialect.name == "sqlite":  # no start folded into the read there
         assert started is None and stored.status == CLAIMED
         return
@@ -127,7 +137,7 @@ def test_anything_in_the_way_of_a_plain_start_leaves_the_row_as_it_was(
     claimed = _claimed(ledger, FORBID if obstacle == "forbid" else SCHEDULE)
     claimant = "node-b" if obstacle == "another claimant" else "node-a"
     if obstacle == "paused channel":
-        ledger.set_channel_status(claimed.channel_id, CHANNEL_PAUSED)
+        ledger.channels.set_channel_status(claimed.channel_id, CHANNEL_PAUSED)
     if obstacle == "slot from an earlier attempt":
         with ledger.engine.begin() as conn:
             conn.execute(
@@ -136,10 +146,12 @@ def test_anything_in_the_way_of_a_plain_start_leaves_the_row_as_it_was(
                 .values(singleton_key="key", singleton_slot=0, fencing_token=1)
             )
 
-    opened = ledger.open_attempt(claimed.id, claimant, LEASE, "trace-1", misfire_grace_secs=5)
+    opened = ledger.attempts.open_attempt(
+        claimed.id, claimant, LEASE, "trace-1", misfire_grace_secs=5
+    )
     occurrence, started = opened.occurrence, opened.start
 
     assert started is None
-    stored = ledger.get_occurrence(claimed.id)
+    stored = ledger.occurrences.get_occurrence(claimed.id)
     assert (stored.status, stored.started_at, stored.trace_id) == (CLAIMED, None, None)
     assert occurrence == stored

@@ -31,7 +31,7 @@ def test_ten_thousand_rows_and_cursors_are_one_statement(pg_ledger: Ledger) -> N
 
     # When the pass writes a row per channel and moves every cursor
     with sent_statements(pg_ledger.engine) as sent:
-        inserted, won = pg_ledger.materialise(
+        inserted, won = pg_ledger.occurrences.materialise(
             (row(t0, channel_id) for channel_id in ids),
             (CursorMove(channel_id, t0, t1, "h") for channel_id in ids),
         )
@@ -56,17 +56,17 @@ def test_a_thousand_cursor_moves_fit_one_sqlite_pass(sqlite_ledger: Ledger) -> N
     t1 = t0 + timedelta(minutes=1)
     ids = [f"ch-{n:04d}" for n in range(1000)]
     for channel_id in ids:
-        sqlite_ledger.upsert_cursor(channel_id, 1, "h", t0)
+        sqlite_ledger.cursors.upsert_cursor(channel_id, 1, "h", t0)
 
     # When one pass moves them all and writes a row each
-    inserted, won = sqlite_ledger.materialise(
+    inserted, won = sqlite_ledger.occurrences.materialise(
         (row(t0, channel_id) for channel_id in ids),
         (CursorMove(channel_id, t0, t1, "h") for channel_id in ids),
     )
 
     # Then every cursor moved and every row went in
     assert (inserted, won) == (1000, set(ids))
-    assert {s.next_fire_at for s in sqlite_ledger.schedule_states()} == {t1}
+    assert {s.next_fire_at for s in sqlite_ledger.cursors.schedule_states()} == {t1}
 
 
 def test_every_value_survives_a_batched_insert(ledger: Ledger) -> None:
@@ -75,10 +75,13 @@ def test_every_value_survives_a_batched_insert(ledger: Ledger) -> None:
     awkward = 'quote " backslash \\ newline \n unicode é ✓ and a % sign'
     pending = row(at, "a", target_ref=None)
     summary = row(at - timedelta(seconds=1), "b", status=SKIPPED_MISFIRE, error_message=awkward)
-    assert ledger.insert_occurrences([pending, summary]) == 2
+    assert ledger.occurrences.insert_occurrences([pending, summary]) == 2
 
     # Then each reads back as it was given
-    first, second = ledger.get_occurrence(pending.id), ledger.get_occurrence(summary.id)
+    first, second = (
+        ledger.occurrences.get_occurrence(pending.id),
+        ledger.occurrences.get_occurrence(summary.id),
+    )
     assert (first.status, first.target_ref, first.error_message) == (PENDING, None, None)
     assert first.scheduled_for == at
     assert first.completed_at is None and first.attempt == 0
@@ -88,7 +91,10 @@ def test_every_value_survives_a_batched_insert(ledger: Ledger) -> None:
 
 def test_a_batched_insert_with_a_duplicate_instant_inside_it_keeps_one(ledger: Ledger) -> None:
     at = ledger.db_now()
-    assert ledger.insert_occurrences([row(at), row(at), row(at + timedelta(seconds=1))]) == 2
+    assert (
+        ledger.occurrences.insert_occurrences([row(at), row(at), row(at + timedelta(seconds=1))])
+        == 2
+    )
 
 
 def test_postgresql_connections_send_each_message_at_once(pg_ledger: Ledger) -> None:

@@ -29,11 +29,11 @@ class Backend:
 
     def seed_due(self, ago: timedelta = timedelta(seconds=30), **fields: Any) -> str:
         new = row(self.ledger.db_now() - ago, **fields)
-        assert self.ledger.insert_occurrence(new)
+        assert self.ledger.occurrences.insert_occurrence(new)
         return new.id
 
     def claim_one(self, claimant: str) -> Any:
-        [claimed] = self.ledger.claim(claimant, 1, LEASE).leased
+        [claimed] = self.ledger.attempts.claim(claimant, 1, LEASE).leased
         return claimed
 
 
@@ -55,7 +55,7 @@ def test_a_claim_leases_the_row_and_blocks_a_second_claimant(backend: Backend) -
     due = backend.seed_due()
     before = ledger.db_now()
 
-    [claimed] = ledger.claim("node-a", 10, LEASE).leased
+    [claimed] = ledger.attempts.claim("node-a", 10, LEASE).leased
 
     assert claimed.id == due
     assert (claimed.status, claimed.claimed_by) == (CLAIMED, "node-a")
@@ -65,8 +65,10 @@ def test_a_claim_leases_the_row_and_blocks_a_second_claimant(backend: Backend) -
     assert claimed.claimed_until is not None
     lease = (claimed.claimed_until - before).total_seconds()
     assert LEASE - 1 <= lease <= LEASE + 5, lease
-    assert ledger.get_occurrence(due) == claimed, "the returned row is the stored row"
-    assert ledger.claim("node-b", 10, LEASE).leased == [], "a live lease must not be claimable"
+    assert ledger.occurrences.get_occurrence(due) == claimed, "the returned row is the stored row"
+    assert ledger.attempts.claim("node-b", 10, LEASE).leased == [], (
+        "a live lease must not be claimable"
+    )
 
 
 def test_an_expired_claim_is_reclaimable_as_the_next_attempt(backend: Backend) -> None:
@@ -79,7 +81,7 @@ def test_an_expired_claim_is_reclaimable_as_the_next_attempt(backend: Backend) -
 
     assert (reclaimed.id, reclaimed.claimed_by) == (due, "node-b")
     assert reclaimed.attempt == 2, "the takeover is a second attempt"
-    assert ledger.claim("node-c", 10, LEASE).leased == [], "node-b's live lease holds"
+    assert ledger.attempts.claim("node-c", 10, LEASE).leased == [], "node-b's live lease holds"
 
 
 def test_an_expired_lease_on_its_last_attempt_comes_back_abandoned(backend: Backend) -> None:
@@ -90,26 +92,26 @@ def test_an_expired_lease_on_its_last_attempt_comes_back_abandoned(backend: Back
     backend.expire(due)
 
     # When the next claim finds it
-    result = ledger.claim("node-b", 10, LEASE)
+    result = ledger.attempts.claim("node-b", 10, LEASE)
 
     # Then it is settled failed, not leased again, and says why
     assert result.leased == []
     [abandoned] = result.abandoned
-    stored = ledger.get_occurrence(due)
+    stored = ledger.occurrences.get_occurrence(due)
     assert abandoned == stored
     assert (stored.status, stored.attempt, stored.claimed_until) == (FAILED, 1, None)
     assert stored.error_message == "abandoned: lease expired after 1 attempt"
     assert stored.completed_at is not None
-    assert ledger.claim("node-c", 10, LEASE).abandoned == [], "it is abandoned once"
+    assert ledger.attempts.claim("node-c", 10, LEASE).abandoned == [], "it is abandoned once"
 
 
 def test_an_occurrence_due_in_the_future_is_not_claimed(backend: Backend) -> None:
     ledger = backend.ledger
     later = row(ledger.db_now() + timedelta(hours=1))
-    assert ledger.insert_occurrence(later)
+    assert ledger.occurrences.insert_occurrence(later)
 
-    assert ledger.claim("node-a", 10, LEASE).leased == []
-    assert ledger.get_occurrence(later.id).status == PENDING
+    assert ledger.attempts.claim("node-a", 10, LEASE).leased == []
+    assert ledger.occurrences.get_occurrence(later.id).status == PENDING
 
 
 def test_the_claim_batch_is_bounded_and_oldest_first(backend: Backend) -> None:
@@ -117,13 +119,13 @@ def test_the_claim_batch_is_bounded_and_oldest_first(backend: Backend) -> None:
     now = ledger.db_now()
     rows = [row(now - timedelta(minutes=10 - i)) for i in range(5)]
     # Inserted newest first, so insertion order cannot pass for due order.
-    assert ledger.insert_occurrences(reversed(rows)) == 5
+    assert ledger.occurrences.insert_occurrences(reversed(rows)) == 5
 
-    claimed = ledger.claim("node-a", 2, LEASE).leased
+    claimed = ledger.attempts.claim("node-a", 2, LEASE).leased
 
     assert [o.id for o in claimed] == [rows[0].id, rows[1].id]
-    assert [ledger.get_occurrence(r.id).status for r in rows[2:]] == [PENDING] * 3
-    assert ledger.claim("node-a", 0, LEASE).leased == []
+    assert [ledger.occurrences.get_occurrence(r.id).status for r in rows[2:]] == [PENDING] * 3
+    assert ledger.attempts.claim("node-a", 0, LEASE).leased == []
 
 
 def test_a_released_claim_returns_to_pending_and_is_claimable_again(backend: Backend) -> None:
@@ -131,15 +133,15 @@ def test_a_released_claim_returns_to_pending_and_is_claimable_again(backend: Bac
     due = backend.seed_due()
     mine = backend.claim_one("node-a")
 
-    assert not ledger.release_claim(mine.id, "node-b"), "only the holder may release"
-    assert ledger.release_claim(mine.id, "node-a")
+    assert not ledger.attempts.release_claim(mine.id, "node-b"), "only the holder may release"
+    assert ledger.attempts.release_claim(mine.id, "node-a")
 
-    released = ledger.get_occurrence(due)
+    released = ledger.occurrences.get_occurrence(due)
     assert (released.status, released.claimed_by, released.claimed_until) == (PENDING, None, None)
     assert released.attempt == 0, "a deferral gives its attempt back"
     again = backend.claim_one("node-b")
     assert (again.id, again.attempt) == (due, 1)
-    assert not ledger.release_claim(mine.id, "node-a"), "node-a no longer holds it"
+    assert not ledger.attempts.release_claim(mine.id, "node-a"), "node-a no longer holds it"
 
 
 def test_in_flight_counts_live_leases_only(backend: Backend) -> None:
@@ -152,35 +154,37 @@ def test_in_flight_counts_live_leases_only(backend: Backend) -> None:
     expired = backend.claim_one("node-c")
     backend.expire(expired.id)
 
-    assert ledger.in_flight_count() == 2
-    assert ledger.release_claim(expired.id, "node-c")
-    assert ledger.in_flight_count() == 2, "handing back an expired lease changes nothing live"
+    assert ledger.reporting.in_flight_count() == 2
+    assert ledger.attempts.release_claim(expired.id, "node-c")
+    assert ledger.reporting.in_flight_count() == 2, (
+        "handing back an expired lease changes nothing live"
+    )
 
 
 def test_the_wait_until_the_next_claimable_row_follows_the_database_clock(
     backend: Backend,
 ) -> None:
     ledger = backend.ledger
-    assert ledger.seconds_until_next_due() is None, "nothing at all: nothing to wait for"
+    assert ledger.reporting.seconds_until_next_due() is None, "nothing at all: nothing to wait for"
 
-    assert ledger.insert_occurrence(row(ledger.db_now() + timedelta(minutes=10)))
-    wait = ledger.seconds_until_next_due()
+    assert ledger.occurrences.insert_occurrence(row(ledger.db_now() + timedelta(minutes=10)))
+    wait = ledger.reporting.seconds_until_next_due()
     assert wait is not None and 590 <= wait <= 600, wait
 
     # A lease is the next thing to become claimable if it lapses first.
     backend.seed_due(channel_id="ch-2")
     backend.claim_one("node-a")
-    wait = ledger.seconds_until_next_due()
+    wait = ledger.reporting.seconds_until_next_due()
     assert wait is not None and LEASE - 5 <= wait <= LEASE, wait
 
     backend.seed_due(channel_id="ch-3")
-    assert ledger.seconds_until_next_due() == 0.0, "a due row is claimable now"
+    assert ledger.reporting.seconds_until_next_due() == 0.0, "a due row is claimable now"
 
 
 def test_job_heartbeats_record_the_last_successful_pass(backend: Backend) -> None:
     ledger = backend.ledger
-    assert ledger.job_heartbeats() == {}
-    ledger.record_job_ok("claim")
+    assert ledger.reporting.job_heartbeats() == {}
+    ledger.reporting.record_job_ok("claim")
 
-    beat = ledger.job_heartbeats()["claim"]
+    beat = ledger.reporting.job_heartbeats()["claim"]
     assert abs((ledger.db_now() - beat).total_seconds()) < 5

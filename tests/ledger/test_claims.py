@@ -27,7 +27,7 @@ def test_a_running_occurrence_whose_lease_expired_is_reclaimed(ledger: Ledger) -
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
     assert start(ledger, mine, "node-a").started
-    assert ledger.claim("node-b", 10, LEASE).leased == [], "a live running lease holds"
+    assert ledger.attempts.claim("node-b", 10, LEASE).leased == [], "a live running lease holds"
 
     # node-a dies mid-run: its lease stops moving and runs out
     expire_claim(ledger, due.id)
@@ -40,7 +40,7 @@ def test_the_postgresql_claim_locks_with_skip_locked_and_binds_its_limit(
     pg_ledger: Ledger,
 ) -> None:
     with sent_statements(pg_ledger.engine) as statements:
-        pg_ledger.claim("node-shape", 37, LEASE)
+        pg_ledger.attempts.claim("node-shape", 37, LEASE)
 
     [(sql, params)] = [s for s in statements if "UPDATE cron_occurrences" in s[0]]
     assert "FOR UPDATE SKIP LOCKED" in sql
@@ -56,7 +56,7 @@ def test_eight_claimers_draining_two_thousand_rows_claim_each_exactly_once(
     # Given two thousand due occurrences
     now = ledger.db_now()
     total = 2000
-    ledger.insert_occurrences(
+    ledger.occurrences.insert_occurrences(
         row(now - timedelta(seconds=total - i), f"ch-{i % 7}") for i in range(total)
     )
     claims: dict[str, list[str]] = {}
@@ -67,7 +67,7 @@ def test_eight_claimers_draining_two_thousand_rows_claim_each_exactly_once(
         mine = claims.setdefault(claimant, [])
         try:
             gate.wait()
-            while batch := ledger.claim(claimant, 25, LEASE).leased:
+            while batch := ledger.attempts.claim(claimant, 25, LEASE).leased:
                 mine.extend(o.id for o in batch)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
@@ -84,11 +84,11 @@ def test_eight_claimers_draining_two_thousand_rows_claim_each_exactly_once(
     counted = Counter(i for ids in claims.values() for i in ids)
     assert len(counted) == total
     assert set(counted.values()) == {1}
-    stored = ledger.list_occurrences(OccurrenceFilter(status=CLAIMED, limit=1000))
+    stored = ledger.occurrences.list_occurrences(OccurrenceFilter(status=CLAIMED, limit=1000))
     assert stored.total == total
     owner = {i: claimant for claimant, ids in claims.items() for i in ids}
     for page_offset in range(0, total, 1000):
-        page = ledger.list_occurrences(OccurrenceFilter(limit=1000, offset=page_offset))
+        page = ledger.occurrences.list_occurrences(OccurrenceFilter(limit=1000, offset=page_offset))
         for occurrence in page.data:
             assert occurrence.attempt == 1
             assert occurrence.claimed_by == owner[occurrence.id]

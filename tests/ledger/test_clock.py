@@ -59,9 +59,9 @@ def test_the_clock_and_stored_instants_are_utc_under_a_non_utc_session(
     # is judged on instants: the past row is claimable, the future one is not
     past = row(now - timedelta(seconds=30))
     future = row(now + timedelta(hours=1))
-    assert kolkata_ledger.insert_occurrences([past, future]) == 2
-    assert pg_ledger.get_occurrence(past.id).scheduled_for == past.scheduled_for
-    claimed = kolkata_ledger.claim("node-a", 10, LEASE).leased
+    assert kolkata_ledger.occurrences.insert_occurrences([past, future]) == 2
+    assert pg_ledger.occurrences.get_occurrence(past.id).scheduled_for == past.scheduled_for
+    claimed = kolkata_ledger.attempts.claim("node-a", 10, LEASE).leased
     assert [o.id for o in claimed] == [past.id]
     assert claimed[0].claimed_until is not None
     assert claimed[0].scheduled_for.tzinfo is UTC and claimed[0].claimed_until.tzinfo is UTC
@@ -81,16 +81,20 @@ def test_sqlite_stores_fixed_width_instants_that_compare_in_time_order(
         base + timedelta(seconds=1),
     ]
     rows = [row(at) for at in instants]
-    assert sqlite_ledger.insert_occurrences(reversed(rows)) == 5
+    assert sqlite_ledger.occurrences.insert_occurrences(reversed(rows)) == 5
 
     # Then every stored value (and the clock) is the same width, so text order is time order
     with sqlite_ledger.engine.connect() as conn:
         stored = conn.exec_driver_sql("SELECT scheduled_for, created_at FROM cron_occurrences")
         widths = {len(value) for pair in stored for value in pair}
     assert widths == {len("2026-01-01 00:00:00.000000")}
-    assert [o.id for o in sqlite_ledger.claim("node-a", 10, LEASE).leased] == [r.id for r in rows]
+    assert [o.id for o in sqlite_ledger.attempts.claim("node-a", 10, LEASE).leased] == [
+        r.id for r in rows
+    ]
     window = OccurrenceFilter(since=base, until=base + timedelta(milliseconds=500))
-    assert {o.id for o in sqlite_ledger.list_occurrences(window).data} == {r.id for r in rows[1:4]}
+    assert {o.id for o in sqlite_ledger.occurrences.list_occurrences(window).data} == {
+        r.id for r in rows[1:4]
+    }
 
 
 def test_a_renewal_that_waits_on_a_lock_still_leases_from_when_it_was_asked(
@@ -106,7 +110,7 @@ def test_a_renewal_that_waits_on_a_lock_still_leases_from_when_it_was_asked(
     )
     renewed: list[bool] = []
     renewal = threading.Thread(
-        target=lambda: renewed.append(pg_ledger.renew(due.id, "node-a", None, LEASE))
+        target=lambda: renewed.append(pg_ledger.attempts.renew(due.id, "node-a", None, LEASE))
     )
 
     # When the holder asks for a renewal that has to wait for that lock
@@ -120,7 +124,7 @@ def test_a_renewal_that_waits_on_a_lock_still_leases_from_when_it_was_asked(
     # Then the lease runs a full lease from when it was asked, never less: the executor's
     # "stop before the lease can lapse" rule times itself from just before its call
     assert renewed == [True]
-    lease_until = pg_ledger.get_occurrence(due.id).claimed_until
+    lease_until = pg_ledger.occurrences.get_occurrence(due.id).claimed_until
     assert lease_until is not None
     assert asked_at + timedelta(seconds=LEASE) <= lease_until
     assert lease_until <= asked_at + timedelta(seconds=LEASE + 5)

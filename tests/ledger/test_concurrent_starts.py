@@ -36,6 +36,7 @@ from tests.ledger.helpers import (
     contend,
     empty_tables,
     expire_claim,
+    held_slots,
     reclaim,
     row,
     start,
@@ -48,7 +49,7 @@ WAIT = 30.0
 def seeded(ledger: Ledger, count: int, key: str) -> list[Occurrence]:
     """`count` due occurrences of distinct channels, each claimed by its own claimant."""
     now = ledger.db_now()
-    ledger.insert_occurrences(
+    ledger.occurrences.insert_occurrences(
         row(now - timedelta(seconds=60 - n), f"{key}-ch-{n}") for n in range(count)
     )
     return [claim_one(ledger, f"{key}-node-{n}") for n in range(count)]
@@ -86,7 +87,9 @@ def contend_by_id(
         try:
             gate.wait()
             claimant = occurrence.claimed_by or ""
-            started = ledger.start_attempt(occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT)
+            started = ledger.attempts.start_attempt(
+                occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT
+            )
             outcomes[occurrence.id] = started.outcome
         except BaseException as exc:  # surfaced by the caller
             errors.append(exc)
@@ -127,7 +130,7 @@ def test_a_reclaimed_holder_and_a_fresh_contender_start_together_without_deadloc
         # next token, the fresh one in the free slot
         no_deadlock(errors)
         assert outcomes == ["started", "started"]
-        rerun, newcomer = (pg_ledger.get_occurrence(o.id) for o in (second, fresh))
+        rerun, newcomer = (pg_ledger.occurrences.get_occurrence(o.id) for o in (second, fresh))
         assert (rerun.status, rerun.attempt, rerun.singleton_slot) == (RUNNING, 2, 1)
         assert rerun.fencing_token == old_token + 1
         assert (newcomer.status, newcomer.singleton_slot) == (RUNNING, 2)
@@ -136,7 +139,7 @@ def test_a_reclaimed_holder_and_a_fresh_contender_start_together_without_deadloc
             1: (second.id, old_token + 1),
             2: (fresh.id, 1),
         }
-        assert pg_ledger.held_slots("k") == 3
+        assert held_slots(pg_ledger, "k") == 3
 
 
 @pytest.mark.slow
@@ -150,7 +153,7 @@ def test_a_queued_waiter_and_a_crashed_holder_taken_over_start_together_without_
         # waiter queued behind it; both are re-claimed, the holder as its attempt 2
         holder, waiter = seeded(pg_ledger, 2, "q")
         assert start(pg_ledger, holder, holder.claimed_by or "", "q", 1, "queue_one").started
-        outcome = pg_ledger.start_attempt(
+        outcome = pg_ledger.attempts.start_attempt(
             waiter, waiter.claimed_by or "", 1, spec, LEASE, wait_secs=WAIT
         )
         assert outcome.outcome == "waiting"
@@ -167,7 +170,7 @@ def test_a_queued_waiter_and_a_crashed_holder_taken_over_start_together_without_
         no_deadlock(errors)
         assert by_id[waiter.id] == "started"
         assert by_id[holder.id] in {"singleton_busy", "waiting"}
-        ran, behind = (pg_ledger.get_occurrence(o.id) for o in (waiter, holder))
+        ran, behind = (pg_ledger.occurrences.get_occurrence(o.id) for o in (waiter, holder))
         assert (ran.status, ran.singleton_slot) == (RUNNING, 0)
         rows = slot_rows(pg_ledger, "q")
         assert rows[0][0] == waiter.id
@@ -177,7 +180,7 @@ def test_a_queued_waiter_and_a_crashed_holder_taken_over_start_together_without_
         else:
             assert (behind.status, behind.claimed_by) == (CLAIMED, "node-again")
             assert rows[WAITER_SLOT][0] is None
-        assert pg_ledger.held_slots("q") == 1
+        assert held_slots(pg_ledger, "q") == 1
 
 
 SHAPES = [(slots, policy) for slots in (1, 2, 3) for policy in ("forbid", "queue_one", "replace")]
@@ -216,14 +219,14 @@ def test_concurrent_starts_of_every_shape_fill_exactly_the_free_slots(
             expected = ["started"] * contenders
         assert sorted(outcomes) == sorted(expected)
         # …and the rows agree: `slots` run, each in its own slot under that slot's token
-        stored = [pg_ledger.get_occurrence(o.id) for o in occurrences]
+        stored = [pg_ledger.occurrences.get_occurrence(o.id) for o in occurrences]
         running = [o for o in stored if o.status == RUNNING]
         assert len(running) == slots
         rows = slot_rows(pg_ledger, "s")
         for o in running:
             assert o.singleton_slot is not None
             assert rows[o.singleton_slot] == (o.id, o.fencing_token)
-        assert pg_ledger.held_slots("s") == slots
+        assert held_slots(pg_ledger, "s") == slots
         cancelled = [o for o in stored if o.status == CANCELLED]
         assert len(cancelled) == (3 if policy == "replace" else 0)
         waiting = [o for o in stored if o.status == PENDING]
@@ -247,14 +250,16 @@ def test_a_cancel_that_waited_for_a_start_in_flight_frees_the_slot_the_start_too
     # Given a start of a claimed occurrence that has taken slot 0 and gone running, not yet
     # committed, and a cancel of it that runs meanwhile
     (mine,) = seeded(pg_ledger, 1, "c")
-    cancelling = _while_a_start_is_in_flight(pg_ledger, mine, lambda: pg_ledger.cancel(mine.id))
+    cancelling = _while_a_start_is_in_flight(
+        pg_ledger, mine, lambda: pg_ledger.occurrences.cancel(mine.id)
+    )
 
     # Then the cancel went through after the start, and gave back the slot it took
     assert cancelling == []
-    cancelled = pg_ledger.get_occurrence(mine.id)
+    cancelled = pg_ledger.occurrences.get_occurrence(mine.id)
     assert cancelled.status == CANCELLED
     assert slot_rows(pg_ledger, "c")[0] == (None, 1)
-    assert pg_ledger.held_slots("c") == 0
+    assert held_slots(pg_ledger, "c") == 0
 
 
 def test_a_channel_delete_that_waited_for_a_start_in_flight_frees_the_slot_it_took(
@@ -262,10 +267,12 @@ def test_a_channel_delete_that_waited_for_a_start_in_flight_frees_the_slot_it_to
 ) -> None:
     empty_tables(pg_ledger)
     channel = active_channel(pg_ledger, f"purged-{uuid.uuid4().hex}")
-    pg_ledger.insert_occurrence(row(pg_ledger.db_now() - timedelta(seconds=60), channel.channel_id))
+    pg_ledger.occurrences.insert_occurrence(
+        row(pg_ledger.db_now() - timedelta(seconds=60), channel.channel_id)
+    )
     mine = claim_one(pg_ledger, "p-node-0")
     deleting = _while_a_start_is_in_flight(
-        pg_ledger, mine, lambda: pg_ledger.delete_channel(channel.channel_id), key="p"
+        pg_ledger, mine, lambda: pg_ledger.channels.delete_channel(channel.channel_id), key="p"
     )
 
     assert deleting == []
@@ -273,7 +280,7 @@ def test_a_channel_delete_that_waited_for_a_start_in_flight_frees_the_slot_it_to
         left = conn.execute(sa.select(occurrences.c.id).where(occurrences.c.id == mine.id))
         assert left.all() == []
     assert slot_rows(pg_ledger, "p")[0] == (None, 1)
-    assert pg_ledger.held_slots("p") == 0
+    assert held_slots(pg_ledger, "p") == 0
 
 
 def _while_a_start_is_in_flight(

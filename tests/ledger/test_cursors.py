@@ -31,7 +31,7 @@ from tests.ledger.helpers import active_channel, advance_cursor, empty_tables, r
 def test_a_cursor_advances_only_from_the_value_it_was_planned_from(ledger: Ledger) -> None:
     t0 = ledger.db_now()
     t1, t2 = t0 + timedelta(hours=1), t0 + timedelta(hours=2)
-    ledger.upsert_cursor("ch", 1, "hash", t0)
+    ledger.cursors.upsert_cursor("ch", 1, "hash", t0)
 
     # The winner moves it…
     assert advance_cursor(ledger, CursorMove("ch", t0, t1, "hash"))
@@ -39,18 +39,18 @@ def test_a_cursor_advances_only_from_the_value_it_was_planned_from(ledger: Ledge
     # dragging the cursor backwards and replaying a pass.
     assert not advance_cursor(ledger, CursorMove("ch", t0, t2, "hash"))
 
-    [state] = ledger.schedule_states()
+    [state] = ledger.cursors.schedule_states()
     assert state.next_fire_at == t1
     assert not advance_cursor(ledger, CursorMove("absent", t0, t1, "hash"))
 
 
 def test_a_cursor_with_no_instants_left_is_parked(ledger: Ledger) -> None:
     t0 = ledger.db_now()
-    ledger.upsert_cursor("ch", 1, "hash", t0)
+    ledger.cursors.upsert_cursor("ch", 1, "hash", t0)
 
     assert advance_cursor(ledger, CursorMove("ch", t0, None, "hash"))
 
-    [state] = ledger.schedule_states()
+    [state] = ledger.cursors.schedule_states()
     assert state.next_fire_at is None
     parked = "a parked cursor is not at t0 any more"
     assert not advance_cursor(ledger, CursorMove("ch", t0, t0, "hash")), parked
@@ -63,7 +63,7 @@ def test_materialising_moves_exactly_the_cursors_whose_compare_and_set_won(
     t0 = ledger.db_now()
     later = t0 + timedelta(minutes=5)
     for channel_id in ("a", "b", "c"):
-        ledger.upsert_cursor(channel_id, 1, "hash", t0)
+        ledger.cursors.upsert_cursor(channel_id, 1, "hash", t0)
     assert advance_cursor(ledger, CursorMove("b", t0, later, "hash"))
 
     # When one pass moves all three (and a channel with no cursor) from t0, with a row each
@@ -71,15 +71,15 @@ def test_materialising_moves_exactly_the_cursors_whose_compare_and_set_won(
         CursorMove(channel_id, t0, to, "hash")
         for channel_id, to in (("a", later), ("b", later), ("c", None), ("absent", later))
     ]
-    inserted, moved = ledger.materialise([row(t0, m.channel_id) for m in moves], moves)
+    inserted, moved = ledger.occurrences.materialise([row(t0, m.channel_id) for m in moves], moves)
 
     # Then only the cursors still at t0 moved, each to its own new value, with their rows
     assert moved == {"a", "c"}
-    cursors = {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    cursors = {s.channel_id: s.next_fire_at for s in ledger.cursors.schedule_states()}
     assert cursors == {"a": later, "b": later, "c": None}
     assert inserted == 2
-    assert {o.channel_id for o in ledger.list_occurrences().data} == {"a", "c"}
-    assert ledger.materialise([], []) == (0, set())
+    assert {o.channel_id for o in ledger.occurrences.list_occurrences().data} == {"a", "c"}
+    assert ledger.occurrences.materialise([], []) == (0, set())
 
 
 def test_a_plan_made_before_an_edit_reset_the_cursor_materialises_nothing(
@@ -87,19 +87,19 @@ def test_a_plan_made_before_an_edit_reset_the_cursor_materialises_nothing(
 ) -> None:
     # Given a pass that planned the next minute's rows from the cursor at t0 (lookahead)
     t0 = ledger.db_now()
-    ledger.upsert_cursor("ch", 1, "old-hash", t0)
+    ledger.cursors.upsert_cursor("ch", 1, "old-hash", t0)
     planned = [row(t0 + timedelta(seconds=s), "ch") for s in (0, 30)]
 
     # When the schedule is edited (the cursor reset elsewhere) before the pass writes
     reset_to = t0 + timedelta(hours=1)
-    ledger.upsert_cursor("ch", 2, "new-hash", reset_to)
+    ledger.cursors.upsert_cursor("ch", 2, "new-hash", reset_to)
     stale = CursorMove("ch", t0, t0 + timedelta(minutes=1), "old-hash")
-    inserted, moved = ledger.materialise(planned, [stale])
+    inserted, moved = ledger.occurrences.materialise(planned, [stale])
 
     # Then none of the stale plan's rows land, and the edit's cursor stands
     assert (inserted, moved) == (0, set())
-    assert ledger.list_occurrences().total == 0
-    assert [s.next_fire_at for s in ledger.schedule_states()] == [reset_to]
+    assert ledger.occurrences.list_occurrences().total == 0
+    assert [s.next_fire_at for s in ledger.cursors.schedule_states()] == [reset_to]
 
 
 def test_a_plan_made_under_another_schedule_loses_even_when_the_reset_lands_on_its_instant(
@@ -110,18 +110,20 @@ def test_a_plan_made_under_another_schedule_loses_even_when_the_reset_lands_on_i
     t0 = ledger.db_now()
     t1 = t0 + timedelta(minutes=1)
     for channel_id in ("alone", "batched", "unchanged"):
-        ledger.upsert_cursor(channel_id, 1, "old-hash", t0)
+        ledger.cursors.upsert_cursor(channel_id, 1, "old-hash", t0)
 
     # When an edit resets two of them onto that same instant under a new schedule
-    ledger.upsert_cursor("alone", 2, "new-hash", t0)
-    ledger.upsert_cursor("batched", 2, "new-hash", t0)
+    ledger.cursors.upsert_cursor("alone", 2, "new-hash", t0)
+    ledger.cursors.upsert_cursor("batched", 2, "new-hash", t0)
 
     # Then the stale moves lose, and only the unchanged channel moves and gets its row
     assert not advance_cursor(ledger, CursorMove("alone", t0, t1, "old-hash"))
     moves = [CursorMove(cid, t0, t1, "old-hash") for cid in ("batched", "unchanged")]
-    inserted, moved = ledger.materialise([row(t0, m.channel_id) for m in moves], moves)
+    inserted, moved = ledger.occurrences.materialise([row(t0, m.channel_id) for m in moves], moves)
     assert (inserted, moved) == (1, {"unchanged"})
-    cursors = {s.channel_id: (s.next_fire_at, s.config_hash) for s in ledger.schedule_states()}
+    cursors = {
+        s.channel_id: (s.next_fire_at, s.config_hash) for s in ledger.cursors.schedule_states()
+    }
     assert cursors == {
         "alone": (t0, "new-hash"),
         "batched": (t0, "new-hash"),
@@ -133,26 +135,26 @@ def test_a_plan_made_under_another_schedule_loses_even_when_the_reset_lands_on_i
 
 def test_upserting_a_cursor_resets_it_and_clears_a_pause(ledger: Ledger) -> None:
     t0 = ledger.db_now()
-    ledger.upsert_cursor("ch", 1, "hash", t0)
-    ledger.pause_cursor("ch")
-    assert ledger.schedule_states()[0].paused_at is not None
+    ledger.cursors.upsert_cursor("ch", 1, "hash", t0)
+    ledger.cursors.pause_cursor("ch")
+    assert ledger.cursors.schedule_states()[0].paused_at is not None
 
-    ledger.upsert_cursor("ch", 2, "other", t0 + timedelta(hours=3))
+    ledger.cursors.upsert_cursor("ch", 2, "other", t0 + timedelta(hours=3))
 
-    [state] = ledger.schedule_states()
+    [state] = ledger.cursors.schedule_states()
     assert state.paused_at is None, "reactivation must clear the pause"
     assert (state.channel_version, state.config_hash) == (2, "other")
     assert state.next_fire_at == t0 + timedelta(hours=3)
 
 
 def test_pausing_keeps_the_first_pause_instant(ledger: Ledger) -> None:
-    ledger.upsert_cursor("ch", 1, "hash", ledger.db_now())
-    ledger.pause_cursor("ch")
-    first = ledger.schedule_states()[0].paused_at
+    ledger.cursors.upsert_cursor("ch", 1, "hash", ledger.db_now())
+    ledger.cursors.pause_cursor("ch")
+    first = ledger.cursors.schedule_states()[0].paused_at
 
-    ledger.pause_cursor("ch")
+    ledger.cursors.pause_cursor("ch")
 
-    assert ledger.schedule_states()[0].paused_at == first
+    assert ledger.cursors.schedule_states()[0].paused_at == first
 
 
 def test_pausing_or_resetting_drops_only_the_not_yet_due_pending_cron_rows(
@@ -163,24 +165,27 @@ def test_pausing_or_resetting_drops_only_the_not_yet_due_pending_cron_rows(
         # run and a future row that already ended
         now = ledger.db_now()
         channel = f"ch-{change}"
-        ledger.upsert_cursor(channel, 1, "hash", now)
+        ledger.cursors.upsert_cursor(channel, 1, "hash", now)
         due = row(now - timedelta(minutes=1), channel)
         future = [row(now + timedelta(minutes=m), channel) for m in (1, 2)]
         manual = row(now + timedelta(minutes=3), channel, trigger=TRIGGER_MANUAL)
         ended = row(now + timedelta(minutes=4), channel, status=COMPLETED)
         other = row(now + timedelta(minutes=1), "another-channel")
-        assert ledger.insert_occurrences([due, *future, manual, ended, other]) == 6
+        assert ledger.occurrences.insert_occurrences([due, *future, manual, ended, other]) == 6
 
         # When the channel is paused, or its schedule changes
         if change == "pause":
-            ledger.pause_cursor(channel)
+            ledger.cursors.pause_cursor(channel)
         else:
-            ledger.upsert_cursor(channel, 2, "new-hash", now + timedelta(hours=1))
+            ledger.cursors.upsert_cursor(channel, 2, "new-hash", now + timedelta(hours=1))
 
         # Then only its future pending cron rows are gone
-        kept = {o.id for o in ledger.list_occurrences(OccurrenceFilter(channel_id=channel)).data}
+        kept = {
+            o.id
+            for o in ledger.occurrences.list_occurrences(OccurrenceFilter(channel_id=channel)).data
+        }
         assert kept == {due.id, manual.id, ended.id}, change
-        assert ledger.get_occurrence(other.id).status == "pending"
+        assert ledger.occurrences.get_occurrence(other.id).status == "pending"
 
 
 def test_a_pass_reads_the_noted_changes_and_the_due_cursors_and_nothing_else(
@@ -192,27 +197,31 @@ def test_a_pass_reads_the_noted_changes_and_the_due_cursors_and_nothing_else(
     horizon = now + timedelta(minutes=1)
 
     def channel(name: str, status: str = CHANNEL_ACTIVE) -> str:
-        return ledger.create_channel(name, {"schedule": "0 * * * * *"}, {}, 1000, status).channel_id
+        return ledger.channels.create_channel(
+            name, {"schedule": "0 * * * * *"}, {}, 1000, status
+        ).channel_id
 
     due = channel("due")
-    ledger.upsert_cursor(due, 1, "hash", now + timedelta(seconds=30))
+    ledger.cursors.upsert_cursor(due, 1, "hash", now + timedelta(seconds=30))
     idle = channel("idle")
-    ledger.upsert_cursor(idle, 1, "hash", now + timedelta(hours=1))
+    ledger.cursors.upsert_cursor(idle, 1, "hash", now + timedelta(hours=1))
     parked = channel("parked")
-    ledger.upsert_cursor(parked, 1, "hash", None)
+    ledger.cursors.upsert_cursor(parked, 1, "hash", None)
     resumed = channel("resumed")
-    ledger.upsert_cursor(resumed, 1, "hash", now + timedelta(hours=1))
+    ledger.cursors.upsert_cursor(resumed, 1, "hash", now + timedelta(hours=1))
     stopped = channel("stopped")
-    ledger.upsert_cursor(stopped, 1, "hash", now)
-    ledger.upsert_cursor("deleted-channel", 1, "hash", now)
+    ledger.cursors.upsert_cursor(stopped, 1, "hash", now)
+    ledger.cursors.upsert_cursor("deleted-channel", 1, "hash", now)
     forget_notes(ledger)
     # And then the writes a pass has to hear of
     new = channel("new")
-    ledger.set_channel_status(resumed, "paused")
-    ledger.set_channel_status(resumed, CHANNEL_ACTIVE)
+    ledger.channels.set_channel_status(resumed, "paused")
+    ledger.channels.set_channel_status(resumed, CHANNEL_ACTIVE)
     edited = channel("edited")
-    ledger.upsert_cursor(edited, 1, "hash", now + timedelta(hours=1))
-    ledger.new_channel_version(edited, {"schedule": "0 * * * * *", "payload": {}}, {}, 1000)
+    ledger.cursors.upsert_cursor(edited, 1, "hash", now + timedelta(hours=1))
+    ledger.channels.new_channel_version(
+        edited, {"schedule": "0 * * * * *", "payload": {}}, {}, 1000
+    )
     with ledger.engine.begin() as conn:  # a live cursor, its channel archived behind its back
         conn.execute(
             sa.update(channels)
@@ -222,8 +231,8 @@ def test_a_pass_reads_the_noted_changes_and_the_due_cursors_and_nothing_else(
     draft = channel("draft", CHANNEL_DRAFT)
 
     # When a pass reads its work
-    noted = {n.work.channel_id: n.work for n in ledger.noted_changes()}
-    due_now = {w.channel_id: w for w in ledger.due_cursors(horizon)}
+    noted = {n.work.channel_id: n.work for n in ledger.cursors.noted_changes()}
+    due_now = {w.channel_id: w for w in ledger.cursors.due_cursors(horizon)}
 
     # Then the notes are the channels written since, each with its channel and cursor
     assert set(noted) == {new, resumed, edited, draft}
@@ -238,7 +247,7 @@ def test_a_pass_reads_the_noted_changes_and_the_due_cursors_and_nothing_else(
     assert due_now[stopped].channel is None and due_now[stopped].state is not None
     assert due_now["deleted-channel"].channel is None
     assert idle not in due_now and parked not in due_now
-    assert ledger.due_count(60, bound=100) == 3 + 4
+    assert ledger.cursors.due_count(60, bound=100) == 3 + 4
 
 
 def forget_notes(ledger: Ledger) -> None:
@@ -248,13 +257,15 @@ def forget_notes(ledger: Ledger) -> None:
 
 def test_a_change_noted_after_the_read_is_not_forgotten(ledger: Ledger) -> None:
     # Given a new channel's note, read by a pass
-    channel = ledger.create_channel("job", {"schedule": "0 * * * * *"}, {}, 1000, CHANNEL_ACTIVE)
-    [read] = ledger.noted_changes()
+    channel = ledger.channels.create_channel(
+        "job", {"schedule": "0 * * * * *"}, {}, 1000, CHANNEL_ACTIVE
+    )
+    [read] = ledger.cursors.noted_changes()
     # And an edit noted after the read
-    ledger.new_channel_version(channel.channel_id, {"schedule": "30 * * * * *"}, {}, 1000)
+    ledger.channels.new_channel_version(channel.channel_id, {"schedule": "30 * * * * *"}, {}, 1000)
 
     # When the pass writes the cursor and forgets the note it read
-    ledger.write_cursors(
+    ledger.cursors.write_cursors(
         CursorWrites(
             inits=[CursorInit(channel.channel_id, 1, "hash", ledger.db_now())],
             seen=[(channel.channel_id, read.change)],
@@ -262,7 +273,7 @@ def test_a_change_noted_after_the_read_is_not_forgotten(ledger: Ledger) -> None:
     )
 
     # Then the edit's note is still there for the next pass
-    [again] = ledger.noted_changes()
+    [again] = ledger.cursors.noted_changes()
     assert again.work.channel is not None and again.work.channel.version == 2
     assert again.change > read.change
 
@@ -272,27 +283,29 @@ def test_a_page_of_cursor_writes_equals_the_same_writes_one_by_one(ledger: Ledge
     now = ledger.db_now()
     later = now + timedelta(hours=1)
     for channel_id in ("reset", "adopted", "paused"):
-        ledger.upsert_cursor(channel_id, 1, "hash", later)
-        assert ledger.insert_occurrence(row(later, channel_id))
+        ledger.cursors.upsert_cursor(channel_id, 1, "hash", later)
+        assert ledger.occurrences.insert_occurrence(row(later, channel_id))
     inits = [CursorInit(f"new-{n}", 1, "hash", now + timedelta(seconds=n)) for n in range(20)]
     inits.append(CursorInit("reset", 2, "other", now + timedelta(minutes=2)))
 
     # When they are written as one page
-    ledger.write_cursors(CursorWrites(inits=inits, adopts=[("adopted", 3)], pauses=["paused"]))
-    batched = {s.channel_id: s for s in ledger.schedule_states()}
-    batched_rows = {o.channel_id for o in ledger.list_occurrences().data}
+    ledger.cursors.write_cursors(
+        CursorWrites(inits=inits, adopts=[("adopted", 3)], pauses=["paused"])
+    )
+    batched = {s.channel_id: s for s in ledger.cursors.schedule_states()}
+    batched_rows = {o.channel_id for o in ledger.occurrences.list_occurrences().data}
 
     # And, on a clean ledger, one call at a time
     empty_tables(ledger)
     for channel_id in ("reset", "adopted", "paused"):
-        ledger.upsert_cursor(channel_id, 1, "hash", later)
-        assert ledger.insert_occurrence(row(later, channel_id))
+        ledger.cursors.upsert_cursor(channel_id, 1, "hash", later)
+        assert ledger.occurrences.insert_occurrence(row(later, channel_id))
     for init in inits:
-        ledger.upsert_cursor(*init)
-    ledger.adopt_channel_version("adopted", 3)
-    ledger.pause_cursor("paused")
-    single = {s.channel_id: s for s in ledger.schedule_states()}
-    single_rows = {o.channel_id for o in ledger.list_occurrences().data}
+        ledger.cursors.upsert_cursor(*init)
+    ledger.cursors.adopt_channel_version("adopted", 3)
+    ledger.cursors.pause_cursor("paused")
+    single = {s.channel_id: s for s in ledger.cursors.schedule_states()}
+    single_rows = {o.channel_id for o in ledger.occurrences.list_occurrences().data}
 
     # Then both leave the same cursors (but for when they were written) and the same rows
     def shape(states: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
@@ -309,13 +322,13 @@ def test_adopting_a_version_keeps_the_cursor_in_place_and_never_goes_back(
     ledger: Ledger,
 ) -> None:
     at = ledger.db_now() + timedelta(hours=1)
-    ledger.upsert_cursor("ch", 1, "hash", at)
+    ledger.cursors.upsert_cursor("ch", 1, "hash", at)
 
-    assert ledger.adopt_channel_version("ch", 3)
-    assert not ledger.adopt_channel_version("ch", 2), "a stale pass cannot move it back"
-    assert not ledger.adopt_channel_version("absent", 3)
+    assert ledger.cursors.adopt_channel_version("ch", 3)
+    assert not ledger.cursors.adopt_channel_version("ch", 2), "a stale pass cannot move it back"
+    assert not ledger.cursors.adopt_channel_version("absent", 3)
 
-    [state] = ledger.schedule_states()
+    [state] = ledger.cursors.schedule_states()
     assert (state.channel_version, state.next_fire_at, state.config_hash) == (3, at, "hash")
 
 
@@ -340,12 +353,14 @@ def test_channels_written_without_a_note_are_found_by_the_sweep_and_brought_in_l
     # When a pass runs, then the sweep, then another pass
     reconcile_once(ledger, settings)
     before = {
-        s.channel_id: s for s in ledger.schedule_states([running.channel_id, unnoted.channel_id])
+        s.channel_id: s
+        for s in ledger.cursors.schedule_states([running.channel_id, unnoted.channel_id])
     }
-    noted = ledger.note_drifted_channels()
+    noted = ledger.cursors.note_drifted_channels()
     reconcile_once(ledger, settings)
     after = {
-        s.channel_id: s for s in ledger.schedule_states([running.channel_id, unnoted.channel_id])
+        s.channel_id: s
+        for s in ledger.cursors.schedule_states([running.channel_id, unnoted.channel_id])
     }
 
     # Then the first pass saw neither; the sweep noted both, and the next pass caught up
@@ -353,4 +368,4 @@ def test_channels_written_without_a_note_are_found_by_the_sweep_and_brought_in_l
     assert noted == 2
     assert after[unnoted.channel_id].next_fire_at is not None
     assert after[running.channel_id].paused_at is not None
-    assert ledger.note_drifted_channels() == 0
+    assert ledger.cursors.note_drifted_channels() == 0

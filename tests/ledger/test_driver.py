@@ -104,7 +104,9 @@ def test_one_statement_writes_leave_the_pooled_connection_transactional(
 ) -> None:
     ledger = Ledger.connect(pg_database_url, pool_size=1, max_overflow=0)  # migrated: pg_ledger
     try:
-        ledger.release_claim(str(uuid.uuid4()), "node-a")  # a one-statement write: autocommit
+        ledger.attempts.release_claim(
+            str(uuid.uuid4()), "node-a"
+        )  # a one-statement write: autocommit
         with ledger.engine.connect() as conn:
             assert conn.connection.driver_connection.autocommit is False
             conn.execute(sa.text("CREATE TEMP TABLE rolled_back (x int)"))
@@ -120,7 +122,7 @@ def test_a_prepared_statement_answers_what_an_unprepared_one_answers(
 ) -> None:
     # Given a channel (JSON documents, instants), a read with a bound value of its own, and
     # a write that returns what it changed and uses one parameter twice
-    channel = pg_ledger.create_channel(
+    channel = pg_ledger.channels.create_channel(
         f"prepared-{uuid.uuid4().hex[:8]}",
         {"schedule": "0 0 * * * *", "timezone": "UTC"},
         {"type": "python", "callable": "cronledger.demo:hello"},
@@ -162,7 +164,7 @@ def test_a_prepared_statement_answers_what_an_unprepared_one_answers(
     assert rows[0].target["type"] == "python"
     assert raised_count == 1 and raised_rows == [(channel.channel_id, 6_000, channel.updated_at)]
     assert (again_rows, again_count) == ([], 0)
-    assert pg_ledger.get_channel(channel.channel_id).timeout_ms == 6_000  # committed
+    assert pg_ledger.channels.get_channel(channel.channel_id).timeout_ms == 6_000  # committed
 
 
 def test_a_listener_sees_every_statement_the_ledger_sends(pg_ledger: Ledger) -> None:
@@ -177,7 +179,7 @@ def test_a_listener_sees_every_statement_the_ledger_sends(pg_ledger: Ledger) -> 
     sa.event.listen(pg_ledger.engine, "before_cursor_execute", watch)
     try:
         # When the ledger claims it (one statement on the hottest path)
-        assert [o.id for o in pg_ledger.claim("node-a", 10, 60).leased] == [due.id]
+        assert [o.id for o in pg_ledger.attempts.claim("node-a", 10, 60).leased] == [due.id]
     finally:
         sa.event.remove(pg_ledger.engine, "before_cursor_execute", watch)
 
@@ -227,13 +229,13 @@ def test_a_lost_connection_drops_every_connection_it_went_with(
 
         # When a direct statement meets one of them
         with pytest.raises(DatabaseUnavailable):
-            ledger.claim(str(uuid.uuid4()), 10, 60)
+            ledger.attempts.claim(str(uuid.uuid4()), 10, 60)
 
         # Then the next two statements, at once, both get live connections
         with ledger.engine.connect() as one, ledger.engine.connect() as two:
             fresh = {one.execute(pid).scalar_one(), two.execute(pid).scalar_one()}
         assert not fresh & pids
-        assert ledger.in_flight_count() == 0
+        assert ledger.reporting.in_flight_count() == 0
     finally:
         ledger.dispose()
 
@@ -256,9 +258,9 @@ def test_a_write_on_a_connection_a_listener_ran_sql_on_is_still_committed(
     # When a claim (one statement) runs there and the connection goes back to the pool
     ledger = Ledger(engine)
     try:
-        assert [o.id for o in ledger.claim("node-a", 10, 60).leased] == [due.id]
+        assert [o.id for o in ledger.attempts.claim("node-a", 10, 60).leased] == [due.id]
     finally:
         ledger.dispose()
 
     # Then the claim was committed, not rolled back with a transaction the listener began
-    assert pg_ledger.get_occurrence(due.id).status == CLAIMED
+    assert pg_ledger.occurrences.get_occurrence(due.id).status == CLAIMED

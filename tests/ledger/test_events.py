@@ -30,7 +30,7 @@ ALERTS_OFF_COMPLETED = {"on": ["failed", "abandoned", "overdue", "stalled", "rec
 
 def all_events(ledger: Ledger, channel_id: str | None = None) -> list[Event]:
     """Every event, oldest first."""
-    page = ledger.list_events(EventFilter(channel_id=channel_id, limit=1000))
+    page = ledger.events.list_events(EventFilter(channel_id=channel_id, limit=1000))
     return list(reversed(page.data))
 
 
@@ -49,10 +49,12 @@ def run_once(
         channel_name=channel.name,
         max_attempts=attempts,
     )
-    assert ledger.insert_occurrence(new)
+    assert ledger.occurrences.insert_occurrence(new)
     claimed = claim_one(ledger, "c")
-    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
-    assert ledger.settle(claimed.id, "c", COMPLETED if ok else FAILED, error_message="boom")
+    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.attempts.settle(
+        claimed.id, "c", COMPLETED if ok else FAILED, error_message="boom"
+    )
     return claimed.id
 
 
@@ -61,16 +63,16 @@ def test_an_occurrence_makes_one_attempt_failed_per_retried_attempt_and_one_fail
 ) -> None:
     # Given an occurrence allowed three attempts
     channel = active_channel(ledger)
-    assert ledger.insert_occurrence(
+    assert ledger.occurrences.insert_occurrence(
         row(ledger.db_now() - timedelta(seconds=5), channel.channel_id, max_attempts=3)
     )
     # When every attempt fails (the first two go back to pending, the third is final)
     for attempt in (1, 2, 3):
         claimed = claim_one(ledger, f"c{attempt}")
         assert claimed.attempt == attempt
-        assert ledger.start_attempt(claimed, f"c{attempt}", 1, None, LEASE).started
+        assert ledger.attempts.start_attempt(claimed, f"c{attempt}", 1, None, LEASE).started
         retry = 0.0 if attempt < 3 else None
-        assert ledger.settle(
+        assert ledger.attempts.settle(
             claimed.id, f"c{attempt}", FAILED, error_message=f"e{attempt}", retry_in=retry
         )
     # Then the ledger holds two attempt_failed events and one failed, in that order
@@ -104,19 +106,19 @@ def test_a_quiet_completion_writes_no_event_and_stays_one_statement_on_postgresq
         statements.append(statement.split()[0].upper())
 
     new = row(ledger.db_now() - timedelta(seconds=5), channel.channel_id)
-    assert ledger.insert_occurrence(new)
+    assert ledger.occurrences.insert_occurrence(new)
     claimed = claim_one(ledger, "c")
-    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
     sa.event.listen(ledger.engine, "before_cursor_execute", count)
     try:
-        assert ledger.settle(claimed.id, "c", COMPLETED)
+        assert ledger.attempts.settle(claimed.id, "c", COMPLETED)
     finally:
         sa.event.remove(ledger.engine, "before_cursor_execute", count)
     assert all_events(ledger) == []
     sent = [s for s in statements if s not in ("BEGIN", "COMMIT")]
     assert sent == (["WITH"] if ledger.engine.dialect.name == "postgresql" else ["UPDATE"] * 2)
-    assert ledger.get_occurrence(claimed.id).status == COMPLETED
-    [attempt] = ledger.attempts_of(claimed.id)
+    assert ledger.occurrences.get_occurrence(claimed.id).status == COMPLETED
+    [attempt] = ledger.occurrences.attempts_of(claimed.id)
     assert (attempt.outcome, attempt.ended_at is not None) == (COMPLETED, True)
 
 
@@ -125,11 +127,11 @@ def test_a_transaction_that_fails_after_the_change_leaves_neither_the_change_nor
 ) -> None:
     # Given an occurrence on its last attempt, and an events table that refuses every row
     channel = active_channel(ledger)
-    assert ledger.insert_occurrence(
+    assert ledger.occurrences.insert_occurrence(
         row(ledger.db_now() - timedelta(seconds=5), channel.channel_id, max_attempts=1)
     )
     claimed = claim_one(ledger, "c")
-    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
     with ledger.engine.begin() as conn:
         if ledger.engine.dialect.name == "postgresql":
             conn.execute(
@@ -154,7 +156,7 @@ def test_a_transaction_that_fails_after_the_change_leaves_neither_the_change_nor
     try:
         # When the settle writes its change and then its event fails
         with pytest.raises(sa.exc.DBAPIError, match="no events today"):
-            ledger.settle(claimed.id, "c", FAILED, error_message="boom")
+            ledger.attempts.settle(claimed.id, "c", FAILED, error_message="boom")
     finally:
         with ledger.engine.begin() as conn:
             conn.execute(
@@ -167,12 +169,12 @@ def test_a_transaction_that_fails_after_the_change_leaves_neither_the_change_nor
             if ledger.engine.dialect.name == "postgresql":
                 conn.execute(sa.text("DROP FUNCTION refuse()"))
     # Then the occurrence is still running, leased to its attempt, and there is no event
-    after = ledger.get_occurrence(claimed.id)
+    after = ledger.occurrences.get_occurrence(claimed.id)
     assert after.status == "running"
     assert after.claimed_by == "c"
     assert all_events(ledger) == []
     # and the attempt can still settle it, event and all
-    assert ledger.settle(claimed.id, "c", FAILED, error_message="boom")
+    assert ledger.attempts.settle(claimed.id, "c", FAILED, error_message="boom")
     assert kinds(all_events(ledger)) == ["occurrence.failed"]
 
 
@@ -209,7 +211,7 @@ def test_recovered_is_written_once_at_the_first_success_after_a_delivered_failur
     assert [e.sequence for e in found] == [1, 2]
     assert found[1].occurrence_id == first_ok
     assert found[1].document["error"] is None
-    assert ledger.open_alerts() == {}
+    assert ledger.events.open_alerts() == {}
 
 
 def test_completed_is_written_only_when_the_channel_asks_to_be_told(ledger: Ledger) -> None:
@@ -219,10 +221,10 @@ def test_completed_is_written_only_when_the_channel_asks_to_be_told(ledger: Ledg
     run_once(ledger, quiet, ok=True, ago=39)
     # the executor says whether completions are told (it has the compiled rules)
     new = row(ledger.db_now() - timedelta(seconds=38), told.channel_id, channel_name="told")
-    assert ledger.insert_occurrence(new)
+    assert ledger.occurrences.insert_occurrence(new)
     claimed = claim_one(ledger, "c")
-    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
-    assert ledger.settle(claimed.id, "c", COMPLETED, completed_is_told=True)
+    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.attempts.settle(claimed.id, "c", COMPLETED, completed_is_told=True)
     assert kinds(all_events(ledger, quiet.channel_id)) == []
     found = all_events(ledger, told.channel_id)
     assert kinds(found) == ["occurrence.completed"]
@@ -231,26 +233,26 @@ def test_completed_is_written_only_when_the_channel_asks_to_be_told(ledger: Ledg
 
 def test_an_abandoned_occurrence_makes_one_abandoned_event(ledger: Ledger) -> None:
     channel = active_channel(ledger)
-    assert ledger.insert_occurrence(
+    assert ledger.occurrences.insert_occurrence(
         row(ledger.db_now() - timedelta(seconds=5), channel.channel_id, max_attempts=1)
     )
     claimed = claim_one(ledger, "c")
-    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
     expire_claim(ledger, claimed.id)
-    result = ledger.claim("d", 10, LEASE)
+    result = ledger.attempts.claim("d", 10, LEASE)
     assert [o.id for o in result.abandoned] == [claimed.id]
     found = all_events(ledger)
     assert kinds(found) == ["occurrence.abandoned"]
     assert found[0].sequence == 1
     assert "abandoned" in found[0].document["error"]
-    assert ledger.open_alerts() == {channel.channel_id: "occurrence.abandoned"}
+    assert ledger.events.open_alerts() == {channel.channel_id: "occurrence.abandoned"}
 
 
 def test_a_cancel_says_who_and_why(ledger: Ledger) -> None:
     channel = active_channel(ledger)
     new = row(ledger.db_now() - timedelta(seconds=5), channel.channel_id)
-    assert ledger.insert_occurrence(new)
-    ledger.cancel(new.id, by="arn:aws:iam::1:user/ops", reason="wrong data")
+    assert ledger.occurrences.insert_occurrence(new)
+    ledger.occurrences.cancel(new.id, by="arn:aws:iam::1:user/ops", reason="wrong data")
     (event,) = all_events(ledger)
     assert event.kind == "occurrence.cancelled"
     assert event.sequence is None  # not delivered by default
@@ -266,9 +268,11 @@ def test_a_pause_and_a_resume_are_events_with_the_reason_delivered_only_when_ask
 
     # When each is paused with a reason, paused again, then resumed
     for channel in (quiet, told):
-        ledger.set_channel_status(channel.channel_id, "paused", reason="warehouse migration")
-        ledger.set_channel_status(channel.channel_id, "paused", reason="still migrating")
-        ledger.set_channel_status(channel.channel_id, "active")
+        ledger.channels.set_channel_status(
+            channel.channel_id, "paused", reason="warehouse migration"
+        )
+        ledger.channels.set_channel_status(channel.channel_id, "paused", reason="still migrating")
+        ledger.channels.set_channel_status(channel.channel_id, "active")
 
     # Then each has one pause (its reason kept) and one resume; only `told` delivers them
     for channel, sequences in ((quiet, [None, None]), (told, [1, 2])):
@@ -282,10 +286,10 @@ def test_a_pause_and_a_resume_are_events_with_the_reason_delivered_only_when_ask
 def test_a_dry_run_pause_records_no_event(ledger: Ledger) -> None:
     channel = active_channel(ledger)
 
-    ledger.set_channel_status(channel.channel_id, "paused", reason="trying", dry_run=True)
+    ledger.channels.set_channel_status(channel.channel_id, "paused", reason="trying", dry_run=True)
 
     assert all_events(ledger) == []
-    assert ledger.get_channel(channel.channel_id).status == "active"
+    assert ledger.channels.get_channel(channel.channel_id).status == "active"
 
 
 def test_a_misfire_summary_event_carries_its_count_and_range(ledger: Ledger) -> None:
@@ -299,8 +303,8 @@ def test_a_misfire_summary_event_carries_its_count_and_range(ledger: Ledger) -> 
         skipped_count=7,
         skipped_oldest=now - timedelta(seconds=16),
     )
-    ledger.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
-    inserted, moved = ledger.materialise(
+    ledger.cursors.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
+    inserted, moved = ledger.occurrences.materialise(
         [summary], [CursorMove(channel.channel_id, now - timedelta(seconds=20), now, "h")]
     )
     assert (inserted, moved) == (1, {channel.channel_id})
@@ -313,8 +317,8 @@ def test_a_misfire_summary_event_carries_its_count_and_range(ledger: Ledger) -> 
     assert event.sequence == 1
     # a pass that loses the race writes no second summary and no second event
     again = row(summary.scheduled_for, channel.channel_id, status=SKIPPED_MISFIRE, skipped_count=7)
-    ledger.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
-    ledger.materialise(
+    ledger.cursors.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
+    ledger.occurrences.materialise(
         [again], [CursorMove(channel.channel_id, now - timedelta(seconds=20), now, "h")]
     )
     assert len(all_events(ledger)) == 1
@@ -332,7 +336,7 @@ def overdue_rows(
         )
         for i in range(count)
     ]
-    assert ledger.insert_occurrences(rows) == count
+    assert ledger.occurrences.insert_occurrences(rows) == count
     return [r.id for r in rows]
 
 
@@ -340,15 +344,15 @@ def test_an_instant_stuck_pending_is_reported_overdue_once(ledger: Ledger) -> No
     channel = active_channel(ledger, alerts={"overdue_after_secs": 10})
     (stuck,) = overdue_rows(ledger, channel, count=1, due_ago=30, limit=10)
     (fresh,) = overdue_rows(ledger, channel, count=1, due_ago=2, limit=10)
-    first = ledger.detect_overdue()
-    second = ledger.detect_overdue()
+    first = ledger.events.detect_overdue()
+    second = ledger.events.detect_overdue()
     assert [e.occurrence_id for e in first] == [stuck]
     assert second == []
     (event,) = all_events(ledger)
     assert event.kind == "occurrence.overdue"
     assert event.document["status"] == "pending"
     assert event.sequence == 1
-    assert ledger.get_occurrence(fresh).overdue_at is not None
+    assert ledger.occurrences.get_occurrence(fresh).overdue_at is not None
 
 
 def test_a_run_longer_than_the_limit_is_overdue_and_a_completed_one_never(ledger: Ledger) -> None:
@@ -358,19 +362,19 @@ def test_a_run_longer_than_the_limit_is_overdue_and_a_completed_one_never(ledger
     running_id = overdue_rows(ledger, channel, count=1, due_ago=30, limit=10)[0]
     claimed = claim_one(ledger, "r")
     assert claimed.id == running_id
-    assert ledger.start_attempt(claimed, "r", 1, None, LEASE).started
-    found = ledger.detect_overdue()
+    assert ledger.attempts.start_attempt(claimed, "r", 1, None, LEASE).started
+    found = ledger.events.detect_overdue()
     assert [(e.occurrence_id, e.document["status"]) for e in found] == [(running_id, "running")]
-    assert ledger.get_occurrence(done).overdue_at is None
-    assert ledger.detect_overdue() == []
+    assert ledger.occurrences.get_occurrence(done).overdue_at is None
+    assert ledger.events.detect_overdue() == []
 
 
 def run_once_with_overdue(ledger: Ledger, channel: Channel, *, ago: float, ok: bool) -> str:
     (occurrence_id,) = overdue_rows(ledger, channel, count=1, due_ago=ago, limit=10)
     claimed = claim_one(ledger, "c")
     assert claimed.id == occurrence_id
-    assert ledger.start_attempt(claimed, "c", 1, None, LEASE).started
-    assert ledger.settle(claimed.id, "c", COMPLETED if ok else FAILED)
+    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert ledger.attempts.settle(claimed.id, "c", COMPLETED if ok else FAILED)
     return occurrence_id
 
 
@@ -379,13 +383,13 @@ def test_a_cursor_behind_by_more_than_the_limit_is_stalled_once_and_recovers(
 ) -> None:
     channel = active_channel(ledger, alerts={"overdue_after_secs": 60})
     now = ledger.db_now()
-    ledger.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(minutes=5))
-    (stalled,) = ledger.detect_overdue()
+    ledger.cursors.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(minutes=5))
+    (stalled,) = ledger.events.detect_overdue()
     assert stalled.kind == "channel.stalled"
     assert stalled.occurrence_id is None
     assert stalled.sequence == 1
-    assert ledger.detect_overdue() == []
-    assert ledger.open_alerts() == {channel.channel_id: "channel.stalled"}
+    assert ledger.events.detect_overdue() == []
+    assert ledger.events.open_alerts() == {channel.channel_id: "channel.stalled"}
     # the cursor catches up: nothing new is written, and the next completion recovers
     with ledger.engine.begin() as conn:
         conn.execute(
@@ -393,15 +397,15 @@ def test_a_cursor_behind_by_more_than_the_limit_is_stalled_once_and_recovers(
             .where(schedule_state.c.channel_id == channel.channel_id)
             .values(next_fire_at=now + timedelta(minutes=1))
         )
-    assert ledger.detect_overdue() == []
+    assert ledger.events.detect_overdue() == []
     run_once(ledger, channel, ok=True)
     assert kinds(all_events(ledger)) == ["channel.stalled", "channel.recovered"]
 
 
 def test_a_channel_without_a_limit_is_never_stalled(ledger: Ledger) -> None:
     channel = active_channel(ledger)
-    ledger.upsert_cursor(channel.channel_id, 1, "h", ledger.db_now() - timedelta(days=1))
-    assert ledger.detect_overdue() == []
+    ledger.cursors.upsert_cursor(channel.channel_id, 1, "h", ledger.db_now() - timedelta(days=1))
+    assert ledger.events.detect_overdue() == []
 
 
 def test_sequences_stay_gapless_per_channel_across_kinds_and_channels(ledger: Ledger) -> None:
@@ -423,28 +427,30 @@ def test_the_outbox_leases_events_so_two_sweeps_never_take_one_and_delivery_mark
     channel = active_channel(ledger)
     run_once(ledger, channel, ok=False)
     # a fresh event is the maker's to send for a while: the sweep leaves it
-    assert ledger.take_outbox() == []
-    assert ledger.outbox().undelivered == 1
+    assert ledger.events.take_outbox() == []
+    assert ledger.events.outbox().undelivered == 1
     with ledger.engine.begin() as conn:
         conn.execute(sa.update(events).values(send_after=ledger.db_now() - timedelta(seconds=1)))
-    taken = ledger.take_outbox()
+    taken = ledger.events.take_outbox()
     assert len(taken) == 1
-    assert ledger.take_outbox() == []  # leased again, with backoff
-    assert ledger.mark_delivered([taken[0].event_id]) == 1
-    assert ledger.outbox().undelivered == 0
-    assert ledger.mark_delivered([taken[0].event_id]) == 0
+    assert ledger.events.take_outbox() == []  # leased again, with backoff
+    assert ledger.events.mark_delivered([taken[0].event_id]) == 1
+    assert ledger.events.outbox().undelivered == 0
+    assert ledger.events.mark_delivered([taken[0].event_id]) == 0
 
 
 def test_deleting_a_channel_removes_its_events(ledger: Ledger) -> None:
     channel, other = active_channel(ledger), active_channel(ledger, "other")
     run_once(ledger, channel, ok=False)
     run_once(ledger, other, ok=False)
-    ledger.delete_channel(channel.channel_id)
+    ledger.channels.delete_channel(channel.channel_id)
     with ledger.engine.connect() as conn:
         left = conn.execute(sa.select(events.c.channel_id)).scalars().all()
         assert left and set(left) == {other.channel_id}
         assert conn.execute(sa.select(channels.c.channel_id)).scalars().all() == [other.channel_id]
-        assert {o.channel_id for o in ledger.list_occurrences().data} == {other.channel_id}
+        assert {o.channel_id for o in ledger.occurrences.list_occurrences().data} == {
+            other.channel_id
+        }
 
 
 def test_an_instant_waiting_behind_a_held_key_is_overdue_once(ledger: Ledger) -> None:
@@ -454,11 +460,11 @@ def test_an_instant_waiting_behind_a_held_key_is_overdue_once(ledger: Ledger) ->
     spec = SingletonSpec("nightly-key", 1, "queue_one")
     for claimant in ("h", "w"):
         claimed = claim_one(ledger, claimant)
-        outcome = ledger.start_attempt(claimed, claimant, 1, spec, LEASE).outcome
+        outcome = ledger.attempts.start_attempt(claimed, claimant, 1, spec, LEASE).outcome
         assert outcome == ("started" if claimant == "h" else "waiting")
     # When the overdue watch runs, twice
-    first = ledger.detect_overdue()
-    assert ledger.detect_overdue() == []
+    first = ledger.events.detect_overdue()
+    assert ledger.events.detect_overdue() == []
     # Then each instant is reported once, the waiter as pending behind the key
     status = {e.occurrence_id: e.document["status"] for e in first}
     assert status == {holder_id: "running", waiter_id: "pending"} or status == {
@@ -489,12 +495,12 @@ def test_a_channel_whose_reconcile_keeps_failing_is_reported_stalled(ledger: Led
     # When passes fail for it and the watch runs
     report = reconcile_once(ledger, settings, ScheduleCache())
     assert channel.channel_id in report.failed
-    found = ledger.detect_overdue()
+    found = ledger.events.detect_overdue()
     # Then it is stalled, once
     assert kinds(found) == ["channel.stalled"]
     assert found[0].document["channel_name"] == "nightly"
     reconcile_once(ledger, settings, ScheduleCache())
-    assert ledger.detect_overdue() == []
+    assert ledger.events.detect_overdue() == []
 
 
 def test_retention_deletes_old_events_with_nothing_left_to_send(ledger: Ledger) -> None:
@@ -503,14 +509,14 @@ def test_retention_deletes_old_events_with_nothing_left_to_send(ledger: Ledger) 
     run_once(ledger, channel, ok=False, ago=50)
     sent = run_once(ledger, channel, ok=False, ago=40)
     (delivered,) = [e for e in all_events(ledger) if e.occurrence_id == sent]
-    assert ledger.mark_delivered([delivered.event_id]) == 1
+    assert ledger.events.mark_delivered([delivered.event_id]) == 1
     listed = row(ledger.db_now() - timedelta(seconds=1), channel.channel_id)
-    assert ledger.insert_occurrence(listed)
-    ledger.cancel(listed.id, reason="not needed")
+    assert ledger.occurrences.insert_occurrence(listed)
+    ledger.occurrences.cancel(listed.id, reason="not needed")
     with ledger.engine.begin() as conn:
         conn.execute(sa.update(events).values(at=ledger.db_now() - timedelta(days=40)))
     # When retention runs, then only the one still waiting for its destination stays
-    assert ledger.delete_events_older_than(24 * 30) == 2
+    assert ledger.events.delete_events_older_than(24 * 30) == 2
     (left,) = all_events(ledger)
     assert left.kind == "occurrence.failed"
     assert left.delivered_at is None

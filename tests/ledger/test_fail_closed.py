@@ -22,11 +22,11 @@ UNREACHABLE_POSTGRES = "postgresql+pg8000://postgres@127.0.0.1:1/cronledger"
 
 def assert_every_decision_raises(ledger: Ledger) -> None:
     calls: list[Callable[[], object]] = [
-        lambda: ledger.claim("node-a", 10, LEASE).leased,
+        lambda: ledger.attempts.claim("node-a", 10, LEASE).leased,
         ledger.db_now,
-        lambda: ledger.start_attempt("occ", "node-a", 1, SingletonSpec("key"), LEASE),
-        ledger.in_flight_count,
-        ledger.schedule_states,
+        lambda: ledger.attempts.start_attempt("occ", "node-a", 1, SingletonSpec("key"), LEASE),
+        ledger.reporting.in_flight_count,
+        ledger.cursors.schedule_states,
     ]
     for call in calls:
         with pytest.raises(DatabaseUnavailable):
@@ -58,7 +58,7 @@ def test_a_postgresql_database_that_goes_away_raises_rather_than_reporting_nothi
             ledger.migrate()
             seed_due(ledger)
             seed_due(ledger, channel_id="other")
-            assert len(ledger.claim("node-a", 1, LEASE).leased) == 1, "there is work"
+            assert len(ledger.attempts.claim("node-a", 1, LEASE).leased) == 1, "there is work"
 
             # When the database disappears under it
             drop_database(url)
@@ -78,7 +78,7 @@ def test_a_sqlite_file_that_goes_away_raises_rather_than_reporting_nothing(
         ledger.migrate()
         seed_due(ledger)
         seed_due(ledger, channel_id="other")
-        assert len(ledger.claim("node-a", 1, LEASE).leased) == 1, "there is work"
+        assert len(ledger.attempts.claim("node-a", 1, LEASE).leased) == 1, "there is work"
 
         # The file is replaced by something that is not a database.
         ledger.dispose()

@@ -29,6 +29,7 @@ from tests.ledger.helpers import (
     contend,
     empty_tables,
     expire_claim,
+    held_slots,
     reclaim,
     release_singleton,
     row,
@@ -40,7 +41,7 @@ WAIT = 30.0
 def claimed(ledger: Ledger, count: int, key: str = "k") -> list[Occurrence]:
     """`count` due occurrences of distinct channels, claimed one claimant each, oldest first."""
     now = ledger.db_now()
-    ledger.insert_occurrences(
+    ledger.occurrences.insert_occurrences(
         row(now - timedelta(seconds=60 - n), f"{key}-ch-{n}") for n in range(count)
     )
     return [claim_one(ledger, f"node-{n}") for n in range(count)]
@@ -51,7 +52,9 @@ def start_as(
 ) -> str:
     spec = SingletonSpec(key, slots, policy)  # type: ignore[arg-type]
     claimant = occurrence.claimed_by or ""
-    return ledger.start_attempt(occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT).outcome
+    return ledger.attempts.start_attempt(
+        occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT
+    ).outcome
 
 
 # --- queue_one -----------------------------------------------------------------------------
@@ -64,7 +67,7 @@ def test_queue_one_makes_the_first_contender_wait_and_skips_the_next(ledger: Led
     outcomes = [start_as(ledger, o, "queue_one") for o in (holder, waiter, third)]
 
     assert outcomes == ["started", "waiting", "singleton_busy"]
-    waiting = ledger.get_occurrence(waiter.id)
+    waiting = ledger.occurrences.get_occurrence(waiter.id)
     # The waiter is back to pending, due again after the wait, its attempt given back, and
     # admitted: it is no misfire when it finally starts
     assert (waiting.status, waiting.attempt, waiting.claimed_by) == (PENDING, 0, None)
@@ -72,8 +75,8 @@ def test_queue_one_makes_the_first_contender_wait_and_skips_the_next(ledger: Led
         before + timedelta(seconds=WAIT - 1) < waiting.due_at < before + timedelta(seconds=WAIT + 5)
     )
     assert waiting.misfire_judged
-    assert ledger.get_occurrence(third.id).status == CLAIMED, "busy writes nothing"
-    assert ledger.held_slots("k") == 1
+    assert ledger.occurrences.get_occurrence(third.id).status == CLAIMED, "busy writes nothing"
+    assert held_slots(ledger, "k") == 1
 
 
 def test_a_waiter_that_finds_the_key_still_held_waits_again(ledger: Ledger) -> None:
@@ -84,7 +87,7 @@ def test_a_waiter_that_finds_the_key_still_held_waits_again(ledger: Ledger) -> N
     again = reclaim(ledger, waiter.id, "node-again")
 
     assert start_as(ledger, again, "queue_one") == "waiting"
-    assert ledger.get_occurrence(waiter.id).status == PENDING
+    assert ledger.occurrences.get_occurrence(waiter.id).status == PENDING
 
 
 def test_when_the_holder_ends_the_waiter_starts_and_its_place_is_free_again(
@@ -94,16 +97,16 @@ def test_when_the_holder_ends_the_waiter_starts_and_its_place_is_free_again(
     holder, waiter, later = claimed(ledger, 3)
     assert start_as(ledger, holder, "queue_one") == "started"
     assert start_as(ledger, waiter, "queue_one") == "waiting"
-    token = ledger.get_occurrence(holder.id).fencing_token
+    token = ledger.occurrences.get_occurrence(holder.id).fencing_token
 
     # When the holder completes and the waiter comes back for the slot
-    assert ledger.settle(holder.id, "node-0", COMPLETED, fencing_token=token)
+    assert ledger.attempts.settle(holder.id, "node-0", COMPLETED, fencing_token=token)
     again = reclaim(ledger, waiter.id, "node-w")
     assert again.attempt == 1, "the wait was not an attempt"
 
     # Then the waiter holds the slot, and the next contender may wait in its place
     assert start_as(ledger, again, "queue_one") == "started"
-    assert ledger.get_occurrence(waiter.id).status == RUNNING
+    assert ledger.occurrences.get_occurrence(waiter.id).status == RUNNING
     assert start_as(ledger, later, "queue_one") == "waiting"
 
 
@@ -111,12 +114,12 @@ def test_a_contender_does_not_jump_the_queue_when_a_slot_frees(ledger: Ledger) -
     holder, waiter, late = claimed(ledger, 3)
     assert start_as(ledger, holder, "queue_one") == "started"
     assert start_as(ledger, waiter, "queue_one") == "waiting"
-    token = ledger.get_occurrence(holder.id).fencing_token
-    assert ledger.settle(holder.id, "node-0", COMPLETED, fencing_token=token)
+    token = ledger.occurrences.get_occurrence(holder.id).fencing_token
+    assert ledger.attempts.settle(holder.id, "node-0", COMPLETED, fencing_token=token)
 
     # A contender that arrives before the waiter is back finds it first in line
     assert start_as(ledger, late, "queue_one") == "singleton_busy"
-    assert ledger.held_slots("k") == 0
+    assert held_slots(ledger, "k") == 0
 
 
 def test_cancelling_the_waiter_frees_its_place(ledger: Ledger) -> None:
@@ -124,7 +127,7 @@ def test_cancelling_the_waiter_frees_its_place(ledger: Ledger) -> None:
     assert start_as(ledger, holder, "queue_one") == "started"
     assert start_as(ledger, waiter, "queue_one") == "waiting"
 
-    assert ledger.cancel(waiter.id).status == CANCELLED
+    assert ledger.occurrences.cancel(waiter.id).status == CANCELLED
 
     assert start_as(ledger, next_, "queue_one") == "waiting"
 
@@ -160,10 +163,10 @@ def test_eight_queue_one_contenders_start_slots_of_them_and_queue_exactly_one(
         assert sorted(outcomes) == sorted(
             ["started"] * slots + ["waiting"] + ["singleton_busy"] * (7 - slots)
         )
-        stored = [pg_ledger.get_occurrence(o.id) for o in contenders]
+        stored = [pg_ledger.occurrences.get_occurrence(o.id) for o in contenders]
         assert sum(o.status == RUNNING for o in stored) == slots
         assert sum(o.status == PENDING for o in stored) == 1
-        assert pg_ledger.held_slots(spec.key) == slots
+        assert held_slots(pg_ledger, spec.key) == slots
 
 
 # --- replace -------------------------------------------------------------------------------
@@ -175,27 +178,27 @@ def test_replace_cancels_the_holder_and_takes_its_slot_under_the_next_token(
     # Given a running holder of the key
     holder, contender = claimed(ledger, 2)
     assert start_as(ledger, holder, "replace") == "started"
-    old_token = ledger.get_occurrence(holder.id).fencing_token
+    old_token = ledger.occurrences.get_occurrence(holder.id).fencing_token
     assert old_token is not None
 
     # When a contender arrives under `replace`
     spec = SingletonSpec("k", 1, "replace")
-    started = ledger.start_attempt(contender, "node-1", 1, spec, LEASE)
+    started = ledger.attempts.start_attempt(contender, "node-1", 1, spec, LEASE)
 
     # Then the contender runs in the holder's slot under the next token, and the holder is
     # cancelled, naming who replaced it
     assert (started.outcome, started.slot, started.fencing_token) == ("started", 0, old_token + 1)
     assert started.replaced == holder.id
-    replaced = ledger.get_occurrence(holder.id)
+    replaced = ledger.occurrences.get_occurrence(holder.id)
     assert (replaced.status, replaced.claimed_until) == (CANCELLED, None)
     assert replaced.error_message == f"replaced by {contender.id}"
-    assert ledger.held_slots("k") == 1
+    assert held_slots(ledger, "k") == 1
     # …and the replaced attempt's renew, settle and release write nothing
-    assert not ledger.renew(holder.id, "node-0", old_token, LEASE)
-    assert not ledger.settle(holder.id, "node-0", COMPLETED, fencing_token=old_token)
+    assert not ledger.attempts.renew(holder.id, "node-0", old_token, LEASE)
+    assert not ledger.attempts.settle(holder.id, "node-0", COMPLETED, fencing_token=old_token)
     assert not release_singleton(ledger, "k", holder.id, "node-0", old_token)
-    assert ledger.get_occurrence(holder.id) == replaced
-    assert ledger.renew(contender.id, "node-1", old_token + 1, LEASE)
+    assert ledger.occurrences.get_occurrence(holder.id) == replaced
+    assert ledger.attempts.renew(contender.id, "node-1", old_token + 1, LEASE)
 
 
 def test_replace_takes_a_free_slot_before_replacing_anyone(ledger: Ledger) -> None:
@@ -203,10 +206,10 @@ def test_replace_takes_a_free_slot_before_replacing_anyone(ledger: Ledger) -> No
     assert start_as(ledger, first, "replace", slots=2) == "started"
 
     spec = SingletonSpec("k", 2, "replace")
-    started = ledger.start_attempt(second, "node-1", 1, spec, LEASE)
+    started = ledger.attempts.start_attempt(second, "node-1", 1, spec, LEASE)
 
     assert (started.outcome, started.slot, started.replaced) == ("started", 1, None)
-    assert ledger.get_occurrence(first.id).status == RUNNING
+    assert ledger.occurrences.get_occurrence(first.id).status == RUNNING
 
 
 def test_replace_cancels_the_holder_that_started_first(ledger: Ledger) -> None:
@@ -214,12 +217,14 @@ def test_replace_cancels_the_holder_that_started_first(ledger: Ledger) -> None:
     assert start_as(ledger, first, "replace", slots=2) == "started"
     assert start_as(ledger, second, "replace", slots=2) == "started"
 
-    started = ledger.start_attempt(third, "node-2", 1, SingletonSpec("k", 2, "replace"), LEASE)
+    started = ledger.attempts.start_attempt(
+        third, "node-2", 1, SingletonSpec("k", 2, "replace"), LEASE
+    )
 
     assert started.replaced == first.id
-    statuses = [ledger.get_occurrence(o.id).status for o in (first, second, third)]
+    statuses = [ledger.occurrences.get_occurrence(o.id).status for o in (first, second, third)]
     assert statuses == [CANCELLED, RUNNING, RUNNING]
-    assert ledger.held_slots("k") == 2
+    assert held_slots(ledger, "k") == 2
 
 
 def test_a_replacement_that_loses_its_own_claim_replaces_nobody(ledger: Ledger) -> None:
@@ -229,7 +234,9 @@ def test_a_replacement_that_loses_its_own_claim_replaces_nobody(ledger: Ledger) 
     claim_one(ledger, "node-late")
 
     assert start_as(ledger, contender, "replace") == "lost"
-    assert ledger.get_occurrence(holder.id).status == RUNNING, "rolled back with the start"
+    assert ledger.occurrences.get_occurrence(holder.id).status == RUNNING, (
+        "rolled back with the start"
+    )
 
 
 @pytest.mark.slow
@@ -248,18 +255,18 @@ def test_eight_replace_contenders_leave_exactly_slots_holders_and_fence_the_rest
         # every other one is cancelled by a replacement, and none of those can write
         assert errors == []
         assert outcomes == ["started"] * 8
-        stored = [pg_ledger.get_occurrence(o.id) for o in contenders]
+        stored = [pg_ledger.occurrences.get_occurrence(o.id) for o in contenders]
         running = [o for o in stored if o.status == RUNNING]
         assert len(running) == slots
-        assert pg_ledger.held_slots(spec.key) == slots
+        assert held_slots(pg_ledger, spec.key) == slots
         replaced = [o for o in stored if o.status == CANCELLED]
         assert len(replaced) == 8 - slots
         ids = {o.id for o in contenders}
         for gone in replaced:
             assert (gone.error_message or "").removeprefix("replaced by ") in ids
             claimant = gone.claimed_by or ""
-            assert not pg_ledger.renew(gone.id, claimant, gone.fencing_token, LEASE)
-            assert not pg_ledger.settle(
+            assert not pg_ledger.attempts.renew(gone.id, claimant, gone.fencing_token, LEASE)
+            assert not pg_ledger.attempts.settle(
                 gone.id, claimant, COMPLETED, fencing_token=gone.fencing_token
             )
         assert {o.singleton_slot for o in running} == set(range(slots))

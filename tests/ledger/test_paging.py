@@ -27,7 +27,7 @@ def instant(minutes: int) -> datetime:
 
 
 def keys(ledger: Ledger, f: OccurrenceFilter) -> list[tuple[datetime, str]]:
-    return [(o.scheduled_for, o.id) for o in ledger.list_occurrences(f).data]
+    return [(o.scheduled_for, o.id) for o in ledger.occurrences.list_occurrences(f).data]
 
 
 def test_keyset_pages_neither_skip_nor_repeat_rows_while_rows_are_written(
@@ -35,7 +35,7 @@ def test_keyset_pages_neither_skip_nor_repeat_rows_while_rows_are_written(
 ) -> None:
     # Given sixty rows over three channels, many sharing an instant (the id breaks the tie)
     seeded = [row(instant(m), f"ch{c}") for m in range(0, 40, 2) for c in range(3)]
-    assert ledger.insert_occurrences(seeded) == 60
+    assert ledger.occurrences.insert_occurrences(seeded) == 60
     seen: list[tuple[datetime, str]] = []
     written_below: set[str] = set()
     chooser = random.Random(28)
@@ -44,14 +44,14 @@ def test_keyset_pages_neither_skip_nor_repeat_rows_while_rows_are_written(
     # reads: some newer than anything read, some between, some older than the key
     after = None
     for page_number in range(100):
-        page = ledger.list_occurrences(OccurrenceFilter(limit=4, after=after))
+        page = ledger.occurrences.list_occurrences(OccurrenceFilter(limit=4, after=after))
         seen += [(o.scheduled_for, o.id) for o in page.data]
         if page.next is None:
             break
         after = page.next
         for offset in (50 + page_number, chooser.randrange(-1, 41), -3 - page_number):
             new = row(instant(offset), f"late{page_number}")
-            if ledger.insert_occurrence(new) and (instant(offset), new.id) < seen[-1]:
+            if ledger.occurrences.insert_occurrence(new) and (instant(offset), new.id) < seen[-1]:
                 written_below.add(new.id)
 
     # Then each row that was there is read once, in order, and so is each one written below
@@ -64,13 +64,13 @@ def test_keyset_pages_neither_skip_nor_repeat_rows_while_rows_are_written(
 
 
 def test_a_filtered_list_pages_by_key_within_its_filter(ledger: Ledger) -> None:
-    ledger.insert_occurrences(
+    ledger.occurrences.insert_occurrences(
         row(instant(m), "ch", status="completed" if m % 3 else "failed") for m in range(30)
     )
     failed = OccurrenceFilter(status="failed", limit=4)
 
-    first = ledger.list_occurrences(failed)
-    rest = ledger.list_occurrences(OccurrenceFilter(status="failed", after=first.next))
+    first = ledger.occurrences.list_occurrences(failed)
+    rest = ledger.occurrences.list_occurrences(OccurrenceFilter(status="failed", after=first.next))
 
     assert (first.total, first.total_is_exact) == (10, True)
     everything = [o.scheduled_for for o in first.data + rest.data]
@@ -82,11 +82,11 @@ def test_the_total_is_exact_up_to_the_bound_and_more_than_it_beyond(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(paging, "TOTAL_BOUND", 10)
-    ledger.insert_occurrences(row(instant(m)) for m in range(12))
+    ledger.occurrences.insert_occurrences(row(instant(m)) for m in range(12))
 
-    bounded = ledger.list_occurrences(OccurrenceFilter(limit=2))
-    exact = ledger.list_occurrences(OccurrenceFilter(limit=2, exact_total=True))
-    few = ledger.list_occurrences(OccurrenceFilter(since=instant(5)))
+    bounded = ledger.occurrences.list_occurrences(OccurrenceFilter(limit=2))
+    exact = ledger.occurrences.list_occurrences(OccurrenceFilter(limit=2, exact_total=True))
+    few = ledger.occurrences.list_occurrences(OccurrenceFilter(since=instant(5)))
 
     assert (bounded.total, bounded.total_is_exact) == (10, False)
     assert (exact.total, exact.total_is_exact) == (12, True)
@@ -97,11 +97,11 @@ def test_an_offset_past_the_bound_is_refused_naming_after(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(paging, "TOTAL_BOUND", 10)
-    ledger.insert_occurrences(row(instant(m)) for m in range(12))
+    ledger.occurrences.insert_occurrences(row(instant(m)) for m in range(12))
 
-    within = ledger.list_occurrences(OccurrenceFilter(limit=1, offset=10))
+    within = ledger.occurrences.list_occurrences(OccurrenceFilter(limit=1, offset=10))
     with pytest.raises(ValidationFailed, match=r"offset: .*`after`") as refused:
-        ledger.list_occurrences(OccurrenceFilter(offset=11))
+        ledger.occurrences.list_occurrences(OccurrenceFilter(offset=11))
 
     assert [o.scheduled_for for o in within.data] == [instant(1)]
     assert within.next is not None, "an offset page names its next too"
@@ -116,7 +116,7 @@ def test_a_key_that_is_not_one_or_beside_an_offset_is_refused(
     ledger: Ledger, given: dict[str, object], path: str
 ) -> None:
     with pytest.raises(ValidationFailed) as refused:
-        ledger.list_occurrences(OccurrenceFilter(**given))  # type: ignore[arg-type]
+        ledger.occurrences.list_occurrences(OccurrenceFilter(**given))  # type: ignore[arg-type]
 
     assert [e.path for e in refused.value.errors] == [path]
 
@@ -126,20 +126,22 @@ def test_channels_page_by_key_newest_first_and_filter_by_name_prefix(ledger: Led
     names = [f"{team}-{n}" for n in range(4) for team in ("billing", "mail", "billing_x")]
     for name in names:
         status = CHANNEL_ACTIVE if name.endswith(("1", "3")) else "draft"
-        ledger.create_channel(name, {"schedule": "0 0 * * * *"}, TARGET, 1000, status=status)
+        ledger.channels.create_channel(
+            name, {"schedule": "0 0 * * * *"}, TARGET, 1000, status=status
+        )
 
     # When the billing ones are read two at a time, one more created between the reads
-    first = ledger.list_channels(name_prefix="billing-", limit=2)
-    ledger.create_channel("billing-new", {"schedule": "0 0 * * * *"}, TARGET, 1000)
-    rest = ledger.list_channels(name_prefix="billing-", after=first.next)
+    first = ledger.channels.list_channels(name_prefix="billing-", limit=2)
+    ledger.channels.create_channel("billing-new", {"schedule": "0 0 * * * *"}, TARGET, 1000)
+    rest = ledger.channels.list_channels(name_prefix="billing-", after=first.next)
 
     # Then the pages hold each billing channel there before once, newest first; the prefix
     # is literal (no wildcard) and case-sensitive
     assert [c.name for c in first.data + rest.data] == [f"billing-{n}" for n in (3, 2, 1, 0)]
     assert first.total == 4 and rest.next is None
-    assert ledger.list_channels(name_prefix="BILLING").total == 0
-    assert ledger.list_channels(name_prefix="billing_").total == 4
-    active = ledger.list_channels(status=CHANNEL_ACTIVE, name_prefix="mail")
+    assert ledger.channels.list_channels(name_prefix="BILLING").total == 0
+    assert ledger.channels.list_channels(name_prefix="billing_").total == 4
+    active = ledger.channels.list_channels(status=CHANNEL_ACTIVE, name_prefix="mail")
     assert [c.name for c in active.data] == ["mail-3", "mail-1"]
 
 
@@ -148,7 +150,7 @@ def test_postgresql_reads_a_filtered_page_and_a_retention_batch_through_indexes(
 ) -> None:
     # Given a ledger of history, analysed
     empty_tables(pg_ledger)
-    pg_ledger.insert_occurrences(
+    pg_ledger.occurrences.insert_occurrences(
         row(instant(m), f"ch{m % 50}", status="completed" if m % 7 else "failed")
         for m in range(5000)
     )
@@ -163,11 +165,13 @@ def test_postgresql_reads_a_filtered_page_and_a_retention_batch_through_indexes(
                 plans[start] = "\n".join(line for (line,) in cursor.fetchall())
 
     # When a page of failed rows past a key is read, and a retention batch runs
-    after = pg_ledger.list_occurrences(OccurrenceFilter(status="failed", limit=5)).next
+    after = pg_ledger.occurrences.list_occurrences(OccurrenceFilter(status="failed", limit=5)).next
     sa.event.listen(pg_ledger.engine, "before_cursor_execute", explain)
     try:
-        page = pg_ledger.list_occurrences(OccurrenceFilter(status="failed", after=after))
-        pg_ledger.delete_terminal_older_than(1)
+        page = pg_ledger.occurrences.list_occurrences(
+            OccurrenceFilter(status="failed", after=after)
+        )
+        pg_ledger.occurrences.delete_terminal_older_than(1)
     finally:
         sa.event.remove(pg_ledger.engine, "before_cursor_execute", explain)
 

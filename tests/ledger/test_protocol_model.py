@@ -165,7 +165,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             row(now - timedelta(minutes=10 - n), channel.channel_id, max_attempts=MAX_ATTEMPTS)
             for n in range(OCCURRENCES)
         ]
-        assert self.ledger.insert_occurrences(rows) == OCCURRENCES
+        assert self.ledger.occurrences.insert_occurrences(rows) == OCCURRENCES
         self.occs = {r.id: Occ(key) for r, key in zip(rows, keys, strict=True)}
 
     # -- rules: the ledger's calls ---------------------------------------------------------
@@ -182,7 +182,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             for i, o in self.occs.items()
             if o.status == PENDING or (o.status in LEASED_STATUSES and not o.live)
         }
-        found = self.ledger.claim(claimant, limit, LEASE)
+        found = self.ledger.attempts.claim(claimant, limit, LEASE)
         leased = {o.id for o in found.leased}
         abandoned = {o.id for o in found.abandoned}
         assert leased | abandoned <= claimable
@@ -221,7 +221,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         )
         before = read(self.ledger)
 
-        started = self.ledger.start_attempt(
+        started = self.ledger.attempts.start_attempt(
             ticket.claimed, ticket.claimant, 1, spec, LEASE, wait_secs=0.0
         )
 
@@ -272,7 +272,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         expected = expected and (ticket.token is None or held is not None)
         before = read(self.ledger)
 
-        renewed = self.ledger.renew(ticket.occ, ticket.claimant, ticket.token, LEASE)
+        renewed = self.ledger.attempts.renew(ticket.occ, ticket.claimant, ticket.token, LEASE)
 
         assert renewed == expected
         if not renewed:
@@ -297,7 +297,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         expected = owner and (ticket.token is None or self._held_by(ticket) is not None)
         before = read(self.ledger)
 
-        settled = self.ledger.settle(
+        settled = self.ledger.attempts.settle(
             ticket.occ,
             ticket.claimant,
             status,
@@ -351,7 +351,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         expected = o.status == CLAIMED and o.claimed_by == ticket.claimant
         before = read(self.ledger)
 
-        handed = self.ledger.release_claim(ticket.occ, ticket.claimant)
+        handed = self.ledger.attempts.release_claim(ticket.occ, ticket.claimant)
 
         assert handed == expected
         del self.tickets[(ticket.claimant, ticket.occ)]
@@ -366,7 +366,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         o = self.occs[i]
         before = read(self.ledger)
         try:
-            self.ledger.cancel(i)
+            self.ledger.occurrences.cancel(i)
         except Conflict:
             assert o.status not in ACTIVE_STATUSES
             assert read(self.ledger) == before
@@ -381,7 +381,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         o = self.occs[i]
         before = read(self.ledger)
         try:
-            self.ledger.requeue(i)
+            self.ledger.occurrences.requeue(i)
         except Conflict:
             assert o.status not in RETRYABLE_STATUSES
             assert read(self.ledger) == before
@@ -470,15 +470,15 @@ class ProtocolMachine(RuleBasedStateMachine):
                 self._expire(i)
             self._past(singletons, singletons.c.occurrence_id.is_not(None), lease_until=True)
             claimant = self._mint()
-            for occurrence in self.ledger.claim(claimant, OCCURRENCES, LEASE).leased:
+            for occurrence in self.ledger.attempts.claim(claimant, OCCURRENCES, LEASE).leased:
                 key = self.occs[occurrence.id].key
                 spec = self.specs.get(key) if key else None
-                started = self.ledger.start_attempt(
+                started = self.ledger.attempts.start_attempt(
                     occurrence, claimant, 1, spec, LEASE, wait_secs=0.0
                 )
                 if started.outcome in ("started", "singleton_busy"):
                     status = COMPLETED if started.started else SKIPPED_SINGLETON
-                    assert self.ledger.settle(
+                    assert self.ledger.attempts.settle(
                         occurrence.id,
                         claimant,
                         status,

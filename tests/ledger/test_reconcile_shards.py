@@ -61,7 +61,7 @@ def test_the_databases_shards_are_disjoint_complete_and_pythons(
         conn.execute(sa.delete(schedule_state))
     now = ledger.db_now()
     for channel_id in ids:
-        ledger.upsert_cursor(channel_id, 1, "hash", now - timedelta(seconds=1))
+        ledger.cursors.upsert_cursor(channel_id, 1, "hash", now - timedelta(seconds=1))
 
     # When each shard reads its due cursors, a page of two at a time
     read = [[w.channel_id for w in pages(ledger, shard, now)] for shard in Shard.split(count)]
@@ -75,7 +75,7 @@ def test_the_databases_shards_are_disjoint_complete_and_pythons(
 def pages(ledger: Ledger, shard: Shard, now: Any) -> list[Any]:
     found: list[Any] = []
     after = None
-    while page := ledger.due_cursors(now, shard, after=after, limit=2):
+    while page := ledger.cursors.due_cursors(now, shard, after=after, limit=2):
         found += page
         last = max(page, key=lambda w: (w.state.next_fire_at, w.channel_id))
         after = (last.state.next_fire_at, last.channel_id)
@@ -85,7 +85,7 @@ def pages(ledger: Ledger, shard: Shard, now: Any) -> list[Any]:
 def due_channels(ledger: Ledger, count: int) -> list[str]:
     """`count` active per-minute channels, each due at this minute's instant."""
     ids = [
-        ledger.create_channel(
+        ledger.channels.create_channel(
             f"job-{n:03d}",
             EVERY_MINUTE,
             {"type": "python", "callable": "cronledger.demo:hello"},
@@ -103,9 +103,9 @@ def due_channels(ledger: Ledger, count: int) -> list[str]:
 
 def ledger_state(ledger: Ledger) -> tuple[Counter[tuple[str, Any]], dict[str, Any]]:
     """Rows by (channel, instant), and each cursor's position."""
-    data = ledger.list_occurrences(OccurrenceFilter(limit=1000)).data
+    data = ledger.occurrences.list_occurrences(OccurrenceFilter(limit=1000)).data
     rows = Counter((o.channel_id, o.scheduled_for) for o in data)
-    return rows, {s.channel_id: s.next_fire_at for s in ledger.schedule_states()}
+    return rows, {s.channel_id: s.next_fire_at for s in ledger.cursors.schedule_states()}
 
 
 def test_a_shard_that_dies_mid_pass_is_redone_by_the_next_pass_without_duplicates(
@@ -114,7 +114,7 @@ def test_a_shard_that_dies_mid_pass_is_redone_by_the_next_pass_without_duplicate
     # Given forty due channels, written three to a statement
     ids = due_channels(ledger, 40)
     monkeypatch.setattr(reconcile, "WRITE_BATCH", 3)
-    real = ledger.materialise
+    real = ledger.occurrences.materialise
     written: list[int] = []
 
     def dies_after_two_batches(rows: Any, moves: Any) -> tuple[int, set[str]]:
@@ -124,10 +124,10 @@ def test_a_shard_that_dies_mid_pass_is_redone_by_the_next_pass_without_duplicate
         return real(rows, moves)
 
     # When shard 0 of 2 dies after writing two batches
-    monkeypatch.setattr(ledger, "materialise", dies_after_two_batches)
+    monkeypatch.setattr(ledger.occurrences, "materialise", dies_after_two_batches)
     with pytest.raises(DatabaseUnavailable):
         reconcile_once(ledger, SETTINGS, ScheduleCache(), Shard(0, 2))
-    monkeypatch.setattr(ledger, "materialise", real)
+    monkeypatch.setattr(ledger.occurrences, "materialise", real)
     rows, _ = ledger_state(ledger)
     assert 0 < len(rows) < len([i for i in ids if Shard(0, 2).holds(i)])
 
@@ -197,7 +197,7 @@ def test_new_channels_are_initialised_a_page_at_a_time(
     empty_tables(ledger)
     monkeypatch.setattr(reconcile, "READ_PAGE", 5)
     for n in range(12):
-        ledger.create_channel(
+        ledger.channels.create_channel(
             f"new-{n}", EVERY_MINUTE, {"type": "python", "callable": "x:y"}, 1000, CHANNEL_ACTIVE
         )
     statements: list[str] = []
@@ -208,10 +208,10 @@ def test_new_channels_are_initialised_a_page_at_a_time(
 
     # Then every cursor is initialised, and written one statement per page, not per channel
     assert report.initialised == 12
-    assert len(ledger.schedule_states()) == 12
+    assert len(ledger.cursors.schedule_states()) == 12
     upserts = [s for s in statements if "INSERT INTO cron_schedule_state" in s]
     assert len(upserts) == 3
-    assert ledger.noted_changes() == []
+    assert ledger.cursors.noted_changes() == []
 
 
 def record_into(statements: list[str]) -> Any:

@@ -15,7 +15,7 @@ from cronledger.ledger import (
     SKIPPED_SINGLETON,
     Ledger,
 )
-from tests.ledger.helpers import LEASE, active_channel, claim_one, row, seed_due, start
+from tests.ledger.helpers import LEASE, active_channel, claim_one, held_slots, row, seed_due, start
 
 
 def test_retry_keeps_the_occurrence_identity(ledger: Ledger) -> None:
@@ -23,10 +23,12 @@ def test_retry_keeps_the_occurrence_identity(ledger: Ledger) -> None:
     due = seed_due(ledger, active_channel(ledger).channel_id)
     mine = claim_one(ledger, "node-a")
     token = start(ledger, mine, "node-a", "key").fencing_token
-    assert ledger.settle(due.id, "node-a", FAILED, fencing_token=token, error_message="boom")
+    assert ledger.attempts.settle(
+        due.id, "node-a", FAILED, fencing_token=token, error_message="boom"
+    )
 
     # When it is retried
-    requeued = ledger.requeue(due.id)
+    requeued = ledger.occurrences.requeue(due.id)
 
     # Then it is the same occurrence, pending again with the last attempt's traces cleared
     assert requeued.id == due.id
@@ -34,7 +36,7 @@ def test_retry_keeps_the_occurrence_identity(ledger: Ledger) -> None:
     assert requeued.status == PENDING
     assert requeued.error_message is None and requeued.completed_at is None
     assert requeued.claimed_by is None and requeued.fencing_token is None
-    assert ledger.get_occurrence(due.id) == requeued
+    assert ledger.occurrences.get_occurrence(due.id) == requeued
     # …and claimable again, as its second attempt
     assert claim_one(ledger, "node-b").attempt == 2
 
@@ -43,11 +45,11 @@ def test_a_completed_occurrence_cannot_be_retried(ledger: Ledger) -> None:
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
     assert start(ledger, mine, "node-a").started
-    assert ledger.settle(due.id, "node-a", COMPLETED)
+    assert ledger.attempts.settle(due.id, "node-a", COMPLETED)
 
     with pytest.raises(Conflict, match="trigger"):
-        ledger.requeue(due.id)
-    assert ledger.get_occurrence(due.id).status == COMPLETED
+        ledger.occurrences.requeue(due.id)
+    assert ledger.occurrences.get_occurrence(due.id).status == COMPLETED
 
 
 def test_live_occurrences_cannot_be_retried_and_unknown_ones_are_not_found(
@@ -55,32 +57,32 @@ def test_live_occurrences_cannot_be_retried_and_unknown_ones_are_not_found(
 ) -> None:
     due = seed_due(ledger)
     with pytest.raises(Conflict):
-        ledger.requeue(due.id)
+        ledger.occurrences.requeue(due.id)
     with pytest.raises(NotFound):
-        ledger.requeue("no-such-occurrence")
+        ledger.occurrences.requeue("no-such-occurrence")
 
 
 def test_a_skipped_misfire_and_a_cancelled_occurrence_can_be_retried(ledger: Ledger) -> None:
     channel_id = active_channel(ledger).channel_id
     now = ledger.db_now()
     skipped = row(now, channel_id, status=SKIPPED_MISFIRE, error_message="skipped 2")
-    assert ledger.insert_occurrence(skipped)
+    assert ledger.occurrences.insert_occurrence(skipped)
     cancelled = seed_due(ledger, channel_id)
-    ledger.cancel(cancelled.id)
+    ledger.occurrences.cancel(cancelled.id)
 
-    assert ledger.requeue(skipped.id).status == PENDING
-    assert ledger.requeue(cancelled.id).status == PENDING
+    assert ledger.occurrences.requeue(skipped.id).status == PENDING
+    assert ledger.occurrences.requeue(cancelled.id).status == PENDING
 
 
 def test_cancelling_a_pending_occurrence_takes_it_out_of_the_queue(ledger: Ledger) -> None:
     due = seed_due(ledger)
 
-    cancelled = ledger.cancel(due.id)
+    cancelled = ledger.occurrences.cancel(due.id)
 
     assert cancelled.status == CANCELLED
     assert cancelled.completed_at is not None
-    assert ledger.get_occurrence(due.id) == cancelled
-    assert ledger.claim("node-a", 10, LEASE).leased == []
+    assert ledger.occurrences.get_occurrence(due.id) == cancelled
+    assert ledger.attempts.claim("node-a", 10, LEASE).leased == []
 
 
 def test_cancelling_a_running_occurrence_frees_its_slot_and_fences_its_attempt(
@@ -90,10 +92,10 @@ def test_cancelling_a_running_occurrence_frees_its_slot_and_fences_its_attempt(
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
     token = start(ledger, mine, "node-a", "key").fencing_token
-    assert ledger.held_slots("key") == 1
+    assert held_slots(ledger, "key") == 1
 
     # When an operator cancels it
-    cancelled = ledger.cancel(due.id)
+    cancelled = ledger.occurrences.cancel(due.id)
 
     # Then it is cancelled with no claim, the key is free, and the attempt's next beat,
     # settle or release finds it has lost ownership
@@ -102,21 +104,21 @@ def test_cancelling_a_running_occurrence_frees_its_slot_and_fences_its_attempt(
         None,
         None,
     )
-    assert ledger.held_slots("key") == 0
-    assert ledger.in_flight_count() == 0
-    assert not ledger.renew(due.id, "node-a", token, LEASE)
-    assert not ledger.settle(due.id, "node-a", COMPLETED, fencing_token=token)
-    assert ledger.get_occurrence(due.id).status == CANCELLED
+    assert held_slots(ledger, "key") == 0
+    assert ledger.reporting.in_flight_count() == 0
+    assert not ledger.attempts.renew(due.id, "node-a", token, LEASE)
+    assert not ledger.attempts.settle(due.id, "node-a", COMPLETED, fencing_token=token)
+    assert ledger.occurrences.get_occurrence(due.id).status == CANCELLED
 
 
 def test_cancelling_a_claimed_occurrence_makes_its_start_lost(ledger: Ledger) -> None:
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
 
-    ledger.cancel(due.id)
+    ledger.occurrences.cancel(due.id)
 
     assert start(ledger, mine, "node-a", "key").outcome == "lost"
-    assert ledger.held_slots("key") == 0
+    assert held_slots(ledger, "key") == 0
 
 
 def test_a_finished_occurrence_cannot_be_cancelled_and_an_unknown_one_is_not_found(
@@ -125,18 +127,18 @@ def test_a_finished_occurrence_cannot_be_cancelled_and_an_unknown_one_is_not_fou
     # Given a completed occurrence beside a running one that holds the key
     done = seed_due(ledger)
     claim_one(ledger, "node-a")
-    assert ledger.settle(done.id, "node-a", SKIPPED_SINGLETON, error_message="busy")
+    assert ledger.attempts.settle(done.id, "node-a", SKIPPED_SINGLETON, error_message="busy")
     live = seed_due(ledger, channel_id="other")
     mine = claim_one(ledger, "node-b")
     assert start(ledger, mine, "node-b", "key").started
 
     # When cancelling the finished one, or one that does not exist
     with pytest.raises(Conflict, match="skipped_singleton"):
-        ledger.cancel(done.id)
+        ledger.occurrences.cancel(done.id)
     with pytest.raises(NotFound):
-        ledger.cancel("no-such-occurrence")
+        ledger.occurrences.cancel("no-such-occurrence")
 
     # Then nothing else moved
-    assert ledger.get_occurrence(done.id).status == "skipped_singleton"
-    assert ledger.get_occurrence(live.id).status == "running"
-    assert ledger.held_slots("key") == 1
+    assert ledger.occurrences.get_occurrence(done.id).status == "skipped_singleton"
+    assert ledger.occurrences.get_occurrence(live.id).status == "running"
+    assert held_slots(ledger, "key") == 1

@@ -78,7 +78,7 @@ def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: L
     # Given a backlog of three thousand due rows
     empty_tables(pg_ledger)
     now = pg_ledger.db_now()
-    pg_ledger.insert_occurrences(row(now - timedelta(seconds=i)) for i in range(3000))
+    pg_ledger.occurrences.insert_occurrences(row(now - timedelta(seconds=i)) for i in range(3000))
     with pg_ledger.engine.begin() as conn:
         conn.execute(sa.text("ANALYZE cron_occurrences"))
     plans: list[str] = []
@@ -91,7 +91,7 @@ def test_the_postgresql_claim_reads_the_pending_index_not_the_table(pg_ledger: L
     # When a claim runs
     sa.event.listen(pg_ledger.engine, "before_cursor_execute", explain)
     try:
-        assert len(pg_ledger.claim("node-plan", 50, 60).leased) == 50
+        assert len(pg_ledger.attempts.claim("node-plan", 50, 60).leased) == 50
     finally:
         sa.event.remove(pg_ledger.engine, "before_cursor_execute", explain)
 
@@ -160,12 +160,12 @@ def test_upgrading_from_0001_keeps_every_row_and_its_meaning(
         # Then each row is still there, due at its instant, allowed the default three
         # attempts, and judged already unless it is a cron row that never started nor retried
         for n, (id_, _, _, _, _) in enumerate(OLD_ROWS):
-            kept = ledger.get_occurrence(id_)
+            kept = ledger.occurrences.get_occurrence(id_)
             assert kept.scheduled_for == kept.due_at == AN_INSTANT + timedelta(seconds=n)
             assert kept.max_attempts == 3
             assert kept.misfire_judged is (id_ != "old"), id_
         # …and the pending ones are claimable as before
-        claimed = [o.id for o in ledger.claim("node", 10, 60).leased]
+        claimed = [o.id for o in ledger.attempts.claim("node", 10, 60).leased]
         assert claimed == ["old", "retried", "manual"]
 
 

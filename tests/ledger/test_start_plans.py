@@ -28,17 +28,19 @@ def one_connection(pg_database_url: str, pg_ledger: Ledger) -> Iterator[Ledger]:
 
 def claimed(ledger: Ledger, count: int, claimant: str) -> list[Occurrence]:
     now = ledger.db_now()
-    ledger.insert_occurrences(
+    ledger.occurrences.insert_occurrences(
         row(now - timedelta(seconds=n + 1), f"{claimant}-{n % 50}") for n in range(count)
     )
     leased: list[Occurrence] = []
     while len(leased) < count:
-        leased += ledger.claim(claimant, 1000, 600).leased
+        leased += ledger.attempts.claim(claimant, 1000, 600).leased
     return leased
 
 
 def start(ledger: Ledger, occurrence: Occurrence) -> None:
-    assert ledger.start_attempt(occurrence, occurrence.claimed_by or "", 1, None, 600).started
+    assert ledger.attempts.start_attempt(
+        occurrence, occurrence.claimed_by or "", 1, None, 600
+    ).started
 
 
 def test_a_start_after_a_burst_reaches_its_row_by_primary_key(one_connection: Ledger) -> None:

@@ -81,14 +81,14 @@ def test_a_write_waiting_on_a_lock_past_statement_timeout_is_cancelled_as_unavai
     # When the ledger settles it (a statement sent straight on the connection) and cancels it
     # (through SQLAlchemy), each waits for the lock
     with pytest.raises(DatabaseUnavailable, match="statement_timeout") as settling:
-        quick_ledger.settle(seed_id, "claimant-1", COMPLETED, result="done")
+        quick_ledger.attempts.settle(seed_id, "claimant-1", COMPLETED, result="done")
     with pytest.raises(DatabaseUnavailable, match="statement_timeout"):
-        quick_ledger.cancel(seed_id)
+        quick_ledger.occurrences.cancel(seed_id)
 
     # Then both were cancelled by the server, not left waiting, and nothing was written
     assert "canceling statement due to statement timeout" in str(settling.value)
     row_lock.release()
-    assert pg_ledger.get_occurrence(seed_id).status == CLAIMED
+    assert pg_ledger.occurrences.get_occurrence(seed_id).status == CLAIMED
     # and the connections are still good for the next statement
     assert quick_ledger.db_now() is not None
 
@@ -103,20 +103,20 @@ def test_a_connection_that_goes_silent_is_given_up_after_the_socket_timeout(
         relay.open()
         ledger = Ledger.connect(relay.url, statement_timeout_ms=500, socket_timeout_secs=1)
         try:
-            assert ledger.in_flight_count() == 0  # a connection is open and pooled
+            assert ledger.reporting.in_flight_count() == 0  # a connection is open and pooled
 
             # When the network goes silent (a failover's half-open connection)
             relay.freeze(HOLD_SECS)
 
             # Then a claim gives up on it instead of waiting, and claims nothing
             with pytest.raises(DatabaseUnavailable):
-                ledger.claim("claimant-1", 10, 60)
+                ledger.attempts.claim("claimant-1", 10, 60)
             # and a new connection through the silent network is given up too
             with pytest.raises(DatabaseUnavailable):
                 ledger.db_now()
         finally:
             ledger.dispose()
-    assert pg_ledger.in_flight_count() == 0
+    assert pg_ledger.reporting.in_flight_count() == 0
 
 
 def test_a_connection_that_never_answers_is_given_up_after_the_connect_timeout(

@@ -143,7 +143,7 @@ def test_the_previous_releases_writes_succeed_against_the_new_schema(
 
         # Then each wrote its row, and the new code reads it back as the old code meant it
         assert (inserted.rowcount, claimed.rowcount, settled.rowcount) == (1, 1, 1)
-        occurrence = ledger.get_occurrence("occ-1")
+        occurrence = ledger.occurrences.get_occurrence("occ-1")
         assert occurrence.status == COMPLETED
         assert occurrence.attempt == 1
         assert occurrence.result == "done"
@@ -283,12 +283,14 @@ def test_channels_written_before_labels_have_none_after_the_upgrade(
 
         # When the deploy migrates, and the channel is relabelled
         ledger.migrate()
-        ledger.new_channel_version(
+        ledger.channels.new_channel_version(
             "c1", {"schedule": "0 15 2 * * *"}, {}, 5000, labels={"team": "billing"}
         )
 
         # Then the old version has no labels, the new one has them, and a selector finds it
-        assert ledger.get_channel("c1", version=1).labels == {}
-        assert ledger.get_channel("c1").labels == {"team": "billing"}
-        assert [c.name for c in ledger.list_channels(labels={"team": "billing"}).data] == ["old"]
-        assert ledger.list_channels(labels={"team": "ops"}).data == []
+        assert ledger.channels.get_channel("c1", version=1).labels == {}
+        assert ledger.channels.get_channel("c1").labels == {"team": "billing"}
+        assert [c.name for c in ledger.channels.list_channels(labels={"team": "billing"}).data] == [
+            "old"
+        ]
+        assert ledger.channels.list_channels(labels={"team": "ops"}).data == []

@@ -64,7 +64,9 @@ def test_a_changed_channel_shows_its_fields_and_instants_before_and_after_with_t
     # gap skips on 28 March
     url, ledger = api_url
     current = document("0 30 0 * * *", SPRING)
-    ledger.create_channel("nightly", current["transport_config"], OK_TARGET, 5000, "active")
+    ledger.channels.create_channel(
+        "nightly", current["transport_config"], OK_TARGET, 5000, "active"
+    )
     path = file_of(tmp_path, document("0 30 1 * * *", SPRING))
 
     # When the file is compared
@@ -99,7 +101,7 @@ def test_instants_on_a_fold_are_both_marked_and_shown_to_a_person(
     api_url: tuple[str, Ledger], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, ledger = api_url
-    ledger.create_channel(
+    ledger.channels.create_channel(
         "nightly", document("0 30 3 * * *", AUTUMN)["transport_config"], OK_TARGET, 5000, "active"
     )
     path = file_of(tmp_path, document("0 30 1 * * *", AUTUMN))
@@ -131,7 +133,7 @@ def test_a_new_channel_shows_only_its_instants_and_an_unchanged_one_only_its_nam
 ) -> None:
     url, ledger = api_url
     same = document("0 30 0 * * *", SPRING)
-    ledger.create_channel("nightly", same["transport_config"], OK_TARGET, 5000, "active")
+    ledger.channels.create_channel("nightly", same["transport_config"], OK_TARGET, 5000, "active")
     fresh = {**document("0 0 6 1 * *", SPRING, "America/New_York"), "name": "month-end"}
     path = file_of(tmp_path, same, fresh)
 
@@ -151,7 +153,7 @@ def test_a_schedule_that_does_not_compile_is_refused_with_its_path_and_exits_1(
     api_url: tuple[str, Ledger], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, ledger = api_url
-    ledger.create_channel(
+    ledger.channels.create_channel(
         "nightly", document("0 30 0 * * *", SPRING)["transport_config"], OK_TARGET, 5000, "active"
     )
     path = file_of(tmp_path, document("30 0 * * *", SPRING))

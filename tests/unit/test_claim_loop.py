@@ -57,7 +57,7 @@ def ledger() -> FakeLedger:
 def seed(ledger: FakeLedger, *seconds_from_now: float) -> list[str]:
     now = ledger.db_now()
     rows = [row(now + timedelta(seconds=s)) for s in seconds_from_now]
-    assert ledger.insert_occurrences(rows) == len(rows)
+    assert ledger.occurrences.insert_occurrences(rows) == len(rows)
     return [r.id for r in rows]
 
 
@@ -88,7 +88,7 @@ def test_a_claim_loop_whose_workers_are_all_busy_waits_without_asking_the_databa
 def test_a_claim_loop_at_max_in_flight_naps_instead_of_spinning(ledger: FakeLedger) -> None:
     # Given two leases in flight, an instance allowed two, and a backlog still due
     seed(ledger, -10, -20)
-    assert len(ledger.claim("elsewhere", 2, 60).leased) == 2
+    assert len(ledger.attempts.claim("elsewhere", 2, 60).leased) == 2
     seed(ledger, -1, -2, -3)
     ledger.calls.clear()
     clock = ledger.time
@@ -163,7 +163,7 @@ def test_a_claim_loop_stays_for_what_falls_due_in_its_invocation_then_returns(
     assert dispatched == 2 and invoker.dispatched[-1] == soon
     assert invoker.at[-1] - started >= 1.0 - EPS
     assert clock.now - started < 1.0 + SETTINGS.poll_interval.total_seconds()
-    assert ledger.get_occurrence(soon).status == CLAIMED
+    assert ledger.occurrences.get_occurrence(soon).status == CLAIMED
 
 
 def test_without_while_due_a_claim_loop_polls_until_its_deadline(ledger: FakeLedger) -> None:

@@ -90,7 +90,7 @@ def test_api_requests_pass_through_to_the_api(proxy: Proxy) -> None:
     assert json.loads(listed[2])["data"][0]["name"] == "nightly"
     assert refused[0] == 409 and json.loads(refused[2])["error"]["code"] == "conflict"
     assert health[0] == 200
-    assert proxy.ledger.list_channels().total == 1
+    assert proxy.ledger.channels.list_channels().total == 1
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_requests_that_are_not_its_own_pages_are_refused(
 
     assert status == 403
     assert said in json.loads(answer)["error"]["message"]
-    assert proxy.ledger.list_channels().total == 0
+    assert proxy.ledger.channels.list_channels().total == 0
 
 
 def test_only_the_apis_own_paths_are_passed_on(proxy: Proxy) -> None:
@@ -139,7 +139,7 @@ def test_a_content_length_that_is_no_size_or_too_large_is_a_json_4xx_and_it_serv
     assert (answer.status, answer.json["error"]["code"]) == (status, code)
     assert answer.headers["connection"] == "close"
     assert proxy.send("GET", "/health")[0] == 200
-    assert proxy.ledger.list_channels().total == 0
+    assert proxy.ledger.channels.list_channels().total == 0
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ def test_a_body_that_never_arrives_is_a_json_408_after_the_read_timeout(
 
     assert (answer.status, answer.json["error"]["code"]) == (408, "request_timeout")
     assert health == 200
-    assert sqlite_ledger.list_channels().total == 0
+    assert sqlite_ledger.channels.list_channels().total == 0
 
 
 def test_an_api_that_answers_no_http_is_a_json_502() -> None:

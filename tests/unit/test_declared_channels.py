@@ -20,7 +20,7 @@ MODULE = "tests.unit.declared.nightly"
 def by_name(cli: Cli) -> dict[str, tuple[str, int, dict[str, str]]]:
     return {
         c.name: (c.status, c.version, dict(c.labels or {}))
-        for c in cli.ledger.list_channels(limit=1000).data
+        for c in cli.ledger.channels.list_channels(limit=1000).data
     }
 
 

@@ -14,6 +14,7 @@ from cronledger.ledger import CHANNEL_ACTIVE, RUNNING, DatabaseUnavailable, Ledg
 from cronledger.settings import Settings
 from tests.e2e import targets
 from tests.fake_ledger import FakeClock
+from tests.ledger.helpers import with_stores
 
 
 class RenewalsFail:
@@ -26,7 +27,7 @@ class RenewalsFail:
         self.tried_at: list[float] = []
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
+        return getattr(self._ledger.attempts, name)
 
     def renew(self, *args: Any, **kwargs: Any) -> bool:
         self.tried_at.append(self._clock.now)
@@ -38,7 +39,7 @@ def test_an_attempt_whose_renewals_all_fail_stops_itself_when_the_lease_gives_up
 ) -> None:
     # Given a running target that blocks, on an executor whose renewals all fail
     targets.reset()
-    channel = sqlite_ledger.create_channel(
+    channel = sqlite_ledger.channels.create_channel(
         "blocks",
         {"schedule": "0 0 0 1 1 *"},
         {"type": "python", "callable": "tests.e2e.targets:wait_for_release"},
@@ -46,13 +47,13 @@ def test_an_attempt_whose_renewals_all_fail_stops_itself_when_the_lease_gives_up
         CHANNEL_ACTIVE,
     )
     due = NewOccurrence.of(channel, sqlite_ledger.db_now() - timedelta(seconds=1), None)
-    assert sqlite_ledger.insert_occurrence(due)
-    assert sqlite_ledger.claim("node-a", 1, 60).leased
+    assert sqlite_ledger.occurrences.insert_occurrence(due)
+    assert sqlite_ledger.attempts.claim("node-a", 1, 60).leased
     # (a grace no load can outlast: the row is never judged late, which would wait first)
     settings = Settings(claim_lease_secs=60, heartbeat_interval_secs=15, misfire_grace_secs=3600)
     clock = FakeClock()
     ledger = RenewalsFail(sqlite_ledger, clock)
-    executor = Executor(ledger, settings, clock=clock.clock)  # type: ignore[arg-type]
+    executor = Executor(with_stores(sqlite_ledger, attempts=ledger), settings, clock=clock.clock)
     started = clock.now
 
     # When it runs the attempt
@@ -69,4 +70,4 @@ def test_an_attempt_whose_renewals_all_fail_stops_itself_when_the_lease_gives_up
     assert report.error == (
         "no successful renewal within the lease; stopped before a peer could take over"
     )
-    assert sqlite_ledger.get_occurrence(due.id).status == RUNNING
+    assert sqlite_ledger.occurrences.get_occurrence(due.id).status == RUNNING

@@ -30,14 +30,14 @@ def cli(
 
 
 def labelled(cli: Cli, name: str, **labels: str) -> str:
-    channel = cli.ledger.create_channel(
+    channel = cli.ledger.channels.create_channel(
         name, dict(SCHEDULE), dict(OK_TARGET), 5000, "active", labels=labels
     )
     return channel.channel_id
 
 
 def statuses(cli: Cli) -> dict[str, str]:
-    return {c.name: c.status for c in cli.ledger.list_channels(limit=1000).data}
+    return {c.name: c.status for c in cli.ledger.channels.list_channels(limit=1000).data}
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_pause_by_selector_moves_only_the_matching_channels_and_says_each(fleet:
         "ops-acme": "paused",
         "plain": "active",
     }
-    paused = fleet.ledger.list_channels(status="paused").data
+    paused = fleet.ledger.channels.list_channels(status="paused").data
     assert {c.status_reason for c in paused} == {"unpaid invoice"}
 
 
@@ -104,7 +104,7 @@ def test_resume_and_archive_by_selector(fleet: Cli) -> None:
 
 
 def test_a_channel_that_cannot_move_is_said_and_fails_the_command(fleet: Cli) -> None:
-    fleet.ledger.create_channel(
+    fleet.ledger.channels.create_channel(
         "billing-draft", dict(SCHEDULE), dict(OK_TARGET), 5000, labels={"team": "billing"}
     )
 

@@ -103,7 +103,7 @@ class Cli:
         return Ran(code, captured.out, captured.err)
 
     def channel(self, name: str, target: Mapping[str, Any] = OK_TARGET, **config: Any) -> str:
-        created = self.ledger.create_channel(
+        created = self.ledger.channels.create_channel(
             name, {**SCHEDULE, **config}, dict(target), 5000, "active"
         )
         return created.channel_id
@@ -158,7 +158,7 @@ def test_apply_creates_then_leaves_unchanged_then_versions_a_channel_by_name(
         "→",
         "active",
     ]
-    stored = cli.ledger.get_channel_by_name("nightly")
+    stored = cli.ledger.channels.get_channel_by_name("nightly")
     assert (stored.version, stored.status) == (2, "active")
     assert stored.transport_config["schedule"] == "0 30 3 * * *"
 
@@ -196,9 +196,9 @@ def test_apply_of_many_documents_applies_every_valid_one_and_exits_1_naming_the_
         "target.url",
     }
     assert "document 3" in outcomes[2]["where"] and "a name" in outcomes[2]["error"]
-    assert cli.ledger.get_channel_by_name("nightly").status == "paused"  # as the file says
-    assert cli.ledger.get_channel_by_name("hourly").status == "draft"
-    assert cli.ledger.list_channels().total == 2
+    assert cli.ledger.channels.get_channel_by_name("nightly").status == "paused"  # as the file says
+    assert cli.ledger.channels.get_channel_by_name("hourly").status == "draft"
+    assert cli.ledger.channels.list_channels().total == 2
     # The person's report went to stderr, each problem once.
     assert ran.err.count("has 5 field(s)") == 1
     assert "refused" in ran.err and "created" in ran.err
@@ -221,7 +221,7 @@ def test_apply_of_a_bad_document_exits_1_with_every_field_problem_once(
     assert ran.out.count("has 5 field(s)") == 1
     assert "    target.url: " in ran.out
     assert "Traceback" not in ran.out + ran.err
-    assert cli.ledger.list_channels().total == 0
+    assert cli.ledger.channels.list_channels().total == 0
 
 
 def test_an_unreadable_file_exits_2_with_what_to_do_and_sends_nothing(
@@ -244,7 +244,7 @@ def test_an_unreadable_file_exits_2_with_what_to_do_and_sends_nothing(
         f"{tmp_path / 's.yaml'}, line 3: a value starting with '*' is YAML alias syntax; "
         'quote it, e.g. schedule: "*/5 * * * * *"'
     )
-    assert cli.ledger.list_channels().total == 0
+    assert cli.ledger.channels.list_channels().total == 0
 
 
 def test_apply_dry_run_reports_what_applying_would_do_prints_the_diff_and_writes_nothing(
@@ -273,9 +273,9 @@ def test_apply_dry_run_reports_what_applying_would_do_prints_the_diff_and_writes
         "refused",
         "transport_config.schedule",
     )
-    stored = cli.ledger.get_channel_by_name("nightly")
+    stored = cli.ledger.channels.get_channel_by_name("nightly")
     assert (stored.version, stored.status) == (1, "draft")
-    assert cli.ledger.list_channels().total == 1
+    assert cli.ledger.channels.list_channels().total == 1
 
 
 #: Every key of a schedule, dates and times among them (which YAML would read as dates if
@@ -300,7 +300,7 @@ ONE_TIME = {"at": "2099-03-26T01:30:00", "timezone": "Europe/London", "jitter_se
 def test_show_prints_a_document_that_applies_back_unchanged(
     cli: Cli, tmp_path: Path, fmt: str, config: dict[str, Any]
 ) -> None:
-    cli.ledger.create_channel(
+    cli.ledger.channels.create_channel(
         "nightly", config, OK_TARGET, 5000, "active", labels={"example.com/team": "bi"}
     )
     cli("channels", "pause", "nightly")
@@ -323,7 +323,7 @@ def test_show_prints_a_document_that_applies_back_unchanged(
     assert document["transport_config"] == config  # every value as a string, not a date
     assert applied.code == 0
     assert [(o["name"], o["outcome"]) for o in applied.json()] == [("nightly", "unchanged")]
-    stored = cli.ledger.get_channel_by_name("nightly")
+    stored = cli.ledger.channels.get_channel_by_name("nightly")
     assert (stored.version, stored.status) == (1, "paused")
 
 
@@ -370,7 +370,10 @@ def test_history_diff_and_rollback_work_on_versions(cli: Cli, tmp_path: Path) ->
     versions = after.json()["data"]
     assert [(v["version"], v["current"]) for v in versions] == [(3, True), (2, False), (1, False)]
     assert versions[0]["transport_config"] == versions[2]["transport_config"]
-    assert cli.ledger.get_channel_by_name("nightly").transport_config["schedule"] == "0 15 2 * * *"
+    assert (
+        cli.ledger.channels.get_channel_by_name("nightly").transport_config["schedule"]
+        == "0 15 2 * * *"
+    )
     assert missing.code == 2 and "has no version 9" in missing.err
     assert (same.code, same.out.strip()) == (0, "versions 1 and 3 of nightly are the same")
 
@@ -434,7 +437,7 @@ def test_lists_page_by_the_key_their_footer_names(cli: Cli) -> None:
     now = cli.ledger.db_now().replace(microsecond=0)
     for hours in range(5):
         at = now - timedelta(hours=hours)
-        assert cli.ledger.insert_occurrence(NewOccurrence(channel_id, "nightly", 1, at))
+        assert cli.ledger.occurrences.insert_occurrence(NewOccurrence(channel_id, "nightly", 1, at))
 
     # When the occurrences are read two a page, each page after the key the last one names
     pages = [cli("occurrences", "list", "--limit", "2")]
@@ -482,7 +485,7 @@ def test_trigger_then_the_run_shows_in_the_listing_and_in_full(cli: Cli) -> None
 
     triggered = cli("trigger", "nightly")
     cli.scheduler.run_due()
-    occurrence_id = cli.ledger.list_occurrences().data[0].id
+    occurrence_id = cli.ledger.occurrences.list_occurrences().data[0].id
     listing = cli("occurrences", "list", "--channel", "nightly", "--since", "1h")
     shown = cli("occurrences", "show", occurrence_id)
 
@@ -498,7 +501,7 @@ def test_trigger_then_the_run_shows_in_the_listing_and_in_full(cli: Cli) -> None
 
 
 def test_a_one_time_channel_shows_its_at_and_ended_once_it_fired(cli: Cli) -> None:
-    channel_id = cli.ledger.create_channel(
+    channel_id = cli.ledger.channels.create_channel(
         "once", {"at": "2020-01-01T00:00:00"}, dict(OK_TARGET), 5000, "active"
     ).channel_id
     cli.scheduler.reconcile()  # created after its instant: parked at once
@@ -529,7 +532,7 @@ def test_status_and_preview_show_the_schedule_in_utc_and_local_time(cli: Cli) ->
     assert header[:3] == ["CHANNEL", "SCHEDULE", "TIMEZONE"]
     assert row[0] == "london" and "Europe/London" in row
     assert row[-1] == "allow"
-    next_fire = cli.ledger.schedule_states()[0].next_fire_at
+    next_fire = cli.ledger.cursors.schedule_states()[0].next_fire_at
     assert next_fire is not None and next_fire.strftime("%Y-%m-%dT%H:%M:%SZ") in row
     assert preview.code == 0
     lines = preview.out.splitlines()
@@ -582,11 +585,11 @@ def test_with_json_each_command_prints_the_apis_answer_as_json_alone(cli: Cli) -
 
 
 def test_a_refused_request_exits_1_with_the_apis_message(cli: Cli) -> None:
-    cli.ledger.create_channel("drafty", SCHEDULE, OK_TARGET, 5000)
+    cli.ledger.channels.create_channel("drafty", SCHEDULE, OK_TARGET, 5000)
     cli.channel("done")
     assert cli("trigger", "done").code == 0
     cli.scheduler.run_due()
-    completed = cli.ledger.list_occurrences().data[0]
+    completed = cli.ledger.occurrences.list_occurrences().data[0]
 
     draft = cli("trigger", "drafty")
     retry_done = cli("retry", completed.id)
@@ -598,14 +601,14 @@ def test_a_refused_request_exits_1_with_the_apis_message(cli: Cli) -> None:
     assert "409 conflict" in retry_done.err and "'completed'" in retry_done.err
     assert retry_unknown.code == 1
     assert retry_unknown.json()["error"]["code"] == "not_found"  # scripts get the envelope
-    assert cli.ledger.get_occurrence(completed.id).status == "completed"
+    assert cli.ledger.occurrences.get_occurrence(completed.id).status == "completed"
 
 
 def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
     cli.channel("flaky", FAIL_TARGET)
     assert cli("trigger", "flaky").code == 0
     cli.scheduler.run_due()
-    failed = cli.ledger.list_occurrences().data[0]
+    failed = cli.ledger.occurrences.list_occurrences().data[0]
 
     retried = cli("retry", failed.id)
     cancelled = cli("cancel", failed.id, "--reason", "upstream is down")
@@ -614,7 +617,7 @@ def test_retry_and_cancel_report_the_rows_new_status(cli: Cli) -> None:
     assert "is pending; its next run is attempt 2" in retried.out
     assert cancelled.code == 0
     assert cancelled.out.strip().endswith("is cancelled")
-    stored = cli.ledger.get_occurrence(failed.id)
+    stored = cli.ledger.occurrences.get_occurrence(failed.id)
     assert (stored.status, stored.error_message) == (
         "cancelled",
         "cancelled by an operator: upstream is down",
@@ -628,13 +631,15 @@ def test_retry_of_a_filter_counts_asks_and_retries_every_match(cli: Cli, tmp_pat
     cli("backfill", "flaky", "--from", "3d", "--to", "1h")
     cli("trigger", "other")
     cli.scheduler.run_due()
-    failed = {o.id for o in cli.ledger.list_occurrences().data if o.channel_name == "flaky"}
+    failed = {
+        o.id for o in cli.ledger.occurrences.list_occurrences().data if o.channel_name == "flaky"
+    }
     count = len(failed)
     assert count >= 2
 
     # When retried without --yes and no one to ask, then with --yes
     unconfirmed = cli("retry", "--channel", "flaky", "--status", "failed")
-    still = {cli.ledger.get_occurrence(i).status for i in failed}
+    still = {cli.ledger.occurrences.get_occurrence(i).status for i in failed}
     confirmed = cli("retry", "--channel", "flaky", "--since", "7d", "--yes", "--json")
 
     # Then nothing moved the first time; every flaky one, and only those, the second
@@ -644,7 +649,9 @@ def test_retry_of_a_filter_counts_asks_and_retries_every_match(cli: Cli, tmp_pat
     assert confirmed.code == 0
     assert {o["id"] for o in confirmed.json()["done"]} == failed
     assert f"retry: {count} done, 0 refused" in confirmed.err
-    assert {o.id for o in cli.ledger.list_occurrences().data if o.status == "pending"} == failed
+    assert {
+        o.id for o in cli.ledger.occurrences.list_occurrences().data if o.status == "pending"
+    } == failed
     assert cli("retry", "1", "--status", "failed").code == 2  # ids or a filter, not both
     assert cli("retry").code == 2
 
@@ -658,7 +665,7 @@ def test_retry_of_a_filter_at_a_terminal_asks_and_does_what_the_person_answers(
     for _ in range(2):
         cli("trigger", "flaky")
         cli.scheduler.run_due()
-    failed = [o.id for o in cli.ledger.list_occurrences().data]
+    failed = [o.id for o in cli.ledger.occurrences.list_occurrences().data]
     command = [sys.executable, "-c", "from cronledger.cli import entry; entry()"]
     leader, follower = os.openpty()
     try:
@@ -683,7 +690,7 @@ def test_retry_of_a_filter_at_a_terminal_asks_and_does_what_the_person_answers(
     # Then the count was asked about, and the rows moved only on a yes
     assert b"Retry 2 failed occurrence(s) of flaky? [y/N]:" in asked
     assert exit_code == code
-    assert {cli.ledger.get_occurrence(i).status for i in failed} == {status}
+    assert {cli.ledger.occurrences.get_occurrence(i).status for i in failed} == {status}
     assert ("retry: 2 done, 0 refused" in said) == (answer == "y")
 
 
@@ -693,10 +700,10 @@ def test_retry_of_a_filter_at_a_terminal_asks_and_does_what_the_person_answers(
 def _cancel_one(ledger: Ledger, channel_id: str, name: str) -> str:
     """A manual row of the channel, cancelled with a reason: one recorded event."""
     # An instant of its own: two "now"s can fall in one millisecond of SQLite's clock.
-    at = ledger.db_now() - timedelta(days=1, seconds=ledger.list_occurrences().total)
+    at = ledger.db_now() - timedelta(days=1, seconds=ledger.occurrences.list_occurrences().total)
     row = NewOccurrence(channel_id, name, 1, at, trigger="manual")
-    assert ledger.insert_occurrence(row)
-    ledger.cancel(row.id, by="ops", reason="not today")
+    assert ledger.occurrences.insert_occurrence(row)
+    ledger.occurrences.cancel(row.id, by="ops", reason="not today")
     return row.id
 
 
@@ -780,14 +787,14 @@ def test_events_watch_prints_an_event_written_while_it_watches(cli: Cli, fmt: st
 
 
 def test_lifecycle_commands_and_an_archived_channel_is_never_told_to_reactivate(cli: Cli) -> None:
-    channel = cli.ledger.create_channel("life", SCHEDULE, OK_TARGET, 5000)
+    channel = cli.ledger.channels.create_channel("life", SCHEDULE, OK_TARGET, 5000)
 
     resumed = cli("channels", "resume", "life")
     paused = cli("channels", "pause", channel.channel_id)  # an id works as well as a name
     archived = cli("channels", "archive", "life")
     trigger = cli("trigger", "life")
     unconfirmed = cli("channels", "delete", "life")
-    still_there = cli.ledger.get_channel(channel.channel_id).status
+    still_there = cli.ledger.channels.get_channel(channel.channel_id).status
     deleted = cli("channels", "delete", "life", "--yes")
 
     assert [r.out.strip() for r in (resumed, paused, archived)] == [
@@ -800,7 +807,7 @@ def test_lifecycle_commands_and_an_archived_channel_is_never_told_to_reactivate(
     assert (unconfirmed.code, still_there) == (2, "archived")
     assert "--yes" in unconfirmed.err
     assert (deleted.code, deleted.out.strip()) == (0, "deleted channel life")
-    assert cli.ledger.list_channels().total == 0
+    assert cli.ledger.channels.list_channels().total == 0
 
 
 # --- conventions ------------------------------------------------------------------------------
@@ -855,7 +862,7 @@ def test_tables_fit_the_terminal_dropping_the_least_important_columns_but_not_an
     cli.channel("a-rather-long-channel-name", FAIL_TARGET)
     cli("trigger", "a-rather-long-channel-name")
     cli.scheduler.run_due()
-    full_id = cli.ledger.list_occurrences().data[0].id
+    full_id = cli.ledger.occurrences.list_occurrences().data[0].id
 
     monkeypatch.setenv("COLUMNS", "100")
     fitted = cli("occurrences", "list")
@@ -953,7 +960,7 @@ def test_a_closed_pipe_ends_the_command_quietly(cli: Cli) -> None:
     # More output than a pipe holds (64 KiB), so the command is still writing when the
     # reader goes: it must meet the closed pipe, not finish before it.
     for number in range(200):
-        cli.ledger.create_channel(f"channel-{number:03}", SCHEDULE, OK_TARGET, 5000)
+        cli.ledger.channels.create_channel(f"channel-{number:03}", SCHEDULE, OK_TARGET, 5000)
     command = [sys.executable, "-c", "from cronledger.cli import entry; entry()"]
     environment = {**os.environ, "CRONLEDGER_API_URL": cli.url}
 
@@ -1025,7 +1032,7 @@ def test_migrate_upgrades_the_named_database(
 
     assert capsys.readouterr().out.strip() == f"migrated {url}"
     ledger = Ledger.connect(url)
-    assert ledger.list_channels().total == 0
+    assert ledger.channels.list_channels().total == 0
     ledger.dispose()
 
 
@@ -1049,6 +1056,6 @@ def test_a_prompt_answered_no_or_closed_exits_2_having_done_nothing(
 
     # Then a "no" (or a closed input) is the usage exit code and the channel stays
     assert ran.code == code
-    assert (channel_id in {c.channel_id for c in cli.ledger.list_channels().data}) == kept
+    assert (channel_id in {c.channel_id for c in cli.ledger.channels.list_channels().data}) == kept
     if kept:
         assert "Nothing was done." in ran.err

@@ -63,7 +63,7 @@ def test_show_lists_every_attempt_with_its_error_and_where_it_failed(cli: Cli) -
     cli.channel("flaky", FAIL_FIRST, retry=RETRIED_AT_ONCE)
     cli("trigger", "flaky")
     cli.scheduler.run_due()
-    occurrence_id = cli.ledger.list_occurrences().data[0].id
+    occurrence_id = cli.ledger.occurrences.list_occurrences().data[0].id
 
     # When it is shown, for a person and for a script
     shown = cli("occurrences", "show", occurrence_id)
@@ -87,9 +87,9 @@ def test_watching_the_listing_prints_a_row_again_when_its_status_changes(cli: Cl
     # listing reaches it); the watch is ended with Ctrl-C once it has asked again after that
     channel_id = cli.channel("nightly")
     row = NewOccurrence(channel_id, "nightly", 1, cli.ledger.db_now() - timedelta(hours=1))
-    assert cli.ledger.insert_occurrence(row)
+    assert cli.ledger.occurrences.insert_occurrence(row)
     listing = f"{PREFIX}/cron/occurrences"
-    cli.served.on(listing, 1, lambda: cli.ledger.cancel(row.id, by="ops"))
+    cli.served.on(listing, 1, lambda: cli.ledger.occurrences.cancel(row.id, by="ops"))
     cli.served.on(listing, 3, ctrl_c)
 
     # When the listing is watched
@@ -108,7 +108,7 @@ def test_watching_status_prints_a_channel_again_when_its_backlog_grows(cli: Cli)
     channel_id = cli.channel("nightly")
     backlog = NewOccurrence(channel_id, "nightly", 1, cli.ledger.db_now() + timedelta(hours=1))
     status = f"{PREFIX}/cron/status"
-    cli.served.on(status, 1, lambda: cli.ledger.insert_occurrence(backlog))
+    cli.served.on(status, 1, lambda: cli.ledger.occurrences.insert_occurrence(backlog))
     cli.served.on(status, 3, ctrl_c)
 
     # When the status is watched, as JSON lines
@@ -126,7 +126,7 @@ def test_a_channel_listing_exported_as_yaml_applies_back_with_no_change(
     # Given two channels, one paused, exported by `channels list -o yaml`
     cli.channel("nightly")
     paused = cli.channel("hourly", schedule="0 0 * * * *")
-    cli.ledger.set_channel_status(paused, "paused")
+    cli.ledger.channels.set_channel_status(paused, "paused")
     exported = cli("channels", "list", "-o", "yaml")
     listing = tmp_path / "channels.yaml"
     listing.write_text(exported.out, encoding="utf-8")
@@ -138,7 +138,7 @@ def test_a_channel_listing_exported_as_yaml_applies_back_with_no_change(
     assert applied.code == 0, applied.err
     outcomes = {o["name"]: o["outcome"] for o in applied.json()}
     assert outcomes == {"nightly": "unchanged", "hourly": "unchanged"}
-    assert [(c.name, c.version) for c in cli.ledger.list_channels().data] == [
+    assert [(c.name, c.version) for c in cli.ledger.channels.list_channels().data] == [
         ("hourly", 1),
         ("nightly", 1),
     ]
@@ -163,7 +163,7 @@ def test_two_documents_of_one_name_are_both_refused_naming_each_other(
         line for line in applied.err.splitlines() + applied.out.splitlines() if both in line
     ]
     assert len(refusals) == 2
-    assert [c.name for c in cli.ledger.list_channels().data] == ["weekly"]
+    assert [c.name for c in cli.ledger.channels.list_channels().data] == ["weekly"]
 
 
 def test_apply_of_a_past_at_is_refused_unless_allowed_and_then_warns(
@@ -188,7 +188,7 @@ def test_apply_of_a_past_at_is_refused_unless_allowed_and_then_warns(
     assert allowed.code == 0
     assert "warning  nightly: transport_config.at:" in allowed.out
     assert "will never run" in allowed.out
-    assert [c.name for c in cli.ledger.list_channels().data] == ["nightly"]
+    assert [c.name for c in cli.ledger.channels.list_channels().data] == ["nightly"]
 
 
 def test_show_says_how_late_after_its_instant_a_run_started_beside_its_lag(cli: Cli) -> None:
@@ -196,7 +196,7 @@ def test_show_says_how_late_after_its_instant_a_run_started_beside_its_lag(cli: 
     cli.channel("nightly")
     cli("trigger", "nightly")
     cli.scheduler.run_due()
-    occurrence = cli.ledger.list_occurrences().data[0]
+    occurrence = cli.ledger.occurrences.list_occurrences().data[0]
 
     # When it is shown, and read as JSON
     shown = cli("occurrences", "show", occurrence.id)
@@ -262,5 +262,5 @@ def test_resuming_clears_the_pause_reason(cli: Cli) -> None:
     resumed = cli("channels", "resume", "nightly")
 
     assert resumed.code == 0
-    assert cli.ledger.get_channel(channel_id).status_reason is None
+    assert cli.ledger.channels.get_channel(channel_id).status_reason is None
     assert "flaky upstream" not in cli("status").out

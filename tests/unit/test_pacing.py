@@ -114,7 +114,7 @@ def test_retention_whose_budget_ran_out_goes_on_at_the_next_pass(
 ) -> None:
     # Given a terminal row past the retention window
     ended = row(sqlite_ledger.db_now() - timedelta(days=60), status=COMPLETED)
-    assert sqlite_ledger.insert_occurrence(ended)
+    assert sqlite_ledger.occurrences.insert_occurrence(ended)
     age_completion(sqlite_ledger, ended.id, timedelta(days=60))
     monkeypatch.setattr(reconcile, "RETENTION_BUDGET_SECS", budget_secs)
     retention, heartbeat = Every(3600), Every(3600)
@@ -123,7 +123,7 @@ def test_retention_whose_budget_ran_out_goes_on_at_the_next_pass(
     reconcile.after_pass(sqlite_ledger, Settings(), retention, heartbeat)
 
     # Then the row is gone, and retention is due again only if its time ran out
-    assert sqlite_ledger.list_occurrences().total == 0
+    assert sqlite_ledger.occurrences.list_occurrences().total == 0
     assert retention.due() is due_again
 
 

@@ -60,12 +60,12 @@ def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
     ledger = serving().ledger
     channel = _active_channel(ledger, channel_id, "triggered")
     (row,) = _occurrences_of(channel, [ledger.db_now()], TRIGGER_MANUAL)
-    if not ledger.insert_occurrence(row):
+    if not ledger.occurrences.insert_occurrence(row):
         raise Conflict(
             f"channel {channel.name} already has an occurrence at "
             f"{to_rfc3339(row.scheduled_for)}; trigger again"
         )
-    return One(data=occurrence_record(ledger.get_occurrence(row.id)))
+    return One(data=occurrence_record(ledger.occurrences.get_occurrence(row.id)))
 
 
 @router.post(
@@ -109,7 +109,7 @@ def backfill(
         TRIGGER_BACKFILL,
         waits_for_key=True if body.overlap == "sequential" else None,
     )
-    created = 0 if dry_run else ledger.insert_occurrences(rows)
+    created = 0 if dry_run else ledger.occurrences.insert_occurrences(rows)
     result = {
         "channel_id": channel.channel_id,
         "from": body.from_,
@@ -144,7 +144,7 @@ def preview(
     ] = None,
 ) -> One[Preview]:
     ledger = serving().ledger
-    channel = ledger.get_channel(channel_id)
+    channel = ledger.channels.get_channel(channel_id)
     schedule = SHARED_SCHEDULES.get(channel)
     if from_ is not None and from_.tzinfo is None:
         raise invalid("from", "give an offset, e.g. 2026-10-25T00:00:00Z")
@@ -171,7 +171,7 @@ def preview(
 
 def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:
     try:
-        channel = ledger.get_channel(channel_id)
+        channel = ledger.channels.get_channel(channel_id)
     except NotFound:
         message = f"no channel {channel_id}; check the id"
         raise invalid("channel_id", message, f"channel {channel_id} cannot be {verb}") from None

@@ -89,7 +89,7 @@ def create_channel(
     warnings = past_at_warnings(
         new.definition.transport_config, ledger.db_now(), allowed=allow_past_at
     )
-    channel = ledger.create_channel(
+    channel = ledger.channels.create_channel(
         new.name,
         new.definition.transport_config,
         new.definition.target,
@@ -117,7 +117,7 @@ def list_channels(
     exact_total: ExactTotal = False,
 ) -> Page[ChannelView]:
     ledger = serving().ledger
-    page = ledger.list_channels(
+    page = ledger.channels.list_channels(
         status=status,
         limit=limit,
         offset=offset,
@@ -127,7 +127,7 @@ def list_channels(
         after=after,
         exact_total=exact_total,
     )
-    states = cursors_by_channel(ledger.schedule_states([c.channel_id for c in page.data]))
+    states = cursors_by_channel(ledger.cursors.schedule_states([c.channel_id for c in page.data]))
     return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
 
@@ -138,7 +138,7 @@ def list_channels(
 )
 def get_channel(channel_id: ChannelId) -> One[ChannelView]:
     ledger = serving().ledger
-    return _view(ledger, ledger.get_channel(channel_id))
+    return _view(ledger, ledger.channels.get_channel(channel_id))
 
 
 @router.get(
@@ -150,8 +150,8 @@ def list_versions(
     channel_id: ChannelId, limit: Limit = 50, offset: Offset = 0
 ) -> Page[ChannelVersion]:
     ledger = serving().ledger
-    page = ledger.list_channel_versions(channel_id, limit=limit, offset=offset)
-    current = ledger.get_channel(channel_id).version
+    page = ledger.channels.list_channel_versions(channel_id, limit=limit, offset=offset)
+    current = ledger.channels.get_channel(channel_id).version
     return Page.of(page, lambda version: channel_version(version, current))
 
 
@@ -165,8 +165,8 @@ def get_version(
     version: Annotated[int, Path(ge=1, le=2**31 - 1, description="a version number")],
 ) -> One[ChannelVersion]:
     ledger = serving().ledger
-    current = ledger.get_channel(channel_id).version
-    return One(data=channel_version(ledger.get_channel(channel_id, version), current))
+    current = ledger.channels.get_channel(channel_id).version
+    return One(data=channel_version(ledger.channels.get_channel(channel_id, version), current))
 
 
 @router.put(
@@ -181,7 +181,7 @@ def update_channel(
     allow_past_at: AllowPastAt = False,
 ) -> One[ChannelView]:
     ledger, settings, policy = _services()
-    current = ledger.get_channel(channel_id)
+    current = ledger.channels.get_channel(channel_id)
     new = read_new_version(body, current.name, settings.default_timeout_ms, policy)
     warnings = past_at_warnings(
         new.transport_config,
@@ -196,7 +196,7 @@ def update_channel(
         current.labels,
     ):
         return _view(ledger, current)
-    written = ledger.new_channel_version(
+    written = ledger.channels.new_channel_version(
         channel_id,
         new.transport_config,
         new.target,
@@ -216,7 +216,7 @@ def set_status(
     channel_id: ChannelId, body: Annotated[StatusChange, Body()], dry_run: DryRun = False
 ) -> One[ChannelView]:
     ledger, _, policy = _services()
-    channel = ledger.get_channel(channel_id)
+    channel = ledger.channels.get_channel(channel_id)
     return _view(ledger, _move(ledger, policy, channel, body.status, body.reason, dry_run))
 
 
@@ -237,7 +237,7 @@ def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[lis
             [FieldError("selector", "required", message)], "invalid bulk status change"
         )
     moves = []
-    for channel in ledger.labelled_channels(body.selector):
+    for channel in ledger.channels.labelled_channels(body.selector):
         error = None
         try:
             if body.status == CHANNEL_ACTIVE and channel.status == CHANNEL_DRAFT:
@@ -273,7 +273,9 @@ def _move(
     if status == CHANNEL_ACTIVE and channel.status != CHANNEL_ARCHIVED:
         SHARED_SCHEDULES.get(channel)
         validate_target(channel.target, policy)
-    return ledger.set_channel_status(channel.channel_id, status, dry_run=dry_run, reason=reason)
+    return ledger.channels.set_channel_status(
+        channel.channel_id, status, dry_run=dry_run, reason=reason
+    )
 
 
 def _error_of(exc: CronledgerError, request: str) -> ErrorBody:
@@ -288,7 +290,7 @@ def _error_of(exc: CronledgerError, request: str) -> ErrorBody:
     **documented("channels", 204, "deleted", 404),
 )
 def delete_channel(channel_id: ChannelId) -> Response[None]:
-    serving().ledger.delete_channel(channel_id)
+    serving().ledger.channels.delete_channel(channel_id)
     return Response(status_code=204, content_type=None, body=None)
 
 
@@ -298,7 +300,7 @@ def _services() -> tuple[Ledger, Settings, TargetPolicy]:
 
 
 def _view(ledger: Ledger, channel: Channel, warnings: list[str] | None = None) -> One[ChannelView]:
-    states = cursors_by_channel(ledger.schedule_states([channel.channel_id]))
+    states = cursors_by_channel(ledger.cursors.schedule_states([channel.channel_id]))
     view = channel_view(channel, states.get(channel.channel_id))
     view.warnings = warnings or []
     return One(data=view)

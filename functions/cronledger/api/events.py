@@ -35,7 +35,7 @@ def list_events(
     after: Annotated[Text | None, Query(description="the `next` of the previous page")] = None,
     limit: Limit = 50,
 ) -> KeysetPage[EventView]:
-    page = serving().ledger.list_events(
+    page = serving().ledger.events.list_events(
         EventFilter(
             channel_id=channel_id,
             kind=_kind(kind),

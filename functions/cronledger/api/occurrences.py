@@ -59,7 +59,7 @@ def list_occurrences(
 ) -> Page[OccurrenceSummary]:
     known("status", status, OCCURRENCE_STATUSES)
     known("trigger", trigger, TRIGGERS)
-    page = serving().ledger.list_occurrences(
+    page = serving().ledger.occurrences.list_occurrences(
         OccurrenceFilter(
             channel_id=channel_id,
             status=status,
@@ -82,8 +82,8 @@ def list_occurrences(
 )
 def get_occurrence(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
     ledger = serving().ledger
-    occurrence = ledger.get_occurrence(occurrence_id)
-    return One(data=occurrence_record(occurrence, ledger.attempts_of(occurrence_id)))
+    occurrence = ledger.occurrences.get_occurrence(occurrence_id)
+    return One(data=occurrence_record(occurrence, ledger.occurrences.attempts_of(occurrence_id)))
 
 
 @router.post(
@@ -93,7 +93,7 @@ def get_occurrence(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
     **documented("occurrences", 200, "the occurrence, pending again", 404, 409),
 )
 def retry(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
-    return One(data=occurrence_record(serving().ledger.requeue(occurrence_id)))
+    return One(data=occurrence_record(serving().ledger.occurrences.requeue(occurrence_id)))
 
 
 @router.post(
@@ -106,7 +106,7 @@ def cancel(
     occurrence_id: OccurrenceId, body: Annotated[CancelReason | None, Body()] = None
 ) -> One[OccurrenceRecord]:
     reason = None if body is None else body.reason
-    cancelled = serving().ledger.cancel(occurrence_id, by=_caller(), reason=reason)
+    cancelled = serving().ledger.occurrences.cancel(occurrence_id, by=_caller(), reason=reason)
     return One(data=occurrence_record(cancelled))
 
 

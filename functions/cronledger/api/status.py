@@ -51,7 +51,7 @@ def status(
     exact_total: ExactTotal = False,
 ) -> Page[ChannelStatus]:
     ledger = serving().ledger
-    page = ledger.list_channels(
+    page = ledger.channels.list_channels(
         status=CHANNEL_ACTIVE,
         limit=limit,
         offset=offset,
@@ -64,9 +64,9 @@ def status(
     schedules = {channel.channel_id: compiled(channel) for channel in page.data}
     keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}
     # A fixed handful of reads for the whole page, whatever its size.
-    states = cursors_by_channel(ledger.schedule_states(ids))
-    activity = ledger.channel_activity(ids, keys)
-    alerts = ledger.open_alerts(ids)
+    states = cursors_by_channel(ledger.cursors.schedule_states(ids))
+    activity = ledger.reporting.channel_activity(ids, keys)
+    alerts = ledger.events.open_alerts(ids)
     return Page.of(
         page,
         lambda c: _status(
@@ -87,9 +87,9 @@ def status(
 )
 def health() -> One[Health]:
     ledger = serving().ledger
-    beats = ledger.job_heartbeats()
-    backlog = ledger.backlog()
-    outbox = ledger.outbox()
+    beats = ledger.reporting.job_heartbeats()
+    backlog = ledger.reporting.backlog()
+    outbox = ledger.events.outbox()
     health = {
         "database": "reachable",
         "db_now": backlog.now,

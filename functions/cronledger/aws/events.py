@@ -97,7 +97,7 @@ def bus_sender(settings: Settings) -> EventBridgeSender | None:
 
 
 def send_after_commit(ledger: Ledger, sender: Sender) -> Callable[[Sequence[Event]], None]:
-    """A `Ledger.on_events` that sends a commit's events at once from the caller's thread.
+    """An `EventStore.on_events` that sends a commit's events at once from the caller's thread.
     It never raises: the change is already committed, and an event not marked delivered is
     left for the sweep."""
 

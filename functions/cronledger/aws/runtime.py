@@ -163,7 +163,7 @@ def ledger() -> Ledger:
     built = Ledger(engine)
     sender = event_sender()
     if sender is not None:
-        built.on_events = send_after_commit(built, sender)
+        built.events.on_events = send_after_commit(built, sender)
     return built
 
 

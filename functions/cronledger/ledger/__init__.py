@@ -1,19 +1,16 @@
 """The ledger: the database every guarantee of cronledger rests on.
 
-    from cronledger.ledger import Ledger
     ledger = Ledger.connect("postgresql+pg8000://…")   # or "sqlite:///.cronledger/ledger.db"
     ledger.migrate()
+    ledger.channels.get_channel(channel_id)            # one store per subject
 
-A database that cannot be reached raises `DatabaseUnavailable` (never an empty answer);
-`NotFound` and `Conflict` come from `cronledger.errors`.
+A database that cannot be reached raises `DatabaseUnavailable`, never an empty answer.
 """
 
 from cronledger.ledger.backend import create_ledger_engine
-from cronledger.ledger.cursors import CursorInit, CursorWrites, NotedChange
-from cronledger.ledger.misfires import Judgment
+from cronledger.ledger.cursors import CursorInit, CursorWrites
 from cronledger.ledger.models import (
     ABANDONED,
-    ACTIVE_STATUSES,
     CANCELLED,
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
@@ -25,18 +22,14 @@ from cronledger.ledger.models import (
     LEASED_STATUSES,
     OCCURRENCE_STATUSES,
     PENDING,
-    RETRYABLE_STATUSES,
     RUNNING,
     SKIPPED_MISFIRE,
     SKIPPED_SINGLETON,
-    TERMINAL_STATUSES,
     TRIGGER_BACKFILL,
-    TRIGGER_CRON,
     TRIGGER_MANUAL,
     TRIGGERS,
     Attempt,
     AttemptStart,
-    Backlog,
     Channel,
     ChannelActivity,
     ClaimResult,
@@ -46,25 +39,20 @@ from cronledger.ledger.models import (
     DueChannel,
     Event,
     EventFilter,
-    EventPage,
     MisfireRule,
     NewOccurrence,
     Occurrence,
     OccurrenceFilter,
     OpenedAttempt,
-    Outbox,
     Page,
     ScheduleState,
-    ScheduleWork,
     SingletonSpec,
 )
 from cronledger.ledger.repository import Ledger
 from cronledger.ledger.shards import WHOLE, Shard
-from cronledger.retry import DEFAULT_MAX_ATTEMPTS
 
 __all__ = [
     "ABANDONED",
-    "ACTIVE_STATUSES",
     "CANCELLED",
     "CHANNEL_ACTIVE",
     "CHANNEL_ARCHIVED",
@@ -72,24 +60,19 @@ __all__ = [
     "CHANNEL_PAUSED",
     "CLAIMED",
     "COMPLETED",
-    "DEFAULT_MAX_ATTEMPTS",
     "FAILED",
     "LEASED_STATUSES",
     "OCCURRENCE_STATUSES",
     "PENDING",
-    "RETRYABLE_STATUSES",
     "RUNNING",
     "SKIPPED_MISFIRE",
     "SKIPPED_SINGLETON",
-    "TERMINAL_STATUSES",
     "TRIGGERS",
     "TRIGGER_BACKFILL",
-    "TRIGGER_CRON",
     "TRIGGER_MANUAL",
     "WHOLE",
     "Attempt",
     "AttemptStart",
-    "Backlog",
     "Channel",
     "ChannelActivity",
     "ClaimResult",
@@ -101,19 +84,14 @@ __all__ = [
     "DueChannel",
     "Event",
     "EventFilter",
-    "EventPage",
-    "Judgment",
     "Ledger",
     "MisfireRule",
     "NewOccurrence",
-    "NotedChange",
     "Occurrence",
     "OccurrenceFilter",
     "OpenedAttempt",
-    "Outbox",
     "Page",
     "ScheduleState",
-    "ScheduleWork",
     "Shard",
     "SingletonSpec",
     "create_ledger_engine",

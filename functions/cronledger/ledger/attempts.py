@@ -59,6 +59,7 @@ from cronledger.ledger.singletons import (
     take_key,
 )
 from cronledger.ledger.starts import occurrence_and_channel, open_statement, start_statement
+from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     attempts,
     channel_alerts,
@@ -78,7 +79,11 @@ SLOT_ROW_TRIES = 3
 LEASE_RAN_OUT = "abandoned: the lease ran out before the attempt was settled"
 
 
-class AttemptStore(EventStore):
+class AttemptStore(Store):
+    def __init__(self, base: Store, events: EventStore) -> None:
+        super().__init__(base)
+        self.events = events
+
     def claim(self, claimant: str, limit: int, lease_secs: float) -> ClaimResult:
         """Lease up to `limit` claimable occurrences to `claimant`, oldest due first, and
         settle as abandoned the expired ones that have no attempt left (their slots are
@@ -103,10 +108,10 @@ class AttemptStore(EventStore):
             # the row is leased again or settled here (its event is written with it).
             expired = [o.id for o in found if o.status != CLAIMED or o.attempt > 1]
             attempt_log.end_open(conn, self._sql, expired, ABANDONED, LEASE_RAN_OUT)
-            return found, self._record(conn, [draft(alerts.ABANDONED, o) for o in abandoned])
+            return found, self.events.record(conn, [draft(alerts.ABANDONED, o) for o in abandoned])
 
         found, made = self._atomic(claim)
-        self._announce(made)
+        self.events.announce(made)
         abandoned = [o for o in found if o.status != CLAIMED]
         if abandoned:
             # Rare, so not in the claim's own statement: slots whose lease ran out with
@@ -291,7 +296,9 @@ class AttemptStore(EventStore):
                 conn.rollback()
                 return AttemptStart("lost"), []
             made = (
-                [] if replaced is None else self._record(conn, [draft(alerts.CANCELLED, replaced)])
+                []
+                if replaced is None
+                else self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
             )
             return AttemptStart(
                 "started",
@@ -304,7 +311,7 @@ class AttemptStore(EventStore):
         for _ in range(SLOT_ROW_TRIES):
             started = self._atomic(start, single=not release)
             if started is not None:
-                self._announce(started[1])
+                self.events.announce(started[1])
                 return started[0]
             assert singleton is not None
             # Added in a statement of its own, holding no lock: see `singletons.py`.
@@ -410,12 +417,12 @@ class AttemptStore(EventStore):
             settled = occurrence_of(row)
             conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
             ended = self._end_drafts(conn, settled, retry_in is not None, completed_is_told)
-            return self._record(conn, ended)
+            return self.events.record(conn, ended)
 
         made = self._atomic(settle)
         if made is None:
             return False
-        self._announce(made)
+        self.events.announce(made)
         return True
 
     def _settle_quietly(self, parameters: dict[str, Any]) -> bool:

@@ -1,35 +1,23 @@
 """Engines, and the only places PostgreSQL and SQLite differ: the clock, the upsert, how a
 batch of rows reaches a statement, and how a write transaction begins.
 
-The clock is always the database's. On PostgreSQL, "now" is `statement_timestamp()`: one
-value for the whole statement (so it can drive an index scan), yet it moves on between the
-statements of one transaction, unlike `now()`, which is frozen at transaction start, and
-unlike `clock_timestamp()` it is not re-read row by row. A lease ends at "now" + lease, and
-"now" is never earlier than the moment the caller asked, so a holder that times its lease
-from just before its call never outlives it, however long the statement then waited.
-On SQLite, "now" is `strftime(..., 'now')` (constant within a statement, millisecond
-precision) padded to the six fractional digits the stored text uses, so text comparison
-is instant comparison.
+The clock is always the database's. PostgreSQL's "now" is `statement_timestamp()`: one value
+per statement (it can drive an index scan) that still moves on within a transaction, and never
+earlier than the call, so a holder timing its lease from just before its call never outlives
+it. SQLite's is `strftime(..., 'now')`, padded to the six fractional digits the stored text
+uses, so text comparison is instant comparison.
 
-A batch (a reconcile pass's rows and cursor moves) reaches PostgreSQL as one JSON parameter
-that the statement turns back into typed rows (`jsonb_array_elements`): the statement's text,
-its parameter count and its compile stay the same for ten rows or ten thousand, no giant OR
-or CASE reaches the planner (nor its JIT, which can spend many minutes, deaf to cancellation,
-compiling one), and encoding it is one `json.dumps` rather than a bound parameter, and
-pg8000's Python, per cell. SQLite gets multi-row VALUES and per-row conditions instead.
+A batch reaches PostgreSQL as one JSON parameter turned back into typed rows
+(`jsonb_array_elements`): the statement's text and compile stay the same for ten rows or ten
+thousand, and no giant OR or CASE reaches the planner or its JIT. SQLite gets multi-row VALUES.
 
-Every PostgreSQL connection is bounded in time: the server cancels a statement that runs past
-`statement_timeout` (sent as a startup parameter: no SET, no round trip), the socket gives up
-on a connection that stays silent for `socket_timeout_secs` (a half-open connection after a
-failover would otherwise wait for the function's own timeout), and opening one, handshake
-included, takes at most `connect_timeout_secs` (`cronledger.ledger.connecting`).
-Either raises `DatabaseUnavailable` (`cronledger.ledger.store`). Behind RDS Proxy, which takes
-no startup parameters, the statement timeout comes from the database's own default instead
-(`Ledger.make_statement_timeout_default`, which the deploy's migration sets).
+Every PostgreSQL connection is bounded in time: `statement_timeout` (a startup parameter, or
+the database default behind RDS Proxy: `Ledger.make_statement_timeout_default`), a socket
+timeout for a half-open connection after a failover, and a connect timeout
+(`cronledger.ledger.connecting`); each raises `DatabaseUnavailable`.
 
-SQLite runs in WAL mode with a busy timeout, and every transaction that writes starts with
-`BEGIN IMMEDIATE`: it takes the write lock up front instead of upgrading a read lock halfway,
-which under concurrent writers fails at once rather than waiting.
+SQLite runs in WAL mode with a busy timeout, and a transaction that writes starts with
+`BEGIN IMMEDIATE`: it takes the write lock up front rather than fail upgrading a read lock.
 """
 
 from __future__ import annotations
@@ -73,13 +61,10 @@ def create_ledger_engine(
     **engine_options: Any,
 ) -> sa.Engine:
     """An engine for `postgresql+pg8000://…` or `sqlite:///path` (a file: the local runner's
-    threads must share one database, which an in-memory SQLite cannot give them).
-    `prepared_statements` (PostgreSQL only; see `cronledger.ledger.driver`): off when the
-    URL says `?prepared_statements=false`, as it must behind a transaction-pooling PgBouncer,
-    which hands each transaction a different server session. The three timeouts are
-    PostgreSQL's (see the module header); `statement_timeout_ms=None` sends none, leaving the
-    database's default, and `socket_timeout_secs=None` lets a read wait as long as it takes. `password`, when given, makes the password of each new connection
-    (an IAM token, good for minutes)."""
+    threads share it). PostgreSQL only: `prepared_statements` (`cronledger.ledger.driver`) is
+    off under `?prepared_statements=false`, as behind a transaction-pooling PgBouncer; a
+    timeout of None leaves the database's default or waits as long as it takes; `password`
+    makes each new connection's password (an IAM token)."""
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
     if backend == "postgresql":
@@ -90,20 +75,15 @@ def create_ledger_engine(
             raise ValueError(f"?{PREPARED_STATEMENTS_QUERY}= takes true or false, not {switch!r}")
         prepared_statements = prepared_statements and switch == "true"
         parsed = parsed.difference_update_query([PREPARED_STATEMENTS_QUERY])
-        # The pool keeps as many connections as the busiest caller uses at once (the local
-        # runner: its workers, two loops and the API), because a connection beyond it is
-        # opened and closed around every transaction, and opening one costs more than the
-        # transaction (pg8000 builds a TLS context each time). Connections are only opened
-        # when needed: a Lambda still holds one or two.
+        # The pool holds what the busiest caller uses at once: a connection beyond it is
+        # opened around every transaction, which costs more than the transaction.
         connect_args = {"timeout": socket_timeout_secs, **engine_options.pop("connect_args", {})}
         startup: dict[str, str] = {}
         if statement_timeout_ms is not None:
             startup["statement_timeout"] = str(statement_timeout_ms)
         if prepared_statements:
-            # A prepared statement is planned for the values it runs with and the table as
-            # it is now: a generic plan cached while the table was small (a scan of a few
-            # pages) would otherwise be reused after a burst made it large, and a start by
-            # primary key would read every row. Planning these statements costs far less.
+            # Planned for the values and the table as they are: a generic plan cached while
+            # the table was small would scan it whole once a burst made it large.
             startup["plan_cache_mode"] = "force_custom_plan"
         if startup:
             connect_args["startup_params"] = startup
@@ -191,11 +171,9 @@ class Backend:
         return sqlite.insert(table)
 
     def json_rows(self, *columns: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
-        """An aggregate: the selected rows as one JSON text, an array of arrays with the
-        columns in this order, documents nested as JSON, instants as ISO 8601 text
-        (`instant_of_json` reads them), `[]` for no rows. For a read of thousands of rows:
-        pg8000 decodes a row cell by cell in Python (about a microsecond each), one JSON
-        text in C."""
+        """An aggregate: the selected rows as one JSON text (an array of arrays, columns in
+        this order, documents nested, instants as ISO 8601 text for `instant_of_json`; `[]`
+        for none), which is decoded in C where pg8000 decodes rows cell by cell in Python."""
         if self.is_postgres:
             rows = sa.func.json_agg(sa.func.json_build_array(*columns))
             return sa.cast(sa.func.coalesce(rows, sa.literal_column("'[]'::json")), sa.Text)
@@ -205,10 +183,9 @@ class Backend:
     def rows(
         self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
     ) -> sa.CTE:
-        """PostgreSQL only: rows `name(column, …)` of the given columns (values of one
-        length per column), to select from or join against in one statement. They travel
-        as one JSON array of arrays, each cell read back by position and cast to its type:
-        half the bytes of an array of objects, and half the time to encode."""
+        """PostgreSQL only: rows `name(column, …)` of the given columns (equal lengths), to
+        select from or join against in one statement, sent as one JSON array of arrays and
+        read back by position, each cell cast to its type."""
         if not self.is_postgres:
             raise NotImplementedError("a JSON batch is PostgreSQL's; SQLite batches use VALUES")
         cells = [
@@ -238,7 +215,6 @@ def instant_of_json(text: str | None) -> datetime | None:
 
 
 def _instants_text(values: Sequence[datetime | None]) -> list[str | None]:
-    """Each instant as ISO 8601 text. A batch repeats its instants (the channels due at one
-    minute share it, and their cursors' moves), so each distinct one is formatted once."""
+    """Each instant as ISO 8601 text, each distinct one formatted once (a batch repeats them)."""
     text: dict[datetime, str] = {}
     return [None if v is None else text.get(v) or text.setdefault(v, v.isoformat()) for v in values]

@@ -1,15 +1,15 @@
 """Channels: schedule definitions, every edit an immutable version.
 
-`cron_channels` holds the current version for one-read lookups; `cron_channel_versions`
-holds every version ever written, unchanged, because an occurrence records the version it
-was materialised under (`channel_version`) and the one it ran (`executing_version`).
-Status moves draft → active ⇄ paused, and anything → archived, which is final. Pausing or
-archiving pauses the cursor in the same transaction (dropping not-yet-due cron rows).
+`cron_channels` holds the current version; `cron_channel_versions` every version ever written,
+unchanged, since an occurrence records the version it was planned and run under. Status moves
+draft → active ⇄ paused, and anything → archived, which is final; pausing or archiving pauses
+the cursor in the same transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,7 +18,8 @@ from sqlalchemy.dialects import postgresql
 from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
-from cronledger.ledger.events import Draft
+from cronledger.ledger.cursors import CursorStore
+from cronledger.ledger.events import Draft, EventStore
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     CHANNEL_ARCHIVED,
@@ -30,6 +31,7 @@ from cronledger.ledger.models import (
 )
 from cronledger.ledger.occurrences import OccurrenceStore
 from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, read_page
+from cronledger.ledger.store import Store
 from cronledger.ledger.tables import channel_versions, channels
 
 #: For each status, the statuses a channel may move to it from. Same-status is a no-op.
@@ -47,7 +49,15 @@ _TURNS: dict[tuple[str | None, str], str] = {
 }
 
 
-class ChannelStore(OccurrenceStore):
+class ChannelStore(Store):
+    def __init__(
+        self, base: Store, events: EventStore, cursors: CursorStore, occurrences: OccurrenceStore
+    ) -> None:
+        super().__init__(base)
+        self.events = events
+        self.cursors = cursors
+        self.occurrences = occurrences
+
     def create_channel(
         self,
         name: str,
@@ -59,10 +69,9 @@ class ChannelStore(OccurrenceStore):
         labels: Mapping[str, str] | None = None,
         dry_run: bool = False,
     ) -> Channel:
-        """A new channel at version 1. Conflict when the name is taken. A channel created
-        paused has no cursor until it is resumed, like a draft. `dry_run`: every statement
-        runs and is rolled back (as in the channel writes below): the answer is what would
-        have been written, its id one that is never used."""
+        """A new channel at version 1 (created paused: no cursor until resumed). Conflict when
+        the name is taken. `dry_run`, here and below: every statement runs and is rolled
+        back, answering what would have been written."""
         if status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED):
             raise ValueError(f"a channel is created draft, active or paused, not {status!r}")
         now = self._sql.now()
@@ -90,15 +99,7 @@ class ChannelStore(OccurrenceStore):
             row = conn.execute(insert).one_or_none()
             if row is None:
                 raise Conflict(f"a channel named {name!r} already exists; choose another name")
-            conn.execute(
-                sa.insert(channel_versions).values(
-                    channel_id=row.channel_id, version=1, created_at=now, **document
-                )
-            )
-            self._note_change(conn, row.channel_id)
-            if dry_run:
-                conn.rollback()
-        return Channel(**row._mapping)
+            return self._keep_version(conn, row, document, dry_run)
 
     def new_channel_version(
         self,
@@ -110,8 +111,7 @@ class ChannelStore(OccurrenceStore):
         labels: Mapping[str, str] | None = None,
         dry_run: bool = False,
     ) -> Channel:
-        """Make the given definition the channel's next version; earlier versions stay as
-        they were. NotFound; Conflict for an archived channel. `dry_run`: rolled back."""
+        """Make the definition the channel's next version. NotFound; Conflict if archived."""
         now = self._sql.now()
         document = {
             "transport_config": transport_config,
@@ -129,24 +129,27 @@ class ChannelStore(OccurrenceStore):
         with self._write() as conn:
             row = conn.execute(bump).one_or_none()
             if row is not None:
-                conn.execute(
-                    sa.insert(channel_versions).values(
-                        channel_id=channel_id, version=row.version, created_at=now, **document
-                    )
-                )
-                self._note_change(conn, channel_id)
-                if dry_run:
-                    conn.rollback()
-                return Channel(**row._mapping)
+                return self._keep_version(conn, row, document, dry_run)
         self.get_channel(channel_id)  # NotFound, if that is why
         raise Conflict(f"channel {channel_id} is archived; an archived channel cannot be edited")
+
+    def _keep_version(
+        self, conn: sa.Connection, row: Any, document: dict[str, Any], dry_run: bool
+    ) -> Channel:
+        """Keep the version `row` now has for good and note the channel for the next pass;
+        `dry_run`: roll it all back."""
+        kept = {"channel_id": row.channel_id, "version": row.version, **document}
+        conn.execute(sa.insert(channel_versions).values(created_at=self._sql.now(), **kept))
+        self.cursors._note_change(conn, row.channel_id)
+        if dry_run:
+            conn.rollback()
+        return Channel(**row._mapping)
 
     def set_channel_status(
         self, channel_id: str, status: str, *, dry_run: bool = False, reason: str | None = None
     ) -> Channel:
-        """Move a channel along its lifecycle, recording `reason` (or clearing the last one:
-        a reason is about the status it was given with); Conflict for a move it does not
-        allow. `dry_run`: rolled back."""
+        """Move a channel along its lifecycle with `reason` (None clears the last one: a reason
+        is about its status); Conflict for a move it does not allow."""
         if status not in _ALLOWED_FROM:
             raise ValueError(f"unknown channel status {status!r}")
         stmt = (
@@ -166,15 +169,15 @@ class ChannelStore(OccurrenceStore):
             row = conn.execute(stmt).one_or_none()
             if row is not None:
                 if status in (CHANNEL_PAUSED, CHANNEL_ARCHIVED):
-                    self._pause_cursor(conn, channel_id)
-                self._note_change(conn, channel_id)
+                    self.cursors._pause_cursor(conn, channel_id)
+                self.cursors._note_change(conn, channel_id)
                 if (kind := _TURNS.get((before, status))) is not None:
-                    made = self._record(conn, [Draft(kind, channel_id, reason=reason)])
+                    made = self.events.record(conn, [Draft(kind, channel_id, reason=reason)])
                 if dry_run:
                     conn.rollback()
                     made = []
         if row is not None:
-            self._announce(made)
+            self.events.announce(made)
             return Channel(**row._mapping)
         current = self.get_channel(channel_id)
         raise Conflict(
@@ -205,9 +208,8 @@ class ChannelStore(OccurrenceStore):
     def list_channel_versions(
         self, channel_id: str, limit: int = 50, offset: int = 0
     ) -> Page[Channel]:
-        """Every version of a channel as it was written, newest first (each with the
-        channel's current name and status, and `updated_at` when that version was written).
-        NotFound when there is no such channel."""
+        """Every version of a channel as written, newest first, with its current name and
+        status (`updated_at`: when the version was written). NotFound."""
         current = self.get_channel(channel_id)
         limit = min(max(limit, 1), MAX_PAGE_SIZE)
         offset = max(offset, 0)
@@ -249,10 +251,8 @@ class ChannelStore(OccurrenceStore):
         after: str | None = None,
         exact_total: bool = False,
     ) -> Page[Channel]:
-        """Newest first by (`created_at`, `channel_id`), a page at a time by key (`after`:
-        the `next` of the page before); `limit` clamped to 1..1000; `name`: that exact name
-        only; `name_prefix`: names starting with it (case-sensitive on both backends);
-        `labels`: channels carrying every one of them."""
+        """Newest first by (`created_at`, `channel_id`), a page at a time by key (`paging`);
+        `name_prefix` is case-sensitive; `labels`: channels carrying every one of them."""
         conditions = channel_conditions(status=status, name=name, name_prefix=name_prefix)
         if labels:
             conditions.append(self._labelled(labels))
@@ -264,8 +264,7 @@ class ChannelStore(OccurrenceStore):
             )
 
     def _labelled(self, labels: Mapping[str, str]) -> sa.ColumnElement[bool]:
-        """The channel carries every one of `labels`: containment on PostgreSQL (what the
-        GIN index answers), one bound JSON path per label on SQLite."""
+        """The channel carries every one of `labels` (on PostgreSQL: GIN containment)."""
         if self._sql.is_postgres:
             return sa.type_coerce(channels.c.labels, postgresql.JSONB).contains(dict(labels))
         return sa.and_(
@@ -273,8 +272,8 @@ class ChannelStore(OccurrenceStore):
         )
 
     def labelled_channels(self, labels: Mapping[str, str]) -> list[Channel]:
-        """Every channel that is not archived and carries all of `labels` (at least one),
-        oldest first: what a bulk status change moves, one channel at a time."""
+        """Every channel not archived carrying all of `labels` (at least one), oldest first:
+        what a bulk status change moves."""
         if not labels:
             raise ValueError("a selector needs at least one label")
         with self._read() as conn:
@@ -287,10 +286,10 @@ class ChannelStore(OccurrenceStore):
             return [Channel(**row._mapping) for row in rows]
 
     def delete_channel(self, channel_id: str) -> None:
-        """Purge a channel: its versions, cursor and occurrences, and the singleton slots
-        those hold, in one transaction. NotFound when there is no such channel."""
+        """Purge a channel with its versions, cursor, occurrences and their slots, in one
+        transaction. NotFound."""
         with self._write() as conn:
-            self._purge(conn, channel_id)
+            self.occurrences._purge(conn, channel_id)
             conn.execute(
                 sa.delete(channel_versions).where(channel_versions.c.channel_id == channel_id)
             )
@@ -306,8 +305,7 @@ class ChannelStore(OccurrenceStore):
 def channel_conditions(
     *, status: str | None = None, name: str | None = None, name_prefix: str | None = None
 ) -> list[sa.ColumnElement[bool]]:
-    """The channel list's filters, each one condition; a new filter (labels) is one more
-    keyword here and one more condition, and every list and the status view take it."""
+    """The channel list's filters, one condition each (every list and the status view)."""
     conditions: list[sa.ColumnElement[bool]] = []
     if status is not None:
         conditions.append(channels.c.status == status)
@@ -321,16 +319,12 @@ def channel_conditions(
 
 def _at_version(current: Channel, version: Any) -> Channel:
     """The channel with the definition of an earlier `cron_channel_versions` row."""
-    return Channel(
-        channel_id=current.channel_id,
-        name=current.name,
-        status=current.status,
+    return replace(
+        current,
         version=version.version,
         transport_config=version.transport_config,
         target=version.target,
         timeout_ms=version.timeout_ms,
-        created_at=current.created_at,
         updated_at=version.created_at,
-        status_reason=current.status_reason,
         labels=version.labels,
     )

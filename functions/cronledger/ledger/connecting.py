@@ -1,18 +1,13 @@
 """Opening a PostgreSQL connection within a bound of its own, and within a deadline.
 
-The socket is opened here and handed to pg8000 (its `sock`), TLS included when asked (pg8000's
-`ssl_context` values mean what they mean to pg8000), so its timeout is cronledger's to change.
-A server that accepts the TCP connection and then says nothing (a proxy with no database behind
-it yet, a failover's half-open socket) would otherwise hold the caller for the whole read
-timeout, which for `migrate` is as long as the function may run. So the connection is opened
-(TCP, TLS, startup and authentication) with the shorter of the two, `connect_timeout_secs`, and
-only then does the socket's timeout become the read timeout. Nagle's algorithm is off, as libpq
-has it: a message larger than the write buffer (a batch's JSON parameter) would otherwise wait
-for the server's delayed ACK, 40 ms per statement on Linux.
+The socket is opened here and handed to pg8000 (TLS as pg8000's `ssl_context` asks), so the
+whole handshake is bounded by `connect_timeout_secs`: a server that accepts TCP and then says
+nothing (a proxy with no database yet, a half-open socket) cannot hold the caller for the read
+timeout. Only then does the socket's timeout become the read timeout. Nagle's algorithm is off,
+as libpq has it, so a large message never waits for a delayed ACK.
 
-Inside `deadline(until)` (a monotonic instant) both bounds shrink to the time left, so a
-connection opened there cannot outlive it: a handshake the deadline cut short raises
-`DeadlineReached`, naming it, instead of `DatabaseUnavailable`, which would invite a retry.
+Inside `deadline(until)` (monotonic) both bounds shrink to the time left; a handshake the
+deadline cut short raises `DeadlineReached`, not `DatabaseUnavailable`, which invites a retry.
 """
 
 from __future__ import annotations
@@ -33,8 +28,8 @@ if TYPE_CHECKING:
 
 #: PostgreSQL's SSLRequest: its length and code.
 SSL_REQUEST = struct.pack("!ii", 8, 80877103)
-#: How long opening a connection may take, handshake included: a few round trips to a proxy
-#: that may first have to reach the database.
+#: How long opening a connection may take, handshake included (a proxy may first have to
+#: reach the database).
 CONNECT_TIMEOUT_SECS = 15.0
 
 _deadline: ContextVar[float | None] = ContextVar("cronledger_connect_deadline", default=None)
@@ -52,8 +47,8 @@ def deadline(until: float) -> Iterator[None]:
 
 
 class BoundedConnect:
-    """A SQLAlchemy `do_connect` hook for pg8000 that opens the connection itself (see the
-    module header), with a fresh `password()` each time when one is given."""
+    """A SQLAlchemy `do_connect` hook for pg8000 that opens the connection itself, with a
+    fresh `password()` each time when one is given."""
 
     def __init__(
         self,

@@ -32,7 +32,6 @@ from sqlalchemy.dialects import postgresql
 
 from cronledger.instants import require_utc
 from cronledger.ledger.backend import instant_of_json
-from cronledger.ledger.events import EventStore
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     PENDING,
@@ -43,6 +42,7 @@ from cronledger.ledger.models import (
     ScheduleWork,
 )
 from cronledger.ledger.shards import WHOLE, Shard
+from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     UtcDateTime,
     channel_changes,
@@ -103,7 +103,7 @@ class CursorWrites:
         return bool(self.inits or self.adopts or self.pauses or self.seen)
 
 
-class CursorStore(EventStore):
+class CursorStore(Store):
     def schedule_states(self, channel_ids: Collection[str] | None = None) -> list[ScheduleState]:
         """Every cursor (or those of `channel_ids`), in channel id order."""
         stmt = sa.select(schedule_state).order_by(schedule_state.c.channel_id)

@@ -1,22 +1,16 @@
 """The pg8000 connection SQLAlchemy drives: a statement costs one round trip. Loaded with a
 PostgreSQL engine (`cronledger.ledger.backend`), never for SQLite.
 
-pg8000's own DB-API cursor sends every parameterised statement as an unnamed statement: Parse
-(wait), Describe (wait), Bind + Execute (wait). SQLAlchemy sends the same few statement texts
-over and over (its compiled cache), so here each connection keeps them as *named prepared
-statements*, parsed once: every later execution is one Bind + Execute, one round trip, as with
-libpq-based drivers and asyncpg; the statement's `%s` placeholders are turned into `$1`… once.
-Statements run through SQLAlchemy's execution path, on a DB-API cursor of this module's
-connection, a subclass of pg8000's.
+SQLAlchemy sends the same few statement texts over and over, so each connection keeps them as
+named prepared statements, parsed once: a later execution is one Bind + Execute round trip,
+where pg8000's own cursor waits on Parse and Describe first.
 
-A transaction begins where SQLAlchemy begins one (its `begin` event), not wherever a statement
-finds the driver idle, so statements run outside SQLAlchemy's transactions (a `connect`
-listener's, a ping) cannot leave a pooled connection inside one. The BEGIN is sent with the
-transaction's first statement, just before it, and a transaction that sent none commits nothing.
+A transaction begins where SQLAlchemy begins one (its `begin` event), its BEGIN sent with its
+first statement, so statements outside SQLAlchemy's transactions (a listener's, a ping) cannot
+leave a pooled connection inside one, and a transaction that sent nothing commits nothing.
 
-Also here: a faster `timestamptz` reader, a liveness check on checkout only for a connection
-that sat idle (a ping on every checkout was a round trip per transaction), and a quiet close of
-a connection the server already cut.
+Also here: a faster `timestamptz` reader, a liveness check on checkout only after idling, and
+a quiet close of a connection the server already cut.
 """
 
 from __future__ import annotations
@@ -40,15 +34,13 @@ from cronledger.ledger.store import sqlstate
 
 log = logging.getLogger(__name__)
 
-#: Prepared statements a connection keeps (least recently used closed first). The ledger
-#: sends a few dozen distinct statements; the API's filters add some.
+#: Prepared statements a connection keeps (least recently used closed first).
 PREPARED_PER_CONNECTION = 256
 #: SQLSTATEs meaning a prepared statement no longer fits the schema (its result type
 #: changed) or is gone: it is prepared afresh next time.
 STALE_STATEMENT_STATES = frozenset({"0A000", "26000"})
-#: A connection idle this long is checked before use: RDS Proxy, Aurora or a frozen Lambda
-#: may have dropped it in between. One used more recently is trusted; if it has died after
-#: all, the statement fails as `DatabaseUnavailable` and the pool drops it.
+#: A connection idle this long is checked before use (a proxy or a frozen Lambda may have
+#: dropped it); a fresher one that died anyway fails as `DatabaseUnavailable`.
 PING_AFTER_IDLE_SECS = 10.0
 
 

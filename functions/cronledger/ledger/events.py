@@ -1,22 +1,16 @@
 """Events: an outbox written by the transaction that makes the change it reports.
 
-- `_record` is only ever called inside a write transaction that has just changed an
-  occurrence or a cursor: the change and its event commit together or not at all. It locks
-  the channels' alert rows in channel id order, after every other row the transaction
-  writes, so two recording transactions cannot wait on each other in a cycle.
-- An event to deliver takes its channel's next `sequence` (gapless: the counter moves in the
-  same transaction) and `send_after` a short lease in the future: the function that made it
-  sends it right after the commit, and only if that send never lands does the sweep
-  (`take_outbox`) take it, once the lease has run out. A crash between a send and its mark
-  sends the event again with the same `event_id`: delivery is at least once.
-- Overdue detection is one indexed read of `overdue_at` (rows not yet completed, cancelled
-  or reported) and one of the running cursors behind the clock.
+- `record` runs inside the write transaction that made the change: both commit or neither.
+  It locks the channels' alert rows in channel id order, after every other row the
+  transaction writes, so two recording transactions cannot wait on each other in a cycle.
+- An event to deliver takes its channel's next `sequence` (gapless: moved in the same
+  transaction) and a short send lease: the function that made it sends it after the commit,
+  and the sweep (`take_outbox`) takes it only once the lease ran out. Delivery is at least
+  once, always with the same `event_id`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,7 +21,6 @@ import sqlalchemy as sa
 
 from cronledger import alerts
 from cronledger.alerts import AlertRules, AlertState, advance, rules_of
-from cronledger.errors import FieldError, ValidationFailed
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ids import uuid7
 from cronledger.instants import to_rfc3339
@@ -38,6 +31,7 @@ from cronledger.ledger.models import (
     Occurrence,
     Outbox,
 )
+from cronledger.ledger.paging import below, page_key, read_key
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     channel_alerts,
@@ -75,16 +69,15 @@ def draft(kind: str, occurrence: Occurrence, **fields: Any) -> Draft:
 
 
 class EventStore(Store):
-    #: Told the events a committed write made that are to be delivered, right after the
-    #: commit (the caller's thread): the function that made them sends them.
+    #: Given a committed write's events to deliver, right after the commit, on its thread.
     on_events: Any = None
 
-    def _announce(self, made: Sequence[Event]) -> None:
+    def announce(self, made: Sequence[Event]) -> None:
         deliver = [event for event in made if event.deliver]
         if deliver and self.on_events is not None:
             self.on_events(deliver)
 
-    def _record(self, conn: sa.Connection, drafts: Sequence[Draft]) -> list[Event]:
+    def record(self, conn: sa.Connection, drafts: Sequence[Draft]) -> list[Event]:
         """Write the events of `drafts` in the caller's transaction, moving each channel's
         alert state; answers them in order."""
         if not drafts:
@@ -102,16 +95,16 @@ class EventStore(Store):
                 .on_conflict_do_nothing(index_elements=[channel_alerts.c.channel_id])
             )
             rows |= self._alert_rows(conn, missing)
-        states: dict[str, AlertState] = {}
+        first = {
+            i: AlertState(row.sequence, row.consecutive_failures, row.open_alert)
+            for i, row in rows.items()
+        }
+        states = dict(first)
         config: dict[str, tuple[str | None, dict[str, Any], AlertRules]] = {}
-        now: datetime | None = None
         for channel_id in ids:
-            row = rows[channel_id]
-            states[channel_id] = AlertState(row.sequence, row.consecutive_failures, row.open_alert)
-            document = row.transport_config or {}
-            config[channel_id] = (row.name, document, rules_of(document))
-            now = row.now
-        assert now is not None
+            document = rows[channel_id].transport_config or {}
+            config[channel_id] = (rows[channel_id].name, document, rules_of(document))
+        now: datetime = rows[ids[-1]].now
         made: list[Event] = []
         for d in drafts:
             name, document, rules = config[d.channel_id]
@@ -127,11 +120,7 @@ class EventStore(Store):
             states[d.channel_id] = after
         for channel_id in ids:
             state = states[channel_id]
-            if state == AlertState(
-                rows[channel_id].sequence,
-                rows[channel_id].consecutive_failures,
-                rows[channel_id].open_alert,
-            ):
+            if state == first[channel_id]:
                 continue
             conn.execute(
                 sa.update(channel_alerts)
@@ -278,9 +267,7 @@ class EventStore(Store):
     # --- listing --------------------------------------------------------------------------
 
     def list_events(self, filter: EventFilter | None = None) -> EventPage:
-        """Events newest first, by (`at`, `event_id`), a page at a time: `next` is the key of
-        the page's last event, and the following page starts strictly after it, so pages
-        neither skip nor repeat events while new ones are written."""
+        """Events newest first by (`at`, `event_id`), a page at a time by key (`paging`)."""
         f = filter or EventFilter()
         stmt = sa.select(events)
         if f.channel_id is not None:
@@ -290,16 +277,14 @@ class EventStore(Store):
         if f.since is not None:
             stmt = stmt.where(events.c.at >= f.since)
         if f.after is not None:
-            at, event_id = _read_key(f.after)
-            stmt = stmt.where(
-                sa.or_(events.c.at < at, sa.and_(events.c.at == at, events.c.event_id < event_id))
-            )
+            stmt = stmt.where(below((events.c.at, events.c.event_id), *read_key(f.after)))
         stmt = stmt.order_by(events.c.at.desc(), events.c.event_id.desc()).limit(f.limit + 1)
         with self._read() as conn:
             rows = [_event_of(row) for row in conn.execute(stmt)]
         more = len(rows) > f.limit
         rows = rows[: f.limit]
-        return EventPage(rows, f.limit, _key_of(rows[-1]) if more and rows else None)
+        last = page_key(rows[-1].at, rows[-1].event_id) if more and rows else None
+        return EventPage(rows, f.limit, last)
 
     def open_alerts(self, channel_ids: Iterable[str] | None = None) -> dict[str, str]:
         """Per channel, the kind of its delivered alert not yet answered by a completed
@@ -319,7 +304,7 @@ class EventStore(Store):
         channels whose cursor has fallen behind their schedule by more than their
         `alerts.overdue_after_secs`; answers the events written."""
         made = self._overdue_occurrences(limit) + self._stalled_channels(limit)
-        self._announce(made)
+        self.announce(made)
         return made
 
     def _overdue_occurrences(self, limit: int) -> list[Event]:
@@ -336,7 +321,7 @@ class EventStore(Store):
                 .returning(*occurrences.c)
             ).all()
             found = sorted((Occurrence(*row) for row in rows), key=lambda o: o.channel_id)
-            return self._record(conn, [draft(alerts.OVERDUE, o) for o in found])
+            return self.record(conn, [draft(alerts.OVERDUE, o) for o in found])
 
     def _stalled_channels(self, limit: int) -> list[Event]:
         """Running cursors behind the clock are few (a pass moves each past now), and read
@@ -381,7 +366,7 @@ class EventStore(Store):
                     .where(channel_alerts.c.channel_id.in_(sorted(caught_up)))
                     .values(stalled_at=None)
                 )
-            made = self._record(
+            made = self.record(
                 conn,
                 [
                     Draft(alerts.STALLED, channel_id, oldest_scheduled_for=since)
@@ -410,52 +395,39 @@ def _event(
     where, and where to look, with no secret (the error is the excerpt the ledger keeps)."""
     o = d.occurrence
     event_id = str(uuid7())
-    channel_name = (o.channel_name if o is not None else None) or name
+    error = d.error if d.error is not None or o is None else o.error_message
+    api, console = (
+        (f"/api/v1/admin/cron/occurrences/{o.id}", f"/#occurrence={o.id}")
+        if o is not None
+        else (f"/api/v1/admin/channels/{d.channel_id}", f"/#channel={d.channel_id}")
+    )
+    # `o and …`: the occurrence's fields, None on a channel's event.
     body: dict[str, Any] = {
         "event_id": event_id,
         "sequence": sequence,
         "kind": kind,
         "at": to_rfc3339(now),
         "channel_id": d.channel_id,
-        "channel_name": channel_name,
+        "channel_name": (o and o.channel_name) or name,
         "timezone": document.get("timezone", "UTC"),
-        "occurrence_id": None,
-        "scheduled_for": None,
-        "due_at": None,
-        "trigger": None,
-        "attempt": None,
-        "max_attempts": None,
-        "status": None,
-        "error": d.error,
+        "occurrence_id": o and o.id,
+        "scheduled_for": o and to_rfc3339(o.scheduled_for),
+        "due_at": o and to_rfc3339(o.due_at),
+        "trigger": o and o.trigger,
+        "attempt": o and o.attempt,
+        "max_attempts": o and o.allowed_attempts,
+        "status": o and o.status,
+        "error": None if kind == alerts.RECOVERED else error,
         "count": d.count,
         "consecutive_failures": state.consecutive_failures,
-        "links": {
-            "api": f"/api/v1/admin/channels/{d.channel_id}",
-            "console": f"/#channel={d.channel_id}",
-        },
+        "links": {"api": api, "console": console},
     }
     if d.oldest_scheduled_for is not None:
         body["oldest_scheduled_for"] = to_rfc3339(d.oldest_scheduled_for)
     if d.reason is not None:
         body["reason"] = d.reason
     if o is not None:
-        body |= {
-            "occurrence_id": o.id,
-            "scheduled_for": to_rfc3339(o.scheduled_for),
-            "due_at": to_rfc3339(o.due_at),
-            "trigger": o.trigger,
-            "attempt": o.attempt,
-            "max_attempts": o.allowed_attempts,
-            "status": o.status,
-            "error": d.error if d.error is not None else o.error_message,
-            "singleton_key": o.singleton_key,
-            "links": {
-                "api": f"/api/v1/admin/cron/occurrences/{o.id}",
-                "console": f"/#occurrence={o.id}",
-            },
-        }
-    if kind == alerts.RECOVERED:
-        body["error"] = None
+        body["singleton_key"] = o.singleton_key
     return Event(
         event_id=event_id,
         channel_id=d.channel_id,
@@ -468,36 +440,6 @@ def _event(
 
 
 def _event_of(row: Any) -> Event:
-    document = json.loads(row.document)
-    return Event(
-        event_id=row.event_id,
-        channel_id=row.channel_id,
-        sequence=row.sequence,
-        kind=row.kind,
-        at=row.at,
-        occurrence_id=row.occurrence_id,
-        document=document,
-        send_attempts=row.send_attempts,
-        last_error=row.last_error,
-        delivered_at=row.delivered_at,
-    )
-
-
-def _key_of(event: Event) -> str:
-    raw = f"{event.at.isoformat()}|{event.event_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _read_key(key: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4)).decode()
-        at, event_id = raw.split("|", 1)
-        return datetime.fromisoformat(at), event_id
-    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "after", "invalid", "is not a page key; pass the `next` of the previous page"
-                )
-            ]
-        ) from exc
+    """An event from its row (every column but `send_after`)."""
+    fields = {k: v for k, v in row._mapping.items() if k != "send_after"}
+    return Event(**fields | {"document": json.loads(row.document)})

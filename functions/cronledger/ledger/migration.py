@@ -1,23 +1,16 @@
 """Upgrading the ledger's schema while the previous release keeps running on it.
 
 One migration at a time: deploys take turns on a PostgreSQL session-level advisory lock,
-asked for with `pg_try_advisory_lock` until granted rather than waited for in
-`pg_advisory_lock`. A session waiting there keeps a snapshot open, and an index built
-`CONCURRENTLY` by the session holding the lock waits for every older snapshot to end: the two
-would wait on each other. The lock lives on a connection of its own, outside any transaction,
-because each revision runs in a transaction of its own and builds its indexes in autocommit
-(`cronledger.ledger.online_ddl`); `Ledger.migrate` discards that connection afterwards, so its
-session settings and its lock go with it.
+polled with `pg_try_advisory_lock` rather than waited for, since a waiting session keeps a
+snapshot open that an index built `CONCURRENTLY` by the holder would wait for. The lock lives
+on a connection of its own, outside any transaction, which `Ledger.migrate` then discards.
 
-A database whose revision this code does not know was migrated by newer code (this code is a
-rollback, or an older release still deploying). Revisions are expand/contract, so that schema
-still serves this code: it is left as it is, and the log says so.
+A revision this code does not know means newer code migrated the database; revisions are
+expand/contract, so that schema still serves this code, and it is left as it is.
 
-A revision whose DDL waits past the lock timeout for a table (behind a long transaction) is
-rolled back whole and tried again, a few times, backing off. With a deadline (`until`, on the
-monotonic clock) the lock wait, the statements (`statement_timeout`) and the retries all end by
-it, with `DeadlineReached` naming it; without one the statements may run as long as they
-need, since an index build on a large table rightly outlasts any other statement.
+A revision whose DDL waits past the lock timeout is rolled back whole and tried again, backing
+off. With a deadline (`until`, monotonic) the lock wait, the statements and the retries all end
+by it (`DeadlineReached`); without one, statements run as long as they need.
 """
 
 from __future__ import annotations

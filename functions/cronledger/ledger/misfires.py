@@ -1,19 +1,15 @@
-"""Misfires judged at start (docs/guarantees.md#misfire-at-start): a late cron row runs only if its channel's policy
-would have kept it, however early it was written.
+"""Misfires judged at start (docs/guarantees.md#misfire-at-start): a late cron row runs only if
+its channel's policy would have kept it, however early it was written.
 
-A row materialised ahead (lookahead), or one that waited out a claim backlog or an outage,
-can reach its start long after its due time. Such a row is judged before it starts, as a
-reconcile pass would have judged it: all of the channel's late rows not yet judged, at once,
-under the channel's policy (`MisfireRule.keep`, the rule `Schedule.plan_pass` applies). One
-at a time would not do: `catch_up` keeps the oldest N of the whole late set, which a claim
-batch sees only part of. The kept rows are marked judged (they may start); the dropped ones
-become `skipped_misfire`, one row per instant.
+A row written ahead, or one that waited out a backlog or an outage, can start long after it was
+due. It is judged first, as a reconcile pass would have: all of the channel's unjudged late
+rows at once (`catch_up` keeps the oldest N of the whole late set), under `MisfireRule.keep`.
+Kept rows are marked judged; dropped ones become `skipped_misfire`.
 
-The judgment holds the channel's cursor row locked for its transaction, which serialises it
-with other judgments of the channel and with reconcile's compare-and-set of that cursor. A
-cursor still behind the late window means reconcile has not yet planned instants inside it:
-judging without them would keep rows the full set would drop, so the judgment waits
-(`behind`). Every write is conditional on the row still being live and unjudged.
+The judgment locks the channel's cursor row, serialising it with other judgments and with
+reconcile's compare-and-set. A cursor still behind the late window means reconcile has yet to
+plan rows inside it, so the judgment waits (`behind`). Every write is conditional on the row
+still being live and unjudged.
 """
 
 from __future__ import annotations
@@ -35,6 +31,7 @@ from cronledger.ledger.models import (
     MisfireRule,
     Occurrence,
 )
+from cronledger.ledger.store import Store
 from cronledger.ledger.tables import occurrences, schedule_state, status_is
 
 Verdict = Literal["run", "skipped", "behind", "lost"]
@@ -42,10 +39,9 @@ Verdict = Literal["run", "skipped", "behind", "lost"]
 
 @dataclass(frozen=True, slots=True)
 class Judgment:
-    """For the occurrence asked about: `run` (kept, it may start), `skipped` (dropped, now
-    `skipped_misfire`), `behind` (reconcile has not caught up with the late window; ask
-    again shortly) or `lost` (no longer this claimant's). `dropped`: rows this judgment
-    settled `skipped_misfire`, the asker's own included."""
+    """For the occurrence asked about: `run` (kept), `skipped` (dropped), `behind` (reconcile
+    has not caught up with the late window; ask again shortly) or `lost` (no longer this
+    claimant's). `dropped`: rows this judgment skipped, the asker's own included."""
 
     verdict: Verdict
     dropped: int = 0
@@ -61,7 +57,11 @@ def misfire_due(sql: Backend, grace_secs: float) -> sa.ColumnElement[bool]:
     )
 
 
-class MisfireStore(EventStore):
+class MisfireStore(Store):
+    def __init__(self, base: Store, events: EventStore) -> None:
+        super().__init__(base)
+        self.events = events
+
     def judge_misfires(
         self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
     ) -> Judgment:
@@ -123,7 +123,7 @@ class MisfireStore(EventStore):
                     ordered = sorted(
                         (Occurrence(*r) for r in skipped), key=lambda o: o.scheduled_for
                     )
-                    made = self._record(
+                    made = self.events.record(
                         conn,
                         [
                             draft(
@@ -139,7 +139,7 @@ class MisfireStore(EventStore):
                     occurrences.c.status, occurrences.c.claimed_by, occurrences.c.misfire_judged
                 ).where(occurrences.c.id == occurrence_id)
             ).one_or_none()
-        self._announce(made)
+        self.events.announce(made)
         if mine is not None and mine.status == SKIPPED_MISFIRE:
             return Judgment("skipped", dropped)
         if mine is not None and (mine.status, mine.claimed_by) == (CLAIMED, claimant):
@@ -147,9 +147,8 @@ class MisfireStore(EventStore):
         return Judgment("lost", dropped)
 
     def _cursor_behind(self, conn: sa.Connection, channel_id: str, grace_secs: float) -> bool:
-        """Lock the channel's cursor and tell whether reconcile has yet to plan instants
-        older than the grace. A paused cursor is re-initialised after now, never back-filled:
-        nothing more will be written for the window, so it is not behind."""
+        """Lock the channel's cursor and tell whether reconcile has yet to plan instants older
+        than the grace (a paused cursor never back-fills: it is not behind)."""
         stmt = sa.select(
             sa.and_(
                 schedule_state.c.paused_at.is_(None),

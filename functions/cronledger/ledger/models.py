@@ -1,8 +1,7 @@
 """What the ledger hands out and takes in: frozen values with aware-UTC datetimes.
 
-Statuses and triggers are plain strings, not an enum, because the column is an open string
-on the wire (a client must tolerate a status it does not know) and the queries compare
-against these same literals, so one table of names serves both.
+Statuses and triggers are plain strings, not an enum: on the wire they are open strings (a
+client tolerates one it does not know), and the queries compare against these same literals.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ LEASED_STATUSES = (CLAIMED, RUNNING)
 TERMINAL_STATUSES = (COMPLETED, FAILED, CANCELLED, SKIPPED_MISFIRE, SKIPPED_SINGLETON)
 #: Every status an occurrence can have (what a listing may filter on).
 OCCURRENCE_STATUSES = (*ACTIVE_STATUSES, *TERMINAL_STATUSES)
-#: An occurrence that ended without doing its work. `completed` is absent on purpose:
-#: running finished work again is a new (manual) occurrence, not a retry of this one.
+#: Ended without doing its work (not `completed`: running that again is a new occurrence).
 RETRYABLE_STATUSES = (FAILED, CANCELLED, SKIPPED_MISFIRE, SKIPPED_SINGLETON)
 #: What an attempt may settle as.
 SETTLED_STATUSES = (COMPLETED, FAILED, SKIPPED_SINGLETON)
@@ -53,13 +51,13 @@ T = TypeVar("T")
 
 
 class DatabaseUnavailable(CronledgerError):
-    """The database could not be reached or dropped the connection. Raised instead of an
-    empty answer: "nothing is due" and "cannot tell" must never look the same."""
+    """The database could not be reached or dropped the connection: never an empty answer,
+    so "nothing is due" and "cannot tell" never look the same."""
 
 
 class DeadlineReached(CronledgerError):
-    """Work given a deadline (a migration, a connection opened within it) stopped at it rather
-    than outlive it. Not `DatabaseUnavailable`: trying again cannot help, the time is gone."""
+    """Work given a deadline stopped at it rather than outlive it (not `DatabaseUnavailable`:
+    trying again cannot help)."""
 
 
 #: How an attempt ended when its lease ran out without a settle (its executor died).
@@ -75,8 +73,7 @@ class Attempt:
     claimant: str
     started_at: datetime
     ended_at: datetime | None
-    #: A settled status (`completed`, `failed`, `cancelled`, `skipped_singleton`), or
-    #: `abandoned`; None while it runs.
+    #: A settled status, or `abandoned` (its lease ran out unsettled); None while it runs.
     outcome: str | None
     error_message: str | None
     #: The last frames of the traceback, when a Python target raised.
@@ -85,7 +82,7 @@ class Attempt:
 
     @property
     def duration_ms(self) -> int | None:
-        """From its start to its end, derived from the two so it cannot disagree with them."""
+        """Derived from its start and end, so it cannot disagree with them."""
         if self.ended_at is None:
             return None
         return round((self.ended_at - self.started_at).total_seconds() * 1000)
@@ -117,34 +114,32 @@ class Occurrence:
     completed_at: datetime | None
     created_at: datetime
     updated_at: datetime
-    #: When it becomes (or became) claimable: `scheduled_for` plus jitter, or a retry's backoff.
+    #: When it becomes claimable: `scheduled_for` plus jitter, or a retry's backoff; lateness
+    #: is measured from it, identity stays `scheduled_for`.
     due_at: datetime
-    #: How many attempts it gets in all (its channel's retry policy; a manual retry grants one
-    #: more). An abandoned attempt at this count is settled `failed` by the claim.
+    #: Attempts it gets in all (a manual retry grants one more); an abandoned attempt at this
+    #: count is settled `failed` by the claim.
     max_attempts: int
-    #: The misfire rule no longer applies to it: it started once, a judgment at start kept
-    #: it, or it is a retry or a queued contender.
+    #: The misfire rule no longer applies: it started once, a judgment kept it, or it is a
+    #: retry or a queued contender.
     misfire_judged: bool
-    #: When it is overdue if not completed by then; None once it completed, was cancelled
-    #: or was reported overdue, or when its channel sets no `alerts.overdue_after_secs`.
+    #: Overdue if not completed by then; cleared on completion, cancel or its one
+    #: `occurrence.overdue` event.
     overdue_at: datetime | None = None
-    #: A backfill row run one after another: it waits for a busy concurrency key rather than
-    #: being skipped (None: its channel's policy decides, as for any row).
+    #: A backfill row that waits for its busy concurrency key instead of being skipped.
     waits_for_key: bool | None = None
 
     @property
     def allowed_attempts(self) -> int:
-        """The attempts it is allowed in all, as shown: never fewer than it has made. A manual
-        retry's extra attempt raises `max_attempts`, and the start of that attempt refreshes
-        `max_attempts` from the channel's policy again; the attempt made was allowed all
-        the same, so "attempt 2 of 1" is never shown."""
+        """The attempts it is allowed in all, as shown: never fewer than it made (a start
+        refreshes `max_attempts` from the policy after a manual retry raised it)."""
         return max(self.max_attempts, self.attempt)
 
 
 @dataclass(frozen=True, slots=True)
 class NewOccurrence:
-    """An occurrence to materialise. The id is fresh per call on purpose: identity is
-    `(channel_id, scheduled_for)`, so a duplicate loses to the row already there."""
+    """An occurrence to materialise, with a fresh id: identity is `(channel_id,
+    scheduled_for)`, so a duplicate loses to the row already there."""
 
     channel_id: str
     channel_name: str
@@ -157,14 +152,12 @@ class NewOccurrence:
     target_ref: str | None = None
     #: When it becomes claimable; `None`: at `scheduled_for`.
     due_at: datetime | None = None
-    #: The channel's `retry.max_attempts` (refreshed from the channel at every start).
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    #: The channel's `alerts.overdue_after_secs`: the row is overdue that long after it is due.
+    #: The channel's `alerts.overdue_after_secs`, counted from `due`.
     overdue_after_secs: int | None = None
     #: A misfire summary's count of the instants it stands for, and the oldest of them.
     skipped_count: int | None = None
     skipped_oldest: datetime | None = None
-    #: A backfill row that waits for its busy concurrency key instead of being skipped.
     waits_for_key: bool | None = None
     id: str = field(default_factory=new_occurrence_id)
 
@@ -207,10 +200,9 @@ class ScheduleState:
 
 
 class CursorMove(NamedTuple):
-    """A cursor move as a pass planned it: from `from_` to `to` (`None` parks it), under
-    the schedule whose scheduling hash is `config_hash`. The hash is part of the
-    compare-and-set because an instant alone can repeat: an edit's reset may put the cursor
-    back on the very instant a stale plan starts from, and that plan must still lose."""
+    """A cursor move as a pass planned it: from `from_` to `to` (`None` parks it), under the
+    scheduling hash `config_hash`, which the compare-and-set checks too: an edit's reset may
+    put the cursor back on the very instant a stale plan starts from."""
 
     channel_id: str
     from_: datetime
@@ -220,10 +212,8 @@ class CursorMove(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class DueChannel:
-    """What a reconcile pass reads of an active channel: who it is, its version and that
-    version's target. Its schedule document stays JSON text, parsed only to compile a
-    version the process has not compiled yet (a warm pass meets none), so a pass over ten
-    thousand channels does not parse ten thousand of them."""
+    """What a reconcile pass reads of an active channel. Its schedule document stays JSON
+    text, parsed only to compile a version the process has not compiled yet."""
 
     channel_id: str
     name: str
@@ -264,17 +254,12 @@ class SingletonSpec:
 
 @dataclass(frozen=True, slots=True)
 class AttemptStart:
-    """What `start_attempt` decided.
-
-    `started`: the occurrence is `running` since `started_at` (the database's clock); with a
-    singleton it holds `slot` of the key under `fencing_token` (both `None` under `allow`);
-    under `replace`, `replaced` is the holder it cancelled to get there, if any.
-    `singleton_busy`: every slot is held by a live lease of another occurrence (and, under
-    `queue_one`, another contender already waits); nothing was written.
-    `waiting` (`queue_one`): every slot is held, and this occurrence is now the key's one
-    waiting contender: back to `pending`, due again after `wait_secs`, its attempt given back.
-    `lost`: the occurrence is no longer this claimant's to start; nothing was written.
-    """
+    """What `start_attempt` decided. `started`: `running` since `started_at`, holding `slot`
+    of its key under `fencing_token` if it has one (`replaced`: the holder it cancelled).
+    `singleton_busy`: every slot held by another live lease (and, under `queue_one`, a
+    contender waits already); nothing written. `waiting`: the key's one waiting contender,
+    back to `pending`, due after `wait_secs`, its attempt given back. `lost`: no longer this
+    claimant's; nothing written."""
 
     outcome: Literal["started", "singleton_busy", "waiting", "lost"]
     fencing_token: int | None = None
@@ -298,9 +283,9 @@ class ClaimResult:
 
 @dataclass(frozen=True, slots=True)
 class MisfireRule:
-    """A channel's misfire policy as a judgment at start applies it (docs/guarantees.md#misfire-at-start): a cron row
-    not started within `grace_secs` of its due time is late; of a channel's late rows
-    (oldest first), `keep(count)` are the positions that still run."""
+    """A channel's misfire policy (docs/guarantees.md#misfire-at-start): a cron row not
+    started within `grace_secs` of its due time is late; of a channel's late rows (oldest
+    first), `keep(count)` are the positions that still run."""
 
     policy: str
     grace_secs: float
@@ -309,9 +294,9 @@ class MisfireRule:
 
 @dataclass(frozen=True, slots=True)
 class OpenedAttempt:
-    """What an executor reads before it starts: the occurrence, its channel as it is now
-    (None: deleted), the start when the read could make it (PostgreSQL, a plain attempt),
-    and whether the occurrence is a late cron row the misfire rule must judge first."""
+    """What an executor reads first: the occurrence, its channel now (None: deleted), the
+    start if the read made it (PostgreSQL, a plain attempt), and whether the misfire rule
+    must judge it first."""
 
     occurrence: Occurrence
     channel: Channel | None
@@ -321,9 +306,8 @@ class OpenedAttempt:
 
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
-    """A page of a list; `total` is exact unless `total_is_exact` is False, when more than
-    that many rows match. `next`: the key to pass as `after` for the next page (None on the
-    last)."""
+    """A page of a list: more than `total` rows match unless `total_is_exact`; `next` is
+    the next page's `after` (None on the last)."""
 
     data: list[T]
     total: int
@@ -335,8 +319,8 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class OccurrenceFilter:
-    """Listing filter; `since` and `until` bound `scheduled_for`, both inclusive. `after`:
-    the `next` of the page before; `exact_total`: count every match, past the usual bound."""
+    """Listing filter: `since` and `until` bound `scheduled_for`, inclusive; `after` is the
+    `next` of the page before; `exact_total` counts every match."""
 
     channel_id: str | None = None
     status: str | None = None
@@ -352,8 +336,7 @@ class OccurrenceFilter:
 @dataclass(frozen=True, slots=True)
 class Event:
     """One row of `cron_events`: `document` is the event as a receiver gets it; `sequence`
-    is None for an event that is listed but not delivered (its kind is not in the channel's
-    `alerts.on`)."""
+    is None for one listed but not delivered (its kind is not in `alerts.on`)."""
 
     event_id: str
     channel_id: str
@@ -373,8 +356,7 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class EventFilter:
-    """Events listing filter, newest first; `since` bounds `at` (inclusive); `after` is
-    the opaque key of the last event of the previous page."""
+    """Events listing filter: `since` bounds `at` (inclusive); `after` is a page's `next`."""
 
     channel_id: str | None = None
     kind: str | None = None
@@ -401,8 +383,7 @@ class Outbox:
 
 @dataclass(frozen=True, slots=True)
 class Channel:
-    """A schedule definition at one version. `transport_config` and `target` are stored as
-    given: validating them is the API's job, before they get here."""
+    """A schedule definition at one version, stored as given (the API validates it)."""
 
     channel_id: str
     name: str
@@ -413,9 +394,9 @@ class Channel:
     timeout_ms: int
     created_at: datetime
     updated_at: datetime
-    #: Why it is in its status, as the operator said (a pause's reason); None if unsaid.
+    #: Why it is in its status, as the operator said (a pause's reason).
     status_reason: str | None = None
-    #: Its labels (`cronledger.labels`), part of the version; never in the scheduling hash.
+    #: Its labels (`cronledger.labels`), part of the version, never of the scheduling hash.
     labels: dict[str, str] = field(default_factory=dict)
 
 

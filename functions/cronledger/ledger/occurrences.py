@@ -1,10 +1,9 @@
 """Occurrences as records: materialise, read, list, retry, cancel, retain, purge.
 
-Materialisation is insert-if-absent on `(channel_id, scheduled_for)`. The caller mints a
-fresh id every call, so a duplicate is only detectable by that identity, and it loses to the
-row already there: a retried tick or a second reconciler cannot make a second row.
+Materialisation is insert-if-absent on `(channel_id, scheduled_for)`: a duplicate (a retried
+tick, a second reconciler) loses to the row already there, whatever id it was minted with.
 Retry and cancel are each one conditional UPDATE whose matched row is the answer; a read
-afterwards only decides between "no such occurrence" (404) and "wrong state" (409).
+afterwards only tells "no such occurrence" (404) from "wrong state" (409).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.instants import require_utc
 from cronledger.ledger import attempt_log
 from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
-from cronledger.ledger.events import draft
+from cronledger.ledger.events import EventStore, draft
 from cronledger.ledger.models import (
     ACTIVE_STATUSES,
     CANCELLED,
@@ -41,6 +40,7 @@ from cronledger.ledger.models import (
 )
 from cronledger.ledger.paging import PageRequest, read_page
 from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
+from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     channel_alerts,
     channel_changes,
@@ -57,15 +57,19 @@ RETENTION_BATCH = 1000
 INSERT_CHUNK = 1000
 
 
-class OccurrenceStore(CursorStore):
+class OccurrenceStore(Store):
+    def __init__(self, base: Store, events: EventStore, cursors: CursorStore) -> None:
+        super().__init__(base)
+        self.events = events
+        self.cursors = cursors
+
     def insert_occurrence(self, row: NewOccurrence) -> bool:
         """Materialise one occurrence; True when this call created it."""
         return self.insert_occurrences([row]) == 1
 
     def insert_occurrences(self, rows: Iterable[NewOccurrence]) -> int:
-        """Materialise many occurrences with one INSERT … ON CONFLICT DO NOTHING (on SQLite,
-        one per thousand rows, in one transaction); answers how many rows were actually
-        inserted."""
+        """Materialise many occurrences, insert-if-absent, in one transaction; answers how
+        many rows were inserted."""
         rows = list(rows)
         if not rows:
             return 0
@@ -80,13 +84,10 @@ class OccurrenceStore(CursorStore):
         rows: Iterable[NewOccurrence],
         moves: Iterable[CursorMove],
     ) -> tuple[int, set[str]]:
-        """A reconcile pass's writes, all or nothing: make the moves, each by its own
-        compare-and-set (a channel should appear once), and insert the rows
-        of exactly the channels whose cursor moved. A cursor someone else moved meanwhile (a
-        peer's pass, or an edit resetting it, even onto the instant the move starts from)
-        gets none of this pass's rows, so rows planned under a schedule that was just
-        replaced never land.
-        Answers (rows inserted, channel ids moved). PostgreSQL: one statement."""
+        """A reconcile pass's writes, all or nothing: each move by its own compare-and-set (a
+        channel appears once), and the rows of exactly the channels whose cursor moved, so a
+        cursor a peer or an edit moved meanwhile gets none of this pass's rows. Answers (rows
+        inserted, channel ids moved). PostgreSQL: one statement."""
         rows, moves = list(rows), list(moves)
         if not moves:
             return 0, set()
@@ -94,13 +95,13 @@ class OccurrenceStore(CursorStore):
         made: list[Event] = []
         if not self._sql.is_postgres:
             with self._write() as conn:
-                moved_ids = self._advance_in(conn, moves)
+                moved_ids = self.cursors._advance_in(conn, moves)
                 mine = [row for row in rows if row.channel_id in moved_ids]
                 count = self._insert_in(conn, mine) if mine else 0
                 made = self._summary_events(conn, summaries)
-            self._announce(made)
+            self.events.announce(made)
             return count, moved_ids
-        move, moved = self._moves_statement(moves)
+        move, moved = self.cursors._moves_statement(moves)
         if rows:
             inserted = _counted(self._insert_statement(rows, only=sa.select(moved.c.channel_id)))
         else:
@@ -110,12 +111,12 @@ class OccurrenceStore(CursorStore):
         with self._write(single=not summaries) as conn:
             count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
             made = self._summary_events(conn, summaries)
-        self._announce(made)
+        self.events.announce(made)
         return int(count), set(moves_of(moves)) - set(lost_ids)
 
     def _summary_events(self, conn: sa.Connection, summaries: list[NewOccurrence]) -> list[Event]:
-        """`occurrence.skipped` for each misfire summary this transaction inserted (its id is
-        fresh, so a summary that lost to a row already there is not found by it)."""
+        """`occurrence.skipped` for each misfire summary this transaction inserted (a summary
+        that lost to a row already there is not found by its fresh id)."""
         if not summaries:
             return []
         by_id = {row.id: row for row in summaries}
@@ -123,7 +124,7 @@ class OccurrenceStore(CursorStore):
             sa.select(occurrences).where(occurrences.c.id.in_(list(by_id)))
         ).all()
         found = sorted((Occurrence(*r) for r in written), key=lambda o: o.channel_id)
-        return self._record(
+        return self.events.record(
             conn,
             [
                 draft(
@@ -138,7 +139,14 @@ class OccurrenceStore(CursorStore):
 
     def _insert_in(self, conn: sa.Connection, rows: list[NewOccurrence]) -> int:
         """SQLite: multi-row INSERTs of a thousand rows, inside the caller's transaction."""
-        values = [self._new_row(row) for row in rows]
+        columns, now = _columns(rows), self._sql.now()
+        values = []
+        for cells in zip(*(given for _, given in columns.values()), strict=True):
+            row = dict(zip(columns, cells, strict=True))
+            # A row born terminal (a misfire summary) ended when it was written.
+            ended = None if row["status"] in ACTIVE_STATUSES else now
+            fixed = {"attempt": 0, "misfire_judged": False, "created_at": now, "updated_at": now}
+            values.append(row | fixed | {"completed_at": ended})
         inserted = 0
         for start in range(0, len(values), INSERT_CHUNK):
             stmt = (
@@ -155,28 +163,9 @@ class OccurrenceStore(CursorStore):
     def _insert_statement(
         self, rows: list[NewOccurrence], only: sa.Select[tuple[str]] | None = None
     ) -> sa.CTE:
-        """PostgreSQL: every row in one INSERT with one (JSON) parameter, so the statement's
-        text and compile stay the same however many rows a pass plans; a multi-row VALUES
-        would cost a bound parameter, and Python, per cell. `only`: the channel ids whose
-        rows go in. Answers the INSERT as a CTE returning the ids it inserted."""
-        columns: dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]] = {
-            "id": (sa.String(), [r.id for r in rows]),
-            "channel_id": (sa.String(), [r.channel_id for r in rows]),
-            "channel_name": (sa.String(), [r.channel_name for r in rows]),
-            "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
-            "target_ref": (sa.String(), [r.target_ref for r in rows]),
-            "trigger": (sa.String(), [r.trigger for r in rows]),
-            "scheduled_for": (
-                sa.DateTime(timezone=True),
-                [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
-            ),
-            "status": (sa.String(), [r.status for r in rows]),
-            "error_message": (sa.Text(), [r.error_message for r in rows]),
-            "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
-            "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
-            "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
-            "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
-        }
+        """PostgreSQL: every row in one INSERT of one JSON parameter (`Backend.rows`), as a CTE
+        returning the ids it inserted. `only`: the channel ids whose rows go in."""
+        columns = _columns(rows)
         given = self._sql.rows("new", columns)
         now = self._sql.now()
         chosen = sa.select(
@@ -208,14 +197,13 @@ class OccurrenceStore(CursorStore):
             return self._fetch(conn, occurrence_id)
 
     def attempts_of(self, occurrence_id: str) -> list[Attempt]:
-        """The occurrence's attempts on record, first to last (none before it first started)."""
+        """The occurrence's attempts, first to last."""
         with self._read() as conn:
             return attempt_log.attempts_of(conn, occurrence_id)
 
     def list_occurrences(self, filter: OccurrenceFilter | None = None) -> Page[Occurrence]:
-        """Newest first by (`scheduled_for`, `id`), a page at a time by key (`paging`): a
-        backfilled 06:00 row sits below a 09:00 one whenever it was written, since an
-        operator opening the list asks what happened recently. `limit` is clamped to 1..1000."""
+        """Newest first by (`scheduled_for`, `id`), a page at a time by key (`paging`): what
+        happened recently, whenever each row was written."""
         f = filter or OccurrenceFilter()
         conditions: list[sa.ColumnElement[bool]] = []
         if f.channel_id is not None:
@@ -242,11 +230,9 @@ class OccurrenceStore(CursorStore):
 
     def requeue(self, occurrence_id: str) -> Occurrence:
         """Put a failed, cancelled or skipped occurrence of an active channel back to
-        `pending`, due now, keeping its id and `scheduled_for`; the next claim makes it
-        `attempt + 1`, and it is granted that attempt even if it had used all it was allowed.
-        A retry is never a misfire. NotFound, or Conflict for any other status (`completed`
-        included: running finished work again is a trigger) or a channel that is not active
-        (the executor would only fail it)."""
+        `pending`, due now, same id, granted one more attempt if it had used all, never a
+        misfire. NotFound; Conflict for another status (`completed` too: running finished
+        work again is a trigger) or a channel that is not active."""
         channel_active = (
             sa.select(channels.c.channel_id)
             .where(channels.c.channel_id == occurrences.c.channel_id)
@@ -316,10 +302,9 @@ class OccurrenceStore(CursorStore):
     def cancel(
         self, occurrence_id: str, *, by: str | None = None, reason: str | None = None
     ) -> Occurrence:
-        """Cancel a pending, claimed or running occurrence: it becomes `cancelled`, loses its
-        claim and gives back any singleton slot, and its `occurrence.cancelled` event
-        (saying who and why, when known) is written, in one transaction. A running attempt
-        finds out at its next renewal, which then matches nothing. NotFound / Conflict."""
+        """Cancel a pending, claimed or running occurrence, in one transaction: `cancelled`,
+        its claim and slot given back, its `occurrence.cancelled` event written. A running
+        attempt finds out at its next renewal. NotFound / Conflict."""
         message = f"cancelled by {by or 'an operator'}" + (f": {reason}" if reason else "")
 
         def cancel(conn: sa.Connection) -> tuple[Occurrence, list[Event]] | None:
@@ -352,11 +337,11 @@ class OccurrenceStore(CursorStore):
                 # A start of this occurrence committed while the UPDATE above waited for
                 # its row: the slot it took was not yet its own when the release ran.
                 release_slots_of(conn, self._sql, [occurrence_id])
-            return cancelled, self._record(conn, [draft(alerts.CANCELLED, cancelled)])
+            return cancelled, self.events.record(conn, [draft(alerts.CANCELLED, cancelled)])
 
         done = self._atomic(cancel)
         if done is not None:
-            self._announce(done[1])
+            self.events.announce(done[1])
             return done[0]
         current = self.get_occurrence(occurrence_id)
         raise Conflict(
@@ -410,8 +395,8 @@ class OccurrenceStore(CursorStore):
         return sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()))
 
     def _purge(self, conn: sa.Connection, channel_id: str) -> None:
-        """A deleted channel's cursor, occurrences (their attempts cascade), events and alert
-        row go, and the slots its occurrences hold are freed, in the caller's transaction."""
+        """In the caller's transaction: a deleted channel's cursor, occurrences (attempts
+        cascade), events and alert row go, and their slots are freed."""
         ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
         release_slots_of(conn, self._sql, ids)
         conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
@@ -431,29 +416,27 @@ class OccurrenceStore(CursorStore):
             raise NotFound(f"occurrence {occurrence_id} not found")
         return Occurrence(**row._mapping)
 
-    def _new_row(self, row: NewOccurrence) -> dict[str, Any]:
-        now = self._sql.now()
-        return {
-            "id": row.id,
-            "channel_id": row.channel_id,
-            "channel_name": row.channel_name,
-            "channel_version": row.channel_version,
-            "target_ref": row.target_ref,
-            "trigger": row.trigger,
-            "scheduled_for": require_utc(row.scheduled_for, "scheduled_for"),
-            "status": row.status,
-            "attempt": 0,
-            "error_message": row.error_message,
-            "due_at": require_utc(row.due, "due_at"),
-            "max_attempts": row.max_attempts,
-            "overdue_at": row.overdue_at,
-            "waits_for_key": row.waits_for_key,
-            "misfire_judged": False,
-            # A row born terminal (a misfire summary) ended when it was written.
-            "completed_at": None if row.status in ACTIVE_STATUSES else now,
-            "created_at": now,
-            "updated_at": now,
-        }
+
+def _columns(rows: list[NewOccurrence]) -> dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]]:
+    """The rows' given columns: each one's type, and its values in row order."""
+    return {
+        "id": (sa.String(), [r.id for r in rows]),
+        "channel_id": (sa.String(), [r.channel_id for r in rows]),
+        "channel_name": (sa.String(), [r.channel_name for r in rows]),
+        "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
+        "target_ref": (sa.String(), [r.target_ref for r in rows]),
+        "trigger": (sa.String(), [r.trigger for r in rows]),
+        "scheduled_for": (
+            sa.DateTime(timezone=True),
+            [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
+        ),
+        "status": (sa.String(), [r.status for r in rows]),
+        "error_message": (sa.Text(), [r.error_message for r in rows]),
+        "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
+        "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
+        "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
+        "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
+    }
 
 
 def _counted(inserted: sa.CTE) -> sa.Select[Any]:

@@ -1,14 +1,9 @@
-"""Schema changes a revision makes while the previous release's code keeps running on the same
-database (expand/contract: a revision only adds what old code ignores, and removes only what
-no running code reads).
+"""Schema changes a revision makes while the previous release keeps running on the database
+(expand/contract: add only what old code ignores, remove only what no running code reads).
 
-An index on a table in use is built `CONCURRENTLY` on PostgreSQL: a plain `CREATE INDEX`
-blocks every write to the table until the build ends. PostgreSQL refuses that inside a
-transaction block, so it runs in an autocommit block of its own (the revision's earlier
-statements commit first; `transaction_per_migration` keeps a revision's steps in order). A
-concurrent build that was interrupted leaves an invalid index behind, which `IF NOT EXISTS`
-would take for a finished one: it is dropped and built again. SQLite has no concurrent build
-and a single writer; it builds the index plainly in the revision's transaction.
+On PostgreSQL an index on a table in use is built `CONCURRENTLY`, so writes go on, in an
+autocommit block of its own; an interrupted build's invalid index, which `IF NOT EXISTS` would
+take for a finished one, is dropped and built again. SQLite builds it plainly.
 """
 
 from __future__ import annotations
@@ -22,8 +17,7 @@ from alembic import op
 
 from cronledger.ledger.models import DeadlineReached
 
-#: Rows one batch of a backfill updates: small enough that each batch is short and its locks
-#: brief, large enough that a table of tens of millions takes thousands of batches, not more.
+#: Rows one batch of a backfill updates: each batch short, its locks brief.
 BACKFILL_BATCH = 10_000
 
 
@@ -46,9 +40,8 @@ def create_index_online(
         return
     with context.autocommit_block():
         if not context.as_sql:
-            # Entering the block, SQLAlchemy reads the isolation level to restore later, and
-            # pg8000 opens a transaction to run that read before autocommit is switched on:
-            # the build would be inside it. End it (a warning, not an error, when none is).
+            # pg8000 opened a transaction for SQLAlchemy's isolation-level read on entering
+            # the block: end it, or the build would run inside it.
             op.execute("COMMIT")
             if _invalid_index(name):
                 op.drop_index(name, table_name=table, postgresql_concurrently=True)
@@ -109,12 +102,10 @@ def backfill_in_batches(
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """`UPDATE table SET values` on the rows `pending` selects, `batch` rows a statement, each
-    committed on its own (the connection is in autocommit, or SQLite's single writer holds
-    the whole revision anyway): a large table is never rewritten in one transaction that a
-    function's deadline would roll back whole. `pending` must exclude the rows already done,
-    so a run stopped at `until` on `clock` (`DeadlineReached`) resumes where it stopped the
-    next time the revision runs. Answers the rows updated."""
+    """`UPDATE table SET values` on the rows `pending` selects, `batch` rows a statement each
+    committed on its own (autocommit), never one transaction a deadline would roll back whole.
+    `pending` excludes rows done, so a run stopped at `until` (`DeadlineReached`) resumes
+    there next time. Answers the rows updated."""
     statement = _batch_statement(table, values, pending, key, batch)
     done = 0
     while True:

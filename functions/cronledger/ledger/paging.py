@@ -1,12 +1,9 @@
 """Lists read a page at a time by key, newest first, with a total counted only so far.
 
-A page's `next` is the key (instant, id) of its last row, and the following page starts
-strictly below it: the read is a range scan of an index in that order, as cheap at the
-millionth row as at the first, and rows written between two reads land above the pages
-already read instead of shifting them (an offset would repeat or skip them). The total is
-counted up to `TOTAL_BOUND` matching rows and reported as "more than that" beyond, unless
-asked for exactly: counting a 40-million-row ledger on every page read is the cost paging
-avoids. An offset still works for small ones; beyond the bound it is refused, naming `after`.
+A page's `next` is the key (instant, id) of its last row, and the next page starts strictly
+below it: one index range scan, as cheap deep as shallow, and rows written between reads land
+above the pages read instead of shifting them. The total is counted up to `TOTAL_BOUND` unless
+asked for exactly; an offset past the bound is refused, naming `after`.
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ def read_page(
     of: Callable[[sa.Row[Any]], T],
 ) -> Page[T]:
     """The page of `table`'s rows matching `conditions`, each made by `of`, newest first by
-    `order` (an instant and a unique id). ValidationFailed for an offset past the bound, an offset with a key, or
-    a key that is not one."""
+    `order` (an instant and a unique id). ValidationFailed for a bad offset or key."""
     limit = min(max(request.limit, 1), MAX_PAGE_SIZE)
     offset = _checked_offset(request)
     at, row_id = order
@@ -83,8 +79,7 @@ def count_matching(
     *,
     exact: bool = False,
 ) -> tuple[int, bool]:
-    """(rows matching, whether that is exact): past `TOTAL_BOUND` the count stops there
-    unless `exact`, so its cost is bounded by the bound, not by the table."""
+    """(rows matching, whether exact): unless `exact`, counted only up to `TOTAL_BOUND`."""
     matching = sa.select(sa.literal(1).label("one")).select_from(table).where(*conditions)
     if not exact:
         matching = matching.limit(TOTAL_BOUND + 1)
@@ -96,8 +91,7 @@ def count_matching(
 
 
 def below(order: tuple[sa.Column[Any], sa.Column[Any]], at: datetime, row_id: str) -> Any:
-    """Rows strictly after the key in newest-first order: `(at, id) < (key)`, written as a
-    row comparison so that an index on (…, at, id) reads it as one range."""
+    """Rows strictly after the key in newest-first order: a row comparison, one index range."""
     at_column, id_column = order
     return sa.tuple_(at_column, id_column) < sa.tuple_(
         sa.bindparam(None, require_utc(at), type_=at_column.type),
@@ -117,36 +111,27 @@ def read_key(key: str) -> tuple[datetime, str]:
         at, row_id = raw.split("|", 1)
         return require_utc(datetime.fromisoformat(at)), row_id
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "after", "invalid", "is not a page key; pass the `next` of the page before"
-                )
-            ]
-        ) from exc
+        problem = FieldError(
+            "after", "invalid", "is not a page key; pass the `next` of the page before"
+        )
+        raise ValidationFailed([problem]) from exc
 
 
 def _checked_offset(request: PageRequest) -> int:
     offset = max(request.offset, 0)
     if offset > TOTAL_BOUND:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "offset",
-                    "too_large",
-                    f"offsets are accepted up to {TOTAL_BOUND}; to read further, pass each "
-                    "page's `next` as `after` for the page after it",
-                )
-            ]
+        problem = FieldError(
+            "offset",
+            "too_large",
+            f"offsets are accepted up to {TOTAL_BOUND}; to read further, pass each "
+            "page's `next` as `after` for the page after it",
         )
-    if offset and request.after is not None:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "offset",
-                    "invalid",
-                    "pass either `offset` or `after` (the `next` of the page before), not both",
-                )
-            ]
+    elif offset and request.after is not None:
+        problem = FieldError(
+            "offset",
+            "invalid",
+            "pass either `offset` or `after` (the `next` of the page before), not both",
         )
-    return offset
+    else:
+        return offset
+    raise ValidationFailed([problem])

@@ -1,8 +1,6 @@
 """Reads for the status view, `/health` and the claim loop's in-flight budget, and the job
-heartbeat (`cron_job_runs`) that lets the API report the last successful reconcile and claim.
-
-Ages and lease liveness are measured against the database clock, like every decision in
-the ledger: an age computed on a skewed node would fire an alarm on the wrong node.
+heartbeat (`cron_job_runs`) behind the API's last successful reconcile and claim. Ages and
+lease liveness are measured on the database clock, never a node's.
 """
 
 from __future__ import annotations
@@ -24,35 +22,26 @@ from cronledger.ledger.tables import job_runs, occurrences, singletons, status_i
 
 
 class ReportingStore(Store):
-    def latest_for_channel(self, channel_id: str) -> Occurrence | None:
-        """The channel's most recent *due* occurrence (latest `scheduled_for` not after now).
-        Rows materialised ahead of time are not "the last run" of anything."""
-        with self._read() as conn:
-            return self._latest_due(conn, [channel_id]).get(channel_id)
-
     def channel_activity(
         self, channel_ids: Collection[str], singleton_keys: Collection[str]
     ) -> ChannelActivity:
-        """`latest_for_channel` and `pending_count` of each channel, and `held_slots` of each
-        key, in three reads however many channels: one query per channel per figure made a
-        page of fifty channels 150 round trips."""
+        """Per channel its newest *due* row (rows materialised ahead are not "the last run"
+        of anything) and its `pending` count, and per key the slots a live lease holds: three
+        reads however many channels, not one per channel per figure."""
         ids, keys = list(channel_ids), list(singleton_keys)
-        if not ids:
-            return ChannelActivity()
         pending = (
             sa.select(occurrences.c.channel_id, sa.func.count())
             .where(occurrences.c.channel_id.in_(ids), status_is(PENDING))
             .group_by(occurrences.c.channel_id)
         )
         with self._read() as conn:
-            latest = self._latest_due(conn, ids)
-            counts = {cid: int(n) for cid, n in conn.execute(pending)}
+            latest = self._latest_due(conn, ids) if ids else {}
+            counts = {cid: int(n) for cid, n in conn.execute(pending)} if ids else {}
             slots = self._held(conn, keys) if keys else {}
         return ChannelActivity(latest, counts, slots)
 
     def _latest_due(self, conn: sa.Connection, ids: list[str]) -> dict[str, Occurrence]:
-        """Per channel, its newest due row, found through the (channel_id, scheduled_for)
-        index one channel at a time."""
+        """Per channel its newest due row, through the (channel_id, scheduled_for) index."""
         # The ids as rows (a UNION ALL: SQLite cannot name a VALUES list's columns).
         wanted = sa.union_all(
             *(
@@ -86,19 +75,9 @@ class ReportingStore(Store):
         )
         return {key: int(n) for key, n in conn.execute(stmt)}
 
-    def pending_count(self, channel_id: str | None = None) -> int:
-        """`pending` rows, for one channel or all (including ones materialised ahead)."""
-        stmt = sa.select(sa.func.count()).where(status_is(PENDING))
-        if channel_id is not None:
-            stmt = stmt.where(occurrences.c.channel_id == channel_id)
-        with self._read() as conn:
-            return int(conn.execute(stmt).scalar_one())
-
     def in_flight_count(self, at_most: int | None = None) -> int:
-        """`claimed` or `running` rows whose lease is live: what counts against max-in-flight.
-        An expired lease is reclaimable work, not work in flight. With `at_most`, counted
-        only that far (the answer is then at most it): the claim asks whether there is room
-        under its limit, a read as cheap at 100,000 in flight as at 100."""
+        """Leased rows whose lease is live (an expired one is reclaimable, not in flight),
+        counted only up to `at_most` when given: the claim asks only whether there is room."""
         live = sa.select(sa.literal(1).label("one")).where(
             status_is(*LEASED_STATUSES), occurrences.c.claimed_until >= self._sql.now()
         )
@@ -113,13 +92,8 @@ class ReportingStore(Store):
         )
         return int(rows[0][0])
 
-    def oldest_pending_age_secs(self) -> float | None:
-        """Seconds the oldest *due* `pending` row has waited; None when nothing is waiting."""
-        return self.backlog().oldest_pending_age_secs
-
     def backlog(self) -> Backlog:
-        """The pending count and the oldest due row's age, with the clock they were read at,
-        in one read (what every pass reports and `/health` shows)."""
+        """The pending count and the oldest due row's age, with the clock read, in one read."""
         now = self._sql.now()
         stmt = sa.select(
             now,
@@ -137,9 +111,8 @@ class ReportingStore(Store):
         return Backlog(db_now, int(count), age)
 
     def seconds_until_next_due(self) -> float | None:
-        """Seconds until the next row becomes claimable (0 when one already is): the
-        earliest pending `due_at` or lease end. None when there is nothing at all, so
-        a claim loop can sleep until then rather than poll."""
+        """Seconds until the next row is claimable (its `due_at` or lease end; 0 if one is),
+        or None when there is nothing: a claim loop sleeps until then rather than poll."""
         now = self._sql.now()
         stmt = sa.select(
             sa.select(sa.func.min(occurrences.c.due_at))
@@ -162,11 +135,6 @@ class ReportingStore(Store):
             return None
         wait: float = (min(candidates) - db_now).total_seconds()
         return max(wait, 0.0)
-
-    def held_slots(self, key: str) -> int:
-        """How many slots of a singleton key are held by a live lease."""
-        with self._read() as conn:
-            return self._held(conn, [key]).get(key, 0)
 
     def record_job_ok(self, job: str) -> None:
         """Note that `job` (e.g. `reconcile`, `claim`) just completed a pass successfully."""

@@ -1,5 +1,6 @@
-"""`Ledger`: the one repository the services use, composed of one part per subject
-(cursors, occurrences, attempts, misfires, channels, reporting), plus the clock and migrations.
+"""`Ledger`: the composition root. It builds one store per subject once, on one shared base
+(engine, statement cache, transactions), each given the stores it writes through, and adds
+the clock and migrations. Services call `ledger.<store>.<method>(…)`.
 
 Every correctness-bearing write is one conditional statement whose affected-row count is
 the answer, and every time comparison uses the database's clock (`db_now`), never a node's:
@@ -19,12 +20,25 @@ from cronledger.ledger.attempts import AttemptStore
 from cronledger.ledger.backend import WRITE_OPTION, create_ledger_engine
 from cronledger.ledger.channels import ChannelStore
 from cronledger.ledger.connecting import deadline
+from cronledger.ledger.cursors import CursorStore
+from cronledger.ledger.events import EventStore
 from cronledger.ledger.misfires import MisfireStore
+from cronledger.ledger.occurrences import OccurrenceStore
 from cronledger.ledger.reporting import ReportingStore
-from cronledger.ledger.store import _unavailable_when_lost
+from cronledger.ledger.store import Store, _unavailable_when_lost
 
 
-class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
+class Ledger(Store):
+    def __init__(self, engine: sa.Engine) -> None:
+        super().__init__(engine)
+        self.events = EventStore(self)
+        self.cursors = CursorStore(self)
+        self.occurrences = OccurrenceStore(self, self.events, self.cursors)
+        self.channels = ChannelStore(self, self.events, self.cursors, self.occurrences)
+        self.attempts = AttemptStore(self, self.events)
+        self.misfires = MisfireStore(self, self.events)
+        self.reporting = ReportingStore(self)
+
     @classmethod
     def connect(cls, url: str | sa.URL, **engine_options: Any) -> Ledger:
         """A ledger on `postgresql+pg8000://…` or `sqlite:///file`. Nothing is opened until
@@ -32,10 +46,8 @@ class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
         return cls(create_ledger_engine(url, **engine_options))
 
     def migrate(self, *, until: float | None = None) -> None:
-        """Upgrade the database to the newest schema (idempotent), or leave a schema newer
-        than this code as it is (`cronledger.ledger.migration`). With `until` (monotonic),
-        connecting included, end by then or raise `DeadlineReached`. A database that cannot
-        be reached raises `DatabaseUnavailable`."""
+        """Upgrade the database to the newest schema (idempotent; `migration`), ending by the
+        monotonic `until`, connecting included, or raising `DeadlineReached`."""
         if not self._sql.is_postgres and self.engine.url.database:
             Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)
         # Alembic is needed only here: importing it lazily keeps it off every cold start.
@@ -53,9 +65,8 @@ class Ledger(ChannelStore, AttemptStore, MisfireStore, ReportingStore):
             conn.close()
 
     def make_statement_timeout_default(self, milliseconds: int) -> None:
-        """PostgreSQL: make `statement_timeout` this database's default for new sessions,
-        for clients that cannot set it per connection (RDS Proxy takes no startup parameters
-        and pins a session that runs SET). Needs the database's owner."""
+        """PostgreSQL: make `statement_timeout` the database's default for new sessions, for
+        clients that cannot set it (RDS Proxy). Needs the database's owner."""
         if not self._sql.is_postgres:
             return
         with self._write() as conn:

@@ -1,16 +1,13 @@
-"""The application role (docs/guarantees.md#security): what every function but `migrate` connects as on AWS.
+"""The application role (docs/guarantees.md#security): what every function but `migrate`
+connects as on AWS.
 
-The role may read and write the rows of the `cron_*` tables (and use their sequences), and
-nothing else: it owns no table, so it cannot `ALTER`, `DROP` or `TRUNCATE` one, cannot create
-tables (`CREATE` on the schema is revoked from `PUBLIC`, as PostgreSQL 15 does by default, and
-so is `TEMPORARY` on the database), and reads no other table, `alembic_version` included. Only
-the schema's owner, the user `migrate` connects as, changes the schema. So an API or executor
-that is tricked into running SQL of a caller's choosing can still only do what the scheduler
-itself can.
+It reads and writes the rows of the `cron_*` tables (and uses their sequences), and nothing
+else: it owns no table, cannot create one (`CREATE` on the schema and `TEMPORARY` on the
+database are revoked from `PUBLIC`) and reads no other. So SQL of a caller's choosing, run by a
+tricked API or executor, can still only do what the scheduler itself can.
 
-`grant_application_role` is idempotent and runs after every migration, so a table a later
-revision adds is granted too. Where the server has the `rds_iam` role (RDS, Aurora), the
-application role gets it: it then logs in only with an IAM token, never a password.
+`grant_application_role` is idempotent and runs after every migration, so a later revision's
+tables are granted too. Given `rds_iam` (RDS, Aurora), the role logs in only with IAM tokens.
 """
 
 from __future__ import annotations
@@ -32,17 +29,15 @@ _SEQUENCE_PRIVILEGES = "USAGE, SELECT, UPDATE"
 def grant_application_role(
     ledger: Ledger, role: str, *, statement_timeout_ms: int | None = None
 ) -> None:
-    """Create `role` if it does not exist and give it exactly the rights above (PostgreSQL);
-    with `statement_timeout_ms`, that is the role's default for its sessions (set on the
-    role, since RDS Proxy takes no startup parameters and pins a session that runs SET)."""
+    """Create `role` if need be and give it exactly the rights above (PostgreSQL), with
+    `statement_timeout_ms` as its sessions' default (RDS Proxy takes no startup parameters)."""
     if not ROLE_NAME.fullmatch(role):
         raise ValueError(f"{role!r} is not a role name: lowercase letters, digits and '_'")
     if ledger.engine.dialect.name != "postgresql":
         raise ValueError("an application role is a PostgreSQL concept; this ledger is not one")
     quote = ledger.engine.dialect.identifier_preparer.quote
     with ledger.engine.begin() as conn:
-        # Deploys take turns, as migrations do: CREATE ROLE twice at once would fail one.
-        # Asked for until granted, not waited for (`cronledger.ledger.migration`).
+        # Deploys take turns, as migrations do (`migration`): two CREATE ROLE would fail one.
         take = sa.select(sa.func.pg_try_advisory_xact_lock(MIGRATION_LOCK_ID))
         while not conn.execute(take).scalar_one():
             time.sleep(LOCK_POLL_SECS)

@@ -1,17 +1,13 @@
-"""The base every part of the repository shares: an engine, its backend, and transactions
-that fail closed.
+"""The base every store shares: an engine, its backend, and transactions that fail closed.
 
-A database that cannot be reached raises `DatabaseUnavailable`, and so does one that does not
-answer in time (a statement cancelled by `statement_timeout`, a socket silent past its timeout)
-or is shutting down; any other database error (a constraint, a deadlock, a bug in a statement)
-propagates as SQLAlchemy raised it. No method turns either into an empty answer.
+A database that cannot be reached, does not answer in time or is shutting down raises
+`DatabaseUnavailable`; any other database error propagates as SQLAlchemy raised it. Neither
+ever becomes an empty answer.
 
-Lock order: a transaction that writes both a singleton row and an occurrence row writes the
-singleton row first, everywhere, and takes several singleton rows in (key, slot) order, so
-two such transactions cannot deadlock on each other. Should PostgreSQL abort a write anyway
-for a deadlock or a serialization failure (something outside the ledger holding locks, a
-stricter isolation level), the write is run again at once, a bounded number of times: an
-aborted transaction was rolled back whole, so nothing of it is written twice.
+Lock order: a transaction writing singleton and occurrence rows writes the singleton rows
+first, in (key, slot) order, so two cannot deadlock. A write PostgreSQL aborts anyway (a
+deadlock or serialization failure) was rolled back whole and runs again at once, a bounded
+number of times.
 """
 
 from __future__ import annotations
@@ -30,53 +26,56 @@ log = logging.getLogger(__name__)
 
 S = TypeVar("S")
 T = TypeVar("T")
-#: What `_run` sends: a read, or a write whose RETURNING (if any) is the answer.
 OneStatement = sa.Select[Any] | sa.Update
-#: Server errors that mean the database did not serve the statement, not that it was wrong:
-#: cancelled (by `statement_timeout`), the server shutting down or not yet accepting, and
-#: any connection exception (class 08).
+#: Server errors that mean the database did not serve the statement, not that it was wrong
+#: (and any connection exception, class 08).
 UNAVAILABLE_STATES = {
     "57014": "the statement ran past statement_timeout and was cancelled",
     "57P01": "the server is shutting down",
     "57P02": "the server is shutting down",
     "57P03": "the server is not accepting connections yet",
 }
-#: Server errors that abort a transaction to resolve its conflict with another one (a
-#: serialization failure, a deadlock): nothing of it was written, and it may simply run again.
+#: A serialization failure or deadlock: the transaction was rolled back whole; run it again.
 TRANSIENT_STATES = frozenset({"40001", "40P01"})
 #: Tries in all of a write that keeps being aborted that way, before the error is raised.
 TRANSIENT_TRIES = 3
 
 
 def sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a server error pg8000 raised (`exc` or the driver error SQLAlchemy
-    wrapped), or None."""
+    """The SQLSTATE of a pg8000 server error (raw or wrapped by SQLAlchemy), or None."""
     original = getattr(exc, "orig", exc)
     details = original.args[0] if getattr(original, "args", None) else None
     return details.get("C") if isinstance(details, dict) else None
 
 
 def _lost_session(context: sa.engine.ExceptionContext) -> None:
-    """A server session ended under a statement (shut down, terminated, any connection
-    exception) is a lost connection, as a broken socket is: SQLAlchemy then drops it and
-    every connection pooled before it, which went to the same server."""
+    """A server session ended under a statement is a lost connection, as a broken socket
+    is: SQLAlchemy drops it and every connection pooled before it (same server)."""
     state = sqlstate(context.original_exception)
     if state is not None and (state in ("57P01", "57P02") or state.startswith("08")):
         context.is_disconnect = True
 
 
 class Store:
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self._sql = Backend(engine.dialect.name)
-        if self._sql.is_postgres and not sa.event.contains(engine, "handle_error", _lost_session):
-            sa.event.listen(engine, "handle_error", _lost_session)
-        self._statements: dict[Hashable, Any] = {}
+    """The base of every store: on an engine, a base of its own; on another store, that
+    store's engine, backend and statement cache, shared, so a ledger's stores make each
+    statement once and run it on one pool."""
+
+    engine: sa.Engine
+    _sql: Backend
+    _statements: dict[Hashable, Any]
+
+    def __init__(self, base: Store | sa.Engine) -> None:
+        if isinstance(base, Store):
+            self.engine, self._sql, self._statements = base.engine, base._sql, base._statements
+            return
+        self.engine, self._sql, self._statements = base, Backend(base.dialect.name), {}
+        if self._sql.is_postgres and not sa.event.contains(base, "handle_error", _lost_session):
+            sa.event.listen(base, "handle_error", _lost_session)
 
     def _statement(self, key: Hashable, build: Callable[[], S]) -> S:
-        """The statement `build` makes, made once per `key` and kept, its values bound by
-        name when it is executed. For the statements every attempt sends: building one and
-        computing its cache key costs SQLAlchemy more than the database takes to run it."""
+        """The statement `build` makes, built once per `key` and bound by name when run: for
+        the statements every attempt sends, building one costs more than running it."""
         statement = self._statements.get(key)
         if statement is None:
             statement = self._statements[key] = build()
@@ -90,9 +89,8 @@ class Store:
         *,
         write: bool = True,
     ) -> tuple[Sequence[Sequence[Any]], int]:
-        """Run the statement `build` makes (made once per `key`), atomic by itself, as
-        `_write(single=True)` (or `_read()`, with `write=False`): the rows it returned and its
-        row count (rows a write changed). A write is retried like `_atomic`'s."""
+        """Run the statement `build` makes (once per `key`) on its own, as a write retried like
+        `_atomic`'s (or a read): the rows it returned and its row count."""
 
         def once() -> tuple[Sequence[Sequence[Any]], int]:
             with self._transaction(write=write, autocommit=True) as conn:
@@ -102,8 +100,7 @@ class Store:
         return _retried(once) if write else once()
 
     def _connect(self) -> sa.Connection:
-        """A pooled connection, or `DatabaseUnavailable` (socket errors and timeouts while
-        connecting arrive unwrapped)."""
+        """A pooled connection, or `DatabaseUnavailable`."""
         try:
             return self.engine.connect()
         except (sa.exc.DBAPIError, self.engine.dialect.loaded_dbapi.Error, OSError) as exc:
@@ -112,10 +109,8 @@ class Store:
             raise DatabaseUnavailable(f"no ledger connection available: {exc}") from exc
 
     def _atomic(self, body: Callable[[sa.Connection], T], *, single: bool = False) -> T:
-        """What `body` answers, run in a write transaction (`_write`, committed unless the
-        body rolled it back), and run again at once, up to `TRANSIENT_TRIES` times in all,
-        when the database aborted the transaction for a deadlock or a serialization failure.
-        `body` must write through the connection only: it may run more than once."""
+        """What `body` answers, run in a write transaction, and run again when the database
+        aborted it (`TRANSIENT_STATES`): `body` must write through `conn` only."""
 
         def once() -> T:
             with self._write(single=single) as conn:
@@ -125,16 +120,14 @@ class Store:
 
     @contextmanager
     def _write(self, *, single: bool = False) -> Iterator[sa.Connection]:
-        """A transaction that writes (on SQLite: `BEGIN IMMEDIATE`). Commits on exit.
-        `single`: the block sends one statement, atomic by itself, which PostgreSQL then
-        runs in autocommit, sparing the BEGIN and COMMIT round trips."""
+        """A transaction that writes (SQLite: `BEGIN IMMEDIATE`), committed on exit. `single`:
+        one statement, atomic by itself, run in autocommit on PostgreSQL."""
         with self._transaction(write=True, autocommit=single) as conn:
             yield conn
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
-        """Reads, in autocommit on PostgreSQL: under READ COMMITTED each statement takes its
-        own snapshot anyway, so a read transaction would add only BEGIN and COMMIT."""
+        """Reads, in autocommit on PostgreSQL (READ COMMITTED snapshots per statement anyway)."""
         with self._transaction(write=False, autocommit=True) as conn:
             yield conn
 
@@ -154,8 +147,8 @@ class Store:
 
 
 def _retried(attempt: Callable[[], T]) -> T:
-    """`attempt()`, tried again while it fails with one of `TRANSIENT_STATES`, up to
-    `TRANSIENT_TRIES` times in all; any other failure, or the last one, is raised."""
+    """`attempt()`, tried again while it fails with `TRANSIENT_STATES`, up to
+    `TRANSIENT_TRIES` times in all."""
     tries = 1
     while True:
         try:
@@ -170,10 +163,8 @@ def _retried(attempt: Callable[[], T]) -> T:
 
 @contextmanager
 def _unavailable_when_lost() -> Iterator[None]:
-    """A statement that failed because the connection was lost (a socket error the driver
-    let through unwrapped counts, a socket timeout too) or that the server did not serve
-    (`UNAVAILABLE_STATES`) raises `DatabaseUnavailable`; any other failure, as it was
-    raised."""
+    """A statement lost with its connection (socket errors and timeouts included) or not
+    served (`UNAVAILABLE_STATES`) raises `DatabaseUnavailable`; anything else propagates."""
     try:
         yield
     except (sa.exc.DBAPIError, OSError) as exc:
@@ -189,10 +180,8 @@ def _unavailable_when_lost() -> Iterator[None]:
 
 @contextmanager
 def _driver_autocommit(conn: sa.Connection) -> Iterator[None]:
-    """pg8000 in autocommit for the block: no BEGIN before the first statement, each one
-    committed by the server as it ends, and SQLAlchemy's closing rollback a no-op (pg8000
-    skips it outside a transaction). Switched on the driver, not through SQLAlchemy's
-    `isolation_level`, whose reset on check-in is a round trip of its own."""
+    """pg8000 in autocommit for the block: no BEGIN, and SQLAlchemy's closing rollback a
+    no-op. Set on the driver: SQLAlchemy's `isolation_level` resets it with a round trip."""
     driver: Any = conn.connection.driver_connection
     driver.autocommit = True
     try:

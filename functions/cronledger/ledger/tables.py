@@ -1,9 +1,8 @@
-"""The ledger's tables (docs/guarantees.md#ledger), in SQLAlchemy Core.
+"""The ledger's tables (docs/guarantees.md#ledger), in SQLAlchemy Core; the migrations create
+exactly this (a test compares the two). A column's meaning is its model field's (`models`).
 
-The migrations in `migrations/versions/` create exactly this; a test compares the two.
-Every timestamp is `UtcDateTime`: `timestamptz` on PostgreSQL, and on SQLite fixed-width
-text (`YYYY-MM-DD HH:MM:SS.ffffff`, always six fractional digits) so that comparing the text
-compares the instants, including against the clock expression in `backend.py`.
+Every timestamp is `UtcDateTime`: `timestamptz` on PostgreSQL, and on SQLite fixed-width text
+(always six fractional digits), so comparing the text compares the instants.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
 
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
         if dialect.name == "sqlite":
-            # SQLite's DATETIME, whose default storage format already pads microseconds to
-            # six digits.
+            # SQLite's DATETIME, whose storage format pads microseconds to six digits.
             return dialect.type_descriptor(sa.DateTime())
         return dialect.type_descriptor(sa.DateTime(timezone=True))
 
@@ -63,11 +61,8 @@ channels = sa.Table(
     sa.Column("timeout_ms", sa.Integer, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
-    # Why it is in its status, as the operator said when moving it there (a pause's reason);
-    # NULL when they said nothing. Every status change writes it.
     sa.Column("status_reason", sa.Text, nullable=True),
-    # The current version's labels (`cronledger.labels`): selectors read them here, by the
-    # containment index on PostgreSQL. `{}` for a channel without any.
+    # The current version's labels: selectors read them here (the GIN index).
     sa.Column("labels", JsonDocument, nullable=False, server_default=sa.text("'{}'")),
     sa.Index(
         "ix_cron_channels_labels",
@@ -155,26 +150,15 @@ occurrences = sa.Table(
     sa.Column("completed_at", UtcDateTime, nullable=True),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
-    # When the row becomes claimable: `scheduled_for` plus the channel's jitter, or a retry's
-    # backoff. The identity stays `scheduled_for`; lateness is measured from `due_at`.
     sa.Column("due_at", UtcDateTime, nullable=False),
-    # How many attempts the occurrence gets in all (its channel's retry policy; a manual
-    # retry grants one more). The claim stops re-claiming an abandoned one at this count.
     sa.Column("max_attempts", sa.Integer, nullable=False),
-    # The misfire rule no longer applies: the row started once, a judgment at start kept
-    # it, or it is a retry. A late cron row without it is judged before it may start.
     sa.Column("misfire_judged", sa.Boolean, nullable=False),
-    # When the instant is overdue if it has not completed by then (its channel's
-    # `alerts.overdue_after_secs` after its due time); cleared when it completes, is
-    # cancelled, or its `occurrence.overdue` event is written: an instant is overdue once.
     sa.Column("overdue_at", UtcDateTime, nullable=True),
-    # A backfill row run one after another with its channel's others: when its concurrency
-    # key is busy it waits for it (back to `pending`, due shortly) instead of being skipped.
     sa.Column("waits_for_key", sa.Boolean, nullable=True),
     # The identity of an occurrence, and what makes materialisation idempotent.
     sa.UniqueConstraint("channel_id", "scheduled_for", name="uq_cron_occurrences_instant"),
-    # The claim's two arms, the backlog and the in-flight count. Partial on PostgreSQL, so
-    # each stays the size of the live work rather than of the whole history.
+    # The claim's two arms, the backlog and the in-flight count; partial on PostgreSQL, so
+    # each is the size of the live work, not of the history.
     sa.Index(
         "ix_cron_occurrences_pending",
         "status",
@@ -187,9 +171,8 @@ occurrences = sa.Table(
         "claimed_until",
         postgresql_where=sa.text("status IN ('claimed', 'running')"),
     ),
-    # A channel's pending rows the misfire rule has yet to judge, for a judgment at start
-    # (its claimed ones are found through the leased index: few, and already in flight).
-    # Only `pending`: the claim moves a row out of it, so the hot path never adds to it.
+    # A channel's pending rows the misfire rule has yet to judge (claimed ones: the leased
+    # index). Only `pending`: the claim moves a row out, so the hot path never adds to it.
     sa.Index(
         "ix_cron_occurrences_unjudged",
         "channel_id",
@@ -202,8 +185,7 @@ occurrences = sa.Table(
     sa.Index("ix_cron_occurrences_scheduled", "scheduled_for", "id"),
     sa.Index("ix_cron_occurrences_status", "status", "scheduled_for", "id"),
     sa.Index("ix_cron_occurrences_trigger", "trigger", "scheduled_for", "id"),
-    # Retention reads the oldest history from here, a batch at a time, never the table.
-    # Partial on PostgreSQL (terminal rows only: `status_is(*TERMINAL_STATUSES)` matches it).
+    # Retention's batches, oldest first; terminal rows only (`status_is(*TERMINAL_STATUSES)`).
     sa.Index(
         "ix_cron_occurrences_retention",
         "completed_at",
@@ -234,12 +216,9 @@ attempts = sa.Table(
     sa.Column("number", sa.Integer, primary_key=True),
     sa.Column("claimant", sa.String, nullable=False),
     sa.Column("started_at", UtcDateTime, nullable=False),
-    # NULL while it runs (or until the claim finds its lease ran out).
     sa.Column("ended_at", UtcDateTime, nullable=True),
-    # How it ended: a settled status, or `abandoned` when its lease ran out unsettled.
     sa.Column("outcome", sa.String, nullable=True),
     sa.Column("error_message", sa.Text, nullable=True),
-    # The last frames of the traceback, for a Python target that raised.
     sa.Column("error_detail", sa.Text, nullable=True),
     sa.Column("fencing_token", sa.BigInteger, nullable=True),
 )
@@ -267,9 +246,9 @@ events = sa.Table(
     sa.Column("kind", sa.String, nullable=False),
     sa.Column("at", UtcDateTime, nullable=False),
     sa.Column("occurrence_id", sa.String, nullable=True),
-    # The event as delivered (`cronledger.events.Event.document`), JSON text.
+    # The event as delivered (`Event.document`), JSON text.
     sa.Column("document", sa.Text, nullable=False),
-    # NULL: listed only (its kind is not in the channel's `alerts.on`), never sent.
+    # NULL: listed only, never sent.
     sa.Column("send_after", UtcDateTime, nullable=True),
     sa.Column("send_attempts", sa.Integer, nullable=False),
     sa.Column("last_error", sa.Text, nullable=True),
@@ -295,8 +274,7 @@ channel_alerts = sa.Table(
     sa.Column("sequence", sa.BigInteger, nullable=False),
     # Failed occurrences (abandoned included) since the last completed one.
     sa.Column("consecutive_failures", sa.Integer, nullable=False),
-    # The kind of the delivered alert no completed occurrence has answered yet, if any:
-    # the next completion raises `channel.recovered`.
+    # The delivered alert no completion has answered yet: the next raises `recovered`.
     sa.Column("open_alert", sa.String, nullable=True),
     # Since when the channel's cursor is known to be stalled (`channel.stalled` written).
     sa.Column("stalled_at", UtcDateTime, nullable=True),
@@ -311,24 +289,21 @@ job_runs = sa.Table(
 
 
 def status_is(*statuses: str) -> sa.ColumnElement[bool]:
-    """`cron_occurrences.status` is one of these constants, written into the statement as
-    literals: nothing to bind or expand per execution, and a prepared statement's generic
-    plan can still use the partial indexes on `status`."""
+    """`cron_occurrences.status` is one of these constants, written in as literals, so a
+    generic plan can still use the partial indexes on `status`."""
     return occurrences.c.status.in_([sa.literal_column(f"'{status}'") for status in statuses])
 
 
 def status_rechecked(*statuses: str) -> sa.ColumnElement[bool]:
-    """`cron_occurrences.status` is one of these, compared through an expression no index is
-    built on (`status || ''`), for a statement that finds its row by primary key: no plan can
-    then reach it through an index on status instead. Statistics taken before a burst make
-    the partial in-flight index look empty, and a plan scanning it costs what is in flight."""
+    """`cron_occurrences.status` is one of these, through an expression no index is built on
+    (`status || ''`): a statement finding its row by primary key can never be planned through
+    a partial status index that stale statistics show as empty."""
     checked = occurrences.c.status.op("||")(sa.literal_column("''", sa.String))
     return checked.in_([sa.literal_column(f"'{status}'") for status in statuses])
 
 
 def occurrence_of(row: Sequence[Any]) -> Occurrence:
-    """An occurrence from its table's columns, in table order (the model's fields are in
-    that order: tests/ledger/test_schema.py checks)."""
+    """An occurrence from its table's columns, in table order (the model's; a test checks)."""
     return Occurrence(*row)
 
 
