@@ -11,7 +11,7 @@ archived channel is final, so declaring its name is refused. Removing a declarat
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -19,6 +19,7 @@ from urllib.parse import quote, urlencode
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api import PREFIX, handle_event
+from cronledger.local_gateway import v2_event
 
 CREATED: Final = "created"
 UPDATED: Final = "updated"
@@ -30,13 +31,14 @@ class DeployRefused(Exception):
 
 
 class ApiRefusal(Exception):
+    """An error the API answered: its status, and its message naming each problem's path."""
+
     def __init__(self, status: int, error: Mapping[str, Any]) -> None:
+        details = error.get("details") or []
+        listed = "; ".join(f"{d.get('path')}: {d.get('message')}" for d in details)
+        message = str(error.get("message", "refused")).removesuffix(f": {listed}")
+        super().__init__(f"{message}: {listed}" if listed else message)
         self.status = status
-        self.details: list[Mapping[str, Any]] = list(error.get("details") or [])
-        message = str(error.get("message", "refused"))
-        listed = "; ".join(f"{d.get('path')}: {d.get('message')}" for d in self.details)
-        self.message = message.removesuffix(f": {listed}")
-        super().__init__(f"{self.message}: {listed}" if listed else self.message)
 
 
 @dataclass(frozen=True)
@@ -53,23 +55,11 @@ class InProcessApi:
         body: Mapping[str, Any] | None = None,
     ) -> Any:
         """The answer's JSON (None for 204), or `ApiRefusal` for an error."""
-        raw_query = urlencode(query or {})
-        event = {
-            "version": "2.0",
-            "routeKey": "$default",
-            "rawPath": PREFIX + path,
-            "rawQueryString": raw_query,
-            "queryStringParameters": dict(query) if query else None,
-            "headers": {"content-type": "application/json"} if body is not None else {},
-            "body": None if body is None else json.dumps(body),
-            "isBase64Encoded": False,
-            "requestContext": {
-                "http": {"method": method, "path": PREFIX + path, "sourceIp": "127.0.0.1"},
-                "requestId": "deploy",
-                "routeKey": "$default",
-                "stage": "$default",
-            },
-        }
+        target = PREFIX + path + (f"?{urlencode(query)}" if query else "")
+        headers = {} if body is None else {"content-type": "application/json"}
+        event = v2_event(
+            method, target, headers, b"" if body is None else json.dumps(body).encode()
+        )
         answer = handle_event(self.app, event)
         text = answer.get("body") or ""
         decoded = json.loads(text) if text else None
@@ -99,40 +89,38 @@ def apply_declared(
     name = document.get("name")
     if not isinstance(name, str):
         raise DeployRefused("a declared channel needs a name (a string)")
-    found = _refused_as_deploy(name, lambda: api.call("GET", "/channels", {"name": name}))["data"]
-    if not found:
-        body = {**document, "status": "active"}
-        channel = _refused_as_deploy(name, lambda: api.call("POST", "/channels", body=body))["data"]
-        summary = f"created {name} at version {channel['version']}, active"
-        return Applied(channel["channel_id"], channel["version"], CREATED, summary)
-    current = found[0]
-    if current["status"] == "archived":
-        raise DeployRefused(
-            f"channel {name} is archived, which is final: declare the channel under another "
-            f"name, or delete the archived one first (`cronledger channels delete {name}`)"
-        )
-    path = f"/channels/{quote(current['channel_id'], safe='')}"
-    changed = _changed_outside(api, path, current, previous)
-    definition = {k: v for k, v in document.items() if k != "status"}
-    channel = _refused_as_deploy(name, lambda: api.call("PUT", path, body=definition))["data"]
-    done = []
-    if channel["version"] != current["version"]:
-        done.append(f"version {current['version']} → {channel['version']}")
-    if current["status"] != "active":
-        done.append(f"{current['status']} → active")
-    if not done:
-        summary = f"{name} unchanged at version {channel['version']}, {channel['status']}"
-        return Applied(channel["channel_id"], channel["version"], UNCHANGED, summary)
-    said = f"{name}: {', '.join(done)}"
-    if changed is not None:
-        said += f"; overwrote what was {changed}"
-    reason = f"applied by the deploy of {deployer}" + (
-        f": it overwrote what was {changed}" if changed else ""
-    )
-    body = {"status": "active", "reason": reason}
-    status = f"{path}/status"
-    channel = _refused_as_deploy(name, lambda: api.call("PATCH", status, body=body))["data"]
-    return Applied(channel["channel_id"], channel["version"], UPDATED, said)
+    try:
+        found = api.call("GET", "/channels", {"name": name})["data"]
+        if not found:
+            channel = api.call("POST", "/channels", body={**document, "status": "active"})["data"]
+            summary = f"created {name} at version {channel['version']}, active"
+            return Applied(channel["channel_id"], channel["version"], CREATED, summary)
+        current = found[0]
+        if current["status"] == "archived":
+            raise DeployRefused(
+                f"channel {name} is archived, which is final: declare the channel under another "
+                f"name, or delete the archived one first (`cronledger channels delete {name}`)"
+            )
+        path = f"/channels/{quote(current['channel_id'], safe='')}"
+        changed = _changed_outside(api, path, current, previous)
+        definition = {k: v for k, v in document.items() if k != "status"}
+        channel = api.call("PUT", path, body=definition)["data"]
+        done = []
+        if channel["version"] != current["version"]:
+            done.append(f"version {current['version']} → {channel['version']}")
+        if current["status"] != "active":
+            done.append(f"{current['status']} → active")
+        if not done:
+            summary = f"{name} unchanged at version {channel['version']}, {channel['status']}"
+            return Applied(channel["channel_id"], channel["version"], UNCHANGED, summary)
+        overwrote = "" if changed is None else f"overwrote what was {changed}"
+        said = f"{name}: {', '.join(done)}" + (f"; {overwrote}" if changed else "")
+        reason = f"applied by the deploy of {deployer}" + (f": it {overwrote}" if changed else "")
+        body = {"status": "active", "reason": reason}
+        channel = api.call("PATCH", f"{path}/status", body=body)["data"]
+        return Applied(channel["channel_id"], channel["version"], UPDATED, said)
+    except ApiRefusal as exc:
+        raise DeployRefused(f"channel {name}: {exc}") from None
 
 
 def remove_declared(api: InProcessApi, channel_id: str, purge: bool, deployer: str) -> str:
@@ -171,11 +159,3 @@ def _changed_outside(
     if would["version"] != current["version"]:
         return f"written through the API since the last deploy (version {current['version']})"
     return None
-
-
-def _refused_as_deploy(name: str, request: Callable[[], Any]) -> Any:
-    """The API's answer; its refusal as `DeployRefused`, with every problem and its path."""
-    try:
-        return request()
-    except ApiRefusal as exc:
-        raise DeployRefused(f"channel {name}: {exc}") from None

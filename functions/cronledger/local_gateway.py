@@ -43,7 +43,6 @@ def v2_event(
         text, encoded = body.decode("utf-8"), False
     except UnicodeDecodeError:
         text, encoded = base64.b64encode(body).decode("ascii"), True
-    now = time.time()
     return {
         "version": "2.0",
         "routeKey": "$default",
@@ -52,22 +51,10 @@ def v2_event(
         "headers": headers,
         "queryStringParameters": query or None,
         "requestContext": {
-            "accountId": "000000000000",
-            "apiId": "local",
-            "domainName": "127.0.0.1",
-            "domainPrefix": "local",
-            "http": {
-                "method": method,
-                "path": parts.path or "/",
-                "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
-                "userAgent": headers.get("user-agent", ""),
-            },
+            "http": {"method": method, "path": parts.path or "/", "sourceIp": "127.0.0.1"},
             "requestId": f"local-{time.time_ns()}",
             "routeKey": "$default",
             "stage": "$default",
-            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
-            "timeEpoch": int(now * 1000),
         },
         "body": text or None,
         "isBase64Encoded": encoded,

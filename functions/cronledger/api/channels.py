@@ -50,6 +50,7 @@ from cronledger.ledger import (
     Channel,
     Ledger,
 )
+from cronledger.ledger import Page as LedgerPage
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy, validate_target
@@ -117,7 +118,23 @@ def list_channels(
     exact_total: ExactTotal = False,
 ) -> Page[ChannelView]:
     ledger = serving().ledger
-    page = ledger.channels.list_channels(
+    page = channel_page(status, name, label, name_prefix, limit, offset, after, exact_total)
+    states = cursors_by_channel(ledger.cursors.schedule_states([c.channel_id for c in page.data]))
+    return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
+
+
+def channel_page(
+    status: str | None,
+    name: str | None,
+    label: list[str] | None,
+    name_prefix: str | None,
+    limit: int,
+    offset: int,
+    after: str | None,
+    exact_total: bool,
+) -> LedgerPage[Channel]:
+    """A page of channels as the listings filter them (`label`: `key=value` terms)."""
+    return serving().ledger.channels.list_channels(
         status=status,
         limit=limit,
         offset=offset,
@@ -127,8 +144,6 @@ def list_channels(
         after=after,
         exact_total=exact_total,
     )
-    states = cursors_by_channel(ledger.cursors.schedule_states([c.channel_id for c in page.data]))
-    return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
 
 @router.get(

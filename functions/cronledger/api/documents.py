@@ -26,7 +26,7 @@ from pydantic import (
     field_validator,
 )
 
-from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP
+from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP, walk
 from cronledger.cron.config import TransportConfig
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.labels import Labels
@@ -178,12 +178,9 @@ def _read(
         body = _ADAPTERS[model].validate_python(document, context=context)
     except ValidationError as exc:
         errors = field_errors(exc)
-    reported = [e.path for e in errors]
-    errors.extend(
-        problem
-        for problem in _unstorable(document, "")
-        if not any(_within(problem.path, path) for path in reported)
-    )
+    for problem in _unstorable(document):
+        if not any(_within(problem.path, error.path) for error in errors):
+            errors.append(problem)
     if errors:
         raise ValidationFailed(errors, "invalid channel")
     assert body is not None
@@ -200,25 +197,18 @@ def _definition(body: ChannelUpdate, document: Mapping[str, Any], default_ms: in
     )
 
 
-def _unstorable(value: Any, path: str, depth: int = 1) -> Iterator[FieldError]:
+def _unstorable(document: Mapping[str, Any]) -> Iterator[FieldError]:
     """Values JSON allows in transit but the ledger's JSON columns refuse, or nested deeper
-    than the API can serve back (`value` is at `depth`; the document is the first level)."""
-    if isinstance(value, Mapping | list) and depth > MAX_DEPTH:
-        yield FieldError(path, "invalid", TOO_DEEP)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            child = f"{path}.{key}" if path else str(key)
-            if not storable_text(str(key)):
-                yield FieldError(child, "invalid", "keys must be text without NUL characters")
-            else:
-                yield from _unstorable(item, child, depth + 1)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _unstorable(item, f"{path}[{index}]", depth + 1)
-    elif isinstance(value, str) and not storable_text(value):
-        yield FieldError(path, "invalid", "must be text without NUL characters")
-    elif isinstance(value, float) and not math.isfinite(value):
-        yield FieldError(path, "invalid", "must be a finite number (not NaN or Infinity)")
+    than the API can serve back."""
+    for path, key, item, depth in walk(document):
+        if isinstance(key, str) and not storable_text(key):
+            yield FieldError(path, "invalid", "keys must be text without NUL characters")
+        elif depth > MAX_DEPTH and isinstance(item, Mapping | list):
+            yield FieldError(path, "invalid", TOO_DEEP)
+        elif isinstance(item, str) and not storable_text(item):
+            yield FieldError(path, "invalid", "must be text without NUL characters")
+        elif isinstance(item, float) and not math.isfinite(item):
+            yield FieldError(path, "invalid", "must be a finite number (not NaN or Infinity)")
 
 
 def storable_text(text: str) -> bool:

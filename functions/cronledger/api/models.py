@@ -51,13 +51,16 @@ def _instant(value: Any) -> datetime:
     return parse_rfc3339(value)
 
 
+_DATE_TIME = WithJsonSchema(
+    {"type": "string", "format": "date-time", "example": "2026-09-01T02:15:00Z"}
+)
 Text = Annotated[str, BeforeValidator(_text), Field(min_length=1, max_length=MAX_TEXT)]
 """An id or a filter value from a path or a query string."""
 
 Instant = Annotated[
     datetime,
     BeforeValidator(_instant),
-    WithJsonSchema({"type": "string", "format": "date-time", "example": "2026-09-01T02:15:00Z"}),
+    _DATE_TIME,
 ]
 """An RFC 3339 timestamp with an offset in a request; anything else is a 422."""
 
@@ -69,7 +72,7 @@ def _timestamp(value: Any) -> Any:
 Timestamp = Annotated[
     str,
     BeforeValidator(_timestamp),
-    WithJsonSchema({"type": "string", "format": "date-time", "example": "2026-09-01T02:15:00Z"}),
+    _DATE_TIME,
 ]
 """An RFC 3339 UTC timestamp with `Z` in a response (a datetime is written so)."""
 
@@ -342,19 +345,11 @@ class OccurrenceSummary(BaseModel):
     )
 
 
-class OccurrenceRecord(BaseModel):
-    id: str
-    channel_id: str
-    channel_name: str
+class OccurrenceRecord(OccurrenceSummary):
     channel_version: int
     executing_version: int | None
     target_ref: str | None
-    trigger: str
-    scheduled_for: Timestamp
     due_at: Timestamp = Field(description="when it is (or was) claimable; a retry's next try")
-    status: str
-    attempt: int = Field(description="attempts made so far (the claim counts each)")
-    max_attempts: int = Field(description=MAX_ATTEMPTS_DESCRIPTION)
     claimed_by: str | None
     claimed_until: Timestamp | None
     singleton_key: str | None
@@ -363,15 +358,8 @@ class OccurrenceRecord(BaseModel):
     trace_id: str | None
     error_message: str | None
     result: str | None = Field(description="the target's answer, truncated")
-    started_at: Timestamp | None
-    completed_at: Timestamp | None
     created_at: Timestamp
     updated_at: Timestamp
-    lag_ms: int | None
-    late_by_ms: int | None = Field(
-        None, description="started_at - scheduled_for: how late after its instant it ran"
-    )
-    duration_ms: int | None
     attempts: list[AttemptRecord] = Field(
         default_factory=list,
         description="every attempt on record, first to last (in the single-occurrence read)",

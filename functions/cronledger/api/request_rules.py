@@ -13,7 +13,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Final
@@ -143,46 +143,34 @@ def _check_document(body: bytes) -> None:
         raise ValidationFailed(problems, "invalid text")
 
 
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> str | None:
-    """The path of an object or array nested more than `limit` deep in `value` (itself the
-    first level), or None; found without recursion, however deep it goes."""
-    stack: list[tuple[str, Any, int]] = [("", value, 1)]
+def walk(value: Any, limit: int = MAX_DEPTH) -> Iterator[tuple[str, Any, Any, int]]:
+    """Every place in `value` (itself the first level, at path "") in document order, as
+    (path, key, item, depth); an object or array deeper than `limit` is met but not entered.
+    Found without recursion: JSON may nest deeper than Python's stack."""
+    stack: list[tuple[str, Any, Any, int]] = [("", None, value, 1)]
     while stack:
-        path, item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[tuple[Any, Any]] = item.items()
-        elif isinstance(item, list):
-            children = enumerate(item)
-        else:
-            continue
-        if depth > limit:
+        path, key, item, depth = stack.pop()
+        yield path, key, item, depth
+        if isinstance(item, Mapping | list) and depth <= limit:
+            pairs = item.items() if isinstance(item, Mapping) else enumerate(item)
+            stack.extend(reversed([(_child(path, k), k, v, depth + 1) for k, v in pairs]))
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> str | None:
+    """The path of the first object or array nested more than `limit` deep in `value`."""
+    for path, _, item, depth in walk(value, limit):
+        if depth > limit and isinstance(item, Mapping | list):
             return path or "body"
-        stack.extend(
-            (_child(path, key), child, depth + 1)
-            for key, child in children
-            if isinstance(child, dict | list)
-        )
     return None
 
 
 def _invalid_text(document: dict[str, Any]) -> Iterator[tuple[str, bool]]:
-    """Every place (path, whether it is a key) holding a lone surrogate, in document order,
-    without recursion (JSON may nest deeper than Python's stack)."""
-    stack: list[tuple[str, Any]] = [("", document)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, str) and _has_surrogate(value):
-            yield path or "body", False
-        if not isinstance(value, dict | list):
-            continue
-        children = []
-        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
-            child = _child(path, key)
-            if isinstance(key, str) and _has_surrogate(key):
-                yield child, True
-            if isinstance(item, dict | list | str):
-                children.append((child, item))
-        stack.extend(reversed(children))
+    """Every place (path, whether it is a key) holding a lone surrogate, in document order."""
+    for path, key, item, _ in walk(document):
+        if isinstance(key, str) and _has_surrogate(key):
+            yield path, True
+        if isinstance(item, str) and _has_surrogate(item):
+            yield path, False
 
 
 def _child(path: str, key: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
+from cronledger.api.channels import channel_page
 from cronledger.api.errors import documented
 from cronledger.api.models import (
     PREFIX,
@@ -27,7 +28,6 @@ from cronledger.api.services import serving
 from cronledger.api.views import compiled, cursor, cursors_by_channel, fields_of
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.cron import Schedule
-from cronledger.labels import selector
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, ScheduleState
 from cronledger.reconcile import JOB as RECONCILE_JOB
 
@@ -51,15 +51,7 @@ def status(
     exact_total: ExactTotal = False,
 ) -> Page[ChannelStatus]:
     ledger = serving().ledger
-    page = ledger.channels.list_channels(
-        status=CHANNEL_ACTIVE,
-        limit=limit,
-        offset=offset,
-        name_prefix=name_prefix,
-        labels=selector(label or []),
-        after=after,
-        exact_total=exact_total,
-    )
+    page = channel_page(CHANNEL_ACTIVE, None, label, name_prefix, limit, offset, after, exact_total)
     ids = [channel.channel_id for channel in page.data]
     schedules = {channel.channel_id: compiled(channel) for channel in page.data}
     keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}

@@ -24,7 +24,7 @@ from cronledger.api.models import (
     OccurrenceSummary,
     PreviewInstant,
 )
-from cronledger.api.request_rules import MAX_DEPTH, too_deep
+from cronledger.api.request_rules import MAX_DEPTH
 from cronledger.cron import Schedule
 from cronledger.errors import ValidationFailed
 from cronledger.ledger import Attempt, Channel, Event, Occurrence, ScheduleState
@@ -77,16 +77,8 @@ def _definition(channel: Channel) -> dict[str, Any]:
     }
 
 
-def servable(definition: dict[str, Any]) -> dict[str, Any]:
-    """A channel's `transport_config` or `target` as served (see the module header): itself,
-    unless it nests deeper than a body may."""
-    if too_deep(definition, MAX_DEPTH - _DEFINITION_DEPTH + 1) is None:
-        return definition
-    served: dict[str, Any] = _cut(definition, _DEFINITION_DEPTH)
-    return served
-
-
-def _cut(value: Any, depth: int) -> Any:
+def servable(value: Any, depth: int = _DEFINITION_DEPTH) -> Any:
+    """A channel's `transport_config` or `target` (at `depth`) as served: see the header."""
     if not isinstance(value, dict | list):
         return value
     if depth > MAX_DEPTH:
@@ -95,8 +87,8 @@ def _cut(value: Any, depth: int) -> Any:
         except RecursionError:
             return TOO_DEEP_TO_SHOW
     if isinstance(value, dict):
-        return {key: _cut(item, depth + 1) for key, item in value.items()}
-    return [_cut(item, depth + 1) for item in value]
+        return {key: servable(item, depth + 1) for key, item in value.items()}
+    return [servable(item, depth + 1) for item in value]
 
 
 def cursors_by_channel(states: Iterable[ScheduleState]) -> dict[str, ScheduleState]:
