@@ -8,10 +8,11 @@ every port: mypy checks it below, so a signature that drifts fails the type chec
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+from cronledger.ledger.attempts import SettleRequest, StartRequest
 from cronledger.ledger.cursors import READ_PAGE, CursorWrites, NotedChange
 from cronledger.ledger.misfires import Judgment
 from cronledger.ledger.models import (
@@ -55,7 +56,8 @@ class ClaimPort(Clocked, Protocol):
 
 
 class AttemptPort(Protocol):
-    """What an executor writes: every call is conditional on the claimant (and token)."""
+    """What an executor writes: every call is conditional on the claimant (and token). The
+    plural calls write a batch's attempts together, each answered as it would be alone."""
 
     def open_attempt(
         self,
@@ -66,6 +68,16 @@ class AttemptPort(Protocol):
         *,
         misfire_grace_secs: float,
     ) -> OpenedAttempt: ...
+
+    def open_attempts(
+        self,
+        occurrence_ids: Sequence[str],
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> dict[str, OpenedAttempt]: ...
 
     def judge_misfires(
         self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
@@ -83,6 +95,16 @@ class AttemptPort(Protocol):
         max_attempts: int | None = None,
         wait_secs: float = 1.0,
     ) -> AttemptStart: ...
+
+    def start_attempts(
+        self,
+        requests: Sequence[StartRequest],
+        claimant: str,
+        lease_secs: float,
+        *,
+        trace_id: str | None = None,
+        wait_secs: float = 1.0,
+    ) -> list[AttemptStart]: ...
 
     def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool: ...
 
@@ -106,6 +128,8 @@ class AttemptPort(Protocol):
         release_held: bool = False,
         completed_is_told: bool = False,
     ) -> bool: ...
+
+    def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]: ...
 
     def get_occurrence(self, occurrence_id: str) -> Occurrence: ...
 

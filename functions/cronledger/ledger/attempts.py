@@ -25,7 +25,10 @@ nothing trusts an earlier read.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -71,11 +74,77 @@ from cronledger.ledger.tables import (
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: Starts tried in all when the key lacks slot rows: the first adds them, the next finds
 #: them (rows are never deleted, so a third is never needed).
 SLOT_ROW_TRIES = 3
 #: What the log says of an attempt whose lease ran out before anything settled it.
 LEASE_RAN_OUT = "abandoned: the lease ran out before the attempt was settled"
+
+
+@dataclass(frozen=True, slots=True)
+class StartRequest:
+    """One attempt of a batch to start: `start_attempt`'s arguments that differ per attempt."""
+
+    occurrence: Occurrence | str
+    executing_version: int
+    singleton: SingletonSpec | None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SettleRequest:
+    """One attempt's end: `settle`'s arguments (see there)."""
+
+    occurrence_id: str
+    claimant: str
+    status: str
+    fencing_token: int | None = None
+    error_message: str | None = None
+    error_detail: str | None = None
+    result: str | None = None
+    trace_id: str | None = None
+    retry_in: float | None = None
+    release_held: bool = False
+    completed_is_told: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status not in SETTLED_STATUSES:
+            raise ValueError(f"cannot settle as {self.status!r}; use one of {SETTLED_STATUSES}")
+        if self.retry_in is not None and self.status != FAILED:
+            raise ValueError(f"only a failure is retried, not {self.status!r}")
+
+    @property
+    def quiet(self) -> bool:
+        """A completion that makes no event unless its channel has failures or an alert."""
+        return (
+            self.status == COMPLETED
+            and self.fencing_token is None
+            and not self.release_held
+            and not self.completed_is_told
+        )
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "p_id": self.occurrence_id,
+            "p_claimant": self.claimant,
+            "p_status": self.status,
+            "p_error": truncate_excerpt(self.error_message, ERROR_MESSAGE_BYTES),
+            "p_result": truncate_excerpt(self.result),
+            "p_trace": self.trace_id,
+            "p_retry_in": self.retry_in,
+            "p_outcome": self.status,
+            "p_detail": truncate_excerpt(self.error_detail, ERROR_MESSAGE_BYTES),
+        }
+
+
+class _Undone(Exception):
+    """One attempt's write lost: what it wrote is rolled back, and `answer` is its answer."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(answer)
+        self.answer = answer
 
 
 class AttemptStore(EventStore):
@@ -201,16 +270,28 @@ class AttemptStore(EventStore):
             {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
             write=self._sql.is_postgres,
         )
-        row = rows[0] if rows else None
-        occurrence, channel = occurrence_and_channel(occurrence_id, row)
-        assert row is not None
-        misfire_due, started_at = row[-2:]
-        return OpenedAttempt(
-            occurrence,
-            channel,
-            AttemptStart("started", started_at=started_at) if started_at else None,
-            bool(misfire_due),
+        return _opened(occurrence_id, rows[0] if rows else None)
+
+    def open_attempts(
+        self,
+        occurrence_ids: Sequence[str],
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> dict[str, OpenedAttempt]:
+        """`open_attempt` of each occurrence of a batch under one claimant, in one statement:
+        each row's start is conditional on that row alone. An id with no occurrence is left
+        out of the answer."""
+        rows, _ = self._run(
+            ("open-many", lease_secs, misfire_grace_secs),
+            lambda: open_statement(self._sql, lease_secs, misfire_grace_secs, many=True),
+            {"p_ids": list(occurrence_ids), "p_claimant": claimant, "p_trace": trace_id},
+            write=self._sql.is_postgres,
         )
+        opened = (_opened(str(row[0]), row) for row in rows)
+        return {attempt.occurrence.id: attempt for attempt in opened}
 
     def start_attempt(
         self,
@@ -236,80 +317,141 @@ class AttemptStore(EventStore):
         statement. `trace_id`, when given, is recorded in the same write, so a run that
         dies is visible as started with its trace; `max_attempts`, when given, refreshes
         the occurrence's from its channel's policy."""
-        occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
-        # An earlier attempt of this occurrence (a crashed one, now re-claimed, or a queued
-        # contender back for its slot) may still hold a slot or the waiting place. Under
-        # `allow`, an occurrence read after its claim with no `singleton_key` holds none (a
-        # slot, or a waiting place, is only taken together with it). With a key the rows
-        # are always read: a duplicate delivery that read the row before its twin started
-        # must find its own slot free again, reach the conditional UPDATE below and come
-        # out `lost`, not `singleton_busy`.
-        release = (
-            singleton is not None
-            or isinstance(occurrence, str)
-            or occurrence.singleton_key is not None
+        [started] = self.start_attempts(
+            [StartRequest(occurrence, executing_version, singleton, max_attempts)],
+            claimant,
+            lease_secs,
+            trace_id=trace_id,
+            wait_secs=wait_secs,
         )
-        key = singleton.key if singleton else None
-        parameters = {
-            "p_id": occurrence_id,
-            "p_claimant": claimant,
-            "p_version": executing_version,
-            "p_key": key,
-            "p_trace": trace_id,
-            "p_max": max_attempts,
-        }
+        return started
 
-        def start(conn: sa.Connection) -> tuple[AttemptStart, list[Event]] | None:
-            taken: tuple[int, int, Occurrence | None] | str | None = None
-            if singleton is not None:
-                taken = take_key(
-                    conn, self._sql, singleton, occurrence_id, claimant, lease_secs, wait_secs
-                )
-                if taken is None:
-                    return None  # the key lacks slot rows: nothing written yet
-            elif release:
-                release_slots_of(conn, self._sql, [occurrence_id])
-            if taken == "wait" and self._hand_back(
-                conn, occurrence_id, claimant, wait_secs, waits_on=key
-            ):
-                return AttemptStart("waiting"), []
-            if isinstance(taken, str):
-                conn.rollback()
-                return AttemptStart("singleton_busy" if taken == "busy" else "lost"), []
-            slot, token, replaced = taken or (None, None, None)
-            started_at = attempt_log.run_logged_start(
-                conn,
-                self._sql,
-                self._statement(
-                    ("start", lease_secs), lambda: start_statement(self._sql, lease_secs)
-                ),
-                {**parameters, "p_slot": slot, "p_token": token},
-            )
-            if started_at is None:
-                # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
-                # taken above (and any holder replaced for it) is rolled back with the rest.
-                conn.rollback()
-                return AttemptStart("lost"), []
-            made = (
-                [] if replaced is None else self._record(conn, [draft(alerts.CANCELLED, replaced)])
-            )
-            return AttemptStart(
-                "started",
-                fencing_token=token,
-                slot=slot,
-                started_at=started_at,
-                replaced=None if replaced is None else replaced.id,
-            ), made
-
+    def start_attempts(
+        self,
+        requests: Sequence[StartRequest],
+        claimant: str,
+        lease_secs: float,
+        *,
+        trace_id: str | None = None,
+        wait_secs: float = 1.0,
+    ) -> list[AttemptStart]:
+        """`start_attempt` of each request, in one transaction (a batch: each under a
+        savepoint, so a start that loses undoes its own writes only), answered in order.
+        Keyed starts go in key order, the order their slot rows are locked in."""
+        answers: dict[int, AttemptStart] = {}
+        todo = sorted(range(len(requests)), key=lambda i: _key_of(requests[i]))
         for _ in range(SLOT_ROW_TRIES):
-            started = self._atomic(start, single=not release)
-            if started is not None:
-                self._announce(started[1])
-                return started[0]
-            assert singleton is not None
-            # Added in a statement of its own, holding no lock: see `singletons.py`.
-            self._atomic(lambda conn: add_key_rows(conn, self._sql, singleton), single=True)
-        raise RuntimeError(f"the slot rows of key {key!r} keep disappearing")
+            alone = len(todo) == 1
+            start_all = partial(
+                self._start_all, requests, todo, claimant, lease_secs, trace_id, wait_secs
+            )
+            done, made, lacking = self._atomic(
+                start_all, single=alone and not _releases(requests[todo[0]])
+            )
+            self._announce(made)
+            answers |= done
+            if not lacking:
+                return [answers[i] for i in range(len(requests))]
+            for spec in {requests[i].singleton for i in lacking}:
+                assert spec is not None
+                # Added in a statement of its own, holding no lock: see `singletons.py`.
+                self._atomic(partial(add_key_rows, sql=self._sql, spec=spec), single=True)
+            todo = lacking
+        raise RuntimeError(
+            f"the slot rows of {[_key_of(requests[i]) for i in todo]} keep disappearing"
+        )
+
+    def _start_all(
+        self,
+        requests: Sequence[StartRequest],
+        todo: list[int],
+        claimant: str,
+        lease_secs: float,
+        trace_id: str | None,
+        wait_secs: float,
+        conn: sa.Connection,
+    ) -> tuple[dict[int, AttemptStart], list[Event], list[int]]:
+        """The starts `todo` in the caller's transaction: their answers, the events they
+        made, and those whose key lacks slot rows (nothing written for them)."""
+        done: dict[int, AttemptStart] = {}
+        made: list[Event] = []
+        lacking: list[int] = []
+        for i in todo:
+            started = _undoable(
+                conn,
+                len(todo) == 1,
+                self._start_one,
+                conn,
+                requests[i],
+                claimant,
+                lease_secs,
+                trace_id,
+                wait_secs,
+            )
+            if started is None:
+                lacking.append(i)
+            else:
+                done[i], events = started
+                made += events
+        return done, made, lacking
+
+    def _start_one(
+        self,
+        conn: sa.Connection,
+        request: StartRequest,
+        claimant: str,
+        lease_secs: float,
+        trace_id: str | None,
+        wait_secs: float,
+    ) -> tuple[AttemptStart, list[Event]] | None:
+        """One start in the caller's transaction: None when the key lacks slot rows (nothing
+        written); `_Undone` when it lost and its writes must be undone."""
+        occurrence, singleton = request.occurrence, request.singleton
+        occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
+        key = singleton.key if singleton else None
+        taken: tuple[int, int, Occurrence | None] | str | None = None
+        if singleton is not None:
+            taken = take_key(
+                conn, self._sql, singleton, occurrence_id, claimant, lease_secs, wait_secs
+            )
+            if taken is None:
+                return None
+        elif _releases(request):
+            release_slots_of(conn, self._sql, [occurrence_id])
+        if taken == "wait" and self._hand_back(
+            conn, occurrence_id, claimant, wait_secs, waits_on=key
+        ):
+            return AttemptStart("waiting"), []
+        if isinstance(taken, str):
+            raise _Undone((AttemptStart("singleton_busy" if taken == "busy" else "lost"), []))
+        slot, token, replaced = taken or (None, None, None)
+        started_at = attempt_log.run_logged_start(
+            conn,
+            self._sql,
+            self._statement(("start", lease_secs), lambda: start_statement(self._sql, lease_secs)),
+            {
+                "p_id": occurrence_id,
+                "p_claimant": claimant,
+                "p_version": request.executing_version,
+                "p_key": key,
+                "p_trace": trace_id,
+                "p_max": request.max_attempts,
+                "p_slot": slot,
+                "p_token": token,
+            },
+        )
+        if started_at is None:
+            # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
+            # taken above (and any holder replaced for it) is undone with the rest.
+            raise _Undone((AttemptStart("lost"), []))
+        made = [] if replaced is None else self._record(conn, [draft(alerts.CANCELLED, replaced)])
+        return AttemptStart(
+            "started",
+            fencing_token=token,
+            slot=slot,
+            started_at=started_at,
+            replaced=None if replaced is None else replaced.id,
+        ), made
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -368,70 +510,95 @@ class AttemptStore(EventStore):
         written in that transaction too, and so is the end of the attempt's row in the log
         (with `error_detail`, a Python target's last frames). False: a superseded holder, and
         nothing was written."""
-        if status not in SETTLED_STATUSES:
-            raise ValueError(f"cannot settle as {status!r}; use one of {SETTLED_STATUSES}")
-        if retry_in is not None and status != FAILED:
-            raise ValueError(f"only a failure is retried, not {status!r}")
-        parameters = {
-            "p_id": occurrence_id,
-            "p_claimant": claimant,
-            "p_status": status,
-            "p_error": truncate_excerpt(error_message, ERROR_MESSAGE_BYTES),
-            "p_result": truncate_excerpt(result),
-            "p_trace": trace_id,
-            "p_retry_in": retry_in,
-            "p_outcome": status,
-            "p_detail": truncate_excerpt(error_detail, ERROR_MESSAGE_BYTES),
-        }
-        quiet = status == COMPLETED and fencing_token is None and not release_held
+        request = SettleRequest(
+            occurrence_id,
+            claimant,
+            status,
+            fencing_token,
+            error_message,
+            error_detail,
+            result,
+            trace_id,
+            retry_in,
+            release_held,
+            completed_is_told,
+        )
+        parameters = request.parameters()
         # The common end: one statement, unless the channel has failures or an open alert
         # this completion must answer (then it matches nothing and the end is written
         # below, with its events).
-        if quiet and not completed_is_told and self._settle_quietly(parameters):
+        if request.quiet and self._atomic(
+            lambda conn: self._settle_quietly(conn, parameters), single=self._sql.is_postgres
+        ):
             return True
-        key, build = (
-            ("settle", self._settle_statement)
-            if retry_in is None
-            else ("retry", self._retry_statement)
+        made = self._atomic(
+            lambda conn: _undoable(conn, True, self._settle_one, conn, request, parameters)
         )
-
-        def settle(conn: sa.Connection) -> list[Event] | None:
-            if fencing_token is None:
-                if release_held:
-                    # Singleton first (the lock order); rolled back below if the settle loses.
-                    release_slots_of(conn, self._sql, [occurrence_id])
-            elif not release_slot(conn, occurrence_id, fencing_token, holder=claimant):
-                conn.rollback()
-                return None
-            row = conn.execute(self._statement(key, build), parameters).one_or_none()
-            if row is None:
-                conn.rollback()
-                return None
-            settled = occurrence_of(row)
-            conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
-            ended = self._end_drafts(conn, settled, retry_in is not None, completed_is_told)
-            return self._record(conn, ended)
-
-        made = self._atomic(settle)
         if made is None:
             return False
         self._announce(made)
         return True
 
-    def _settle_quietly(self, parameters: dict[str, Any]) -> bool:
-        """`_quiet_settle_statement` and the end of its attempt's row: on PostgreSQL one
-        statement, the attempt's end a CTE of it; on SQLite two, in one transaction."""
+    def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
+        """`settle` of each request (a micro-batch of ends), in one transaction, answered in
+        order: each is conditional on its own claimant and token, and one that lost is
+        undone alone (a savepoint), writing nothing, while the others are written."""
+
+        def settle_all(conn: sa.Connection) -> tuple[list[bool], list[Event]]:
+            settled: list[bool] = []
+            made: list[Event] = []
+            for request in requests:
+                parameters = request.parameters()
+                if request.quiet and self._settle_quietly(conn, parameters):
+                    settled.append(True)
+                    continue
+                events = _undoable(conn, False, self._settle_one, conn, request, parameters)
+                settled.append(events is not None)
+                made += events or []
+            return settled, made
+
+        settled, made = self._atomic(settle_all)
+        self._announce(made)
+        return settled
+
+    def _settle_one(
+        self, conn: sa.Connection, request: SettleRequest, parameters: dict[str, Any]
+    ) -> list[Event]:
+        """An end with its slot's release and its events, in the caller's transaction;
+        `_Undone` when the holder was superseded."""
+        if request.fencing_token is None:
+            if request.release_held:
+                # Singleton first (the lock order); undone below if the settle loses.
+                release_slots_of(conn, self._sql, [request.occurrence_id])
+        elif not release_slot(
+            conn, request.occurrence_id, request.fencing_token, holder=request.claimant
+        ):
+            raise _Undone(None)
+        key, build = (
+            ("settle", self._settle_statement)
+            if request.retry_in is None
+            else ("retry", self._retry_statement)
+        )
+        row = conn.execute(self._statement(key, build), parameters).one_or_none()
+        if row is None:
+            raise _Undone(None)
+        settled = occurrence_of(row)
+        conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
+        retried = request.retry_in is not None
+        ended = self._end_drafts(conn, settled, retried, request.completed_is_told)
+        return self._record(conn, ended)
+
+    def _settle_quietly(self, conn: sa.Connection, parameters: dict[str, Any]) -> bool:
+        """`_quiet_settle_statement` and the end of its attempt's row, in the caller's
+        transaction: on PostgreSQL one statement, the attempt's end a CTE of it; on SQLite
+        two. False: it matched nothing, and wrote nothing."""
         if self._sql.is_postgres:
-            rows, _ = self._run("settle-quiet", self._quiet_settle_logged, parameters)
-            return bool(rows[0][0] == 1)
-
-        def settle(conn: sa.Connection) -> bool:
-            if conn.execute(self._quiet_settle_statement(), parameters).rowcount != 1:
-                return False
-            conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
-            return True
-
-        return self._atomic(settle)
+            statement = self._statement("settle-quiet", self._quiet_settle_logged)
+            return bool(conn.execute(statement, parameters).scalar_one() == 1)
+        if conn.execute(self._quiet_settle_statement(), parameters).rowcount != 1:
+            return False
+        conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
+        return True
 
     def _quiet_settle_logged(self) -> sa.Select[Any]:
         """PostgreSQL: `_quiet_settle_statement` and its attempt's end (`completed`), one
@@ -586,6 +753,50 @@ class AttemptStore(EventStore):
                 updated_at=self._sql.now(),
             )
         )
+
+
+def _opened(occurrence_id: str, row: Sequence[Any] | None) -> OpenedAttempt:
+    """An open statement's row: the occurrence and channel, whether it is a late row to
+    judge, and the start it made."""
+    occurrence, channel = occurrence_and_channel(occurrence_id, row)
+    assert row is not None
+    misfire_due, started_at = row[-2:]
+    start = AttemptStart("started", started_at=started_at) if started_at else None
+    return OpenedAttempt(occurrence, channel, start, bool(misfire_due))
+
+
+def _key_of(request: StartRequest) -> str:
+    return request.singleton.key if request.singleton else ""
+
+
+def _releases(request: StartRequest) -> bool:
+    """Whether a start must first give back what its occurrence may hold from an earlier
+    attempt (a crashed one, now re-claimed, or a queued contender back for its slot). Under
+    `allow`, an occurrence read after its claim with no `singleton_key` holds nothing (a
+    slot, or a waiting place, is only taken together with it). With a key the rows are
+    always read: a duplicate delivery that read the row before its twin started must find
+    its own slot free again, reach the conditional UPDATE and come out `lost`, not
+    `singleton_busy`."""
+    occurrence = request.occurrence
+    return (
+        request.singleton is not None
+        or isinstance(occurrence, str)
+        or occurrence.singleton_key is not None
+    )
+
+
+def _undoable(conn: sa.Connection, alone: bool, write: Callable[..., T], *args: Any) -> T | Any:
+    """`write(*args)`, or the answer of the `_Undone` it raised, with what it wrote undone: the
+    whole transaction when it is `alone` in it, else its savepoint."""
+    try:
+        if alone:
+            return write(*args)
+        with conn.begin_nested():
+            return write(*args)
+    except _Undone as undone:
+        if alone:
+            conn.rollback()
+        return undone.answer
 
 
 def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:
