@@ -24,7 +24,7 @@ import random
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from cronledger import alerts, metrics
@@ -670,9 +670,17 @@ class _Alone(_Writes):
         )
 
     def settle(self, request: SettleRequest, latest: float) -> bool:
-        fields = asdict(request)
         return self.ledger.settle(
-            fields.pop("occurrence_id"), fields.pop("claimant"), fields.pop("status"), **fields
+            request.occurrence_id,
+            request.claimant,
+            request.status,
+            fencing_token=request.fencing_token,
+            error_message=request.error_message,
+            error_detail=request.error_detail,
+            result=request.result,
+            retry_in=request.retry_in,
+            release_held=request.release_held,
+            completed_is_told=request.completed_is_told,
         )
 
 

@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -102,6 +102,29 @@ def counting_statements(engine: sa.Engine) -> Iterator[Counter[str]]:
         seen["+".join(verbs) or "SELECT"] += 1
 
 
+@contextmanager
+def counting_commits(engine: sa.Engine) -> Iterator[list[int]]:
+    """Writing transactions this engine committed while inside: each COMMIT, and each
+    writing statement sent in autocommit (a transaction of its own), counted by the engine
+    (the server's transaction ids count every database's)."""
+    count = [0]
+
+    def committed(conn: sa.Connection) -> None:
+        count[0] += 1
+
+    def sent(conn: sa.Connection, cursor: Any, statement: str, *_: Any) -> None:
+        if conn.connection.driver_connection.autocommit and VERB.search(statement):
+            count[0] += 1
+
+    sa.event.listen(engine, "commit", committed)
+    sa.event.listen(engine, "before_cursor_execute", sent)
+    try:
+        yield count
+    finally:
+        sa.event.remove(engine, "commit", committed)
+        sa.event.remove(engine, "before_cursor_execute", sent)
+
+
 # --- lifecycle -------------------------------------------------------------------------------
 
 
@@ -147,7 +170,7 @@ def lifecycle_shape(
         # Untimed: connections opened, statements prepared, target threads started, as in
         # a long-lived executor; the threads shape counts the statements here.
         seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
-        counts["statements"] = workers.warm_up()
+        counts["statements"], counts["engine writes"] = workers.warm_up()
         assert_all_completed(ledger, "warm-up")
         for run in range(RUNS):
             seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
@@ -168,7 +191,8 @@ def lifecycle_shape(
     statements = (
         f", {counts['statements'] / LIFECYCLE_OCCURRENCES:.2f} statements (warm-up run)"
         if counts["statements"]
-        else ""
+        else f", {counts['engine writes'] / LIFECYCLE_OCCURRENCES:.2f} writing transactions "
+        "beyond the claim as the executors' engines counted them (warm-up run)"
     )
     load = ", ".join(f"{n:.1f}" for n in os.getloadavg())
     print(
@@ -275,12 +299,12 @@ class _Threads:
     def __init__(self, url: str, channel_ids: list[str]) -> None:
         self.worker = _Worker(url, channel_ids)
 
-    def warm_up(self) -> int:
+    def warm_up(self) -> tuple[int, int]:
         """Drain once, untimed, and answer the statements sent (a statement listener slows
         every execution down, so the timed runs go without one)."""
         with counting_statements(self.worker.ledger.engine) as sent:
             self.drain()
-        return sum(sent.values())
+        return sum(sent.values()), 0
 
     def drain(self) -> tuple[float, int]:
         """Occurrences settled per second, from the first claim to the last settle, and
@@ -316,6 +340,7 @@ class _Processes:
         context = multiprocessing.get_context("spawn")
         self.out = context.Queue()
         self.inboxes = [context.Queue() for _ in range(LIFECYCLE_WORKERS)]
+        self.results: list[Any] = []
         self.processes = [
             context.Process(
                 target=_work_in_process,
@@ -332,16 +357,19 @@ class _Processes:
             self.close()
             raise
 
-    def warm_up(self) -> int:
-        self.drain()
-        return 0
+    def warm_up(self) -> tuple[int, int]:
+        """Drain once, untimed, and answer the writing transactions beyond the claims that
+        the workers' engines committed (a listener slows every execution down, so the timed
+        runs go without one)."""
+        self.drain("count")
+        return 0, sum(r[3] - r[1] for r in self.results)
 
-    def drain(self) -> tuple[float, int]:
+    def drain(self, order: str = "go") -> tuple[float, int]:
         started = time.monotonic()
         for inbox in self.inboxes:
-            inbox.put("go")
-        results = self._answers(300)
-        elapsed = max(finished for _, _, finished in results) - started
+            inbox.put(order)
+        results = self.results = self._answers(300)
+        elapsed = max(r[2] for r in results) - started
         return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
 
     def _answers(self, timeout: float) -> list[Any]:
@@ -363,9 +391,15 @@ def _work_in_process(url: str, channel_ids: list[str], batched: bool, inbox: Any
     try:
         worker = _Worker(url, channel_ids, batched)
         out.put("ready")
-        while inbox.get() is not None:
-            done, rounds = worker.work()
-            out.put((done, rounds, time.monotonic()))  # CLOCK_MONOTONIC: one clock for all
+        while (order := inbox.get()) is not None:
+            with (
+                counting_commits(worker.ledger.engine)
+                if order == "count"
+                else nullcontext([0]) as commits
+            ):
+                done, rounds = worker.work()
+            # CLOCK_MONOTONIC: one clock for all
+            out.put((done, rounds, time.monotonic(), commits[0]))
         worker.ledger.dispose()
     except BaseException as exc:
         out.put(f"{type(exc).__name__}: {exc}")
