@@ -798,17 +798,12 @@ class _Together(Generic[R, A]):
             if index == 0:
                 group.first_at = self._clock.monotonic()
             group.latest = min(group.latest, latest)
-            self._done.notify_all()
-            writes = False
-            while not writes and group.answers is None and group.error is None:
-                if group is not self._group:
-                    self._done.wait()
-                elif (left := self._left(group)) > 0:
-                    self._done.wait(left)
-                else:
-                    self._group, writes = _Group(), True
-        if writes:
-            self._write_group(group)
+            mine = self._take_if_due()
+            while mine is None and group.answers is None and group.error is None:
+                self._done.wait(self._left(group) if group is self._group else None)
+                mine = self._take_if_due()
+        if mine is not None:
+            self._write_group(mine)
         if group.error is not None:
             with self._done:
                 self._to_come += 1
@@ -820,7 +815,17 @@ class _Together(Generic[R, A]):
         """One attempt that will not call (again)."""
         with self._done:
             self._to_come -= 1
-            self._done.notify_all()
+            mine = self._take_if_due()
+        if mine is not None:
+            self._write_group(mine)
+
+    def _take_if_due(self) -> _Group[R, A] | None:
+        """The group being gathered, taken for this thread to write, if it is due."""
+        group = self._group
+        if not group.requests or self._left(group) > 0:
+            return None
+        self._group = _Group()
+        return group
 
     def _left(self, group: _Group[R, A]) -> float:
         if self._to_come <= 0 or len(group.requests) >= self._most:
