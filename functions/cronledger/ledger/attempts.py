@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from cronledger import alerts
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
@@ -547,9 +548,11 @@ class AttemptStore(EventStore):
         def settle_all(conn: sa.Connection) -> tuple[list[bool], list[Event]]:
             settled: list[bool] = []
             made: list[Event] = []
+            quietly = self._settle_all_quietly(conn, [r for r in requests if r.quiet])
             for request in requests:
                 parameters = request.parameters()
-                if request.quiet and self._settle_quietly(conn, parameters):
+                if request.quiet and request.occurrence_id in quietly:
+                    quietly.discard(request.occurrence_id)
                     settled.append(True)
                     continue
                 events = _undoable(conn, False, self._settle_one, conn, request, parameters)
@@ -600,10 +603,23 @@ class AttemptStore(EventStore):
         conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
         return True
 
-    def _quiet_settle_logged(self) -> sa.Select[Any]:
+    def _settle_all_quietly(self, conn: sa.Connection, requests: list[SettleRequest]) -> set[str]:
+        """`_settle_quietly` of each request, in the caller's transaction, on PostgreSQL in
+        one statement: the ids of those it settled."""
+        if not self._sql.is_postgres:
+            return {r.occurrence_id for r in requests if self._settle_quietly(conn, r.parameters())}
+        if not requests:
+            return set()
+        each = [r.parameters() for r in requests]
+        arrays = {f"{name}s": [p[name] for p in each] for name in ENDS}
+        statement = self._statement("settle-quiet-many", lambda: self._quiet_settle_logged(_ends()))
+        return {str(i) for i in conn.execute(statement, arrays).scalars()}
+
+    def _quiet_settle_logged(self, ends: sa.CTE | None = None) -> sa.Select[Any]:
         """PostgreSQL: `_quiet_settle_statement` and its attempt's end (`completed`), one
-        statement answering how many occurrences it settled (0 or 1)."""
-        settled = self._quiet_settle_statement().returning(occurrences.c.id).cte("settled")
+        statement answering how many occurrences it settled (0 or 1); with `ends` (see
+        `_owned_update`), the ids of those it settled."""
+        settled = self._quiet_settle_statement(ends).returning(occurrences.c.id).cte("settled")
         ended = (
             sa.update(attempts)
             .where(attempts.c.occurrence_id.in_(sa.select(settled.c.id)))
@@ -611,7 +627,8 @@ class AttemptStore(EventStore):
             .values(ended_at=self._sql.now(), outcome=_text(COMPLETED))
             .cte("ended")
         )
-        return sa.select(sa.func.count()).select_from(settled).add_cte(ended)
+        answer = sa.select(sa.func.count()) if ends is None else sa.select(settled.c.id)
+        return answer.select_from(settled).add_cte(ended)
 
     def _end_attempt_statement(self) -> sa.Update:
         """The end of the settled occurrence's attempt: a retried failure is `failed`."""
@@ -703,11 +720,11 @@ class AttemptStore(EventStore):
             .returning(*occurrences.c)
         )
 
-    def _quiet_settle_statement(self) -> sa.Update:
+    def _quiet_settle_statement(self, ends: sa.CTE | None = None) -> sa.Update:
         """`completed`, as `_settle_statement`, for a channel with no failures in a row and
         no open alert: such a completion makes no event."""
         return (
-            self._owned_update()
+            self._owned_update(ends)
             .where(~_alerting(occurrences.c.channel_id).exists())
             .values(
                 status=_text(COMPLETED),
@@ -736,23 +753,45 @@ class AttemptStore(EventStore):
             .returning(*occurrences.c)
         )
 
-    def _owned_update(self) -> sa.Update:
+    def _owned_update(self, ends: sa.CTE | None = None) -> sa.Update:
         """What every end of an attempt writes (error, result excerpt, trace), conditional
-        on the claimant still holding the occurrence's lease."""
+        on the claimant still holding the occurrence's lease: the values bound as `p_id`,
+        `p_claimant`, `p_error`, `p_result`, `p_trace`, or, with `ends` (`_ends`), each row
+        of it, every one on its own row's conditions."""
+
+        def value(name: str, column: sa.Column[Any]) -> Any:
+            return param(column, name) if ends is None else ends.c[name.removeprefix("p_")]
+
         return (
             sa.update(occurrences)
-            .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
-            .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
+            .where(occurrences.c.id == value("p_id", occurrences.c.id))
+            .where(occurrences.c.claimed_by == value("p_claimant", occurrences.c.claimed_by))
             .where(status_rechecked(*LEASED_STATUSES))
             .values(
-                error_message=param(occurrences.c.error_message, "p_error"),
-                result=param(occurrences.c.result, "p_result"),
+                error_message=value("p_error", occurrences.c.error_message),
+                result=value("p_result", occurrences.c.result),
                 trace_id=sa.func.coalesce(
-                    param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
+                    value("p_trace", occurrences.c.trace_id), occurrences.c.trace_id
                 ),
                 updated_at=self._sql.now(),
             )
         )
+
+
+#: What `_ends` holds of each end, by its parameter's name.
+ENDS = ("p_id", "p_claimant", "p_error", "p_result", "p_trace")
+
+
+def _ends() -> sa.CTE:
+    """PostgreSQL: one row per end, from the parallel arrays `p_ids`, `p_claimants`, …
+    (each name of `ENDS`, plural), as columns `id`, `claimant`, `error`, `result`, `trace`."""
+    columns = [
+        sa.func.unnest(sa.bindparam(f"{name}s", type_=postgresql.ARRAY(sa.Text))).label(
+            name.removeprefix("p_")
+        )
+        for name in ENDS
+    ]
+    return sa.select(*columns).cte("ends")
 
 
 def _opened(occurrence_id: str, row: Sequence[Any] | None) -> OpenedAttempt:
