@@ -137,17 +137,7 @@ class FakeLedger:
 
     def release_claim(self, occurrence_id: str, claimant: str) -> bool:
         self._call("release_claim")
-        found = self.rows.get(occurrence_id)
-        if found is None or found.status != CLAIMED or found.claimed_by != claimant:
-            return False
-        self._write(
-            found,
-            status=PENDING,
-            claimed_by=None,
-            claimed_until=None,
-            attempt=found.attempt - 1,
-        )
-        return True
+        return self._hand_back(occurrence_id, claimant)
 
     def seconds_until_next_due(self) -> float | None:
         self._call("seconds_until_next_due")
@@ -247,19 +237,8 @@ class FakeLedger:
 
     def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
         self._call("wait_for_key")
-        found = self.rows.get(occurrence_id)
-        if found is None or found.status != CLAIMED or found.claimed_by != claimant:
-            return False
-        self._write(
-            found,
-            status=PENDING,
-            claimed_by=None,
-            claimed_until=None,
-            attempt=found.attempt - 1,
-            due_at=self._now() + timedelta(seconds=due_in),
-            misfire_judged=True,
-        )
-        return True
+        due_at = self._now() + timedelta(seconds=due_in)
+        return self._hand_back(occurrence_id, claimant, due_at=due_at, misfire_judged=True)
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -358,6 +337,17 @@ class FakeLedger:
             self.failed.append((name, self.time.now))
             raise DatabaseUnavailable("connection refused")
         self.calls.append((name, self.time.now))
+
+    def _hand_back(self, occurrence_id: str, claimant: str, **values: object) -> bool:
+        """claimed → pending, its attempt given back, if `claimant` holds the claim."""
+        found = self.rows.get(occurrence_id)
+        if found is None or found.status != CLAIMED or found.claimed_by != claimant:
+            return False
+        attempt = found.attempt - 1
+        self._write(
+            found, status=PENDING, claimed_by=None, claimed_until=None, attempt=attempt, **values
+        )
+        return True
 
     def _start(
         self, request: StartRequest, claimant: str, lease_secs: float, trace_id: str | None
