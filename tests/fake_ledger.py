@@ -1,10 +1,13 @@
-"""An in-memory ledger for the claim port, and a clock that never sleeps.
+"""An in-memory ledger for the claim and attempt ports, and a clock that never sleeps.
 
-`FakeLedger` implements `cronledger.ports.ClaimPort` (plus the seeding and reading a test
-needs) over a dict, with the real stores' rules: a claim leases due `pending` rows and
-expired leases oldest due first, settles an expired lease on its last attempt `failed`, and
-every write is conditional on the claimant. tests/ledger/test_claim_port.py runs the same
-behavioural tests against it, SQLite and PostgreSQL, so it cannot drift from them.
+`FakeLedger` implements `cronledger.ports.ClaimPort` and `AttemptPort` (plus the seeding and
+reading a test needs) over dicts, with the real stores' rules: a claim leases due `pending`
+rows and expired leases oldest due first, settles an expired lease on its last attempt
+`failed`; a start takes a free slot of its key under the slot's next fencing token; every
+write is conditional on the claimant (and token). It keeps no events, no attempt log and no
+misfire judgment, and of the overlap policies only `allow` and `forbid` (`NotImplementedError`
+says so). tests/ledger/test_claim_port.py and test_attempt_port.py run the same behavioural
+tests against it, SQLite and PostgreSQL, so it cannot drift from them.
 
 `FakeClock` is a `pacing.Clock` whose waits move its time on instead of sleeping; the fake
 ledger's database clock is the same time, so a loop's pacing runs in microseconds and
@@ -14,25 +17,37 @@ exactly.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from cronledger.errors import NotFound
 from cronledger.ledger import (
+    CHANNEL_ACTIVE,
     CLAIMED,
+    COMPLETED,
     FAILED,
     LEASED_STATUSES,
     PENDING,
+    RUNNING,
+    AttemptStart,
+    Channel,
     ClaimResult,
     DatabaseUnavailable,
+    MisfireRule,
     NewOccurrence,
     Occurrence,
+    OpenedAttempt,
+    SingletonSpec,
 )
+from cronledger.ledger.attempts import SettleRequest, StartRequest
+from cronledger.ledger.misfires import Judgment
+from cronledger.ledger.models import TRIGGER_CRON
 from cronledger.pacing import Clock
 
 if TYPE_CHECKING:
-    from cronledger.ports import ClaimPort
+    from cronledger.ports import AttemptPort, ClaimPort
 
 #: The fake database's clock at monotonic 0.
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
@@ -81,12 +96,15 @@ class FakeLedger:
     def __init__(self, clock: FakeClock | None = None) -> None:
         self.time = clock or FakeClock()
         self.rows: dict[str, Occurrence] = {}
+        self.channels: dict[str, Channel] = {}
+        #: (key, slot) → [holder occurrence, holder claimant, fencing token, lease until]
+        self.slots: dict[tuple[str, int], list[object]] = {}
         self.heartbeats: dict[str, datetime] = {}
         self.calls: list[tuple[str, float]] = []
         self.failed: list[tuple[str, float]] = []
         self.down = False
         # One object serves as every store the port and the tests reach.
-        self.attempts = self.reporting = self.occurrences = self
+        self.attempts = self.reporting = self.occurrences = self.misfires = self
 
     # -- the port --------------------------------------------------------------------------
 
@@ -121,17 +139,7 @@ class FakeLedger:
 
     def release_claim(self, occurrence_id: str, claimant: str) -> bool:
         self._call("release_claim")
-        found = self.rows.get(occurrence_id)
-        if found is None or found.status != CLAIMED or found.claimed_by != claimant:
-            return False
-        self._write(
-            found,
-            status=PENDING,
-            claimed_by=None,
-            claimed_until=None,
-            attempt=found.attempt - 1,
-        )
-        return True
+        return self._hand_back(occurrence_id, claimant)
 
     def seconds_until_next_due(self) -> float | None:
         self._call("seconds_until_next_due")
@@ -146,7 +154,155 @@ class FakeLedger:
         self._call("record_job_ok")
         self.heartbeats[job] = self._now()
 
+    # -- the attempt port ------------------------------------------------------------------
+
+    def open_attempt(
+        self,
+        occurrence_id: str,
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> OpenedAttempt:
+        """As the real one reads it; the start it makes in the read (PostgreSQL's) is left
+        to `start_attempt`, which the executor then calls (SQLite's way)."""
+        self._call("open_attempt")
+        found = self.rows.get(occurrence_id)
+        if found is None:
+            raise NotFound(f"occurrence {occurrence_id} not found")
+        late = (
+            found.trigger == TRIGGER_CRON
+            and not found.misfire_judged
+            and found.due_at < self._now() - timedelta(seconds=misfire_grace_secs)
+        )
+        return OpenedAttempt(found, self.channels.get(found.channel_id), None, late)
+
+    def open_attempts(
+        self,
+        occurrence_ids: Sequence[str],
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> dict[str, OpenedAttempt]:
+        opened = {}
+        for occurrence_id in occurrence_ids:
+            if occurrence_id in self.rows:
+                opened[occurrence_id] = self.open_attempt(
+                    occurrence_id,
+                    claimant,
+                    lease_secs,
+                    trace_id,
+                    misfire_grace_secs=misfire_grace_secs,
+                )
+        return opened
+
+    def judge_misfires(
+        self, occurrence_id: str, claimant: str, channel_id: str, rule: MisfireRule
+    ) -> Judgment:
+        raise NotImplementedError("the fake ledger does not judge misfires")
+
+    def start_attempt(
+        self,
+        occurrence: Occurrence | str,
+        claimant: str,
+        executing_version: int,
+        singleton: SingletonSpec | None,
+        lease_secs: float,
+        *,
+        trace_id: str | None = None,
+        max_attempts: int | None = None,
+        wait_secs: float = 1.0,
+    ) -> AttemptStart:
+        [started] = self.start_attempts(
+            [StartRequest(occurrence, executing_version, singleton, max_attempts)],
+            claimant,
+            lease_secs,
+            trace_id=trace_id,
+            wait_secs=wait_secs,
+        )
+        return started
+
+    def start_attempts(
+        self,
+        requests: Sequence[StartRequest],
+        claimant: str,
+        lease_secs: float,
+        *,
+        trace_id: str | None = None,
+        wait_secs: float = 1.0,
+    ) -> list[AttemptStart]:
+        self._call("start_attempts")
+        return [self._start(r, claimant, lease_secs, trace_id) for r in requests]
+
+    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
+        self._call("wait_for_key")
+        due_at = self._now() + timedelta(seconds=due_in)
+        return self._hand_back(occurrence_id, claimant, due_at=due_at, misfire_judged=True)
+
+    def renew(
+        self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
+    ) -> bool:
+        self._call("renew")
+        found = self.rows.get(occurrence_id)
+        if found is None or found.status != RUNNING or found.claimed_by != claimant:
+            return False
+        until = self._now() + timedelta(seconds=lease_secs)
+        if fencing_token is not None:
+            held = self._held(occurrence_id, claimant, fencing_token)
+            if held is None:
+                return False
+            held[3] = until
+        self._write(found, claimed_until=until)
+        return True
+
+    def settle(
+        self,
+        occurrence_id: str,
+        claimant: str,
+        status: str,
+        *,
+        fencing_token: int | None = None,
+        error_message: str | None = None,
+        error_detail: str | None = None,
+        result: str | None = None,
+        retry_in: float | None = None,
+        release_held: bool = False,
+        completed_is_told: bool = False,
+    ) -> bool:
+        [settled] = self.settle_many(
+            [
+                SettleRequest(
+                    occurrence_id,
+                    claimant,
+                    status,
+                    fencing_token,
+                    error_message,
+                    error_detail,
+                    result,
+                    None,
+                    retry_in,
+                    release_held,
+                    completed_is_told,
+                )
+            ]
+        )
+        return settled
+
+    def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
+        self._call("settle_many")
+        return [self._settle(request) for request in requests]
+
     # -- seeding and reading, as the real ledger offers them -------------------------------
+
+    def add_channel(self, name: str, config: dict[str, object]) -> Channel:
+        """An active channel at version 1, as `ChannelStore.create_channel` makes it."""
+        now = self._now()
+        channel = Channel(f"ch-{name}", name, CHANNEL_ACTIVE, 1, config, {}, 1000, now, now)
+        self.channels[channel.channel_id] = channel
+        return channel
 
     def insert_occurrences(self, rows: Iterable[NewOccurrence]) -> int:
         taken = {(o.channel_id, o.scheduled_for) for o in self.rows.values()}
@@ -183,6 +339,121 @@ class FakeLedger:
             self.failed.append((name, self.time.now))
             raise DatabaseUnavailable("connection refused")
         self.calls.append((name, self.time.now))
+
+    def _hand_back(self, occurrence_id: str, claimant: str, **values: object) -> bool:
+        """claimed → pending, its attempt given back, if `claimant` holds the claim."""
+        found = self.rows.get(occurrence_id)
+        if found is None or found.status != CLAIMED or found.claimed_by != claimant:
+            return False
+        attempt = found.attempt - 1
+        self._write(
+            found, status=PENDING, claimed_by=None, claimed_until=None, attempt=attempt, **values
+        )
+        return True
+
+    def _start(
+        self, request: StartRequest, claimant: str, lease_secs: float, trace_id: str | None
+    ) -> AttemptStart:
+        occurrence_id = (
+            request.occurrence if isinstance(request.occurrence, str) else request.occurrence.id
+        )
+        found = self.rows.get(occurrence_id)
+        if found is None or found.status != CLAIMED or found.claimed_by != claimant:
+            return AttemptStart("lost")
+        now = self._now()
+        until = now + timedelta(seconds=lease_secs)
+        spec = request.singleton
+        slot: int | None = None
+        token: int | None = None
+        self._release_slots_of(occurrence_id)
+        if spec is not None:
+            if spec.policy != "forbid":
+                raise NotImplementedError(f"the fake ledger holds no {spec.policy!r} keys")
+            free = [n for n in range(spec.slots) if not self._slot_live((spec.key, n), now)]
+            held = sum(
+                1
+                for (key, n), _ in self.slots.items()
+                if key == spec.key and n >= 0 and self._slot_live((key, n), now)
+            )
+            if not free or held >= spec.slots:
+                return AttemptStart("singleton_busy")
+            slot = free[0]
+            row = self.slots.setdefault((spec.key, slot), [None, None, 0, None])
+            token = int(row[2]) + 1  # type: ignore[call-overload]
+            row[:] = [occurrence_id, claimant, token, until]
+        self._write(
+            found,
+            status=RUNNING,
+            started_at=now,
+            claimed_until=until,
+            misfire_judged=True,
+            executing_version=request.executing_version,
+            singleton_key=spec.key if spec else None,
+            singleton_slot=slot,
+            fencing_token=token,
+            trace_id=trace_id or found.trace_id,
+            max_attempts=request.max_attempts or found.max_attempts,
+        )
+        return AttemptStart("started", fencing_token=token, slot=slot, started_at=now)
+
+    def _settle(self, request: SettleRequest) -> bool:
+        found = self.rows.get(request.occurrence_id)
+        if (
+            found is None
+            or found.status not in LEASED_STATUSES
+            or found.claimed_by != request.claimant
+        ):
+            return False
+        if request.fencing_token is not None:
+            held = self._held(request.occurrence_id, request.claimant, request.fencing_token)
+            if held is None:
+                return False
+            held[:] = [None, None, held[2], None]
+        elif request.release_held:
+            self._release_slots_of(request.occurrence_id)
+        now = self._now()
+        ended = {"error_message": request.error_message, "result": request.result}
+        if request.retry_in is not None:
+            self._write(
+                found,
+                status=PENDING,
+                claimed_by=None,
+                claimed_until=None,
+                due_at=now + timedelta(seconds=request.retry_in),
+                singleton_key=None,
+                singleton_slot=None,
+                fencing_token=None,
+                started_at=None,
+                completed_at=None,
+                **ended,
+            )
+        else:
+            overdue = None if request.status == COMPLETED else found.overdue_at
+            self._write(
+                found,
+                status=request.status,
+                claimed_until=None,
+                completed_at=now,
+                overdue_at=overdue,
+                **ended,
+            )
+        return True
+
+    def _held(self, occurrence_id: str, claimant: str, token: int) -> list[object] | None:
+        """The slot row this holder holds for the occurrence under `token`, if it still does."""
+        for row in self.slots.values():
+            if row[0] == occurrence_id and row[1] == claimant and row[2] == token:
+                return row
+        return None
+
+    def _slot_live(self, at: tuple[str, int], now: datetime) -> bool:
+        row = self.slots.get(at)
+        return row is not None and row[0] is not None and row[3] is not None and row[3] >= now  # type: ignore[operator]
+
+    def _release_slots_of(self, occurrence_id: str) -> None:
+        for row in self.slots.values():
+            if row[0] == occurrence_id:
+                row[:] = [None, None, row[2], None]
 
     def _lease(
         self, found: Occurrence, claimant: str, lease_secs: float, now: datetime
@@ -262,6 +533,6 @@ def _occurrence(new: NewOccurrence, now: datetime) -> Occurrence:
 
 if TYPE_CHECKING:
 
-    def _fake_serves_the_claim_port(fake: FakeLedger) -> ClaimPort:
-        """Never called: mypy (pyproject's `files`) fails here if the fake leaves the port."""
-        return fake
+    def _fake_serves_the_ports(fake: FakeLedger) -> tuple[ClaimPort, AttemptPort]:
+        """Never called: mypy (pyproject's `files`) fails here if the fake leaves a port."""
+        return fake, fake

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 import queue
 import random
 import threading
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from cronledger import alerts, metrics
 from cronledger.cron import RetryPolicy, Schedule, ScheduleInvalid, kept_misfires
@@ -45,6 +47,7 @@ from cronledger.ledger import (
     OpenedAttempt,
     SingletonSpec,
 )
+from cronledger.ledger.attempts import SettleRequest, StartRequest
 from cronledger.pacing import SYSTEM_CLOCK, Clock
 from cronledger.ports import AttemptPort
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
@@ -67,6 +70,13 @@ OVERRUN_GRACE_SECS = 1.0
 SETTLE_RETRY_SECS = 1.0
 #: How long a thread that ran a target waits for the next one before it ends.
 TARGET_THREAD_IDLE_SECS = 60.0
+#: A batch's ends are written together, at most this many at a time...
+SETTLE_MOST = 25
+#: ...and at most this long after the first of them finished.
+SETTLE_EVERY_SECS = 0.05
+
+R = TypeVar("R")
+A = TypeVar("A")
 
 
 class TargetThreads:
@@ -246,44 +256,66 @@ class Executor:
         claimant: str,
         deadline: float | None = None,
         trace_id: str | None = None,
+        batch: Batch | None = None,
     ) -> AttemptReport:
         """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours):
         open it under the claim, resolve its channel, judge a late row, take the concurrency
         key and go `running`, run the target while renewing the lease, settle. A step that
         ends the attempt early raises `_Ended` with its report. `deadline` is the executor's
-        own monotonic end (a Lambda's time left)."""
-        trace_id = trace_id or uuid.uuid4().hex
+        own monotonic end (a Lambda's time left). With `batch` (see `Executor.batch`), its
+        open, start and settle are written together with the batch's other attempts'."""
+        writes: _Writes = _Alone(self) if batch is None else _InBatch(batch)
+        trace_id = batch.trace_id if batch else trace_id or uuid.uuid4().hex
         try:
             # A lease runs from when the database wrote it, which is after the call that
             # starts the attempt and may be well before its answer: it is timed from the call.
             leased_at = self.clock.monotonic()
-            opened = self._open(occurrence_id, claimant, trace_id)
+            opened = self._open(writes, occurrence_id, claimant, trace_id)
             occurrence = opened.occurrence
-            channel, schedule = self._resolve(occurrence, claimant, opened.channel)
+            channel, schedule = self._resolve(
+                writes, occurrence, claimant, opened.channel, leased_at
+            )
             if opened.misfire_due:
                 self._judge_misfire(occurrence, claimant, schedule, deadline)
             start = opened.start
             if start is None:
                 leased_at = self.clock.monotonic()
-                start = self._start(occurrence, claimant, channel, schedule, trace_id)
-            outcome = self._run(occurrence, claimant, channel, schedule, start, deadline, leased_at)
+                start = self._start(
+                    writes, occurrence, claimant, channel, schedule, trace_id, leased_at
+                )
+            outcome, leased_at = self._run(
+                occurrence, claimant, channel, schedule, start, deadline, leased_at
+            )
+            end = ending(outcome, occurrence.attempt, schedule.retry)
+            told = alerts.COMPLETED in schedule.alerts.on
+            return self._settle(
+                writes,
+                occurrence,
+                claimant,
+                start.fencing_token,
+                end,
+                leased_at,
+                outcome.result,
+                told,
+            )
         except _Ended as ended:
             return ended.report
-        end = ending(outcome, occurrence.attempt, schedule.retry)
-        told = alerts.COMPLETED in schedule.alerts.on
-        return self._settle(occurrence, claimant, start.fencing_token, end, outcome.result, told)
+        finally:
+            writes.close()
 
-    def _open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
+    def batch(self, claimant: str, size: int, trace_id: str | None = None) -> Batch:
+        """The writes of `size` attempts dispatched together under `claimant`, each run by
+        `run_attempt(..., batch=)` on a thread of its own: their opens are one statement,
+        their starts one transaction, their ends written in micro-batches."""
+        return Batch(self, claimant, size, trace_id or uuid.uuid4().hex)
+
+    def _open(
+        self, writes: _Writes, occurrence_id: str, claimant: str, trace_id: str
+    ) -> OpenedAttempt:
         """Read the occurrence and its channel; a plain attempt (overlap allowed,
         channel active, not a late row to judge) starts in this same read."""
         try:
-            opened = self.ledger.attempts.open_attempt(
-                occurrence_id,
-                claimant,
-                self.settings.claim_lease_secs,
-                trace_id,
-                misfire_grace_secs=self.settings.misfire_grace.total_seconds(),
-            )
+            opened = writes.open(occurrence_id, claimant, trace_id)
         except NotFound:
             raise _Ended(
                 AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
@@ -295,7 +327,12 @@ class Executor:
         return opened
 
     def _resolve(
-        self, occurrence: Occurrence, claimant: str, channel: Channel | None
+        self,
+        writes: _Writes,
+        occurrence: Occurrence,
+        claimant: str,
+        channel: Channel | None,
+        leased_at: float,
     ) -> tuple[Channel, Schedule]:
         """The channel (read by id with the occurrence, as it is now) and its compiled
         schedule; an occurrence whose channel cannot run is settled `failed`, saying why."""
@@ -308,7 +345,9 @@ class Executor:
                 return channel, self.schedules.get(channel)
             except ScheduleInvalid as exc:
                 why = f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
-        raise _Ended(self._settle(occurrence, claimant, None, Ending(FAILED, why)))
+        raise _Ended(
+            self._settle(writes, occurrence, claimant, None, Ending(FAILED, why), leased_at)
+        )
 
     def _judge_misfire(
         self, occurrence: Occurrence, claimant: str, schedule: Schedule, deadline: float | None
@@ -350,25 +389,19 @@ class Executor:
 
     def _start(
         self,
+        writes: _Writes,
         occurrence: Occurrence,
         claimant: str,
         channel: Channel,
         schedule: Schedule,
         trace_id: str,
+        leased_at: float,
     ) -> AttemptStart:
         """Take the concurrency key (if any) and go `running`, in one transaction; the
         overlap policy decides, in the ledger, what a contender for a held key does."""
         singleton = singleton_of(schedule)
-        start = self.ledger.attempts.start_attempt(
-            occurrence,
-            claimant,
-            channel.version,
-            singleton,
-            self.settings.claim_lease_secs,
-            trace_id=trace_id,
-            max_attempts=schedule.retry.max_attempts,
-            wait_secs=self.settings.poll_interval.total_seconds(),
-        )
+        request = StartRequest(occurrence, channel.version, singleton, schedule.retry.max_attempts)
+        start = writes.start(request, claimant, trace_id)
         self.annotate(fencing_token=start.fencing_token)
         if start.outcome == "singleton_busy" and occurrence.waits_for_key:
             # A backfill run one after another: its turn comes when the key frees.
@@ -381,7 +414,7 @@ class Executor:
             assert singleton is not None
             metrics.record_singleton_contention()
             busy = Ending(SKIPPED_SINGLETON, busy_reason(singleton))
-            raise _Ended(self._settle(occurrence, claimant, None, busy))
+            raise _Ended(self._settle(writes, occurrence, claimant, None, busy, leased_at))
         if start.outcome == "waiting":
             metrics.record_singleton_contention()
             raise _Ended(AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt))
@@ -404,9 +437,10 @@ class Executor:
         start: AttemptStart,
         deadline: float | None,
         leased_at: float,
-    ) -> TargetOutcome:
+    ) -> tuple[TargetOutcome, float]:
         """Deliver the envelope under the deadline while the lease (granted no earlier than
-        the monotonic `leased_at`) is renewed."""
+        the monotonic `leased_at`) is renewed; answers the outcome and when the lease was
+        last renewed."""
         assert start.started_at is not None
         metrics.record_schedule_lag((start.started_at - occurrence.due_at).total_seconds())
         singleton = singleton_of(schedule)
@@ -428,7 +462,7 @@ class Executor:
         if deadline is not None:
             budget = min(budget, deadline - self.clock.monotonic() - self._margin())
         if budget <= 0:
-            return timed_out(0, "no time left in this executor")
+            return timed_out(0, "no time left in this executor"), leased_at
         return self._run_with_heartbeat(
             occurrence, claimant, start.fencing_token, channel, envelope, budget, leased_at
         )
@@ -442,9 +476,10 @@ class Executor:
         envelope: object,
         budget: float,
         last_renewed: float,
-    ) -> TargetOutcome:
+    ) -> tuple[TargetOutcome, float]:
         """Run the target on its own thread while this one renews the lease. Answers the
-        target's outcome; an attempt that must stop, writing nothing, ends (`_Ended`)."""
+        target's outcome and the last renewal; an attempt that must stop, writing nothing,
+        ends (`_Ended`)."""
         done = threading.Event()
         box: list[TargetOutcome] = []
 
@@ -469,7 +504,7 @@ class Executor:
         give_up_at = self.clock.monotonic() + budget + OVERRUN_GRACE_SECS
         while not self.clock.wait(done, max(0.0, min(beat, give_up_at - self.clock.monotonic()))):
             if self.clock.monotonic() >= give_up_at:
-                return timed_out(budget, "the target did not return; abandoned")
+                return timed_out(budget, "the target did not return; abandoned"), last_renewed
             asked = self.clock.monotonic()  # as the start's lease, timed from the call
             try:
                 renewed = self.ledger.attempts.renew(
@@ -492,7 +527,7 @@ class Executor:
                     occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
                 )
             last_renewed = asked
-        return box[0]
+        return box[0], last_renewed
 
     def _stopped(
         self, occurrence: Occurrence, outcome: str, fencing_token: int | None, reason: str
@@ -523,30 +558,33 @@ class Executor:
 
     def _settle(
         self,
+        writes: _Writes,
         occurrence: Occurrence,
         claimant: str,
         fencing_token: int | None,
         end: Ending,
+        leased_at: float,
         result: str | None = None,
         completed_is_told: bool = False,
     ) -> AttemptReport:
-        """Write the end (or the retry) under ownership, releasing the slot."""
-        settled = self._settle_through_blips(
-            lambda: self.ledger.attempts.settle(
-                occurrence.id,
-                claimant,
-                end.status,
-                fencing_token=fencing_token,
-                error_message=end.error,
-                error_detail=end.detail,
-                result=result,
-                retry_in=end.retry_in,
-                # Not started: a place or slot it holds from before (the row shows its key)
-                # is given back now, not when its lease runs out.
-                release_held=fencing_token is None and occurrence.singleton_key is not None,
-                completed_is_told=completed_is_told,
-            )
+        """Write the end (or the retry) under ownership, releasing the slot, before the
+        lease renewed at `leased_at` passes its margin (the heartbeat's give-up point)."""
+        request = SettleRequest(
+            occurrence.id,
+            claimant,
+            end.status,
+            fencing_token=fencing_token,
+            error_message=end.error,
+            error_detail=end.detail,
+            result=result,
+            retry_in=end.retry_in,
+            # Not started: a place or slot it holds from before (the row shows its key)
+            # is given back now, not when its lease runs out.
+            release_held=fencing_token is None and occurrence.singleton_key is not None,
+            completed_is_told=completed_is_told,
         )
+        latest = leased_at + self.settings.renewal_give_up.total_seconds()
+        settled = self._settle_through_blips(lambda: writes.settle(request, latest))
         if not settled:
             return self._stopped(
                 occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
@@ -586,3 +624,227 @@ class Executor:
 
     def _margin(self) -> float:
         return self.settings.execute_margin.total_seconds()
+
+
+class _Writes:
+    """How one attempt's open, start and settle reach the ledger."""
+
+    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
+        raise NotImplementedError
+
+    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
+        raise NotImplementedError
+
+    def settle(self, request: SettleRequest, latest: float) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The attempt makes no more of these writes."""
+
+
+class _Alone(_Writes):
+    """An attempt dispatched on its own: each write is the ledger's own transaction."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.ledger, self.settings = executor.ledger, executor.settings
+
+    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
+        return self.ledger.attempts.open_attempt(
+            occurrence_id,
+            claimant,
+            self.settings.claim_lease_secs,
+            trace_id,
+            misfire_grace_secs=self.settings.misfire_grace.total_seconds(),
+        )
+
+    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
+        return self.ledger.attempts.start_attempt(
+            request.occurrence,
+            claimant,
+            request.executing_version,
+            request.singleton,
+            self.settings.claim_lease_secs,
+            trace_id=trace_id,
+            max_attempts=request.max_attempts,
+            wait_secs=self.settings.poll_interval.total_seconds(),
+        )
+
+    def settle(self, request: SettleRequest, latest: float) -> bool:
+        return self.ledger.attempts.settle(
+            request.occurrence_id,
+            request.claimant,
+            request.status,
+            fencing_token=request.fencing_token,
+            error_message=request.error_message,
+            error_detail=request.error_detail,
+            result=request.result,
+            retry_in=request.retry_in,
+            release_held=request.release_held,
+            completed_is_told=request.completed_is_told,
+        )
+
+
+class Batch:
+    """The writes of one dispatch's attempts (one claimant, one trace): their opens in one
+    statement, their starts in one transaction, their ends in micro-batches of at most
+    `SETTLE_MOST`, each written `SETTLE_EVERY_SECS` after its first end at the latest, at
+    once when no other attempt of the batch can still join it, and never later than an
+    end's lease margin. Every write stays conditional on its own attempt's claimant and
+    token: the ledger answers each one as it would alone."""
+
+    def __init__(self, executor: Executor, claimant: str, size: int, trace_id: str) -> None:
+        ledger, settings, clock = executor.ledger, executor.settings, executor.clock
+        lease = settings.claim_lease_secs
+        self.claimant, self.trace_id = claimant, trace_id
+
+        def open_all(ids: list[str]) -> list[OpenedAttempt | None]:
+            grace = settings.misfire_grace.total_seconds()
+            found = ledger.attempts.open_attempts(
+                ids, claimant, lease, trace_id, misfire_grace_secs=grace
+            )
+            return [found.get(i) for i in ids]
+
+        def start_all(requests: list[StartRequest]) -> list[AttemptStart]:
+            wait = settings.poll_interval.total_seconds()
+            return ledger.attempts.start_attempts(
+                requests, claimant, lease, trace_id=trace_id, wait_secs=wait
+            )
+
+        self.opens = _Together(open_all, size, clock)
+        self.starts = _Together(start_all, size, clock)
+        self.settles = _Together(
+            ledger.attempts.settle_many, size, clock, SETTLE_MOST, SETTLE_EVERY_SECS
+        )
+
+
+class _InBatch(_Writes):
+    """One attempt's writes through its batch. Each `_Together` of the batch waits for
+    every attempt that may still join it: an attempt that will not, or that ends, says so."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+        self.owed: set[_Together[Any, Any]] = {batch.opens, batch.starts, batch.settles}
+
+    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
+        assert claimant == self.batch.claimant
+        opened: OpenedAttempt | None = self._call(self.batch.opens, occurrence_id)
+        if opened is None:
+            raise NotFound(f"occurrence {occurrence_id} not found")
+        if opened.start is not None:
+            self._leave(self.batch.starts)
+        return opened
+
+    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
+        started: AttemptStart = self._call(self.batch.starts, request)
+        return started
+
+    def settle(self, request: SettleRequest, latest: float) -> bool:
+        settled: bool = self._call(self.batch.settles, request, latest)
+        return settled
+
+    def _call(self, together: _Together[Any, Any], request: Any, latest: float = math.inf) -> Any:
+        if together is not self.batch.opens:
+            self._leave(self.batch.opens)
+        if together is self.batch.settles:
+            self._leave(self.batch.starts)
+        self.owed.discard(together)
+        try:
+            return together.call(request, latest)
+        except BaseException:
+            self.owed.add(together)
+            raise
+
+    def _leave(self, together: _Together[Any, Any]) -> None:
+        if together in self.owed:
+            self.owed.discard(together)
+            together.leave()
+
+    def close(self) -> None:
+        for together in list(self.owed):
+            self._leave(together)
+
+
+@dataclass(eq=False)
+class _Group(Generic[R, A]):
+    requests: list[R] = field(default_factory=list)
+    first_at: float = 0.0
+    latest: float = math.inf
+    answers: Sequence[A] | None = None
+    error: BaseException | None = None
+
+
+class _Together(Generic[R, A]):
+    """Calls from the attempts of a batch, each on its own thread, written as one group by
+    `write` (a list of requests in, their answers in order out). A group is written once
+    every attempt that may still call has called, once it holds `most`, `wait_secs` after
+    its first call, or at the earliest `latest` a call names, whichever comes first, by
+    the thread that finds it due; each caller gets its own answer (or the write's error,
+    after which it may call again)."""
+
+    def __init__(
+        self,
+        write: Callable[[list[R]], Sequence[A]],
+        parties: int,
+        clock: Clock,
+        most: int = 1_000,
+        wait_secs: float = SETTLE_EVERY_SECS,
+    ) -> None:
+        self._write, self._clock, self._most, self._wait_secs = write, clock, most, wait_secs
+        self._to_come = parties
+        self._group: _Group[R, A] = _Group()
+        self._done = threading.Condition()
+
+    def call(self, request: R, latest: float = math.inf) -> A:
+        with self._done:
+            self._to_come -= 1
+            group, index = self._group, len(self._group.requests)
+            group.requests.append(request)
+            if index == 0:
+                group.first_at = self._clock.monotonic()
+            group.latest = min(group.latest, latest)
+            mine = self._take_if_due()
+            while mine is None and group.answers is None and group.error is None:
+                self._done.wait(self._left(group) if group is self._group else None)
+                mine = self._take_if_due()
+        if mine is not None:
+            self._write_group(mine)
+        if group.error is not None:
+            with self._done:
+                self._to_come += 1
+            raise group.error
+        assert group.answers is not None
+        return group.answers[index]
+
+    def leave(self) -> None:
+        """One attempt that will not call (again)."""
+        with self._done:
+            self._to_come -= 1
+            mine = self._take_if_due()
+        if mine is not None:
+            self._write_group(mine)
+
+    def _take_if_due(self) -> _Group[R, A] | None:
+        """The group being gathered, taken for this thread to write, if it is due."""
+        group = self._group
+        if not group.requests or self._left(group) > 0:
+            return None
+        self._group = _Group()
+        return group
+
+    def _left(self, group: _Group[R, A]) -> float:
+        if self._to_come <= 0 or len(group.requests) >= self._most:
+            return 0.0
+        due = min(group.first_at + self._wait_secs, group.latest)
+        return due - self._clock.monotonic()
+
+    def _write_group(self, group: _Group[R, A]) -> None:
+        try:
+            answers = self._write(group.requests)
+        except BaseException as exc:
+            with self._done:
+                group.error = exc
+                self._done.notify_all()
+            return
+        with self._done:
+            group.answers = answers
+            self._done.notify_all()

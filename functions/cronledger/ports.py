@@ -10,10 +10,11 @@ fails the type check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+from cronledger.ledger.attempts import SettleRequest, StartRequest
 from cronledger.ledger.cursors import READ_PAGE, CursorWrites, NotedChange
 from cronledger.ledger.misfires import Judgment
 from cronledger.ledger.models import (
@@ -69,7 +70,8 @@ class ClaimPort(Clocked, Protocol):
 
 
 class AttemptWrites(Protocol):
-    """What an executor writes: every call is conditional on the claimant (and token)."""
+    """What an executor writes: every call is conditional on the claimant (and token). The
+    plural calls write a batch's attempts together, each answered as it would be alone."""
 
     def open_attempt(
         self,
@@ -80,6 +82,16 @@ class AttemptWrites(Protocol):
         *,
         misfire_grace_secs: float,
     ) -> OpenedAttempt: ...
+
+    def open_attempts(
+        self,
+        occurrence_ids: Sequence[str],
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> dict[str, OpenedAttempt]: ...
 
     def start_attempt(
         self,
@@ -93,6 +105,16 @@ class AttemptWrites(Protocol):
         max_attempts: int | None = None,
         wait_secs: float = 1.0,
     ) -> AttemptStart: ...
+
+    def start_attempts(
+        self,
+        requests: Sequence[StartRequest],
+        claimant: str,
+        lease_secs: float,
+        *,
+        trace_id: str | None = None,
+        wait_secs: float = 1.0,
+    ) -> list[AttemptStart]: ...
 
     def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool: ...
 
@@ -116,6 +138,8 @@ class AttemptWrites(Protocol):
         release_held: bool = False,
         completed_is_told: bool = False,
     ) -> bool: ...
+
+    def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]: ...
 
 
 class MisfireJudge(Protocol):

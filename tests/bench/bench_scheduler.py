@@ -4,12 +4,15 @@ scratch database of its own (tests/bench/pg.py). The reconcile pass has a module
 
 Lifecycle: claim → start → no-op Python target → settle, through `claim_once` and the
 Executor's real path, by 4 workers; occurrences per second, divided by pgbench TPC-B tps
-measured in the same run (target at least 0.4). Measured twice: 4 worker threads in one
-process (the issue's shape; they share one interpreter lock, so one core of Python), and
+measured in the same run (target at least 0.4). Measured in three shapes: 4 worker threads
+in one process (the issue's shape; they share one interpreter lock, so one core of Python),
 4 worker processes of one thread each (the shape on AWS, where every attempt is a Lambda
-invocation of its own). Writing transactions are counted by the server (transaction ids it
-handed out, which autocommitted statements take too) beyond the claims that leased rows
-(target at most 2 per occurrence). Each shape keeps its workers for all its runs and first
+invocation of its own), and 4 worker processes that each run a claim of 25 as one batch
+(a burst's executor invocation: `Executor.batch`, a thread per attempt; target ratio 1.0).
+Writing transactions are counted by the server (transaction ids it handed out, which
+autocommitted statements take too) beyond the claims that leased rows (target at most 2 per
+occurrence, 0.5 batched). `python -m tests.bench.bench_scheduler [shape ...]` runs only those
+shapes' lifecycle figures. Each shape keeps its workers for all its runs and first
 drains one untimed batch (connections opened, statements prepared, target threads started,
 as in a long-lived executor); the threads shape counts the statements sent there, not in the
 timed runs, because a statement listener slows every execution down.
@@ -23,20 +26,25 @@ Each figure is the median of several runs (three; two for the lag).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
 import statistics
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
 
+from cronledger.aws.invoker import MOST_PER_INVOKE
 from cronledger.claim import claim_once
-from cronledger.execute import Executor
+from cronledger.execute import AttemptReport, Executor
 from cronledger.invokers import OneByOne
 from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, Ledger, NewOccurrence
 from cronledger.ledger.tables import occurrences
@@ -60,8 +68,9 @@ EVERY_MINUTE = {"schedule": "0 * * * * *", "timezone": "UTC"}
 LIFECYCLE_WORKERS = 4
 LIFECYCLE_OCCURRENCES = 3_000
 LIFECYCLE_CHANNELS = 50
-LIFECYCLE_TARGET_RATIO = 0.4
-LIFECYCLE_TARGET_COMMITS = 2
+#: Per shape: (target ratio to pgbench, most writing transactions per occurrence).
+LIFECYCLE_TARGETS = {"threads": (0.4, 2.0), "processes": (0.4, 2.0), "batched": (1.0, 0.5)}
+BATCH_SIZE = MOST_PER_INVOKE
 PGBENCH_SECS = 5
 LIFECYCLE_GRACE_SECS = 300
 
@@ -72,9 +81,10 @@ LAG_MEASURE_SECS = 12
 LAG_DRAIN_SECS = 2
 
 
-def main() -> None:
-    lifecycle_figures()
-    lag_figures()
+def main(shapes: list[str]) -> None:
+    lifecycle_figures(shapes or list(LIFECYCLE_TARGETS))
+    if not shapes:
+        lag_figures()
 
 
 # --- statements ----------------------------------------------------------------------------
@@ -92,6 +102,29 @@ def counting_statements(engine: sa.Engine) -> Iterator[Counter[str]]:
         seen["+".join(verbs) or "SELECT"] += 1
 
 
+@contextmanager
+def counting_commits(engine: sa.Engine) -> Iterator[list[int]]:
+    """Writing transactions this engine committed while inside: each COMMIT, and each
+    writing statement sent in autocommit (a transaction of its own), counted by the engine
+    (the server's transaction ids count every database's)."""
+    count = [0]
+
+    def committed(conn: sa.Connection) -> None:
+        count[0] += 1
+
+    def sent(conn: sa.Connection, cursor: Any, statement: str, *_: Any) -> None:
+        if conn.connection.driver_connection.autocommit and VERB.search(statement):
+            count[0] += 1
+
+    sa.event.listen(engine, "commit", committed)
+    sa.event.listen(engine, "before_cursor_execute", sent)
+    try:
+        yield count
+    finally:
+        sa.event.remove(engine, "commit", committed)
+        sa.event.remove(engine, "before_cursor_execute", sent)
+
+
 # --- lifecycle -------------------------------------------------------------------------------
 
 
@@ -106,7 +139,7 @@ class _Handover(OneByOne):
         self.batch.append((occurrence_id, claimant))
 
 
-def lifecycle_figures() -> None:
+def lifecycle_figures(shapes: list[str]) -> None:
     with scratch_database("lifecycle") as url, scratch_database("pgbench") as pgbench_url:
         pgbench_init(pgbench_url)
         ledger = Ledger.connect(url)
@@ -117,7 +150,7 @@ def lifecycle_figures() -> None:
             ).channel_id
             for n in range(LIFECYCLE_CHANNELS)
         ]
-        for shape in ("threads", "processes"):
+        for shape in shapes:
             lifecycle_shape(ledger, url, channel_ids, pgbench_url, shape)
         ledger.dispose()
 
@@ -128,12 +161,16 @@ def lifecycle_shape(
     rates: list[float] = []
     tps: list[float] = []
     counts: Counter[str] = Counter()
-    workers = _Threads(url, channel_ids) if shape == "threads" else _Processes(url, channel_ids)
+    workers = (
+        _Threads(url, channel_ids)
+        if shape == "threads"
+        else _Processes(url, channel_ids, batched=shape == "batched")
+    )
     try:
         # Untimed: connections opened, statements prepared, target threads started, as in
         # a long-lived executor; the threads shape counts the statements here.
         seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
-        counts["statements"] = workers.warm_up()
+        counts["statements"], counts["engine writes"] = workers.warm_up()
         assert_all_completed(ledger, "warm-up")
         for run in range(RUNS):
             seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
@@ -150,22 +187,25 @@ def lifecycle_shape(
     total = LIFECYCLE_OCCURRENCES * RUNS
     beyond_claim = (counts["writes"] - counts["claims"]) / total
     ratio = rate / yardstick
+    target_ratio, target_commits = LIFECYCLE_TARGETS[shape]
     statements = (
         f", {counts['statements'] / LIFECYCLE_OCCURRENCES:.2f} statements (warm-up run)"
         if counts["statements"]
-        else ""
+        else f", {counts['engine writes'] / LIFECYCLE_OCCURRENCES:.2f} writing transactions "
+        "beyond the claim as the executors' engines counted them (warm-up run)"
     )
+    load = ", ".join(f"{n:.1f}" for n in os.getloadavg())
     print(
-        f"lifecycle, {LIFECYCLE_WORKERS} worker {shape}, claim → start → no-op → settle: "
+        f"lifecycle, {LIFECYCLE_WORKERS} worker {shape}, claim → start → no-op → settle "
+        f"(load average {load}): "
         f"{rate:,.0f} occurrences/s; pgbench TPC-B (scale {PGBENCH_SCALE}, "
         f"{PGBENCH_CLIENTS} clients, {PGBENCH_SECS} s) {yardstick:,.0f} tps; ratio {ratio:.2f} "
-        f"(target {LIFECYCLE_TARGET_RATIO}: {'ok' if ratio >= LIFECYCLE_TARGET_RATIO else 'UNDER'})",
+        f"(target {target_ratio}: {'ok' if ratio >= target_ratio else 'UNDER'})",
         flush=True,
     )
     print(
         f"  per occurrence: {beyond_claim:.2f} writing transactions beyond the claim "
-        f"(target ≤ {LIFECYCLE_TARGET_COMMITS}: "
-        f"{'ok' if beyond_claim <= LIFECYCLE_TARGET_COMMITS else 'OVER'}), "
+        f"(target ≤ {target_commits}: {'ok' if beyond_claim <= target_commits else 'OVER'}), "
         f"{counts['claims'] / total:.3f} claims{statements}",
         flush=True,
     )
@@ -210,9 +250,10 @@ def seed_due(ledger: Ledger, channel_ids: list[str], count: int) -> None:
 
 
 class _Worker:
-    """One lifecycle worker's ledger and executor, its schedules compiled."""
+    """One lifecycle worker's ledger and executor, its schedules compiled; `batched`: each
+    claim of `BATCH_SIZE` runs as one executor batch, a thread per attempt."""
 
-    def __init__(self, url: str, channel_ids: list[str]) -> None:
+    def __init__(self, url: str, channel_ids: list[str], batched: bool = False) -> None:
         self.ledger = Ledger.connect(url)
         # The seeded backlog is drained in a few seconds; a generous grace keeps its last rows
         # on the plain path (a judgment at start is for rows late past an outage).
@@ -220,7 +261,10 @@ class _Worker:
             database_url=url,
             python_targets=(DEMO_MODULE,),
             misfire_grace_secs=LIFECYCLE_GRACE_SECS,
+            claim_batch_size=BATCH_SIZE if batched else Settings().claim_batch_size,
         )
+        self.batched = batched
+        self.lanes = ThreadPoolExecutor(BATCH_SIZE) if batched else None
         self.executor = Executor(self.ledger, self.settings)
         for channel_id in channel_ids:
             self.executor.schedules.get(self.ledger.channels.get_channel(channel_id))
@@ -236,10 +280,17 @@ class _Worker:
             if not invoker.batch:
                 return done, rounds
             rounds += 1
-            for occurrence_id, claimant in invoker.batch:
-                report = self.executor.run_attempt(occurrence_id, claimant)
+            for report in self._run(invoker.batch):
                 assert report.status == COMPLETED, report
                 done += 1
+
+    def _run(self, dispatched: list[tuple[str, str]]) -> list[AttemptReport]:
+        if self.lanes is None:
+            return [self.executor.run_attempt(i, claimant) for i, claimant in dispatched]
+        claimant = dispatched[0][1]
+        batch = self.executor.batch(claimant, len(dispatched))
+        run = partial(self.executor.run_attempt, claimant=claimant, batch=batch)
+        return list(self.lanes.map(run, [i for i, _ in dispatched]))
 
 
 class _Threads:
@@ -248,12 +299,12 @@ class _Threads:
     def __init__(self, url: str, channel_ids: list[str]) -> None:
         self.worker = _Worker(url, channel_ids)
 
-    def warm_up(self) -> int:
+    def warm_up(self) -> tuple[int, int]:
         """Drain once, untimed, and answer the statements sent (a statement listener slows
         every execution down, so the timed runs go without one)."""
         with counting_statements(self.worker.ledger.engine) as sent:
             self.drain()
-        return sum(sent.values())
+        return sum(sent.values()), 0
 
     def drain(self) -> tuple[float, int]:
         """Occurrences settled per second, from the first claim to the last settle, and
@@ -285,13 +336,16 @@ class _Processes:
     worker's failure comes back as an error here; the processes are daemons, ended by
     `close` (or with this process), never left waiting."""
 
-    def __init__(self, url: str, channel_ids: list[str]) -> None:
+    def __init__(self, url: str, channel_ids: list[str], batched: bool = False) -> None:
         context = multiprocessing.get_context("spawn")
         self.out = context.Queue()
         self.inboxes = [context.Queue() for _ in range(LIFECYCLE_WORKERS)]
+        self.results: list[Any] = []
         self.processes = [
             context.Process(
-                target=_work_in_process, args=(url, channel_ids, inbox, self.out), daemon=True
+                target=_work_in_process,
+                args=(url, channel_ids, batched, inbox, self.out),
+                daemon=True,
             )
             for inbox in self.inboxes
         ]
@@ -303,16 +357,19 @@ class _Processes:
             self.close()
             raise
 
-    def warm_up(self) -> int:
-        self.drain()
-        return 0
+    def warm_up(self) -> tuple[int, int]:
+        """Drain once, untimed, and answer the writing transactions beyond the claims that
+        the workers' engines committed (a listener slows every execution down, so the timed
+        runs go without one)."""
+        self.drain("count")
+        return 0, sum(r[3] - r[1] for r in self.results)
 
-    def drain(self) -> tuple[float, int]:
+    def drain(self, order: str = "go") -> tuple[float, int]:
         started = time.monotonic()
         for inbox in self.inboxes:
-            inbox.put("go")
-        results = self._answers(300)
-        elapsed = max(finished for _, _, finished in results) - started
+            inbox.put(order)
+        results = self.results = self._answers(300)
+        elapsed = max(r[2] for r in results) - started
         return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
 
     def _answers(self, timeout: float) -> list[Any]:
@@ -330,13 +387,19 @@ class _Processes:
                 process.terminate()
 
 
-def _work_in_process(url: str, channel_ids: list[str], inbox: Any, out: Any) -> None:
+def _work_in_process(url: str, channel_ids: list[str], batched: bool, inbox: Any, out: Any) -> None:
     try:
-        worker = _Worker(url, channel_ids)
+        worker = _Worker(url, channel_ids, batched)
         out.put("ready")
-        while inbox.get() is not None:
-            done, rounds = worker.work()
-            out.put((done, rounds, time.monotonic()))  # CLOCK_MONOTONIC: one clock for all
+        while (order := inbox.get()) is not None:
+            with (
+                counting_commits(worker.ledger.engine)
+                if order == "count"
+                else nullcontext([0]) as commits
+            ):
+                done, rounds = worker.work()
+            # CLOCK_MONOTONIC: one clock for all
+            out.put((done, rounds, time.monotonic(), commits[0]))
         worker.ledger.dispose()
     except BaseException as exc:
         out.put(f"{type(exc).__name__}: {exc}")
@@ -412,4 +475,4 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

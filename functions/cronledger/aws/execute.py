@@ -2,8 +2,11 @@
 for one occurrence or, during a burst, `{"occurrence_ids": [...], "claimant"}` for a batch
 (`cronledger.aws.invoker`), runs each attempt under the function's own deadline; a batch's
 attempts run side by side, one thread each, so each keeps its own timeout and none waits for
-another. What they share is the container: one that dies (out of memory, the function's
-timeout) abandons them all, and each is recovered when its lease expires.
+another's target. Their ledger writes go together (`Executor.batch`): the opens in one
+statement, the starts in one transaction, the ends in micro-batches, each write still
+conditional on its own attempt. What they share is the container: one that dies (out of
+memory, the function's timeout) abandons them all, and each is recovered when its lease
+expires.
 
 Every log line of the attempt (this handler's, the executor's, a target module's) carries the
 occurrence id and claimant from the event and, as soon as the executor learns them, the channel
@@ -23,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -30,7 +34,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from cronledger.aws import runtime
 from cronledger.aws.runtime import logger, metrics, tracer
 from cronledger.errors import CronledgerError
-from cronledger.execute import Executor
+from cronledger.execute import Batch, Executor
 
 TRACE_HEADER = "_X_AMZN_TRACE_ID"
 
@@ -52,10 +56,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(claimant=claimant)
     deadline, trace_id = runtime.deadline(context), xray_trace_id()
 
-    def attempt(occurrence_id: str) -> dict[str, Any]:
+    def attempt(occurrence_id: str, batch: Batch | None = None) -> dict[str, Any]:
         logger.thread_safe_append_keys(occurrence_id=occurrence_id)
         try:
-            report = executor().run_attempt(occurrence_id, claimant, deadline, trace_id=trace_id)
+            report = executor().run_attempt(occurrence_id, claimant, deadline, trace_id, batch)
             answer = dataclasses.asdict(report)
             logger.info(
                 "attempt finished", extra={k: v for k, v in answer.items() if k != "occurrence_id"}
@@ -67,8 +71,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     with runtime.emf_sink.recording():
         if len(occurrence_ids) == 1:
             return attempt(occurrence_ids[0])
+        batch = executor().batch(claimant, len(occurrence_ids), trace_id)
         with ThreadPoolExecutor(len(occurrence_ids), thread_name_prefix="cronledger-batch") as side:
-            return {"attempts": list(side.map(attempt, occurrence_ids))}
+            return {"attempts": list(side.map(partial(attempt, batch=batch), occurrence_ids))}
 
 
 def dispatched_ids(event: Any) -> tuple[list[str], str]:

@@ -25,9 +25,13 @@ nothing trusts an earlier read.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from cronledger import alerts
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
@@ -72,11 +76,77 @@ from cronledger.ledger.tables import (
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: Starts tried in all when the key lacks slot rows: the first adds them, the next finds
 #: them (rows are never deleted, so a third is never needed).
 SLOT_ROW_TRIES = 3
 #: What the log says of an attempt whose lease ran out before anything settled it.
 LEASE_RAN_OUT = "abandoned: the lease ran out before the attempt was settled"
+
+
+@dataclass(frozen=True, slots=True)
+class StartRequest:
+    """One attempt of a batch to start: `start_attempt`'s arguments that differ per attempt."""
+
+    occurrence: Occurrence | str
+    executing_version: int
+    singleton: SingletonSpec | None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SettleRequest:
+    """One attempt's end: `settle`'s arguments (see there)."""
+
+    occurrence_id: str
+    claimant: str
+    status: str
+    fencing_token: int | None = None
+    error_message: str | None = None
+    error_detail: str | None = None
+    result: str | None = None
+    trace_id: str | None = None
+    retry_in: float | None = None
+    release_held: bool = False
+    completed_is_told: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status not in SETTLED_STATUSES:
+            raise ValueError(f"cannot settle as {self.status!r}; use one of {SETTLED_STATUSES}")
+        if self.retry_in is not None and self.status != FAILED:
+            raise ValueError(f"only a failure is retried, not {self.status!r}")
+
+    @property
+    def quiet(self) -> bool:
+        """A completion that makes no event unless its channel has failures or an alert."""
+        return (
+            self.status == COMPLETED
+            and self.fencing_token is None
+            and not self.release_held
+            and not self.completed_is_told
+        )
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "p_id": self.occurrence_id,
+            "p_claimant": self.claimant,
+            "p_status": self.status,
+            "p_error": truncate_excerpt(self.error_message, ERROR_MESSAGE_BYTES),
+            "p_result": truncate_excerpt(self.result),
+            "p_trace": self.trace_id,
+            "p_retry_in": self.retry_in,
+            "p_outcome": self.status,
+            "p_detail": truncate_excerpt(self.error_detail, ERROR_MESSAGE_BYTES),
+        }
+
+
+class _Undone(Exception):
+    """One attempt's write lost: what it wrote is rolled back, and `answer` is its answer."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(answer)
+        self.answer = answer
 
 
 class AttemptStore(Store):
@@ -206,16 +276,28 @@ class AttemptStore(Store):
             {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
             write=self._sql.is_postgres,
         )
-        row = rows[0] if rows else None
-        occurrence, channel = occurrence_and_channel(occurrence_id, row)
-        assert row is not None
-        misfire_due, started_at = row[-2:]
-        return OpenedAttempt(
-            occurrence,
-            channel,
-            AttemptStart("started", started_at=started_at) if started_at else None,
-            bool(misfire_due),
+        return _opened(occurrence_id, rows[0] if rows else None)
+
+    def open_attempts(
+        self,
+        occurrence_ids: Sequence[str],
+        claimant: str,
+        lease_secs: float,
+        trace_id: str,
+        *,
+        misfire_grace_secs: float,
+    ) -> dict[str, OpenedAttempt]:
+        """`open_attempt` of each occurrence of a batch under one claimant, in one statement:
+        each row's start is conditional on that row alone. An id with no occurrence is left
+        out of the answer."""
+        rows, _ = self._run(
+            ("open-many", lease_secs, misfire_grace_secs),
+            lambda: open_statement(self._sql, lease_secs, misfire_grace_secs, many=True),
+            {"p_ids": list(occurrence_ids), "p_claimant": claimant, "p_trace": trace_id},
+            write=self._sql.is_postgres,
         )
+        opened = (_opened(str(row[0]), row) for row in rows)
+        return {attempt.occurrence.id: attempt for attempt in opened}
 
     def start_attempt(
         self,
@@ -241,82 +323,145 @@ class AttemptStore(Store):
         statement. `trace_id`, when given, is recorded in the same write, so a run that
         dies is visible as started with its trace; `max_attempts`, when given, refreshes
         the occurrence's from its channel's policy."""
-        occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
-        # An earlier attempt of this occurrence (a crashed one, now re-claimed, or a queued
-        # contender back for its slot) may still hold a slot or the waiting place. Under
-        # `allow`, an occurrence read after its claim with no `singleton_key` holds none (a
-        # slot, or a waiting place, is only taken together with it). With a key the rows
-        # are always read: a duplicate delivery that read the row before its twin started
-        # must find its own slot free again, reach the conditional UPDATE below and come
-        # out `lost`, not `singleton_busy`.
-        release = (
-            singleton is not None
-            or isinstance(occurrence, str)
-            or occurrence.singleton_key is not None
+        [started] = self.start_attempts(
+            [StartRequest(occurrence, executing_version, singleton, max_attempts)],
+            claimant,
+            lease_secs,
+            trace_id=trace_id,
+            wait_secs=wait_secs,
         )
-        key = singleton.key if singleton else None
-        parameters = {
-            "p_id": occurrence_id,
-            "p_claimant": claimant,
-            "p_version": executing_version,
-            "p_key": key,
-            "p_trace": trace_id,
-            "p_max": max_attempts,
-        }
+        return started
 
-        def start(conn: sa.Connection) -> tuple[AttemptStart, list[Event]] | None:
-            taken: tuple[int, int, Occurrence | None] | str | None = None
-            if singleton is not None:
-                taken = take_key(
-                    conn, self._sql, singleton, occurrence_id, claimant, lease_secs, wait_secs
-                )
-                if taken is None:
-                    return None  # the key lacks slot rows: nothing written yet
-            elif release:
-                release_slots_of(conn, self._sql, [occurrence_id])
-            if taken == "wait" and self._hand_back(
-                conn, occurrence_id, claimant, wait_secs, waits_on=key
-            ):
-                return AttemptStart("waiting"), []
-            if isinstance(taken, str):
-                conn.rollback()
-                return AttemptStart("singleton_busy" if taken == "busy" else "lost"), []
-            slot, token, replaced = taken or (None, None, None)
-            started_at = attempt_log.run_logged_start(
-                conn,
-                self._sql,
-                self._statement(
-                    ("start", lease_secs), lambda: start_statement(self._sql, lease_secs)
-                ),
-                {**parameters, "p_slot": slot, "p_token": token},
-            )
-            if started_at is None:
-                # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
-                # taken above (and any holder replaced for it) is rolled back with the rest.
-                conn.rollback()
-                return AttemptStart("lost"), []
-            made = (
-                []
-                if replaced is None
-                else self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
-            )
-            return AttemptStart(
-                "started",
-                fencing_token=token,
-                slot=slot,
-                started_at=started_at,
-                replaced=None if replaced is None else replaced.id,
-            ), made
-
+    def start_attempts(
+        self,
+        requests: Sequence[StartRequest],
+        claimant: str,
+        lease_secs: float,
+        *,
+        trace_id: str | None = None,
+        wait_secs: float = 1.0,
+    ) -> list[AttemptStart]:
+        """`start_attempt` of each request, in one transaction (a batch: each under a
+        savepoint, so a start that loses undoes its own writes only), answered in order.
+        Keyed starts go in key order, the order their slot rows are locked in."""
+        answers: dict[int, AttemptStart] = {}
+        todo = sorted(range(len(requests)), key=lambda i: _key_of(requests[i]))
         for _ in range(SLOT_ROW_TRIES):
-            started = self._atomic(start, single=not release)
-            if started is not None:
-                self.events.announce(started[1])
-                return started[0]
-            assert singleton is not None
-            # Added in a statement of its own, holding no lock: see `singletons.py`.
-            self._atomic(lambda conn: add_key_rows(conn, self._sql, singleton), single=True)
-        raise RuntimeError(f"the slot rows of key {key!r} keep disappearing")
+            alone = len(todo) == 1
+            start_all = partial(
+                self._start_all, requests, todo, claimant, lease_secs, trace_id, wait_secs
+            )
+            done, made, lacking = self._atomic(
+                start_all, single=alone and not _releases(requests[todo[0]])
+            )
+            self.events.announce(made)
+            answers |= done
+            if not lacking:
+                return [answers[i] for i in range(len(requests))]
+            for spec in {requests[i].singleton for i in lacking}:
+                assert spec is not None
+                # Added in a statement of its own, holding no lock: see `singletons.py`.
+                self._atomic(partial(add_key_rows, sql=self._sql, spec=spec), single=True)
+            todo = lacking
+        raise RuntimeError(
+            f"the slot rows of {[_key_of(requests[i]) for i in todo]} keep disappearing"
+        )
+
+    def _start_all(
+        self,
+        requests: Sequence[StartRequest],
+        todo: list[int],
+        claimant: str,
+        lease_secs: float,
+        trace_id: str | None,
+        wait_secs: float,
+        conn: sa.Connection,
+    ) -> tuple[dict[int, AttemptStart], list[Event], list[int]]:
+        """The starts `todo` in the caller's transaction: their answers, the events they
+        made, and those whose key lacks slot rows (nothing written for them)."""
+        done: dict[int, AttemptStart] = {}
+        made: list[Event] = []
+        lacking: list[int] = []
+        for i in todo:
+            started = _undoable(
+                conn,
+                len(todo) == 1,
+                self._start_one,
+                conn,
+                requests[i],
+                claimant,
+                lease_secs,
+                trace_id,
+                wait_secs,
+            )
+            if started is None:
+                lacking.append(i)
+            else:
+                done[i], events = started
+                made += events
+        return done, made, lacking
+
+    def _start_one(
+        self,
+        conn: sa.Connection,
+        request: StartRequest,
+        claimant: str,
+        lease_secs: float,
+        trace_id: str | None,
+        wait_secs: float,
+    ) -> tuple[AttemptStart, list[Event]] | None:
+        """One start in the caller's transaction: None when the key lacks slot rows (nothing
+        written); `_Undone` when it lost and its writes must be undone."""
+        occurrence, singleton = request.occurrence, request.singleton
+        occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
+        key = singleton.key if singleton else None
+        taken: tuple[int, int, Occurrence | None] | str | None = None
+        if singleton is not None:
+            taken = take_key(
+                conn, self._sql, singleton, occurrence_id, claimant, lease_secs, wait_secs
+            )
+            if taken is None:
+                return None
+        elif _releases(request):
+            release_slots_of(conn, self._sql, [occurrence_id])
+        if taken == "wait" and self._hand_back(
+            conn, occurrence_id, claimant, wait_secs, waits_on=key
+        ):
+            return AttemptStart("waiting"), []
+        if isinstance(taken, str):
+            raise _Undone((AttemptStart("singleton_busy" if taken == "busy" else "lost"), []))
+        slot, token, replaced = taken or (None, None, None)
+        started_at = attempt_log.run_logged_start(
+            conn,
+            self._sql,
+            self._statement(("start", lease_secs), lambda: start_statement(self._sql, lease_secs)),
+            {
+                "p_id": occurrence_id,
+                "p_claimant": claimant,
+                "p_version": request.executing_version,
+                "p_key": key,
+                "p_trace": trace_id,
+                "p_max": request.max_attempts,
+                "p_slot": slot,
+                "p_token": token,
+            },
+        )
+        if started_at is None:
+            # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
+            # taken above (and any holder replaced for it) is undone with the rest.
+            raise _Undone((AttemptStart("lost"), []))
+        made = (
+            []
+            if replaced is None
+            else self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
+        )
+        return AttemptStart(
+            "started",
+            fencing_token=token,
+            slot=slot,
+            started_at=started_at,
+            replaced=None if replaced is None else replaced.id,
+        ), made
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -375,75 +520,115 @@ class AttemptStore(Store):
         written in that transaction too, and so is the end of the attempt's row in the log
         (with `error_detail`, a Python target's last frames). False: a superseded holder, and
         nothing was written."""
-        if status not in SETTLED_STATUSES:
-            raise ValueError(f"cannot settle as {status!r}; use one of {SETTLED_STATUSES}")
-        if retry_in is not None and status != FAILED:
-            raise ValueError(f"only a failure is retried, not {status!r}")
-        parameters = {
-            "p_id": occurrence_id,
-            "p_claimant": claimant,
-            "p_status": status,
-            "p_error": truncate_excerpt(error_message, ERROR_MESSAGE_BYTES),
-            "p_result": truncate_excerpt(result),
-            "p_trace": trace_id,
-            "p_retry_in": retry_in,
-            "p_outcome": status,
-            "p_detail": truncate_excerpt(error_detail, ERROR_MESSAGE_BYTES),
-        }
-        quiet = status == COMPLETED and fencing_token is None and not release_held
+        request = SettleRequest(
+            occurrence_id,
+            claimant,
+            status,
+            fencing_token,
+            error_message,
+            error_detail,
+            result,
+            trace_id,
+            retry_in,
+            release_held,
+            completed_is_told,
+        )
+        parameters = request.parameters()
         # The common end: one statement, unless the channel has failures or an open alert
         # this completion must answer (then it matches nothing and the end is written
         # below, with its events).
-        if quiet and not completed_is_told and self._settle_quietly(parameters):
+        if request.quiet and self._atomic(
+            lambda conn: self._settle_quietly(conn, parameters), single=self._sql.is_postgres
+        ):
             return True
-        key, build = (
-            ("settle", self._settle_statement)
-            if retry_in is None
-            else ("retry", self._retry_statement)
+        made = self._atomic(
+            lambda conn: _undoable(conn, True, self._settle_one, conn, request, parameters)
         )
-
-        def settle(conn: sa.Connection) -> list[Event] | None:
-            if fencing_token is None:
-                if release_held:
-                    # Singleton first (the lock order); rolled back below if the settle loses.
-                    release_slots_of(conn, self._sql, [occurrence_id])
-            elif not release_slot(conn, occurrence_id, fencing_token, holder=claimant):
-                conn.rollback()
-                return None
-            row = conn.execute(self._statement(key, build), parameters).one_or_none()
-            if row is None:
-                conn.rollback()
-                return None
-            settled = occurrence_of(row)
-            conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
-            ended = self._end_drafts(conn, settled, retry_in is not None, completed_is_told)
-            return self.events.record(conn, ended)
-
-        made = self._atomic(settle)
         if made is None:
             return False
         self.events.announce(made)
         return True
 
-    def _settle_quietly(self, parameters: dict[str, Any]) -> bool:
-        """`_quiet_settle_statement` and the end of its attempt's row: on PostgreSQL one
-        statement, the attempt's end a CTE of it; on SQLite two, in one transaction."""
+    def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
+        """`settle` of each request (a micro-batch of ends), in one transaction, answered in
+        order: each is conditional on its own claimant and token, and one that lost is
+        undone alone (a savepoint), writing nothing, while the others are written."""
+
+        def settle_all(conn: sa.Connection) -> tuple[list[bool], list[Event]]:
+            settled: list[bool] = []
+            made: list[Event] = []
+            quietly = self._settle_all_quietly(conn, [r for r in requests if r.quiet])
+            for request in requests:
+                parameters = request.parameters()
+                if request.quiet and request.occurrence_id in quietly:
+                    quietly.discard(request.occurrence_id)
+                    settled.append(True)
+                    continue
+                events = _undoable(conn, False, self._settle_one, conn, request, parameters)
+                settled.append(events is not None)
+                made += events or []
+            return settled, made
+
+        settled, made = self._atomic(settle_all)
+        self.events.announce(made)
+        return settled
+
+    def _settle_one(
+        self, conn: sa.Connection, request: SettleRequest, parameters: dict[str, Any]
+    ) -> list[Event]:
+        """An end with its slot's release and its events, in the caller's transaction;
+        `_Undone` when the holder was superseded."""
+        if request.fencing_token is None:
+            if request.release_held:
+                # Singleton first (the lock order); undone below if the settle loses.
+                release_slots_of(conn, self._sql, [request.occurrence_id])
+        elif not release_slot(
+            conn, request.occurrence_id, request.fencing_token, holder=request.claimant
+        ):
+            raise _Undone(None)
+        key, build = (
+            ("settle", self._settle_statement)
+            if request.retry_in is None
+            else ("retry", self._retry_statement)
+        )
+        row = conn.execute(self._statement(key, build), parameters).one_or_none()
+        if row is None:
+            raise _Undone(None)
+        settled = occurrence_of(row)
+        conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
+        retried = request.retry_in is not None
+        ended = self._end_drafts(conn, settled, retried, request.completed_is_told)
+        return self.events.record(conn, ended)
+
+    def _settle_quietly(self, conn: sa.Connection, parameters: dict[str, Any]) -> bool:
+        """`_quiet_settle_statement` and the end of its attempt's row, in the caller's
+        transaction: on PostgreSQL one statement, the attempt's end a CTE of it; on SQLite
+        two. False: it matched nothing, and wrote nothing."""
         if self._sql.is_postgres:
-            rows, _ = self._run("settle-quiet", self._quiet_settle_logged, parameters)
-            return bool(rows[0][0] == 1)
+            statement = self._statement("settle-quiet", self._quiet_settle_logged)
+            return bool(conn.execute(statement, parameters).scalar_one() == 1)
+        if conn.execute(self._quiet_settle_statement(), parameters).rowcount != 1:
+            return False
+        conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
+        return True
 
-        def settle(conn: sa.Connection) -> bool:
-            if conn.execute(self._quiet_settle_statement(), parameters).rowcount != 1:
-                return False
-            conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
-            return True
+    def _settle_all_quietly(self, conn: sa.Connection, requests: list[SettleRequest]) -> set[str]:
+        """`_settle_quietly` of each request, in the caller's transaction, on PostgreSQL in
+        one statement: the ids of those it settled."""
+        if not self._sql.is_postgres:
+            return {r.occurrence_id for r in requests if self._settle_quietly(conn, r.parameters())}
+        if not requests:
+            return set()
+        each = [r.parameters() for r in requests]
+        arrays = {f"{name}s": [p[name] for p in each] for name in ENDS}
+        statement = self._statement("settle-quiet-many", lambda: self._quiet_settle_logged(_ends()))
+        return {str(i) for i in conn.execute(statement, arrays).scalars()}
 
-        return self._atomic(settle)
-
-    def _quiet_settle_logged(self) -> sa.Select[Any]:
+    def _quiet_settle_logged(self, ends: sa.CTE | None = None) -> sa.Select[Any]:
         """PostgreSQL: `_quiet_settle_statement` and its attempt's end (`completed`), one
-        statement answering how many occurrences it settled (0 or 1)."""
-        settled = self._quiet_settle_statement().returning(occurrences.c.id).cte("settled")
+        statement answering how many occurrences it settled (0 or 1); with `ends` (see
+        `_owned_update`), the ids of those it settled."""
+        settled = self._quiet_settle_statement(ends).returning(occurrences.c.id).cte("settled")
         ended = (
             sa.update(attempts)
             .where(attempts.c.occurrence_id.in_(sa.select(settled.c.id)))
@@ -451,7 +636,8 @@ class AttemptStore(Store):
             .values(ended_at=self._sql.now(), outcome=_text(COMPLETED))
             .cte("ended")
         )
-        return sa.select(sa.func.count()).select_from(settled).add_cte(ended)
+        answer = sa.select(sa.func.count()) if ends is None else sa.select(settled.c.id)
+        return answer.select_from(settled).add_cte(ended)
 
     def _end_attempt_statement(self) -> sa.Update:
         """The end of the settled occurrence's attempt: a retried failure is `failed`."""
@@ -543,11 +729,11 @@ class AttemptStore(Store):
             .returning(*occurrences.c)
         )
 
-    def _quiet_settle_statement(self) -> sa.Update:
+    def _quiet_settle_statement(self, ends: sa.CTE | None = None) -> sa.Update:
         """`completed`, as `_settle_statement`, for a channel with no failures in a row and
         no open alert: such a completion makes no event."""
         return (
-            self._owned_update()
+            self._owned_update(ends)
             .where(~_alerting(occurrences.c.channel_id).exists())
             .values(
                 status=_text(COMPLETED),
@@ -576,23 +762,89 @@ class AttemptStore(Store):
             .returning(*occurrences.c)
         )
 
-    def _owned_update(self) -> sa.Update:
+    def _owned_update(self, ends: sa.CTE | None = None) -> sa.Update:
         """What every end of an attempt writes (error, result excerpt, trace), conditional
-        on the claimant still holding the occurrence's lease."""
+        on the claimant still holding the occurrence's lease: the values bound as `p_id`,
+        `p_claimant`, `p_error`, `p_result`, `p_trace`, or, with `ends` (`_ends`), each row
+        of it, every one on its own row's conditions."""
+
+        def value(name: str, column: sa.Column[Any]) -> Any:
+            return param(column, name) if ends is None else ends.c[name.removeprefix("p_")]
+
         return (
             sa.update(occurrences)
-            .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
-            .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
+            .where(occurrences.c.id == value("p_id", occurrences.c.id))
+            .where(occurrences.c.claimed_by == value("p_claimant", occurrences.c.claimed_by))
             .where(status_rechecked(*LEASED_STATUSES))
             .values(
-                error_message=param(occurrences.c.error_message, "p_error"),
-                result=param(occurrences.c.result, "p_result"),
+                error_message=value("p_error", occurrences.c.error_message),
+                result=value("p_result", occurrences.c.result),
                 trace_id=sa.func.coalesce(
-                    param(occurrences.c.trace_id, "p_trace"), occurrences.c.trace_id
+                    value("p_trace", occurrences.c.trace_id), occurrences.c.trace_id
                 ),
                 updated_at=self._sql.now(),
             )
         )
+
+
+#: What `_ends` holds of each end, by its parameter's name.
+ENDS = ("p_id", "p_claimant", "p_error", "p_result", "p_trace")
+
+
+def _ends() -> sa.CTE:
+    """PostgreSQL: one row per end, from the parallel arrays `p_ids`, `p_claimants`, …
+    (each name of `ENDS`, plural), as columns `id`, `claimant`, `error`, `result`, `trace`."""
+    columns = [
+        sa.func.unnest(sa.bindparam(f"{name}s", type_=postgresql.ARRAY(sa.Text))).label(
+            name.removeprefix("p_")
+        )
+        for name in ENDS
+    ]
+    return sa.select(*columns).cte("ends")
+
+
+def _opened(occurrence_id: str, row: Sequence[Any] | None) -> OpenedAttempt:
+    """An open statement's row: the occurrence and channel, whether it is a late row to
+    judge, and the start it made."""
+    occurrence, channel = occurrence_and_channel(occurrence_id, row)
+    assert row is not None
+    misfire_due, started_at = row[-2:]
+    start = AttemptStart("started", started_at=started_at) if started_at else None
+    return OpenedAttempt(occurrence, channel, start, bool(misfire_due))
+
+
+def _key_of(request: StartRequest) -> str:
+    return request.singleton.key if request.singleton else ""
+
+
+def _releases(request: StartRequest) -> bool:
+    """Whether a start must first give back what its occurrence may hold from an earlier
+    attempt (a crashed one, now re-claimed, or a queued contender back for its slot). Under
+    `allow`, an occurrence read after its claim with no `singleton_key` holds nothing (a
+    slot, or a waiting place, is only taken together with it). With a key the rows are
+    always read: a duplicate delivery that read the row before its twin started must find
+    its own slot free again, reach the conditional UPDATE and come out `lost`, not
+    `singleton_busy`."""
+    occurrence = request.occurrence
+    return (
+        request.singleton is not None
+        or isinstance(occurrence, str)
+        or occurrence.singleton_key is not None
+    )
+
+
+def _undoable(conn: sa.Connection, alone: bool, write: Callable[..., T], *args: Any) -> T | Any:
+    """`write(*args)`, or the answer of the `_Undone` it raised, with what it wrote undone: the
+    whole transaction when it is `alone` in it, else its savepoint."""
+    try:
+        if alone:
+            return write(*args)
+        with conn.begin_nested():
+            return write(*args)
+    except _Undone as undone:
+        if alone:
+            conn.rollback()
+        return undone.answer
 
 
 def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:

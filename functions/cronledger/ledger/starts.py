@@ -29,21 +29,20 @@ from cronledger.ledger.models import (
 from cronledger.ledger.tables import channels, occurrence_of, occurrences, param, status_rechecked
 from cronledger.retry import DEFAULT_MAX_ATTEMPTS
 
-#: An occurrence's columns, then its channel's (NULL when the channel is gone): built once,
-#: since every attempt sends it.
-OCCURRENCE_AND_CHANNEL = (
-    sa.select(occurrences, channels)
-    .select_from(occurrences.outerjoin(channels, channels.c.channel_id == occurrences.c.channel_id))
-    .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
+#: An occurrence's columns, then its channel's (NULL when the channel is gone).
+OCCURRENCE_AND_CHANNEL = sa.select(occurrences, channels).select_from(
+    occurrences.outerjoin(channels, channels.c.channel_id == occurrences.c.channel_id)
 )
 
 
-def running_update(sql: Backend, lease_secs: float, **values: Any) -> sa.Update:
-    """claimed → running of occurrence `p_id` under claimant `p_claimant`, with what every
-    start writes; `values` adds the rest (version, slot, trace)."""
+def running_update(
+    sql: Backend, lease_secs: float, *, many: bool = False, **values: Any
+) -> sa.Update:
+    """claimed → running of occurrence `p_id` (`many`: each of `p_ids`) under claimant
+    `p_claimant`, with what every start writes; `values` adds the rest (version, slot, trace)."""
     return (
         sa.update(occurrences)
-        .where(occurrences.c.id == param(occurrences.c.id, "p_id"))
+        .where(_one_or_many(many))
         .where(occurrences.c.claimed_by == param(occurrences.c.claimed_by, "p_claimant"))
         .where(status_rechecked(CLAIMED))
         .values(
@@ -76,11 +75,14 @@ def start_statement(sql: Backend, lease_secs: float) -> sa.Insert | sa.Update:
     return attempt_log.logged_start(sql, running)
 
 
-def open_statement(sql: Backend, lease_secs: float, misfire_grace_secs: float) -> sa.Select[Any]:
-    """`OCCURRENCE_AND_CHANNEL`, whether the row is a late one the misfire rule has yet to
-    judge, and (PostgreSQL) the start time of the plain attempt it started, NULL if none."""
+def open_statement(
+    sql: Backend, lease_secs: float, misfire_grace_secs: float, *, many: bool = False
+) -> sa.Select[Any]:
+    """`OCCURRENCE_AND_CHANNEL` (`many`: of each of `p_ids`), whether the row is a late one
+    the misfire rule has yet to judge, and (PostgreSQL) the start time of the plain attempt
+    it started, NULL if none."""
     late = misfire_due(sql, misfire_grace_secs)
-    read = OCCURRENCE_AND_CHANNEL.add_columns(late)
+    read = OCCURRENCE_AND_CHANNEL.where(_one_or_many(many)).add_columns(late)
     if not sql.is_postgres:
         return read.add_columns(sa.null())
     policy = channels.c.transport_config["concurrency"]["policy"].as_string()
@@ -88,6 +90,7 @@ def open_statement(sql: Backend, lease_secs: float, misfire_grace_secs: float) -
         running_update(
             sql,
             lease_secs,
+            many=many,
             executing_version=channels.c.version,
             trace_id=param(occurrences.c.trace_id, "p_trace"),
             max_attempts=_retry_max_attempts(),
@@ -99,11 +102,19 @@ def open_statement(sql: Backend, lease_secs: float, misfire_grace_secs: float) -
         .where(sa.func.coalesce(policy, "allow") == "allow")
     )
     started, logged = attempt_log.logged_start_cte(running)
+    joined = started.c.id == occurrences.c.id if many else sa.true()
     return (
         read.add_columns(started.c.started_at)
-        .outerjoin_from(occurrences, started, sa.true())
+        .outerjoin_from(occurrences, started, joined)
         .add_cte(logged)
     )
+
+
+def _one_or_many(many: bool) -> sa.ColumnElement[bool]:
+    """The occurrence `p_id`, or (`many`) each of the list `p_ids`."""
+    if many:
+        return occurrences.c.id.in_(sa.bindparam("p_ids", expanding=True))
+    return occurrences.c.id == param(occurrences.c.id, "p_id")
 
 
 def _retry_max_attempts() -> sa.ColumnElement[int]:
