@@ -88,7 +88,7 @@ class Settings:
     misfire_grace_secs: int = 5
     max_catch_up: int = 100
     default_timeout_ms: int = 60_000
-    max_in_flight: int = 100
+    max_in_flight: int = 200
     lookahead_secs: int = 0
     retention_hours: int = 720
     reconcile_shard_size: int = 25_000
