@@ -313,6 +313,8 @@ def _plan_due(
     shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
     after: tuple[datetime, str] | None = None
     while page := ledger.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
+        full = len(page) == READ_PAGE
+        after = max((w.state.next_fire_at, w.channel_id) for w in page)  # type: ignore[union-attr]
         writes = CursorWrites()
         for work in page:
             state = work.state
@@ -332,12 +334,10 @@ def _plan_due(
             if planned is not None:
                 yield planned
         ledger.write_cursors(writes)
+        del page, writes  # freed now: the collection need not walk them
         _collect_page_cycles()
-        if len(page) < READ_PAGE:
+        if not full:
             return
-        last = max(page, key=lambda w: (w.state.next_fire_at, w.channel_id))  # type: ignore[union-attr]
-        assert last.state is not None and last.state.next_fire_at is not None
-        after = (last.state.next_fire_at, last.channel_id)
 
 
 def _plan(
