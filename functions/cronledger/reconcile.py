@@ -314,7 +314,7 @@ def _plan_due(
     after: tuple[datetime, str] | None = None
     while page := ledger.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
         full = len(page) == READ_PAGE
-        after = max((w.state.next_fire_at, w.channel_id) for w in page)  # type: ignore[union-attr]
+        after = max((w.state.next_fire_at, w.channel_id) for w in page)  # type: ignore[union-attr,assignment]
         writes = CursorWrites()
         for work in page:
             state = work.state
