@@ -54,7 +54,7 @@ from cronledger.ledger.tables import (
 )
 
 #: Rows per retention DELETE (`delete_terminal_older_than`).
-RETENTION_BATCH = 5000
+RETENTION_BATCH = 10_000
 #: Rows per INSERT statement, well inside both backends' bound-parameter limits.
 INSERT_CHUNK = 1000
 
