@@ -89,7 +89,7 @@ log = logging.getLogger(__name__)
 JOB = "reconcile"
 #: Retention is housekeeping, not a per-pass duty.
 RETENTION_EVERY_SECS = 600.0
-#: How long one pass may spend on retention, in batches; what is left waits for the next pass.
+#: How long retention may hold up a loop's next pass (`after_pass`).
 RETENTION_BUDGET_SECS = 5.0
 #: Due channels a statement writes. A pass over ten thousand sends ten, each planned while
 #: the one before is written; a pass over a few hundred sends one, from the pass's thread.
@@ -313,6 +313,8 @@ def _plan_due(
     shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
     after: tuple[datetime, str] | None = None
     while page := ledger.cursors.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
+        full = len(page) == READ_PAGE
+        after = max((w.state.next_fire_at, w.channel_id) for w in page)  # type: ignore[union-attr,assignment]
         writes = CursorWrites()
         for work in page:
             state = work.state
@@ -332,12 +334,10 @@ def _plan_due(
             if planned is not None:
                 yield planned
         ledger.cursors.write_cursors(writes)
+        del page, writes  # freed now: the collection need not walk them
         _collect_page_cycles()
-        if len(page) < READ_PAGE:
+        if not full:
             return
-        last = max(page, key=lambda w: (w.state.next_fire_at, w.channel_id))  # type: ignore[union-attr]
-        assert last.state is not None and last.state.next_fire_at is not None
-        after = (last.state.next_fire_at, last.channel_id)
 
 
 def _plan(
@@ -507,17 +507,24 @@ def after_pass(
     settings: Settings,
     retention: Every,
     heartbeat: Every,
+    until: float | None = None,
 ) -> None:
     """Bookkeeping after a successful pass: the backlog gauges (one read), the job heartbeat
     the health endpoint reads (when `heartbeat` is due), and retention with the sweep for
-    channels written without a note (when `retention` is due)."""
+    channels written without a note (when `retention` is due).
+
+    Retention deletes until a batch comes back short or the monotonic `until` (default:
+    `RETENTION_BUDGET_SECS` from now) passes; cut short, it runs again after the next pass,
+    so a backlog is trimmed after every pass until it is gone, then every
+    `RETENTION_EVERY_SECS`. Its batches touch only terminal rows, which no claim reads."""
     backlog = ledger.reporting.backlog()
     metrics.record_oldest_pending_age(backlog.oldest_pending_age_secs or 0.0)
     metrics.record_pending_count(backlog.pending)
     if heartbeat.due():
         ledger.reporting.record_job_ok(JOB)
     if retention.due():
-        until = time.monotonic() + RETENTION_BUDGET_SECS
+        if until is None:
+            until = time.monotonic() + RETENTION_BUDGET_SECS
         deleted = ledger.occurrences.delete_terminal_older_than(
             settings.retention_hours, until=until
         )
@@ -595,9 +602,19 @@ def run_reconcile_loop(
                 report = reconcile_once(ledger, settings, shard=shard)
             else:
                 report = reconcile_sharded(ledger, settings, launch=launch)
-                after_pass(ledger, settings, housekeeping.retention, housekeeping.heartbeat)
                 if housekeeping.events is not None:
                     housekeeping.events(ledger, until)
+                # The loop's last pass leaves retention the rest of its time; any other, as
+                # much as may hold up the next pass.
+                last = passes is not None and succeeded + 1 >= passes
+                trim_until = min(until, clock.monotonic() + RETENTION_BUDGET_SECS)
+                after_pass(
+                    ledger,
+                    settings,
+                    housekeeping.retention,
+                    housekeeping.heartbeat,
+                    until if last else trim_until,
+                )
         except Exception as exc:
             metrics.record_db_unavailable(JOB)
             backoff.wait(exc, stop, until, probe=ledger.db_now)

@@ -197,7 +197,7 @@ class Settings(BaseSettings):
     misfire_grace_secs: Annotated[Whole, Field(ge=0, le=86_400)] = 5
     max_catch_up: Annotated[Whole, Field(ge=1, le=1000)] = 100
     default_timeout_ms: Annotated[Whole, Field(ge=1, le=TIMEOUT_MAX_MS)] = 60_000
-    max_in_flight: Annotated[Whole, Field(ge=1, le=10_000)] = 100
+    max_in_flight: Annotated[Whole, Field(ge=1, le=10_000)] = 200
     lookahead_secs: Annotated[Whole, Field(ge=0, le=3600)] = 0
     retention_hours: Annotated[Whole, Field(ge=1, le=87_600)] = 720
     reconcile_shard_size: Annotated[Whole, Field(ge=100, le=1_000_000)] = 25_000

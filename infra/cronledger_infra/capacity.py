@@ -43,7 +43,7 @@ DATABASE_HEADROOM = 10
 #: 0.5-1 ACU figure; larger instances get slightly more per ACU, so this errs low).
 CONNECTIONS_PER_ACU = 189
 #: `CRONLEDGER_MAX_IN_FLIGHT`'s default (`cronledger.settings`; a test keeps the two equal).
-DEFAULT_MAX_IN_FLIGHT = 100
+DEFAULT_MAX_IN_FLIGHT = 200
 #: Invocations of `migrate` at once: the deploy's trigger, one at a time.
 MIGRATE_CONTAINERS = 1
 

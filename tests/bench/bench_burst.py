@@ -7,7 +7,7 @@ and that each occurrence reached the executor exactly once, under the claimant i
 leased to. The container is warm (a quiet tick runs first, as every minute has one). The
 same 3,000 are also dispatched one occurrence per invoke (the lanes alone, no batches): the
 figure behind batching (docs: "At scale and at cost"). Then the same burst at the installation's default
-settings (`max_in_flight` 100: the claim waits for room), with executors that settle each
+settings (the claim waits for room under `max_in_flight`), with executors that settle each
 occurrence `SETTLE_SECS` after its invoke was accepted: what a default installation gets,
 with no tuning. Target: 1,000/s.
 """

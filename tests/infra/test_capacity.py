@@ -41,8 +41,8 @@ def test_the_executor_cap_follows_max_in_flight_and_can_be_switched_off():
 
 
 def test_the_connections_every_function_may_open_must_fit_the_database():
-    # 1 ACU: Aurora allows 189 connections; 3 * (8 + 2 + 10 + 100 + 1) = 363 do not fit
-    with pytest.raises(ValueError, match=r"3 \* \(.*max_in_flight 100.*\) = 363 database"):
+    # 1 ACU: Aurora allows 189 connections; 3 * (8 + 2 + 10 + 200 + 1) = 663 do not fit
+    with pytest.raises(ValueError, match=r"3 \* \(.*max_in_flight 200.*\) = 663 database"):
         CronledgerProps(max_capacity_acu=1)
 
     # fewer executors fit: 3 * (8 + 2 + 10 + 38 + 1) = 177 <= 189 - 10
@@ -51,7 +51,7 @@ def test_the_connections_every_function_may_open_must_fit_the_database():
     # and so do fewer reconcile shards: 3 * (2 * 1 + 2 + 10 + 40 + 1) = 165
     assert CronledgerProps(max_capacity_acu=1, max_in_flight=40, reconcile_shards=1)
     # and an operator who knows the database's real limit may say so
-    assert CronledgerProps(max_capacity_acu=1, database_max_connections=400)
+    assert CronledgerProps(max_capacity_acu=1, database_max_connections=700)
 
 
 def test_aurora_max_connections_follow_the_maximum_capacity():

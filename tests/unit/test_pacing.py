@@ -127,6 +127,26 @@ def test_retention_whose_budget_ran_out_goes_on_at_the_next_pass(
     assert retention.due() is due_again
 
 
+def test_retention_after_the_loops_last_pass_may_take_the_rest_of_its_time(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a loop of two passes, and retention's deadline as each pass's bookkeeping gets it
+    deadlines: list[float] = []
+    monkeypatch.setattr(reconcile, "after_pass", lambda *args: deadlines.append(args[-1]))
+    until = time.monotonic() + 3600
+    settings = Settings(poll_interval_ms=10)
+
+    # When the loop runs
+    started = time.monotonic()
+    assert reconcile.run_reconcile_loop(sqlite_ledger, settings, until, passes=2) == 2
+
+    # Then the first pass's retention may hold up the next pass by its budget only; the last
+    # one's may run until the loop's deadline (a backlog is trimmed while there is time)
+    first, last = deadlines
+    assert started < first <= time.monotonic() + reconcile.RETENTION_BUDGET_SECS
+    assert last == until
+
+
 def test_a_signal_that_lands_on_another_thread_still_ends_the_wait_for_ctrl_c() -> None:
     import signal
     import threading

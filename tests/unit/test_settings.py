@@ -21,7 +21,7 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert settings.misfire_grace_secs == 5
     assert settings.max_catch_up == 100
     assert settings.default_timeout_ms == 60_000
-    assert settings.max_in_flight == 100
+    assert settings.max_in_flight == 200
     assert settings.lookahead_secs == 0
     assert settings.retention_hours == 720
     assert settings.execute_margin_ms == 2000

@@ -185,22 +185,35 @@ class Backend:
     ) -> sa.CTE:
         """PostgreSQL only: rows `name(column, …)` of the given columns (equal lengths), to
         select from or join against in one statement, sent as one JSON array of arrays and
-        read back by position, each cell cast to its type."""
+        read back by position, each cell cast to its type. A column (but the first) whose
+        values are all the same travels once, as a parameter of its own."""
         if not self.is_postgres:
             raise NotImplementedError("a JSON batch is PostgreSQL's; SQLite batches use VALUES")
+        shared = {
+            column: values[0]
+            for i, (column, (_, values)) in enumerate(columns.items())
+            if i and len(values) > 1 and values.count(values[0]) == len(values)
+        }
         cells = [
             _instants_text(values) if isinstance(type_, sa.DateTime) else values
-            for type_, values in columns.values()
+            for column, (type_, values) in columns.items()
+            if column not in shared
         ]
         document = json.dumps(list(zip(*cells, strict=True)), separators=(",", ":"))
         source = sa.cast(
             sa.bindparam(f"{name}_rows", document, type_=sa.Text()), postgresql.JSONB()
         )
         element = sa.func.jsonb_array_elements(source).table_valued("value").alias(f"{name}_row")
+        positions = iter(range(len(cells)))
         return sa.select(
             *(
-                sa.cast(element.c.value.op("->>")(sa.literal_column(str(i))), type_).label(column)
-                for i, (column, (type_, _)) in enumerate(columns.items())
+                sa.cast(
+                    sa.bindparam(f"{name}_{column}", shared[column], type_=type_)
+                    if column in shared
+                    else element.c.value.op("->>")(sa.literal_column(str(next(positions)))),
+                    type_,
+                ).label(column)
+                for column, (type_, _) in columns.items()
             )
         ).cte(name)  # a CTE: a statement may read the rows twice, the document goes once
 

@@ -21,6 +21,7 @@ shard of the channels if it is one (`cronledger.ledger.shards`).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -563,8 +564,12 @@ def _future_cron_rows(now: sa.ColumnElement[datetime]) -> sa.Delete:
 _INSTANTS = frozenset(i for i, c in enumerate(schedule_state.c) if isinstance(c.type, UtcDateTime))
 
 
+#: A page's cursors mostly share their instants: each distinct one is parsed once.
+_instant_of_json = functools.lru_cache(maxsize=1024)(instant_of_json)
+
+
 def _state_of_json(values: list[Any]) -> ScheduleState:
-    cells: list[Any] = [instant_of_json(v) if i in _INSTANTS else v for i, v in enumerate(values)]
+    cells: list[Any] = [_instant_of_json(v) if i in _INSTANTS else v for i, v in enumerate(values)]
     return ScheduleState(*cells)
 
 
