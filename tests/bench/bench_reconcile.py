@@ -31,7 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cronledger.cron import compile_schedule
-from cronledger.cron.compiler import _croniter_refusal
+from cronledger.cron.config import _croniter_refusal
 from cronledger.cron.walk import calendar
 from cronledger.ids import uuid7
 from cronledger.ledger import CHANNEL_ACTIVE, Ledger
