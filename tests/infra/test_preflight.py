@@ -57,8 +57,8 @@ def test_an_account_limited_to_ten_is_refused_with_the_fix_in_the_message(accoun
 
     message = str(refused.value)
     assert "limit is 10" in message
-    # reconcile 2 ticks x 4 shards + claim 2 + api 10 + execute 100
-    assert "120" in message and "220 are needed" in message
+    # reconcile 2 ticks x 4 shards + claim 2 + api 10 + execute 200
+    assert "220" in message and "320 are needed" in message
     assert "request a quota increase" in message
     assert "lower the reserved concurrency" in message
     assert "reserve_concurrency=false" in message
@@ -66,7 +66,7 @@ def test_an_account_limited_to_ten_is_refused_with_the_fix_in_the_message(accoun
 
 def test_an_account_that_holds_the_reservations_and_a_hundred_more_passes(account):
     client, stubber = account
-    stubber.add_response("get_account_settings", _settings(220), {})
+    stubber.add_response("get_account_settings", _settings(320), {})
 
     assert "holds" in check_concurrency(CronledgerProps(), client)
 
