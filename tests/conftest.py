@@ -12,6 +12,7 @@ Hypothesis loads by itself where the environment says CI, and what `make test` r
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import shutil
 from collections.abc import Iterator
@@ -38,6 +39,15 @@ if os.environ.get("HYPOTHESIS_PROFILE"):
 # fresh session per test, and each would parse the same megabytes again. A loader's answers
 # are the same for one data path, which is the cache's key.
 botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (the product, SQLAlchemy, Hypothesis, botocore) lives as long
+    as the run: moved out of the collector's reach, each collection walks only what the
+    tests themselves create."""
+    gc.collect()
+    gc.freeze()
+
 
 PG_SERVER_URL = os.environ.get(
     "CRONLEDGER_TEST_PG_URL", "postgresql+pg8000://postgres@127.0.0.1:5432/test"
