@@ -9,20 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from cronledger.api import create_app
 from cronledger.ledger import Ledger
-from tests.api.helpers import SETTINGS, Scheduler
-from tests.api.http import serving
-from tests.unit.test_operator_cli import Cli, Served
+from tests.unit.test_operator_cli import Cli, commands
 
 
 @pytest.fixture
 def cli(
     ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Cli]:
-    """The command line against an API over the parametrised `ledger` (both backends)."""
-    for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
-        monkeypatch.delenv(name, raising=False)
-    served = Served()
-    with serving(create_app(ledger, SETTINGS), served) as url:
-        yield Cli(url, ledger, Scheduler(ledger), capsys, served)
+    with commands(ledger, capsys, monkeypatch) as commanded:
+        yield commanded
