@@ -114,12 +114,18 @@ class Cli:
 def commands(
     ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Cli]:
-    """The command line against the API served over `ledger`, with no terminal settings."""
+    """The command line against the API served over `ledger`, with no terminal settings, and
+    Ctrl-C (`ctrl_c`) reaching it even in a run started with SIGINT ignored (a script's
+    background job), where `interrupt_main` would do nothing and a `--watch` never end."""
     for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
         monkeypatch.delenv(name, raising=False)
     served = Served()
-    with serving(create_app(ledger, SETTINGS), served) as url:
-        yield Cli(url, ledger, Scheduler(ledger), capsys, served)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with serving(create_app(ledger, SETTINGS), served) as url:
+            yield Cli(url, ledger, Scheduler(ledger), capsys, served)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture
