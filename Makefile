@@ -55,9 +55,12 @@ test: $(STAMP) postgres
 
 # The loop to run while editing: the pure and fake-backed tests (tests/unit: no PostgreSQL, no
 # browser, no CDK synth) on both cores, with Hypothesis' `dev` profile (a quarter of the
-# examples; HYPOTHESIS_PROFILE=ci runs them all). `make test` runs everything.
+# examples; HYPOTHESIS_PROFILE=ci runs them all). `make test` runs everything. Compiled
+# bytecode is kept even where PYTHONDONTWRITEBYTECODE is set: each run starts three
+# interpreters and several command-line subprocesses, which would compile every module again.
 unit: $(STAMP)
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(BIN)/python -m pytest -q -n 2 \
+	PYTHONDONTWRITEBYTECODE= HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} \
+		$(BIN)/python -m pytest -q -n 2 \
 		-p no:schemathesis -p no:anyio tests/unit $(PYTEST_ARGS)
 
 lint: $(STAMP)

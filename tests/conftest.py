@@ -11,11 +11,15 @@ Hypothesis loads by itself where the environment says CI, and what `make test` r
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import botocore.loaders
+import botocore.session
 import pytest
 import sqlalchemy as sa
 from hypothesis import settings
@@ -29,6 +33,21 @@ settings.register_profile("ci", settings.get_profile("ci"), max_examples=FULL)
 settings.register_profile("dev", max_examples=FULL // 4)
 if os.environ.get("HYPOTHESIS_PROFILE"):
     settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+
+# Every botocore session of a test run reads AWS's service descriptions through one loader, so
+# each JSON file is parsed once per process: moto and the AWS clients a test builds make a
+# fresh session per test, and each would parse the same megabytes again. A loader's answers
+# are the same for one data path, which is the cache's key.
+botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (the product, SQLAlchemy, Hypothesis, botocore) lives as long
+    as the run: moved out of the collector's reach, each collection walks only what the
+    tests themselves create."""
+    gc.collect()
+    gc.freeze()
+
 
 PG_SERVER_URL = os.environ.get(
     "CRONLEDGER_TEST_PG_URL", "postgresql+pg8000://postgres@127.0.0.1:5432/test"

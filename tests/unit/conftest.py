@@ -1,4 +1,4 @@
-"""Fixtures the target tests share."""
+"""Fixtures of the unit tier: pure and fake-backed tests, SQLite at most, never PostgreSQL."""
 
 from __future__ import annotations
 
@@ -15,3 +15,13 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="session")
+def pg_database_url() -> str:
+    """The unit tier runs without PostgreSQL (`make unit`), so a test here that asks for it
+    fails, naming where it belongs, instead of quietly needing a server."""
+    pytest.fail(
+        "tests/unit runs without PostgreSQL; a test on both backends belongs in tests/ledger, "
+        "tests/api, tests/cli or tests/e2e"
+    )

@@ -49,8 +49,15 @@ def test_an_attempt_whose_renewals_all_fail_stops_itself_when_the_lease_gives_up
     due = NewOccurrence.of(channel, sqlite_ledger.db_now() - timedelta(seconds=1), None)
     assert sqlite_ledger.occurrences.insert_occurrence(due)
     assert sqlite_ledger.attempts.claim("node-a", 1, 60).leased
-    # (a grace no load can outlast: the row is never judged late, which would wait first)
-    settings = Settings(claim_lease_secs=60, heartbeat_interval_secs=15, misfire_grace_secs=3600)
+    # (a grace no load can outlast: the row is never judged late, which would wait first; the
+    # target's module allowed, so it blocks rather than being refused at once, which would end
+    # the heartbeats whenever its thread got to run)
+    settings = Settings(
+        claim_lease_secs=60,
+        heartbeat_interval_secs=15,
+        misfire_grace_secs=3600,
+        python_targets=("tests.e2e.targets",),
+    )
     clock = FakeClock()
     ledger = RenewalsFail(sqlite_ledger, clock)
     executor = Executor(with_stores(sqlite_ledger, attempts=ledger), settings, clock=clock.clock)

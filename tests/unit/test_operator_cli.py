@@ -22,6 +22,7 @@ import threading
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -109,15 +110,30 @@ class Cli:
         return created.channel_id
 
 
+@contextmanager
+def commands(
+    ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cli]:
+    """The command line against the API served over `ledger`, with no terminal settings, and
+    Ctrl-C (`ctrl_c`) reaching it even in a run started with SIGINT ignored (a script's
+    background job), where `interrupt_main` would do nothing and a `--watch` never end."""
+    for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
+        monkeypatch.delenv(name, raising=False)
+    served = Served()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with serving(create_app(ledger, SETTINGS), served) as url:
+            yield Cli(url, ledger, Scheduler(ledger), capsys, served)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def cli(
     sqlite_ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Cli]:
-    for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
-        monkeypatch.delenv(name, raising=False)
-    served = Served()
-    with serving(create_app(sqlite_ledger, SETTINGS), served) as url:
-        yield Cli(url, sqlite_ledger, Scheduler(sqlite_ledger), capsys, served)
+    with commands(sqlite_ledger, capsys, monkeypatch) as commanded:
+        yield commanded
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:

@@ -9,12 +9,9 @@ from pathlib import Path
 import pytest
 
 from cronledger.declare import MODULE_LABEL, declared_by, schedule
-from tests.unit.test_label_cli import cli
 from tests.unit.test_operator_cli import Cli, write
 
-__all__ = ["cli"]
-
-MODULE = "tests.unit.declared.nightly"
+MODULE = "tests.cli.declared.nightly"
 
 
 def by_name(cli: Cli) -> dict[str, tuple[str, int, dict[str, str]]]:
@@ -65,7 +62,7 @@ def test_prune_archives_only_the_selected_channels_the_input_no_longer_holds(
         "other.yaml",
         "name: other-team\nlabels: {team: ops}\nstatus: active\n"
         "transport_config: {schedule: '0 0 * * * *'}\n"
-        "target: {type: python, callable: 'tests.unit.declared.nightly:report'}\n",
+        "target: {type: python, callable: 'tests.cli.declared.nightly:report'}\n",
     )
     assert cli("channels", "apply", "-f", other).code == 0
 
@@ -74,7 +71,7 @@ def test_prune_archives_only_the_selected_channels_the_input_no_longer_holds(
         "channels",
         "apply",
         "--from-module",
-        "tests.unit.declared.empty",
+        "tests.cli.declared.empty",
         "--prune",
         "-l",
         f"{MODULE_LABEL}={MODULE}",
@@ -85,7 +82,7 @@ def test_prune_archives_only_the_selected_channels_the_input_no_longer_holds(
         "channels",
         "apply",
         "--from-module",
-        "tests.unit.declared.empty",
+        "tests.cli.declared.empty",
         "--prune",
         "-l",
         f"{MODULE_LABEL}={MODULE}",
@@ -109,7 +106,7 @@ def test_prune_of_a_file_without_a_selector_is_refused(cli: Cli, tmp_path: objec
         tmp_path,  # type: ignore[arg-type]
         "one.yaml",
         "name: one\ntransport_config: {schedule: '0 0 * * * *'}\n"
-        "target: {type: python, callable: 'tests.unit.declared.nightly:report'}\n",
+        "target: {type: python, callable: 'tests.cli.declared.nightly:report'}\n",
     )
 
     refused = cli("channels", "apply", "-f", path, "--prune")
@@ -120,9 +117,9 @@ def test_prune_of_a_file_without_a_selector_is_refused(cli: Cli, tmp_path: objec
 
 
 def test_a_module_that_cannot_be_imported_is_a_usage_error(cli: Cli) -> None:
-    ran = cli("channels", "apply", "--from-module", "tests.unit.declared.missing")
+    ran = cli("channels", "apply", "--from-module", "tests.cli.declared.missing")
 
-    assert ran.code == 2 and "cannot import tests.unit.declared.missing" in ran.err
+    assert ran.code == 2 and "cannot import tests.cli.declared.missing" in ran.err
 
 
 def test_apply_of_a_directory_reads_every_file_and_prunes_what_it_no_longer_holds(
@@ -134,7 +131,7 @@ def test_apply_of_a_directory_reads_every_file_and_prunes_what_it_no_longer_hold
     document = (
         "name: {name}\nlabels: {{team: billing}}\nstatus: active\n"
         "transport_config: {{schedule: '0 0 * * * *'}}\n"
-        "target: {{type: python, callable: 'tests.unit.declared.nightly:report'}}\n"
+        "target: {{type: python, callable: 'tests.cli.declared.nightly:report'}}\n"
     )
     (repo / "billing" / "a.yaml").write_text(document.format(name="invoices"))
     (repo / "billing" / "b.yml").write_text(document.format(name="reminders"))

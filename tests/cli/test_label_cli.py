@@ -5,28 +5,12 @@ moves exactly those, one request for all, each channel said. The rows are read b
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from cronledger.api import create_app
-from cronledger.ledger import Ledger
-from tests.api.helpers import OK_TARGET, SETTINGS, Scheduler
-from tests.api.http import serving
-from tests.unit.test_operator_cli import SCHEDULE, Cli, Served
-
-
-@pytest.fixture
-def cli(
-    ledger: Ledger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Cli]:
-    """The command line against an API over the parametrised `ledger` (both backends)."""
-    for name in ("COLUMNS", "NO_COLOR", "FORCE_COLOR", "CRONLEDGER_API_URL"):
-        monkeypatch.delenv(name, raising=False)
-    served = Served()
-    with serving(create_app(ledger, SETTINGS), served) as url:
-        yield Cli(url, ledger, Scheduler(ledger), capsys, served)
+from tests.api.helpers import OK_TARGET
+from tests.unit.test_operator_cli import SCHEDULE, Cli
 
 
 def labelled(cli: Cli, name: str, **labels: str) -> str:
