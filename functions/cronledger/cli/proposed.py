@@ -17,7 +17,6 @@ from itertools import zip_longest
 from typing import Any, Final
 from zoneinfo import ZoneInfo
 
-from cronledger.api.views import preview_instant
 from cronledger.cli import documents
 from cronledger.cli.documents import Document
 from cronledger.cli.output import Column
@@ -70,6 +69,8 @@ def _ordered_like(value: Any, model: Any) -> Any:
 
 def _instants(document: Mapping[str, Any], count: int, start: datetime) -> list[dict[str, Any]]:
     """The next `count` instants of the document's schedule after `start`, marked."""
+    from cronledger.api.views import preview_instant  # the API's models: only for a diff
+
     schedule = compile_schedule(document.get("transport_config") or {}, _ANY_ID, now=start)
     shown: list[dict[str, Any]] = []
     at = schedule.next_after(start)
@@ -90,6 +91,8 @@ def _instants(document: Mapping[str, Any], count: int, start: datetime) -> list[
 
 def dst_mark(at: datetime, before: datetime | None, schedule: Schedule) -> str | None:
     """`fold`, `gap …` or `fold passed …` (see the module header), or None."""
+    from cronledger.api.views import preview_instant
+
     zone = ZoneInfo(schedule.timezone)
     local = at.astimezone(zone)
     if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
