@@ -75,12 +75,7 @@ class ChannelStore(Store):
         if status not in (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED):
             raise ValueError(f"a channel is created draft, active or paused, not {status!r}")
         now = self._sql.now()
-        document = {
-            "transport_config": transport_config,
-            "target": target,
-            "timeout_ms": timeout_ms,
-            "labels": dict(labels or {}),
-        }
+        document = _document(transport_config, target, timeout_ms, labels)
         insert = (
             self._sql.insert(channels)
             .values(
@@ -113,12 +108,7 @@ class ChannelStore(Store):
     ) -> Channel:
         """Make the definition the channel's next version. NotFound; Conflict if archived."""
         now = self._sql.now()
-        document = {
-            "transport_config": transport_config,
-            "target": target,
-            "timeout_ms": timeout_ms,
-            "labels": dict(labels or {}),
-        }
+        document = _document(transport_config, target, timeout_ms, labels)
         bump = (
             sa.update(channels)
             .where(channels.c.channel_id == channel_id)
@@ -328,3 +318,18 @@ def _at_version(current: Channel, version: Any) -> Channel:
         updated_at=version.created_at,
         labels=version.labels,
     )
+
+
+def _document(
+    transport_config: dict[str, Any],
+    target: dict[str, Any],
+    timeout_ms: int,
+    labels: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """A version's columns: what the channel's document defines."""
+    return {
+        "transport_config": transport_config,
+        "target": target,
+        "timeout_ms": timeout_ms,
+        "labels": dict(labels or {}),
+    }
