@@ -9,6 +9,8 @@ in one process (the issue's shape; they share one interpreter lock, so one core 
 4 worker processes of one thread each (the shape on AWS, where every attempt is a Lambda
 invocation of its own), and 4 worker processes that each run a claim of 25 as one batch
 (a burst's executor invocation: `Executor.batch`, a thread per attempt; target ratio 1.0).
+CPU per occurrence is the workers' own (`time.process_time`: every thread of the process
+that runs them, kernel time included), the figure to compare two trees by (A/B, one run).
 Writing transactions are counted by the server (transaction ids it handed out, which
 autocommitted statements take too) beyond the claims that leased rows (target at most 2 per
 occurrence, 0.5 batched). `python -m tests.bench.bench_scheduler [shape ...]` runs only those
@@ -159,6 +161,7 @@ def lifecycle_shape(
     ledger: Ledger, url: str, channel_ids: list[str], pgbench_url: str, shape: str
 ) -> None:
     rates: list[float] = []
+    cpus: list[float] = []
     tps: list[float] = []
     counts: Counter[str] = Counter()
     workers = (
@@ -175,10 +178,11 @@ def lifecycle_shape(
         for run in range(RUNS):
             seed_due(ledger, channel_ids, LIFECYCLE_OCCURRENCES)
             first_xid = next_transaction_id(ledger)
-            rate, claims = workers.drain()
+            rate, claims, cpu = workers.drain()
             counts["writes"] += next_transaction_id(ledger) - first_xid
             counts["claims"] += claims
             rates.append(rate)
+            cpus.append(cpu)
             assert_all_completed(ledger, f"run {run}")
             tps.append(pgbench_run(pgbench_url, PGBENCH_SECS))
     finally:
@@ -206,7 +210,8 @@ def lifecycle_shape(
     print(
         f"  per occurrence: {beyond_claim:.2f} writing transactions beyond the claim "
         f"(target ≤ {target_commits}: {'ok' if beyond_claim <= target_commits else 'OVER'}), "
-        f"{counts['claims'] / total:.3f} claims{statements}",
+        f"{counts['claims'] / total:.3f} claims{statements}; "
+        f"CPU {statistics.median(cpus) * 1000:.2f} ms (median of {RUNS} runs)",
         flush=True,
     )
 
@@ -306,9 +311,9 @@ class _Threads:
             self.drain()
         return sum(sent.values()), 0
 
-    def drain(self) -> tuple[float, int]:
-        """Occurrences settled per second, from the first claim to the last settle, and
-        how many claims leased rows."""
+    def drain(self) -> tuple[float, int, float]:
+        """Occurrences settled per second, from the first claim to the last settle, how
+        many claims leased rows, and the seconds of CPU per occurrence settled."""
         ready = threading.Barrier(LIFECYCLE_WORKERS + 1)
         results: list[tuple[int, int]] = []
 
@@ -320,12 +325,12 @@ class _Threads:
         for thread in threads:
             thread.start()
         ready.wait()
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         for thread in threads:
             thread.join()
-        elapsed = time.monotonic() - started
+        elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
         settled, claims = (sum(column) for column in zip(*results, strict=True))
-        return settled / elapsed, claims
+        return settled / elapsed, claims, cpu / settled
 
     def close(self) -> None:
         self.worker.ledger.dispose()
@@ -364,13 +369,14 @@ class _Processes:
         self.drain("count")
         return 0, sum(r[3] - r[1] for r in self.results)
 
-    def drain(self, order: str = "go") -> tuple[float, int]:
+    def drain(self, order: str = "go") -> tuple[float, int, float]:
         started = time.monotonic()
         for inbox in self.inboxes:
             inbox.put(order)
         results = self.results = self._answers(300)
         elapsed = max(r[2] for r in results) - started
-        return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
+        settled = sum(r[0] for r in results)
+        return settled / elapsed, sum(r[1] for r in results), sum(r[4] for r in results) / settled
 
     def _answers(self, timeout: float) -> list[Any]:
         answers = [self.out.get(timeout=timeout) for _ in self.processes]
@@ -397,9 +403,11 @@ def _work_in_process(url: str, channel_ids: list[str], batched: bool, inbox: Any
                 if order == "count"
                 else nullcontext([0]) as commits
             ):
+                cpu = time.process_time()
                 done, rounds = worker.work()
+                cpu = time.process_time() - cpu
             # CLOCK_MONOTONIC: one clock for all
-            out.put((done, rounds, time.monotonic(), commits[0]))
+            out.put((done, rounds, time.monotonic(), commits[0], cpu))
         worker.ledger.dispose()
     except BaseException as exc:
         out.put(f"{type(exc).__name__}: {exc}")
