@@ -33,7 +33,7 @@ from tests.aws.bus import (
 )
 from tests.aws.conftest import NAMESPACE, SERVICE
 from tests.aws.invocations import FakeContext, emf_documents, metric_values, scheduled_event
-from tests.ledger.helpers import active_channel, seed_due
+from tests.ledger.helpers import active_channel, seed_due, upsert_cursor
 
 # Pytest resets the warning filters runtime.py sets; an invocation that records only
 # dimensioned metrics (or none) is expected, and Powertools would warn about it.
@@ -57,7 +57,7 @@ def due_channel(ledger: Ledger, behind: timedelta) -> tuple[Channel, str]:
     )
     schedule = compile_schedule(EVERY_SECOND, channel_id=channel.channel_id)
     cursor = (ledger.db_now() - behind).replace(microsecond=0)
-    ledger.cursors.upsert_cursor(channel.channel_id, channel.version, schedule.config_hash, cursor)
+    upsert_cursor(ledger, channel.channel_id, channel.version, schedule.config_hash, cursor)
     return channel, cursor.isoformat()
 
 
@@ -241,7 +241,7 @@ def minute_channels(ledger: Ledger, count: int) -> list[str]:
             timeout_ms=10_000,
             status=CHANNEL_ACTIVE,
         )
-        ledger.cursors.upsert_cursor(channel.channel_id, 1, config_hash, minute)
+        upsert_cursor(ledger, channel.channel_id, 1, config_hash, minute)
         ids.append(channel.channel_id)
     with ledger.engine.begin() as conn:
         conn.execute(sa.delete(channel_changes))

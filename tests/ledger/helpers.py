@@ -21,7 +21,9 @@ from cronledger.ledger import (
     CHANNEL_ACTIVE,
     AttemptStart,
     Channel,
+    CursorInit,
     CursorMove,
+    CursorWrites,
     Ledger,
     NewOccurrence,
     Occurrence,
@@ -127,6 +129,24 @@ def advance_cursor(ledger: Ledger, move: CursorMove) -> bool:
     someone else moved or reset the cursor first, and the plan is stale."""
     _, moved = ledger.occurrences.materialise([], [move])
     return move.channel_id in moved
+
+
+def upsert_cursor(
+    ledger: Ledger,
+    channel_id: str,
+    channel_version: int,
+    config_hash: str,
+    next_fire_at: datetime | None,
+) -> None:
+    """Create or reset one channel's cursor, unpaused, its not-yet-due cron rows dropped: a
+    pass's page of cursor writes holding just this one."""
+    init = CursorInit(channel_id, channel_version, config_hash, next_fire_at)
+    ledger.cursors.write_cursors(CursorWrites(inits=[init]))
+
+
+def pause_cursor(ledger: Ledger, channel_id: str) -> None:
+    """Pause one channel's cursor (its not-yet-due cron rows dropped), as a pass does."""
+    ledger.cursors.write_cursors(CursorWrites(pauses=[channel_id]))
 
 
 def expire_claim(ledger: Ledger, occurrence_id: str) -> None:

@@ -9,7 +9,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from cronledger.ledger import PENDING, SKIPPED_MISFIRE, CursorMove, Ledger
-from tests.ledger.helpers import empty_tables, row, sent_statements
+from tests.ledger.helpers import empty_tables, row, sent_statements, upsert_cursor
 
 PASS_SIZE = 10_000
 
@@ -56,7 +56,7 @@ def test_a_thousand_cursor_moves_fit_one_sqlite_pass(sqlite_ledger: Ledger) -> N
     t1 = t0 + timedelta(minutes=1)
     ids = [f"ch-{n:04d}" for n in range(1000)]
     for channel_id in ids:
-        sqlite_ledger.cursors.upsert_cursor(channel_id, 1, "h", t0)
+        upsert_cursor(sqlite_ledger, channel_id, 1, "h", t0)
 
     # When one pass moves them all and writes a row each
     inserted, won = sqlite_ledger.occurrences.materialise(

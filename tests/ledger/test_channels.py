@@ -17,7 +17,7 @@ from cronledger.ledger import (
     Ledger,
     OccurrenceFilter,
 )
-from tests.ledger.helpers import LEASE, claim_one, held_slots, row, start
+from tests.ledger.helpers import LEASE, claim_one, held_slots, row, start, upsert_cursor
 
 SCHEDULE = {"schedule": "0 15 2 * * *", "timezone": "Europe/London", "payload": {"n": 1}}
 TARGET = {"type": "python", "callable": "jobs.nightly:run"}
@@ -113,7 +113,7 @@ def test_pausing_a_channel_pauses_its_cursor_and_drops_its_lookahead(ledger: Led
     # Given an active channel with a cursor, a due row and a row materialised ahead
     channel = nightly(ledger, status=CHANNEL_ACTIVE)
     now = ledger.db_now()
-    ledger.cursors.upsert_cursor(channel.channel_id, 1, "hash", now)
+    upsert_cursor(ledger, channel.channel_id, 1, "hash", now)
     due = row(now - timedelta(minutes=1), channel.channel_id)
     ahead = row(now + timedelta(minutes=1), channel.channel_id)
     assert ledger.occurrences.insert_occurrences([due, ahead]) == 2
@@ -155,7 +155,7 @@ def test_deleting_a_channel_purges_its_versions_cursor_occurrences_and_slots(
     channel = nightly(ledger, status=CHANNEL_ACTIVE)
     ledger.channels.new_channel_version(channel.channel_id, SCHEDULE, TARGET, 1)
     now = ledger.db_now()
-    ledger.cursors.upsert_cursor(channel.channel_id, 2, "hash", now)
+    upsert_cursor(ledger, channel.channel_id, 2, "hash", now)
     mine = row(now - timedelta(seconds=10), channel.channel_id)
     keep = row(now + timedelta(hours=1), "keep")
     assert ledger.occurrences.insert_occurrences([mine, keep]) == 2
@@ -187,8 +187,8 @@ def test_deleting_a_channel_removes_its_cursor_and_occurrences_only(ledger: Ledg
         )
         == 2
     )
-    ledger.cursors.upsert_cursor(gone.channel_id, 1, "hash", now)
-    ledger.cursors.upsert_cursor(kept.channel_id, 1, "hash", now)
+    upsert_cursor(ledger, gone.channel_id, 1, "hash", now)
+    upsert_cursor(ledger, kept.channel_id, 1, "hash", now)
 
     ledger.channels.delete_channel(gone.channel_id)
 

@@ -25,13 +25,20 @@ from cronledger.ledger import (
 from cronledger.ledger.tables import channel_changes, channels
 from cronledger.reconcile import reconcile_once
 from cronledger.settings import Settings
-from tests.ledger.helpers import active_channel, advance_cursor, empty_tables, row
+from tests.ledger.helpers import (
+    active_channel,
+    advance_cursor,
+    empty_tables,
+    pause_cursor,
+    row,
+    upsert_cursor,
+)
 
 
 def test_a_cursor_advances_only_from_the_value_it_was_planned_from(ledger: Ledger) -> None:
     t0 = ledger.db_now()
     t1, t2 = t0 + timedelta(hours=1), t0 + timedelta(hours=2)
-    ledger.cursors.upsert_cursor("ch", 1, "hash", t0)
+    upsert_cursor(ledger, "ch", 1, "hash", t0)
 
     # The winner moves it…
     assert advance_cursor(ledger, CursorMove("ch", t0, t1, "hash"))
@@ -46,7 +53,7 @@ def test_a_cursor_advances_only_from_the_value_it_was_planned_from(ledger: Ledge
 
 def test_a_cursor_with_no_instants_left_is_parked(ledger: Ledger) -> None:
     t0 = ledger.db_now()
-    ledger.cursors.upsert_cursor("ch", 1, "hash", t0)
+    upsert_cursor(ledger, "ch", 1, "hash", t0)
 
     assert advance_cursor(ledger, CursorMove("ch", t0, None, "hash"))
 
@@ -63,7 +70,7 @@ def test_materialising_moves_exactly_the_cursors_whose_compare_and_set_won(
     t0 = ledger.db_now()
     later = t0 + timedelta(minutes=5)
     for channel_id in ("a", "b", "c"):
-        ledger.cursors.upsert_cursor(channel_id, 1, "hash", t0)
+        upsert_cursor(ledger, channel_id, 1, "hash", t0)
     assert advance_cursor(ledger, CursorMove("b", t0, later, "hash"))
 
     # When one pass moves all three (and a channel with no cursor) from t0, with a row each
@@ -87,12 +94,12 @@ def test_a_plan_made_before_an_edit_reset_the_cursor_materialises_nothing(
 ) -> None:
     # Given a pass that planned the next minute's rows from the cursor at t0 (lookahead)
     t0 = ledger.db_now()
-    ledger.cursors.upsert_cursor("ch", 1, "old-hash", t0)
+    upsert_cursor(ledger, "ch", 1, "old-hash", t0)
     planned = [row(t0 + timedelta(seconds=s), "ch") for s in (0, 30)]
 
     # When the schedule is edited (the cursor reset elsewhere) before the pass writes
     reset_to = t0 + timedelta(hours=1)
-    ledger.cursors.upsert_cursor("ch", 2, "new-hash", reset_to)
+    upsert_cursor(ledger, "ch", 2, "new-hash", reset_to)
     stale = CursorMove("ch", t0, t0 + timedelta(minutes=1), "old-hash")
     inserted, moved = ledger.occurrences.materialise(planned, [stale])
 
@@ -110,11 +117,11 @@ def test_a_plan_made_under_another_schedule_loses_even_when_the_reset_lands_on_i
     t0 = ledger.db_now()
     t1 = t0 + timedelta(minutes=1)
     for channel_id in ("alone", "batched", "unchanged"):
-        ledger.cursors.upsert_cursor(channel_id, 1, "old-hash", t0)
+        upsert_cursor(ledger, channel_id, 1, "old-hash", t0)
 
     # When an edit resets two of them onto that same instant under a new schedule
-    ledger.cursors.upsert_cursor("alone", 2, "new-hash", t0)
-    ledger.cursors.upsert_cursor("batched", 2, "new-hash", t0)
+    upsert_cursor(ledger, "alone", 2, "new-hash", t0)
+    upsert_cursor(ledger, "batched", 2, "new-hash", t0)
 
     # Then the stale moves lose, and only the unchanged channel moves and gets its row
     assert not advance_cursor(ledger, CursorMove("alone", t0, t1, "old-hash"))
@@ -135,11 +142,11 @@ def test_a_plan_made_under_another_schedule_loses_even_when_the_reset_lands_on_i
 
 def test_upserting_a_cursor_resets_it_and_clears_a_pause(ledger: Ledger) -> None:
     t0 = ledger.db_now()
-    ledger.cursors.upsert_cursor("ch", 1, "hash", t0)
-    ledger.cursors.pause_cursor("ch")
+    upsert_cursor(ledger, "ch", 1, "hash", t0)
+    pause_cursor(ledger, "ch")
     assert ledger.cursors.schedule_states()[0].paused_at is not None
 
-    ledger.cursors.upsert_cursor("ch", 2, "other", t0 + timedelta(hours=3))
+    upsert_cursor(ledger, "ch", 2, "other", t0 + timedelta(hours=3))
 
     [state] = ledger.cursors.schedule_states()
     assert state.paused_at is None, "reactivation must clear the pause"
@@ -148,11 +155,11 @@ def test_upserting_a_cursor_resets_it_and_clears_a_pause(ledger: Ledger) -> None
 
 
 def test_pausing_keeps_the_first_pause_instant(ledger: Ledger) -> None:
-    ledger.cursors.upsert_cursor("ch", 1, "hash", ledger.db_now())
-    ledger.cursors.pause_cursor("ch")
+    upsert_cursor(ledger, "ch", 1, "hash", ledger.db_now())
+    pause_cursor(ledger, "ch")
     first = ledger.cursors.schedule_states()[0].paused_at
 
-    ledger.cursors.pause_cursor("ch")
+    pause_cursor(ledger, "ch")
 
     assert ledger.cursors.schedule_states()[0].paused_at == first
 
@@ -165,7 +172,7 @@ def test_pausing_or_resetting_drops_only_the_not_yet_due_pending_cron_rows(
         # run and a future row that already ended
         now = ledger.db_now()
         channel = f"ch-{change}"
-        ledger.cursors.upsert_cursor(channel, 1, "hash", now)
+        upsert_cursor(ledger, channel, 1, "hash", now)
         due = row(now - timedelta(minutes=1), channel)
         future = [row(now + timedelta(minutes=m), channel) for m in (1, 2)]
         manual = row(now + timedelta(minutes=3), channel, trigger=TRIGGER_MANUAL)
@@ -175,9 +182,9 @@ def test_pausing_or_resetting_drops_only_the_not_yet_due_pending_cron_rows(
 
         # When the channel is paused, or its schedule changes
         if change == "pause":
-            ledger.cursors.pause_cursor(channel)
+            pause_cursor(ledger, channel)
         else:
-            ledger.cursors.upsert_cursor(channel, 2, "new-hash", now + timedelta(hours=1))
+            upsert_cursor(ledger, channel, 2, "new-hash", now + timedelta(hours=1))
 
         # Then only its future pending cron rows are gone
         kept = {
@@ -202,23 +209,23 @@ def test_a_pass_reads_the_noted_changes_and_the_due_cursors_and_nothing_else(
         ).channel_id
 
     due = channel("due")
-    ledger.cursors.upsert_cursor(due, 1, "hash", now + timedelta(seconds=30))
+    upsert_cursor(ledger, due, 1, "hash", now + timedelta(seconds=30))
     idle = channel("idle")
-    ledger.cursors.upsert_cursor(idle, 1, "hash", now + timedelta(hours=1))
+    upsert_cursor(ledger, idle, 1, "hash", now + timedelta(hours=1))
     parked = channel("parked")
-    ledger.cursors.upsert_cursor(parked, 1, "hash", None)
+    upsert_cursor(ledger, parked, 1, "hash", None)
     resumed = channel("resumed")
-    ledger.cursors.upsert_cursor(resumed, 1, "hash", now + timedelta(hours=1))
+    upsert_cursor(ledger, resumed, 1, "hash", now + timedelta(hours=1))
     stopped = channel("stopped")
-    ledger.cursors.upsert_cursor(stopped, 1, "hash", now)
-    ledger.cursors.upsert_cursor("deleted-channel", 1, "hash", now)
+    upsert_cursor(ledger, stopped, 1, "hash", now)
+    upsert_cursor(ledger, "deleted-channel", 1, "hash", now)
     forget_notes(ledger)
     # And then the writes a pass has to hear of
     new = channel("new")
     ledger.channels.set_channel_status(resumed, "paused")
     ledger.channels.set_channel_status(resumed, CHANNEL_ACTIVE)
     edited = channel("edited")
-    ledger.cursors.upsert_cursor(edited, 1, "hash", now + timedelta(hours=1))
+    upsert_cursor(ledger, edited, 1, "hash", now + timedelta(hours=1))
     ledger.channels.new_channel_version(
         edited, {"schedule": "0 * * * * *", "payload": {}}, {}, 1000
     )
@@ -283,7 +290,7 @@ def test_a_page_of_cursor_writes_equals_the_same_writes_one_by_one(ledger: Ledge
     now = ledger.db_now()
     later = now + timedelta(hours=1)
     for channel_id in ("reset", "adopted", "paused"):
-        ledger.cursors.upsert_cursor(channel_id, 1, "hash", later)
+        upsert_cursor(ledger, channel_id, 1, "hash", later)
         assert ledger.occurrences.insert_occurrence(row(later, channel_id))
     inits = [CursorInit(f"new-{n}", 1, "hash", now + timedelta(seconds=n)) for n in range(20)]
     inits.append(CursorInit("reset", 2, "other", now + timedelta(minutes=2)))
@@ -298,12 +305,12 @@ def test_a_page_of_cursor_writes_equals_the_same_writes_one_by_one(ledger: Ledge
     # And, on a clean ledger, one call at a time
     empty_tables(ledger)
     for channel_id in ("reset", "adopted", "paused"):
-        ledger.cursors.upsert_cursor(channel_id, 1, "hash", later)
+        upsert_cursor(ledger, channel_id, 1, "hash", later)
         assert ledger.occurrences.insert_occurrence(row(later, channel_id))
     for init in inits:
-        ledger.cursors.upsert_cursor(*init)
-    ledger.cursors.adopt_channel_version("adopted", 3)
-    ledger.cursors.pause_cursor("paused")
+        upsert_cursor(ledger, *init)
+    ledger.cursors.write_cursors(CursorWrites(adopts=[("adopted", 3)]))
+    pause_cursor(ledger, "paused")
     single = {s.channel_id: s for s in ledger.cursors.schedule_states()}
     single_rows = {o.channel_id for o in ledger.occurrences.list_occurrences().data}
 
@@ -322,14 +329,15 @@ def test_adopting_a_version_keeps_the_cursor_in_place_and_never_goes_back(
     ledger: Ledger,
 ) -> None:
     at = ledger.db_now() + timedelta(hours=1)
-    ledger.cursors.upsert_cursor("ch", 1, "hash", at)
+    upsert_cursor(ledger, "ch", 1, "hash", at)
 
-    assert ledger.cursors.adopt_channel_version("ch", 3)
-    assert not ledger.cursors.adopt_channel_version("ch", 2), "a stale pass cannot move it back"
-    assert not ledger.cursors.adopt_channel_version("absent", 3)
+    ledger.cursors.write_cursors(CursorWrites(adopts=[("ch", 3)]))
+    [adopted] = ledger.cursors.schedule_states()
+    ledger.cursors.write_cursors(CursorWrites(adopts=[("ch", 2), ("absent", 3)]))
 
     [state] = ledger.cursors.schedule_states()
-    assert (state.channel_version, state.next_fire_at, state.config_hash) == (3, at, "hash")
+    assert (adopted.channel_version, adopted.next_fire_at, adopted.config_hash) == (3, at, "hash")
+    assert state == adopted, "a stale pass cannot move it back, nor adopt for a missing cursor"
 
 
 def test_channels_written_without_a_note_are_found_by_the_sweep_and_brought_in_line(

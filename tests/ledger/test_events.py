@@ -23,7 +23,7 @@ from cronledger.ledger.tables import channels, events, schedule_state
 from cronledger.reconcile import reconcile_once
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
-from tests.ledger.helpers import LEASE, active_channel, claim_one, expire_claim, row
+from tests.ledger.helpers import LEASE, active_channel, claim_one, expire_claim, row, upsert_cursor
 
 ALERTS_OFF_COMPLETED = {"on": ["failed", "abandoned", "overdue", "stalled", "recovered"]}
 
@@ -303,7 +303,7 @@ def test_a_misfire_summary_event_carries_its_count_and_range(ledger: Ledger) -> 
         skipped_count=7,
         skipped_oldest=now - timedelta(seconds=16),
     )
-    ledger.cursors.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
+    upsert_cursor(ledger, channel.channel_id, 1, "h", now - timedelta(seconds=20))
     inserted, moved = ledger.occurrences.materialise(
         [summary], [CursorMove(channel.channel_id, now - timedelta(seconds=20), now, "h")]
     )
@@ -317,7 +317,7 @@ def test_a_misfire_summary_event_carries_its_count_and_range(ledger: Ledger) -> 
     assert event.sequence == 1
     # a pass that loses the race writes no second summary and no second event
     again = row(summary.scheduled_for, channel.channel_id, status=SKIPPED_MISFIRE, skipped_count=7)
-    ledger.cursors.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(seconds=20))
+    upsert_cursor(ledger, channel.channel_id, 1, "h", now - timedelta(seconds=20))
     ledger.occurrences.materialise(
         [again], [CursorMove(channel.channel_id, now - timedelta(seconds=20), now, "h")]
     )
@@ -383,7 +383,7 @@ def test_a_cursor_behind_by_more_than_the_limit_is_stalled_once_and_recovers(
 ) -> None:
     channel = active_channel(ledger, alerts={"overdue_after_secs": 60})
     now = ledger.db_now()
-    ledger.cursors.upsert_cursor(channel.channel_id, 1, "h", now - timedelta(minutes=5))
+    upsert_cursor(ledger, channel.channel_id, 1, "h", now - timedelta(minutes=5))
     (stalled,) = ledger.events.detect_overdue()
     assert stalled.kind == "channel.stalled"
     assert stalled.occurrence_id is None
@@ -404,7 +404,7 @@ def test_a_cursor_behind_by_more_than_the_limit_is_stalled_once_and_recovers(
 
 def test_a_channel_without_a_limit_is_never_stalled(ledger: Ledger) -> None:
     channel = active_channel(ledger)
-    ledger.cursors.upsert_cursor(channel.channel_id, 1, "h", ledger.db_now() - timedelta(days=1))
+    upsert_cursor(ledger, channel.channel_id, 1, "h", ledger.db_now() - timedelta(days=1))
     assert ledger.events.detect_overdue() == []
 
 

@@ -21,7 +21,15 @@ from cronledger.ledger import (
     NewOccurrence,
 )
 from cronledger.settings import Settings
-from tests.ledger.helpers import LEASE, active_channel, claim_one, row, start
+from tests.ledger.helpers import (
+    LEASE,
+    active_channel,
+    claim_one,
+    pause_cursor,
+    row,
+    start,
+    upsert_cursor,
+)
 
 GRACE = 5.0
 
@@ -35,7 +43,7 @@ def rule(policy: str, grace: float = GRACE, **config: object) -> MisfireRule:
 def late_rows(ledger: Ledger, channel_id: str, ages: list[int]) -> list[NewOccurrence]:
     """Rows of `channel_id` due `ages` seconds ago, oldest first, with its cursor caught up."""
     now = ledger.db_now()
-    ledger.cursors.upsert_cursor(channel_id, 1, "hash", now + timedelta(seconds=1))
+    upsert_cursor(ledger, channel_id, 1, "hash", now + timedelta(seconds=1))
     new = [row(now - timedelta(seconds=age), channel_id) for age in sorted(ages, reverse=True)]
     assert ledger.occurrences.insert_occurrences(new) == len(new)
     return new
@@ -177,9 +185,7 @@ def test_a_judgment_waits_while_reconcile_has_not_planned_the_late_window(
     # Given a late row written ahead, while the channel's cursor is still behind (an outage)
     channel = active_channel(ledger, misfire_policy="skip")
     [late] = late_rows(ledger, channel.channel_id, [30])
-    ledger.cursors.upsert_cursor(
-        channel.channel_id, 1, "hash", ledger.db_now() - timedelta(seconds=20)
-    )
+    upsert_cursor(ledger, channel.channel_id, 1, "hash", ledger.db_now() - timedelta(seconds=20))
     claim_one(ledger, "node-a")
 
     judged = ledger.misfires.judge_misfires(late.id, "node-a", channel.channel_id, rule("skip"))
@@ -192,10 +198,8 @@ def test_a_judgment_waits_while_reconcile_has_not_planned_the_late_window(
 def test_a_paused_cursor_is_not_behind(ledger: Ledger) -> None:
     channel = active_channel(ledger, misfire_policy="skip")
     [late] = late_rows(ledger, channel.channel_id, [30])
-    ledger.cursors.upsert_cursor(
-        channel.channel_id, 1, "hash", ledger.db_now() - timedelta(seconds=20)
-    )
-    ledger.cursors.pause_cursor(channel.channel_id)
+    upsert_cursor(ledger, channel.channel_id, 1, "hash", ledger.db_now() - timedelta(seconds=20))
+    pause_cursor(ledger, channel.channel_id)
     claim_one(ledger, "node-a")
 
     assert ledger.misfires.judge_misfires(

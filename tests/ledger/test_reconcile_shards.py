@@ -23,7 +23,7 @@ from cronledger.ledger.tables import schedule_state
 from cronledger.reconcile import merged, reconcile_once, reconcile_sharded, shards_for
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
-from tests.ledger.helpers import empty_tables
+from tests.ledger.helpers import empty_tables, upsert_cursor
 
 #: A late instant is not misfired within the minute: every due channel gets its row.
 SETTINGS = Settings(misfire_grace_secs=60)
@@ -61,7 +61,7 @@ def test_the_databases_shards_are_disjoint_complete_and_pythons(
         conn.execute(sa.delete(schedule_state))
     now = ledger.db_now()
     for channel_id in ids:
-        ledger.cursors.upsert_cursor(channel_id, 1, "hash", now - timedelta(seconds=1))
+        upsert_cursor(ledger, channel_id, 1, "hash", now - timedelta(seconds=1))
 
     # When each shard reads its due cursors, a page of two at a time
     read = [[w.channel_id for w in pages(ledger, shard, now)] for shard in Shard.split(count)]

@@ -37,6 +37,7 @@ from tests.ledger.helpers import (
     row,
     seed_due,
     start,
+    upsert_cursor,
 )
 
 
@@ -258,9 +259,7 @@ def test_an_occurrence_whose_channel_is_gone_cannot_be_retried(ledger: Ledger) -
 def test_pausing_a_channel_keeps_a_retry_that_waits_out_its_backoff(ledger: Ledger) -> None:
     # Given a failed attempt waiting a minute for its retry, beside a row written ahead
     channel = active_channel(ledger)
-    ledger.cursors.upsert_cursor(
-        channel.channel_id, 1, "hash", ledger.db_now() + timedelta(hours=1)
-    )
+    upsert_cursor(ledger, channel.channel_id, 1, "hash", ledger.db_now() + timedelta(hours=1))
     due = seed_due(ledger, channel.channel_id)
     ahead = row(ledger.db_now() + timedelta(minutes=5), channel.channel_id)
     assert ledger.occurrences.insert_occurrence(ahead)

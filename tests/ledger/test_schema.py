@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -32,17 +34,34 @@ def test_migrating_twice_is_a_no_op_and_records_the_head_revision(ledger: Ledger
         tables = set(sa.inspect(conn).get_table_names())
         revision = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
     assert tables == {*metadata.tables, VERSION_TABLE}
-    assert revision == "0010"
+    assert revision == "0011"
 
 
 def test_the_migrated_schema_matches_the_table_definitions(ledger: Ledger) -> None:
     with ledger.engine.connect() as conn:
         context = MigrationContext.configure(
-            conn, opts={"version_table": VERSION_TABLE, "compare_type": True}
+            conn,
+            opts={
+                "version_table": VERSION_TABLE,
+                "compare_type": True,
+                "include_object": built_on(conn.dialect.name),
+            },
         )
         differences = compare_metadata(context, metadata)
 
     assert differences == []
+
+
+def built_on(dialect: str) -> Callable[..., bool]:
+    """Alembic's filter for the schema objects a dialect has: a table definition's object
+    declared for another dialect only (`ddl_if`) is left out, as `create_all` leaves it;
+    whatever the database has stays in."""
+
+    def include(obj: Any, _name: Any, _kind: Any, _reflected: Any, _compare_to: Any) -> bool:
+        only = getattr(obj, "_ddl_if", None)
+        return only is None or only.dialect in (None, dialect)
+
+    return include
 
 
 def test_postgresql_indexes_only_the_live_work_for_claims(pg_ledger: Ledger) -> None:

@@ -230,10 +230,13 @@ class CursorStore(Store):
 
     def write_cursors(self, writes: CursorWrites) -> None:
         """A page's cursor writes, in one transaction, one statement for each kind: the
-        cursors to (re)initialise (created or reset, unpaused, their not-yet-due cron rows
-        dropped, as `upsert_cursor`), the versions to adopt (as `adopt_channel_version`), the
-        cursors to pause (as `pause_cursor`), and the noted changes these bring in line,
-        forgotten only if no write has noted another since they were read."""
+        cursors to (re)initialise (created or reset and unpaused in one write, so a
+        reactivated channel cannot come back still paused), the versions to adopt (in place:
+        an edit that left the scheduling hash alone must not move when the channel next runs;
+        never back to an older version), the cursors to pause (an already paused one keeps
+        the instant it was first paused at), and the noted changes these bring in line,
+        forgotten only if no write has noted another since they were read. Resets and pauses
+        drop the channel's not-yet-due cron rows."""
         if not writes:
             return
         with self._write() as conn:
@@ -432,49 +435,6 @@ class CursorStore(Store):
                 set_={"change": channel_changes.c.change + 1},
             )
         )
-
-    def adopt_channel_version(self, channel_id: str, version: int) -> bool:
-        """Record that the cursor serves `version` now, keeping its place in time: an edit
-        that left the scheduling hash alone must not move when the channel next runs."""
-        stmt = (
-            sa.update(schedule_state)
-            .where(schedule_state.c.channel_id == channel_id)
-            .where(schedule_state.c.channel_version < version)
-            .values(channel_version=version, updated_at=self._sql.now())
-        )
-        with self._write(single=True) as conn:
-            return conn.execute(stmt).rowcount == 1
-
-    def upsert_cursor(
-        self,
-        channel_id: str,
-        channel_version: int,
-        config_hash: str,
-        next_fire_at: datetime | None,
-    ) -> None:
-        """Create or reset a channel's cursor and clear its pause, in one write, so a
-        reactivated channel cannot come back still paused."""
-        values = {
-            "channel_version": channel_version,
-            "config_hash": config_hash,
-            "next_fire_at": _optional_utc(next_fire_at),
-            "paused_at": None,
-            "updated_at": self._sql.now(),
-        }
-        upsert = (
-            self._sql.insert(schedule_state)
-            .values(channel_id=channel_id, **values)
-            .on_conflict_do_update(index_elements=[schedule_state.c.channel_id], set_=values)
-        )
-        with self._write() as conn:
-            conn.execute(upsert)
-            self._drop_future_cron_rows(conn, channel_id)
-
-    def pause_cursor(self, channel_id: str) -> None:
-        """Stop a channel producing occurrences; its history stays. Idempotent: an already
-        paused cursor keeps the instant it was first paused at."""
-        with self._write() as conn:
-            self._pause_cursor(conn, channel_id)
 
     def _advance_in(self, conn: sa.Connection, moves: list[CursorMove]) -> set[str]:
         """The moves as UPDATEs with a condition per move, inside the caller's transaction:

@@ -56,6 +56,20 @@ def create_index_online(
         )
 
 
+def drop_index_online(name: str, table: str) -> None:
+    """Drop index `name` of `table` if it exists, without blocking the table's readers or
+    writers on PostgreSQL; idempotent, so a migration interrupted here resumes. SQLite drops
+    it plainly."""
+    context = op.get_context()
+    if context.dialect.name != "postgresql":
+        op.drop_index(name, table_name=table, if_exists=True)
+        return
+    with context.autocommit_block():
+        if not context.as_sql:
+            op.execute("COMMIT")  # as in `create_index_online`
+        op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
+
+
 def _invalid_index(name: str) -> bool:
     """Whether an index of this name exists but a concurrent build of it never finished."""
     found = (

@@ -95,16 +95,16 @@ schedule_state = sa.Table(
     sa.Column("next_fire_at", UtcDateTime, nullable=True),
     sa.Column("paused_at", UtcDateTime, nullable=True),
     sa.Column("updated_at", UtcDateTime, nullable=False),
-    # Running cursors by their next instant: the ones behind the clock, without a scan.
-    sa.Index(
-        "ix_cron_schedule_state_next",
-        "next_fire_at",
-        postgresql_where=sa.text("paused_at IS NULL"),
-        sqlite_where=sa.text("paused_at IS NULL"),
-    ),
 )
-# PostgreSQL: the same, by shard (`cronledger.ledger.shards`), so a shard of a pass pages
-# through its own due cursors without fetching another shard's rows.
+# Running cursors by their next instant: the ones behind the clock, without a scan. SQLite:
+# by instant alone (a shard filters). PostgreSQL: by instant, channel and shard key
+# (`cronledger.ledger.shards`), so a shard of a pass pages through its own due cursors
+# without fetching another shard's rows; one index, as each cursor a pass moves maintains it.
+sa.Index(
+    "ix_cron_schedule_state_next",
+    schedule_state.c.next_fire_at,
+    sqlite_where=sa.text("paused_at IS NULL"),
+).ddl_if(dialect="sqlite")
 sa.Index(
     "ix_cron_schedule_state_due",
     schedule_state.c.next_fire_at,
