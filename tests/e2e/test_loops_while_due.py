@@ -7,14 +7,13 @@ loop's pacing is tested on the in-memory ledger (tests/unit/test_claim_loop.py).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
 
-from cronledger.ledger import DatabaseUnavailable, Ledger
-from cronledger.ledger.store import Store
+from cronledger.ledger import Ledger
 from cronledger.reconcile import run_reconcile_loop
 from cronledger.settings import Settings
+from tests.e2e import outage
 from tests.fake_ledger import FakeClock
 
 SETTINGS = Settings(poll_interval_ms=50, misfire_grace_secs=1)
@@ -26,35 +25,19 @@ BACKOFF_RUNS_OUT_SECS = 1.55
 EPS = 1e-4
 
 
-class Outage:
-    """The real ledger, except that while the clock is within `secs` of `start` every call
-    fails as a lost database does; `failed_at` is when each failed, `served_at` when each
-    other call was made (the fake clock's time)."""
+class Outage(outage.Outage):
+    """Away while the fake clock is within `secs` of its start; times are the clock's."""
 
     def __init__(self, ledger: Ledger, clock: FakeClock, secs: float) -> None:
-        self._ledger = ledger
+        super().__init__(ledger)
         self._clock = clock
         self._back_at = clock.now + secs
-        self.failed_at: list[float] = []
-        self.served_at: list[float] = []
 
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._ledger, name)
-        if isinstance(real, Store):  # one of its stores: down as the ledger is
-            inner = object.__new__(type(self))
-            vars(inner).update(vars(self), _ledger=real)
-            return inner
-        if not callable(real):
-            return real
+    def is_down(self) -> bool:
+        return self._clock.now < self._back_at - EPS
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self._clock.now < self._back_at - EPS:
-                self.failed_at.append(self._clock.now)
-                raise DatabaseUnavailable("connection refused")
-            self.served_at.append(self._clock.now)
-            return real(*args, **kwargs)
-
-        return call
+    def now(self) -> float:
+        return self._clock.now
 
 
 def test_a_reconcile_loop_of_one_pass_retries_a_failed_pass_and_then_returns(

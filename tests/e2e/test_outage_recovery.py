@@ -12,51 +12,33 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
     COMPLETED,
-    DatabaseUnavailable,
     Ledger,
     OccurrenceFilter,
 )
-from cronledger.ledger.store import Store
 from cronledger.local import LocalScheduler
 from cronledger.settings import Settings
+from tests.e2e import outage
 from tests.e2e.test_scheduler import FAST
 
 
-class Outage:
-    """The real ledger, except that while `down` is set every call fails as a lost database
-    does; `failed_at` is when each failed, `served_at` when each other call was made
-    (monotonic)."""
+class Outage(outage.Outage):
+    """Away while `down` is set; times are monotonic."""
 
     def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
+        super().__init__(ledger)
         self.down = threading.Event()
-        self.failed_at: list[float] = []
-        self.served_at: list[float] = []
 
-    def __getattr__(self, name: str) -> Any:
-        real = getattr(self._ledger, name)
-        if isinstance(real, Store):  # one of its stores: down as the ledger is
-            inner = object.__new__(type(self))
-            vars(inner).update(vars(self), _ledger=real)
-            return inner
-        if not callable(real):
-            return real
+    def is_down(self) -> bool:
+        return self.down.is_set()
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self.down.is_set():
-                self.failed_at.append(time.monotonic())
-                raise DatabaseUnavailable("connection refused")
-            self.served_at.append(time.monotonic())
-            return real(*args, **kwargs)
-
-        return call
+    def now(self) -> float:
+        return time.monotonic()
 
 
 SETTINGS = FAST.replace(poll_interval_ms=100, misfire_grace_secs=1)
