@@ -219,12 +219,13 @@ print(repr([answer.status, sorted({e["name"] for e in traced}), request]))
 )
 
 
-def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> None:
-    # Given the execute handler imported as on Lambda, inside an invocation's trace
+def under_a_trace(script: str, **environment: str) -> subprocess.CompletedProcess[str]:
+    """`script` run as on Lambda, inside an invocation's sampled trace; it must succeed."""
     done = subprocess.run(
-        [sys.executable, "-c", HTTP_TARGET_UNDER_A_TRACE],
+        [sys.executable, "-c", script],
         env={
             **lambda_import_environment(),
+            **environment,
             "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;"
             "Parent=53995c3f42cd8ad8;Sampled=1",
         },
@@ -234,6 +235,12 @@ def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> N
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_an_http_targets_request_is_a_subsegment_of_the_invocations_trace() -> None:
+    # Given the execute handler imported as on Lambda, inside an invocation's trace
+    done = under_a_trace(HTTP_TARGET_UNDER_A_TRACE)
 
     # When the http target's request is answered, Then the trace holds it, named by its host,
     # with its method, status and origin, and nothing of its path or query
@@ -271,21 +278,11 @@ def test_each_ledger_statement_is_a_subsegment_of_the_invocations_trace(
     pg_database_url: str,
 ) -> None:
     # Given a function's ledger, built as on Lambda (tracing on), inside an invocation's trace
-    done = subprocess.run(
-        [sys.executable, "-c", SQL_UNDER_A_TRACE],
-        env={
-            **lambda_import_environment(),
-            "CRONLEDGER_DATABASE_URL": pg_database_url,
-            "CRONLEDGER_POLL_INTERVAL_MS": "1000",
-            "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;"
-            "Parent=53995c3f42cd8ad8;Sampled=1",
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    done = under_a_trace(
+        SQL_UNDER_A_TRACE,
+        CRONLEDGER_DATABASE_URL=pg_database_url,
+        CRONLEDGER_POLL_INTERVAL_MS="1000",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
 
     # When it runs a statement and one the database refuses, Then each is a remote subsegment
     # of the trace with X-Ray's SQL fields, the refused one a fault, and no value is recorded
