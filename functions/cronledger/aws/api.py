@@ -1,8 +1,6 @@
-"""`api`: API Gateway HTTP API (payload v2) events, already IAM-authorised by the gateway,
-answered by the operator API's resolver. The resolver is built once per container over the
-container's ledger. Each request leaves one line (method, path, status), its correlation id
-the gateway's request id. A request that made runs due now (trigger, retry, backfill) wakes
-the claim function once answered (`cronledger.aws.wake`), when the stack names it.
+"""`api`: API Gateway HTTP API (payload v2) events, IAM-authorised by the gateway, answered by
+the operator API's resolver (one per container). Each request logs one line, correlated by the
+gateway's request id; one that made runs due now wakes `claim` (`cronledger.aws.wake`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""`channels`: the on-event handler of the custom resources a CDK app's declared channels are
-(CDK's Provider framework calls it): Create and Update apply the declared document, Delete
-archives the channel or purges it (`Removal`). The physical id is the channel's id.
-
-Whatever it raises fails the deploy with its message (the framework answers FAILED with it),
-which for a refused document is the API's, every problem with its path. What it did is in the
-answer's `Data` (`Summary`), which the stack publishes as an output.
+"""`channels`: the on-event handler of the custom resources a CDK app's declared channels are.
+Create and Update apply the declared document; Delete archives the channel or purges it
+(`Removal`). The physical id is the channel's id. Whatever it raises fails the deploy with its
+message (for a refused document, the API's, every problem with its path); what it did is in
+the answer's `Data`, which the stack publishes as an output.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""`claim`: the EventBridge tick (every minute), or a wake from the API, runs the claim loop
-while something is due before the function's deadline, handing the claimed occurrences to the
-executor as asynchronous (`Event`) invocations of ids only (docs/guarantees.md#dispatch), concurrently and in
-batches during a burst (`cronledger.aws.invoker`). With nothing due it returns at once: a quiet
-minute costs one claim round. The executor's name comes from the stack
-(`CRONLEDGER_EXECUTE_FUNCTION_NAME`; only this function is told it, and may invoke it).
+"""`claim`: the minute's tick, or a wake from the API, runs the claim loop while something is
+due, handing what it claims to the executor (`CRONLEDGER_EXECUTE_FUNCTION_NAME`) as
+asynchronous invocations of ids only (docs/guarantees.md#dispatch, `cronledger.aws.invoker`).
+With nothing due it returns at once: a quiet minute costs one claim round.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """How a Lambda container reaches the ledger: over verified TLS, as an IAM user, through RDS
-Proxy (`standard`, `ha`) or straight to the Aurora cluster (`lean`).
+Proxy (`standard`, `ha`) or straight to the Aurora cluster (`lean`); `CRONLEDGER_DATABASE_URL`,
+when set, wins.
 
-The stack names the database (`CRONLEDGER_DB_HOST`, `_PORT`, `_NAME`, `_USER`), whether it is
-a proxy (`CRONLEDGER_DB_PROXY`, true unless false) and asks for IAM authentication
-(`CRONLEDGER_DB_IAM_AUTH=true`); it never gives a password. Each new connection presents a
-token signed locally with the function's role (SigV4 presigned `connect` for `rds-db`, as
-RDS's `generate_db_auth_token` makes it, without loading the RDS service model), inside a TLS
-context that verifies the server: a proxy's chain against the runtime's trust store, the
-cluster's against `rds-ca-bundle.pem`. Behind a proxy no statement is prepared and no startup
-parameter is sent (either would pin the session), so the statement timeout there is the
-database's default, which `migrate` sets from the same setting. A container holds at most
-`PROXY_POOL`'s connections (the stack's connection budget counts them). Without a proxy,
-`migrate` connects as the cluster's master user from the secret only it is named
-(`admin_engine`). `CRONLEDGER_DATABASE_URL`, when set, wins.
+The stack names the database (`CRONLEDGER_DB_*`) and never gives a password: each connection
+presents a token signed locally with the function's role (SigV4 presigned `connect` for
+`rds-db`, without loading the RDS service model), inside a TLS context that verifies the proxy's
+chain against the runtime's trust store, the cluster's against `rds-ca-bundle.pem`. Behind a
+proxy nothing is prepared and no startup parameter is sent (either would pin the session), so
+the statement timeout is the database's default, which `migrate` sets. Without a proxy,
+`migrate` connects as the master user from a secret named to it alone (`admin_engine`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """`cronledger.metrics` as CloudWatch EMF, in the shape the stack's alarms match.
 
-The alarms select `OldestPendingAgeSeconds` and `ReconcileSucceeded` by exactly one dimension,
-`service`, and every metric of one EMF document shares its dimension set. So a value without
-dimensions goes to Powertools' `Metrics` (flushed by `log_metrics` when the handler returns),
-and a value with dimensions of its own (`Status`, `Operation`) to a document per dimension set,
-flushed when the invocation's `recording()` block ends: one document per set, not per value.
+The alarms select their metrics by exactly one dimension, `service`, and one EMF document shares
+one dimension set. So a value without dimensions goes to Powertools' `Metrics` (flushed by
+`log_metrics`), and one with dimensions of its own to a document per dimension set, flushed when
+the invocation's `recording()` block ends.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Events onto the installation's EventBridge bus: `source` `cronledger.<installation>`,
 `detail-type` the kind's readable form ("Occurrence Failed"), `detail` the event's document.
 
-Each entry, not the call, says whether its event was accepted (a refused entry carries an
-`ErrorCode`). A call that fails whole ends the send: its events and those after it stay in the
-outbox for the sweep, so an unreachable bus costs one short timeout, not one per batch.
-botocore is loaded by the first send, not before.
+Each entry, not the call, says whether its event was accepted. A call that fails whole ends the
+send: its events and those after it stay in the outbox for the sweep, so an unreachable bus
+costs one short timeout, not one per batch.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
-"""`execute`: an asynchronous invocation of ids only (docs/guarantees.md#dispatch), `{"occurrence_id", "claimant"}`
-for one occurrence or, during a burst, `{"occurrence_ids": [...], "claimant"}` for a batch
-(`cronledger.aws.invoker`), runs each attempt under the function's own deadline; a batch's
-attempts run side by side, one thread each, so each keeps its own timeout and none waits for
-another's target. Their ledger writes go together (`Executor.batch`): the opens in one
-statement, the starts in one transaction, the ends in micro-batches, each write still
-conditional on its own attempt. What they share is the container: one that dies (out of
-memory, the function's timeout) abandons them all, and each is recovered when its lease
-expires.
+"""`execute`: an asynchronous invocation of ids only (docs/guarantees.md#dispatch),
+`{"occurrence_id", "claimant"}` or, during a burst, `{"occurrence_ids": [...], "claimant"}`,
+runs each attempt under the function's own deadline. A batch's attempts run side by side, one
+thread each, so none waits for another's target; their ledger writes go together
+(`Executor.batch`), each still conditional on its own attempt. A container that dies abandons
+them all, and each is recovered when its lease expires.
 
-Every log line of the attempt (this handler's, the executor's, a target module's) carries the
-occurrence id and claimant from the event and, as soon as the executor learns them, the channel
-id, the attempt number and the fencing token (absent under `allow`, where there is none). The
-executor announces them through its `annotate` hook, which appends them to the log context
-of the attempt's own thread.
-
-The attempt's trace id is the X-Ray trace of this invocation (`_X_AMZN_TRACE_ID`'s `Root`),
-so the ledger row leads to the trace; without X-Ray the executor mints one. An attempt that
-finds its occurrence no longer its own is not an error: it writes nothing and returns. A
-malformed event, or a database that cannot be reached, is: the invocation fails, and with no
-retries (the stack's async config) lands in the executor's dead-letter queue.
+Every log line of an attempt carries its ids: the executor's `annotate` hook appends them to the
+log context of the attempt's thread. The attempt's trace id is this invocation's X-Ray trace.
+An occurrence no longer ours is not an error (nothing is written); a malformed event or an
+unreachable database is, and lands in the dead-letter queue (the stack allows no retries).
 """
 
 from __future__ import annotations

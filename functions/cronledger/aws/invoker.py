@@ -1,12 +1,9 @@
 """The Lambda invoker: a claim's occurrences handed to executor functions as asynchronous
 invokes (`InvocationType="Event"`), each answered in milliseconds.
 
-A burst goes out on `DISPATCH_LANES` concurrent invokes, and when there are more occurrences
-than lanes each invoke carries a batch of up to `MOST_PER_INVOKE` ids, which the executor runs
-side by side (README "Bursts"): an invoke costs the claim function about a millisecond of CPU
-in botocore whatever it carries, so one occurrence per invoke tops out at a few hundred a
-second, well short of a midnight burst. A claim of no more occurrences than lanes still
-invokes one executor per occurrence.
+An invoke costs the claim function about a millisecond of botocore CPU whatever it carries, so a
+burst goes out on `DISPATCH_LANES` concurrent invokes, each carrying a batch of up to
+`MOST_PER_INVOKE` ids once there are more occurrences than lanes (README "Bursts").
 """
 
 from __future__ import annotations
@@ -24,9 +21,8 @@ from cronledger.targets.clients import default_clients
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
 
-#: An asynchronous invoke is queued by Lambda and answered in milliseconds: one that stalls
-#: is retried (a duplicate dispatch finds its occurrence already started and writes
-#: nothing) rather than allowed to hold the claim loop for botocore's default minute.
+#: An asynchronous invoke that stalls is retried (a duplicate dispatch finds its occurrence
+#: already started and writes nothing) rather than left to hold the claim loop for a minute.
 DISPATCH_TIMEOUT_SECS = 5.0
 #: Invokes in flight at once from one claim invocation (and the client's connection pool).
 DISPATCH_LANES = 16
@@ -42,6 +38,21 @@ def dispatch_client() -> LambdaClient:
     )
 
 
+def invoke_async(client: LambdaClient, function_name: str, payload: bytes) -> None:
+    """One asynchronous invoke of `function_name`; `DispatchFailed` unless Lambda queued it."""
+    try:
+        response = client.invoke(
+            FunctionName=function_name, InvocationType="Event", Payload=payload
+        )
+    except (BotoCoreError, ClientError) as exc:
+        raise DispatchFailed(f"could not invoke {function_name}: {exc}") from exc
+    status = response.get("StatusCode")
+    if status != 202:
+        raise DispatchFailed(
+            f"{function_name} answered {status} to an asynchronous invoke, expected 202"
+        )
+
+
 def invoke_batches(occurrence_ids: Sequence[str]) -> list[Sequence[str]]:
     """The occurrences split into invokes: one each while they fit the lanes, else evenly
     into batches of at most `MOST_PER_INVOKE`, in claim order."""
@@ -50,8 +61,8 @@ def invoke_batches(occurrence_ids: Sequence[str]) -> list[Sequence[str]]:
 
 
 class LambdaInvoker:
-    """Starts asynchronous executor invocations (`InvocationType="Event"`): `{"occurrence_id",
-    "claimant"}` for one occurrence, `{"occurrence_ids": [...], "claimant"}` for a batch."""
+    """Starts executor invocations: `{"occurrence_id", "claimant"}` for one occurrence,
+    `{"occurrence_ids": [...], "claimant"}` for a batch."""
 
     def __init__(self, function_name: str, client: LambdaClient | None = None) -> None:
         self.function_name = function_name
@@ -90,17 +101,5 @@ class LambdaInvoker:
         ids: dict[str, object] = (
             {"occurrence_id": batch[0]} if len(batch) == 1 else {"occurrence_ids": list(batch)}
         )
-        payload = json.dumps({**ids, "claimant": claimant})
-        try:
-            response = self._client.invoke(
-                FunctionName=self.function_name,
-                InvocationType="Event",
-                Payload=payload.encode("utf-8"),
-            )
-        except (BotoCoreError, ClientError) as exc:
-            raise DispatchFailed(f"could not invoke {self.function_name}: {exc}") from exc
-        status = response.get("StatusCode")
-        if status != 202:
-            raise DispatchFailed(
-                f"{self.function_name} answered {status} to an asynchronous invoke, expected 202"
-            )
+        payload = json.dumps({**ids, "claimant": claimant}).encode("utf-8")
+        invoke_async(self._client, self.function_name, payload)

@@ -1,21 +1,15 @@
 """`migrate`: run by the stack's CDK trigger on every deploy, before the other functions get new
-code. An exception fails the deploy (CloudFormation rolls back and shows the message); running
-it again is harmless (upgrade to head, deploys taking turns on an advisory lock).
+code. An exception fails the deploy with its message; running it again is harmless (upgrade to
+head, deploys taking turns on an advisory lock).
 
-A first deploy may run it while the master secret's first rotation is still changing the
-password and before RDS Proxy reaches the cluster. So, within `CRONLEDGER_MIGRATE_WAIT_SECS`
-(less `MIGRATION_SECS` for the migration itself), it first waits, for at most half that time,
-while the secret (`CRONLEDGER_DB_SECRET_ARN`) has a rotation under way or not yet finished
-(`DescribeSecret`: metadata only), then migrates, retrying with backoff while the database is
-unavailable, and fails naming how long it waited and why once the next try would end past the
-bound. Migrating makes the statement timeout the database's default (how sessions through RDS
-Proxy get it), upgrades the schema and makes sure the application role
-(`CRONLEDGER_DB_APP_USER`) exists with rights to the `cron_*` tables' rows and nothing more.
-
-Everything stops `STOP_MARGIN_SECS` before the function's deadline, so the deploy shows its
-error rather than Lambda's timeout (`DeadlineReached`). `migrate` is the one function that
-connects as the schema's owner: through RDS Proxy with an IAM token, or, without a proxy, with
-the master user's password from the secret named to it alone (`admin_engine`).
+A first deploy may run while the master secret's first rotation is still changing the password
+and before RDS Proxy reaches the cluster. So, within `CRONLEDGER_MIGRATE_WAIT_SECS`, it first
+waits (at most half that time) while the secret `CRONLEDGER_DB_SECRET_ARN` has a rotation under
+way, then migrates, retrying with backoff while the database is unavailable. Migrating makes the
+statement timeout the database's default (how sessions through RDS Proxy get it), upgrades the
+schema and grants the application role (`CRONLEDGER_DB_APP_USER`) the `cron_*` tables' rows.
+Everything stops `STOP_MARGIN_SECS` before the deadline, so the deploy shows its error rather
+than Lambda's timeout. It alone connects as the schema's owner (`owner`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
-"""`reconcile`: the EventBridge tick (every minute) runs one reconcile pass and returns.
+"""`reconcile`: the minute's tick runs one reconcile pass and returns.
 
-One pass a minute is enough because the stack materialises rows `lookahead_secs` ahead (at
-least two ticks, see infra/cronledger_infra/props.py): every instant is written at least a
-tick before it falls due, so the claim function knows it is coming and starts it on time. A
-pass that fails is retried with a backoff until close to the function's deadline. Two
-overlapping invocations are harmless (a pass is idempotent).
+One pass a minute is enough because the stack materialises rows at least two ticks ahead
+(infra/cronledger_infra/props.py), so every instant is written before it falls due. A failed
+pass is retried with a backoff until close to the deadline; overlapping invocations are
+harmless (a pass is idempotent). Each successful pass emits `ReconcileSucceeded` = 1, which the
+reconcile alarm counts (missing data is breaching), then writes the overdue and stalled events,
+sweeps the outbox to the bus and gauges what is left.
 
-After each successful pass it emits `ReconcileSucceeded` = 1, which the reconcile alarm counts
-(missing data is breaching), beside the pass's own metrics (`OldestPendingAgeSeconds`,
-`PendingCount`, `ReconcileDurationSeconds`, `Occurrences` by status); then it writes the
-overdue and stalled events, sweeps the outbox to the bus within the same deadline, and gauges
-what is left (`UndeliveredEvents`, `OldestUndeliveredEventAgeSeconds`, which an alarm reads).
-A failed pass records `DbUnavailable` and the loop tries again after its backoff; an
-invocation in which none succeeded is what the alarm is for.
-
-A tick whose pass has more due than one shard takes (`CRONLEDGER_RECONCILE_SHARD_SIZE`) splits
-it: it invokes this same function asynchronously once per further shard, with
-`{"shard": i, "shards": n}`, and runs the first shard itself. A shard's invocation has its
-own deadline and its own connections, runs that shard's pass and nothing else (the tick does
-the housekeeping), and one that fails or is throttled is simply redone by the next tick.
+A tick with more due than one shard takes (`CRONLEDGER_RECONCILE_SHARD_SIZE`) invokes this same
+function asynchronously with `{"shard": i, "shards": n}` for each further shard and runs the
+first itself. A shard's invocation runs that shard's pass and nothing else; one that fails is
+redone by the next tick.
 """
 
 from __future__ import annotations
@@ -45,35 +37,22 @@ FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"
 LAUNCH_TIMEOUT_SECS = 5.0
 
 
-class ShardInvoker:
-    """Starts a shard of a pass as an asynchronous invocation of `function_name`."""
-
-    def __init__(self, function_name: str, client: LambdaClient | None = None) -> None:
-        from cronledger.targets.clients import default_clients
-
-        self.function_name = function_name
-        self._client = client or default_clients().lambda_(
-            timeout_secs=LAUNCH_TIMEOUT_SECS, retried=True, connections=1
-        )
-
-    def __call__(self, shard: Shard) -> None:
-        payload = json.dumps({"shard": shard.index, "shards": shard.count})
-        self._client.invoke(
-            FunctionName=self.function_name, InvocationType="Event", Payload=payload.encode()
-        )
-
-
 @runtime.per_container
-def shard_invoker() -> ShardInvoker:
-    name = os.environ.get(FUNCTION_NAME, "").strip()
-    if not name:
-        raise CronledgerError(f"{FUNCTION_NAME} is not set: reconcile cannot start its shards")
-    return ShardInvoker(name)
+def shard_client() -> LambdaClient:
+    from cronledger.targets.clients import default_clients
+
+    return default_clients().lambda_(timeout_secs=LAUNCH_TIMEOUT_SECS, retried=True, connections=1)
 
 
 def launch(shard: Shard) -> None:
     """A tick's shards but the first: botocore is loaded only by a tick that splits."""
-    shard_invoker()(shard)
+    from cronledger.aws.invoker import invoke_async
+
+    name = os.environ.get(FUNCTION_NAME, "").strip()
+    if not name:
+        raise CronledgerError(f"{FUNCTION_NAME} is not set: reconcile cannot start its shards")
+    payload = json.dumps({"shard": shard.index, "shards": shard.count}).encode()
+    invoke_async(shard_client(), name, payload)
 
 
 def shard_of(event: dict[str, Any]) -> Shard | None:

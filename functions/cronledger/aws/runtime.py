@@ -1,12 +1,10 @@
 """What every Lambda function shares: Powertools' logger, metrics and tracer, and what a
-container builds once and keeps for its life (`per_container`: settings, the ledger and its
-event sender, …).
+container builds once (`per_container`: settings, the ledger, its event sender…).
 
-Importing reads only Powertools' own variables: the rest is built on the first invocation, so
-a bad setting fails that invocation naming the variable, and nothing connects before a
-handler asks. The services' stdlib loggers (`cronledger.*`) go through Powertools' JSON
-handler, which the stack names `cronledger` too. Loops stop `LOOP_MARGIN_SECS` before the
-deadline, time for the round in flight and the metrics flush.
+Importing reads only Powertools' own variables: the rest is built by the first invocation, so a
+bad setting fails it naming the variable. The services' `cronledger.*` loggers go through
+Powertools' JSON handler. Loops stop `LOOP_MARGIN_SECS` before the deadline, time for the round
+in flight and the metrics flush.
 """
 
 from __future__ import annotations

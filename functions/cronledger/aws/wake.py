@@ -1,9 +1,7 @@
 """Waking `claim` from the API: a trigger, retry or backfill writes rows due at once, and
 `claim` runs only while something is due, so once such a request is answered `api` invokes
-`claim` asynchronously and the run starts within seconds, not at the next minute's tick.
-
-The wake carries nothing (`claim` claims whatever is due): a duplicate or late wake is a round
-that finds nothing, and one that cannot be delivered is logged and left to the next tick.
+`claim` asynchronously and the run starts within seconds, not at the next tick. The wake
+carries nothing: a duplicate is a round that finds nothing, a lost one waits for the next tick.
 """
 
 from __future__ import annotations
@@ -11,9 +9,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cronledger.aws.invoker import DISPATCH_TIMEOUT_SECS
+from cronledger.aws.invoker import DISPATCH_TIMEOUT_SECS, invoke_async
+from cronledger.invokers import DispatchFailed
 from cronledger.targets.clients import default_clients
 
 if TYPE_CHECKING:
@@ -50,12 +47,12 @@ class ClaimWake:
             timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True
         )
         try:
-            response = client.invoke(
-                FunctionName=self.function_name, InvocationType="Event", Payload=WAKE_EVENT
-            )
-        except (BotoCoreError, ClientError) as exc:
+            invoke_async(client, self.function_name, WAKE_EVENT)
+        except DispatchFailed as exc:
             log.warning(
-                "could not wake %s; the next tick claims the run: %s", self.function_name, exc
+                "could not wake %s; the next tick claims the run: %s",
+                self.function_name,
+                exc.__cause__ or exc,
             )
             return False
-        return response.get("StatusCode") == 202
+        return True

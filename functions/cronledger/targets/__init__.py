@@ -1,10 +1,10 @@
 """Targets: what an occurrence runs, one model per type (`fields.TargetDocument`).
 
 `target_errors` checks a document against its type's model under the operator's policy,
-reporting every problem at `target.<key>`, in the schedule errors' shape. `run_target` always
-answers with a `TargetOutcome`, excerpts already cut: anything that goes wrong in a target,
-any exception included, is a failed outcome, because the executor settles either way. It checks
-the document again first, because the policy may have narrowed since the channel was saved.
+reporting every problem at `target.<key>`. `run_target` always answers with a `TargetOutcome`,
+excerpts already cut: anything that goes wrong in a target, any exception included, is a failed
+outcome, because the executor settles either way. It checks the document again first, because
+the policy may have narrowed since the channel was saved.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from cronledger.errors import FieldError, ValidationFailed
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, RESULT_EXCERPT_BYTES, truncate_excerpt
 from cronledger.targets.aws_lambda import LambdaTarget
 from cronledger.targets.clients import AwsClients, default_clients
-from cronledger.targets.envelope import Envelope, Trigger, build_envelope, envelope_json
+from cronledger.targets.envelope import Envelope, build_envelope, envelope_json
 from cronledger.targets.eventbridge import EventBridgeTarget
 from cronledger.targets.fields import TargetDocument, union
 from cronledger.targets.http import HttpTarget
@@ -34,16 +34,13 @@ from cronledger.validation import field_errors
 
 __all__ = [
     "RESULT_EXCERPT_BYTES",
-    "TARGET",
     "TARGET_TYPES",
     "AwsClients",
     "Envelope",
     "Target",
     "TargetOutcome",
     "TargetPolicy",
-    "Trigger",
     "build_envelope",
-    "default_clients",
     "envelope_json",
     "run_target",
     "target_errors",
@@ -68,6 +65,18 @@ TARGET_TYPES = tuple(_KINDS)
 Target = union(list(_KINDS.values()))
 TARGET: Final = TypeAdapter[Any](Target)
 REF_MAX_CHARS = 512
+#: AWS error codes that say the target itself (function, queue, state machine, bus) is gone:
+#: a retry would only meet the same answer.
+TARGET_GONE_CODES = frozenset(
+    {
+        "ResourceNotFoundException",  # Lambda, EventBridge
+        "AWS.SimpleQueueService.NonExistentQueue",
+        "QueueDoesNotExist",
+        "StateMachineDoesNotExist",
+    }
+)
+#: Frames of a raising Python target's traceback kept on its attempt: where it failed.
+TRACEBACK_FRAMES = 3
 _log = logging.getLogger(__name__)
 
 
@@ -126,11 +135,15 @@ def run_target(
         return timed_out(timeout_secs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt… fail the attempt, as any error
         _log.warning("%s target %s failed", kind.type_name, target_ref(doc), exc_info=True)
+        response = getattr(exc, "response", None)  # a ClientError's: what the service answered
+        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+        # A Python target's last frames say where it failed, not the executor's that called it.
+        frames = traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)
         outcome = TargetOutcome(
             ok=False,
             error=f"{type(exc).__name__}: {exc}",
-            detail=last_frames(exc) if kind is PythonTarget else None,
-            permanent=_target_gone(exc),
+            detail="".join(frames).strip() if kind is PythonTarget else None,
+            permanent=code in TARGET_GONE_CODES,
         )
     return TargetOutcome(
         ok=outcome.ok,
@@ -139,33 +152,3 @@ def run_target(
         detail=truncate_excerpt(outcome.detail, ERROR_MESSAGE_BYTES),
         permanent=outcome.permanent,
     )
-
-
-#: AWS error codes that say the target itself no longer exists.
-TARGET_GONE_CODES = frozenset(
-    {
-        "ResourceNotFoundException",  # Lambda, EventBridge
-        "AWS.SimpleQueueService.NonExistentQueue",
-        "QueueDoesNotExist",
-        "StateMachineDoesNotExist",
-    }
-)
-
-
-def _target_gone(exc: BaseException) -> bool:
-    """The AWS service answered that the target (function, queue, state machine, bus) does
-    not exist: a retry would only meet the same answer."""
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return False
-    return response.get("Error", {}).get("Code") in TARGET_GONE_CODES
-
-
-#: Frames of a raising Python target's traceback kept on its attempt: where it failed.
-TRACEBACK_FRAMES = 3
-
-
-def last_frames(exc: BaseException) -> str:
-    """The innermost frames of `exc`'s traceback and the exception line, as Python prints
-    them: the callable's own frames, not the executor's that called it."""
-    return "".join(traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)).strip()

@@ -1,8 +1,7 @@
 """Lambda target: a synchronous invoke, successful when it returns without `FunctionError`.
-
-The budget is the client's read timeout, and the client never retries: a retried synchronous
-invoke runs the function twice. A timeout does not stop the function (Lambda cannot cancel an
-invoke); the envelope's `fencing_token` tells such a straggler it was superseded.
+The budget is the client's read timeout, never retried (a retry runs the function twice). A
+timeout does not stop the function; the envelope's `fencing_token` tells such a straggler it
+was superseded.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """AWS clients for the targets, the invoker, the API's wake and the migration, made once.
 
-Clients are cached (bounded) per service, region, read timeout (a synchronous call's budget,
-rounded up to a whole second to keep the set small), whether botocore retries (never for a
-synchronous invoke, which would run the function twice) and pool size. Nothing is built or
-imported until first use: a function that never calls AWS pays nothing for botocore at cold
-start. Clients come from a botocore session: boto3's are the same, and boto3 loads more.
+Clients are cached per service, region, read timeout (a synchronous call's budget, rounded up to
+a whole second to keep the set small), retries and pool size. Nothing is imported until first
+use, so a function that never calls AWS pays nothing for botocore at cold start. Clients come
+from a botocore session: boto3's are the same, and boto3 loads more.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import threading
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from botocore.config import Config
     from botocore.session import Session
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_lambda import LambdaClient
@@ -24,7 +22,6 @@ if TYPE_CHECKING:
     from mypy_boto3_ssm import SSMClient
     from mypy_boto3_stepfunctions import SFNClient
 
-_CACHE_SIZE = 32
 _CONNECT_TIMEOUT_SECS = 5.0
 #: A secret is a small read from a nearby endpoint; an attempt must not wait a minute for it.
 _SECRET_TIMEOUT_SECS = 5.0
@@ -38,7 +35,7 @@ class AwsClients:
         self._session: Session | None = None
         self._endpoint_url = endpoint_url
         self._lock = threading.Lock()
-        self._cached = functools.lru_cache(maxsize=_CACHE_SIZE)(self._build)
+        self._cached = functools.lru_cache(maxsize=32)(self._build)
 
     def lambda_(
         self,
@@ -48,13 +45,11 @@ class AwsClients:
         retried: bool = False,
         connections: int | None = None,
     ) -> LambdaClient:
-        """`retried`: let botocore retry the call, for an invocation that is safe to repeat
-        (an asynchronous dispatch, which a duplicate cannot run twice); a synchronous target
-        invoke is never retried. `connections`: the connection pool's size, for a client
-        used from that many threads at once (botocore keeps 10)."""
-        return cast(
-            "LambdaClient", self._client("lambda", region, timeout_secs, retried, connections)
-        )
+        """`retried`: for an invoke that is safe to repeat (an asynchronous dispatch); a
+        retried synchronous invoke runs the function twice. `connections`: the pool's size, for
+        a client used from that many threads at once (botocore keeps 10)."""
+        client = self._client("lambda", region, timeout_secs, retried, connections)
+        return cast("LambdaClient", client)
 
     def sqs(self, region: str | None = None, timeout_secs: float | None = None) -> SQSClient:
         return cast("SQSClient", self._client("sqs", region, timeout_secs))
@@ -71,13 +66,10 @@ class AwsClients:
         return cast("EventBridgeClient", self._client("events", region, timeout_secs, retried))
 
     def secretsmanager(self, region: str | None = None) -> SecretsManagerClient:
-        """For `secret_headers` references (cronledger.targets.secrets)."""
-        return cast(
-            "SecretsManagerClient", self._client("secretsmanager", region, _SECRET_TIMEOUT_SECS)
-        )
+        client = self._client("secretsmanager", region, _SECRET_TIMEOUT_SECS)
+        return cast("SecretsManagerClient", client)
 
     def ssm(self, region: str | None = None) -> SSMClient:
-        """For `secret_headers` references to Parameter Store."""
         return cast("SSMClient", self._client("ssm", region, _SECRET_TIMEOUT_SECS))
 
     def _client(
@@ -99,7 +91,17 @@ class AwsClients:
         retried: bool,
         connections: int | None,
     ) -> Any:
-        # A botocore Session is not thread-safe while it builds clients; the lock covers that.
+        from botocore.config import Config
+
+        options: dict[str, Any] = {
+            "retries": {"mode": "standard", "total_max_attempts": 3 if retried else 1}
+        }
+        if connections is not None:
+            options["max_pool_connections"] = connections
+        if read_timeout is not None:
+            options["read_timeout"] = max(read_timeout, 0.1)
+            options["connect_timeout"] = min(_CONNECT_TIMEOUT_SECS, max(read_timeout, 0.1))
+        # A botocore Session is not thread-safe while it builds clients.
         with self._lock:
             if self._session is None:
                 import botocore.session
@@ -109,23 +111,8 @@ class AwsClients:
                 service,
                 region_name=region,
                 endpoint_url=self._endpoint_url,
-                config=_config(read_timeout, retried, connections),
+                config=Config(**options),
             )
-
-
-def _config(read_timeout: float | None, retried: bool, connections: int | None = None) -> Config:
-    from botocore.config import Config
-
-    # A retried synchronous Lambda invoke runs the function twice; every other call here is
-    # either idempotent by name/deduplication id or harmless to repeat.
-    attempts = 3 if retried else 1
-    options: dict[str, Any] = {"retries": {"mode": "standard", "total_max_attempts": attempts}}
-    if connections is not None:
-        options["max_pool_connections"] = connections
-    if read_timeout is not None:
-        options["read_timeout"] = max(read_timeout, 0.1)
-        options["connect_timeout"] = min(_CONNECT_TIMEOUT_SECS, max(read_timeout, 0.1))
-    return Config(**options)
 
 
 def arn_region(name_or_arn: str) -> str | None:
@@ -133,14 +120,9 @@ def arn_region(name_or_arn: str) -> str | None:
     return name_or_arn.split(":")[3] if name_or_arn.startswith("arn:") else None
 
 
-_default: AwsClients | None = None
-_default_lock = threading.Lock()
+_DEFAULT = AwsClients()
 
 
 def default_clients() -> AwsClients:
     """The process-wide factory (region and credentials from the environment, on first use)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = AwsClients()
-        return _default
+    return _DEFAULT

@@ -1,8 +1,7 @@
-"""The trigger envelope: the one event every target type receives.
-
-`occurrence_id` and `scheduled_for` are the target's idempotency key, built identically by
-every attempt; `attempt` and `fencing_token` tell attempts apart. `due_at` (the instant plus
-jitter, or a retry's backoff end) is never part of the key. Timestamps are RFC 3339 UTC.
+"""The trigger envelope: the one event every target type receives. `occurrence_id` and
+`scheduled_for` are the target's idempotency key, the same for every attempt; `attempt` and
+`fencing_token` tell attempts apart; `due_at` (with jitter or a retry's backoff) is never part
+of the key. Timestamps are RFC 3339 UTC.
 """
 
 from __future__ import annotations
@@ -10,12 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args
 
 from cronledger.instants import to_rfc3339
 
 TriggerType = Literal["cron", "manual", "backfill"]
-_TRIGGER_TYPES = ("cron", "manual", "backfill")
+_TRIGGER_TYPES = get_args(TriggerType)
 
 
 class Trigger(TypedDict):

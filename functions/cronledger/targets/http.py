@@ -1,13 +1,12 @@
 """HTTP target: the envelope as a JSON request body, successful on a 2xx answer.
 
-What a URL may reach is the operator's choice (`addresses`): a host written as an address is
-judged when the channel is saved, every host again after resolution when an attempt runs, and
-the request goes to the address judged (`pinned_http`). A URL is printable ASCII, so what is
-stored, shown and sent is one spelling. Anything in `url` or `headers` that looks like a
-credential is refused (documents are stored in plain text): a credential goes in
-`secret_headers`, by reference, read at run time, sent to no host its binding excludes, and
-scrubbed from what the endpoint echoes. GET and HEAD send no body: the run's idempotency key
-goes in `X-Cronledger-*` headers. Redirects are not followed: a 3xx fails, naming where to.
+What a URL may reach is the operator's choice (`addresses`): a literal address is judged when
+the channel is saved, every host again after resolution at each attempt, and the request goes
+to the address judged (`pinned_http`). A URL is printable ASCII: one spelling stored, shown and
+sent. Documents are stored in plain text, so a credential goes in `secret_headers`, by
+reference, sent to no host its binding excludes and scrubbed from what the endpoint echoes.
+GET and HEAD send the run's identity in `X-Cronledger-*` headers instead of a body. Redirects
+are not followed: a 3xx fails, naming where to.
 """
 
 from __future__ import annotations
@@ -279,7 +278,7 @@ def _method(doc: Mapping[str, Any]) -> str:
     return str(doc.get("method") or "POST").upper()
 
 
-#: Answers that say the endpoint itself does not exist: the attempt fails without retries.
+#: Answers that say the endpoint itself does not exist: another attempt would be told the same.
 GONE_STATUSES = frozenset({404, 410})
 
 
@@ -297,7 +296,6 @@ def post(
     address the policy allows, the connection pinned to it; 2xx is success."""
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    endpoint = _endpoint(parts)
     try:
         addresses = policy.resolver(host, port)
     except OSError as exc:
@@ -331,15 +329,12 @@ def post(
         )
     except pinned_http.TimedOut:
         return timed_out(timeout_secs)
-    except pinned_http.Unreachable as exc:
-        return TargetOutcome(ok=False, error=f"could not reach {endpoint}: {exc}")
-    except Exception as exc:  # TLS and protocol failures: the endpoint, not the attempt, failed
-        return TargetOutcome(ok=False, error=f"could not reach {endpoint}: {exc}")
+    except Exception as exc:  # no address answered, TLS or protocol failures: the endpoint failed
+        return TargetOutcome(ok=False, error=f"could not reach {_endpoint(parts)}: {exc}")
     if 200 <= answer.status < 300:
         return TargetOutcome(ok=True, result=answer.body)
     error = f"HTTP {answer.status} {answer.reason}".rstrip()
     if answer.location:
         error += f" (redirects are not followed; it points to {answer.location})"
-    # The endpoint says it does not exist: another attempt would be told the same.
     gone = answer.status in GONE_STATUSES
     return TargetOutcome(ok=False, result=answer.body, error=error, permanent=gone)

@@ -1,8 +1,6 @@
-"""What a target run reports, and what one delivery is given.
-
-A run never raises for anything the target did: failures, timeouts and refusals come back as a
-`TargetOutcome`, so the executor always has something to settle the occurrence with.
-"""
+"""What a target run reports, and what one delivery is given. A run never raises for anything
+the target did: failures, timeouts and refusals come back as a `TargetOutcome`, so the executor
+always has something to settle the occurrence with."""
 
 from __future__ import annotations
 

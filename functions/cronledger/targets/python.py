@@ -1,11 +1,10 @@
-"""Python target: `package.module:function`, called in-process with the envelope.
+"""Python target: `package.module:function`, called in-process with the envelope; its return
+value, as JSON, is the result.
 
 Running a named function is running code, so only the operator's choice counts: the module must
-fall under a prefix of `CRONLEDGER_PYTHON_TARGETS` (none by default) before it is imported, and
-the attribute must be a public, synchronous function *defined* there (a name the module merely
-imported does not count). It is resolved when the channel is saved and again at each attempt,
-because the list may have narrowed since. A call cannot be interrupted: it runs in the caller's
-thread, bounded by the executor's deadline. Its return value, as JSON, is the result.
+fall under a prefix of `CRONLEDGER_PYTHON_TARGETS` before it is imported, and the attribute must
+be a public, synchronous function *defined* there, checked at save and again at each attempt
+(the list may have narrowed). A call cannot be interrupted: the executor's deadline bounds it.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import json
 import keyword
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from pydantic import ValidationInfo, field_validator
 
@@ -96,5 +95,4 @@ def resolve_function(spec: str, policy: TargetPolicy) -> Callable[[Envelope], An
             f"{spec} is {function.__module__}.{function.__qualname__}, defined outside "
             f"{PYTHON_TARGETS}; name the function where it is defined"
         )
-    resolved: Callable[[Envelope], Any] = function
-    return resolved
+    return cast("Callable[[Envelope], Any]", function)

@@ -1,8 +1,6 @@
-"""SQS target: the envelope as one message, successful when the queue accepts it.
-
-On a FIFO queue a message is grouped by channel (one channel's messages keep their order) and
-deduplicated by `<occurrence_id>-<attempt>`: the queue drops a redelivered attempt and still
-takes the next one.
+"""SQS target: the envelope as one message, successful when the queue accepts it. On a FIFO
+queue a message is grouped by channel (its messages keep their order) and deduplicated by
+`<occurrence_id>-<attempt>`: the queue drops a redelivered attempt and still takes the next.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Step Functions target: start an execution named after the attempt and, with `wait` (the
-default), poll it until it ends or the budget runs out.
-
-The name is `<occurrence_id>-<attempt>`: Step Functions refuses a reused name, so a second
-delivery of one attempt follows the execution already started instead of starting another.
-Running out of budget does not stop the execution; the error names it. An Express machine
-keeps no history to poll, so with `wait` one runs by `StartSyncExecution`, which answers when
-it ends (the machine's type is asked for first).
+"""Step Functions target: start an execution named `<occurrence_id>-<attempt>` and, with `wait`
+(the default), poll it until it ends or the budget runs out (which does not stop it; the error
+names it). Step Functions refuses a reused name, so a second delivery of one attempt follows the
+execution already started. An Express machine keeps no history to poll, so with `wait` one runs
+by `StartSyncExecution`, which answers when it ends.
 """
 
 from __future__ import annotations
