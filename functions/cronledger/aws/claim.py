@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# Every invocation calls Lambda's API: botocore's clients are loaded (and traced, see
-# `runtime.TRACED_WHEN_LOADED`) now, not by the first invocation.
+# Every invocation calls Lambda's API: botocore is loaded (and traced) now, not by the first.
 import botocore.session  # noqa: F401
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext

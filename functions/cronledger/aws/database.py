@@ -84,9 +84,7 @@ class DatabaseEndpoint:
 
     def tls(self) -> ssl.SSLContext:
         """A context that verifies the server's certificate and host name (module header)."""
-        if self.via_proxy:
-            return ssl.create_default_context()
-        return ssl.create_default_context(cafile=str(RDS_CA_BUNDLE))
+        return ssl.create_default_context(cafile=None if self.via_proxy else str(RDS_CA_BUNDLE))
 
     def url(self) -> sa.URL:
         """The URL without a password: the token is added per connection."""
@@ -99,13 +97,12 @@ class DatabaseEndpoint:
         )
 
 
+@dataclass(frozen=True, slots=True)
 class IamAuthToken:
-    """Signs a token for this endpoint and user, the password each new connection presents
-    (see the module header)."""
+    """Signs a token for this endpoint and user, the password each new connection presents."""
 
-    def __init__(self, endpoint: DatabaseEndpoint, region: str) -> None:
-        self._endpoint = endpoint
-        self._region = region
+    endpoint: DatabaseEndpoint
+    region: str
 
     def token(self) -> str:
         from botocore.auth import SigV4QueryAuth
@@ -120,10 +117,10 @@ class IamAuthToken:
             )
         request = AWSRequest(
             method="GET",
-            url=f"https://{self._endpoint.host}:{self._endpoint.port}/",
-            data={"Action": "connect", "DBUser": self._endpoint.user},
+            url=f"https://{self.endpoint.host}:{self.endpoint.port}/",
+            data={"Action": "connect", "DBUser": self.endpoint.user},
         )
-        SigV4QueryAuth(credentials, "rds-db", self._region, expires=TOKEN_SECS).add_auth(request)
+        SigV4QueryAuth(credentials, "rds-db", self.region, expires=TOKEN_SECS).add_auth(request)
         return str(request.url).removeprefix("https://")
 
 
@@ -183,12 +180,5 @@ def admin_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine | None:
     secret = json.loads(
         default_clients().secretsmanager().get_secret_value(SecretId=arn)["SecretString"]
     )
-    url = sa.URL.create(
-        "postgresql+pg8000",
-        username=secret["username"],
-        password=secret["password"],
-        host=endpoint.host,
-        port=endpoint.port,
-        database=endpoint.database,
-    )
+    url = endpoint.url().set(username=secret["username"], password=secret["password"])
     return _engine(url, environ, connect_args={"ssl_context": endpoint.tls()})

@@ -47,20 +47,16 @@ class EmfSink:
                 self._dimensioned[key] = document
             document.add_metric(name=name, unit=unit, value=value)
 
-    def flush_dimensioned(self) -> None:
-        """Print one EMF document per dimension set recorded since the last flush."""
-        with self._lock:
-            documents, self._dimensioned = self._dimensioned, {}
-        for document in documents.values():
-            if document.metric_set:
-                document.flush_metrics()
-
     @contextmanager
     def recording(self) -> Iterator[EmfSink]:
-        """Be the process's metrics sink for one invocation, then flush what is per dimension
-        set; the handler's `log_metrics` flushes the rest after it."""
+        """Be the process's metrics sink for one invocation, then print one EMF document per
+        dimension set; the handler's `log_metrics` flushes the rest after it."""
         with cronledger_metrics.recording_to(self):
             try:
                 yield self
             finally:
-                self.flush_dimensioned()
+                with self._lock:
+                    documents, self._dimensioned = self._dimensioned, {}
+                for document in documents.values():
+                    if document.metric_set:
+                        document.flush_metrics()

@@ -14,14 +14,11 @@ from typing import TYPE_CHECKING
 
 from cronledger.ledger import Event, Ledger
 from cronledger.outbox import Sender, deliver, detail_type, event_json, in_sequence
-from cronledger.settings import Settings
 from cronledger.targets.clients import AwsClients, arn_region, default_clients
+from cronledger.targets.eventbridge import entry_refusal
 
 if TYPE_CHECKING:
-    from mypy_boto3_events.type_defs import (
-        PutEventsRequestEntryTypeDef,
-        PutEventsResultEntryTypeDef,
-    )
+    from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
 
 log = logging.getLogger(__name__)
 
@@ -35,17 +32,9 @@ SEND_TIMEOUT_SECS = 1.0
 class EventBridgeSender:
     """A `Sender` to one bus (a name, or an ARN for a bus in another account or region)."""
 
-    def __init__(
-        self,
-        bus: str,
-        installation: str,
-        *,
-        timeout_secs: float = SEND_TIMEOUT_SECS,
-        clients: AwsClients | None = None,
-    ) -> None:
+    def __init__(self, bus: str, installation: str, *, clients: AwsClients | None = None) -> None:
         self.bus = bus
         self.source = f"cronledger.{installation}"
-        self.timeout_secs = timeout_secs
         self._clients = clients
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
@@ -54,7 +43,7 @@ class EventBridgeSender:
         from botocore.exceptions import BotoCoreError, ClientError
 
         clients = self._clients or default_clients()
-        client = clients.events(arn_region(self.bus), self.timeout_secs, retried=False)
+        client = clients.events(arn_region(self.bus), SEND_TIMEOUT_SECS, retried=False)
         ordered = in_sequence(events)
         answers: dict[str, str | None] = {}
         for start in range(0, len(ordered), PUT_EVENTS_BATCH):
@@ -67,7 +56,7 @@ class EventBridgeSender:
                 break
             # Entries answer in the order they were sent.
             for event, entry in zip(batch, response["Entries"], strict=False):
-                answers[event.event_id] = _refusal(entry)
+                answers[event.event_id] = entry_refusal(entry)
         return answers
 
     def _entry(self, event: Event) -> PutEventsRequestEntryTypeDef:
@@ -79,20 +68,6 @@ class EventBridgeSender:
             # When it happened (the database's clock), not when a sweep got to send it.
             "Time": event.at,
         }
-
-
-def _refusal(entry: PutEventsResultEntryTypeDef) -> str | None:
-    """None for an accepted entry, else its error."""
-    if entry.get("EventId") and not entry.get("ErrorCode"):
-        return None
-    return f"{entry.get('ErrorCode', 'refused')}: {entry.get('ErrorMessage', 'no message')}"
-
-
-def bus_sender(settings: Settings) -> EventBridgeSender | None:
-    """The installation's sender; None where no bus is configured."""
-    if not settings.event_bus_name:
-        return None
-    return EventBridgeSender(settings.event_bus_name, settings.installation)
 
 
 def send_after_commit(ledger: Ledger, sender: Sender) -> Callable[[Sequence[Event]], None]:

@@ -20,9 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-# Every invocation the stack makes reads the database secret's state from Secrets Manager:
-# botocore's clients are loaded (and traced, see `runtime.TRACED_WHEN_LOADED`) now, not by the
-# first invocation.
+# Every invocation reads the database secret's state: botocore is loaded (and traced) now.
 import botocore.session  # noqa: F401
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -91,10 +89,9 @@ def owner() -> Ledger:
 
 
 def migrate(ledger: Ledger, statement_timeout_ms: int, until: float | None = None) -> None:
-    """Upgrade the schema and grant the application role, when the stack names one (a
-    database reached with CRONLEDGER_DATABASE_URL may not want one), with the statement
-    timeout as its own default; with one user for everything, it is the database's default.
-    The schema's owner, building an index, is never held to it."""
+    """Upgrade the schema and grant the application role when the stack names one, with the
+    statement timeout as its own default; with no role, as the database's default. The
+    schema's owner, building an index, is never held to it."""
     role = os.environ.get(APP_USER, "").strip()
     if not role:
         ledger.make_statement_timeout_default(statement_timeout_ms)
@@ -106,9 +103,7 @@ def migrate(ledger: Ledger, statement_timeout_ms: int, until: float | None = Non
     logger.info("the application role may use the cron_* tables", extra={"role": role})
 
 
-def until_available(
-    step: Callable[[], None], until: float, sleep: Callable[[float], None] = time.sleep
-) -> int:
+def until_available(step: Callable[[], None], until: float) -> int:
     """Run `step` until it does not raise `DatabaseUnavailable`, backing off between tries;
     answer how many tries it took. `DatabaseNeverAnswered` when the next try would start past
     the monotonic `until`."""
@@ -125,7 +120,7 @@ def until_available(
                     f"{time.monotonic() - started:.0f} s ({backoff.failures} tries); the last "
                     f"error: {exc}"
                 ) from exc
-            sleep(wait)
+            time.sleep(wait)
             continue
         tries = backoff.failures + 1
         backoff.succeeded()
@@ -133,9 +128,7 @@ def until_available(
 
 
 def rotation_under_way(secret: Mapping[str, Any]) -> str | None:
-    """Why a secret (a `DescribeSecret` answer) is not settled yet, or None when it is: a
-    rotation has been asked for and never finished, or a version is staged `AWSPENDING` that
-    is not yet `AWSCURRENT` (a rotation in progress)."""
+    """Why a secret (a `DescribeSecret` answer) is not settled yet, or None when it is."""
     if secret.get("RotationEnabled") and not secret.get("LastRotatedDate"):
         return "its first rotation has not finished"
     for version, stages in secret.get("VersionIdsToStages", {}).items():

@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from cronledger.aws.database import ledger_engine
 from cronledger.aws.emf import EmfSink
-from cronledger.aws.events import EventBridgeSender, bus_sender, send_after_commit
+from cronledger.aws.events import EventBridgeSender, send_after_commit
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
 
@@ -35,10 +35,9 @@ RECONCILE_SUCCEEDED = "ReconcileSucceeded"
 #: Occurrences a claim invocation handed to executors.
 DISPATCHED = "Dispatched"
 LOOP_MARGIN_SECS = 3.0
-#: What X-Ray patches (as Powertools names it) once a function loads the module it maps to,
-#: never at import (patching imports the library): `reconcile` calls no AWS API and loads no
-#: botocore client. The http target and the ledger's statements are traced by our own hooks
-#: (X-Ray's `httplib` patch misses urllib3 2; its pg8000 patch misses the ledger's connections).
+#: What X-Ray patches once a function loads the module it maps to, never at import (patching
+#: imports the library, and `reconcile` loads no botocore). The http target and the ledger are
+#: traced by hooks below: X-Ray's patches miss urllib3 2 and the ledger's own connections.
 TRACED_WHEN_LOADED = {"botocore": "botocore.session"}
 HTTP_TARGET_MODULE = "cronledger.targets.pinned_http"
 
@@ -56,9 +55,8 @@ def _trace(library: str, _module: ModuleType) -> None:
 
 
 def _trace_sql(engine: sa.Engine) -> None:
-    """Each statement the ledger sends becomes a `remote` subsegment with X-Ray's SQL fields,
-    as X-Ray's pg8000 patch records them for what `pg8000.connect` opens (the ledger opens its
-    connections itself): the database, its user and driver, never a statement's values."""
+    """Each statement the ledger sends becomes a `remote` subsegment with X-Ray's SQL fields
+    (the database, its user and driver), never a statement's values."""
     name, url = f"{engine.url.database}@{engine.url.host}", engine.url
     sql = {
         "url": url.render_as_string(hide_password=True),
@@ -114,8 +112,7 @@ for _library, _module in TRACED_WHEN_LOADED.items():
     wrapt.register_post_import_hook(functools.partial(_trace, _library), _module)
 wrapt.register_post_import_hook(_trace_http_targets, HTTP_TARGET_MODULE)
 
-# What is loaded by now lives as long as the container: frozen, the cyclic collector's full
-# collections never walk it again.
+# What is loaded by now lives as long as the container: the cyclic collector need not walk it.
 gc.freeze()
 
 T = TypeVar("T")
@@ -153,8 +150,8 @@ def settings() -> Settings:
 
 @per_container
 def ledger() -> Ledger:
-    """The container's ledger; the events a commit makes are sent to the installation's bus
-    right after it, by the function that made them (what misses that, the sweep sends)."""
+    """The container's ledger, which sends the events a commit makes to the bus right after it
+    (what misses that, the sweep sends)."""
     engine = ledger_engine()
     if not tracer.disabled:
         _trace_sql(engine)
@@ -167,11 +164,13 @@ def ledger() -> Ledger:
 
 @per_container
 def event_sender() -> EventBridgeSender | None:
-    return bus_sender(settings())
+    """The installation's sender; None where no bus is configured."""
+    bus, installation = settings().event_bus_name, settings().installation
+    return EventBridgeSender(bus, installation) if bus else None
 
 
 def deadline(context: LambdaContext) -> float:
-    """The function's own end, on the monotonic clock."""
+    """The invocation's end, on the monotonic clock."""
     return time.monotonic() + context.get_remaining_time_in_millis() / 1000
 
 

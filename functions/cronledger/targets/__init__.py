@@ -33,21 +33,10 @@ from cronledger.targets.stepfunctions import StepFunctionsTarget
 from cronledger.validation import field_errors
 
 __all__ = [
-    "RESULT_EXCERPT_BYTES",
-    "TARGET_TYPES",
-    "AwsClients",
-    "Envelope",
-    "Target",
-    "TargetOutcome",
-    "TargetPolicy",
-    "build_envelope",
-    "envelope_json",
-    "run_target",
-    "target_errors",
-    "target_ref",
-    "truncate_excerpt",
-    "validate_target",
-]
+    "RESULT_EXCERPT_BYTES", "TARGET_TYPES", "AwsClients", "Envelope", "Target", "TargetOutcome",
+    "TargetPolicy", "build_envelope", "envelope_json", "run_target", "target_errors",
+    "target_ref", "truncate_excerpt", "validate_target",
+]  # fmt: skip
 
 _KINDS: Final[dict[str, type[TargetDocument]]] = {
     kind.type_name: kind

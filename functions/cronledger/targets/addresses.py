@@ -1,11 +1,8 @@
-"""Which network addresses an `http` target may reach.
-
-A target's URL is written by whoever can call the API, so an address is refused when it is
-loopback, link-local (instance metadata), private, CGNAT, unique-local, multicast, unspecified
-or otherwise not public, unless a network in `CRONLEDGER_HTTP_ALLOW_NETWORKS` holds it. Every
-spelling is judged as the address it is: an IPv6 address carrying an IPv4 one (mapped,
-compatible, NAT64, 6to4) is refused when either form is, and a numeric host (`2852039166`,
-`0xa9.0xfe.169.254`) is read as the C resolver reads it. Names are judged after resolution.
+"""Which network addresses an `http` target may reach: a URL is written by whoever can call the
+API, so an address that is not public is refused unless `CRONLEDGER_HTTP_ALLOW_NETWORKS` holds
+it. Every spelling is judged as the address it is: an IPv6 address carrying an IPv4 one
+(mapped, compatible, NAT64, 6to4) is refused when either form is, and a numeric host
+(`2852039166`, `0xa9.0xfe.169.254`) is read as the C resolver reads it.
 """
 
 from __future__ import annotations

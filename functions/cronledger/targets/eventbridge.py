@@ -1,6 +1,6 @@
 """EventBridge target: the envelope as the `detail` of one event, successful when the bus
 accepts the entry. A refused entry comes back in an HTTP 200 with an error code on the entry,
-so the entry, not the call, is the answer."""
+so the entry, not the call, is the answer (`entry_refusal`, which the events' sender shares)."""
 
 from __future__ import annotations
 
@@ -61,9 +61,15 @@ class EventBridgeTarget(TargetDocument):
             "Detail": envelope_json(delivery.envelope),
         }
         client = delivery.clients.events(arn_region(bus), delivery.timeout_secs)
-        response = client.put_events(Entries=[entry])
-        answer = response["Entries"][0]
-        if response.get("FailedEntryCount", 0) or "ErrorCode" in answer:
-            why = f"{answer.get('ErrorCode')}: {answer.get('ErrorMessage')}"
-            return TargetOutcome(ok=False, error=f"entry refused by {bus}: {why}")
+        answer = client.put_events(Entries=[entry])["Entries"][0]
+        refusal = entry_refusal(answer)
+        if refusal is not None:
+            return TargetOutcome(ok=False, error=f"entry refused by {bus}: {refusal}")
         return TargetOutcome(ok=True, result=json.dumps({"EventId": answer.get("EventId")}))
+
+
+def entry_refusal(entry: Mapping[str, Any]) -> str | None:
+    """Why the bus refused one `PutEvents` entry, or None if it took it."""
+    if entry.get("EventId") and not entry.get("ErrorCode"):
+        return None
+    return f"{entry.get('ErrorCode', 'refused')}: {entry.get('ErrorMessage', 'no message')}"

@@ -1,8 +1,6 @@
 """Target documents as models: one per `type`, told apart by it, every problem at its key.
-
-JSON `null` on an optional key means "not given": clients that serialise a whole form send
-nulls for the fields left blank. The operator's `TargetPolicy` is the validation context's
-`policy`, the only source of what a document may reach beyond its target.
+JSON `null` on an optional key means "not given" (forms send nulls for blank fields). The
+operator's `TargetPolicy` is the validation context's `policy`.
 """
 
 from __future__ import annotations

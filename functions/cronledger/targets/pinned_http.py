@@ -1,8 +1,7 @@
 """One HTTP request sent to an address that was checked, under the URL's own host name.
-
-Resolving twice (to check, then to connect) would let a name change its answer in between (DNS
-rebinding). So the connection goes to the checked address, while the `Host` header, the TLS SNI
-and the certificate check keep the URL's host. No redirects, no proxy, no retries.
+Resolving again to connect would let a name change its answer in between (DNS rebinding), so
+the connection goes to the checked address while the `Host` header, TLS SNI and certificate
+check keep the URL's host. No redirects, no proxy, no retries.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""What the operator lets targets do: one immutable object, made from `Settings`.
-
-Whoever can call the API chooses what the executor runs, so anything a document can name
-beyond its target (a Python function, a private network, a secret) is allowed by this policy
-alone, never by the document. The default allows none of it: no `python` target, no private
-or loopback address, secrets only from `env:CRONLEDGER_SECRET_*` variables.
+"""What the operator lets targets do: one immutable object, made from `Settings`. Whoever can
+call the API chooses what the executor runs, so anything a document can name beyond its target
+(a Python function, a private network, a secret) is allowed by this policy alone. The default
+allows none of it: no `python` target, no private address, secrets only from the environment.
 """
 
 from __future__ import annotations
@@ -25,12 +23,11 @@ HTTP_ALLOW_NETWORKS = "CRONLEDGER_HTTP_ALLOW_NETWORKS"
 
 @dataclass(frozen=True, slots=True)
 class TargetPolicy:
-    """`python_modules`: module prefixes whose functions `python` targets may call (a prefix
-    covers itself and its submodules). `http_allow_networks`: networks `http` targets may reach
-    although they are not public. `secrets`: where `secret_headers` references point.
-    `resolver` is how host names become addresses (a test passes its own). `secret_hosts`,
-    where a secret's tags can be read when a channel is saved, reads the hosts it is bound
-    to (`cronledger.targets.secrets`); an attempt always reads them itself."""
+    """`python_modules`: module prefixes (each covering its submodules) whose functions `python`
+    targets may call. `http_allow_networks`: networks `http` targets may reach although not
+    public. `secrets`: where `secret_headers` references point. `resolver`: how hosts become
+    addresses. `secret_hosts`: where a secret's tags can be read at save, the hosts it is
+    bound to (an attempt always reads them itself)."""
 
     python_modules: tuple[str, ...] = ()
     http_allow_networks: tuple[Network, ...] = ()

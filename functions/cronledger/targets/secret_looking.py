@@ -1,10 +1,8 @@
 """Refusing credentials written in plain target settings (they are stored and listed as text).
-
-A heuristic that leans wide, since a false positive costs a move to `secret_headers` and a
-false negative a leaked secret: a name is folded to lowercase letters and digits, then matched
-against fragments (`auth` catches OAuth and X-Auth-Token) and endings (`key`, `token`, …);
-a value is refused when it carries an authorisation scheme, a JWT, an AWS access key id, a PEM
-block or a well-known provider token prefix.
+The heuristic leans wide: a false positive costs a move to `secret_headers`, a false negative a
+leaked secret. A name is folded to lowercase letters and digits and matched against fragments
+(`auth` catches OAuth) and endings; a value by its authorisation scheme, JWT, AWS key id, PEM
+block or provider token prefix.
 """
 
 from __future__ import annotations
@@ -28,9 +26,6 @@ _SECRET_VALUE = re.compile(
 
 def looks_secret(name: str, value: str) -> bool:
     """Whether a header or query parameter `name: value` looks like it carries a credential."""
-    return name_looks_secret(name) or bool(_SECRET_VALUE.search(value))
-
-
-def name_looks_secret(name: str) -> bool:
     folded = re.sub(r"[^a-z0-9]", "", name.lower())
-    return any(f in folded for f in _NAME_FRAGMENTS) or folded.endswith(_NAME_ENDINGS)
+    named = any(f in folded for f in _NAME_FRAGMENTS) or folded.endswith(_NAME_ENDINGS)
+    return named or bool(_SECRET_VALUE.search(value))

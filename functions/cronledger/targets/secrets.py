@@ -1,14 +1,12 @@
-"""Credentials by reference: `secret_headers` name a secret, never hold one.
+"""Credentials by reference: `secret_headers` name a secret, never hold one. An attempt reads
+it, kept at most `CACHE_SECS` (a rotation is picked up soon, a burst reads it once).
 
-The stored definition carries only where a secret lives; an attempt reads it, kept at most
-`CACHE_SECS` (a rotation is picked up soon, a burst of attempts reads it once). Where a
-reference may point is the operator's choice (`CRONLEDGER_SECRETS`): `env` allows only
-`env:CRONLEDGER_SECRET_<NAME>` (the environment also holds the process's own credentials);
-`aws` a Secrets Manager ARN or an SSM parameter, which IAM limits to the installation's tag.
-An AWS secret tagged `cronledger:secret-hosts` goes only to the hosts listed there, checked
-when a channel is saved (where the tags can be read) and before an attempt sends anything, so
-a channel edited to point elsewhere cannot carry the credential along; tags that cannot be
-read refuse the attempt. No message here repeats a secret's value, only its reference.
+Where a reference may point is the operator's choice (`CRONLEDGER_SECRETS`): `env` allows only
+`env:CRONLEDGER_SECRET_<NAME>` (the environment also holds the process's own credentials), `aws`
+a Secrets Manager ARN or an SSM parameter. An AWS secret tagged `cronledger:secret-hosts` goes
+only to the hosts listed there, checked at save (where the tags can be read) and before an
+attempt sends anything, so a channel edited to point elsewhere cannot carry it along; tags that
+cannot be read refuse the attempt. No message repeats a secret's value, only its reference.
 """
 
 from __future__ import annotations
@@ -88,9 +86,8 @@ def resolve_secret(reference: str, policy: TargetPolicy, clients: AwsClients) ->
 
 
 def secret_hosts(reference: str, clients: AwsClients) -> frozenset[str] | None:
-    """The hosts the secret's `cronledger:secret-hosts` tag names (lowercase), or None when it
-    has no such tag; read now or from the short cache. `SecretUnavailable` when its tags
-    cannot be read. For AWS references only (see `reference_problem`)."""
+    """The hosts an AWS secret's `cronledger:secret-hosts` tag names (lowercase), or None
+    without the tag; read now or from the short cache. `SecretUnavailable` when unreadable."""
     with _providers_lock:
         cached = _hosts.get(reference)
     if cached is not None and time.monotonic() - cached[0] < CACHE_SECS:
@@ -153,8 +150,7 @@ _hosts: dict[str, tuple[float, frozenset[str] | None]] = {}
 
 
 def _provider(service: str, region: str | None, clients: AwsClients) -> BaseProvider:
-    """One caching Powertools provider per service and region, kept for the process.
-    Powertools is imported only when an AWS secret is first read: it is not light."""
+    """One caching Powertools provider per service and region, imported on first use."""
     from aws_lambda_powertools.utilities.parameters import SecretsProvider, SSMProvider
 
     with _providers_lock:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from cronledger.targets.clients import arn_region
-from cronledger.targets.envelope import Envelope, delivery_id, envelope_json
+from cronledger.targets.envelope import delivery_id, envelope_json
 from cronledger.targets.fields import Boolean, TargetDocument, text
 from cronledger.targets.interface import Delivery, TargetOutcome, timed_out
 
@@ -44,7 +44,8 @@ class StepFunctionsTarget(TargetDocument):
     def run(cls, doc: Mapping[str, Any], delivery: Delivery) -> TargetOutcome:
         machine: str = doc["state_machine_arn"]
         client = delivery.clients.stepfunctions(arn_region(machine), delivery.timeout_secs)
-        name = execution_name(delivery.envelope)
+        # Step Functions allows 80 characters of `[A-Za-z0-9_-]` in a name.
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", delivery_id(delivery.envelope))[:80]
         given = envelope_json(delivery.envelope)
         if doc.get("wait") is not False and _is_express(client, machine):
             ended = client.start_sync_execution(stateMachineArn=machine, name=name, input=given)
@@ -67,11 +68,6 @@ class StepFunctionsTarget(TargetDocument):
             time.sleep(min(pause, left))
             pause = min(pause * 2, _MAX_POLL_SECS)
         return _ended(described, f"execution {execution}")
-
-
-def execution_name(envelope: Envelope) -> str:
-    """Step Functions allows 80 characters of `[A-Za-z0-9_-]` in a name."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", delivery_id(envelope))[:80]
 
 
 def _is_express(client: Any, machine: str) -> bool:
