@@ -15,18 +15,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from cronledger.api import create_app, handle_event
 from cronledger.aws import runtime
 from cronledger.aws.runtime import logger, tracer
-from cronledger.aws.wake import CLAIM_FUNCTION_NAME, ClaimWake, makes_due_runs
+from cronledger.aws.wake import CLAIM_FUNCTION_NAME, makes_due_runs, wake_claim
 
 
 @runtime.per_container
 def app() -> APIGatewayHttpResolver:
     return create_app(runtime.ledger(), runtime.settings())
-
-
-@runtime.per_container
-def claim_wake() -> ClaimWake | None:
-    name = os.environ.get(CLAIM_FUNCTION_NAME, "").strip()
-    return ClaimWake(name) if name else None
 
 
 @logger.inject_lambda_context(
@@ -38,7 +32,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     http = event.get("requestContext", {}).get("http", {})
     method, path, status = http.get("method"), event.get("rawPath"), answer.get("statusCode")
     logger.info("request answered", extra={"method": method, "path": path, "status": status})
-    wake = claim_wake()
-    if wake is not None and makes_due_runs(method, path, status):
-        wake()
+    claim = os.environ.get(CLAIM_FUNCTION_NAME, "").strip()
+    if claim and makes_due_runs(method, path, status):
+        wake_claim(claim)
     return answer

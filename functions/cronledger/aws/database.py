@@ -143,8 +143,7 @@ def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
 def _engine(
     url: str | sa.URL, environ: Mapping[str, str], via_proxy: bool = False, **options: Any
 ) -> sa.Engine:
-    """An engine bounded by the settings' timeouts; behind a proxy nothing is prepared and
-    the statement timeout is the database's default (module header)."""
+    """An engine bounded by the settings' timeouts (behind a proxy: see the module header)."""
     settings = Settings.from_env(environ)
     return create_ledger_engine(
         url,
@@ -156,8 +155,7 @@ def _engine(
 
 
 def function_region(environ: Mapping[str, str] = os.environ) -> str:
-    """The function's region, which its database tokens are signed for: the runtime's, like
-    its credentials, not one of the stack's settings."""
+    """The runtime's region, like its credentials: the database's tokens are signed for it."""
     found = next((environ[name] for name in REGION_VARIABLES if environ.get(name)), None)
     if found is None:
         raise DatabaseConfigError(
@@ -168,9 +166,8 @@ def function_region(environ: Mapping[str, str] = os.environ) -> str:
 
 
 def admin_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine | None:
-    """An engine connected as the cluster's master user, from the secret the stack names in
-    `CRONLEDGER_DB_ADMIN_SECRET_ARN` (only `migrate` is given it, and only without a proxy);
-    None when it names none. Same cluster, same verified TLS."""
+    """An engine connected as the cluster's master user, from the secret in
+    `CRONLEDGER_DB_ADMIN_SECRET_ARN` (given to `migrate` alone, and only without a proxy)."""
     arn = environ.get(DB_ADMIN_SECRET_ARN, "").strip()
     if not arn:
         return None

@@ -71,9 +71,8 @@ class EventBridgeSender:
 
 
 def send_after_commit(ledger: Ledger, sender: Sender) -> Callable[[Sequence[Event]], None]:
-    """An `EventStore.on_events` that sends a commit's events at once from the caller's thread.
-    It never raises: the change is already committed, and an event not marked delivered is
-    left for the sweep."""
+    """An `EventStore.on_events` that sends a commit's events at once; it never raises (the
+    change is committed already, and what is not delivered is left for the sweep)."""
 
     def send(events: Sequence[Event]) -> None:
         try:

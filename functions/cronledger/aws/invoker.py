@@ -31,8 +31,7 @@ MOST_PER_INVOKE = 25
 
 
 def dispatch_client() -> LambdaClient:
-    """The process's Lambda client for dispatches: short timeout, retried, a connection per
-    lane."""
+    """The process's Lambda client for dispatches: short timeout, retried, a connection a lane."""
     return default_clients().lambda_(
         timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True, connections=DISPATCH_LANES
     )

@@ -83,7 +83,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, bool]:
 
 @runtime.per_container
 def owner() -> Ledger:
-    """The ledger as the schema's owner (see the module header)."""
     engine = admin_engine()
     return runtime.ledger() if engine is None else Ledger(engine)
 

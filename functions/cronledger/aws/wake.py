@@ -7,14 +7,10 @@ carries nothing: a duplicate is a round that finds nothing, a lost one waits for
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from cronledger.aws.invoker import DISPATCH_TIMEOUT_SECS, invoke_async
 from cronledger.invokers import DispatchFailed
 from cronledger.targets.clients import default_clients
-
-if TYPE_CHECKING:
-    from mypy_boto3_lambda import LambdaClient
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +30,16 @@ def makes_due_runs(method: str | None, path: str | None, status: int | None) -> 
     )
 
 
-class ClaimWake:
-    """Invokes the claim function asynchronously, at most once per call."""
-
-    def __init__(self, function_name: str, client: LambdaClient | None = None) -> None:
-        self.function_name = function_name
-        self._client = client
-
-    def __call__(self) -> bool:
-        """Answers whether Lambda accepted the wake."""
-        client = self._client = self._client or default_clients().lambda_(
-            timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True
+def wake_claim(function_name: str) -> bool:
+    """Invoke the claim function asynchronously, once; answers whether Lambda accepted."""
+    client = default_clients().lambda_(timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True)
+    try:
+        invoke_async(client, function_name, WAKE_EVENT)
+    except DispatchFailed as exc:
+        log.warning(
+            "could not wake %s; the next tick claims the run: %s",
+            function_name,
+            exc.__cause__ or exc,
         )
-        try:
-            invoke_async(client, self.function_name, WAKE_EVENT)
-        except DispatchFailed as exc:
-            log.warning(
-                "could not wake %s; the next tick claims the run: %s",
-                self.function_name,
-                exc.__cause__ or exc,
-            )
-            return False
-        return True
+        return False
+    return True

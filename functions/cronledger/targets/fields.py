@@ -5,6 +5,7 @@ operator's `TargetPolicy` is the validation context's `policy`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Union
@@ -24,7 +25,7 @@ from cronledger.targets.interface import Delivery, TargetOutcome
 from cronledger.targets.policy import TargetPolicy
 from cronledger.validation import UNTAGGED, Document, refused
 
-_EXAMPLE = '{"type": "http", "url": "https://example.com/hooks/nightly"}'
+_EXAMPLE: dict[str, Any] = {"type": "http", "url": "https://example.com/hooks/nightly"}
 
 
 class TargetDocument(Document):
@@ -99,7 +100,7 @@ def union(models: Sequence[type[TargetDocument]]) -> Any:
 
     def by_type(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         if not isinstance(value, Mapping):
-            raise refused("type_mismatch", f"target must be an object, e.g. {_EXAMPLE}")
+            raise refused("type_mismatch", f"target must be an object, e.g. {json.dumps(_EXAMPLE)}")
         kind = value.get("type")
         problem = None
         if kind is None:
@@ -122,8 +123,6 @@ def union(models: Sequence[type[TargetDocument]]) -> Any:
         WrapValidator(by_type),
         Field(
             description="What runs: one `type` and that type's keys.",
-            json_schema_extra={
-                "example": {"type": "http", "url": "https://example.com/hooks/nightly"}
-            },
+            json_schema_extra={"example": _EXAMPLE},
         ),
     ]
