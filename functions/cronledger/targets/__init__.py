@@ -9,6 +9,7 @@ the policy may have narrowed since the channel was saved.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import traceback
@@ -134,10 +135,9 @@ def run_target(
             detail="".join(frames).strip() if kind is PythonTarget else None,
             permanent=code in TARGET_GONE_CODES,
         )
-    return TargetOutcome(
-        ok=outcome.ok,
+    return dataclasses.replace(
+        outcome,
         result=truncate_excerpt(outcome.result),
         error=truncate_excerpt(outcome.error, ERROR_MESSAGE_BYTES),
         detail=truncate_excerpt(outcome.detail, ERROR_MESSAGE_BYTES),
-        permanent=outcome.permanent,
     )
