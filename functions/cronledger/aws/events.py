@@ -3,7 +3,7 @@
 
 Each entry, not the call, says whether its event was accepted. A call that fails whole ends the
 send: its events and those after it stay in the outbox for the sweep, so an unreachable bus
-costs one short timeout, not one per batch.
+costs one short timeout, not one per batch. botocore is loaded by the first send, not before.
 """
 
 from __future__ import annotations
