@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -28,31 +28,19 @@ from cronledger.errors import CronledgerError
 from cronledger.ledger import Shard
 from cronledger.reconcile import Housekeeping, OutboxRound, PassReport, run_reconcile_loop
 
-if TYPE_CHECKING:
-    from mypy_boto3_lambda import LambdaClient
-
 #: Lambda sets it to the function's own name: shards are invocations of this function.
 FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"
-#: How long one launch may take: a shard not started is redone by the next tick.
-LAUNCH_TIMEOUT_SECS = 5.0
-
-
-@runtime.per_container
-def shard_client() -> LambdaClient:
-    from cronledger.targets.clients import default_clients
-
-    return default_clients().lambda_(timeout_secs=LAUNCH_TIMEOUT_SECS, retried=True, connections=1)
 
 
 def launch(shard: Shard) -> None:
     """A tick's shards but the first: botocore is loaded only by a tick that splits."""
-    from cronledger.aws.invoker import invoke_async
+    from cronledger.aws.invoker import dispatch_client, invoke_async
 
     name = os.environ.get(FUNCTION_NAME, "").strip()
     if not name:
         raise CronledgerError(f"{FUNCTION_NAME} is not set: reconcile cannot start its shards")
     payload = json.dumps({"shard": shard.index, "shards": shard.count}).encode()
-    invoke_async(shard_client(), name, payload)
+    invoke_async(dispatch_client(), name, payload)
 
 
 def shard_of(event: dict[str, Any]) -> Shard | None:
