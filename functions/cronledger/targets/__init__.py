@@ -127,12 +127,13 @@ def run_target(
         _log.warning("%s target %s failed", kind.type_name, target_ref(doc), exc_info=True)
         response = getattr(exc, "response", None)  # a ClientError's: what the service answered
         code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-        # A Python target's last frames say where it failed, not the executor's that called it.
-        frames = traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)
+        frames = None
+        if kind is PythonTarget:  # its last frames: where it failed, not the executor's frames
+            frames = "".join(traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)).strip()
         outcome = TargetOutcome(
             ok=False,
             error=f"{type(exc).__name__}: {exc}",
-            detail="".join(frames).strip() if kind is PythonTarget else None,
+            detail=frames,
             permanent=code in TARGET_GONE_CODES,
         )
     return dataclasses.replace(
