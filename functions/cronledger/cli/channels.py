@@ -22,7 +22,6 @@ from cronledger.cli.documents import Document, UsageError
 from cronledger.cli.output import Column, ago, instant_of, when
 from cronledger.cli.session import (
     EXIT_API,
-    After,
     ChannelRef,
     Limit,
     Offset,
@@ -32,13 +31,16 @@ from cronledger.cli.session import (
     confirm,
     instant,
 )
-from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
+from cronledger.cli.watching import watch_rows
 
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
 
 NamePrefix = Annotated[
     str | None, typer.Option("--name-prefix", help="only names starting with this")
+]
+ChannelStatus = Annotated[
+    str | None, typer.Option(help="only channels in this status: draft, active, paused, archived")
 ]
 Selector = Annotated[
     str | None,
@@ -72,29 +74,17 @@ CHANNEL_COLUMNS = (
 )
 
 
-@api(channels, "list")
+@api(channels, "list", paged=True)
 def list_channels(
     s: Session,
-    status: Annotated[
-        str | None,
-        typer.Option(help="only channels in this status: draft, active, paused, archived"),
-    ] = None,
+    status: ChannelStatus = None,
     selector: Selector = None,
     name_prefix: NamePrefix = None,
-    limit: Limit = 50,
-    offset: Offset = 0,
-    after: After = None,
 ) -> None:
     """List channels, newest first, with their schedule and next fire time, a page at a
     time (the footer names the next: --after …)."""
-    query = {
-        "status": status,
-        "name_prefix": name_prefix,
-        "label": label_query(selector),
-        "limit": limit,
-        "offset": offset,
-    }
-    page = s.get("/channels", {**query, "after": after})
+    query = {"status": status, "name_prefix": name_prefix, "label": label_query(selector)}
+    page = s.get("/channels", {**query, **s.page})
     s.out.answer(page, lambda: s.out.table(CHANNEL_COLUMNS, page["data"], page))
 
 
@@ -637,23 +627,14 @@ STATUS_COLUMNS = (
 )
 
 
-@api(root, "status")
-def status(
-    s: Session,
-    name_prefix: NamePrefix = None,
-    limit: Limit = 50,
-    offset: Offset = 0,
-    after: After = None,
-    watch: Watch = False,
-    interval: Interval = 2.0,
-    watch_for: WatchFor = None,
-) -> None:
+@api(root, "status", paged=True, watched=True)
+def status(s: Session, name_prefix: NamePrefix = None) -> None:
     """Per active channel, newest first: next fire, last run and its status, pending count,
     concurrency; with --watch, then each channel's row again whenever it changes."""
-    query = {"name_prefix": name_prefix, "limit": limit, "offset": offset, "after": after}
-    if watch:
+    query = {"name_prefix": name_prefix, **s.page}
+    if s.watching:
         fetch = lambda: s.get("/cron/status", query)["data"]  # noqa: E731
-        watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS, interval, watch_for)
+        watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS)
         return
     page = s.get("/cron/status", query)
 

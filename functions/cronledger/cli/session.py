@@ -1,10 +1,9 @@
 """What every operator command shares: the global options, the API client, the renderer, and
 the one boundary where an error becomes a message and an exit code.
 
-The global options (`--api-url`, `-o/--output`, `--json`) are accepted before the subcommand
-and after it: `api` adds them to each command's signature (so its help lists them), and one
-given after the subcommand wins. Exit codes: 0 done; 1 the API refused (its message and field
-problems printed once, on stderr); 2 bad usage or an unreadable file; 3 the API is unreachable.
+The global options are accepted before the subcommand and after it (`api` adds them to each
+command's signature, so its help lists them); one given after the subcommand wins. Exit codes:
+0 done; 1 the API refused; 2 bad usage or an unreadable file; 3 the API is unreachable.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final
 
@@ -32,6 +31,7 @@ from cronledger.cli.client import (
 )
 from cronledger.cli.documents import UsageError
 from cronledger.cli.output import Format, Out
+from cronledger.cli.watching import Interval, Watch, WatchFor
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 _AGE: Final = re.compile(r"(\d+)([smhd])")
@@ -122,10 +122,15 @@ def instant(value: str | None) -> str | None:
 
 @dataclass
 class Session:
-    """One command's view of the world: the API and where its answers are printed."""
+    """One command's view of the world: the API, where its answers are printed, and the paging
+    and `--watch` options of a listing (`api(paged=True, watched=True)`)."""
 
     api: ApiClient
     out: Out
+    #: `--limit`, `--offset` and `--after`, as the API's query terms.
+    page: dict[str, Any] = field(default_factory=dict)
+    #: With `--watch`: seconds between polls, and after which to stop (None: at Ctrl-C).
+    watching: tuple[float, float | None] | None = None
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         return self.api.call("GET", f"{PREFIX}{path}", query)
@@ -173,9 +178,29 @@ class Session:
         return None if ref is None else str(self.channel(ref)["channel_id"])
 
 
-def api(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[..., Any]:
-    """Register `func(session, …)` as a command of `app` that talks to the API: the global
-    options join its own, and its errors leave through `run`."""
+#: The options `api` adds to a command, after its own: a listing's paging (`paged`), `--watch`'s
+#: (`watched`), and the global ones; each as (name, annotation, default).
+PAGING: Final = (("limit", Limit, 50), ("offset", Offset, 0), ("after", After, None))
+WATCHING: Final = (
+    ("watch", Watch, False),
+    ("interval", Interval, 2.0),
+    ("watch_for", WatchFor, None),
+)
+GLOBALS: Final = (("api_url", ApiUrl, None), ("output", Output, None), ("json_", Json, False))
+
+
+def api(
+    app: typer.Typer,
+    name: str | None = None,
+    *,
+    paged: bool = False,
+    watched: bool = False,
+    **options: Any,
+) -> Callable[..., Any]:
+    """Register `func(session, …)` as a command of `app` that talks to the API: the paging,
+    watch and global options join its own (the session holds their values), and its errors
+    leave through `run`."""
+    added = [*(PAGING if paged else ()), *(WATCHING if watched else ()), *GLOBALS]
 
     def register(func: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(func, eval_str=True)
@@ -184,22 +209,23 @@ def api(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[.
             inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
             *(
                 inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
-                for n, a, d in (("api_url", ApiUrl, None), ("output", Output, None))
-            ),
-            inspect.Parameter(
-                "json_", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Json
+                for n, a, d in added
             ),
         ]
 
         @functools.wraps(func)
-        def command(**kwargs: Any) -> None:
-            ctx: typer.Context = kwargs.pop("ctx")
+        def command(ctx: typer.Context, **kwargs: Any) -> None:
+            given = {n: kwargs.pop(n) for n, _, _ in added}
             root = ctx.find_root().params
-            api_url = kwargs.pop("api_url") or root.get("api_url") or DEFAULT_API_URL
-            fmt = kwargs.pop("output") or root.get("output") or Format.table
-            if kwargs.pop("json_") or root.get("json_"):
+            api_url = given["api_url"] or root.get("api_url") or DEFAULT_API_URL
+            fmt = given["output"] or root.get("output") or Format.table
+            if given["json_"] or root.get("json_"):
                 fmt = Format.json
             session = Session(ApiClient(api_url), Out(fmt))
+            if paged:
+                session.page = {n: given[n] for n, _, _ in PAGING}
+            if watched and given["watch"]:
+                session.watching = (given["interval"], given["watch_for"])
             run(session.out, lambda: func(session, **kwargs))
 
         command.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
