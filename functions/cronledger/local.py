@@ -1,10 +1,8 @@
-"""The one-process local scheduler, `cronledger dev`: the Lambda services on threads.
+"""`cronledger dev`: the Lambda services on threads of one process, the API behind a plain
+HTTP server (`local_gateway`), each ended attempt printed as a line (`local_printer`).
 
-The API resolver sits behind a plain HTTP server (`local_gateway`), beside the reconcile and
-claim loops and executors on a pool, each ended attempt printed as a line (`local_printer`).
-Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts, then exits: the
-leases still held expire and a peer (or the next run) recovers them. A second Ctrl-C exits at
-once.
+Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts: the leases still
+held expire and a peer (or the next run) recovers them. A second Ctrl-C exits at once.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """`cronledger channels …` and the commands that act on one channel: trigger, backfill,
 preview, status.
 
-`channels apply` judges each document on its own: each is reported created, updated, unchanged
-or refused, every valid one is applied, and the command exits 1 if any was refused. An existing
-channel gets a new version only if its definition changed, then the document's status if it
-differs. `--dry-run` sends the same requests as API dry runs (checked, then rolled back), so it
-reports what applying would do, refusals included, and prints each diff.
+`channels apply` judges each document on its own: every valid one is applied, and the command
+exits 1 if any was refused. An existing channel gets a new version only if its definition
+changed, then the document's status if it differs. `--dry-run` sends the same requests as API
+dry runs (checked, then rolled back), so it reports what applying would do, refusals included.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from cronledger import declare
+from cronledger.api_client import ApiError, segment
 from cronledger.cli import documents, proposed
-from cronledger.cli.client import ApiError, segment
 from cronledger.cli.documents import Document, UsageError
 from cronledger.cli.output import Column, ago, instant_of, when
 from cronledger.cli.session import (
@@ -50,15 +49,17 @@ Selector = Annotated[
 ]
 
 
-def label_query(selector: str | None) -> list[str] | None:
-    """A `-l` selector as the API's repeated `label` query terms (None: no selector)."""
-    if selector is None:
-        return None
-    return [f"{key}={value}" for key, value in documents.selector(selector).items()]
+def terms(labels: Mapping[str, str]) -> list[str]:
+    """Labels as `key=value` terms: the API's repeated `label` query, or said joined by commas."""
+    return [f"{key}={value}" for key, value in labels.items()]
 
 
 def labels_of(channel: Mapping[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted((channel.get("labels") or {}).items()))
+    return ",".join(terms(dict(sorted((channel.get("labels") or {}).items()))))
+
+
+def path_of(channel: Mapping[str, Any]) -> str:
+    return f"/channels/{segment(channel['channel_id'])}"
 
 
 CHANNEL_COLUMNS = (
@@ -83,7 +84,11 @@ def list_channels(
 ) -> None:
     """List channels, newest first, with their schedule and next fire time, a page at a
     time (the footer names the next: --after …)."""
-    query = {"status": status, "name_prefix": name_prefix, "label": label_query(selector)}
+    query = {
+        "status": status,
+        "name_prefix": name_prefix,
+        "label": None if selector is None else terms(documents.selector(selector)),
+    }
     page = s.get("/channels", {**query, **s.page})
     s.out.answer(page, lambda: s.out.table(CHANNEL_COLUMNS, page["data"], page))
 
@@ -213,7 +218,7 @@ def _input(
 
 def _selected(s: Session, labels: Mapping[str, str]) -> list[dict[str, Any]]:
     """Every channel that is not archived and carries all of `labels`."""
-    found = s.each("/channels", {"label": [f"{k}={v}" for k, v in labels.items()]})
+    found = s.each("/channels", {"label": terms(labels)})
     return [c for c in found if c["status"] != "archived"]
 
 
@@ -221,11 +226,8 @@ def _prune(s: Session, channel: dict[str, Any], dry_run: bool) -> dict[str, Any]
     """Archive one channel the input no longer holds (or say so, with `dry_run`)."""
     name = channel["name"]
     if not dry_run:
-        s.send(
-            "PATCH",
-            f"/channels/{segment(channel['channel_id'])}/status",
-            {"status": "archived", "reason": "pruned: no longer in the applied input"},
-        )
+        body = {"status": "archived", "reason": "pruned: no longer in the applied input"}
+        s.send("PATCH", f"{path_of(channel)}/status", body)
     s.out.say(s.out.status("archived"), f"  {name}: pruned{' (dry run)' if dry_run else ''}")
     return {"name": name, "outcome": "archived", "channel_id": channel["channel_id"]}
 
@@ -281,7 +283,7 @@ def _applied(
         f"{name} (version {current['version']})",
         "the file",
     )
-    path = f"/channels/{segment(current['channel_id'])}"
+    path = path_of(current)
     definition = {k: v for k, v in body.items() if k != "status"}
     channel = s.send("PUT", path, definition, query or None)["data"]
     changes = []
@@ -317,8 +319,7 @@ HISTORY_COLUMNS = (
 def history(s: Session, channel: ChannelRef, limit: Limit = 50, offset: Offset = 0) -> None:
     """A channel's versions, newest first (`channels diff` compares two)."""
     c = s.channel(channel)
-    path = f"/channels/{segment(c['channel_id'])}/versions"
-    page = s.get(path, {"limit": limit, "offset": offset})
+    page = s.get(f"{path_of(c)}/versions", {"limit": limit, "offset": offset})
 
     def human() -> None:
         note = status_note(c)
@@ -394,8 +395,7 @@ def rollback(
     """Write a new version equal to an earlier one (history is never rewritten)."""
     c = s.channel(channel)
     old = _version(s, c, to)
-    path = f"/channels/{segment(c['channel_id'])}"
-    answer = s.send("PUT", path, old)
+    answer = s.send("PUT", path_of(c), old)
     now = answer["data"]
     if now["version"] == c["version"]:
         message = f"channel {c['name']} already equals version {to} (version {now['version']})"
@@ -406,9 +406,8 @@ def rollback(
 
 def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]:
     """Version `number` of `channel` as a document (no status: versions have none)."""
-    path = f"/channels/{segment(channel['channel_id'])}/versions/{number}"
     try:
-        version = s.get(path)["data"]
+        version = s.get(f"{path_of(channel)}/versions/{number}")["data"]
     except ApiError as exc:
         if exc.status == 404:
             raise UsageError(
@@ -443,7 +442,7 @@ def _lifecycle(verb: str, status: str, text: str) -> None:
             return
         assert channel is not None
         body = {"status": status, "reason": reason}
-        answer = s.send("PATCH", f"{s.channel_path(channel)}/status", body)
+        answer = s.send("PATCH", f"{path_of(s.channel(channel))}/status", body)
         c = answer["data"]
         why = f" ({c['status_reason']})" if c.get("status_reason") else ""
         s.out.answer(
@@ -461,7 +460,7 @@ def _bulk(s: Session, labels: Mapping[str, str], status: str, reason: str | None
 
     def human() -> None:
         if not moves:
-            s.out.say("no channel carries ", ",".join(f"{k}={v}" for k, v in labels.items()))
+            s.out.say("no channel carries ", ",".join(terms(labels)))
         for m in moves:
             if m["error"] is not None:
                 s.out.say(
@@ -498,14 +497,14 @@ def delete(s: Session, channel: ChannelRef, yes: Yes = False) -> None:
     """Delete a channel and its whole history (`archive` keeps the history)."""
     c = s.channel(channel)
     confirm(s.out, f"Delete channel {c['name']} and every occurrence it has?", yes)
-    s.send("DELETE", f"/channels/{segment(c['channel_id'])}")
+    s.send("DELETE", path_of(c))
     s.out.answer({"deleted": c["channel_id"]}, lambda: s.out.say(f"deleted channel {c['name']}"))
 
 
 @api(root, "trigger")
 def trigger(s: Session, channel: ChannelRef) -> None:
     """Run an active channel now (a `manual` occurrence at the database's now)."""
-    answer = s.send("POST", f"{s.channel_path(channel)}/trigger")
+    answer = s.send("POST", f"{path_of(s.channel(channel))}/trigger")
     o = answer["data"]
     s.out.answer(
         answer,
@@ -541,7 +540,7 @@ def backfill(
     """Run an active channel's past instants in [--from, --to] (at most 1000 at a time)."""
     window = {"from": instant(from_), "to": instant(to), "overlap": overlap}
     query = {"dry_run": "true"} if dry_run else None
-    answer = s.send("POST", f"{s.channel_path(channel)}/backfill", window, query)
+    answer = s.send("POST", f"{path_of(s.channel(channel))}/backfill", window, query)
     b = answer["data"]
     s.out.answer(answer, lambda: _backfilled(s, channel, b))
 
@@ -573,7 +572,7 @@ def preview(
     a mark where the zone's offset changes (check a DST day), and when each row falls due if
     the channel spreads them (`jitter_secs`)."""
     query = {"count": count, "from": instant(from_)}
-    answer = s.get(f"{s.channel_path(channel)}/preview", query)
+    answer = s.get(f"{path_of(s.channel(channel))}/preview", query)
     p = answer["data"]
 
     def human() -> None:

@@ -1,11 +1,9 @@
 """`cronledger events`: what the scheduler told (or would have told) about each channel.
 
-A listing is the API's: newest first, a page at a time by key. `--watch` reads as a log: the
-newest page oldest first, then each event as it arrives. It polls by the events' own instants
-(the database's clock, so a skewed local clock loses nothing), looking back `_LOOK_BACK`
-before the newest seen: an event is stamped inside its transaction and listed once that
-commits, so it may appear behind one already shown. An id is printed once, and forgotten when
-it falls out of that window (no poll can see it again).
+`--watch` reads as a log: the newest page oldest first, then each event as it arrives. It
+polls by the events' own (database) instants from `_LOOK_BACK` before the newest seen, since
+an event is stamped inside its transaction and listed once that commits, so it may appear
+behind one already shown. An id is printed once, and forgotten when it leaves that window.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Annotated, Any, Final
 import typer
 
 from cronledger.cli.output import Column, instant_of, when
-from cronledger.cli.session import After, Limit, Session, api, instant
+from cronledger.cli.session import After, ChannelFilter, Limit, Session, api, instant
 from cronledger.cli.watching import Interval, WatchFor, every_poll
 from cronledger.instants import to_rfc3339
 
@@ -50,9 +48,7 @@ COLUMNS = (
 @api(root, "events")
 def events(
     s: Session,
-    channel: Annotated[
-        str | None, typer.Option("--channel", "-c", help="a channel name or id")
-    ] = None,
+    channel: ChannelFilter = None,
     kind: Annotated[
         str | None,
         typer.Option("--kind", "-k", help="failed, overdue, recovered, … (or occurrence.failed)"),

@@ -11,11 +11,12 @@ from typing import Annotated, Any
 
 import typer
 
-from cronledger.cli.client import ApiError, segment
+from cronledger.api_client import ApiError, segment
 from cronledger.cli.documents import UsageError
 from cronledger.cli.output import Column, duration, when
 from cronledger.cli.session import (
     EXIT_API,
+    ChannelFilter,
     Session,
     Yes,
     api,
@@ -34,7 +35,6 @@ Since = Annotated[
     ),
 ]
 Until = Annotated[str | None, typer.Option(help="scheduled at or before: RFC 3339 or an age")]
-ChannelFilter = Annotated[str | None, typer.Option("--channel", "-c", help="a channel name or id")]
 OccurrenceId = Annotated[
     str, typer.Argument(help="an occurrence id (`occurrences list -o wide` shows them whole)")
 ]

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from cronledger.cli.client import (
+from cronledger.api_client import (
     DEFAULT_API_URL,
     PREFIX,
     ApiClient,
@@ -71,10 +71,7 @@ Output = Annotated[
         show_default=False,
     ),
 ]
-Json = Annotated[
-    bool,
-    typer.Option("--json", help="same as -o json", rich_help_panel=GLOBAL_PANEL),
-]
+Json = Annotated[bool, typer.Option("--json", help="same as -o json", rich_help_panel=GLOBAL_PANEL)]
 
 
 def _channel_names(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -93,6 +90,7 @@ ChannelRef = Annotated[
     str,
     typer.Argument(help="a channel name or id", show_default=False, autocompletion=_channel_names),
 ]
+ChannelFilter = Annotated[str | None, typer.Option("--channel", "-c", help="a channel name or id")]
 Limit = Annotated[int, typer.Option(min=1, max=1000, help="rows per page, 1..1000")]
 Offset = Annotated[int, typer.Option(min=0, help="rows to skip, up to 10000 (then use --after)")]
 After = Annotated[
@@ -170,9 +168,6 @@ class Session:
             raise
         return channel
 
-    def channel_path(self, ref: str) -> str:
-        return f"/channels/{segment(self.channel(ref)['channel_id'])}"
-
     def channel_id(self, ref: str | None) -> str | None:
         """The id of the channel `ref` names (None: no channel given)."""
         return None if ref is None else str(self.channel(ref)["channel_id"])
@@ -205,13 +200,9 @@ def api(
     def register(func: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(func, eval_str=True)
         own = list(signature.parameters.values())[1:]  # the session is ours to give
-        extra = [
-            inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
-            *(
-                inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
-                for n, a, d in added
-            ),
-        ]
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        extra = [inspect.Parameter("ctx", keyword, annotation=typer.Context)]
+        extra += [inspect.Parameter(n, keyword, default=d, annotation=a) for n, a, d in added]
 
         @functools.wraps(func)
         def command(ctx: typer.Context, **kwargs: Any) -> None:
@@ -221,11 +212,9 @@ def api(
             fmt = given["output"] or root.get("output") or Format.table
             if given["json_"] or root.get("json_"):
                 fmt = Format.json
-            session = Session(ApiClient(api_url), Out(fmt))
-            if paged:
-                session.page = {n: given[n] for n, _, _ in PAGING}
-            if watched and given["watch"]:
-                session.watching = (given["interval"], given["watch_for"])
+            page = {n: given[n] for n, _, _ in PAGING} if paged else {}
+            watching = (given["interval"], given["watch_for"]) if given.get("watch") else None
+            session = Session(ApiClient(api_url), Out(fmt), page, watching)
             run(session.out, lambda: func(session, **kwargs))
 
         command.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ import signal
 from http.server import ThreadingHTTPServer
 from typing import Final
 
-from cronledger.cli.client import PREFIX, ApiClient, Unreachable
+from cronledger.api_client import PREFIX, ApiClient, Unreachable
 from cronledger.cli.output import Out
 from cronledger.console import HEADERS, PAGE, asset
 from cronledger.local_http import (
