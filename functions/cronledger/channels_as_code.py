@@ -1,6 +1,5 @@
 """Channels declared in code, applied at deploy through the API resolver in this process, so a
-deploy validates, compares and writes exactly as `channels apply` does: every problem before
-anything is written, and no new version for an unchanged declaration.
+deploy validates, compares and writes exactly as `channels apply` does.
 
 The declaration wins: a channel changed through the API since the last deploy (or made by
 another) is overwritten, and that is said in the result and the channel's status reason. An

@@ -157,17 +157,12 @@ def _is_address(name: str) -> bool:
     return True
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` (what `--host` names) is only reachable from this machine."""
-    return host.lower() == "localhost" or (
-        _is_address(host) and ipaddress.ip_address(host).is_loopback
-    )
-
-
 def exposure_warning(host: str, allow_remote: bool) -> str | None:
-    """What `cronledger dev` says before listening on `host` (None for loopback); ValueError
-    for any other without `allow_remote`."""
-    if is_loopback(host):
+    """What `cronledger dev` says before listening on `host` (None for a loopback one, only
+    reachable from this machine); ValueError for any other without `allow_remote`."""
+    if host.lower() == "localhost" or (
+        _is_address(host) and ipaddress.ip_address(host).is_loopback
+    ):
         return None
     if not allow_remote:
         raise ValueError(

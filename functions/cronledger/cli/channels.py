@@ -102,6 +102,7 @@ def show(s: Session, channel: ChannelRef) -> None:
         s.out.data(documents.document_of(c))
         return
     compiled = c.get("compiled") or {}
+    next_fire = compiled.get("next_fire_at")
     s.out.fields(
         [
             ("name", c["name"]),
@@ -112,10 +113,7 @@ def show(s: Session, channel: ChannelRef) -> None:
             ("timezone", compiled.get("timezone")),
             ("misfire policy", compiled.get("misfire_policy")),
             ("concurrency", concurrency(compiled, wide=True)),
-            (
-                "next fire",
-                f"{when(compiled.get('next_fire_at'))} ({ago(compiled.get('next_fire_at'))})",
-            ),
+            ("next fire", f"{when(next_fire)} ({ago(next_fire)})"),
             ("paused at", when(compiled.get("paused_at"))),
             ("reason", c.get("status_reason")),
             ("labels", labels_of(c) or None),
@@ -141,7 +139,6 @@ def apply(
     from_module: Annotated[
         str | None,
         typer.Option(
-            "--from-module",
             help="a Python module (importable from here) whose @cronledger.cron functions "
             "declare the channels",
         ),
@@ -342,7 +339,7 @@ def diff(
         typer.Option("--from", min=1, help="the older version (default: the one before --to)"),
     ] = None,
     to: Annotated[
-        int | None, typer.Option("--to", min=1, help="the newer version (default: the current one)")
+        int | None, typer.Option(min=1, help="the newer version (default: the current one)")
     ] = None,
     file: Annotated[
         str | None,
@@ -390,7 +387,7 @@ def diff(
 def rollback(
     s: Session,
     channel: ChannelRef,
-    to: Annotated[int, typer.Option("--to", min=1, help="the version to return to")],
+    to: Annotated[int, typer.Option(min=1, help="the version to return to")],
 ) -> None:
     """Write a new version equal to an earlier one (history is never rewritten)."""
     c = s.channel(channel)
@@ -424,14 +421,16 @@ Reason = Annotated[
 ]
 
 
+ChannelOrSelector = Annotated[
+    str | None, typer.Argument(help="a channel name or id (or -l for every labelled one)")
+]
+
+
 def _lifecycle(verb: str, status: str, text: str) -> None:
     @api(channels, verb, help=text)
     def change(
         s: Session,
-        channel: Annotated[
-            str | None,
-            typer.Argument(help="a channel name or id (or -l for every labelled one)"),
-        ] = None,
+        channel: ChannelOrSelector = None,
         selector: Selector = None,
         reason: Reason = None,
     ) -> None:
@@ -524,7 +523,7 @@ def backfill(
         str, typer.Option("--from", help="the first instant: RFC 3339 or an age (7d)")
     ],
     to: Annotated[
-        str, typer.Option("--to", help="the last instant, not in the future: RFC 3339 or an age")
+        str, typer.Option(help="the last instant, not in the future: RFC 3339 or an age")
     ],
     overlap: Annotated[
         str,

@@ -1,10 +1,9 @@
 """The one renderer every command prints through (Rich).
 
-`-o table` (the default) fits the terminal: columns dropped least important first (a `cut_to`
-column is cut instead, while a row has something in it), ids shortened, statuses coloured on a
-terminal (`NO_COLOR` honoured). `-o wide` shows every column in full. `-o json` and `-o yaml`
-print the API's answer and nothing else on stdout: progress goes to stderr. An error goes to
-stderr once, as one line and the field problems under it.
+`-o table` (the default) fits the terminal: the least important columns dropped first (a
+`cut_to` column is cut instead), ids shortened, statuses coloured (`NO_COLOR` honoured). `-o
+wide` shows every column in full. `-o json|yaml` print the API's answer alone on stdout, the
+rest on stderr. An error goes to stderr once: one line, the field problems under it.
 """
 
 from __future__ import annotations
@@ -93,24 +92,22 @@ class Out:
         else:
             sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
-    def record(self, value: Any) -> None:
-        """One item of a stream for scripts: a line of JSON, or a YAML document."""
-        if self.format is Format.yaml:
-            sys.stdout.write("---\n")
-            self.data(value)
-        else:
-            sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
-
     def rows(
         self, columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], header: bool, empty: str
     ) -> None:
-        """Rows of a stream, out now (its reader is waiting): one `record` each for scripts;
-        for a person, table rows, with the header (or `empty`) when `header`."""
-        if self.for_scripts:
+        """Rows of a stream, out now (its reader is waiting): for scripts a JSON line or a
+        YAML document each; for a person, table rows, with the header (or `empty`) if `header`."""
+        if not self.for_scripts:
+            if rows or header:
+                self.table(columns, rows, empty=empty, header=header)
+        elif self.format is Format.yaml:
             for row in rows:
-                self.record(dict(row))
-        elif rows or header:
-            self.table(columns, rows, empty=empty, header=header)
+                sys.stdout.write("---\n")
+                self.data(dict(row))
+        else:
+            for row in rows:
+                sys.stdout.write(json.dumps(dict(row), ensure_ascii=False, separators=(",", ":")))
+                sys.stdout.write("\n")
         sys.stdout.flush()
 
     def say(self, *parts: str | Text) -> None:
