@@ -205,16 +205,15 @@ def _fitting(
 ) -> tuple[list[Column], dict[str, int]]:
     """The columns that fit in `width`, the least important dropped first (at least one),
     and the width each column that is cut instead may take."""
-    natural = {
-        c.header: max(len(c.header), *(t.cell_len for t in cells[c.header])) for c in columns
-    }
     cut = {
         c.header
         for c in columns
         if c.cut_to and any(t.plain != _plain(None) for t in cells[c.header])
     }
-    cut_to = {c.header: c.cut_to for c in columns}
-    needed = {h: min(n, cut_to[h]) if h in cut else n for h, n in natural.items()}
+    needed = {}
+    for c in columns:
+        natural = max(len(c.header), *(t.cell_len for t in cells[c.header]))
+        needed[c.header] = min(natural, c.cut_to) if c.header in cut else natural
     kept = list(columns)
 
     def total() -> int:
