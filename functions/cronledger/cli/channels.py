@@ -38,7 +38,7 @@ root = typer.Typer()  # the top-level commands about one channel, joined to the 
 NamePrefix = Annotated[
     str | None, typer.Option("--name-prefix", help="only names starting with this")
 ]
-ChannelStatus = Annotated[
+StatusFilter = Annotated[
     str | None, typer.Option(help="only channels in this status: draft, active, paused, archived")
 ]
 Selector = Annotated[
@@ -78,7 +78,7 @@ CHANNEL_COLUMNS = (
 @api(channels, "list", paged=True)
 def list_channels(
     s: Session,
-    status: ChannelStatus = None,
+    status: StatusFilter = None,
     selector: Selector = None,
     name_prefix: NamePrefix = None,
 ) -> None:
@@ -421,7 +421,7 @@ Reason = Annotated[
 ]
 
 
-ChannelOrSelector = Annotated[
+ChannelOrLabels = Annotated[
     str | None, typer.Argument(help="a channel name or id (or -l for every labelled one)")
 ]
 
@@ -430,7 +430,7 @@ def _lifecycle(verb: str, status: str, text: str) -> None:
     @api(channels, verb, help=text)
     def change(
         s: Session,
-        channel: ChannelOrSelector = None,
+        channel: ChannelOrLabels = None,
         selector: Selector = None,
         reason: Reason = None,
     ) -> None:
