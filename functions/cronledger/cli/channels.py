@@ -18,7 +18,7 @@ from cronledger import declare
 from cronledger.api_client import ApiError, segment
 from cronledger.cli import documents, proposed
 from cronledger.cli.documents import Document, UsageError
-from cronledger.cli.output import Column, ago, instant_of, when
+from cronledger.cli.output import Column, ago, when
 from cronledger.cli.session import (
     EXIT_API,
     ChannelRef,
@@ -31,6 +31,7 @@ from cronledger.cli.session import (
     instant,
 )
 from cronledger.cli.watching import watch_rows
+from cronledger.instants import parse_rfc3339
 
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
@@ -583,7 +584,7 @@ def preview(
         ]
         if any(i.get("dst") for i in p["instants"]):
             columns.append(Column("DST", lambda i: i.get("dst") and f"offset {i['dst']}", 60))
-        if any(instant_of(i["due_at"]) != instant_of(i["utc"]) for i in p["instants"]):
+        if any(parse_rfc3339(i["due_at"]) != parse_rfc3339(i["utc"]) for i in p["instants"]):
             columns.append(Column("DUE (UTC)", lambda i: i["due_at"], 80))
         s.out.table(columns, p["instants"], empty=p.get("note") or "(none)")
 

@@ -14,10 +14,10 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from cronledger.cli.output import Column, instant_of, when
+from cronledger.cli.output import Column, when
 from cronledger.cli.session import After, ChannelFilter, Limit, Session, api, instant
 from cronledger.cli.watching import Interval, WatchFor, every_poll
-from cronledger.instants import to_rfc3339
+from cronledger.instants import parse_rfc3339, to_rfc3339
 
 root = typer.Typer()
 
@@ -78,7 +78,7 @@ def events(
         found = page["data"] if first else _arrived(s, query, seen)
         ordered = sorted(found, key=lambda e: (e["at"], e["event_id"]))
         header = first or not seen
-        seen.update((e["event_id"], instant_of(e["at"])) for e in ordered)
+        seen.update((e["event_id"], parse_rfc3339(e["at"])) for e in ordered)
         s.out.rows(COLUMNS, ordered, header=header, empty="(no events yet)")
         if seen:
             horizon = max(seen.values()) - _LOOK_BACK
@@ -99,7 +99,7 @@ def _arrived(s: Session, query: Mapping[str, Any], seen: Mapping[str, Any]) -> l
     since = query.get("since")
     if seen:
         back = to_rfc3339(max(seen.values()) - _LOOK_BACK)
-        since = back if since is None or instant_of(since) < instant_of(back) else since
+        since = back if since is None or parse_rfc3339(since) < parse_rfc3339(back) else since
     return [
         e for e in s.each("/cron/events", {**query, "since": since}) if e["event_id"] not in seen
     ]

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cronledger.instants import human_duration
+from cronledger.instants import human_duration, parse_rfc3339
 
 
 class Format(StrEnum):
@@ -242,16 +242,11 @@ def when(value: Any) -> str:
     return re.sub(r"\.\d+(?=Z$)", "", str(value))
 
 
-def instant_of(value: Any) -> datetime:
-    """An RFC 3339 instant the API answered, as a datetime."""
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
 def ago(value: Any, now: datetime | None = None) -> str:
     """An instant relative to now: "in 3 s", "2 min ago"."""
     if not value:
         return "-"
-    at = instant_of(value)
+    at = parse_rfc3339(str(value))
     delta = (at - (now or datetime.now(UTC))).total_seconds()
     span = duration(abs(delta) * 1000)
     return f"in {span}" if delta >= 0 else f"{span} ago"
