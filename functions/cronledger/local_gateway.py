@@ -101,11 +101,8 @@ def serve_api(
         timeout = read_timeout_secs
         max_body = MAX_BODY_BYTES
 
-        def handle_method(self) -> None:
+        def handle_body(self, body: bytes) -> None:
             # Every method goes to the resolver, which answers a wrong one with a 405.
-            body = self.read_body()
-            if body is None:
-                return
             served_port = cast(ThreadingHTTPServer, self.server).server_port
             refusal = foreign_request(
                 self.headers.get("host"), self.headers.get("origin"), host, served_port

@@ -66,33 +66,32 @@ class PeerSafeServer(ThreadingHTTPServer):
 
 
 class JsonRequestHandler(BaseHTTPRequestHandler):
-    """Every method goes to `handle_method`, which reads with `read_body` and answers with
-    `answer`; refusals are JSON in the error shape."""
+    """Every method's request, its body read whole, goes to `handle_body`, which answers with
+    `answer`; refusals (of the body here) are JSON in the error shape."""
 
     protocol_version = "HTTP/1.1"
     timeout = READ_TIMEOUT_SECS
     #: The largest body accepted, in bytes; a larger one is a 413 before a byte of it is read.
     max_body: int = 1 << 20
 
-    def handle_method(self) -> None:
+    def handle_body(self, body: bytes) -> None:
         raise NotImplementedError
 
     if not TYPE_CHECKING:  # kept from the type checker: every attribute would be Any
 
         def __getattr__(self, name: str) -> Any:
             # The standard library answers `do_<METHOD>`; any method, known or not, is
-            # `handle_method`'s to answer (a 405 naming those it takes, not an HTML 501).
+            # `handle_body`'s to answer (a 405 naming those it takes, not an HTML 501).
             if name.startswith("do_"):
-                return self.handle_method
+                return self._handle_method
             raise AttributeError(name)
 
-    def read_body(self) -> bytes | None:
-        """The request's body, whole; None when it was refused (answered, connection closing)."""
+    def _handle_method(self) -> None:
         body = self._body()
         if isinstance(body, bytes):
-            return body
-        self.refuse(*body)
-        return None
+            self.handle_body(body)
+        else:
+            self.refuse(*body)  # the connection closes: the rest of the body is not read
 
     def _body(self) -> bytes | tuple[HTTPStatus, str]:
         """The body, or the status and message it is refused with."""

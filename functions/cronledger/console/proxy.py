@@ -78,10 +78,7 @@ def _handler(api: ApiClient, read_timeout_secs: float) -> type[JsonRequestHandle
         max_body = MAX_BODY
         body: bytes | None = None
 
-        def handle_method(self) -> None:
-            body = self.read_body()
-            if body is None:
-                return
+        def handle_body(self, body: bytes) -> None:
             self.body = body or None
             refusal = self._refusal()
             if refusal is not None:
