@@ -321,8 +321,8 @@ def history(s: Session, channel: ChannelRef, limit: Limit = 50, offset: Offset =
 
     def human() -> None:
         note = status_note(c)
-        if note:
-            s.out.say(s.out.status(c["status"]), note[len(c["status"]) :])
+        if note is not None:
+            s.out.say(s.out.status(c["status"]), note)
         s.out.table(HISTORY_COLUMNS, page["data"], page)
 
     s.out.answer(page, human)
@@ -413,7 +413,7 @@ def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]
                 f"{channel['version']}; `channels history` lists them)"
             ) from None
         raise
-    return {k: version[k] for k in documents.DOCUMENT_KEYS if k in version}
+    return documents.document_of(version)
 
 
 Reason = Annotated[
@@ -475,12 +475,13 @@ def _bulk(s: Session, labels: Mapping[str, str], status: str, reason: str | None
 
 
 def status_note(channel: Mapping[str, Any]) -> str | None:
-    """`paused since <when>: <reason>` for a channel that is not active, else None."""
+    """What follows the status of a channel that is not active (` since <when>: <reason>`),
+    else None."""
     if channel.get("status") in (None, "active", "draft"):
         return None
     since = (channel.get("compiled") or {}).get("paused_at") or channel.get("updated_at")
     why = f": {channel['status_reason']}" if channel.get("status_reason") else ""
-    return f"{channel['status']} since {when(since)}{why}"
+    return f" since {when(since)}{why}"
 
 
 _lifecycle("pause", "paused", "Stop a channel producing occurrences (resume starts it from now).")
@@ -642,7 +643,6 @@ def status(s: Session, name_prefix: NamePrefix = None) -> None:
         for c in s.get(
             "/channels", {"status": "paused", "name_prefix": name_prefix, "limit": 1000}
         )["data"]:
-            note = status_note(c) or "paused"
-            s.out.say(f"{c['name']}: ", s.out.status("paused"), note[len("paused") :])
+            s.out.say(f"{c['name']}: ", s.out.status("paused"), status_note(c) or "")
 
     s.out.answer(page, human)
