@@ -25,7 +25,7 @@ from cronledger.execute import AttemptReport, Executor
 from cronledger.invokers import ThreadPoolInvoker
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, Event, Ledger
 from cronledger.local_gateway import exposure_warning, serve_api
-from cronledger.local_printer import console_printer
+from cronledger.local_printer import console_printer, line_printer
 from cronledger.outbox import Courier, event_line, local_sender
 from cronledger.pacing import wait_for_interrupt
 from cronledger.reconcile import PassReport, run_reconcile_loop
@@ -200,16 +200,11 @@ def run_dev(
     first = _first_stop(out)
     signal.signal(signal.SIGINT, first)
     signal.signal(signal.SIGTERM, first)
-    lock = threading.Lock()
-
-    def say(*lines: str) -> None:
-        with lock:
-            print(*lines, sep="\n", file=out, flush=True)
-
+    say = line_printer(out)
     scheduler = LocalScheduler(
         ledger,
         settings,
-        on_settled=console_printer(ledger, out),
+        on_settled=console_printer(ledger, say),
         on_event=lambda event: say(event_line(event)),
     )
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
