@@ -1,6 +1,5 @@
 """Channels declared in code, applied at deploy through the API resolver in this process, so a
-deploy validates, compares and writes exactly as `channels apply` does: every problem before
-anything is written, and no new version for an unchanged declaration.
+deploy validates, compares and writes exactly as `channels apply` does.
 
 The declaration wins: a channel changed through the API since the last deploy (or made by
 another) is overwritten, and that is said in the result and the channel's status reason. An
@@ -10,16 +9,16 @@ archived channel is final, so declaring its name is refused. Removing a declarat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import quote, urlencode
+from urllib.request import Request
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from cronledger.api import PREFIX, handle_event
-from cronledger.local_gateway import v2_event
+from cronledger.api_client import ApiClient, ApiError, segment
+from cronledger.local_gateway import http_answer, v2_event
 
 CREATED: Final = "created"
 UPDATED: Final = "updated"
@@ -30,44 +29,28 @@ class DeployRefused(Exception):
     """The declaration cannot be applied; the message says why, every problem with its path."""
 
 
-class ApiRefusal(Exception):
-    """An error the API answered: its status, and its message naming each problem's path."""
+class InProcessApi(ApiClient):
+    """Requests to the API resolver in this process, as API Gateway would deliver them; a
+    path is the admin API's (`/channels`)."""
 
-    def __init__(self, status: int, error: Mapping[str, Any]) -> None:
-        details = error.get("details") or []
-        listed = "; ".join(f"{d.get('path')}: {d.get('message')}" for d in details)
-        message = str(error.get("message", "refused")).removesuffix(f": {listed}")
-        super().__init__(f"{message}: {listed}" if listed else message)
-        self.status = status
+    def __init__(self, app: APIGatewayHttpResolver) -> None:
+        def send(request: Request, timeout: float) -> tuple[int, dict[str, str], bytes]:
+            body = request.data if isinstance(request.data, bytes) else b""  # ApiClient's JSON
+            headers = dict(request.header_items())
+            event = v2_event(request.get_method(), request.selector, headers, body)
+            return http_answer(handle_event(app, event))
 
-
-@dataclass(frozen=True)
-class InProcessApi:
-    """Requests to the API resolver in this process, as API Gateway would deliver them."""
-
-    app: APIGatewayHttpResolver
+        super().__init__("http://in-process", send=send)
 
     def call(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, str] | None = None,
-        body: Mapping[str, Any] | None = None,
+        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None
     ) -> Any:
-        """The answer's JSON (None for 204), or `ApiRefusal` for an error."""
-        target = PREFIX + path + (f"?{urlencode(query)}" if query else "")
-        headers = {} if body is None else {"content-type": "application/json"}
-        event = v2_event(
-            method, target, headers, b"" if body is None else json.dumps(body).encode()
-        )
-        answer = handle_event(self.app, event)
-        text = answer.get("body") or ""
-        decoded = json.loads(text) if text else None
-        status = int(answer["statusCode"])
-        if status >= 400:
-            error = decoded.get("error") if isinstance(decoded, dict) else None
-            raise ApiRefusal(status, error if isinstance(error, dict) else {"message": text})
-        return decoded
+        return super().call(method, PREFIX + path, query, body)
+
+
+def _said(exc: ApiError) -> str:
+    """The API's message with each problem's path, on one line."""
+    return f"{exc.message}: {exc.listed}" if exc.listed else exc.message
 
 
 @dataclass(frozen=True)
@@ -101,7 +84,7 @@ def apply_declared(
                 f"channel {name} is archived, which is final: declare the channel under another "
                 f"name, or delete the archived one first (`cronledger channels delete {name}`)"
             )
-        path = f"/channels/{quote(current['channel_id'], safe='')}"
+        path = f"/channels/{segment(current['channel_id'])}"
         changed = _changed_outside(api, path, current, previous)
         definition = {k: v for k, v in document.items() if k != "status"}
         channel = api.call("PUT", path, body=definition)["data"]
@@ -119,13 +102,13 @@ def apply_declared(
         body = {"status": "active", "reason": reason}
         channel = api.call("PATCH", f"{path}/status", body=body)["data"]
         return Applied(channel["channel_id"], channel["version"], UPDATED, said)
-    except ApiRefusal as exc:
-        raise DeployRefused(f"channel {name}: {exc}") from None
+    except ApiError as exc:
+        raise DeployRefused(f"channel {name}: {_said(exc)}") from None
 
 
 def remove_declared(api: InProcessApi, channel_id: str, purge: bool, deployer: str) -> str:
     """Archive (or purge) the channel a declaration made; what was done, as a sentence."""
-    path = f"/channels/{quote(channel_id, safe='')}"
+    path = f"/channels/{segment(channel_id)}"
     try:
         if purge:
             api.call("DELETE", path)
@@ -133,10 +116,10 @@ def remove_declared(api: InProcessApi, channel_id: str, purge: bool, deployer: s
         reason = f"removed from the deploy of {deployer}"
         api.call("PATCH", f"{path}/status", body={"status": "archived", "reason": reason})
         return f"archived channel {channel_id}"
-    except ApiRefusal as exc:
+    except ApiError as exc:
         if exc.status == 404:
             return f"channel {channel_id} was already gone"
-        raise DeployRefused(f"channel {channel_id}: {exc}") from None
+        raise DeployRefused(f"channel {channel_id}: {_said(exc)}") from None
 
 
 def _changed_outside(
@@ -154,7 +137,7 @@ def _changed_outside(
     definition = {k: v for k, v in previous.items() if k != "status"}
     try:
         would = api.call("PUT", path, {"dry_run": "true"}, body=definition)["data"]
-    except ApiRefusal:
+    except ApiError:
         return None
     if would["version"] != current["version"]:
         return f"written through the API since the last deploy (version {current['version']})"

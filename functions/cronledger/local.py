@@ -1,10 +1,8 @@
-"""The one-process local scheduler, `cronledger dev`: the Lambda services on threads.
+"""`cronledger dev`: the Lambda services on threads of one process, the API behind a plain
+HTTP server (`local_gateway`), each ended attempt printed as a line (`local_printer`).
 
-The API resolver sits behind a plain HTTP server (`local_gateway`), beside the reconcile and
-claim loops and executors on a pool, each ended attempt printed as a line (`local_printer`).
-Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts, then exits: the
-leases still held expire and a peer (or the next run) recovers them. A second Ctrl-C exits at
-once.
+Ctrl-C stops claiming and waits at most `DRAIN_SECS` for in-flight attempts: the leases still
+held expire and a peer (or the next run) recovers them. A second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from cronledger.execute import AttemptReport, Executor
 from cronledger.invokers import ThreadPoolInvoker
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, Event, Ledger
 from cronledger.local_gateway import exposure_warning, serve_api
-from cronledger.local_printer import console_printer
+from cronledger.local_printer import console_printer, line_printer
 from cronledger.outbox import Courier, event_line, local_sender
 from cronledger.pacing import wait_for_interrupt
 from cronledger.reconcile import PassReport, run_reconcile_loop
@@ -202,16 +200,11 @@ def run_dev(
     first = _first_stop(out)
     signal.signal(signal.SIGINT, first)
     signal.signal(signal.SIGTERM, first)
-    lock = threading.Lock()
-
-    def say(*lines: str) -> None:
-        with lock:
-            print(*lines, sep="\n", file=out, flush=True)
-
+    say = line_printer(out)
     scheduler = LocalScheduler(
         ledger,
         settings,
-        on_settled=console_printer(ledger, out),
+        on_settled=console_printer(ledger, say),
         on_event=lambda event: say(event_line(event)),
     )
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)

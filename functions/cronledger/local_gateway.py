@@ -101,11 +101,8 @@ def serve_api(
         timeout = read_timeout_secs
         max_body = MAX_BODY_BYTES
 
-        def handle_method(self) -> None:
+        def handle_body(self, body: bytes) -> None:
             # Every method goes to the resolver, which answers a wrong one with a 405.
-            body = self.read_body()
-            if body is None:
-                return
             served_port = cast(ThreadingHTTPServer, self.server).server_port
             refusal = foreign_request(
                 self.headers.get("host"), self.headers.get("origin"), host, served_port
@@ -157,17 +154,12 @@ def _is_address(name: str) -> bool:
     return True
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` (what `--host` names) is only reachable from this machine."""
-    return host.lower() == "localhost" or (
-        _is_address(host) and ipaddress.ip_address(host).is_loopback
-    )
-
-
 def exposure_warning(host: str, allow_remote: bool) -> str | None:
-    """What `cronledger dev` says before listening on `host` (None for loopback); ValueError
-    for any other without `allow_remote`."""
-    if is_loopback(host):
+    """What `cronledger dev` says before listening on `host` (None for a loopback one, only
+    reachable from this machine); ValueError for any other without `allow_remote`."""
+    if host.lower() == "localhost" or (
+        _is_address(host) and ipaddress.ip_address(host).is_loopback
+    ):
         return None
     if not allow_remote:
         raise ValueError(

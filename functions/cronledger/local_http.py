@@ -65,80 +65,57 @@ class PeerSafeServer(ThreadingHTTPServer):
             log.error("error serving client %s", client_address[0], exc_info=exc)
 
 
-class _BodyRefused(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class JsonRequestHandler(BaseHTTPRequestHandler):
-    """Every method goes to `handle_method`, which reads with `read_body` and answers with
-    `answer`; refusals are JSON in the error shape."""
+    """Every method's request, its body read whole, goes to `handle_body`, which answers with
+    `answer`; refusals (of the body here) are JSON in the error shape."""
 
     protocol_version = "HTTP/1.1"
     timeout = READ_TIMEOUT_SECS
     #: The largest body accepted, in bytes; a larger one is a 413 before a byte of it is read.
     max_body: int = 1 << 20
 
-    def handle_method(self) -> None:
+    def handle_body(self, body: bytes) -> None:
         raise NotImplementedError
 
     if not TYPE_CHECKING:  # kept from the type checker: every attribute would be Any
 
         def __getattr__(self, name: str) -> Any:
             # The standard library answers `do_<METHOD>`; any method, known or not, is
-            # `handle_method`'s to answer (a 405 naming those it takes, not an HTML 501).
+            # `handle_body`'s to answer (a 405 naming those it takes, not an HTML 501).
             if name.startswith("do_"):
-                return self.handle_method
+                return self._handle_method
             raise AttributeError(name)
 
-    def read_body(self) -> bytes | None:
-        """The request's body, whole; None when it was refused (answered, connection closing)."""
-        try:
-            length = self._content_length()
-            if not length:
-                return b""
-            try:
-                body = self.rfile.read(length)
-            except TimeoutError:
-                raise _BodyRefused(
-                    HTTPStatus.REQUEST_TIMEOUT,
-                    f"the body did not arrive within {self.timeout:g} s",
-                ) from None
-            if len(body) < length:
-                raise _BodyRefused(
-                    HTTPStatus.BAD_REQUEST,
-                    f"the body ended after {len(body)} of its {length} bytes (Content-Length)",
-                )
-            return body
-        except _BodyRefused as refused:
-            self.refuse(refused.status, str(refused))
-            return None
+    def _handle_method(self) -> None:
+        body = self._body()
+        if isinstance(body, bytes):
+            self.handle_body(body)
+        else:
+            self.refuse(*body)  # the connection closes: the rest of the body is not read
 
-    def _content_length(self) -> int:
+    def _body(self) -> bytes | tuple[HTTPStatus, str]:
+        """The body, or the status and message it is refused with."""
         if self.headers.get("transfer-encoding") is not None:
-            raise _BodyRefused(
-                HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not in chunks"
-            )
+            return HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not in chunks"
         values = {value.strip() for value in self.headers.get_all("content-length") or ()}
-        if not values:
-            return 0
         if len(values) > 1:
-            raise _BodyRefused(
-                HTTPStatus.BAD_REQUEST, "Content-Length is given more than once, differently"
-            )
-        (value,) = values
+            return HTTPStatus.BAD_REQUEST, "Content-Length is given more than once, differently"
+        value = values.pop() if values else "0"
         if not (value.isascii() and value.isdigit()):
-            raise _BodyRefused(
-                HTTPStatus.BAD_REQUEST,
-                f"Content-Length must be a number of bytes, not {value[:40]!r}",
-            )
+            message = f"Content-Length must be a number of bytes, not {value[:40]!r}"
+            return HTTPStatus.BAD_REQUEST, message
         if len(value) > len(str(self.max_body)) or int(value) > self.max_body:
-            raise _BodyRefused(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"the body is {value[:40]} bytes; at most {self.max_body} are accepted",
-            )
-        return int(value)
+            message = f"the body is {value[:40]} bytes; at most {self.max_body} are accepted"
+            return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, message
+        length = int(value)
+        try:
+            body = self.rfile.read(length) if length else b""
+        except TimeoutError:
+            return HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {self.timeout:g} s"
+        if len(body) < length:
+            message = f"the body ended after {len(body)} of its {length} bytes (Content-Length)"
+            return HTTPStatus.BAD_REQUEST, message
+        return body
 
     def refuse(
         self, status: HTTPStatus, message: str, headers: Mapping[str, str] | None = None

@@ -17,11 +17,22 @@ from cronledger.ledger import Ledger, Occurrence
 STOPPED_OUTCOMES = ("stopped", "superseded")
 
 
-def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[AttemptReport], None]:
-    """Print each attempt that ended as one line: the instant (to the second), channel,
-    trigger, what the attempt came to, the attempt of those allowed, lag (started - due) and
-    duration as a person reads them ("3.2 s", "2 d"), the id; then why, indented."""
+def line_printer(out: TextIO = sys.stdout) -> Callable[..., None]:
+    """`say(*lines)`: print lines on `out` from any thread, one call's lines together; the one
+    way `cronledger dev` prints (its threads share the terminal)."""
     lock = threading.Lock()
+
+    def say(*lines: str) -> None:
+        with lock:
+            print(*lines, sep="\n", file=out, flush=True)
+
+    return say
+
+
+def console_printer(ledger: Ledger, say: Callable[[str], None]) -> Callable[[AttemptReport], None]:
+    """Say each attempt that ended as one line: the instant (to the second), channel, trigger,
+    what the attempt came to, the attempt of those allowed, lag (started - due) and duration
+    as a person reads them ("3.2 s", "2 d"), the id; then why, indented."""
 
     def show(report: AttemptReport) -> None:
         stopped = report.outcome in STOPPED_OUTCOMES
@@ -31,9 +42,7 @@ def console_printer(ledger: Ledger, out: TextIO = sys.stdout) -> Callable[[Attem
             row: Occurrence | None = ledger.occurrences.get_occurrence(report.occurrence_id)
         except Exception:
             row = None  # gone meanwhile (a purge): the report alone still says what happened
-        text = _console_line(report, row, stopped)
-        with lock:
-            print(text, file=out, flush=True)
+        say(_console_line(report, row, stopped))
 
     return show
 

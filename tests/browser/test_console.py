@@ -754,7 +754,7 @@ def test_an_events_console_links_open_its_channel_and_its_occurrence(console: Co
 
 
 def test_the_page_works_through_the_signing_proxy(console: Console) -> None:
-    from cronledger.cli.client import ApiClient
+    from cronledger.api_client import ApiClient
     from cronledger.console.proxy import start_proxy
 
     console.channel("nightly", OK_TARGET)

@@ -26,7 +26,7 @@ from cronledger.ledger import (
     NewOccurrence,
 )
 from cronledger.local import LocalScheduler
-from cronledger.local_printer import console_printer
+from cronledger.local_printer import console_printer, line_printer
 from tests.api.helpers import Scheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel
@@ -74,7 +74,7 @@ def test_settled_attempts_line_up_whatever_the_trigger(sqlite_ledger: Ledger) ->
     ]
     ledger.occurrences.insert_occurrences(rows)
     out = io.StringIO()
-    show = console_printer(ledger, out)
+    show = console_printer(ledger, line_printer(out))
 
     # When each runs, and its report reaches the printer
     scheduler = Scheduler(ledger)
@@ -115,7 +115,7 @@ def test_an_attempt_an_operator_granted_counts_among_those_allowed(sqlite_ledger
     assert scheduler.run_due() == 1
     ledger.occurrences.requeue(row.id)
     out = io.StringIO()
-    show = console_printer(ledger, out)
+    show = console_printer(ledger, line_printer(out))
 
     # When the granted attempt runs (and fails again)
     scheduler.dispatch = lambda occurrence_id, claimant: show(  # type: ignore[method-assign]
@@ -136,7 +136,7 @@ def test_stopped_and_superseded_attempts_are_shown_with_why(sqlite_ledger: Ledge
     row = NewOccurrence.of(channel, ledger.db_now().replace(microsecond=0), None)
     ledger.occurrences.insert_occurrence(row)
     out = io.StringIO()
-    show = console_printer(ledger, out)
+    show = console_printer(ledger, line_printer(out))
 
     show(AttemptReport(row.id, "superseded", error="ownership lost: replaced by occ-2", attempt=2))
     show(AttemptReport(row.id, "stopped", error="no successful renewal", attempt=1))
@@ -182,7 +182,9 @@ def test_an_attempt_that_stops_itself_or_is_superseded_logs_one_line_and_the_con
     ledger.occurrences.insert_occurrence(due)
     out = io.StringIO()
     runs_on = with_stores(ledger, attempts=_RenewalsFail(ledger)) if ending == "stopped" else ledger
-    scheduler = LocalScheduler(runs_on, FAST, on_settled=console_printer(ledger, out), workers=2)
+    scheduler = LocalScheduler(
+        runs_on, FAST, on_settled=console_printer(ledger, line_printer(out)), workers=2
+    )
 
     # When it runs until the attempt has ended one way or the other
     with caplog.at_level(logging.WARNING, logger="cronledger.execute"):

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from cronledger.api import create_app
-from cronledger.cli.client import ApiClient
+from cronledger.api_client import ApiClient
 from cronledger.console.proxy import MAX_BODY, start_proxy
 from cronledger.ledger import Ledger
 from tests.api.helpers import CHANNELS, SETTINGS, channel_document

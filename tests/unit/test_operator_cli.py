@@ -33,8 +33,8 @@ import typer
 import yaml
 
 from cronledger.api import PREFIX, create_app
+from cronledger.api_client import ApiClient
 from cronledger.cli import app, main
-from cronledger.cli.client import ApiClient
 from cronledger.instants import to_rfc3339
 from cronledger.ledger import Ledger, NewOccurrence
 from tests.api.helpers import FAIL_TARGET, OK_TARGET, SETTINGS, Scheduler

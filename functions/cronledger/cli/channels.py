@@ -1,11 +1,10 @@
 """`cronledger channels …` and the commands that act on one channel: trigger, backfill,
 preview, status.
 
-`channels apply` judges each document on its own: each is reported created, updated, unchanged
-or refused, every valid one is applied, and the command exits 1 if any was refused. An existing
-channel gets a new version only if its definition changed, then the document's status if it
-differs. `--dry-run` sends the same requests as API dry runs (checked, then rolled back), so it
-reports what applying would do, refusals included, and prints each diff.
+`channels apply` judges each document on its own: every valid one is applied, and the command
+exits 1 if any was refused. An existing channel gets a new version only if its definition
+changed, then the document's status if it differs. `--dry-run` sends the same requests as API
+dry runs (checked, then rolled back), so it reports what applying would do, refusals included.
 """
 
 from __future__ import annotations
@@ -16,13 +15,12 @@ from typing import Annotated, Any
 import typer
 
 from cronledger import declare
+from cronledger.api_client import ApiError, segment
 from cronledger.cli import documents, proposed
-from cronledger.cli.client import ApiError, segment
 from cronledger.cli.documents import Document, UsageError
-from cronledger.cli.output import Column, ago, instant_of, when
+from cronledger.cli.output import Column, ago, when
 from cronledger.cli.session import (
     EXIT_API,
-    After,
     ChannelRef,
     Limit,
     Offset,
@@ -32,13 +30,17 @@ from cronledger.cli.session import (
     confirm,
     instant,
 )
-from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
+from cronledger.cli.watching import watch_rows
+from cronledger.instants import parse_rfc3339
 
 channels = typer.Typer(help="Manage channels (schedules): apply files, history, lifecycle.")
 root = typer.Typer()  # the top-level commands about one channel, joined to the root app
 
 NamePrefix = Annotated[
     str | None, typer.Option("--name-prefix", help="only names starting with this")
+]
+StatusFilter = Annotated[
+    str | None, typer.Option(help="only channels in this status: draft, active, paused, archived")
 ]
 Selector = Annotated[
     str | None,
@@ -48,15 +50,17 @@ Selector = Annotated[
 ]
 
 
-def label_query(selector: str | None) -> list[str] | None:
-    """A `-l` selector as the API's repeated `label` query terms (None: no selector)."""
-    if selector is None:
-        return None
-    return [f"{key}={value}" for key, value in documents.selector(selector).items()]
+def terms(labels: Mapping[str, str]) -> list[str]:
+    """Labels as `key=value` terms: the API's repeated `label` query, or said joined by commas."""
+    return [f"{key}={value}" for key, value in labels.items()]
 
 
 def labels_of(channel: Mapping[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted((channel.get("labels") or {}).items()))
+    return ",".join(terms(dict(sorted((channel.get("labels") or {}).items()))))
+
+
+def path_of(channel: Mapping[str, Any]) -> str:
+    return f"/channels/{segment(channel['channel_id'])}"
 
 
 CHANNEL_COLUMNS = (
@@ -72,29 +76,21 @@ CHANNEL_COLUMNS = (
 )
 
 
-@api(channels, "list")
+@api(channels, "list", paged=True)
 def list_channels(
     s: Session,
-    status: Annotated[
-        str | None,
-        typer.Option(help="only channels in this status: draft, active, paused, archived"),
-    ] = None,
+    status: StatusFilter = None,
     selector: Selector = None,
     name_prefix: NamePrefix = None,
-    limit: Limit = 50,
-    offset: Offset = 0,
-    after: After = None,
 ) -> None:
     """List channels, newest first, with their schedule and next fire time, a page at a
     time (the footer names the next: --after …)."""
     query = {
         "status": status,
         "name_prefix": name_prefix,
-        "label": label_query(selector),
-        "limit": limit,
-        "offset": offset,
+        "label": None if selector is None else terms(documents.selector(selector)),
     }
-    page = s.get("/channels", {**query, "after": after})
+    page = s.get("/channels", {**query, **s.page})
     s.out.answer(page, lambda: s.out.table(CHANNEL_COLUMNS, page["data"], page))
 
 
@@ -107,6 +103,7 @@ def show(s: Session, channel: ChannelRef) -> None:
         s.out.data(documents.document_of(c))
         return
     compiled = c.get("compiled") or {}
+    next_fire = compiled.get("next_fire_at")
     s.out.fields(
         [
             ("name", c["name"]),
@@ -117,10 +114,7 @@ def show(s: Session, channel: ChannelRef) -> None:
             ("timezone", compiled.get("timezone")),
             ("misfire policy", compiled.get("misfire_policy")),
             ("concurrency", concurrency(compiled, wide=True)),
-            (
-                "next fire",
-                f"{when(compiled.get('next_fire_at'))} ({ago(compiled.get('next_fire_at'))})",
-            ),
+            ("next fire", f"{when(next_fire)} ({ago(next_fire)})"),
             ("paused at", when(compiled.get("paused_at"))),
             ("reason", c.get("status_reason")),
             ("labels", labels_of(c) or None),
@@ -146,7 +140,6 @@ def apply(
     from_module: Annotated[
         str | None,
         typer.Option(
-            "--from-module",
             help="a Python module (importable from here) whose @cronledger.cron functions "
             "declare the channels",
         ),
@@ -223,7 +216,7 @@ def _input(
 
 def _selected(s: Session, labels: Mapping[str, str]) -> list[dict[str, Any]]:
     """Every channel that is not archived and carries all of `labels`."""
-    found = s.each("/channels", {"label": [f"{k}={v}" for k, v in labels.items()]})
+    found = s.each("/channels", {"label": terms(labels)})
     return [c for c in found if c["status"] != "archived"]
 
 
@@ -231,11 +224,8 @@ def _prune(s: Session, channel: dict[str, Any], dry_run: bool) -> dict[str, Any]
     """Archive one channel the input no longer holds (or say so, with `dry_run`)."""
     name = channel["name"]
     if not dry_run:
-        s.send(
-            "PATCH",
-            f"/channels/{segment(channel['channel_id'])}/status",
-            {"status": "archived", "reason": "pruned: no longer in the applied input"},
-        )
+        body = {"status": "archived", "reason": "pruned: no longer in the applied input"}
+        s.send("PATCH", f"{path_of(channel)}/status", body)
     s.out.say(s.out.status("archived"), f"  {name}: pruned{' (dry run)' if dry_run else ''}")
     return {"name": name, "outcome": "archived", "channel_id": channel["channel_id"]}
 
@@ -291,7 +281,7 @@ def _applied(
         f"{name} (version {current['version']})",
         "the file",
     )
-    path = f"/channels/{segment(current['channel_id'])}"
+    path = path_of(current)
     definition = {k: v for k, v in body.items() if k != "status"}
     channel = s.send("PUT", path, definition, query or None)["data"]
     changes = []
@@ -327,13 +317,12 @@ HISTORY_COLUMNS = (
 def history(s: Session, channel: ChannelRef, limit: Limit = 50, offset: Offset = 0) -> None:
     """A channel's versions, newest first (`channels diff` compares two)."""
     c = s.channel(channel)
-    path = f"/channels/{segment(c['channel_id'])}/versions"
-    page = s.get(path, {"limit": limit, "offset": offset})
+    page = s.get(f"{path_of(c)}/versions", {"limit": limit, "offset": offset})
 
     def human() -> None:
         note = status_note(c)
-        if note:
-            s.out.say(s.out.status(c["status"]), note[len(c["status"]) :])
+        if note is not None:
+            s.out.say(s.out.status(c["status"]), note)
         s.out.table(HISTORY_COLUMNS, page["data"], page)
 
     s.out.answer(page, human)
@@ -351,7 +340,7 @@ def diff(
         typer.Option("--from", min=1, help="the older version (default: the one before --to)"),
     ] = None,
     to: Annotated[
-        int | None, typer.Option("--to", min=1, help="the newer version (default: the current one)")
+        int | None, typer.Option(min=1, help="the newer version (default: the current one)")
     ] = None,
     file: Annotated[
         str | None,
@@ -399,13 +388,12 @@ def diff(
 def rollback(
     s: Session,
     channel: ChannelRef,
-    to: Annotated[int, typer.Option("--to", min=1, help="the version to return to")],
+    to: Annotated[int, typer.Option(min=1, help="the version to return to")],
 ) -> None:
     """Write a new version equal to an earlier one (history is never rewritten)."""
     c = s.channel(channel)
     old = _version(s, c, to)
-    path = f"/channels/{segment(c['channel_id'])}"
-    answer = s.send("PUT", path, old)
+    answer = s.send("PUT", path_of(c), old)
     now = answer["data"]
     if now["version"] == c["version"]:
         message = f"channel {c['name']} already equals version {to} (version {now['version']})"
@@ -416,9 +404,8 @@ def rollback(
 
 def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]:
     """Version `number` of `channel` as a document (no status: versions have none)."""
-    path = f"/channels/{segment(channel['channel_id'])}/versions/{number}"
     try:
-        version = s.get(path)["data"]
+        version = s.get(f"{path_of(channel)}/versions/{number}")["data"]
     except ApiError as exc:
         if exc.status == 404:
             raise UsageError(
@@ -426,7 +413,7 @@ def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]
                 f"{channel['version']}; `channels history` lists them)"
             ) from None
         raise
-    return {k: version[k] for k in documents.DOCUMENT_KEYS if k in version}
+    return documents.document_of(version)
 
 
 Reason = Annotated[
@@ -435,14 +422,16 @@ Reason = Annotated[
 ]
 
 
+ChannelOrLabels = Annotated[
+    str | None, typer.Argument(help="a channel name or id (or -l for every labelled one)")
+]
+
+
 def _lifecycle(verb: str, status: str, text: str) -> None:
     @api(channels, verb, help=text)
     def change(
         s: Session,
-        channel: Annotated[
-            str | None,
-            typer.Argument(help="a channel name or id (or -l for every labelled one)"),
-        ] = None,
+        channel: ChannelOrLabels = None,
         selector: Selector = None,
         reason: Reason = None,
     ) -> None:
@@ -453,7 +442,7 @@ def _lifecycle(verb: str, status: str, text: str) -> None:
             return
         assert channel is not None
         body = {"status": status, "reason": reason}
-        answer = s.send("PATCH", f"{s.channel_path(channel)}/status", body)
+        answer = s.send("PATCH", f"{path_of(s.channel(channel))}/status", body)
         c = answer["data"]
         why = f" ({c['status_reason']})" if c.get("status_reason") else ""
         s.out.answer(
@@ -471,7 +460,7 @@ def _bulk(s: Session, labels: Mapping[str, str], status: str, reason: str | None
 
     def human() -> None:
         if not moves:
-            s.out.say("no channel carries ", ",".join(f"{k}={v}" for k, v in labels.items()))
+            s.out.say("no channel carries ", ",".join(terms(labels)))
         for m in moves:
             if m["error"] is not None:
                 s.out.say(
@@ -486,12 +475,13 @@ def _bulk(s: Session, labels: Mapping[str, str], status: str, reason: str | None
 
 
 def status_note(channel: Mapping[str, Any]) -> str | None:
-    """`paused since <when>: <reason>` for a channel that is not active, else None."""
+    """What follows the status of a channel that is not active (` since <when>: <reason>`),
+    else None."""
     if channel.get("status") in (None, "active", "draft"):
         return None
     since = (channel.get("compiled") or {}).get("paused_at") or channel.get("updated_at")
     why = f": {channel['status_reason']}" if channel.get("status_reason") else ""
-    return f"{channel['status']} since {when(since)}{why}"
+    return f" since {when(since)}{why}"
 
 
 _lifecycle("pause", "paused", "Stop a channel producing occurrences (resume starts it from now).")
@@ -508,14 +498,14 @@ def delete(s: Session, channel: ChannelRef, yes: Yes = False) -> None:
     """Delete a channel and its whole history (`archive` keeps the history)."""
     c = s.channel(channel)
     confirm(s.out, f"Delete channel {c['name']} and every occurrence it has?", yes)
-    s.send("DELETE", f"/channels/{segment(c['channel_id'])}")
+    s.send("DELETE", path_of(c))
     s.out.answer({"deleted": c["channel_id"]}, lambda: s.out.say(f"deleted channel {c['name']}"))
 
 
 @api(root, "trigger")
 def trigger(s: Session, channel: ChannelRef) -> None:
     """Run an active channel now (a `manual` occurrence at the database's now)."""
-    answer = s.send("POST", f"{s.channel_path(channel)}/trigger")
+    answer = s.send("POST", f"{path_of(s.channel(channel))}/trigger")
     o = answer["data"]
     s.out.answer(
         answer,
@@ -535,7 +525,7 @@ def backfill(
         str, typer.Option("--from", help="the first instant: RFC 3339 or an age (7d)")
     ],
     to: Annotated[
-        str, typer.Option("--to", help="the last instant, not in the future: RFC 3339 or an age")
+        str, typer.Option(help="the last instant, not in the future: RFC 3339 or an age")
     ],
     overlap: Annotated[
         str,
@@ -551,7 +541,7 @@ def backfill(
     """Run an active channel's past instants in [--from, --to] (at most 1000 at a time)."""
     window = {"from": instant(from_), "to": instant(to), "overlap": overlap}
     query = {"dry_run": "true"} if dry_run else None
-    answer = s.send("POST", f"{s.channel_path(channel)}/backfill", window, query)
+    answer = s.send("POST", f"{path_of(s.channel(channel))}/backfill", window, query)
     b = answer["data"]
     s.out.answer(answer, lambda: _backfilled(s, channel, b))
 
@@ -583,7 +573,7 @@ def preview(
     a mark where the zone's offset changes (check a DST day), and when each row falls due if
     the channel spreads them (`jitter_secs`)."""
     query = {"count": count, "from": instant(from_)}
-    answer = s.get(f"{s.channel_path(channel)}/preview", query)
+    answer = s.get(f"{path_of(s.channel(channel))}/preview", query)
     p = answer["data"]
 
     def human() -> None:
@@ -595,7 +585,7 @@ def preview(
         ]
         if any(i.get("dst") for i in p["instants"]):
             columns.append(Column("DST", lambda i: i.get("dst") and f"offset {i['dst']}", 60))
-        if any(instant_of(i["due_at"]) != instant_of(i["utc"]) for i in p["instants"]):
+        if any(parse_rfc3339(i["due_at"]) != parse_rfc3339(i["utc"]) for i in p["instants"]):
             columns.append(Column("DUE (UTC)", lambda i: i["due_at"], 80))
         s.out.table(columns, p["instants"], empty=p.get("note") or "(none)")
 
@@ -637,23 +627,14 @@ STATUS_COLUMNS = (
 )
 
 
-@api(root, "status")
-def status(
-    s: Session,
-    name_prefix: NamePrefix = None,
-    limit: Limit = 50,
-    offset: Offset = 0,
-    after: After = None,
-    watch: Watch = False,
-    interval: Interval = 2.0,
-    watch_for: WatchFor = None,
-) -> None:
+@api(root, "status", paged=True, watched=True)
+def status(s: Session, name_prefix: NamePrefix = None) -> None:
     """Per active channel, newest first: next fire, last run and its status, pending count,
     concurrency; with --watch, then each channel's row again whenever it changes."""
-    query = {"name_prefix": name_prefix, "limit": limit, "offset": offset, "after": after}
-    if watch:
+    query = {"name_prefix": name_prefix, **s.page}
+    if s.watching:
         fetch = lambda: s.get("/cron/status", query)["data"]  # noqa: E731
-        watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS, interval, watch_for)
+        watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS)
         return
     page = s.get("/cron/status", query)
 
@@ -662,7 +643,6 @@ def status(
         for c in s.get(
             "/channels", {"status": "paused", "name_prefix": name_prefix, "limit": 1000}
         )["data"]:
-            note = status_note(c) or "paused"
-            s.out.say(f"{c['name']}: ", s.out.status("paused"), note[len("paused") :])
+            s.out.say(f"{c['name']}: ", s.out.status("paused"), status_note(c) or "")
 
     s.out.answer(page, human)

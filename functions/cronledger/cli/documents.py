@@ -1,11 +1,9 @@
 """Channel documents on disk: reading a file of them, and a channel written back as one.
 
-A file is JSON or YAML (several documents, a list, or a page as `channels list -o yaml` prints
-it). Each document is judged on its own, so one bad document never hides the others: `read`
-gives a `Document` each, with `problem` set when it cannot be sent. Two of one name are both
-refused, naming each other: which was meant is not for `apply` to guess. A file that is not
-JSON or YAML is `UsageError`, with the line and what to do. `document_of` is the inverse of
-`apply`, so `channels show -o yaml` applies back unchanged.
+A file is JSON or YAML (documents, a list, or a page as `channels list -o yaml` prints it).
+Each document is judged on its own, so one bad document never hides the others; two of one
+name are both refused, naming each other (which was meant is not for `apply` to guess).
+`document_of` is the inverse of `apply`, so `channels show -o yaml` applies back unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from typing import Any, Final
 import yaml
 
 DOCUMENT_KEYS: Final = ("name", "labels", "transport_config", "target", "timeout_ms", "status")
-
 
 #: A label selector: `key=value` pairs joined by commas, every one required.
 _SELECTOR_PART: Final = re.compile(r"\s*([^=,\s]+)\s*=\s*([^=,\s]*)\s*")

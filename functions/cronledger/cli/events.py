@@ -1,11 +1,9 @@
 """`cronledger events`: what the scheduler told (or would have told) about each channel.
 
-A listing is the API's: newest first, a page at a time by key. `--watch` reads as a log: the
-newest page oldest first, then each event as it arrives. It polls by the events' own instants
-(the database's clock, so a skewed local clock loses nothing), looking back `_LOOK_BACK`
-before the newest seen: an event is stamped inside its transaction and listed once that
-commits, so it may appear behind one already shown. An id is printed once, and forgotten when
-it falls out of that window (no poll can see it again).
+`--watch` reads as a log: the newest page oldest first, then each event as it arrives. It
+polls by the events' own (database) instants from `_LOOK_BACK` before the newest seen, since
+an event is stamped inside its transaction and listed once that commits, so it may appear
+behind one already shown. An id is printed once, and forgotten when it leaves that window.
 """
 
 from __future__ import annotations
@@ -16,10 +14,10 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from cronledger.cli.output import Column, instant_of, when
-from cronledger.cli.session import After, Limit, Session, api, instant
+from cronledger.cli.output import Column, when
+from cronledger.cli.session import After, ChannelFilter, Limit, Session, api, instant
 from cronledger.cli.watching import Interval, WatchFor, every_poll
-from cronledger.instants import to_rfc3339
+from cronledger.instants import parse_rfc3339, to_rfc3339
 
 root = typer.Typer()
 
@@ -50,9 +48,7 @@ COLUMNS = (
 @api(root, "events")
 def events(
     s: Session,
-    channel: Annotated[
-        str | None, typer.Option("--channel", "-c", help="a channel name or id")
-    ] = None,
+    channel: ChannelFilter = None,
     kind: Annotated[
         str | None,
         typer.Option("--kind", "-k", help="failed, overdue, recovered, … (or occurrence.failed)"),
@@ -82,7 +78,7 @@ def events(
         found = page["data"] if first else _arrived(s, query, seen)
         ordered = sorted(found, key=lambda e: (e["at"], e["event_id"]))
         header = first or not seen
-        seen.update((e["event_id"], instant_of(e["at"])) for e in ordered)
+        seen.update((e["event_id"], parse_rfc3339(e["at"])) for e in ordered)
         s.out.rows(COLUMNS, ordered, header=header, empty="(no events yet)")
         if seen:
             horizon = max(seen.values()) - _LOOK_BACK
@@ -103,7 +99,7 @@ def _arrived(s: Session, query: Mapping[str, Any], seen: Mapping[str, Any]) -> l
     since = query.get("since")
     if seen:
         back = to_rfc3339(max(seen.values()) - _LOOK_BACK)
-        since = back if since is None or instant_of(since) < instant_of(back) else since
+        since = back if since is None or parse_rfc3339(since) < parse_rfc3339(back) else since
     return [
         e for e in s.each("/cron/events", {**query, "since": since}) if e["event_id"] not in seen
     ]

@@ -11,21 +11,19 @@ from typing import Annotated, Any
 
 import typer
 
-from cronledger.cli.client import ApiError, segment
+from cronledger.api_client import ApiError, segment
 from cronledger.cli.documents import UsageError
 from cronledger.cli.output import Column, duration, when
 from cronledger.cli.session import (
     EXIT_API,
-    After,
-    Limit,
-    Offset,
+    ChannelFilter,
     Session,
     Yes,
     api,
     confirm,
     instant,
 )
-from cronledger.cli.watching import Interval, Watch, WatchFor, watch_rows
+from cronledger.cli.watching import watch_rows
 
 occurrences = typer.Typer(help="Read the ledger: every scheduled instant and what became of it.")
 root = typer.Typer()
@@ -37,7 +35,6 @@ Since = Annotated[
     ),
 ]
 Until = Annotated[str | None, typer.Option(help="scheduled at or before: RFC 3339 or an age")]
-ChannelFilter = Annotated[str | None, typer.Option("--channel", "-c", help="a channel name or id")]
 OccurrenceId = Annotated[
     str, typer.Argument(help="an occurrence id (`occurrences list -o wide` shows them whole)")
 ]
@@ -68,7 +65,7 @@ def _query(
     }
 
 
-@api(occurrences, "list")
+@api(occurrences, "list", paged=True, watched=True)
 def list_occurrences(
     s: Session,
     channel: ChannelFilter = None,
@@ -78,21 +75,14 @@ def list_occurrences(
     trigger: Annotated[str | None, typer.Option(help="cron, manual or backfill")] = None,
     since: Since = None,
     until: Until = None,
-    limit: Limit = 50,
-    offset: Offset = 0,
-    after: After = None,
-    watch: Watch = False,
-    interval: Interval = 2.0,
-    watch_for: WatchFor = None,
 ) -> None:
     """The ledger's rows, newest scheduled instant first, a page at a time (the footer names
     the next: --after …); with --watch, then each row that appears or changes (a run
     starting, settling, failing) as it does."""
-    query = _query(s, channel, status, since, until)
-    query |= {"trigger": trigger, "limit": limit, "offset": offset, "after": after}
-    if watch:
+    query = _query(s, channel, status, since, until) | {"trigger": trigger, **s.page}
+    if s.watching:
         fetch = lambda: list(reversed(s.get("/cron/occurrences", query)["data"]))  # noqa: E731
-        watch_rows(s, fetch, lambda o: str(o["id"]), COLUMNS, interval, watch_for)
+        watch_rows(s, fetch, lambda o: str(o["id"]), COLUMNS)
         return
     page = s.get("/cron/occurrences", query)
     s.out.answer(page, lambda: s.out.table(COLUMNS, page["data"], page))

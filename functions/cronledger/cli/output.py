@@ -1,10 +1,9 @@
 """The one renderer every command prints through (Rich).
 
-`-o table` (the default) fits the terminal: columns dropped least important first (a `cut_to`
-column is cut instead, while a row has something in it), ids shortened, statuses coloured on a
-terminal (`NO_COLOR` honoured). `-o wide` shows every column in full. `-o json` and `-o yaml`
-print the API's answer and nothing else on stdout: progress goes to stderr. An error goes to
-stderr once, as one line and the field problems under it.
+`-o table` (the default) fits the terminal: the least important columns dropped first (a
+`cut_to` column is cut instead), ids shortened, statuses coloured (`NO_COLOR` honoured). `-o
+wide` shows every column in full. `-o json|yaml` print the API's answer alone on stdout, the
+rest on stderr. An error goes to stderr once: one line, the field problems under it.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cronledger.instants import human_duration
+from cronledger.instants import human_duration, parse_rfc3339
 
 
 class Format(StrEnum):
@@ -93,24 +92,22 @@ class Out:
         else:
             sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
-    def record(self, value: Any) -> None:
-        """One item of a stream for scripts: a line of JSON, or a YAML document."""
-        if self.format is Format.yaml:
-            sys.stdout.write("---\n")
-            self.data(value)
-        else:
-            sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
-
     def rows(
         self, columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], header: bool, empty: str
     ) -> None:
-        """Rows of a stream, out now (its reader is waiting): one `record` each for scripts;
-        for a person, table rows, with the header (or `empty`) when `header`."""
-        if self.for_scripts:
+        """Rows of a stream, out now (its reader is waiting): for scripts a JSON line or a
+        YAML document each; for a person, table rows, with the header (or `empty`) if `header`."""
+        if not self.for_scripts:
+            if rows or header:
+                self.table(columns, rows, empty=empty, header=header)
+        elif self.format is Format.yaml:
             for row in rows:
-                self.record(dict(row))
-        elif rows or header:
-            self.table(columns, rows, empty=empty, header=header)
+                sys.stdout.write("---\n")
+                self.data(dict(row))
+        else:
+            for row in rows:
+                sys.stdout.write(json.dumps(dict(row), ensure_ascii=False, separators=(",", ":")))
+                sys.stdout.write("\n")
         sys.stdout.flush()
 
     def say(self, *parts: str | Text) -> None:
@@ -208,16 +205,15 @@ def _fitting(
 ) -> tuple[list[Column], dict[str, int]]:
     """The columns that fit in `width`, the least important dropped first (at least one),
     and the width each column that is cut instead may take."""
-    natural = {
-        c.header: max(len(c.header), *(t.cell_len for t in cells[c.header])) for c in columns
-    }
     cut = {
         c.header
         for c in columns
         if c.cut_to and any(t.plain != _plain(None) for t in cells[c.header])
     }
-    cut_to = {c.header: c.cut_to for c in columns}
-    needed = {h: min(n, cut_to[h]) if h in cut else n for h, n in natural.items()}
+    needed = {}
+    for c in columns:
+        natural = max(len(c.header), *(t.cell_len for t in cells[c.header]))
+        needed[c.header] = min(natural, c.cut_to) if c.header in cut else natural
     kept = list(columns)
 
     def total() -> int:
@@ -246,16 +242,11 @@ def when(value: Any) -> str:
     return re.sub(r"\.\d+(?=Z$)", "", str(value))
 
 
-def instant_of(value: Any) -> datetime:
-    """An RFC 3339 instant the API answered, as a datetime."""
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
 def ago(value: Any, now: datetime | None = None) -> str:
     """An instant relative to now: "in 3 s", "2 min ago"."""
     if not value:
         return "-"
-    at = instant_of(value)
+    at = parse_rfc3339(str(value))
     delta = (at - (now or datetime.now(UTC))).total_seconds()
     span = duration(abs(delta) * 1000)
     return f"in {span}" if delta >= 0 else f"{span} ago"

@@ -1,12 +1,10 @@
 """What a file of channel documents would change, before it is applied: `channels diff -f`.
 
 For each document whose channel is new or differs: the field diff and the next instants before
-and after, in UTC and in the channel's zone, from one moment, so a zone or DST mistake shows
-before it lands. An instant next to a clock change is marked `gap` (the first after the clocks
-jumped forward: a wall time in the jump never fires), `fold` (a wall time that happens twice,
-firing at each) or `fold passed` (the first after the clocks went back). The instants come from
-the scheduler's own compiler and the preview's rendering; a schedule that does not compile
-shows why instead.
+and after (from the scheduler's own compiler), in UTC and in the channel's zone, so a zone or
+DST mistake shows before it lands. An instant next to a clock change is marked `gap` (the first
+after the clocks jumped forward), `fold` (a wall time that happens twice, firing at each) or
+`fold passed` (the first after the clocks went back).
 """
 
 from __future__ import annotations
@@ -27,14 +25,9 @@ from cronledger.cron import Schedule, ScheduleInvalid, compile_schedule
 _ANY_ID: Final = "channel-being-compared"
 
 
-def changes(s: Session, path: str, count: int, now: datetime | None = None) -> list[dict[str, Any]]:
-    """Each document of the file, compared with its channel: `outcome` new, changed,
-    unchanged or refused, the `diff` lines and the `before` and `after` instants."""
-    start = now or datetime.now(UTC)
-    return [_compared(s, d, count, start) for d in documents.read(path)]
-
-
 def _compared(s: Session, document: Document, count: int, start: datetime) -> dict[str, Any]:
+    """The document compared with its channel: `outcome` new, changed, unchanged or refused,
+    the `diff` lines and the `before` and `after` instants."""
     outcome: dict[str, Any] = {"name": document.name, "where": document.where}
     if document.problem is not None:
         return outcome | {"outcome": "refused", "error": document.problem}
@@ -82,22 +75,22 @@ def _instants(document: Mapping[str, Any], count: int, start: datetime) -> list[
                 "utc": instant["utc"],
                 "local": instant["local"],
                 "timezone": schedule.timezone,
-                "dst": dst_mark(at, before, schedule),
+                "dst": dst_mark(at, before, schedule, instant["dst"]),
             }
         )
         before, at = at, schedule.next_after(at)
     return shown
 
 
-def dst_mark(at: datetime, before: datetime | None, schedule: Schedule) -> str | None:
-    """`fold`, `gap …` or `fold passed …` (see the module header), or None."""
-    from cronledger.api.views import preview_instant
-
+def dst_mark(
+    at: datetime, before: datetime | None, schedule: Schedule, change: str | None
+) -> str | None:
+    """`fold`, `gap …` or `fold passed …` (see the module header), or None; `change`: the
+    offset change the preview shows at `at`."""
     zone = ZoneInfo(schedule.timezone)
     local = at.astimezone(zone)
     if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
         return f"fold: {local.strftime('%H:%M:%S')} happens twice"
-    change = preview_instant(at, schedule, before).dst
     if change is None or before is None:
         return None
     now_offset, was_offset = local.utcoffset(), before.astimezone(zone).utcoffset()
@@ -107,7 +100,8 @@ def dst_mark(at: datetime, before: datetime | None, schedule: Schedule) -> str |
 
 def show(s: Session, path: str, count: int) -> list[dict[str, Any]]:
     """Print what the file would change; the comparisons, for `-o json|yaml` and the exit."""
-    compared = changes(s, path, count)
+    start = datetime.now(UTC)
+    compared = [_compared(s, d, count, start) for d in documents.read(path)]
     if s.out.for_scripts:
         s.out.data(compared)
         return compared

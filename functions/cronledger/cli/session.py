@@ -1,10 +1,9 @@
 """What every operator command shares: the global options, the API client, the renderer, and
 the one boundary where an error becomes a message and an exit code.
 
-The global options (`--api-url`, `-o/--output`, `--json`) are accepted before the subcommand
-and after it: `api` adds them to each command's signature (so its help lists them), and one
-given after the subcommand wins. Exit codes: 0 done; 1 the API refused (its message and field
-problems printed once, on stderr); 2 bad usage or an unreadable file; 3 the API is unreachable.
+The global options are accepted before the subcommand and after it (`api` adds them to each
+command's signature, so its help lists them); one given after the subcommand wins. Exit codes:
+0 done; 1 the API refused; 2 bad usage or an unreadable file; 3 the API is unreachable.
 """
 
 from __future__ import annotations
@@ -15,13 +14,13 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final
 
 import typer
 
-from cronledger.cli.client import (
+from cronledger.api_client import (
     DEFAULT_API_URL,
     PREFIX,
     ApiClient,
@@ -32,6 +31,7 @@ from cronledger.cli.client import (
 )
 from cronledger.cli.documents import UsageError
 from cronledger.cli.output import Format, Out
+from cronledger.cli.watching import Interval, Watch, WatchFor
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 _AGE: Final = re.compile(r"(\d+)([smhd])")
@@ -71,10 +71,7 @@ Output = Annotated[
         show_default=False,
     ),
 ]
-Json = Annotated[
-    bool,
-    typer.Option("--json", help="same as -o json", rich_help_panel=GLOBAL_PANEL),
-]
+Json = Annotated[bool, typer.Option("--json", help="same as -o json", rich_help_panel=GLOBAL_PANEL)]
 
 
 def _channel_names(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -93,6 +90,7 @@ ChannelRef = Annotated[
     str,
     typer.Argument(help="a channel name or id", show_default=False, autocompletion=_channel_names),
 ]
+ChannelFilter = Annotated[str | None, typer.Option("--channel", "-c", help="a channel name or id")]
 Limit = Annotated[int, typer.Option(min=1, max=1000, help="rows per page, 1..1000")]
 Offset = Annotated[int, typer.Option(min=0, help="rows to skip, up to 10000 (then use --after)")]
 After = Annotated[
@@ -122,10 +120,15 @@ def instant(value: str | None) -> str | None:
 
 @dataclass
 class Session:
-    """One command's view of the world: the API and where its answers are printed."""
+    """One command's view of the world: the API, where its answers are printed, and the paging
+    and `--watch` options of a listing (`api(paged=True, watched=True)`)."""
 
     api: ApiClient
     out: Out
+    #: `--limit`, `--offset` and `--after`, as the API's query terms.
+    page: dict[str, Any] = field(default_factory=dict)
+    #: With `--watch`: seconds between polls, and after which to stop (None: at Ctrl-C).
+    watching: tuple[float, float | None] | None = None
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         return self.api.call("GET", f"{PREFIX}{path}", query)
@@ -165,41 +168,53 @@ class Session:
             raise
         return channel
 
-    def channel_path(self, ref: str) -> str:
-        return f"/channels/{segment(self.channel(ref)['channel_id'])}"
-
     def channel_id(self, ref: str | None) -> str | None:
         """The id of the channel `ref` names (None: no channel given)."""
         return None if ref is None else str(self.channel(ref)["channel_id"])
 
 
-def api(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[..., Any]:
-    """Register `func(session, …)` as a command of `app` that talks to the API: the global
-    options join its own, and its errors leave through `run`."""
+#: The options `api` adds to a command, after its own: a listing's paging (`paged`), `--watch`'s
+#: (`watched`), and the global ones; each as (name, annotation, default).
+PAGING: Final = (("limit", Limit, 50), ("offset", Offset, 0), ("after", After, None))
+WATCHING: Final = (
+    ("watch", Watch, False),
+    ("interval", Interval, 2.0),
+    ("watch_for", WatchFor, None),
+)
+GLOBALS: Final = (("api_url", ApiUrl, None), ("output", Output, None), ("json_", Json, False))
+
+
+def api(
+    app: typer.Typer,
+    name: str | None = None,
+    *,
+    paged: bool = False,
+    watched: bool = False,
+    **options: Any,
+) -> Callable[..., Any]:
+    """Register `func(session, …)` as a command of `app` that talks to the API: the paging,
+    watch and global options join its own (the session holds their values), and its errors
+    leave through `run`."""
+    added = [*(PAGING if paged else ()), *(WATCHING if watched else ()), *GLOBALS]
 
     def register(func: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(func, eval_str=True)
         own = list(signature.parameters.values())[1:]  # the session is ours to give
-        extra = [
-            inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
-            *(
-                inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
-                for n, a, d in (("api_url", ApiUrl, None), ("output", Output, None))
-            ),
-            inspect.Parameter(
-                "json_", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Json
-            ),
-        ]
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        extra = [inspect.Parameter("ctx", keyword, annotation=typer.Context)]
+        extra += [inspect.Parameter(n, keyword, default=d, annotation=a) for n, a, d in added]
 
         @functools.wraps(func)
-        def command(**kwargs: Any) -> None:
-            ctx: typer.Context = kwargs.pop("ctx")
+        def command(ctx: typer.Context, **kwargs: Any) -> None:
+            given = {n: kwargs.pop(n) for n, _, _ in added}
             root = ctx.find_root().params
-            api_url = kwargs.pop("api_url") or root.get("api_url") or DEFAULT_API_URL
-            fmt = kwargs.pop("output") or root.get("output") or Format.table
-            if kwargs.pop("json_") or root.get("json_"):
+            api_url = given["api_url"] or root.get("api_url") or DEFAULT_API_URL
+            fmt = given["output"] or root.get("output") or Format.table
+            if given["json_"] or root.get("json_"):
                 fmt = Format.json
-            session = Session(ApiClient(api_url), Out(fmt))
+            page = {n: given[n] for n, _, _ in PAGING} if paged else {}
+            watching = (given["interval"], given["watch_for"]) if given.get("watch") else None
+            session = Session(ApiClient(api_url), Out(fmt), page, watching)
             run(session.out, lambda: func(session, **kwargs))
 
         command.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cronledger.cli.output import Column
-from cronledger.cli.session import Session
+
+if TYPE_CHECKING:  # the session module adds these options to the commands that watch
+    from cronledger.cli.session import Session
 
 Watch = Annotated[
     bool,
@@ -50,10 +52,8 @@ def watch_rows(
     fetch: Callable[[], Sequence[Mapping[str, Any]]],
     key: Callable[[Mapping[str, Any]], str],
     columns: Sequence[Column],
-    interval: float,
-    watch_for: float | None,
 ) -> None:
-    """Print `fetch()`'s rows, then those that changed at each poll, oldest change first."""
+    """Print `fetch()`'s rows, then at each poll those that changed (`s.watching` paces it)."""
     shown: dict[str, Mapping[str, Any]] = {}
 
     def poll(first: bool) -> None:
@@ -61,4 +61,5 @@ def watch_rows(
         shown.update((key(row), row) for row in changed)
         s.out.rows(columns, changed, header=first, empty="(none yet)")
 
-    every_poll(interval, watch_for, poll)
+    assert s.watching is not None
+    every_poll(*s.watching, poll)

@@ -58,17 +58,9 @@ def root() -> Response[bytes]:
 
 
 @router.get(PAGE, include_in_schema=False)
-def page() -> Response[bytes]:
-    return _answer(PAGE)
-
-
 @router.get(f"{PAGE}/<name>", include_in_schema=False)
-def file(name: str) -> Response[bytes]:
-    return _answer(f"{PAGE}/{name}")
-
-
-def _answer(path: str) -> Response[bytes]:
-    found = asset(path)
+def file(name: str | None = None) -> Response[bytes]:
+    found = asset(PAGE if name is None else f"{PAGE}/{name}")
     if found is None:
         return Response(404, "text/plain; charset=utf-8", b"no such file", headers=HEADERS)
     body, content_type = found

@@ -12,7 +12,7 @@ import signal
 from http.server import ThreadingHTTPServer
 from typing import Final
 
-from cronledger.cli.client import PREFIX, ApiClient, Unreachable
+from cronledger.api_client import PREFIX, ApiClient, Unreachable
 from cronledger.cli.output import Out
 from cronledger.console import HEADERS, PAGE, asset
 from cronledger.local_http import (
@@ -78,14 +78,11 @@ def _handler(api: ApiClient, read_timeout_secs: float) -> type[JsonRequestHandle
         max_body = MAX_BODY
         body: bytes | None = None
 
-        def handle_method(self) -> None:
-            body = self.read_body()
-            if body is None:
-                return
+        def handle_body(self, body: bytes) -> None:
             self.body = body or None
             refusal = self._refusal()
             if refusal is not None:
-                return self._json(403, _error(refusal))
+                return self._json(403, error_body("refused", refusal))
             path = self.path.split("?", 1)[0]
             if path.startswith(_PASSED_ON):
                 if self.command not in _PASSED_METHODS:
@@ -93,7 +90,7 @@ def _handler(api: ApiClient, read_timeout_secs: float) -> type[JsonRequestHandle
                 return self._pass_on()
             found = asset(path)
             if found is None and path != "/":
-                return self._json(404, _error("no such path"))
+                return self._json(404, error_body("refused", "no such path"))
             if self.command not in _PAGE_METHODS:
                 return self._not_allowed(_PAGE_METHODS)
             if found is None:
@@ -105,7 +102,7 @@ def _handler(api: ApiClient, read_timeout_secs: float) -> type[JsonRequestHandle
             try:
                 status, headers, body = api.exchange(self.command, self.path, self.body)
             except Unreachable as exc:
-                return self._json(502, _error(str(exc)))
+                return self._json(502, error_body("refused", str(exc)))
             kept = {k.lower(): v for k, v in headers.items() if k.lower() in _ANSWER_HEADERS}
             self.answer(status, kept, body)
 
@@ -138,7 +135,3 @@ def _handler(api: ApiClient, read_timeout_secs: float) -> type[JsonRequestHandle
             return None
 
     return Handler
-
-
-def _error(message: str) -> bytes:
-    return error_body("refused", message)

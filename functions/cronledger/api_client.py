@@ -1,7 +1,6 @@
-"""The HTTP client every operator command (and the console proxy) talks to the API through.
-
-Nothing in the command line reads the database: it tells exactly what the API tells. An API
-Gateway endpoint (`*.execute-api.<region>.amazonaws.com`) is IAM-authorised, so each request to
+"""The HTTP client the command line, the console proxy and a deploy's channels talk to the API
+through: they tell exactly what the API tells, never reading the database. An API Gateway
+endpoint (`*.execute-api.<region>.amazonaws.com`) is IAM-authorised, so each request to
 one is SigV4-signed for `execute-api` in the region the host names, with botocore's default
 credential chain.
 """
@@ -33,14 +32,14 @@ class ApiError(Exception):
         if isinstance(error, dict):
             self.code = str(error.get("code", "error"))
             self.details: list[dict[str, Any]] = list(error.get("details") or [])
-            # The API's message ends with its details; they are printed one a line instead.
-            listed = "; ".join(f"{d.get('path')}: {d.get('message')}" for d in self.details)
-            self.message = str(error.get("message", "")).removesuffix(f": {listed}")
+            # The API's message ends with its details; the CLI prints them one a line instead.
+            self.listed = "; ".join(f"{d.get('path')}: {d.get('message')}" for d in self.details)
+            self.message = str(error.get("message", "")).removesuffix(f": {self.listed}")
         else:
             # Not our envelope: API Gateway itself (e.g. 403 for a bad signature) or a proxy.
             self.code = "http_error"
             self.message = str(body.get("message", body) if isinstance(body, dict) else body)
-            self.details = []
+            self.details, self.listed = [], ""
         self.status = status
         self.body = body
         super().__init__(f"{status} {self.code}: {self.message}")
