@@ -30,7 +30,7 @@ from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP, walk
 from cronledger.cron.config import TransportConfig
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.labels import Labels
-from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
+from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED, Channel
 from cronledger.settings import TIMEOUT_MAX_MS
 from cronledger.targets import Target, TargetPolicy
 from cronledger.validation import Document, explained, field_errors, refused
@@ -130,12 +130,17 @@ class ChannelCreate(ChannelUpdate):
 
 @dataclass(frozen=True, slots=True)
 class Definition:
-    """A validated channel definition: what one version stores."""
+    """A validated channel definition: what one version stores, as the ledger's arguments."""
 
     transport_config: dict[str, Any]
     target: dict[str, Any]
     timeout_ms: int
     labels: dict[str, str]
+
+    @classmethod
+    def of(cls, channel: Channel) -> Definition:
+        """What `channel`'s version stores."""
+        return cls(channel.transport_config, channel.target, channel.timeout_ms, channel.labels)
 
 
 @dataclass(frozen=True, slots=True)

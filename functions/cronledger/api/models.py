@@ -57,11 +57,7 @@ _DATE_TIME = WithJsonSchema(
 Text = Annotated[str, BeforeValidator(_text), Field(min_length=1, max_length=MAX_TEXT)]
 """An id or a filter value from a path or a query string."""
 
-Instant = Annotated[
-    datetime,
-    BeforeValidator(_instant),
-    _DATE_TIME,
-]
+Instant = Annotated[datetime, BeforeValidator(_instant), _DATE_TIME]
 """An RFC 3339 timestamp with an offset in a request; anything else is a 422."""
 
 
@@ -69,11 +65,7 @@ def _timestamp(value: Any) -> Any:
     return to_rfc3339(value) if isinstance(value, datetime) else value
 
 
-Timestamp = Annotated[
-    str,
-    BeforeValidator(_timestamp),
-    _DATE_TIME,
-]
+Timestamp = Annotated[str, BeforeValidator(_timestamp), _DATE_TIME]
 """An RFC 3339 UTC timestamp with `Z` in a response (a datetime is written so)."""
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
@@ -91,8 +83,7 @@ After = Annotated[
 ]
 NamePrefix = Annotated[Text | None, Query(description="names starting with this")]
 ExactTotal = Annotated[
-    bool,
-    Query(description="count every matching row (otherwise counted up to 10000)"),
+    bool, Query(description="count every matching row (otherwise counted up to 10000)")
 ]
 LabelSelector = Annotated[
     list[Text] | None,

@@ -43,19 +43,20 @@ class UnsupportedMediaType(Exception):
 
 class MalformedBody(Exception):
     """A body that is JSON but not an object (`type_mismatch`), or not UTF-8 text, or nested
-    too deeply (`invalid`); `path` says where, when it is a place inside the body."""
+    too deeply (`invalid`); its one error says where."""
 
     def __init__(self, message: str, code: str = "invalid", path: str = "body") -> None:
         super().__init__(message)
-        self.code = code
-        self.path = path
+        self.errors = [FieldError(path, code, message)]
 
 
 class BodyTooLarge(Exception):
     """A body over `MAX_BODY_BYTES`."""
 
     def __init__(self, size: int) -> None:
-        super().__init__(f"the body is {size} bytes; at most {MAX_BODY_BYTES} are accepted")
+        message = f"the body is {size} bytes; at most {MAX_BODY_BYTES} are accepted"
+        super().__init__(message)
+        self.errors = [FieldError("body", "too_long", message)]
 
 
 @dataclass(frozen=True, slots=True)
