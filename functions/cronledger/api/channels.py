@@ -40,7 +40,7 @@ from cronledger.api.models import (
 )
 from cronledger.api.past_at import past_at_warnings
 from cronledger.api.services import serving
-from cronledger.api.views import channel_version, channel_view, cursors_by_channel, fields_of
+from cronledger.api.views import channel_version, channel_view, cursors_of, fields_of
 from cronledger.errors import Conflict, CronledgerError, FieldError, ValidationFailed
 from cronledger.labels import selector
 from cronledger.ledger import (
@@ -112,7 +112,7 @@ def list_channels(
 ) -> Page[ChannelView]:
     ledger = serving().ledger
     page = channel_page(status, name, label, name_prefix, limit, offset, after, exact_total)
-    states = cursors_by_channel(ledger.cursors.schedule_states([c.channel_id for c in page.data]))
+    states = cursors_of(ledger, [c.channel_id for c in page.data])
     return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
 
@@ -294,7 +294,6 @@ def _services() -> tuple[Ledger, Settings, TargetPolicy]:
 
 
 def _view(ledger: Ledger, channel: Channel, warnings: list[str] | None = None) -> One[ChannelView]:
-    states = cursors_by_channel(ledger.cursors.schedule_states([channel.channel_id]))
-    view = channel_view(channel, states.get(channel.channel_id))
+    view = channel_view(channel, cursors_of(ledger, [channel.channel_id]).get(channel.channel_id))
     view.warnings = warnings or []
     return One(data=view)

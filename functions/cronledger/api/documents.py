@@ -1,11 +1,10 @@
 """Reading a channel document: every problem at once, or a definition safe to store.
 
-A body is read by its model (`ChannelCreate`, `ChannelUpdate`: the schedule, the target under
-the operator's policy, unknown keys refused), and beside it values the database cannot hold
-(NUL, lone surrogates, NaN) or the API could not serve back (nesting deeper than `MAX_DEPTH`)
-are refused, so one round trip fixes a document. A name can be typed and put in a URL
-unquoted; a left-out `timeout_ms` is stored as the instance default; JSON `null` means not
-given; a version is the whole document (no `labels`: no labels).
+A body is read by its model (the target under the operator's policy, unknown keys refused),
+and values the database cannot hold (NUL, lone surrogates, NaN) or the API could not serve
+back (deeper than `MAX_DEPTH`) are refused beside its problems, so one round trip fixes a
+document. A left-out `timeout_ms` is the instance default; JSON `null` means not given; a
+version is the whole document (no `labels`: no labels).
 """
 
 from __future__ import annotations
@@ -174,9 +173,7 @@ _ADAPTERS: Final = {model: TypeAdapter(model) for model in (ChannelCreate, Chann
 def _read(
     model: type[ChannelUpdate], document: Mapping[str, Any], context: dict[str, Any]
 ) -> ChannelUpdate:
-    """Every problem of `document` at once: its keys (the model, the target against the
-    context's `policy`), and what the database could not store, each reported once at its
-    outermost path."""
+    """Every problem of `document` at once, each reported once at its outermost path."""
     errors: list[FieldError] = []
     body = None
     try:

@@ -24,12 +24,10 @@ from cronledger.validation import json_type
 JSON_MEDIA_TYPE = "application/json"
 #: How many invalid-Unicode places one answer lists.
 _MAX_REPORTED = 20
-#: The largest body any route takes: a channel document's payload is at most 256 KiB as
-#: compact UTF-8 JSON, and this leaves room for it escaped and indented.
+#: The largest body any route takes: room for a 256 KiB payload escaped and indented.
 MAX_BODY_BYTES: Final = 1 << 20
-#: How deeply a body's objects and arrays may nest (the body itself is the first level): far
-#: more than any document needs, and far less than reading, storing and serving one allows,
-#: so whatever is accepted can be answered.
+#: How deeply a body's objects and arrays may nest (the body is the first level): far more
+#: than any document needs, little enough that whatever is accepted can be stored and served.
 MAX_DEPTH: Final = 64
 TOO_DEEP: Final = (
     f"objects and arrays nest at most {MAX_DEPTH} levels deep (the body is the first); store "
