@@ -3,8 +3,9 @@
 A body is read by its model (the target under the operator's policy, unknown keys refused),
 and values the database cannot hold (NUL, lone surrogates, NaN) or the API could not serve
 back (deeper than `MAX_DEPTH`) are refused beside its problems, so one round trip fixes a
-document. A left-out `timeout_ms` is the instance default; JSON `null` means not given; a
-version is the whole document (no `labels`: no labels).
+document. A name can be typed and put in a URL unquoted; a left-out `timeout_ms` is the
+instance default; JSON `null` means not given; a version is the whole document (no `labels`:
+no labels).
 """
 
 from __future__ import annotations

@@ -142,23 +142,23 @@ def _check_document(body: bytes) -> None:
         raise ValidationFailed(problems, "invalid text")
 
 
-def walk(value: Any, limit: int = MAX_DEPTH) -> Iterator[tuple[str, Any, Any, int]]:
+def walk(value: Any) -> Iterator[tuple[str, Any, Any, int]]:
     """Every place in `value` (itself the first level, at path "") in document order, as
-    (path, key, item, depth); an object or array deeper than `limit` is met but not entered.
+    (path, key, item, depth); an object or array deeper than `MAX_DEPTH` is met, not entered.
     Found without recursion: JSON may nest deeper than Python's stack."""
     stack: list[tuple[str, Any, Any, int]] = [("", None, value, 1)]
     while stack:
         path, key, item, depth = stack.pop()
         yield path, key, item, depth
-        if isinstance(item, Mapping | list) and depth <= limit:
+        if isinstance(item, Mapping | list) and depth <= MAX_DEPTH:
             pairs = item.items() if isinstance(item, Mapping) else enumerate(item)
             stack.extend(reversed([(_child(path, k), k, v, depth + 1) for k, v in pairs]))
 
 
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> str | None:
-    """The path of the first object or array nested more than `limit` deep in `value`."""
-    for path, _, item, depth in walk(value, limit):
-        if depth > limit and isinstance(item, Mapping | list):
+def too_deep(value: Any) -> str | None:
+    """The path of the first object or array nested more than `MAX_DEPTH` deep in `value`."""
+    for path, _, item, depth in walk(value):
+        if depth > MAX_DEPTH and isinstance(item, Mapping | list):
             return path or "body"
     return None
 
