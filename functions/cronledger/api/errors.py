@@ -81,7 +81,8 @@ def install_error_mapping(app: APIGatewayHttpResolver, routes: Callable[[], Rout
 
 _Kind = type[Exception] | tuple[type[Exception], ...]
 #: What each exception answers (the first that matches): status, code, and the message when it
-#: is not the exception's own text (`{request}`: the request answered).
+#: is not the exception's own text (`{request}`: the request answered); a 422's message starts
+#: "malformed request: ".
 _ANSWERS: Final[dict[_Kind, tuple[HTTPStatus, str, str | None]]] = {
     ValidationFailed: (HTTPStatus.BAD_REQUEST, "validation_failed", None),
     NotFound: (HTTPStatus.NOT_FOUND, "not_found", None),

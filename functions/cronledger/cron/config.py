@@ -69,6 +69,7 @@ _AT_EXAMPLE: Final = "2026-09-01T02:15:00"
 _LOCK_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _EXAMPLE: Final = "a daily 02:15 is `0 15 2 * * *`"
 _BOUND_EXAMPLE: Final = 'e.g. "2026-09-01T00:00:00Z" or "2026-09-01T02:00:00+02:00"'
+_ALERTS_EXAMPLE: Final = {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600}
 _FIELDS: Final = (
     ("second", "0-59"),
     ("minute", "0-59"),
@@ -308,8 +309,7 @@ class _Inline:
         schema = handler(core_schema)
         schema = next((s for s in schema.get("anyOf", [schema]) if "$ref" in s), schema)
         schema = handler.resolve_ref_schema(schema)
-        example = {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600}
-        return {**schema, "example": example}
+        return {**schema, "example": _ALERTS_EXAMPLE}
 
 
 Zone = Annotated[str, BeforeValidator(_zone), Field(json_schema_extra={"example": "Europe/London"})]
@@ -547,7 +547,7 @@ class _OneObject:
                 "starts_at": "2026-09-01T00:00:00Z",
                 "ends_at": "2026-12-31T23:59:59Z",
                 "jitter_secs": 300,
-                "alerts": {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600},
+                "alerts": _ALERTS_EXAMPLE,
             },
         }
 
