@@ -26,7 +26,7 @@ from pydantic import (
     field_validator,
 )
 
-from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP, walk
+from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP, storable_text, walk
 from cronledger.cron.config import TransportConfig
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.labels import Labels
@@ -212,17 +212,6 @@ def _unstorable(document: Mapping[str, Any]) -> Iterator[FieldError]:
             yield FieldError(path, "invalid", "must be text without NUL characters")
         elif isinstance(item, float) and not math.isfinite(item):
             yield FieldError(path, "invalid", "must be a finite number (not NaN or Infinity)")
-
-
-def storable_text(text: str) -> bool:
-    """Text PostgreSQL can store: no NUL, no lone surrogate."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _within(path: str, reported: str) -> bool:

@@ -23,7 +23,8 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 
-from cronledger.api.documents import ChannelCreate, ChannelUpdate, storable_text
+from cronledger.api.documents import ChannelCreate, ChannelUpdate
+from cronledger.api.request_rules import storable_text
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import parse_rfc3339, to_rfc3339
 from cronledger.labels import Labels

@@ -186,6 +186,11 @@ def _has_surrogate(text: str) -> bool:
     return not text.isascii() and _SURROGATE.search(text) is not None
 
 
+def storable_text(text: str) -> bool:
+    """Text PostgreSQL can store: no NUL, no lone surrogate."""
+    return "\x00" not in text and not _has_surrogate(text)
+
+
 def printable(text: str) -> str:
     """`text` with lone surrogates written as `\\udxxx`, so it can be shown and encoded."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -234,25 +234,23 @@ def _explain_parse_error(fields: list[str], exc: Exception) -> str:
 
 
 def _local_text(value: Any) -> str:
-    if not isinstance(value, str) or not _AT.fullmatch(value.strip()):
-        offset = (
-            isinstance(value, str)
-            and _AT.match(value.strip()) is not None
-            and value.strip()[19:20] in ("Z", "z", "+", "-")
-        )
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and _AT.fullmatch(text):
+        try:
+            datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise refused("invalid", f"{text!r} is not a real date-time ({exc})") from None
+        return text
+    if text is not None and _AT.match(text) and text[19:20] in ("Z", "z", "+", "-"):
         raise refused(
-            "invalid" if isinstance(value, str) else "type_mismatch",
+            "invalid",
             f"{value!r} carries an offset: `at` is a wall time read in `timezone`; drop the "
-            "offset (for a UTC instant, set timezone UTC)"
-            if offset
-            else f'must be a local date-time `YYYY-MM-DDTHH:MM:SS` in `timezone`, e.g. "{_AT_EXAMPLE}"',
+            "offset (for a UTC instant, set timezone UTC)",
         )
-    text = value.strip()
-    try:
-        datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise refused("invalid", f"{text!r} is not a real date-time ({exc})") from None
-    return text
+    raise refused(
+        "type_mismatch" if text is None else "invalid",
+        f'must be a local date-time `YYYY-MM-DDTHH:MM:SS` in `timezone`, e.g. "{_AT_EXAMPLE}"',
+    )
 
 
 def at_second(text: str, zone: str) -> int:
