@@ -3,7 +3,8 @@
 A manual or backfill run is an occurrence inserted if absent on `(channel_id, scheduled_for)`,
 so it never doubles an instant. Trigger and backfill need an `active` channel (the executor
 would settle any other's run `channel_unavailable`); backfilled rows run one after another
-unless `overlap: policy`. Preview works in any status, drafts included.
+unless `overlap: policy` (whoever backfills wants every instant run). Preview works in any
+status, drafts included.
 """
 
 from __future__ import annotations
