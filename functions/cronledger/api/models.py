@@ -129,19 +129,21 @@ ChannelCreateBody = Annotated[dict[str, Any], DocumentedAs(ChannelCreate)]
 ChannelUpdateBody = Annotated[dict[str, Any], DocumentedAs(ChannelUpdate)]
 
 
-class StatusChange(BaseModel):
+class _Closed(BaseModel):
+    """A request body: an unknown key is refused, not ignored."""
+
     model_config = ConfigDict(extra="forbid")
 
+
+class StatusChange(_Closed):
     status: Literal["active", "paused", "archived"]
     reason: str | None = Field(
         None, max_length=500, description="why, shown with the status (e.g. a pause's reason)"
     )
 
 
-class BulkStatusChange(BaseModel):
+class BulkStatusChange(_Closed):
     """Every channel carrying all of `selector`'s labels moved to `status`, one at a time."""
-
-    model_config = ConfigDict(extra="forbid")
 
     selector: Labels = Field(description="labels a channel must all carry (at least one)")
     status: Literal["active", "paused", "archived"]
@@ -150,18 +152,16 @@ class BulkStatusChange(BaseModel):
     )
 
 
-class CancelReason(BaseModel):
+class CancelReason(_Closed):
     """Why an operator cancels; recorded in the occurrence's error and its event."""
-
-    model_config = ConfigDict(extra="forbid")
 
     reason: Text | None = None
 
 
-class BackfillWindow(BaseModel):
+class BackfillWindow(_Closed):
     """Both ends inclusive, on the schedule's instants; `to` must not be in the future."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     from_: Instant = Field(alias="from")
     to: Instant
