@@ -19,7 +19,7 @@ from itertools import islice
 from typing import Any, Final
 
 from cronledger.errors import FieldError, ValidationFailed
-from cronledger.validation import json_type
+from cronledger.validation import child, json_type
 
 JSON_MEDIA_TYPE = "application/json"
 #: How many invalid-Unicode places one answer lists.
@@ -173,9 +173,7 @@ def _invalid_text(document: dict[str, Any]) -> Iterator[tuple[str, bool]]:
 
 
 def _child(path: str, key: Any) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{printable(key)}" if path else printable(key)
+    return child(path, key if isinstance(key, int) else printable(key))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
