@@ -1,16 +1,13 @@
 """Settings: one immutable object read once from `CRONLEDGER_*` environment variables.
 
-Every process (a Lambda cold start, `cronledger dev`) builds `Settings.from_env()` before doing
-anything else, so a bad value stops it at start rather than as a strange lease race an hour
-later. All problems are reported together in one `SettingsError`, each naming its variable;
-settings built directly (`Settings(...)`, `replace`) obey the same rules and read no environment.
-The reference page (docs/reference/settings.md) is generated from the fields below.
+Every process builds `Settings.from_env()` before anything else, so a bad value stops it at
+start, not as a strange lease race an hour later; all problems come in one `SettingsError`,
+each naming its variable. Settings built directly obey the same rules and read no environment.
+docs/reference/settings.md is generated from the fields below.
 
-A blank value is refused rather than read as "use the default", because a blank usually means
-a template forgot to fill it in; the two lists are the exception, because for them empty is the
-safe default itself (nothing allowed), and `cronledger dev` needs a way to say "nothing" over
-its own loopback default. What the lists and `secrets` open is the subject of
-docs/guarantees.md#security and `cronledger.targets.policy`.
+A blank value is refused (a template forgot to fill it in), except in the two lists, where
+empty is the safe default itself (nothing allowed) and lets `cronledger dev` say "nothing" over
+its loopback default; what they and `secrets` open: docs/guarantees.md#security.
 """
 
 from __future__ import annotations

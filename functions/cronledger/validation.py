@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import reduce
 from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import (
@@ -229,10 +230,11 @@ def field_error(error: Mapping[str, Any], prefix: Sequence[str | int] = ()) -> F
 
 def path(loc: Iterable[str | int]) -> str:
     """`("a", "b", 0, "c")` as `a.b[0].c`."""
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
+    return reduce(child, loc, "")
+
+
+def child(parent: str, part: str | int) -> str:
+    """The path of `part` (a key or an index) inside the path `parent`."""
+    if isinstance(part, int):
+        return f"{parent}[{part}]"
+    return f"{parent}.{part}" if parent else str(part)

@@ -1,9 +1,8 @@
 """The resolver: every route on one `APIGatewayHttpResolver`, validated both ways.
 
-A request first passes the body rules (`request_rules.screen`), then the pydantic models (a
-malformed one is a 422 in the error envelope); every response is checked against the same
-models, so `/openapi.json` describes what is served (a mismatch is a bug: 500). A wrong method
-on a known path is a 405. The Swagger UI is built on its first request, which no other needs.
+A request passes the body rules (`request_rules.screen`), then the models (malformed: 422);
+every response is checked against the same models, so `/openapi.json` describes what is
+served (a mismatch is a bug: 500). The Swagger UI is built on its first request.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Running a channel outside its schedule, and looking ahead: trigger, backfill, preview.
 
-A manual or backfill run is an occurrence like any other, inserted if absent on
-`(channel_id, scheduled_for)` at the database's now or the schedule's instants, so it never
-doubles an instant. Trigger and backfill need an `active` channel (the executor would settle
-any other's run `channel_unavailable`); backfill takes at most `MAX_BACKFILL` past instants,
-run one after another unless `overlap: policy` (whoever backfills wants every instant run),
-and writes nothing with `?dry_run=true`. Preview works in any status, drafts included.
+A manual or backfill run is an occurrence inserted if absent on `(channel_id, scheduled_for)`,
+so it never doubles an instant. Trigger and backfill need an `active` channel (the executor
+would settle any other's run `channel_unavailable`); backfilled rows run one after another
+unless `overlap: policy` (whoever backfills wants every instant run). Preview works in any
+status, drafts included.
 """
 
 from __future__ import annotations

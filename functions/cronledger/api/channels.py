@@ -15,7 +15,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from cronledger.api.documents import read_new_channel, read_new_version
+from cronledger.api.documents import Definition, read_new_channel, read_new_version
 from cronledger.api.errors import documented, error_response
 from cronledger.api.models import (
     PREFIX,
@@ -40,7 +40,7 @@ from cronledger.api.models import (
 )
 from cronledger.api.past_at import past_at_warnings
 from cronledger.api.services import serving
-from cronledger.api.views import channel_version, channel_view, cursors_by_channel
+from cronledger.api.views import channel_version, channel_view, cursors_of, fields_of
 from cronledger.errors import Conflict, CronledgerError, FieldError, ValidationFailed
 from cronledger.labels import selector
 from cronledger.ledger import (
@@ -87,17 +87,10 @@ def create_channel(
 ) -> One[ChannelView]:
     ledger, settings, policy = _services()
     new = read_new_channel(body, settings.default_timeout_ms, policy)
-    warnings = past_at_warnings(
-        new.definition.transport_config, ledger.db_now(), allowed=allow_past_at
-    )
+    config = new.definition.transport_config
+    warnings = past_at_warnings(config, ledger.db_now(), allowed=allow_past_at)
     channel = ledger.channels.create_channel(
-        new.name,
-        new.definition.transport_config,
-        new.definition.target,
-        new.definition.timeout_ms,
-        status=new.status,
-        labels=new.definition.labels,
-        dry_run=dry_run,
+        new.name, **fields_of(new.definition), status=new.status, dry_run=dry_run
     )
     return _view(ledger, channel, warnings)
 
@@ -119,7 +112,7 @@ def list_channels(
 ) -> Page[ChannelView]:
     ledger = serving().ledger
     page = channel_page(status, name, label, name_prefix, limit, offset, after, exact_total)
-    states = cursors_by_channel(ledger.cursors.schedule_states([c.channel_id for c in page.data]))
+    states = cursors_of(ledger, [c.channel_id for c in page.data])
     return Page.of(page, lambda c: channel_view(c, states.get(c.channel_id)))
 
 
@@ -198,27 +191,13 @@ def update_channel(
     ledger, settings, policy = _services()
     current = ledger.channels.get_channel(channel_id)
     new = read_new_version(body, current.name, settings.default_timeout_ms, policy)
+    before = current.transport_config
     warnings = past_at_warnings(
-        new.transport_config,
-        ledger.db_now(),
-        allowed=allow_past_at,
-        before=current.transport_config,
+        new.transport_config, ledger.db_now(), allowed=allow_past_at, before=before
     )
-    if (new.transport_config, new.target, new.timeout_ms, new.labels) == (
-        current.transport_config,
-        current.target,
-        current.timeout_ms,
-        current.labels,
-    ):
+    if new == Definition.of(current):
         return _view(ledger, current)
-    written = ledger.channels.new_channel_version(
-        channel_id,
-        new.transport_config,
-        new.target,
-        new.timeout_ms,
-        labels=new.labels,
-        dry_run=dry_run,
-    )
+    written = ledger.channels.new_channel_version(channel_id, **fields_of(new), dry_run=dry_run)
     return _view(ledger, written, warnings)
 
 
@@ -315,7 +294,6 @@ def _services() -> tuple[Ledger, Settings, TargetPolicy]:
 
 
 def _view(ledger: Ledger, channel: Channel, warnings: list[str] | None = None) -> One[ChannelView]:
-    states = cursors_by_channel(ledger.cursors.schedule_states([channel.channel_id]))
-    view = channel_view(channel, states.get(channel.channel_id))
+    view = channel_view(channel, cursors_of(ledger, [channel.channel_id]).get(channel.channel_id))
     view.warnings = warnings or []
     return One(data=view)

@@ -1,11 +1,11 @@
 """Reading a channel document: every problem at once, or a definition safe to store.
 
-A body is read by its model (`ChannelCreate`, `ChannelUpdate`: the schedule, the target under
-the operator's policy, unknown keys refused), and beside it values the database cannot hold
-(NUL, lone surrogates, NaN) or the API could not serve back (nesting deeper than `MAX_DEPTH`)
-are refused, so one round trip fixes a document. A name can be typed and put in a URL
-unquoted; a left-out `timeout_ms` is stored as the instance default; JSON `null` means not
-given; a version is the whole document (no `labels`: no labels).
+A body is read by its model (the target under the operator's policy, unknown keys refused),
+and values the database cannot hold (NUL, lone surrogates, NaN) or the API could not serve
+back (deeper than `MAX_DEPTH`) are refused beside its problems, so one round trip fixes a
+document. A name can be typed and put in a URL unquoted; a left-out `timeout_ms` is the
+instance default; JSON `null` means not given; a version is the whole document (no `labels`:
+no labels).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from pydantic import (
     field_validator,
 )
 
-from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP, walk
+from cronledger.api.request_rules import MAX_DEPTH, TOO_DEEP, storable_text, walk
 from cronledger.cron.config import TransportConfig
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.labels import Labels
-from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED
+from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED, Channel
 from cronledger.settings import TIMEOUT_MAX_MS
 from cronledger.targets import Target, TargetPolicy
 from cronledger.validation import Document, explained, field_errors, refused
@@ -130,12 +130,17 @@ class ChannelCreate(ChannelUpdate):
 
 @dataclass(frozen=True, slots=True)
 class Definition:
-    """A validated channel definition: what one version stores."""
+    """A validated channel definition: what one version stores, as the ledger's arguments."""
 
     transport_config: dict[str, Any]
     target: dict[str, Any]
     timeout_ms: int
     labels: dict[str, str]
+
+    @classmethod
+    def of(cls, channel: Channel) -> Definition:
+        """What `channel`'s version stores."""
+        return cls(channel.transport_config, channel.target, channel.timeout_ms, channel.labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +174,7 @@ _ADAPTERS: Final = {model: TypeAdapter(model) for model in (ChannelCreate, Chann
 def _read(
     model: type[ChannelUpdate], document: Mapping[str, Any], context: dict[str, Any]
 ) -> ChannelUpdate:
-    """Every problem of `document` at once: its keys (the model, the target against the
-    context's `policy`), and what the database could not store, each reported once at its
-    outermost path."""
+    """Every problem of `document` at once, each reported once at its outermost path."""
     errors: list[FieldError] = []
     body = None
     try:
@@ -209,17 +212,6 @@ def _unstorable(document: Mapping[str, Any]) -> Iterator[FieldError]:
             yield FieldError(path, "invalid", "must be text without NUL characters")
         elif isinstance(item, float) and not math.isfinite(item):
             yield FieldError(path, "invalid", "must be a finite number (not NaN or Infinity)")
-
-
-def storable_text(text: str) -> bool:
-    """Text PostgreSQL can store: no NUL, no lone surrogate."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _within(path: str, reported: str) -> bool:

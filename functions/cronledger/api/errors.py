@@ -1,12 +1,9 @@
 """The one place an exception becomes an HTTP answer (docs/guarantees.md#api).
 
-Every error leaves as `{"error": {"code", "message", "details": [{"path", "code", "message"}]}}`:
-`ValidationFailed` 400 `validation_failed`; `NotFound` or no route 404 `not_found`; a known path
-with another method 405 `method_not_allowed` (with `Allow`); `Conflict` 409 `conflict`; a body
-too large 413 `too_large`, not JSON 415 `unsupported_media_type`, malformed (Powertools'
-request validation, not an object, not UTF-8, too deep, a number too long) 422
-`malformed_request`; `DatabaseUnavailable` 503 `database_unavailable`; anything else, a bug
-logged with its traceback and never echoed, 500 `internal`. No client sees Powertools' shape.
+Every error leaves as `{"error": {"code", "message", "details": [{"path", "code", "message"}]}}`,
+by the table `_ANSWERS`; a known path with another method is a 405 (with `Allow`); anything
+else is a bug, logged with its traceback and never echoed: 500 `internal`. No client sees
+Powertools' shape.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Final
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -45,9 +42,8 @@ MALFORMED = HTTPStatus.UNPROCESSABLE_ENTITY
 
 def documented(tag: str, status: int, description: str, *errors: int) -> dict[str, Any]:
     """A route's keyword arguments: its tag, its success `status` (schema from the return
-    annotation; none for 204), the given error statuses and those any route can answer (400,
-    413, 415, 422, 500, 503), each the error envelope; a response that breaks the document is
-    a 500 in that envelope too, not Powertools' own shape."""
+    annotation), and as the error envelope the given `errors` and those any route can answer;
+    a response that breaks the document is a 500 in that envelope too."""
     responses: dict[int, OpenAPIResponse] = {status: {"description": description}}
     if status == HTTPStatus.NO_CONTENT:
         responses[status]["content"] = {}
@@ -83,51 +79,57 @@ def install_error_mapping(app: APIGatewayHttpResolver, routes: Callable[[], Rout
     app.exception_handler_manager.update_exception_handlers({Exception: answer})
 
 
+_Kind = type[Exception] | tuple[type[Exception], ...]
+#: What each exception answers (the first that matches): status, code, and the message when it
+#: is not the exception's own text (`{request}`: the request answered); a 422's message starts
+#: "malformed request: ".
+_ANSWERS: Final[dict[_Kind, tuple[HTTPStatus, str, str | None]]] = {
+    ValidationFailed: (HTTPStatus.BAD_REQUEST, "validation_failed", None),
+    NotFound: (HTTPStatus.NOT_FOUND, "not_found", None),
+    NotFoundError: (HTTPStatus.NOT_FOUND, "not_found", "no route for {request}; see /openapi.json"),
+    MalformedBody: (MALFORMED, "malformed_request", None),
+    BodyTooLarge: (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", None),
+    Conflict: (HTTPStatus.CONFLICT, "conflict", None),
+    (RequestUnsupportedContentType, UnsupportedMediaType): (
+        HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "send the body as JSON with Content-Type: application/json",
+    ),
+    RecursionError: (MALFORMED, "malformed_request", TOO_DEEP),
+    UnicodeDecodeError: (MALFORMED, "malformed_request", "the body is not UTF-8 text"),
+    # The driver's text can name hosts and users: logged, answered in general terms.
+    DatabaseUnavailable: (
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        "database_unavailable",
+        "the ledger database is unavailable; try again shortly",
+    ),
+}
+#: The exceptions whose `errors` are the answer's details.
+_DETAILED: Final = (ValidationFailed, MalformedBody, BodyTooLarge)
+
+
 def error_response(exc: Exception, request: str) -> Response[Any]:
-    """The table above, for `exc` raised while answering `request` (e.g. `GET /health`)."""
-    if isinstance(exc, ValidationFailed):
-        return _answer(HTTPStatus.BAD_REQUEST, "validation_failed", str(exc), exc.errors)
-    if isinstance(exc, NotFound):
-        return _answer(HTTPStatus.NOT_FOUND, "not_found", str(exc))
-    if isinstance(exc, NotFoundError):
-        return _answer(
-            HTTPStatus.NOT_FOUND, "not_found", f"no route for {request}; see /openapi.json"
-        )
-    if isinstance(exc, MalformedBody):
-        return _malformed(str(exc), [FieldError(exc.path, exc.code, str(exc))])
-    if isinstance(exc, BodyTooLarge):
-        detail = FieldError("body", "too_long", str(exc))
-        return _answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", str(exc), [detail])
-    if isinstance(exc, Conflict):
-        return _answer(HTTPStatus.CONFLICT, "conflict", str(exc))
-    if isinstance(exc, RequestUnsupportedContentType | UnsupportedMediaType):
-        return _answer(
-            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "send the body as JSON with Content-Type: application/json",
-        )
+    """The answer to `exc`, raised while answering `request` (e.g. `GET /health`)."""
     if isinstance(exc, RequestValidationError):
         details = [field_error(error) for error in exc.errors()]
-        return _malformed("; ".join(f"{d.path}: {d.message}" for d in details), details)
-    if isinstance(exc, RecursionError):
-        return _malformed(TOO_DEEP)
-    if isinstance(exc, UnicodeDecodeError):
-        return _malformed("the body is not UTF-8 text")
-    if isinstance(exc, DatabaseUnavailable):
-        # The driver's text can name hosts and users: log it, answer in general terms.
-        log.warning("%s: database unavailable: %s", request, exc)
+        message = "; ".join(f"{d.path}: {d.message}" for d in details)
+        return _answer(MALFORMED, "malformed_request", f"malformed request: {message}", details)
+    kind = next((kind for kind in _ANSWERS if isinstance(exc, kind)), None)
+    if kind is None:
+        if isinstance(exc, ResponseValidationError):
+            log.error("%s: response does not match the OpenAPI document: %s", request, exc.errors())
+        else:
+            log.error("%s: unhandled error", request, exc_info=exc)
         return _answer(
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            "database_unavailable",
-            "the ledger database is unavailable; try again shortly",
+            HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "internal error; see the API's logs"
         )
-    if isinstance(exc, ResponseValidationError):
-        log.error("%s: response does not match the OpenAPI document: %s", request, exc.errors())
-    else:
-        log.error("%s: unhandled error", request, exc_info=exc)
-    return _answer(
-        HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "internal error; see the API's logs"
-    )
+    if kind is DatabaseUnavailable:
+        log.warning("%s: database unavailable: %s", request, exc)
+    status, code, template = _ANSWERS[kind]
+    text = str(exc) if template is None else template.format(request=request)
+    if status == MALFORMED:
+        text = f"malformed request: {text}"
+    return _answer(status, code, text, exc.errors if isinstance(exc, _DETAILED) else ())
 
 
 def forbidden(message: str) -> dict[str, Any]:
@@ -144,10 +146,6 @@ def as_v2(response: Response[Any]) -> dict[str, Any]:
         "isBase64Encoded": False,
         "cookies": [],
     }
-
-
-def _malformed(message: str, details: Iterable[FieldError] = ()) -> Response[Any]:
-    return _answer(MALFORMED, "malformed_request", f"malformed request: {message}", details)
 
 
 def _answer(

@@ -23,7 +23,8 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 
-from cronledger.api.documents import ChannelCreate, ChannelUpdate, storable_text
+from cronledger.api.documents import ChannelCreate, ChannelUpdate
+from cronledger.api.request_rules import storable_text
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import parse_rfc3339, to_rfc3339
 from cronledger.labels import Labels
@@ -57,11 +58,7 @@ _DATE_TIME = WithJsonSchema(
 Text = Annotated[str, BeforeValidator(_text), Field(min_length=1, max_length=MAX_TEXT)]
 """An id or a filter value from a path or a query string."""
 
-Instant = Annotated[
-    datetime,
-    BeforeValidator(_instant),
-    _DATE_TIME,
-]
+Instant = Annotated[datetime, BeforeValidator(_instant), _DATE_TIME]
 """An RFC 3339 timestamp with an offset in a request; anything else is a 422."""
 
 
@@ -69,11 +66,7 @@ def _timestamp(value: Any) -> Any:
     return to_rfc3339(value) if isinstance(value, datetime) else value
 
 
-Timestamp = Annotated[
-    str,
-    BeforeValidator(_timestamp),
-    _DATE_TIME,
-]
+Timestamp = Annotated[str, BeforeValidator(_timestamp), _DATE_TIME]
 """An RFC 3339 UTC timestamp with `Z` in a response (a datetime is written so)."""
 
 ChannelId = Annotated[Text, Path(description="the channel's id")]
@@ -91,8 +84,7 @@ After = Annotated[
 ]
 NamePrefix = Annotated[Text | None, Query(description="names starting with this")]
 ExactTotal = Annotated[
-    bool,
-    Query(description="count every matching row (otherwise counted up to 10000)"),
+    bool, Query(description="count every matching row (otherwise counted up to 10000)")
 ]
 LabelSelector = Annotated[
     list[Text] | None,
@@ -137,19 +129,21 @@ ChannelCreateBody = Annotated[dict[str, Any], DocumentedAs(ChannelCreate)]
 ChannelUpdateBody = Annotated[dict[str, Any], DocumentedAs(ChannelUpdate)]
 
 
-class StatusChange(BaseModel):
+class _Closed(BaseModel):
+    """A request body: an unknown key is refused, not ignored."""
+
     model_config = ConfigDict(extra="forbid")
 
+
+class StatusChange(_Closed):
     status: Literal["active", "paused", "archived"]
     reason: str | None = Field(
         None, max_length=500, description="why, shown with the status (e.g. a pause's reason)"
     )
 
 
-class BulkStatusChange(BaseModel):
+class BulkStatusChange(_Closed):
     """Every channel carrying all of `selector`'s labels moved to `status`, one at a time."""
-
-    model_config = ConfigDict(extra="forbid")
 
     selector: Labels = Field(description="labels a channel must all carry (at least one)")
     status: Literal["active", "paused", "archived"]
@@ -158,18 +152,16 @@ class BulkStatusChange(BaseModel):
     )
 
 
-class CancelReason(BaseModel):
+class CancelReason(_Closed):
     """Why an operator cancels; recorded in the occurrence's error and its event."""
-
-    model_config = ConfigDict(extra="forbid")
 
     reason: Text | None = None
 
 
-class BackfillWindow(BaseModel):
+class BackfillWindow(_Closed):
     """Both ends inclusive, on the schedule's instants; `to` must not be in the future."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     from_: Instant = Field(alias="from")
     to: Instant

@@ -19,17 +19,15 @@ from itertools import islice
 from typing import Any, Final
 
 from cronledger.errors import FieldError, ValidationFailed
-from cronledger.validation import json_type
+from cronledger.validation import child, json_type
 
 JSON_MEDIA_TYPE = "application/json"
 #: How many invalid-Unicode places one answer lists.
 _MAX_REPORTED = 20
-#: The largest body any route takes: a channel document's payload is at most 256 KiB as
-#: compact UTF-8 JSON, and this leaves room for it escaped and indented.
+#: The largest body any route takes: room for a 256 KiB payload escaped and indented.
 MAX_BODY_BYTES: Final = 1 << 20
-#: How deeply a body's objects and arrays may nest (the body itself is the first level): far
-#: more than any document needs, and far less than reading, storing and serving one allows,
-#: so whatever is accepted can be answered.
+#: How deeply a body's objects and arrays may nest (the body is the first level): far more
+#: than any document needs, little enough that whatever is accepted can be stored and served.
 MAX_DEPTH: Final = 64
 TOO_DEEP: Final = (
     f"objects and arrays nest at most {MAX_DEPTH} levels deep (the body is the first); store "
@@ -43,19 +41,20 @@ class UnsupportedMediaType(Exception):
 
 class MalformedBody(Exception):
     """A body that is JSON but not an object (`type_mismatch`), or not UTF-8 text, or nested
-    too deeply (`invalid`); `path` says where, when it is a place inside the body."""
+    too deeply (`invalid`); its one error says where."""
 
     def __init__(self, message: str, code: str = "invalid", path: str = "body") -> None:
         super().__init__(message)
-        self.code = code
-        self.path = path
+        self.errors = [FieldError(path, code, message)]
 
 
 class BodyTooLarge(Exception):
     """A body over `MAX_BODY_BYTES`."""
 
     def __init__(self, size: int) -> None:
-        super().__init__(f"the body is {size} bytes; at most {MAX_BODY_BYTES} are accepted")
+        message = f"the body is {size} bytes; at most {MAX_BODY_BYTES} are accepted"
+        super().__init__(message)
+        self.errors = [FieldError("body", "too_long", message)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,23 +142,23 @@ def _check_document(body: bytes) -> None:
         raise ValidationFailed(problems, "invalid text")
 
 
-def walk(value: Any, limit: int = MAX_DEPTH) -> Iterator[tuple[str, Any, Any, int]]:
+def walk(value: Any) -> Iterator[tuple[str, Any, Any, int]]:
     """Every place in `value` (itself the first level, at path "") in document order, as
-    (path, key, item, depth); an object or array deeper than `limit` is met but not entered.
+    (path, key, item, depth); an object or array deeper than `MAX_DEPTH` is met, not entered.
     Found without recursion: JSON may nest deeper than Python's stack."""
     stack: list[tuple[str, Any, Any, int]] = [("", None, value, 1)]
     while stack:
         path, key, item, depth = stack.pop()
         yield path, key, item, depth
-        if isinstance(item, Mapping | list) and depth <= limit:
+        if isinstance(item, Mapping | list) and depth <= MAX_DEPTH:
             pairs = item.items() if isinstance(item, Mapping) else enumerate(item)
             stack.extend(reversed([(_child(path, k), k, v, depth + 1) for k, v in pairs]))
 
 
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> str | None:
-    """The path of the first object or array nested more than `limit` deep in `value`."""
-    for path, _, item, depth in walk(value, limit):
-        if depth > limit and isinstance(item, Mapping | list):
+def too_deep(value: Any) -> str | None:
+    """The path of the first object or array nested more than `MAX_DEPTH` deep in `value`."""
+    for path, _, item, depth in walk(value):
+        if depth > MAX_DEPTH and isinstance(item, Mapping | list):
             return path or "body"
     return None
 
@@ -174,9 +173,7 @@ def _invalid_text(document: dict[str, Any]) -> Iterator[tuple[str, bool]]:
 
 
 def _child(path: str, key: Any) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{printable(key)}" if path else printable(key)
+    return child(path, key if isinstance(key, int) else printable(key))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -185,6 +182,11 @@ _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 def _has_surrogate(text: str) -> bool:
     return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def storable_text(text: str) -> bool:
+    """Text PostgreSQL can store: no NUL, no lone surrogate."""
+    return "\x00" not in text and not _has_surrogate(text)
 
 
 def printable(text: str) -> str:

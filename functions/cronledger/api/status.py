@@ -25,7 +25,7 @@ from cronledger.api.models import (
     Page,
 )
 from cronledger.api.services import serving
-from cronledger.api.views import compiled, cursor, cursors_by_channel, fields_of
+from cronledger.api.views import compiled, cursor, cursors_of, fields_of
 from cronledger.claim import JOB as CLAIM_JOB
 from cronledger.cron import Schedule
 from cronledger.ledger import CHANNEL_ACTIVE, Channel, ChannelActivity, ScheduleState
@@ -56,7 +56,7 @@ def status(
     schedules = {channel.channel_id: compiled(channel) for channel in page.data}
     keys = {s.singleton_key for s in schedules.values() if s and s.singleton_key}
     # A fixed handful of reads for the whole page, whatever its size.
-    states = cursors_by_channel(ledger.cursors.schedule_states(ids))
+    states = cursors_of(ledger, ids)
     activity = ledger.reporting.channel_activity(ids, keys)
     alerts = ledger.events.open_alerts(ids)
     return Page.of(

@@ -1,15 +1,14 @@
 """Ledger values in, response models out: the only place the API formats what it serves.
 
-A listing carries summaries (no result, the error cut short), the full record is read one
-occurrence at a time. A definition nested deeper than a body may be (only one stored before
-bodies were limited) is served as JSON text below that depth, so the serializer never fails
-a whole page on it.
+A listing carries summaries (no result, the error cut short); the full record is read one
+occurrence at a time. A stored definition nested deeper than a body may be is served as JSON
+text below that depth, so the serializer never fails a whole page on it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, Final
@@ -27,7 +26,7 @@ from cronledger.api.models import (
 from cronledger.api.request_rules import MAX_DEPTH
 from cronledger.cron import Schedule
 from cronledger.errors import ValidationFailed
-from cronledger.ledger import Attempt, Channel, Event, Occurrence, ScheduleState
+from cronledger.ledger import Attempt, Channel, Event, Ledger, Occurrence, ScheduleState
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import target_ref
 
@@ -91,15 +90,15 @@ def servable(value: Any, depth: int = _DEFINITION_DEPTH) -> Any:
     return [servable(item, depth + 1) for item in value]
 
 
-def cursors_by_channel(states: Iterable[ScheduleState]) -> dict[str, ScheduleState]:
-    return {state.channel_id: state for state in states}
+def cursors_of(ledger: Ledger, channel_ids: list[str]) -> dict[str, ScheduleState]:
+    """The cursors of `channel_ids` by channel (a channel never activated has none)."""
+    return {state.channel_id: state for state in ledger.cursors.schedule_states(channel_ids)}
 
 
 def cursor(schedule: Schedule | None, state: ScheduleState | None) -> dict[str, Any]:
-    """`next_fire_at`, `paused_at` and `ended` of a cursor as shown. A paused cursor is
-    re-initialised on resume, so its stale value is no "next" anything, even while its channel
-    is active again. Ended: reconcile parked the cursor for this very schedule (an edit that
-    changes the scheduling hash, such as a later `ends_at`, re-initialises it instead)."""
+    """`next_fire_at`, `paused_at` and `ended` of a cursor as shown. A paused cursor's value is
+    stale (resuming re-initialises it), so it is no "next". Ended: reconcile parked the cursor
+    for this very schedule (an edit of the scheduling hash re-initialises it instead)."""
     paused = state is not None and state.paused_at is not None
     return {
         "next_fire_at": None if state is None or paused else state.next_fire_at,
@@ -158,10 +157,9 @@ def fields_of(row: Any) -> dict[str, Any]:
 def preview_instant(
     at: datetime, schedule: Schedule, before: datetime | None = None
 ) -> PreviewInstant:
-    """The instant in UTC and as the wall clock in the schedule's zone shows it, offset
-    included (on a fall-back day two instants share a wall time and differ only in the
-    offset), its local weekday, when its row is due, and, when the zone's offset differs
-    from the one at `before` (the instant shown before it), that change."""
+    """The instant in UTC and on the zone's wall clock with its offset (on a fall-back day two
+    instants differ only in it), its weekday, when its row is due, and the change of offset
+    since `before` (the instant shown before it), if any."""
     zone = ZoneInfo(schedule.timezone)
     local = at.astimezone(zone)
     dst = None

@@ -69,6 +69,7 @@ _AT_EXAMPLE: Final = "2026-09-01T02:15:00"
 _LOCK_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _EXAMPLE: Final = "a daily 02:15 is `0 15 2 * * *`"
 _BOUND_EXAMPLE: Final = 'e.g. "2026-09-01T00:00:00Z" or "2026-09-01T02:00:00+02:00"'
+_ALERTS_EXAMPLE: Final = {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600}
 _FIELDS: Final = (
     ("second", "0-59"),
     ("minute", "0-59"),
@@ -233,25 +234,23 @@ def _explain_parse_error(fields: list[str], exc: Exception) -> str:
 
 
 def _local_text(value: Any) -> str:
-    if not isinstance(value, str) or not _AT.fullmatch(value.strip()):
-        offset = (
-            isinstance(value, str)
-            and _AT.match(value.strip()) is not None
-            and value.strip()[19:20] in ("Z", "z", "+", "-")
-        )
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and _AT.fullmatch(text):
+        try:
+            datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise refused("invalid", f"{text!r} is not a real date-time ({exc})") from None
+        return text
+    if text is not None and _AT.match(text) and text[19:20] in ("Z", "z", "+", "-"):
         raise refused(
-            "invalid" if isinstance(value, str) else "type_mismatch",
+            "invalid",
             f"{value!r} carries an offset: `at` is a wall time read in `timezone`; drop the "
-            "offset (for a UTC instant, set timezone UTC)"
-            if offset
-            else f'must be a local date-time `YYYY-MM-DDTHH:MM:SS` in `timezone`, e.g. "{_AT_EXAMPLE}"',
+            "offset (for a UTC instant, set timezone UTC)",
         )
-    text = value.strip()
-    try:
-        datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise refused("invalid", f"{text!r} is not a real date-time ({exc})") from None
-    return text
+    raise refused(
+        "type_mismatch" if text is None else "invalid",
+        f'must be a local date-time `YYYY-MM-DDTHH:MM:SS` in `timezone`, e.g. "{_AT_EXAMPLE}"',
+    )
 
 
 def at_second(text: str, zone: str) -> int:
@@ -308,8 +307,7 @@ class _Inline:
         schema = handler(core_schema)
         schema = next((s for s in schema.get("anyOf", [schema]) if "$ref" in s), schema)
         schema = handler.resolve_ref_schema(schema)
-        example = {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600}
-        return {**schema, "example": example}
+        return {**schema, "example": _ALERTS_EXAMPLE}
 
 
 Zone = Annotated[str, BeforeValidator(_zone), Field(json_schema_extra={"example": "Europe/London"})]
@@ -547,7 +545,7 @@ class _OneObject:
                 "starts_at": "2026-09-01T00:00:00Z",
                 "ends_at": "2026-12-31T23:59:59Z",
                 "jitter_secs": 300,
-                "alerts": {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600},
+                "alerts": _ALERTS_EXAMPLE,
             },
         }
 
