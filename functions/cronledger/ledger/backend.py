@@ -88,12 +88,7 @@ def create_ledger_engine(
         if startup:
             connect_args["startup_params"] = startup
         engine = sa.create_engine(
-            parsed,
-            **{
-                "pool_size": PG_POOL_SIZE,
-                "connect_args": connect_args,
-                **engine_options,
-            },
+            parsed, **{"pool_size": PG_POOL_SIZE, "connect_args": connect_args, **engine_options}
         )
         from cronledger.ledger.driver import tune_pg8000_engine  # pg8000, for PostgreSQL only
 

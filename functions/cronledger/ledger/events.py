@@ -13,33 +13,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from cronledger import alerts
-from cronledger.alerts import AlertRules, AlertState, advance, rules_of
+from cronledger.alerts import AlertState, advance, rules_of
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ids import uuid7
 from cronledger.instants import to_rfc3339
-from cronledger.ledger.models import (
-    Event,
-    EventFilter,
-    EventPage,
-    Occurrence,
-    Outbox,
-)
-from cronledger.ledger.paging import below, page_key, read_key
+from cronledger.ledger.models import Event, EventFilter, EventPage, Occurrence, Outbox
+from cronledger.ledger.paging import keyed_rows
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import (
-    channel_alerts,
-    channels,
-    events,
-    occurrences,
-    schedule_state,
-)
+from cronledger.ledger.tables import channel_alerts, channels, events, occurrences, schedule_state
 
 #: How long the function that made an event has to send it before the sweep may.
 SEND_LEASE_SECS = 30.0
@@ -84,8 +72,7 @@ class EventStore(Store):
             return []
         ids = sorted({d.channel_id for d in drafts})
         rows = self._alert_rows(conn, ids)
-        missing = [i for i in ids if i not in rows]
-        if missing:
+        if missing := [i for i in ids if i not in rows]:
             # A channel's first event creates its row (a peer may create it first).
             conn.execute(
                 self._sql.insert(channel_alerts)
@@ -96,61 +83,31 @@ class EventStore(Store):
             )
             rows |= self._alert_rows(conn, missing)
         first = {
-            i: AlertState(row.sequence, row.consecutive_failures, row.open_alert)
-            for i, row in rows.items()
+            i: AlertState(r.sequence, r.consecutive_failures, r.open_alert) for i, r in rows.items()
         }
         states = dict(first)
-        config: dict[str, tuple[str | None, dict[str, Any], AlertRules]] = {}
-        for channel_id in ids:
-            document = rows[channel_id].transport_config or {}
-            config[channel_id] = (rows[channel_id].name, document, rules_of(document))
+        rules = {i: rules_of(rows[i].transport_config) for i in ids}
         now: datetime = rows[ids[-1]].now
         made: list[Event] = []
         for d in drafts:
-            name, document, rules = config[d.channel_id]
-            before = states[d.channel_id]
-            after, recorded = advance(before, rules, d.kind)
+            row, before = rows[d.channel_id], states[d.channel_id]
+            after, recorded = advance(before, rules[d.channel_id], d.kind)
             sequence = before.sequence
             for kind, deliver in recorded:
                 if deliver:
                     sequence += 1
-                made.append(
-                    _event(d, kind, sequence if deliver else None, now, name, document, after)
-                )
+                made.append(_event(d, kind, sequence if deliver else None, now, row, after))
             states[d.channel_id] = after
         for channel_id in ids:
-            state = states[channel_id]
-            if state == first[channel_id]:
-                continue
-            conn.execute(
-                sa.update(channel_alerts)
-                .where(channel_alerts.c.channel_id == channel_id)
-                .values(
-                    sequence=state.sequence,
-                    consecutive_failures=state.consecutive_failures,
-                    open_alert=state.open_alert,
+            if states[channel_id] != first[channel_id]:
+                conn.execute(
+                    sa.update(channel_alerts)
+                    .where(channel_alerts.c.channel_id == channel_id)
+                    .values(**asdict(states[channel_id]))
                 )
-            )
-        if not made:
-            return made
-        lease = now + timedelta(seconds=SEND_LEASE_SECS)
-        conn.execute(
-            sa.insert(events),
-            [
-                {
-                    "event_id": e.event_id,
-                    "channel_id": e.channel_id,
-                    "sequence": e.sequence,
-                    "kind": e.kind,
-                    "at": e.at,
-                    "occurrence_id": e.occurrence_id,
-                    "document": json.dumps(e.document, separators=(",", ":")),
-                    "send_after": lease if e.deliver else None,
-                    "send_attempts": 0,
-                }
-                for e in made
-            ],
-        )
+        if made:
+            lease = now + timedelta(seconds=SEND_LEASE_SECS)
+            conn.execute(sa.insert(events), [_row_of(e, lease) for e in made])
         return made
 
     def _alert_rows(self, conn: sa.Connection, ids: list[str]) -> dict[str, Any]:
@@ -276,15 +233,10 @@ class EventStore(Store):
             stmt = stmt.where(events.c.kind == alerts.KINDS.get(f.kind, f.kind))
         if f.since is not None:
             stmt = stmt.where(events.c.at >= f.since)
-        if f.after is not None:
-            stmt = stmt.where(below((events.c.at, events.c.event_id), *read_key(f.after)))
-        stmt = stmt.order_by(events.c.at.desc(), events.c.event_id.desc()).limit(f.limit + 1)
+        order = (events.c.at, events.c.event_id)
         with self._read() as conn:
-            rows = [_event_of(row) for row in conn.execute(stmt)]
-        more = len(rows) > f.limit
-        rows = rows[: f.limit]
-        last = page_key(rows[-1].at, rows[-1].event_id) if more and rows else None
-        return EventPage(rows, f.limit, last)
+            rows, next_key = keyed_rows(conn, stmt, order, f.limit, f.after)
+        return EventPage([_event_of(row) for row in rows], f.limit, next_key)
 
     def open_alerts(self, channel_ids: Iterable[str] | None = None) -> dict[str, str]:
         """Per channel, the kind of its delivered alert not yet answered by a completed
@@ -383,17 +335,12 @@ class EventStore(Store):
 
 
 def _event(
-    d: Draft,
-    kind: str,
-    sequence: int | None,
-    now: datetime,
-    name: str | None,
-    document: dict[str, Any],
-    state: AlertState,
+    d: Draft, kind: str, sequence: int | None, now: datetime, channel: Any, state: AlertState
 ) -> Event:
-    """The event as a receiver gets it: everything a message needs to say what happened,
-    where, and where to look, with no secret (the error is the excerpt the ledger keeps)."""
+    """The event as a receiver gets it: what happened, where, and where to look, with no
+    secret (the error is the excerpt the ledger keeps). `channel`: its alert row."""
     o = d.occurrence
+    document = channel.transport_config or {}
     event_id = str(uuid7())
     error = d.error if d.error is not None or o is None else o.error_message
     api, console = (
@@ -408,7 +355,7 @@ def _event(
         "kind": kind,
         "at": to_rfc3339(now),
         "channel_id": d.channel_id,
-        "channel_name": (o and o.channel_name) or name,
+        "channel_name": (o and o.channel_name) or channel.name,
         "timezone": document.get("timezone", "UTC"),
         "occurrence_id": o and o.id,
         "scheduled_for": o and to_rfc3339(o.scheduled_for),
@@ -428,18 +375,16 @@ def _event(
         body["reason"] = d.reason
     if o is not None:
         body["singleton_key"] = o.singleton_key
-    return Event(
-        event_id=event_id,
-        channel_id=d.channel_id,
-        sequence=sequence,
-        kind=kind,
-        at=now,
-        occurrence_id=o.id if o is not None else None,
-        document=body,
-    )
+    return Event(event_id, d.channel_id, sequence, kind, now, body["occurrence_id"], body)
 
 
 def _event_of(row: Any) -> Event:
     """An event from its row (every column but `send_after`)."""
     fields = {k: v for k, v in row._mapping.items() if k != "send_after"}
     return Event(**fields | {"document": json.loads(row.document)})
+
+
+def _row_of(event: Event, lease: datetime) -> dict[str, Any]:
+    """An event's row: under a send lease only if it is to be delivered."""
+    document = json.dumps(event.document, separators=(",", ":"))
+    return asdict(event) | {"document": document, "send_after": lease if event.deliver else None}

@@ -82,9 +82,7 @@ class OccurrenceStore(Store):
             return self._insert_in(conn, rows)
 
     def materialise(
-        self,
-        rows: Iterable[NewOccurrence],
-        moves: Iterable[CursorMove],
+        self, rows: Iterable[NewOccurrence], moves: Iterable[CursorMove]
     ) -> tuple[int, set[str]]:
         """A reconcile pass's writes, all or nothing: each move by its own compare-and-set (a
         channel appears once), and the rows of exactly the channels whose cursor moved, so a

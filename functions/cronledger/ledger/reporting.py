@@ -10,13 +10,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from cronledger.ledger.models import (
-    LEASED_STATUSES,
-    PENDING,
-    Backlog,
-    ChannelActivity,
-    Occurrence,
-)
+from cronledger.ledger.models import LEASED_STATUSES, PENDING, Backlog, ChannelActivity, Occurrence
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import job_runs, occurrences, singletons, status_is
 
