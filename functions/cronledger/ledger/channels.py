@@ -42,6 +42,9 @@ _ALLOWED_FROM = {
     CHANNEL_ARCHIVED: (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED, CHANNEL_ARCHIVED),
 }
 
+#: The columns a version defines beside its number (`cron_channel_versions`).
+_DEFINITION = ("transport_config", "target", "timeout_ms", "labels")
+
 #: Moves that are events of the channel's history: a pause (with its reason) and a resume.
 _TURNS: dict[tuple[str | None, str], str] = {
     (CHANNEL_ACTIVE, CHANNEL_PAUSED): alerts.PAUSED,
@@ -215,12 +218,7 @@ class ChannelStore(Store):
         with self._read() as conn:
             total = int(conn.execute(count).scalar_one())
             rows = conn.execute(page).all()
-        return Page(
-            data=[_at_version(current, row) for row in rows],
-            total=total,
-            limit=limit,
-            offset=offset,
-        )
+        return Page([_at_version(current, row) for row in rows], total, limit, offset)
 
     def get_channel_by_name(self, name: str) -> Channel:
         with self._read() as conn:
@@ -309,15 +307,8 @@ def channel_conditions(
 
 def _at_version(current: Channel, version: Any) -> Channel:
     """The channel with the definition of an earlier `cron_channel_versions` row."""
-    return replace(
-        current,
-        version=version.version,
-        transport_config=version.transport_config,
-        target=version.target,
-        timeout_ms=version.timeout_ms,
-        updated_at=version.created_at,
-        labels=version.labels,
-    )
+    defined = {name: version._mapping[name] for name in _DEFINITION}
+    return replace(current, version=version.version, updated_at=version.created_at, **defined)
 
 
 def _document(
@@ -326,7 +317,7 @@ def _document(
     timeout_ms: int,
     labels: Mapping[str, str] | None,
 ) -> dict[str, Any]:
-    """A version's columns: what the channel's document defines."""
+    """A version's columns: what the channel's document defines (`_DEFINITION`)."""
     return {
         "transport_config": transport_config,
         "target": target,

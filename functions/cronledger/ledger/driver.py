@@ -158,8 +158,10 @@ class Cursor:
         pass
 
 
-def tune_pg8000_engine(engine: sa.Engine) -> None:
-    """The events a PostgreSQL engine of `Connection`s needs (see the module header)."""
+def tune_pg8000_engine(engine: sa.Engine, connect: Any) -> None:
+    """The events a PostgreSQL engine of `Connection`s needs, `connect` (`connecting`) opening
+    each one."""
+    event.listen(engine, "do_connect", connect)
     event.listen(engine, "checkin", _mark_idle)
     event.listen(engine, "checkout", _ping_if_idle)
     event.listen(engine, "begin", _begin)

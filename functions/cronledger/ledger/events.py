@@ -27,7 +27,14 @@ from cronledger.instants import to_rfc3339
 from cronledger.ledger.models import Event, EventFilter, EventPage, Occurrence, Outbox
 from cronledger.ledger.paging import keyed_rows
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import channel_alerts, channels, events, occurrences, schedule_state
+from cronledger.ledger.tables import (
+    channel_alerts,
+    channels,
+    events,
+    occurrence_of,
+    occurrences,
+    schedule_state,
+)
 
 #: How long the function that made an event has to send it before the sweep may.
 SEND_LEASE_SECS = 30.0
@@ -272,7 +279,7 @@ class EventStore(Store):
                 .values(overdue_at=None)
                 .returning(*occurrences.c)
             ).all()
-            found = sorted((Occurrence(*row) for row in rows), key=lambda o: o.channel_id)
+            found = sorted(map(occurrence_of, rows), key=lambda o: o.channel_id)
             return self.record(conn, [draft(alerts.OVERDUE, o) for o in found])
 
     def _stalled_channels(self, limit: int) -> list[Event]:

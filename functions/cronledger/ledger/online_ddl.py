@@ -1,9 +1,7 @@
-"""Schema changes a revision makes while the previous release keeps running on the database
-(expand/contract: add only what old code ignores, remove only what no running code reads).
-
-On PostgreSQL an index on a table in use is built `CONCURRENTLY`, so writes go on, in an
-autocommit block of its own; an interrupted build's invalid index, which `IF NOT EXISTS` would
-take for a finished one, is dropped and built again. SQLite builds it plainly.
+"""Schema changes a revision makes while the previous release keeps running (expand/contract:
+add only what old code ignores, remove only what no running code reads). On PostgreSQL an index
+is built `CONCURRENTLY`, so writes go on; an interrupted build's invalid index, which `IF NOT
+EXISTS` would take for a finished one, is dropped and built again. SQLite builds plainly.
 """
 
 from __future__ import annotations
@@ -29,10 +27,8 @@ def create_index_online(
     where: str | None = None,
     **postgresql: Any,
 ) -> None:
-    """Create index `name` on `table` (partial when `where` is given; a `text` column is an
-    expression) without blocking the table's writers on PostgreSQL; idempotent, so a
-    migration interrupted here resumes. `postgresql` holds PostgreSQL-only options
-    (`postgresql_using="gin"`, `postgresql_ops`)."""
+    """Create index `name` on `table` (partial under `where`; a `text` column is an
+    expression), idempotent, without blocking writers; `postgresql`: its own options."""
     condition = None if where is None else sa.text(where)
     context = op.get_context()
     if context.dialect.name != "postgresql":
@@ -57,9 +53,7 @@ def create_index_online(
 
 
 def drop_index_online(name: str, table: str) -> None:
-    """Drop index `name` of `table` if it exists, without blocking the table's readers or
-    writers on PostgreSQL; idempotent, so a migration interrupted here resumes. SQLite drops
-    it plainly."""
+    """Drop index `name` of `table` if it exists, without blocking readers or writers."""
     context = op.get_context()
     if context.dialect.name != "postgresql":
         op.drop_index(name, table_name=table, if_exists=True)
@@ -89,8 +83,7 @@ def _invalid_index(name: str) -> bool:
 def backfill_online(
     table: str, values: str, pending: str, *, key: str = "id", batch: int = BACKFILL_BATCH
 ) -> int:
-    """From a revision: `backfill_in_batches` on the migration's connection, within the
-    deadline the migration was given (`Ledger.migrate(until=…)`)."""
+    """From a revision: `backfill_in_batches` within the migration's deadline, if any."""
     context = op.get_context()
     until = context.config.attributes.get("until") if context.config is not None else None
     if context.as_sql:  # an offline script: one statement shows what runs
@@ -116,10 +109,9 @@ def backfill_in_batches(
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """`UPDATE table SET values` on the rows `pending` selects, `batch` rows a statement each
-    committed on its own (autocommit), never one transaction a deadline would roll back whole.
-    `pending` excludes rows done, so a run stopped at `until` (`DeadlineReached`) resumes
-    there next time. Answers the rows updated."""
+    """`UPDATE table SET values` on the rows `pending` selects, `batch` rows a statement, each
+    committed on its own; `pending` excludes rows done, so a run stopped at `until`
+    (`DeadlineReached`) resumes there. Answers the rows updated."""
     statement = _batch_statement(table, values, pending, key, batch)
     done = 0
     while True:
