@@ -8,8 +8,8 @@ import threading
 import time
 import uuid
 
-#: Random bytes are drawn from the OS this many at a time (eight an id): a pass mints an id
-#: per row, and a system call each would cost more than the rest of the id.
+#: Random bytes drawn from the OS at a time (eight an id): a system call per id would cost
+#: more than the rest of it.
 RANDOM_AHEAD = 4096
 
 _lock = threading.Lock()
@@ -53,8 +53,8 @@ def _uuid7_int() -> int:
 
 
 def _start_afresh_in_child() -> None:
-    """A forked child gets its own lock (one held at the fork would never be released there)
-    and its own random bytes (the parent's leftovers would repeat its ids)."""
+    """A forked child gets its own lock (one held at the fork would stay held) and its own
+    random bytes (the parent's leftovers would repeat its ids)."""
     global _lock, _random, _random_at
     _lock = threading.Lock()
     _random, _random_at = b"", 0

@@ -304,41 +304,35 @@ class EventStore(Store):
             .where(schedule_state.c.paused_at.is_(None), schedule_state.c.next_fire_at < now)
             .limit(limit * 10)
         )
-        stalled_back = sa.select(channel_alerts.c.channel_id).where(
+        flagged = sa.select(channel_alerts.c.channel_id).where(
             channel_alerts.c.stalled_at.is_not(None)
         )
         with self._write() as conn:
-            stalled: list[tuple[str, datetime]] = []
             still: set[str] = set()
+            stalled: list[tuple[str, datetime]] = []
             for row in conn.execute(behind):
-                limit_secs = rules_of(row.transport_config).overdue_after_secs
-                if limit_secs is None:
+                allowed = rules_of(row.transport_config).overdue_after_secs
+                if allowed is None or row.now <= row.next_fire_at + timedelta(seconds=allowed):
                     continue
-                if row.next_fire_at + timedelta(seconds=limit_secs) < row.now:
-                    still.add(row.channel_id)
-                    if row.stalled_at is None:
-                        stalled.append((row.channel_id, row.next_fire_at))
-            caught_up = set(conn.execute(stalled_back).scalars()) - still
-            if caught_up:
-                conn.execute(
-                    sa.update(channel_alerts)
-                    .where(channel_alerts.c.channel_id.in_(sorted(caught_up)))
-                    .values(stalled_at=None)
-                )
-            made = self.record(
-                conn,
-                [
-                    Draft(alerts.STALLED, channel_id, oldest_scheduled_for=since)
-                    for channel_id, since in sorted(stalled)
-                ],
-            )
-            if stalled:
-                conn.execute(
-                    sa.update(channel_alerts)
-                    .where(channel_alerts.c.channel_id.in_([c for c, _ in stalled]))
-                    .values(stalled_at=self._sql.now())
-                )
+                still.add(row.channel_id)
+                if row.stalled_at is None:
+                    stalled.append((row.channel_id, row.next_fire_at))
+            self._flag_stalled(conn, set(conn.execute(flagged).scalars()) - still, None)
+            drafts = [
+                Draft(alerts.STALLED, c, oldest_scheduled_for=at) for c, at in sorted(stalled)
+            ]
+            made = self.record(conn, drafts)
+            self._flag_stalled(conn, {c for c, _ in stalled}, self._sql.now())
             return made
+
+    def _flag_stalled(self, conn: sa.Connection, ids: set[str], since: Any) -> None:
+        """Set (or clear, with None) when the channels' cursors were found stalled."""
+        if ids:
+            conn.execute(
+                sa.update(channel_alerts)
+                .where(channel_alerts.c.channel_id.in_(sorted(ids)))
+                .values(stalled_at=since)
+            )
 
 
 def _event(

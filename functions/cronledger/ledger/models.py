@@ -164,12 +164,7 @@ class NewOccurrence:
     ) -> NewOccurrence:
         """A row of `channel` (as it is now: its name and version) at `at`."""
         return cls(
-            channel_id=channel.channel_id,
-            channel_name=channel.name,
-            channel_version=channel.version,
-            scheduled_for=at,
-            target_ref=target_ref,
-            **fields,
+            channel.channel_id, channel.name, channel.version, at, target_ref=target_ref, **fields
         )
 
 
