@@ -93,22 +93,17 @@ def default_recorder() -> InMemoryMetrics:
     return _default
 
 
-def install_sink(sink: MetricsSink) -> MetricsSink:
-    """Send every later value to `sink`; returns the sink it replaces."""
+@contextmanager
+def recording_to(sink: MetricsSink) -> Iterator[MetricsSink]:
+    """Send every value to `sink` for the duration of a block (a test, one invocation)."""
     global _sink
     with _sink_lock:
         previous, _sink = _sink, sink
-    return previous
-
-
-@contextmanager
-def recording_to(sink: MetricsSink) -> Iterator[MetricsSink]:
-    """Install `sink` for the duration of a block (a test, one Lambda invocation)."""
-    previous = install_sink(sink)
     try:
         yield sink
     finally:
-        install_sink(previous)
+        with _sink_lock:
+            _sink = previous
 
 
 def _record(

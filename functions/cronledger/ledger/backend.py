@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -28,7 +28,7 @@ from sqlalchemy.dialects import postgresql
 
 from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS, BoundedConnect
 from cronledger.ledger.shards import SQLITE_FUNCTION, shard_key
-from cronledger.ledger.tables import UtcDateTime
+from cronledger.ledger.tables import UtcDateTime, as_utc
 
 if TYPE_CHECKING:
     from sqlalchemy.dialects import sqlite
@@ -203,11 +203,8 @@ class Backend:
 
 
 def instant_of_json(text: str | None) -> datetime | None:
-    """An instant `json_rows` carried, aware UTC (SQLite's has no offset: it is UTC)."""
-    if text is None:
-        return None
-    at = datetime.fromisoformat(text)
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    """An instant `json_rows` carried, aware UTC."""
+    return None if text is None else as_utc(datetime.fromisoformat(text))
 
 
 def _instants_text(values: Sequence[datetime | None]) -> list[str | None]:

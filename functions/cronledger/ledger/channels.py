@@ -30,7 +30,7 @@ from cronledger.ledger.models import (
     Page,
 )
 from cronledger.ledger.occurrences import OccurrenceStore
-from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, read_page
+from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, count_matching, read_page
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import channel_versions, channels
 
@@ -214,9 +214,8 @@ class ChannelStore(Store):
             .limit(limit)
             .offset(offset)
         )
-        count = sa.select(sa.func.count()).select_from(channel_versions).where(mine)
         with self._read() as conn:
-            total = int(conn.execute(count).scalar_one())
+            total, _ = count_matching(conn, channel_versions, [mine], exact=True)
             rows = conn.execute(page).all()
         return Page([_at_version(current, row) for row in rows], total, limit, offset)
 

@@ -43,6 +43,8 @@ OUTBOX_BATCH = 100
 #: Retries of a delivery that failed back off this much, doubling, up to the cap.
 RETRY_FIRST_SECS = 2.0
 RETRY_MAX_SECS = 300.0
+#: In the outbox: to be delivered, not yet delivered.
+_UNDELIVERED = sa.and_(events.c.send_after.is_not(None), events.c.delivered_at.is_(None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +153,9 @@ class EventStore(Store):
         this sender: each one's next try waits `lease_secs` (doubling with its tries, capped),
         so a sender that dies with them leaves them to a later sweep, and two sweeps never
         take the same event at once."""
-        outbox = sa.and_(events.c.send_after.is_not(None), events.c.delivered_at.is_(None))
         due = (
             sa.select(events.c.event_id)
-            .where(outbox, events.c.send_after <= self._sql.now())
+            .where(_UNDELIVERED, events.c.send_after <= self._sql.now())
             .order_by(events.c.send_after)
             .limit(limit)
         )
@@ -162,17 +163,14 @@ class EventStore(Store):
             due = due.with_for_update(skip_locked=True)
         with self._write() as conn:
             taken = conn.execute(
-                sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), outbox)
+                sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), _UNDELIVERED)
             ).all()
             for attempts in sorted({row.send_attempts for row in taken}):
                 wait = max(lease_secs, min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2**attempts))
+                ids = [row.event_id for row in taken if row.send_attempts == attempts]
                 conn.execute(
                     sa.update(events)
-                    .where(
-                        events.c.event_id.in_(
-                            [r.event_id for r in taken if r.send_attempts == attempts]
-                        )
-                    )
+                    .where(events.c.event_id.in_(ids))
                     .values(send_after=self._sql.now_plus(wait), send_attempts=attempts + 1)
                 )
         found = [_event_of(row) for row in taken]
@@ -208,11 +206,9 @@ class EventStore(Store):
 
     def outbox(self) -> Outbox:
         """How many events wait to be delivered, and how long the oldest has waited."""
-        waiting = sa.and_(events.c.send_after.is_not(None), events.c.delivered_at.is_(None))
+        waiting = sa.select(sa.func.count(), sa.func.min(events.c.at), self._sql.now())
         with self._read() as conn:
-            count, oldest, now = conn.execute(
-                sa.select(sa.func.count(), sa.func.min(events.c.at), self._sql.now()).where(waiting)
-            ).one()
+            count, oldest, now = conn.execute(waiting.where(_UNDELIVERED)).one()
         age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
         return Outbox(int(count), age)
 
