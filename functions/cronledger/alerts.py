@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final
 
-from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, WithJsonSchema
+from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 
 from cronledger.errors import FieldError
 from cronledger.validation import Document, field_errors, refused, whole, without_null
@@ -152,15 +152,12 @@ class Alerts(Document):
         )
 
 
-_ALERTS: Final = TypeAdapter(Alerts)
-
-
 def alert_rules(value: Any, errors: list[FieldError]) -> AlertRules | None:
     """Validate `transport_config.alerts`, appending every problem with its path."""
     if value is None:
         return AlertRules()
     try:
-        return _ALERTS.validate_python(value).rules()
+        return Alerts.model_validate(value).rules()
     except ValidationError as exc:
         errors.extend(field_errors(exc, ("transport_config", "alerts")))
         return None

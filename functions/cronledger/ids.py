@@ -44,12 +44,8 @@ def _uuid7_int() -> int:
         drawn = _random[_random_at : _random_at + 8]
         _random_at += 8
     rand = int.from_bytes(drawn, "big") & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= rand
-    return value
+    # 48 bits of milliseconds, version 7, the 12-bit counter, variant 0b10, 62 random bits.
+    return (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
 
 
 def _start_afresh_in_child() -> None:
