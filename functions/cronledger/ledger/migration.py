@@ -19,7 +19,6 @@ from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 
 from cronledger.ledger.models import DeadlineReached
 from cronledger.ledger.store import sqlstate
@@ -45,14 +44,13 @@ def upgrade(conn: sa.Connection, *, until: float | None = None) -> None:
         if postgres:
             _bound_statements(conn, until)
             _take_lock(conn, until)
-        unknown = _unknown_revisions(conn, ScriptDirectory.from_config(config))
-        if unknown:
-            newest = ScriptDirectory.from_config(config).get_current_head()
+        script = ScriptDirectory.from_config(config)
+        if unknown := _unknown_revisions(conn, script):
             _log.warning(
                 "the database is ahead of this code: its schema revision %s is unknown here "
                 "(this code's newest is %s); leaving the schema as it is",
                 ", ".join(unknown),
-                newest,
+                script.get_current_head(),
             )
             return
         config.attributes["connection"] = conn
@@ -90,13 +88,8 @@ def _unknown_revisions(conn: sa.Connection, script: ScriptDirectory) -> list[str
     heads = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
     recorded = heads.get_current_heads()
     conn.commit()
-    unknown = []
-    for revision in recorded:
-        try:
-            script.get_revision(revision)
-        except CommandError:
-            unknown.append(revision)
-    return unknown
+    known = {revision.revision for revision in script.walk_revisions()}
+    return [revision for revision in recorded if revision not in known]
 
 
 def _upgrade_retrying_locks(conn: sa.Connection, config: Config, until: float | None) -> None:
