@@ -137,10 +137,8 @@ class PrintSender:
         self.then = then
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
-        if self.then is None:
-            answers: dict[str, str | None] = dict.fromkeys(e.event_id for e in events)
-        else:
-            answers = self.then.send(events)
+        alone: dict[str, str | None] = dict.fromkeys(e.event_id for e in events)
+        answers = alone if self.then is None else self.then.send(events)
         for event in events:
             if event.event_id in answers and answers[event.event_id] is None:
                 self.write(event)

@@ -7,7 +7,8 @@ EXISTS` would take for a finished one, is dropped and built again. SQLite builds
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,13 +35,9 @@ def create_index_online(
     if context.dialect.name != "postgresql":
         op.create_index(name, table, list(columns), sqlite_where=condition)
         return
-    with context.autocommit_block():
-        if not context.as_sql:
-            # pg8000 opened a transaction for SQLAlchemy's isolation-level read on entering
-            # the block: end it, or the build would run inside it.
-            op.execute("COMMIT")
-            if _invalid_index(name):
-                op.drop_index(name, table_name=table, postgresql_concurrently=True)
+    with _outside_transactions():
+        if not context.as_sql and _invalid_index(name):
+            op.drop_index(name, table_name=table, postgresql_concurrently=True)
         op.create_index(
             name,
             table,
@@ -58,10 +55,20 @@ def drop_index_online(name: str, table: str) -> None:
     if context.dialect.name != "postgresql":
         op.drop_index(name, table_name=table, if_exists=True)
         return
+    with _outside_transactions():
+        op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
+
+
+@contextmanager
+def _outside_transactions() -> Iterator[None]:
+    """PostgreSQL: statements each committed on its own. pg8000 opens a transaction for
+    SQLAlchemy's isolation-level read on entering the autocommit block: it is ended here, or
+    what follows would run inside it."""
+    context = op.get_context()
     with context.autocommit_block():
         if not context.as_sql:
-            op.execute("COMMIT")  # as in `create_index_online`
-        op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
+            op.execute("COMMIT")
+        yield
 
 
 def _invalid_index(name: str) -> bool:
@@ -91,8 +98,7 @@ def backfill_online(
         return 0
     if context.dialect.name != "postgresql":
         return backfill_in_batches(op.get_bind(), table, values, pending, key=key, batch=batch)
-    with context.autocommit_block():
-        op.execute("COMMIT")  # see `create_index_online`
+    with _outside_transactions():
         return backfill_in_batches(
             op.get_bind(), table, values, pending, key=key, batch=batch, until=until
         )
