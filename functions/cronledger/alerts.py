@@ -1,12 +1,10 @@
 """A channel's alert rules (`transport_config.alerts`) and what each event does to its alert
 state: pure, no database, no clock.
 
-Silence is opted into, never the default: without `alerts`, a channel's failures, abandoned
-and overdue instants, a stalled cursor and the recovery after them are delivered. Every event
-is recorded whatever the rules say; the rules decide only which are delivered, and a
-delivered event takes the channel's next `sequence` number, so a receiver sees a gap when
-one is missing. `alerts` is not in the scheduling hash: who is told never moves when a
-channel fires.
+Silence is opted into: without `alerts`, failures, abandoned and overdue instants, a stalled
+cursor and the recovery after them are delivered. Every event is recorded; the rules decide
+which are delivered, each taking the channel's next `sequence`, so a receiver sees a gap.
+`alerts` is not in the scheduling hash: who is told never moves when a channel fires.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final
 
-from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError, WithJsonSchema
+from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 
 from cronledger.errors import FieldError
 from cronledger.validation import Document, field_errors, refused, whole, without_null
@@ -96,12 +94,10 @@ class AlertState:
 def advance(
     state: AlertState, rules: AlertRules, kind: str
 ) -> tuple[AlertState, list[tuple[str, bool]]]:
-    """The state after an event of `kind`, and the events to record: `(kind, deliver)` in
-    order. A completed occurrence after a delivered alert also records `channel.recovered`
-    (first); `occurrence.completed` is recorded only when it is to be delivered, since the
-    occurrence's row already says it completed. Failed and abandoned occurrences count as
-    failures in a row; `after_consecutive_failures` holds back `occurrence.failed` until the
-    run is that long."""
+    """The state after an event of `kind`, and the events to record, `(kind, deliver)` in
+    order. A completion after a delivered alert records `channel.recovered` first; the
+    completion itself only if delivered (its row says it already). Failed and abandoned
+    count as failures in a row; `occurrence.failed` waits for `after_consecutive_failures`."""
     recorded: list[tuple[str, bool]] = []
     failures, open_alert = state.consecutive_failures, state.open_alert
     if kind == COMPLETED:
@@ -156,21 +152,18 @@ class Alerts(Document):
         )
 
 
-_ALERTS: Final = TypeAdapter(Alerts)
-
-
 def alert_rules(value: Any, errors: list[FieldError]) -> AlertRules | None:
     """Validate `transport_config.alerts`, appending every problem with its path."""
     if value is None:
         return AlertRules()
     try:
-        return _ALERTS.validate_python(value).rules()
+        return Alerts.model_validate(value).rules()
     except ValidationError as exc:
         errors.extend(field_errors(exc, ("transport_config", "alerts")))
         return None
 
 
 def rules_of(transport_config: Mapping[str, Any] | None) -> AlertRules:
-    """The rules of a stored (validated) document; the defaults where it has none or
-    where it no longer reads as valid, so an event is never lost to an odd document."""
+    """The rules of a stored document; the defaults where it has none or no longer reads as
+    valid, so an event is never lost to an odd document."""
     return alert_rules((transport_config or {}).get("alerts"), []) or AlertRules()

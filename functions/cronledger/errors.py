@@ -1,8 +1,5 @@
 """Domain errors, shared by every layer and mapped to HTTP responses in exactly one place.
-
-`ValidationFailed` always carries *every* problem found, so a document is fixed in one round
-trip.
-"""
+`ValidationFailed` carries *every* problem found, so a document is fixed in one round trip."""
 
 from __future__ import annotations
 

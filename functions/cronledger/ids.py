@@ -8,8 +8,8 @@ import threading
 import time
 import uuid
 
-#: Random bytes are drawn from the OS this many at a time (eight an id): a pass mints an id
-#: per row, and a system call each would cost more than the rest of the id.
+#: Random bytes drawn from the OS at a time (eight an id): a system call per id would cost
+#: more than the rest of it.
 RANDOM_AHEAD = 4096
 
 _lock = threading.Lock()
@@ -44,17 +44,13 @@ def _uuid7_int() -> int:
         drawn = _random[_random_at : _random_at + 8]
         _random_at += 8
     rand = int.from_bytes(drawn, "big") & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= rand
-    return value
+    # 48 bits of milliseconds, version 7, the 12-bit counter, variant 0b10, 62 random bits.
+    return (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
 
 
 def _start_afresh_in_child() -> None:
-    """A forked child gets its own lock (one held at the fork would never be released there)
-    and its own random bytes (the parent's leftovers would repeat its ids)."""
+    """A forked child gets its own lock (one held at the fork would stay held) and its own
+    random bytes (the parent's leftovers would repeat its ids)."""
     global _lock, _random, _random_at
     _lock = threading.Lock()
     _random, _random_at = b"", 0

@@ -1,11 +1,9 @@
 """Metrics: every number the scheduler reports goes through the named functions below.
 
-A sink has one method, shaped like a CloudWatch EMF value: a name, a number, a unit and
-dimensions. Whether a name is a counter (each value adds) or a gauge (the newest value is the
-reading) is fixed here, by the function that records it, so a sink does not have to know.
-The default sink is an in-memory, thread-safe recorder that tests and the local runner read;
-the AWS entry points install an EMF sink instead. Recording never raises: a broken sink must
-not fail a reconcile pass or an attempt, so its errors are logged and dropped.
+A sink takes a value as CloudWatch EMF has it: a name, a number, a unit and dimensions;
+whether a name is a counter or a gauge is fixed here, by the function that records it. The
+default sink is an in-memory recorder (tests, the local runner); the AWS entry points install
+an EMF sink. Recording never raises: a broken sink's errors are logged and dropped.
 """
 
 from __future__ import annotations
@@ -44,8 +42,8 @@ class MetricsSink(Protocol):
 
 
 class InMemoryMetrics:
-    """Keeps, per metric name and dimension set, the running total, the newest value and the
-    most recent values (bounded, so a long local run does not grow without limit)."""
+    """Per metric name and dimension set: the running total, and the most recent values
+    (bounded, so a long local run does not grow without limit)."""
 
     def __init__(self, keep_values: int = 10_000) -> None:
         self._lock = threading.Lock()
@@ -95,22 +93,17 @@ def default_recorder() -> InMemoryMetrics:
     return _default
 
 
-def install_sink(sink: MetricsSink) -> MetricsSink:
-    """Send every later value to `sink`; returns the sink it replaces."""
+@contextmanager
+def recording_to(sink: MetricsSink) -> Iterator[MetricsSink]:
+    """Send every value to `sink` for the duration of a block (a test, one invocation)."""
     global _sink
     with _sink_lock:
         previous, _sink = _sink, sink
-    return previous
-
-
-@contextmanager
-def recording_to(sink: MetricsSink) -> Iterator[MetricsSink]:
-    """Install `sink` for the duration of a block (a test, one Lambda invocation)."""
-    previous = install_sink(sink)
     try:
         yield sink
     finally:
-        install_sink(previous)
+        with _sink_lock:
+            _sink = previous
 
 
 def _record(

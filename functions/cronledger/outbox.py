@@ -1,11 +1,9 @@
-"""Delivering events: at least once, never lost, each marked delivered only when its
-destination accepted it.
+"""Delivering events at least once, each marked delivered only when its destination took it.
 
-The function that made an event hands it to `deliver` right after its commit (the ledger's
-`on_events`); whatever that does not land, the sweep (`sweep`: from the reconcile pass on
-AWS, a `Courier` thread locally) takes from the outbox once its lease runs out, with backoff.
-A crash between a send and its mark sends the event again under the same `event_id`; each
-event carries its channel's gapless `sequence`, so a receiver orders and deduplicates.
+The function that made an event hands it to `deliver` right after its commit (`on_events`);
+what does not land, `sweep` (from the reconcile pass on AWS, a `Courier` thread locally) takes
+from the outbox once its lease runs out. A crash between a send and its mark sends it again
+with the same `event_id` and gapless `sequence`, so a receiver orders and deduplicates.
 """
 
 from __future__ import annotations
@@ -27,21 +25,19 @@ from cronledger.targets.policy import TargetPolicy
 
 log = logging.getLogger(__name__)
 
-#: How long one webhook POST may take.
-WEBHOOK_TIMEOUT_SECS = 10.0
+WEBHOOK_TIMEOUT_SECS = 10.0  # one POST
 #: How often the local courier sweeps the outbox when nothing wakes it.
 SWEEP_INTERVAL_SECS = 1.0
 
 
 class Sender(Protocol):
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
-        """Send each event; answers, per `event_id`, None when the destination accepted it
-        or why it did not."""
+        """Per `event_id`: None when the destination accepted it, or why it did not."""
 
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """What one delivery did: events accepted and refused (or unreachable)."""
+    """Events one delivery had accepted, and refused (or not reached)."""
 
     delivered: int = 0
     failed: int = 0
@@ -65,8 +61,7 @@ def event_json(event: Event) -> str:
 
 
 def deliver(ledger: OutboxPort, sender: Sender, events: Sequence[Event]) -> Delivery:
-    """Send `events` and mark the accepted ones delivered. A refusal, or a sender that
-    raises, leaves them in the outbox for the sweep."""
+    """Send `events` and mark the accepted ones delivered; the rest stay for the sweep."""
     if not events:
         return Delivery()
     try:
@@ -91,7 +86,7 @@ def sweep(
     ledger: OutboxPort, sender: Sender, *, until: float | None = None, batch: int = 100
 ) -> Delivery:
     """Deliver the outbox's events whose lease ran out, a batch at a time, until none is
-    left, a batch fails whole, or the monotonic `until` passes."""
+    left, a batch fails whole, or the monotonic `until` passed."""
     done = Delivery()
     while until is None or time.monotonic() < until:
         taken = ledger.events.take_outbox(batch)
@@ -105,8 +100,8 @@ def sweep(
 
 
 class WebhookSender:
-    """POSTs each event's JSON to one URL, under the address rules of `http` targets; a 2xx
-    answer is acceptance. Events go in order of their channel's sequence."""
+    """POSTs each event's JSON to one URL, in sequence, under the address rules of `http`
+    targets; a 2xx answer is acceptance."""
 
     def __init__(self, url: str, policy: TargetPolicy, timeout_secs: float = WEBHOOK_TIMEOUT_SECS):
         self.url = url
@@ -134,26 +129,26 @@ class WebhookSender:
 
 
 class PrintSender:
-    """Events as lines for a person watching `cronledger dev`; wraps another sender (a
-    webhook) or stands alone, when printing is the only destination."""
+    """Events as lines for a person watching `cronledger dev`, once another sender (a
+    webhook) accepted them, or as the only destination."""
 
     def __init__(self, write: Callable[[Event], None], then: Sender | None = None) -> None:
         self.write = write
         self.then = then
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
-        answers = self.then.send(events) if self.then is not None else {}
+        alone: dict[str, str | None] = dict.fromkeys(e.event_id for e in events)
+        answers = alone if self.then is None else self.then.send(events)
         for event in events:
-            if self.then is None or answers.get(event.event_id, "") is None:
+            if event.event_id in answers and answers[event.event_id] is None:
                 self.write(event)
-        return answers if self.then is not None else dict.fromkeys(e.event_id for e in events)
+        return answers
 
 
 class Courier:
-    """Local delivery on a thread of its own: events a commit just made are sent at once,
-    and every `interval` the overdue watch runs and the outbox is swept for what failed or
-    was left by a crash. The ledger's writers only queue: a receiver that is down never
-    slows an attempt."""
+    """Local delivery on a thread of its own: a commit's events are sent at once, and every
+    `interval` the overdue watch runs and the outbox is swept. The ledger's writers only
+    queue, so a receiver that is down never slows an attempt."""
 
     def __init__(self, ledger: Ledger, sender: Sender, interval: float = SWEEP_INTERVAL_SECS):
         self.ledger = ledger
@@ -205,8 +200,8 @@ class Courier:
 
 
 def local_sender(settings: Settings, show: Callable[[Event], None] | None = None) -> Sender | None:
-    """Where events go locally: the webhook, if one is set, and `show`, if given (printing
-    alone counts as delivery when there is no webhook). None: nowhere, they stay listed."""
+    """Where events go locally: the webhook, if set, and `show`, if given (alone, printing
+    counts as delivery). None: nowhere; they stay listed."""
     url = settings.events_webhook_url
     webhook = WebhookSender(url, TargetPolicy.from_settings(settings)) if url else None
     return webhook if show is None else PrintSender(show, then=webhook)

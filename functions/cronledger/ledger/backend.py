@@ -1,30 +1,25 @@
 """Engines, and the only places PostgreSQL and SQLite differ: the clock, the upsert, how a
 batch of rows reaches a statement, and how a write transaction begins.
 
-The clock is always the database's. PostgreSQL's "now" is `statement_timestamp()`: one value
-per statement (it can drive an index scan) that still moves on within a transaction, and never
-earlier than the call, so a holder timing its lease from just before its call never outlives
-it. SQLite's is `strftime(..., 'now')`, padded to the six fractional digits the stored text
-uses, so text comparison is instant comparison.
+The clock is the database's. PostgreSQL's is `statement_timestamp()`: one value per statement
+(it can drive an index scan), moving on within a transaction, never earlier than the call, so
+a lease timed from just before the call is never outlived. SQLite's is padded to the six
+fractional digits its stored text has, so text comparison is instant comparison.
 
-A batch reaches PostgreSQL as one JSON parameter turned back into typed rows
-(`jsonb_array_elements`): the statement's text and compile stay the same for ten rows or ten
-thousand, and no giant OR or CASE reaches the planner or its JIT. SQLite gets multi-row VALUES.
+A batch reaches PostgreSQL as one JSON parameter turned back into typed rows: one statement
+text for ten rows or ten thousand, and no giant OR or CASE for the planner. SQLite gets
+multi-row VALUES, runs in WAL mode, and a transaction that writes begins `IMMEDIATE`: it
+takes the write lock up front rather than fail upgrading a read lock.
 
-Every PostgreSQL connection is bounded in time: `statement_timeout` (a startup parameter, or
-the database default behind RDS Proxy: `Ledger.make_statement_timeout_default`), a socket
-timeout for a half-open connection after a failover, and a connect timeout
-(`cronledger.ledger.connecting`); each raises `DatabaseUnavailable`.
-
-SQLite runs in WAL mode with a busy timeout, and a transaction that writes starts with
-`BEGIN IMMEDIATE`: it takes the write lock up front rather than fail upgrading a read lock.
+A PostgreSQL connection is bounded in time by `statement_timeout` (a startup parameter, or the
+database's default behind RDS Proxy), a socket timeout and a connect timeout (`connecting`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -33,7 +28,7 @@ from sqlalchemy.dialects import postgresql
 
 from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS, BoundedConnect
 from cronledger.ledger.shards import SQLITE_FUNCTION, shard_key
-from cronledger.ledger.tables import UtcDateTime
+from cronledger.ledger.tables import UtcDateTime, as_utc
 
 if TYPE_CHECKING:
     from sqlalchemy.dialects import sqlite
@@ -41,7 +36,8 @@ if TYPE_CHECKING:
 SQLITE_BUSY_TIMEOUT_SECS = 30.0
 SQLITE_NOW_FORMAT = "%Y-%m-%d %H:%M:%f000"  # %f is SS.SSS; pad to microseconds
 WRITE_OPTION = "cronledger_write"
-#: Connections a PostgreSQL engine keeps open: the local runner's 16 workers and a few more.
+#: Connections a PostgreSQL engine keeps open: the local runner's 16 workers and a few more
+#: (opening one costs more than the transaction it would serve).
 PG_POOL_SIZE = 24
 #: The database URL's switch for named prepared statements (not passed on to pg8000).
 PREPARED_STATEMENTS_QUERY = "prepared_statements"
@@ -60,11 +56,10 @@ def create_ledger_engine(
     password: Callable[[], str] | None = None,
     **engine_options: Any,
 ) -> sa.Engine:
-    """An engine for `postgresql+pg8000://…` or `sqlite:///path` (a file: the local runner's
-    threads share it). PostgreSQL only: `prepared_statements` (`cronledger.ledger.driver`) is
-    off under `?prepared_statements=false`, as behind a transaction-pooling PgBouncer; a
-    timeout of None leaves the database's default or waits as long as it takes; `password`
-    makes each new connection's password (an IAM token)."""
+    """An engine for `postgresql+pg8000://…` or `sqlite:///file` (the local runner's threads
+    share it). PostgreSQL: `?prepared_statements=false` turns them off (`driver`), as behind
+    a transaction-pooling PgBouncer; a timeout of None leaves the database's default or
+    waits; `password` makes each new connection's password (an IAM token)."""
     parsed = sa.make_url(url)
     backend = parsed.get_backend_name()
     if backend == "postgresql":
@@ -75,8 +70,6 @@ def create_ledger_engine(
             raise ValueError(f"?{PREPARED_STATEMENTS_QUERY}= takes true or false, not {switch!r}")
         prepared_statements = prepared_statements and switch == "true"
         parsed = parsed.difference_update_query([PREPARED_STATEMENTS_QUERY])
-        # The pool holds what the busiest caller uses at once: a connection beyond it is
-        # opened around every transaction, which costs more than the transaction.
         connect_args = {"timeout": socket_timeout_secs, **engine_options.pop("connect_args", {})}
         startup: dict[str, str] = {}
         if statement_timeout_ms is not None:
@@ -88,20 +81,14 @@ def create_ledger_engine(
         if startup:
             connect_args["startup_params"] = startup
         engine = sa.create_engine(
-            parsed,
-            **{
-                "pool_size": PG_POOL_SIZE,
-                "connect_args": connect_args,
-                **engine_options,
-            },
+            parsed, **{"pool_size": PG_POOL_SIZE, "connect_args": connect_args, **engine_options}
         )
         from cronledger.ledger.driver import tune_pg8000_engine  # pg8000, for PostgreSQL only
 
-        tune_pg8000_engine(engine)
         connect = BoundedConnect(
             connect_timeout_secs, password, prepared_statements=prepared_statements
         )
-        event.listen(engine, "do_connect", connect)
+        tune_pg8000_engine(engine, connect)
         return engine
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
@@ -120,11 +107,9 @@ def create_ledger_engine(
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
     # Let SQLAlchemy's "begin" event, not the driver, decide how each transaction begins.
     dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
+    dbapi_connection.execute("PRAGMA journal_mode=WAL")
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+    dbapi_connection.execute("PRAGMA foreign_keys=ON")
     dbapi_connection.create_function(SQLITE_FUNCTION, 1, shard_key, deterministic=True)
 
 
@@ -171,9 +156,9 @@ class Backend:
         return sqlite.insert(table)
 
     def json_rows(self, *columns: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
-        """An aggregate: the selected rows as one JSON text (an array of arrays, columns in
-        this order, documents nested, instants as ISO 8601 text for `instant_of_json`; `[]`
-        for none), which is decoded in C where pg8000 decodes rows cell by cell in Python."""
+        """An aggregate: the selected rows as one JSON text, an array of arrays (documents
+        nested, instants as ISO 8601 for `instant_of_json`), decoded in C where pg8000
+        decodes rows cell by cell in Python."""
         if self.is_postgres:
             rows = sa.func.json_agg(sa.func.json_build_array(*columns))
             return sa.cast(sa.func.coalesce(rows, sa.literal_column("'[]'::json")), sa.Text)
@@ -183,9 +168,8 @@ class Backend:
     def rows(
         self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
     ) -> sa.CTE:
-        """PostgreSQL only: rows `name(column, …)` of the given columns (equal lengths), to
-        select from or join against in one statement, sent as one JSON array of arrays and
-        read back by position, each cell cast to its type. A column (but the first) whose
+        """PostgreSQL: rows `name(column, …)` of the given columns (equal lengths), sent as one
+        JSON array of arrays, each cell cast back to its type. A column (but the first) whose
         values are all the same travels once, as a parameter of its own."""
         if not self.is_postgres:
             raise NotImplementedError("a JSON batch is PostgreSQL's; SQLite batches use VALUES")
@@ -219,12 +203,8 @@ class Backend:
 
 
 def instant_of_json(text: str | None) -> datetime | None:
-    """An instant `json_rows` carried, aware UTC: PostgreSQL writes it with its offset,
-    SQLite as its stored naive UTC text."""
-    if text is None:
-        return None
-    at = datetime.fromisoformat(text)
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    """An instant `json_rows` carried, aware UTC."""
+    return None if text is None else as_utc(datetime.fromisoformat(text))
 
 
 def _instants_text(values: Sequence[datetime | None]) -> list[str | None]:

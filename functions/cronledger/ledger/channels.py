@@ -30,7 +30,7 @@ from cronledger.ledger.models import (
     Page,
 )
 from cronledger.ledger.occurrences import OccurrenceStore
-from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, read_page
+from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, count_matching, read_page
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import channel_versions, channels
 
@@ -41,6 +41,9 @@ _ALLOWED_FROM = {
     CHANNEL_PAUSED: (CHANNEL_ACTIVE, CHANNEL_PAUSED),
     CHANNEL_ARCHIVED: (CHANNEL_DRAFT, CHANNEL_ACTIVE, CHANNEL_PAUSED, CHANNEL_ARCHIVED),
 }
+
+#: The columns a version defines beside its number (`cron_channel_versions`).
+_DEFINITION = ("transport_config", "target", "timeout_ms", "labels")
 
 #: Moves that are events of the channel's history: a pause (with its reason) and a resume.
 _TURNS: dict[tuple[str | None, str], str] = {
@@ -211,16 +214,10 @@ class ChannelStore(Store):
             .limit(limit)
             .offset(offset)
         )
-        count = sa.select(sa.func.count()).select_from(channel_versions).where(mine)
         with self._read() as conn:
-            total = int(conn.execute(count).scalar_one())
+            total, _ = count_matching(conn, channel_versions, [mine], exact=True)
             rows = conn.execute(page).all()
-        return Page(
-            data=[_at_version(current, row) for row in rows],
-            total=total,
-            limit=limit,
-            offset=offset,
-        )
+        return Page([_at_version(current, row) for row in rows], total, limit, offset)
 
     def get_channel_by_name(self, name: str) -> Channel:
         with self._read() as conn:
@@ -309,15 +306,8 @@ def channel_conditions(
 
 def _at_version(current: Channel, version: Any) -> Channel:
     """The channel with the definition of an earlier `cron_channel_versions` row."""
-    return replace(
-        current,
-        version=version.version,
-        transport_config=version.transport_config,
-        target=version.target,
-        timeout_ms=version.timeout_ms,
-        updated_at=version.created_at,
-        labels=version.labels,
-    )
+    defined = {name: version._mapping[name] for name in _DEFINITION}
+    return replace(current, version=version.version, updated_at=version.created_at, **defined)
 
 
 def _document(
@@ -326,7 +316,7 @@ def _document(
     timeout_ms: int,
     labels: Mapping[str, str] | None,
 ) -> dict[str, Any]:
-    """A version's columns: what the channel's document defines."""
+    """A version's columns: what the channel's document defines (`_DEFINITION`)."""
     return {
         "transport_config": transport_config,
         "target": target,

@@ -1,13 +1,10 @@
 """Opening a PostgreSQL connection within a bound of its own, and within a deadline.
 
-The socket is opened here and handed to pg8000 (TLS as pg8000's `ssl_context` asks), so the
-whole handshake is bounded by `connect_timeout_secs`: a server that accepts TCP and then says
-nothing (a proxy with no database yet, a half-open socket) cannot hold the caller for the read
-timeout. Only then does the socket's timeout become the read timeout. Nagle's algorithm is off,
-as libpq has it, so a large message never waits for a delayed ACK.
-
-Inside `deadline(until)` (monotonic) both bounds shrink to the time left; a handshake the
-deadline cut short raises `DeadlineReached`, not `DatabaseUnavailable`, which invites a retry.
+The socket is opened here and handed to pg8000, so the whole handshake, TLS included, is bounded
+by `connect_timeout_secs`: a server that accepts TCP and then says nothing (a proxy with no
+database yet) cannot hold the caller for the read timeout, which applies only once connected.
+Nagle's algorithm is off, as in libpq. Inside `deadline(until)` (monotonic) both bounds shrink
+to the time left; a handshake the deadline cut short raises `DeadlineReached`.
 """
 
 from __future__ import annotations
@@ -26,10 +23,8 @@ from cronledger.ledger.models import DeadlineReached
 if TYPE_CHECKING:
     from cronledger.ledger.driver import Connection
 
-#: PostgreSQL's SSLRequest: its length and code.
-SSL_REQUEST = struct.pack("!ii", 8, 80877103)
-#: How long opening a connection may take, handshake included (a proxy may first have to
-#: reach the database).
+SSL_REQUEST = struct.pack("!ii", 8, 80877103)  # its length, then its code
+#: How long opening a connection may take (a proxy may first have to reach the database).
 CONNECT_TIMEOUT_SECS = 15.0
 
 _deadline: ContextVar[float | None] = ContextVar("cronledger_connect_deadline", default=None)
@@ -37,7 +32,7 @@ _deadline: ContextVar[float | None] = ContextVar("cronledger_connect_deadline", 
 
 @contextmanager
 def deadline(until: float) -> Iterator[None]:
-    """Connections opened in this block (this thread) end their handshake and every later
+    """Connections opened in this block (this context) end their handshake and every later
     read by the monotonic `until`."""
     token = _deadline.set(until)
     try:
@@ -47,8 +42,8 @@ def deadline(until: float) -> Iterator[None]:
 
 
 class BoundedConnect:
-    """A SQLAlchemy `do_connect` hook for pg8000 that opens the connection itself, with a
-    fresh `password()` each time when one is given."""
+    """A SQLAlchemy `do_connect` hook that opens the connection itself, with a fresh
+    `password()` each time when one is given (an IAM token)."""
 
     def __init__(
         self,
@@ -109,8 +104,8 @@ def open_connection(
     ssl_context: ssl.SSLContext | bool | None = None,
     **params: Any,
 ) -> Connection:
-    """A `Connection` (pg8000's parameters) on a socket opened here, every read of the
-    handshake bounded by `timeout`."""
+    """A `Connection` (pg8000's parameters) on a socket opened here, the handshake bounded
+    by `timeout`."""
     from pg8000.exceptions import InterfaceError  # the driver is loaded with the engine
 
     from cronledger.ledger.driver import Connection
@@ -144,8 +139,8 @@ def open_connection(
 
 
 def _secured(sock: socket.socket, host: str, tls: ssl.SSLContext | bool | None) -> socket.socket:
-    """`sock` inside TLS as pg8000's `ssl_context` asks: False, none; None, TLS if the server
-    offers it, unverified; True, the same but required; a context, required and as it says."""
+    """`sock` inside TLS as pg8000's `ssl_context` means it: False, none; None, unverified if
+    the server offers it; True, unverified but required; a context, required as it says."""
     if tls is False:
         return sock
     sock.sendall(SSL_REQUEST)
@@ -160,11 +155,8 @@ def _secured(sock: socket.socket, host: str, tls: ssl.SSLContext | bool | None) 
     return tls.wrap_socket(sock, server_hostname=host)
 
 
-def _timed_out(exc: BaseException) -> bool:
+def _timed_out(exc: BaseException | None) -> bool:
     """Whether `exc`, or what it was raised from, is a socket timeout."""
-    current: BaseException | None = exc
-    while current is not None:
-        if isinstance(current, TimeoutError):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    while exc is not None and not isinstance(exc, TimeoutError):
+        exc = exc.__cause__ or exc.__context__
+    return exc is not None

@@ -1,16 +1,10 @@
-"""The pg8000 connection SQLAlchemy drives: a statement costs one round trip. Loaded with a
-PostgreSQL engine (`cronledger.ledger.backend`), never for SQLite.
+"""The pg8000 connection a PostgreSQL engine drives (`backend`; never loaded for SQLite).
 
-SQLAlchemy sends the same few statement texts over and over, so each connection keeps them as
-named prepared statements, parsed once: a later execution is one Bind + Execute round trip,
-where pg8000's own cursor waits on Parse and Describe first.
-
-A transaction begins where SQLAlchemy begins one (its `begin` event), its BEGIN sent with its
-first statement, so statements outside SQLAlchemy's transactions (a listener's, a ping) cannot
-leave a pooled connection inside one, and a transaction that sent nothing commits nothing.
-
-Also here: a faster `timestamptz` reader, a liveness check on checkout only after idling, and
-a quiet close of a connection the server already cut.
+SQLAlchemy sends the same few statement texts over and over: each connection keeps them as
+named prepared statements, so a later execution is one Bind + Execute round trip. BEGIN goes
+out with the first statement of a transaction SQLAlchemy began (its `begin` event), so SQL run
+outside one (a listener's, a ping) never leaves a pooled connection inside a transaction, and a
+transaction that sent nothing commits nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any
 
 import pg8000.dbapi
 import sqlalchemy as sa
@@ -44,37 +38,29 @@ STALE_STATEMENT_STATES = frozenset({"0A000", "26000"})
 PING_AFTER_IDLE_SECS = 10.0
 
 
-class Prepared(NamedTuple):
-    """A statement prepared on one connection: its server-side name and how pg8000 reads
-    its rows."""
-
-    text: str
-    name: bytes
-    columns: Any
-    input_funcs: Any
-
-
 class Connection(pg8000.dbapi.Connection):  # type: ignore[misc]  # pg8000 is untyped
-    """pg8000's DB-API connection, whose cursors run `Connection.run`. `sock` is required
-    (`cronledger.ledger.connecting` opens it) and kept as `socket`, so its timeout can change
-    once connected. `prepared_statements=False` behind a pooler that must stay free to move a
-    client between server sessions (RDS Proxy pins a session that prepares one)."""
+    """pg8000's connection on the socket `connecting` opened (kept, so its timeout can change
+    once connected), whose cursors run `run`. `prepared_statements=False` behind a pooler that
+    moves a client between server sessions (RDS Proxy pins a session that prepares one)."""
 
     def __init__(self, *args: Any, prepared_statements: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.socket = kwargs["sock"]
         self.prepared_statements = prepared_statements
-        self.statements: OrderedDict[str, Prepared] = OrderedDict()
+        #: Per statement text: pg8000's text, then what `prepare_statement` answered.
+        self.statements: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
         #: SQLAlchemy began a transaction whose BEGIN is not sent yet.
         self.begin_pending = False
+        # pg8000 reads timestamptz with `strptime`, many times slower than `fromisoformat` on
+        # the server's ISO 8601 text; what that cannot read (infinity, BC) goes to pg8000's.
+        self.register_in_adapter(TIMESTAMPTZ, _timestamptz_in)
 
     def cursor(self) -> Cursor:
         return Cursor(self)
 
     def run(self, text: str, values: Sequence[Any]) -> Any:
-        """pg8000's result (`rows`, `row_count`, `columns`) of `text`, its `%s` placeholders
-        bound to `values`: a named prepared statement, prepared on first use, unless the
-        connection prepares none; the simple query protocol for a statement without any."""
+        """pg8000's result of `text` with its `%s` placeholders bound to `values`: a named
+        prepared statement (unless the connection prepares none), or a simple query if none."""
         if self.begin_pending:
             self.begin_pending = False
             self.execute_simple("begin transaction")
@@ -85,18 +71,16 @@ class Connection(pg8000.dbapi.Connection):  # type: ignore[misc]  # pg8000 is un
         prepared = self.statements.get(text)
         if prepared is None:
             converted, _ = convert_paramstyle("format", text, ())
-            prepared = Prepared(converted, *self.prepare_statement(converted, ()))
-            self.statements[text] = prepared
+            prepared = self.statements[text] = (converted, *self.prepare_statement(converted, ()))
             if len(self.statements) > PREPARED_PER_CONNECTION:
-                _, oldest = self.statements.popitem(last=False)
-                self.close_prepared_statement(oldest.name)
+                _, (_, oldest_name, *_) = self.statements.popitem(last=False)
+                self.close_prepared_statement(oldest_name)
         else:
             self.statements.move_to_end(text)
+        converted, name, columns, input_funcs = prepared
         params = make_params(self.py_types, values)
         try:
-            return self.execute_named(
-                prepared.name, params, prepared.columns, prepared.input_funcs, prepared.text
-            )
+            return self.execute_named(name, params, columns, input_funcs, converted)
         except DatabaseError as exc:
             if sqlstate(exc) in STALE_STATEMENT_STATES:
                 self.statements.pop(text, None)
@@ -115,10 +99,8 @@ class Connection(pg8000.dbapi.Connection):  # type: ignore[misc]  # pg8000 is un
         super().rollback()
 
     def close(self) -> None:
-        """A connection the server cut (`pg_terminate_backend`, a restart, a failover)
-        cannot say goodbye: pg8000 fails writing its Terminate message, though it closes the
-        socket all the same, and the pool would log that failure with two tracebacks, after
-        the statement's own error has already said the database went away."""
+        """Quiet when the server already cut the connection: pg8000 fails to send Terminate
+        (closing the socket all the same), which the pool would log with two tracebacks."""
         try:
             super().close()
         except InterfaceError as exc:
@@ -176,20 +158,13 @@ class Cursor:
         pass
 
 
-def tune_pg8000_engine(engine: sa.Engine) -> None:
-    """The events a PostgreSQL engine of `Connection`s needs (see the module header)."""
-    event.listen(engine, "connect", _configure_connection)
+def tune_pg8000_engine(engine: sa.Engine, connect: Any) -> None:
+    """The events a PostgreSQL engine of `Connection`s needs, `connect` (`connecting`) opening
+    each one."""
+    event.listen(engine, "do_connect", connect)
     event.listen(engine, "checkin", _mark_idle)
     event.listen(engine, "checkout", _ping_if_idle)
     event.listen(engine, "begin", _begin)
-
-
-def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
-    # pg8000 reads every timestamptz with `strptime` (~15 µs): a pass over ten thousand
-    # channels reads forty thousand of them. The server's text form is ISO 8601, which
-    # `fromisoformat` reads in well under a microsecond; anything else (infinity, BC) goes to
-    # pg8000's own reader.
-    dbapi_connection.register_in_adapter(TIMESTAMPTZ, _timestamptz_in)
 
 
 def _timestamptz_in(text: str) -> Any:

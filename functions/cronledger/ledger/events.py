@@ -13,30 +13,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from cronledger import alerts
-from cronledger.alerts import AlertRules, AlertState, advance, rules_of
+from cronledger.alerts import AlertState, advance, rules_of
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ids import uuid7
 from cronledger.instants import to_rfc3339
-from cronledger.ledger.models import (
-    Event,
-    EventFilter,
-    EventPage,
-    Occurrence,
-    Outbox,
-)
-from cronledger.ledger.paging import below, page_key, read_key
+from cronledger.ledger.models import Event, EventFilter, EventPage, Occurrence, Outbox
+from cronledger.ledger.paging import keyed_rows
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     channel_alerts,
     channels,
     events,
+    occurrence_of,
     occurrences,
     schedule_state,
 )
@@ -48,6 +43,8 @@ OUTBOX_BATCH = 100
 #: Retries of a delivery that failed back off this much, doubling, up to the cap.
 RETRY_FIRST_SECS = 2.0
 RETRY_MAX_SECS = 300.0
+#: In the outbox: to be delivered, not yet delivered.
+_UNDELIVERED = sa.and_(events.c.send_after.is_not(None), events.c.delivered_at.is_(None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +81,7 @@ class EventStore(Store):
             return []
         ids = sorted({d.channel_id for d in drafts})
         rows = self._alert_rows(conn, ids)
-        missing = [i for i in ids if i not in rows]
-        if missing:
+        if missing := [i for i in ids if i not in rows]:
             # A channel's first event creates its row (a peer may create it first).
             conn.execute(
                 self._sql.insert(channel_alerts)
@@ -96,61 +92,31 @@ class EventStore(Store):
             )
             rows |= self._alert_rows(conn, missing)
         first = {
-            i: AlertState(row.sequence, row.consecutive_failures, row.open_alert)
-            for i, row in rows.items()
+            i: AlertState(r.sequence, r.consecutive_failures, r.open_alert) for i, r in rows.items()
         }
         states = dict(first)
-        config: dict[str, tuple[str | None, dict[str, Any], AlertRules]] = {}
-        for channel_id in ids:
-            document = rows[channel_id].transport_config or {}
-            config[channel_id] = (rows[channel_id].name, document, rules_of(document))
+        rules = {i: rules_of(rows[i].transport_config) for i in ids}
         now: datetime = rows[ids[-1]].now
         made: list[Event] = []
         for d in drafts:
-            name, document, rules = config[d.channel_id]
-            before = states[d.channel_id]
-            after, recorded = advance(before, rules, d.kind)
+            row, before = rows[d.channel_id], states[d.channel_id]
+            after, recorded = advance(before, rules[d.channel_id], d.kind)
             sequence = before.sequence
             for kind, deliver in recorded:
                 if deliver:
                     sequence += 1
-                made.append(
-                    _event(d, kind, sequence if deliver else None, now, name, document, after)
-                )
+                made.append(_event(d, kind, sequence if deliver else None, now, row, after))
             states[d.channel_id] = after
         for channel_id in ids:
-            state = states[channel_id]
-            if state == first[channel_id]:
-                continue
-            conn.execute(
-                sa.update(channel_alerts)
-                .where(channel_alerts.c.channel_id == channel_id)
-                .values(
-                    sequence=state.sequence,
-                    consecutive_failures=state.consecutive_failures,
-                    open_alert=state.open_alert,
+            if states[channel_id] != first[channel_id]:
+                conn.execute(
+                    sa.update(channel_alerts)
+                    .where(channel_alerts.c.channel_id == channel_id)
+                    .values(**asdict(states[channel_id]))
                 )
-            )
-        if not made:
-            return made
-        lease = now + timedelta(seconds=SEND_LEASE_SECS)
-        conn.execute(
-            sa.insert(events),
-            [
-                {
-                    "event_id": e.event_id,
-                    "channel_id": e.channel_id,
-                    "sequence": e.sequence,
-                    "kind": e.kind,
-                    "at": e.at,
-                    "occurrence_id": e.occurrence_id,
-                    "document": json.dumps(e.document, separators=(",", ":")),
-                    "send_after": lease if e.deliver else None,
-                    "send_attempts": 0,
-                }
-                for e in made
-            ],
-        )
+        if made:
+            lease = now + timedelta(seconds=SEND_LEASE_SECS)
+            conn.execute(sa.insert(events), [_row_of(e, lease) for e in made])
         return made
 
     def _alert_rows(self, conn: sa.Connection, ids: list[str]) -> dict[str, Any]:
@@ -187,10 +153,9 @@ class EventStore(Store):
         this sender: each one's next try waits `lease_secs` (doubling with its tries, capped),
         so a sender that dies with them leaves them to a later sweep, and two sweeps never
         take the same event at once."""
-        outbox = sa.and_(events.c.send_after.is_not(None), events.c.delivered_at.is_(None))
         due = (
             sa.select(events.c.event_id)
-            .where(outbox, events.c.send_after <= self._sql.now())
+            .where(_UNDELIVERED, events.c.send_after <= self._sql.now())
             .order_by(events.c.send_after)
             .limit(limit)
         )
@@ -198,17 +163,14 @@ class EventStore(Store):
             due = due.with_for_update(skip_locked=True)
         with self._write() as conn:
             taken = conn.execute(
-                sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), outbox)
+                sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), _UNDELIVERED)
             ).all()
             for attempts in sorted({row.send_attempts for row in taken}):
                 wait = max(lease_secs, min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2**attempts))
+                ids = [row.event_id for row in taken if row.send_attempts == attempts]
                 conn.execute(
                     sa.update(events)
-                    .where(
-                        events.c.event_id.in_(
-                            [r.event_id for r in taken if r.send_attempts == attempts]
-                        )
-                    )
+                    .where(events.c.event_id.in_(ids))
                     .values(send_after=self._sql.now_plus(wait), send_attempts=attempts + 1)
                 )
         found = [_event_of(row) for row in taken]
@@ -244,11 +206,9 @@ class EventStore(Store):
 
     def outbox(self) -> Outbox:
         """How many events wait to be delivered, and how long the oldest has waited."""
-        waiting = sa.and_(events.c.send_after.is_not(None), events.c.delivered_at.is_(None))
+        waiting = sa.select(sa.func.count(), sa.func.min(events.c.at), self._sql.now())
         with self._read() as conn:
-            count, oldest, now = conn.execute(
-                sa.select(sa.func.count(), sa.func.min(events.c.at), self._sql.now()).where(waiting)
-            ).one()
+            count, oldest, now = conn.execute(waiting.where(_UNDELIVERED)).one()
         age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
         return Outbox(int(count), age)
 
@@ -276,15 +236,10 @@ class EventStore(Store):
             stmt = stmt.where(events.c.kind == alerts.KINDS.get(f.kind, f.kind))
         if f.since is not None:
             stmt = stmt.where(events.c.at >= f.since)
-        if f.after is not None:
-            stmt = stmt.where(below((events.c.at, events.c.event_id), *read_key(f.after)))
-        stmt = stmt.order_by(events.c.at.desc(), events.c.event_id.desc()).limit(f.limit + 1)
+        order = (events.c.at, events.c.event_id)
         with self._read() as conn:
-            rows = [_event_of(row) for row in conn.execute(stmt)]
-        more = len(rows) > f.limit
-        rows = rows[: f.limit]
-        last = page_key(rows[-1].at, rows[-1].event_id) if more and rows else None
-        return EventPage(rows, f.limit, last)
+            rows, next_key = keyed_rows(conn, stmt, order, f.limit, f.after)
+        return EventPage([_event_of(row) for row in rows], f.limit, next_key)
 
     def open_alerts(self, channel_ids: Iterable[str] | None = None) -> dict[str, str]:
         """Per channel, the kind of its delivered alert not yet answered by a completed
@@ -320,7 +275,7 @@ class EventStore(Store):
                 .values(overdue_at=None)
                 .returning(*occurrences.c)
             ).all()
-            found = sorted((Occurrence(*row) for row in rows), key=lambda o: o.channel_id)
+            found = sorted(map(occurrence_of, rows), key=lambda o: o.channel_id)
             return self.record(conn, [draft(alerts.OVERDUE, o) for o in found])
 
     def _stalled_channels(self, limit: int) -> list[Event]:
@@ -345,55 +300,44 @@ class EventStore(Store):
             .where(schedule_state.c.paused_at.is_(None), schedule_state.c.next_fire_at < now)
             .limit(limit * 10)
         )
-        stalled_back = sa.select(channel_alerts.c.channel_id).where(
+        flagged = sa.select(channel_alerts.c.channel_id).where(
             channel_alerts.c.stalled_at.is_not(None)
         )
         with self._write() as conn:
-            stalled: list[tuple[str, datetime]] = []
             still: set[str] = set()
+            stalled: list[tuple[str, datetime]] = []
             for row in conn.execute(behind):
-                limit_secs = rules_of(row.transport_config).overdue_after_secs
-                if limit_secs is None:
+                allowed = rules_of(row.transport_config).overdue_after_secs
+                if allowed is None or row.now <= row.next_fire_at + timedelta(seconds=allowed):
                     continue
-                if row.next_fire_at + timedelta(seconds=limit_secs) < row.now:
-                    still.add(row.channel_id)
-                    if row.stalled_at is None:
-                        stalled.append((row.channel_id, row.next_fire_at))
-            caught_up = set(conn.execute(stalled_back).scalars()) - still
-            if caught_up:
-                conn.execute(
-                    sa.update(channel_alerts)
-                    .where(channel_alerts.c.channel_id.in_(sorted(caught_up)))
-                    .values(stalled_at=None)
-                )
-            made = self.record(
-                conn,
-                [
-                    Draft(alerts.STALLED, channel_id, oldest_scheduled_for=since)
-                    for channel_id, since in sorted(stalled)
-                ],
-            )
-            if stalled:
-                conn.execute(
-                    sa.update(channel_alerts)
-                    .where(channel_alerts.c.channel_id.in_([c for c, _ in stalled]))
-                    .values(stalled_at=self._sql.now())
-                )
+                still.add(row.channel_id)
+                if row.stalled_at is None:
+                    stalled.append((row.channel_id, row.next_fire_at))
+            self._flag_stalled(conn, set(conn.execute(flagged).scalars()) - still, None)
+            drafts = [
+                Draft(alerts.STALLED, c, oldest_scheduled_for=at) for c, at in sorted(stalled)
+            ]
+            made = self.record(conn, drafts)
+            self._flag_stalled(conn, {c for c, _ in stalled}, self._sql.now())
             return made
+
+    def _flag_stalled(self, conn: sa.Connection, ids: set[str], since: Any) -> None:
+        """Set (or clear, with None) when the channels' cursors were found stalled."""
+        if ids:
+            conn.execute(
+                sa.update(channel_alerts)
+                .where(channel_alerts.c.channel_id.in_(sorted(ids)))
+                .values(stalled_at=since)
+            )
 
 
 def _event(
-    d: Draft,
-    kind: str,
-    sequence: int | None,
-    now: datetime,
-    name: str | None,
-    document: dict[str, Any],
-    state: AlertState,
+    d: Draft, kind: str, sequence: int | None, now: datetime, channel: Any, state: AlertState
 ) -> Event:
-    """The event as a receiver gets it: everything a message needs to say what happened,
-    where, and where to look, with no secret (the error is the excerpt the ledger keeps)."""
+    """The event as a receiver gets it: what happened, where, and where to look, with no
+    secret (the error is the excerpt the ledger keeps). `channel`: its alert row."""
     o = d.occurrence
+    document = channel.transport_config or {}
     event_id = str(uuid7())
     error = d.error if d.error is not None or o is None else o.error_message
     api, console = (
@@ -408,7 +352,7 @@ def _event(
         "kind": kind,
         "at": to_rfc3339(now),
         "channel_id": d.channel_id,
-        "channel_name": (o and o.channel_name) or name,
+        "channel_name": (o and o.channel_name) or channel.name,
         "timezone": document.get("timezone", "UTC"),
         "occurrence_id": o and o.id,
         "scheduled_for": o and to_rfc3339(o.scheduled_for),
@@ -428,18 +372,16 @@ def _event(
         body["reason"] = d.reason
     if o is not None:
         body["singleton_key"] = o.singleton_key
-    return Event(
-        event_id=event_id,
-        channel_id=d.channel_id,
-        sequence=sequence,
-        kind=kind,
-        at=now,
-        occurrence_id=o.id if o is not None else None,
-        document=body,
-    )
+    return Event(event_id, d.channel_id, sequence, kind, now, body["occurrence_id"], body)
 
 
 def _event_of(row: Any) -> Event:
     """An event from its row (every column but `send_after`)."""
     fields = {k: v for k, v in row._mapping.items() if k != "send_after"}
     return Event(**fields | {"document": json.loads(row.document)})
+
+
+def _row_of(event: Event, lease: datetime) -> dict[str, Any]:
+    """An event's row: under a send lease only if it is to be delivered."""
+    document = json.dumps(event.document, separators=(",", ":"))
+    return asdict(event) | {"document": document, "send_after": lease if event.deliver else None}

@@ -1,16 +1,11 @@
 """Upgrading the ledger's schema while the previous release keeps running on it.
 
-One migration at a time: deploys take turns on a PostgreSQL session-level advisory lock,
-polled with `pg_try_advisory_lock` rather than waited for, since a waiting session keeps a
-snapshot open that an index built `CONCURRENTLY` by the holder would wait for. The lock lives
-on a connection of its own, outside any transaction, which `Ledger.migrate` then discards.
-
-A revision this code does not know means newer code migrated the database; revisions are
-expand/contract, so that schema still serves this code, and it is left as it is.
-
-A revision whose DDL waits past the lock timeout is rolled back whole and tried again, backing
-off. With a deadline (`until`, monotonic) the lock wait, the statements and the retries all end
-by it (`DeadlineReached`); without one, statements run as long as they need.
+Deploys take turns on a session-level advisory lock, polled rather than waited for: a waiting
+session keeps a snapshot open that the holder's `CONCURRENTLY` index build would wait for. The
+lock lives on a connection of its own, which `Ledger.migrate` then discards. A revision this
+code does not know means newer code migrated (expand/contract): that schema is left as it is.
+A revision whose DDL waits past the lock timeout is rolled back and tried again, backing off;
+with a deadline (`until`, monotonic) everything ends by it (`DeadlineReached`).
 """
 
 from __future__ import annotations
@@ -24,18 +19,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 
 from cronledger.ledger.models import DeadlineReached
 from cronledger.ledger.store import sqlstate
 
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
-#: Where the revision is recorded: namespaced, as the ledger may share its database.
-VERSION_TABLE = "cronledger_alembic_version"
-#: Two deploys migrating at once take turns on this PostgreSQL advisory lock.
+VERSION_TABLE = "cronledger_alembic_version"  # namespaced: the database may be shared
 MIGRATION_LOCK_ID = 0x63726F6E  # "cron"
 LOCK_POLL_SECS = 0.5
-#: How many times a revision that timed out waiting for a table lock is run in all.
 LOCK_TRIES = 5
 FIRST_LOCK_RETRY_SECS = 1.0
 LOCK_NOT_AVAILABLE = "55P03"
@@ -45,8 +36,7 @@ _log = logging.getLogger(__name__)
 
 
 def upgrade(conn: sa.Connection, *, until: float | None = None) -> None:
-    """Bring the database on `conn` (outside a transaction) to this code's newest revision,
-    or leave one newer than this code as it is (see the module header)."""
+    """Bring the database on `conn` (outside a transaction) to this code's newest revision."""
     config = Config(str(ALEMBIC_INI))
     postgres = conn.dialect.name == "postgresql"
     budget = None if until is None else until - time.monotonic()
@@ -54,14 +44,13 @@ def upgrade(conn: sa.Connection, *, until: float | None = None) -> None:
         if postgres:
             _bound_statements(conn, until)
             _take_lock(conn, until)
-        unknown = _unknown_revisions(conn, ScriptDirectory.from_config(config))
-        if unknown:
-            newest = ScriptDirectory.from_config(config).get_current_head()
+        script = ScriptDirectory.from_config(config)
+        if unknown := _unknown_revisions(conn, script):
             _log.warning(
                 "the database is ahead of this code: its schema revision %s is unknown here "
                 "(this code's newest is %s); leaving the schema as it is",
                 ", ".join(unknown),
-                newest,
+                script.get_current_head(),
             )
             return
         config.attributes["connection"] = conn
@@ -99,13 +88,8 @@ def _unknown_revisions(conn: sa.Connection, script: ScriptDirectory) -> list[str
     heads = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
     recorded = heads.get_current_heads()
     conn.commit()
-    unknown = []
-    for revision in recorded:
-        try:
-            script.get_revision(revision)
-        except CommandError:
-            unknown.append(revision)
-    return unknown
+    known = {revision.revision for revision in script.walk_revisions()}
+    return [revision for revision in recorded if revision not in known]
 
 
 def _upgrade_retrying_locks(conn: sa.Connection, config: Config, until: float | None) -> None:

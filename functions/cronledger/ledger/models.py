@@ -1,8 +1,5 @@
-"""What the ledger hands out and takes in: frozen values with aware-UTC datetimes.
-
-Statuses and triggers are plain strings, not an enum: on the wire they are open strings (a
-client tolerates one it does not know), and the queries compare against these same literals.
-"""
+"""What the ledger hands out and takes in: frozen values with aware-UTC datetimes. Statuses
+and triggers are plain strings, as on the wire (open strings) and in the queries' literals."""
 
 from __future__ import annotations
 
@@ -25,16 +22,13 @@ CANCELLED = "cancelled"
 SKIPPED_MISFIRE = "skipped_misfire"
 SKIPPED_SINGLETON = "skipped_singleton"
 
-#: Statuses a worker may still act on.
 ACTIVE_STATUSES = (PENDING, CLAIMED, RUNNING)
 #: Statuses that hold a claim (and possibly a singleton slot).
 LEASED_STATUSES = (CLAIMED, RUNNING)
 TERMINAL_STATUSES = (COMPLETED, FAILED, CANCELLED, SKIPPED_MISFIRE, SKIPPED_SINGLETON)
-#: Every status an occurrence can have (what a listing may filter on).
 OCCURRENCE_STATUSES = (*ACTIVE_STATUSES, *TERMINAL_STATUSES)
 #: Ended without doing its work (not `completed`: running that again is a new occurrence).
 RETRYABLE_STATUSES = (FAILED, CANCELLED, SKIPPED_MISFIRE, SKIPPED_SINGLETON)
-#: What an attempt may settle as.
 SETTLED_STATUSES = (COMPLETED, FAILED, SKIPPED_SINGLETON)
 
 TRIGGER_CRON = "cron"
@@ -52,12 +46,11 @@ T = TypeVar("T")
 
 class DatabaseUnavailable(CronledgerError):
     """The database could not be reached or dropped the connection: never an empty answer,
-    so "nothing is due" and "cannot tell" never look the same."""
+    so "nothing is due" and "cannot tell" differ."""
 
 
 class DeadlineReached(CronledgerError):
-    """Work given a deadline stopped at it rather than outlive it (not `DatabaseUnavailable`:
-    trying again cannot help)."""
+    """Work given a deadline stopped at it (not `DatabaseUnavailable`: a retry cannot help)."""
 
 
 #: How an attempt ended when its lease ran out without a settle (its executor died).
@@ -66,7 +59,7 @@ ABANDONED = "abandoned"
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One row of `cron_attempts`: one attempt of an occurrence, from its start to its end."""
+    """One row of `cron_attempts`: one attempt of an occurrence, from start to end."""
 
     occurrence_id: str
     number: int
@@ -76,8 +69,7 @@ class Attempt:
     #: A settled status, or `abandoned` (its lease ran out unsettled); None while it runs.
     outcome: str | None
     error_message: str | None
-    #: The last frames of the traceback, when a Python target raised.
-    error_detail: str | None
+    error_detail: str | None  # the traceback's last frames, when a Python target raised
     fencing_token: int | None
 
     @property
@@ -114,47 +106,42 @@ class Occurrence:
     completed_at: datetime | None
     created_at: datetime
     updated_at: datetime
-    #: When it becomes claimable: `scheduled_for` plus jitter, or a retry's backoff; lateness
-    #: is measured from it, identity stays `scheduled_for`.
+    #: When it becomes claimable (`scheduled_for` plus jitter, or a retry's backoff), and
+    #: what lateness is measured from; identity stays `scheduled_for`.
     due_at: datetime
-    #: Attempts it gets in all (a manual retry grants one more); an abandoned attempt at this
-    #: count is settled `failed` by the claim.
+    #: Attempts it gets in all; an abandoned attempt at this count is settled `failed`.
     max_attempts: int
-    #: The misfire rule no longer applies: it started once, a judgment kept it, or it is a
-    #: retry or a queued contender.
+    #: The misfire rule no longer applies (it started once, was kept, or is a retry or a
+    #: queued contender).
     misfire_judged: bool
-    #: Overdue if not completed by then; cleared on completion, cancel or its one
-    #: `occurrence.overdue` event.
+    #: Overdue if not completed by then; cleared on completion, cancel or its one event.
     overdue_at: datetime | None = None
     #: A backfill row that waits for its busy concurrency key instead of being skipped.
     waits_for_key: bool | None = None
 
     @property
     def allowed_attempts(self) -> int:
-        """The attempts it is allowed in all, as shown: never fewer than it made (a start
-        refreshes `max_attempts` from the policy after a manual retry raised it)."""
+        """As shown: never fewer than it made (a start refreshes `max_attempts` from the
+        policy after a manual retry raised it)."""
         return max(self.max_attempts, self.attempt)
 
 
 @dataclass(frozen=True, slots=True)
 class NewOccurrence:
-    """An occurrence to materialise, with a fresh id: identity is `(channel_id,
-    scheduled_for)`, so a duplicate loses to the row already there."""
+    """An occurrence to materialise, with a fresh id; a duplicate `(channel_id,
+    scheduled_for)` loses to the row already there."""
 
     channel_id: str
     channel_name: str
     channel_version: int
     scheduled_for: datetime
     trigger: str = TRIGGER_CRON
-    #: `pending` for work to run; a terminal status (e.g. `skipped_misfire`) for a record.
-    status: str = PENDING
+    status: str = PENDING  # or a terminal status (`skipped_misfire`) for a record
     error_message: str | None = None
     target_ref: str | None = None
-    #: When it becomes claimable; `None`: at `scheduled_for`.
-    due_at: datetime | None = None
+    due_at: datetime | None = None  # None: claimable at `scheduled_for`
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    #: The channel's `alerts.overdue_after_secs`, counted from `due`.
-    overdue_after_secs: int | None = None
+    overdue_after_secs: int | None = None  # the channel's, counted from `due`
     #: A misfire summary's count of the instants it stands for, and the oldest of them.
     skipped_count: int | None = None
     skipped_oldest: datetime | None = None
@@ -177,19 +164,14 @@ class NewOccurrence:
     ) -> NewOccurrence:
         """A row of `channel` (as it is now: its name and version) at `at`."""
         return cls(
-            channel_id=channel.channel_id,
-            channel_name=channel.name,
-            channel_version=channel.version,
-            scheduled_for=at,
-            target_ref=target_ref,
-            **fields,
+            channel.channel_id, channel.name, channel.version, at, target_ref=target_ref, **fields
         )
 
 
 @dataclass(frozen=True, slots=True)
 class ScheduleState:
-    """A channel's cursor: `next_fire_at` is the next instant not yet materialised
-    (`None` when the schedule has no instants left: the cursor is parked)."""
+    """A channel's cursor: `next_fire_at` is the next instant not yet materialised (None:
+    the schedule has no instants left, the cursor is parked)."""
 
     channel_id: str
     channel_version: int
@@ -200,9 +182,8 @@ class ScheduleState:
 
 
 class CursorMove(NamedTuple):
-    """A cursor move as a pass planned it: from `from_` to `to` (`None` parks it), under the
-    scheduling hash `config_hash`, which the compare-and-set checks too: an edit's reset may
-    put the cursor back on the very instant a stale plan starts from."""
+    """A cursor move a pass planned, from `from_` to `to` (None parks it). The compare-and-set
+    checks `config_hash` too: an edit may reset the cursor to the instant a stale plan read."""
 
     channel_id: str
     from_: datetime
@@ -212,8 +193,8 @@ class CursorMove(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class DueChannel:
-    """What a reconcile pass reads of an active channel. Its schedule document stays JSON
-    text, parsed only to compile a version the process has not compiled yet."""
+    """What a reconcile pass reads of an active channel; the schedule document stays JSON
+    text, parsed only for a version this process has not compiled."""
 
     channel_id: str
     name: str
@@ -229,9 +210,8 @@ class DueChannel:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleWork:
-    """One channel a reconcile pass has to look at. `channel` is None when the cursor's
-    channel is gone or no longer active (pause the cursor); `state` is None when an active
-    channel has no cursor yet (initialise it)."""
+    """A channel a reconcile pass looks at: `channel` None when gone or not active (pause
+    the cursor), `state` None when it has no cursor yet (initialise it)."""
 
     channel_id: str
     channel: DueChannel | None
@@ -243,9 +223,8 @@ OverlapPolicy = Literal["forbid", "queue_one", "replace"]
 
 @dataclass(frozen=True, slots=True)
 class SingletonSpec:
-    """A concurrency key for one attempt: at most `slots` holders of `key` at once, and what
-    a contender does when every slot is held (`policy`): `forbid` gives up, `queue_one`
-    waits (one per key), `replace` cancels the oldest holder and takes its slot."""
+    """At most `slots` holders of `key` at once; when all are held a contender gives up
+    (`forbid`), waits, one per key (`queue_one`), or replaces the oldest holder (`replace`)."""
 
     key: str
     slots: int = 1
@@ -254,12 +233,11 @@ class SingletonSpec:
 
 @dataclass(frozen=True, slots=True)
 class AttemptStart:
-    """What `start_attempt` decided. `started`: `running` since `started_at`, holding `slot`
-    of its key under `fencing_token` if it has one (`replaced`: the holder it cancelled).
-    `singleton_busy`: every slot held by another live lease (and, under `queue_one`, a
-    contender waits already); nothing written. `waiting`: the key's one waiting contender,
-    back to `pending`, due after `wait_secs`, its attempt given back. `lost`: no longer this
-    claimant's; nothing written."""
+    """What `start_attempt` decided. `started`: running since `started_at`, holding `slot`
+    under `fencing_token` if keyed (`replaced`: the holder it cancelled). `singleton_busy`:
+    every slot held (under `queue_one`, a contender waits already); nothing written.
+    `waiting`: the key's one contender, pending again after `wait_secs`, its attempt given
+    back. `lost`: no longer this claimant's; nothing written."""
 
     outcome: Literal["started", "singleton_busy", "waiting", "lost"]
     fencing_token: int | None = None
@@ -274,8 +252,8 @@ class AttemptStart:
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
-    """What one claim did: the occurrences it leased (oldest due first), and the ones whose
-    lease had expired on their last allowed attempt, which it settled `failed` instead."""
+    """The occurrences one claim leased (oldest due first), and those it settled `failed`
+    instead: their lease had expired on their last allowed attempt."""
 
     leased: list[Occurrence]
     abandoned: list[Occurrence]
@@ -284,8 +262,8 @@ class ClaimResult:
 @dataclass(frozen=True, slots=True)
 class MisfireRule:
     """A channel's misfire policy (docs/guarantees.md#misfire-at-start): a cron row not
-    started within `grace_secs` of its due time is late; of a channel's late rows (oldest
-    first), `keep(count)` are the positions that still run."""
+    started within `grace_secs` of due is late; of `count` late rows (oldest first), the
+    positions `keep(count)` still run."""
 
     policy: str
     grace_secs: float
@@ -295,8 +273,7 @@ class MisfireRule:
 @dataclass(frozen=True, slots=True)
 class OpenedAttempt:
     """What an executor reads first: the occurrence, its channel now (None: deleted), the
-    start if the read made it (PostgreSQL, a plain attempt), and whether the misfire rule
-    must judge it first."""
+    start if the read made it, and whether the misfire rule must judge it first."""
 
     occurrence: Occurrence
     channel: Channel | None
@@ -306,8 +283,8 @@ class OpenedAttempt:
 
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
-    """A page of a list: more than `total` rows match unless `total_is_exact`; `next` is
-    the next page's `after` (None on the last)."""
+    """A page: more than `total` rows match unless `total_is_exact`; `next` is the next
+    page's `after` (None on the last)."""
 
     data: list[T]
     total: int
@@ -319,8 +296,7 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class OccurrenceFilter:
-    """Listing filter: `since` and `until` bound `scheduled_for`, inclusive; `after` is the
-    `next` of the page before; `exact_total` counts every match."""
+    """`since` and `until` bound `scheduled_for`, inclusive; `after` is a page's `next`."""
 
     channel_id: str | None = None
     status: str | None = None
@@ -335,8 +311,8 @@ class OccurrenceFilter:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One row of `cron_events`: `document` is the event as a receiver gets it; `sequence`
-    is None for one listed but not delivered (its kind is not in `alerts.on`)."""
+    """One row of `cron_events`: `document` as a receiver gets it; `sequence` None for an
+    event listed but not delivered (not in `alerts.on`)."""
 
     event_id: str
     channel_id: str
@@ -356,7 +332,7 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class EventFilter:
-    """Events listing filter: `since` bounds `at` (inclusive); `after` is a page's `next`."""
+    """`since` bounds `at` (inclusive); `after` is a page's `next`."""
 
     channel_id: str | None = None
     kind: str | None = None
@@ -369,8 +345,7 @@ class EventFilter:
 class EventPage:
     data: list[Event]
     limit: int
-    #: The key to pass as `after` for the next page; None on the last page.
-    next: str | None
+    next: str | None  # the next page's `after`; None on the last
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +358,7 @@ class Outbox:
 
 @dataclass(frozen=True, slots=True)
 class Channel:
-    """A schedule definition at one version, stored as given (the API validates it)."""
+    """A schedule definition at one version, stored as the API validated it."""
 
     channel_id: str
     name: str
@@ -394,9 +369,8 @@ class Channel:
     timeout_ms: int
     created_at: datetime
     updated_at: datetime
-    #: Why it is in its status, as the operator said (a pause's reason).
-    status_reason: str | None = None
-    #: Its labels (`cronledger.labels`), part of the version, never of the scheduling hash.
+    status_reason: str | None = None  # as the operator said (a pause's reason)
+    #: Part of the version, never of the scheduling hash (`cronledger.labels`).
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -411,8 +385,8 @@ class ChannelActivity:
 
 @dataclass(frozen=True, slots=True)
 class Backlog:
-    """The queue at one instant of the database's clock: `pending` rows (including ones
-    materialised ahead) and how long the oldest *due* one has waited (None: none waits)."""
+    """At the database's `now`: `pending` rows (ahead of time included), and how long the
+    oldest *due* one has waited (None: none waits)."""
 
     now: datetime
     pending: int

@@ -1,19 +1,19 @@
 """Occurrences as records: materialise, read, list, retry, cancel, retain, purge.
 
 Materialisation is insert-if-absent on `(channel_id, scheduled_for)`: a duplicate (a retried
-tick, a second reconciler) loses to the row already there, whatever id it was minted with.
-Retry and cancel are each one conditional UPDATE whose matched row is the answer; a read
-afterwards only tells "no such occurrence" (404) from "wrong state" (409).
+tick, a second reconciler) loses to the row already there, whatever its id. Retry and cancel
+are each one conditional UPDATE whose matched row is the answer; a read afterwards only tells
+"no such occurrence" (404) from "wrong state" (409).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects import postgresql
 
 from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
@@ -48,14 +48,17 @@ from cronledger.ledger.tables import (
     channel_changes,
     channels,
     events,
+    occurrence_of,
     occurrences,
     schedule_state,
     status_is,
 )
 
-#: Rows per retention DELETE (`delete_terminal_older_than`).
-RETENTION_BATCH = 10_000
-#: Rows per INSERT statement, well inside both backends' bound-parameter limits.
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import sqlite
+
+RETENTION_BATCH = 10_000  # rows per retention DELETE
+#: Rows per SQLite INSERT, well inside its bound-parameter limit.
 INSERT_CHUNK = 1000
 
 
@@ -82,14 +85,12 @@ class OccurrenceStore(Store):
             return self._insert_in(conn, rows)
 
     def materialise(
-        self,
-        rows: Iterable[NewOccurrence],
-        moves: Iterable[CursorMove],
+        self, rows: Iterable[NewOccurrence], moves: Iterable[CursorMove]
     ) -> tuple[int, set[str]]:
-        """A reconcile pass's writes, all or nothing: each move by its own compare-and-set (a
-        channel appears once), and the rows of exactly the channels whose cursor moved, so a
-        cursor a peer or an edit moved meanwhile gets none of this pass's rows. Answers (rows
-        inserted, channel ids moved). PostgreSQL: one statement."""
+        """A reconcile pass's writes, all or nothing (PostgreSQL: one statement): each move by
+        its own compare-and-set, and the rows of exactly the channels whose cursor moved, so a
+        cursor moved meanwhile gets none of this pass's rows. Answers (rows inserted, ids
+        moved)."""
         rows, moves = list(rows), list(moves)
         if not moves:
             return 0, set()
@@ -125,7 +126,7 @@ class OccurrenceStore(Store):
         written = conn.execute(
             sa.select(occurrences).where(occurrences.c.id.in_(list(by_id)))
         ).all()
-        found = sorted((Occurrence(*r) for r in written), key=lambda o: o.channel_id)
+        found = sorted(map(occurrence_of, written), key=lambda o: o.channel_id)
         return self.events.record(
             conn,
             [
@@ -142,24 +143,17 @@ class OccurrenceStore(Store):
     def _insert_in(self, conn: sa.Connection, rows: list[NewOccurrence]) -> int:
         """SQLite: multi-row INSERTs of a thousand rows, inside the caller's transaction."""
         columns, now = _columns(rows), self._sql.now()
+        fixed = {"attempt": 0, "misfire_judged": False, "created_at": now, "updated_at": now}
         values = []
         for cells in zip(*(given for _, given in columns.values()), strict=True):
             row = dict(zip(columns, cells, strict=True))
             # A row born terminal (a misfire summary) ended when it was written.
             ended = None if row["status"] in ACTIVE_STATUSES else now
-            fixed = {"attempt": 0, "misfire_judged": False, "created_at": now, "updated_at": now}
             values.append(row | fixed | {"completed_at": ended})
         inserted = 0
         for start in range(0, len(values), INSERT_CHUNK):
-            stmt = (
-                self._sql.insert(occurrences)
-                .values(values[start : start + INSERT_CHUNK])
-                .on_conflict_do_nothing(
-                    index_elements=[occurrences.c.channel_id, occurrences.c.scheduled_for]
-                )
-                .returning(occurrences.c.id)
-            )
-            inserted += len(conn.execute(stmt).all())
+            chunk = self._sql.insert(occurrences).values(values[start : start + INSERT_CHUNK])
+            inserted += len(conn.execute(_if_absent(chunk)).all())
         return inserted
 
     def _insert_statement(
@@ -181,18 +175,9 @@ class OccurrenceStore(Store):
         )
         if only is not None:
             chosen = chosen.where(given.c.channel_id.in_(only))
-        return (
-            self._sql.insert(occurrences)
-            .from_select(
-                [*columns, "attempt", "completed_at", "created_at", "updated_at", "misfire_judged"],
-                chosen,
-            )
-            .on_conflict_do_nothing(
-                index_elements=[occurrences.c.channel_id, occurrences.c.scheduled_for]
-            )
-            .returning(occurrences.c.id)
-            .cte("inserted")
-        )
+        fixed = ["attempt", "completed_at", "created_at", "updated_at", "misfire_judged"]
+        insert = self._sql.insert(occurrences).from_select([*columns, *fixed], chosen)
+        return _if_absent(insert).cte("inserted")
 
     def get_occurrence(self, occurrence_id: str) -> Occurrence:
         with self._read() as conn:
@@ -221,14 +206,7 @@ class OccurrenceStore(Store):
         request = PageRequest(f.limit, f.offset, f.after, f.exact_total)
         order = (occurrences.c.scheduled_for, occurrences.c.id)
         with self._read() as conn:
-            return read_page(
-                conn,
-                occurrences,
-                conditions,
-                order,
-                request,
-                lambda row: Occurrence(**row._mapping),
-            )
+            return read_page(conn, occurrences, conditions, order, request, occurrence_of)
 
     def requeue(self, occurrence_id: str) -> Occurrence:
         """Put a failed, cancelled or skipped occurrence of an active channel back to
@@ -274,7 +252,7 @@ class OccurrenceStore(Store):
         with self._write() as conn:
             row = conn.execute(stmt).one_or_none()
             if row is not None:
-                return Occurrence(**row._mapping)
+                return occurrence_of(row)
             current = self._fetch(conn, occurrence_id)
             channel_status = conn.execute(
                 sa.select(channels.c.status).where(channels.c.channel_id == current.channel_id)
@@ -330,7 +308,7 @@ class OccurrenceStore(Store):
             if row is None:
                 conn.rollback()
                 return None
-            cancelled = Occurrence(**row._mapping)
+            cancelled = occurrence_of(row)
             attempt_log.end_open(
                 conn, self._sql, [occurrence_id], CANCELLED, cancelled.error_message
             )
@@ -354,14 +332,10 @@ class OccurrenceStore(Store):
     def delete_terminal_older_than(
         self, hours: float, *, batch_size: int = RETENTION_BATCH, until: float | None = None
     ) -> int:
-        """Retention: delete terminal rows that reached their end more than `hours` ago.
-        Never `pending` (or any live) row: a backlog is work not yet done, not history.
-
-        In batches of `batch_size` rows, each one statement committed on its own: trimming a
-        big ledger never holds one long transaction (and its locks, and the old row versions
-        a vacuum must keep) nor runs into the statement timeout. It stops at the first batch
-        that comes back short, or after the batch that ends past the monotonic `until`,
-        leaving the rest to the next run; answers how many rows went."""
+        """Retention: delete terminal rows that ended more than `hours` ago (never a live row:
+        a backlog is work not yet done, not history); answers how many went. Batches of
+        `batch_size`, each committed on its own, so no transaction grows long; it stops at a
+        short batch, or after the batch that ends past the monotonic `until`."""
         stmt = self._retention_batch(hours, batch_size)
         deleted = 0
         while True:
@@ -372,12 +346,9 @@ class OccurrenceStore(Store):
                 return deleted
 
     def _retention_batch(self, hours: float, batch_size: int) -> sa.Delete:
-        """One retention batch: the `batch_size` oldest terminal rows past the window, read
-        in `completed_at` order from the index of terminal rows (so a batch costs what it
-        deletes, however much history or live work the table holds), deleted by primary
-        key; their attempts go with them (ON DELETE CASCADE; on PostgreSQL deleted first,
-        by the batch's ids in the same statement, so the cascade finds nothing left to do
-        row by row)."""
+        """The `batch_size` oldest terminal rows past the window, read from the index of
+        terminal rows (a batch costs what it deletes), deleted by primary key with their
+        attempts (on PostgreSQL by the same statement, before the cascade would)."""
         expired = sa.and_(
             status_is(*TERMINAL_STATUSES),
             occurrences.c.completed_at < self._sql.now_plus(-hours * 3600),
@@ -389,13 +360,14 @@ class OccurrenceStore(Store):
             .limit(batch_size)
         )
         if self._sql.is_postgres:
-            # The ids as an array computed once, then each row reached by primary key: the
-            # planner cannot drive the delete from the window's condition instead (every
-            # expired row, not a batch). The lock re-checks the condition on the row as it
-            # is, so one an operator's retry made pending since the read is not chosen.
+            # The ids as an array computed once, so the planner cannot drive the delete from
+            # the window's condition (every expired row); the lock re-checks the condition,
+            # so a row a retry made pending since the read is not chosen.
             locked = batch.with_for_update(skip_locked=True).scalar_subquery()
             doomed = sa.select(sa.func.array(locked).label("ids")).cte("doomed")
-            ids = sa.any_(sa.cast(sa.select(doomed.c.ids).scalar_subquery(), ARRAY(sa.String)))
+            ids = sa.any_(
+                sa.cast(sa.select(doomed.c.ids).scalar_subquery(), postgresql.ARRAY(sa.String))
+            )
             their_attempts = sa.delete(attempts).where(attempts.c.occurrence_id == ids)
             return (
                 sa.delete(occurrences)
@@ -425,7 +397,7 @@ class OccurrenceStore(Store):
         ).one_or_none()
         if row is None:
             raise NotFound(f"occurrence {occurrence_id} not found")
-        return Occurrence(**row._mapping)
+        return occurrence_of(row)
 
 
 def _columns(rows: list[NewOccurrence]) -> dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]]:
@@ -448,6 +420,12 @@ def _columns(rows: list[NewOccurrence]) -> dict[str, tuple[sa.types.TypeEngine[A
         "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
         "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
     }
+
+
+def _if_absent(insert: postgresql.Insert | sqlite.Insert) -> sa.Insert:
+    """Insert-if-absent on an occurrence's identity, answering the ids it inserted."""
+    identity = [occurrences.c.channel_id, occurrences.c.scheduled_for]
+    return insert.on_conflict_do_nothing(index_elements=identity).returning(occurrences.c.id)
 
 
 def _counted(inserted: sa.CTE) -> sa.Select[Any]:

@@ -1,15 +1,14 @@
-"""Schema changes a revision makes while the previous release keeps running on the database
-(expand/contract: add only what old code ignores, remove only what no running code reads).
-
-On PostgreSQL an index on a table in use is built `CONCURRENTLY`, so writes go on, in an
-autocommit block of its own; an interrupted build's invalid index, which `IF NOT EXISTS` would
-take for a finished one, is dropped and built again. SQLite builds it plainly.
+"""Schema changes a revision makes while the previous release keeps running (expand/contract:
+add only what old code ignores, remove only what no running code reads). On PostgreSQL an index
+is built `CONCURRENTLY`, so writes go on; an interrupted build's invalid index, which `IF NOT
+EXISTS` would take for a finished one, is dropped and built again. SQLite builds plainly.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,22 +28,16 @@ def create_index_online(
     where: str | None = None,
     **postgresql: Any,
 ) -> None:
-    """Create index `name` on `table` (partial when `where` is given; a `text` column is an
-    expression) without blocking the table's writers on PostgreSQL; idempotent, so a
-    migration interrupted here resumes. `postgresql` holds PostgreSQL-only options
-    (`postgresql_using="gin"`, `postgresql_ops`)."""
+    """Create index `name` on `table` (partial under `where`; a `text` column is an
+    expression), idempotent, without blocking writers; `postgresql`: its own options."""
     condition = None if where is None else sa.text(where)
     context = op.get_context()
     if context.dialect.name != "postgresql":
         op.create_index(name, table, list(columns), sqlite_where=condition)
         return
-    with context.autocommit_block():
-        if not context.as_sql:
-            # pg8000 opened a transaction for SQLAlchemy's isolation-level read on entering
-            # the block: end it, or the build would run inside it.
-            op.execute("COMMIT")
-            if _invalid_index(name):
-                op.drop_index(name, table_name=table, postgresql_concurrently=True)
+    with _outside_transactions():
+        if not context.as_sql and _invalid_index(name):
+            op.drop_index(name, table_name=table, postgresql_concurrently=True)
         op.create_index(
             name,
             table,
@@ -57,17 +50,25 @@ def create_index_online(
 
 
 def drop_index_online(name: str, table: str) -> None:
-    """Drop index `name` of `table` if it exists, without blocking the table's readers or
-    writers on PostgreSQL; idempotent, so a migration interrupted here resumes. SQLite drops
-    it plainly."""
+    """Drop index `name` of `table` if it exists, without blocking readers or writers."""
     context = op.get_context()
     if context.dialect.name != "postgresql":
         op.drop_index(name, table_name=table, if_exists=True)
         return
+    with _outside_transactions():
+        op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
+
+
+@contextmanager
+def _outside_transactions() -> Iterator[None]:
+    """PostgreSQL: statements each committed on its own. pg8000 opens a transaction for
+    SQLAlchemy's isolation-level read on entering the autocommit block: it is ended here, or
+    what follows would run inside it."""
+    context = op.get_context()
     with context.autocommit_block():
         if not context.as_sql:
-            op.execute("COMMIT")  # as in `create_index_online`
-        op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
+            op.execute("COMMIT")
+        yield
 
 
 def _invalid_index(name: str) -> bool:
@@ -89,8 +90,7 @@ def _invalid_index(name: str) -> bool:
 def backfill_online(
     table: str, values: str, pending: str, *, key: str = "id", batch: int = BACKFILL_BATCH
 ) -> int:
-    """From a revision: `backfill_in_batches` on the migration's connection, within the
-    deadline the migration was given (`Ledger.migrate(until=…)`)."""
+    """From a revision: `backfill_in_batches` within the migration's deadline, if any."""
     context = op.get_context()
     until = context.config.attributes.get("until") if context.config is not None else None
     if context.as_sql:  # an offline script: one statement shows what runs
@@ -98,8 +98,7 @@ def backfill_online(
         return 0
     if context.dialect.name != "postgresql":
         return backfill_in_batches(op.get_bind(), table, values, pending, key=key, batch=batch)
-    with context.autocommit_block():
-        op.execute("COMMIT")  # see `create_index_online`
+    with _outside_transactions():
         return backfill_in_batches(
             op.get_bind(), table, values, pending, key=key, batch=batch, until=until
         )
@@ -116,10 +115,9 @@ def backfill_in_batches(
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """`UPDATE table SET values` on the rows `pending` selects, `batch` rows a statement each
-    committed on its own (autocommit), never one transaction a deadline would roll back whole.
-    `pending` excludes rows done, so a run stopped at `until` (`DeadlineReached`) resumes
-    there next time. Answers the rows updated."""
+    """`UPDATE table SET values` on the rows `pending` selects, `batch` rows a statement, each
+    committed on its own; `pending` excludes rows done, so a run stopped at `until`
+    (`DeadlineReached`) resumes there. Answers the rows updated."""
     statement = _batch_statement(table, values, pending, key, batch)
     done = 0
     while True:

@@ -52,24 +52,29 @@ def read_page(
     `order` (an instant and a unique id). ValidationFailed for a bad offset or key."""
     limit = min(max(request.limit, 1), MAX_PAGE_SIZE)
     offset = _checked_offset(request)
-    at, row_id = order
-    stmt = sa.select(table).where(*conditions)
-    if request.after is not None:
-        stmt = stmt.where(below(order, *read_key(request.after)))
-    stmt = stmt.order_by(at.desc(), row_id.desc()).limit(limit + 1).offset(offset)
-    rows = list(conn.execute(stmt).all())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    last = rows[-1]._mapping if more and rows else None
+    stmt = sa.select(table).where(*conditions).offset(offset)
+    rows, next_key = keyed_rows(conn, stmt, order, limit, request.after)
     total, exact = count_matching(conn, table, conditions, exact=request.exact_total)
-    return Page(
-        data=[of(row) for row in rows],
-        limit=limit,
-        offset=offset,
-        next=None if last is None else page_key(last[at.name], last[row_id.name]),
-        total=total,
-        total_is_exact=exact,
-    )
+    return Page([of(row) for row in rows], total, limit, offset, next_key, exact)
+
+
+def keyed_rows(
+    conn: sa.Connection,
+    stmt: sa.Select[Any],
+    order: tuple[sa.Column[Any], sa.Column[Any]],
+    limit: int,
+    after: str | None,
+) -> tuple[list[sa.Row[Any]], str | None]:
+    """Up to `limit` rows of `stmt`, newest first by `order`, below the key `after` if given;
+    and the next page's key (None on the last page)."""
+    at, row_id = order
+    if after is not None:
+        stmt = stmt.where(below(order, *read_key(after)))
+    rows = list(conn.execute(stmt.order_by(at.desc(), row_id.desc()).limit(limit + 1)))
+    if len(rows) <= limit or limit < 1:
+        return rows[:limit], None
+    last = rows[limit - 1]._mapping
+    return rows[:limit], page_key(last[at.name], last[row_id.name])
 
 
 def count_matching(

@@ -1,6 +1,5 @@
-"""Reads for the status view, `/health` and the claim loop's in-flight budget, and the job
-heartbeat (`cron_job_runs`) behind the API's last successful reconcile and claim. Ages and
-lease liveness are measured on the database clock, never a node's.
+"""Reads for the status view, `/health` and the claim loop's budget, and the job heartbeats
+(`cron_job_runs`). Ages and lease liveness are measured on the database clock.
 """
 
 from __future__ import annotations
@@ -10,24 +9,17 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from cronledger.ledger.models import (
-    LEASED_STATUSES,
-    PENDING,
-    Backlog,
-    ChannelActivity,
-    Occurrence,
-)
+from cronledger.ledger.models import LEASED_STATUSES, PENDING, Backlog, ChannelActivity, Occurrence
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import job_runs, occurrences, singletons, status_is
+from cronledger.ledger.tables import job_runs, occurrence_of, occurrences, singletons, status_is
 
 
 class ReportingStore(Store):
     def channel_activity(
         self, channel_ids: Collection[str], singleton_keys: Collection[str]
     ) -> ChannelActivity:
-        """Per channel its newest *due* row (rows materialised ahead are not "the last run"
-        of anything) and its `pending` count, and per key the slots a live lease holds: three
-        reads however many channels, not one per channel per figure."""
+        """Per channel its newest *due* row (one materialised ahead is no "last run") and its
+        `pending` count, and per key the slots a live lease holds: three reads in all."""
         ids, keys = list(channel_ids), list(singleton_keys)
         pending = (
             sa.select(occurrences.c.channel_id, sa.func.count())
@@ -60,7 +52,7 @@ class ReportingStore(Store):
         )
         recent = occurrences.alias("recent")
         stmt = sa.select(recent).where(recent.c.id.in_(sa.select(latest_id).select_from(wanted)))
-        found = (Occurrence(**row._mapping) for row in conn.execute(stmt))
+        found = map(occurrence_of, conn.execute(stmt))
         return {occurrence.channel_id: occurrence for occurrence in found}
 
     def _held(self, conn: sa.Connection, keys: list[str]) -> dict[str, int]:
@@ -76,8 +68,8 @@ class ReportingStore(Store):
         return {key: int(n) for key, n in conn.execute(stmt)}
 
     def in_flight_count(self, at_most: int | None = None) -> int:
-        """Leased rows whose lease is live (an expired one is reclaimable, not in flight),
-        counted only up to `at_most` when given: the claim asks only whether there is room."""
+        """Leased rows whose lease is live (an expired one is reclaimable), counted only up to
+        `at_most` when given: the claim asks only whether there is room."""
         live = sa.select(sa.literal(1).label("one")).where(
             status_is(*LEASED_STATUSES), occurrences.c.claimed_until >= self._sql.now()
         )
@@ -112,14 +104,14 @@ class ReportingStore(Store):
 
     def seconds_until_next_due(self) -> float | None:
         """Seconds until the next row is claimable (its `due_at` or lease end; 0 if one is),
-        or None when there is nothing: a claim loop sleeps until then rather than poll."""
+        or None when there is nothing: what a claim loop sleeps rather than poll."""
         now = self._sql.now()
         stmt = sa.select(
             sa.select(sa.func.min(occurrences.c.due_at))
             .where(status_is(PENDING))
             .scalar_subquery(),
-            # One minimum per status: each is the first entry of the leased index for its
-            # status, where one over both would read every lease in flight.
+            # One minimum per status, each the first entry of the leased index (one over both
+            # would read every lease in flight).
             *(
                 sa.select(sa.func.min(occurrences.c.claimed_until))
                 .where(status_is(status))
@@ -137,7 +129,7 @@ class ReportingStore(Store):
         return max(wait, 0.0)
 
     def record_job_ok(self, job: str) -> None:
-        """Note that `job` (e.g. `reconcile`, `claim`) just completed a pass successfully."""
+        """`job` (`reconcile`, `claim`) just completed a pass."""
         now = self._sql.now()
         stmt = (
             self._sql.insert(job_runs)
@@ -149,7 +141,4 @@ class ReportingStore(Store):
 
     def job_heartbeats(self) -> dict[str, datetime]:
         with self._read() as conn:
-            return {
-                job: at
-                for job, at in conn.execute(sa.select(job_runs.c.job, job_runs.c.last_ok_at))
-            }
+            return dict(conn.execute(sa.select(job_runs.c.job, job_runs.c.last_ok_at)).all())

@@ -1,10 +1,7 @@
-"""`Ledger`: the composition root. It builds one store per subject once, on one shared base
-(engine, statement cache, transactions), each given the stores it writes through, and adds
-the clock and migrations. Services call `ledger.<store>.<method>(…)`.
-
-Every correctness-bearing write is one conditional statement whose affected-row count is
-the answer, and every time comparison uses the database's clock (`db_now`), never a node's:
-two nodes with skewed clocks plan and claim the same way.
+"""`Ledger`: the composition root. It builds one store per subject on one shared base (engine,
+statement cache, transactions), each given the stores it writes through, and adds the clock
+and migrations. Every correctness-bearing write is one conditional statement whose row count
+is the answer, and every time comparison uses the database's clock, never a node's.
 """
 
 from __future__ import annotations
@@ -41,13 +38,12 @@ class Ledger(Store):
 
     @classmethod
     def connect(cls, url: str | sa.URL, **engine_options: Any) -> Ledger:
-        """A ledger on `postgresql+pg8000://…` or `sqlite:///file`. Nothing is opened until
-        the first call."""
+        """A ledger on `postgresql+pg8000://…` or `sqlite:///file`, opened at its first call."""
         return cls(create_ledger_engine(url, **engine_options))
 
     def migrate(self, *, until: float | None = None) -> None:
-        """Upgrade the database to the newest schema (idempotent; `migration`), ending by the
-        monotonic `until`, connecting included, or raising `DeadlineReached`."""
+        """Upgrade the database to the newest schema (`migration`), by the monotonic `until`
+        (connecting included) or raising `DeadlineReached`."""
         if not self._sql.is_postgres and self.engine.url.database:
             Path(self.engine.url.database).parent.mkdir(parents=True, exist_ok=True)
         # Alembic is needed only here: importing it lazily keeps it off every cold start.
@@ -65,8 +61,8 @@ class Ledger(Store):
             conn.close()
 
     def make_statement_timeout_default(self, milliseconds: int) -> None:
-        """PostgreSQL: make `statement_timeout` the database's default for new sessions, for
-        clients that cannot set it (RDS Proxy). Needs the database's owner."""
+        """PostgreSQL: `statement_timeout` as the database's default, for clients that cannot
+        set it (RDS Proxy). Needs the database's owner."""
         if not self._sql.is_postgres:
             return
         with self._write() as conn:

@@ -1,13 +1,8 @@
-"""The application role (docs/guarantees.md#security): what every function but `migrate`
-connects as on AWS.
-
-It reads and writes the rows of the `cron_*` tables (and uses their sequences), and nothing
-else: it owns no table, cannot create one (`CREATE` on the schema and `TEMPORARY` on the
-database are revoked from `PUBLIC`) and reads no other. So SQL of a caller's choosing, run by a
-tricked API or executor, can still only do what the scheduler itself can.
-
-`grant_application_role` is idempotent and runs after every migration, so a later revision's
-tables are granted too. Given `rds_iam` (RDS, Aurora), the role logs in only with IAM tokens.
+"""The application role (docs/guarantees.md#security) every function but `migrate` connects
+as on AWS: it reads and writes the rows of the `cron_*` tables (and uses their sequences) and
+nothing else; it owns, creates (`CREATE` and `TEMPORARY` are revoked from `PUBLIC`) and reads
+no other table, so SQL of a caller's choosing can only do what the scheduler can. Granting is
+idempotent and runs after every migration; given `rds_iam`, the role logs in with IAM tokens.
 """
 
 from __future__ import annotations

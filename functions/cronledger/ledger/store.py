@@ -1,13 +1,10 @@
 """The base every store shares: an engine, its backend, and transactions that fail closed.
 
 A database that cannot be reached, does not answer in time or is shutting down raises
-`DatabaseUnavailable`; any other database error propagates as SQLAlchemy raised it. Neither
-ever becomes an empty answer.
-
-Lock order: a transaction writing singleton and occurrence rows writes the singleton rows
-first, in (key, slot) order, so two cannot deadlock. A write PostgreSQL aborts anyway (a
-deadlock or serialization failure) was rolled back whole and runs again at once, a bounded
-number of times.
+`DatabaseUnavailable`; any other database error propagates as SQLAlchemy raised it; neither
+becomes an empty answer. A transaction writing singleton and occurrence rows writes the
+singleton rows first, in (key, slot) order, so two cannot deadlock; a write PostgreSQL aborts
+anyway (deadlock, serialization failure) was rolled back whole and runs again, a few times.
 """
 
 from __future__ import annotations
@@ -27,17 +24,16 @@ log = logging.getLogger(__name__)
 S = TypeVar("S")
 T = TypeVar("T")
 OneStatement = sa.Select[Any] | sa.Update
-#: Server errors that mean the database did not serve the statement, not that it was wrong
-#: (and any connection exception, class 08).
+#: Server errors meaning the statement was not served, not that it was wrong (and class 08).
 UNAVAILABLE_STATES = {
     "57014": "the statement ran past statement_timeout and was cancelled",
     "57P01": "the server is shutting down",
     "57P02": "the server is shutting down",
     "57P03": "the server is not accepting connections yet",
 }
-#: A serialization failure or deadlock: the transaction was rolled back whole; run it again.
+#: A serialization failure or deadlock: the transaction was rolled back whole; run it again,
+#: up to `TRANSIENT_TRIES` times in all.
 TRANSIENT_STATES = frozenset({"40001", "40P01"})
-#: Tries in all of a write that keeps being aborted that way, before the error is raised.
 TRANSIENT_TRIES = 3
 
 
@@ -57,9 +53,8 @@ def _lost_session(context: sa.engine.ExceptionContext) -> None:
 
 
 class Store:
-    """The base of every store: on an engine, a base of its own; on another store, that
-    store's engine, backend and statement cache, shared, so a ledger's stores make each
-    statement once and run it on one pool."""
+    """On an engine, a base of its own; on another store, that store's engine, backend and
+    statement cache, so a ledger's stores build each statement once and share one pool."""
 
     engine: sa.Engine
     _sql: Backend
@@ -74,8 +69,8 @@ class Store:
             sa.event.listen(base, "handle_error", _lost_session)
 
     def _statement(self, key: Hashable, build: Callable[[], S]) -> S:
-        """The statement `build` makes, built once per `key` and bound by name when run: for
-        the statements every attempt sends, building one costs more than running it."""
+        """The statement `build` makes, built once per `key` (for the statements every attempt
+        sends, building one costs more than running it)."""
         statement = self._statements.get(key)
         if statement is None:
             statement = self._statements[key] = build()
@@ -90,7 +85,7 @@ class Store:
         write: bool = True,
     ) -> tuple[Sequence[Sequence[Any]], int]:
         """Run the statement `build` makes (once per `key`) on its own, as a write retried like
-        `_atomic`'s (or a read): the rows it returned and its row count."""
+        `_atomic`'s, or a read: its rows and its row count."""
 
         def once() -> tuple[Sequence[Sequence[Any]], int]:
             with self._transaction(write=write, autocommit=True) as conn:
@@ -109,8 +104,8 @@ class Store:
             raise DatabaseUnavailable(f"no ledger connection available: {exc}") from exc
 
     def _atomic(self, body: Callable[[sa.Connection], T], *, single: bool = False) -> T:
-        """What `body` answers, run in a write transaction, and run again when the database
-        aborted it (`TRANSIENT_STATES`): `body` must write through `conn` only."""
+        """`body`'s answer, run in a write transaction, again if the database aborted it
+        (`TRANSIENT_STATES`): `body` must write through `conn` only."""
 
         def once() -> T:
             with self._write(single=single) as conn:
@@ -137,8 +132,14 @@ class Store:
         try:
             with _unavailable_when_lost():
                 if autocommit and self._sql.is_postgres:
-                    with _driver_autocommit(conn):
+                    # pg8000 in autocommit: no BEGIN, SQLAlchemy's closing rollback a no-op. Set
+                    # on the driver: SQLAlchemy's `isolation_level` resets it with a round trip.
+                    driver: Any = conn.connection.driver_connection
+                    driver.autocommit = True
+                    try:
                         yield conn
+                    finally:
+                        driver.autocommit = False
                 else:
                     with conn.execution_options(**{WRITE_OPTION: write}).begin():
                         yield conn
@@ -147,8 +148,7 @@ class Store:
 
 
 def _retried(attempt: Callable[[], T]) -> T:
-    """`attempt()`, tried again while it fails with `TRANSIENT_STATES`, up to
-    `TRANSIENT_TRIES` times in all."""
+    """`attempt()`, tried again while it fails with `TRANSIENT_STATES` (`TRANSIENT_TRIES`)."""
     tries = 1
     while True:
         try:
@@ -176,15 +176,3 @@ def _unavailable_when_lost() -> Iterator[None]:
         if reason:
             raise DatabaseUnavailable(f"ledger database unavailable ({reason}): {exc}") from exc
         raise
-
-
-@contextmanager
-def _driver_autocommit(conn: sa.Connection) -> Iterator[None]:
-    """pg8000 in autocommit for the block: no BEGIN, and SQLAlchemy's closing rollback a
-    no-op. Set on the driver: SQLAlchemy's `isolation_level` resets it with a round trip."""
-    driver: Any = conn.connection.driver_connection
-    driver.autocommit = True
-    try:
-        yield
-    finally:
-        driver.autocommit = False

@@ -1,8 +1,7 @@
-"""The ledger's tables (docs/guarantees.md#ledger), in SQLAlchemy Core; the migrations create
-exactly this (a test compares the two). A column's meaning is its model field's (`models`).
-
-Every timestamp is `UtcDateTime`: `timestamptz` on PostgreSQL, and on SQLite fixed-width text
-(always six fractional digits), so comparing the text compares the instants.
+"""The ledger's tables (docs/guarantees.md#ledger); the migrations create exactly this (a test
+compares the two). A column means what its model field (`models`) says. Every timestamp is
+`UtcDateTime`: `timestamptz` on PostgreSQL; on SQLite fixed-width text (six fractional digits),
+so comparing the text compares the instants.
 """
 
 from __future__ import annotations
@@ -38,11 +37,12 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
         return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        return None if value is None else as_utc(value)
+
+
+def as_utc(value: datetime) -> datetime:
+    """An instant the database gave back, aware UTC (a naive one, as SQLite keeps it, is UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 JsonDocument = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
@@ -96,10 +96,9 @@ schedule_state = sa.Table(
     sa.Column("paused_at", UtcDateTime, nullable=True),
     sa.Column("updated_at", UtcDateTime, nullable=False),
 )
-# Running cursors by their next instant: the ones behind the clock, without a scan. SQLite:
-# by instant alone (a shard filters). PostgreSQL: by instant, channel and shard key
-# (`cronledger.ledger.shards`), so a shard of a pass pages through its own due cursors
-# without fetching another shard's rows; one index, as each cursor a pass moves maintains it.
+# Running cursors by their next instant, so the ones behind the clock need no scan; on
+# PostgreSQL with channel and shard key (`shards`), so a shard of a pass pages through its own
+# due cursors only. One index per backend: each cursor a pass moves maintains it.
 sa.Index(
     "ix_cron_schedule_state_next",
     schedule_state.c.next_fire_at,
@@ -113,11 +112,9 @@ sa.Index(
     postgresql_where=sa.text("paused_at IS NULL"),
 ).ddl_if(dialect="postgresql")
 
-#: Channels a reconcile pass must look at although their cursor is not due: each channel
-#: write (created, edited, its status changed) notes one here in its own transaction, and the
-#: pass that has brought the cursor in line forgets the note only if `change` is still the one
-#: it read, so a write made meanwhile is looked at again. An idle pass reads this empty table
-#: instead of comparing every channel with its cursor.
+#: Channels a reconcile pass must look at although their cursor is not due: each channel write
+#: notes one in its own transaction; the pass that brought the cursor in line forgets it only if
+#: `change` is still the one it read. An idle pass reads this empty table, not every channel.
 channel_changes = sa.Table(
     "cron_channel_changes",
     metadata,
@@ -157,8 +154,8 @@ occurrences = sa.Table(
     sa.Column("waits_for_key", sa.Boolean, nullable=True),
     # The identity of an occurrence, and what makes materialisation idempotent.
     sa.UniqueConstraint("channel_id", "scheduled_for", name="uq_cron_occurrences_instant"),
-    # The claim's two arms, the backlog and the in-flight count; partial on PostgreSQL, so
-    # each is the size of the live work, not of the history.
+    # The claim's two arms, the backlog and the in-flight count; partial on PostgreSQL, the
+    # size of the live work, not of the history.
     sa.Index(
         "ix_cron_occurrences_pending",
         "status",
@@ -171,8 +168,7 @@ occurrences = sa.Table(
         "claimed_until",
         postgresql_where=sa.text("status IN ('claimed', 'running')"),
     ),
-    # A channel's pending rows the misfire rule has yet to judge (claimed ones: the leased
-    # index). Only `pending`: the claim moves a row out, so the hot path never adds to it.
+    # A channel's pending rows the misfire rule has yet to judge; the claim moves a row out.
     sa.Index(
         "ix_cron_occurrences_unjudged",
         "channel_id",
@@ -180,8 +176,7 @@ occurrences = sa.Table(
         postgresql_where=sa.text("status = 'pending' AND NOT misfire_judged"),
         sqlite_where=sa.text("status = 'pending' AND NOT misfire_judged"),
     ),
-    # Newest-first listing by instant (per channel: the unique constraint above), and by
-    # key within a status or a trigger: a filtered page is one range of one index.
+    # Newest-first listings (per channel: the unique constraint): a page is one index range.
     sa.Index("ix_cron_occurrences_scheduled", "scheduled_for", "id"),
     sa.Index("ix_cron_occurrences_status", "status", "scheduled_for", "id"),
     sa.Index("ix_cron_occurrences_trigger", "trigger", "scheduled_for", "id"),
@@ -228,7 +223,7 @@ singletons = sa.Table(
     metadata,
     sa.Column("singleton_key", sa.String, primary_key=True),
     sa.Column("slot", sa.Integer, primary_key=True),
-    # NULL when released. The row itself stays, so the token keeps climbing.
+    # NULL when released; the row stays, so the token keeps climbing.
     sa.Column("occurrence_id", sa.String, nullable=True),
     sa.Column("holder", sa.String, nullable=True),
     sa.Column("fencing_token", sa.BigInteger, nullable=False),
@@ -289,15 +284,14 @@ job_runs = sa.Table(
 
 
 def status_is(*statuses: str) -> sa.ColumnElement[bool]:
-    """`cron_occurrences.status` is one of these constants, written in as literals, so a
-    generic plan can still use the partial indexes on `status`."""
+    """`cron_occurrences.status` is one of these, as literals, so a generic plan can still
+    use the partial indexes on `status`."""
     return occurrences.c.status.in_([sa.literal_column(f"'{status}'") for status in statuses])
 
 
 def status_rechecked(*statuses: str) -> sa.ColumnElement[bool]:
-    """`cron_occurrences.status` is one of these, through an expression no index is built on
-    (`status || ''`): a statement finding its row by primary key can never be planned through
-    a partial status index that stale statistics show as empty."""
+    """`status_is` through an expression no index is built on: a statement finding its row by
+    primary key is never planned through a partial index stale statistics show as empty."""
     checked = occurrences.c.status.op("||")(sa.literal_column("''", sa.String))
     return checked.in_([sa.literal_column(f"'{status}'") for status in statuses])
 
