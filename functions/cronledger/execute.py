@@ -264,13 +264,12 @@ class Executor:
         ends the attempt early raises `_Ended` with its report. `deadline` is the executor's
         own monotonic end (a Lambda's time left). With `batch` (see `Executor.batch`), its
         open, start and settle are written together with the batch's other attempts'."""
-        writes: _Writes = _Alone(self) if batch is None else _InBatch(batch)
-        trace_id = batch.trace_id if batch else trace_id or uuid.uuid4().hex
+        writes = _Writes(batch or self.batch(claimant, 1, trace_id))
         try:
             # A lease runs from when the database wrote it, which is after the call that
             # starts the attempt and may be well before its answer: it is timed from the call.
             leased_at = self.clock.monotonic()
-            opened = self._open(writes, occurrence_id, claimant, trace_id)
+            opened = self._open(writes, occurrence_id, claimant)
             occurrence = opened.occurrence
             channel, schedule = self._resolve(
                 writes, occurrence, claimant, opened.channel, leased_at
@@ -280,9 +279,7 @@ class Executor:
             start = opened.start
             if start is None:
                 leased_at = self.clock.monotonic()
-                start = self._start(
-                    writes, occurrence, claimant, channel, schedule, trace_id, leased_at
-                )
+                start = self._start(writes, occurrence, claimant, channel, schedule, leased_at)
             outcome, leased_at = self._run(
                 occurrence, claimant, channel, schedule, start, deadline, leased_at
             )
@@ -309,13 +306,11 @@ class Executor:
         their starts one transaction, their ends written in micro-batches."""
         return Batch(self, claimant, size, trace_id or uuid.uuid4().hex)
 
-    def _open(
-        self, writes: _Writes, occurrence_id: str, claimant: str, trace_id: str
-    ) -> OpenedAttempt:
+    def _open(self, writes: _Writes, occurrence_id: str, claimant: str) -> OpenedAttempt:
         """Read the occurrence and its channel; a plain attempt (overlap allowed,
         channel active, not a late row to judge) starts in this same read."""
         try:
-            opened = writes.open(occurrence_id, claimant, trace_id)
+            opened = writes.open(occurrence_id)
         except NotFound:
             raise _Ended(
                 AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
@@ -394,14 +389,13 @@ class Executor:
         claimant: str,
         channel: Channel,
         schedule: Schedule,
-        trace_id: str,
         leased_at: float,
     ) -> AttemptStart:
         """Take the concurrency key (if any) and go `running`, in one transaction; the
         overlap policy decides, in the ledger, what a contender for a held key does."""
         singleton = singleton_of(schedule)
         request = StartRequest(occurrence, channel.version, singleton, schedule.retry.max_attempts)
-        start = writes.start(request, claimant, trace_id)
+        start = writes.start(request)
         self.annotate(fencing_token=start.fencing_token)
         if start.outcome == "singleton_busy" and occurrence.waits_for_key:
             # A backfill run one after another: its turn comes when the key frees.
@@ -626,64 +620,6 @@ class Executor:
         return self.settings.execute_margin.total_seconds()
 
 
-class _Writes:
-    """How one attempt's open, start and settle reach the ledger."""
-
-    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
-        raise NotImplementedError
-
-    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
-        raise NotImplementedError
-
-    def settle(self, request: SettleRequest, latest: float) -> bool:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """The attempt makes no more of these writes."""
-
-
-class _Alone(_Writes):
-    """An attempt dispatched on its own: each write is the ledger's own transaction."""
-
-    def __init__(self, executor: Executor) -> None:
-        self.ledger, self.settings = executor.ledger, executor.settings
-
-    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
-        return self.ledger.attempts.open_attempt(
-            occurrence_id,
-            claimant,
-            self.settings.claim_lease_secs,
-            trace_id,
-            misfire_grace_secs=self.settings.misfire_grace.total_seconds(),
-        )
-
-    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
-        return self.ledger.attempts.start_attempt(
-            request.occurrence,
-            claimant,
-            request.executing_version,
-            request.singleton,
-            self.settings.claim_lease_secs,
-            trace_id=trace_id,
-            max_attempts=request.max_attempts,
-            wait_secs=self.settings.poll_interval.total_seconds(),
-        )
-
-    def settle(self, request: SettleRequest, latest: float) -> bool:
-        return self.ledger.attempts.settle(
-            request.occurrence_id,
-            request.claimant,
-            request.status,
-            fencing_token=request.fencing_token,
-            error_message=request.error_message,
-            error_detail=request.error_detail,
-            result=request.result,
-            retry_in=request.retry_in,
-            release_held=request.release_held,
-            completed_is_told=request.completed_is_told,
-        )
-
-
 class Batch:
     """The writes of one dispatch's attempts (one claimant, one trace): their opens in one
     statement, their starts in one transaction, their ends in micro-batches of at most
@@ -695,7 +631,6 @@ class Batch:
     def __init__(self, executor: Executor, claimant: str, size: int, trace_id: str) -> None:
         ledger, settings, clock = executor.ledger, executor.settings, executor.clock
         lease = settings.claim_lease_secs
-        self.claimant, self.trace_id = claimant, trace_id
 
         def open_all(ids: list[str]) -> list[OpenedAttempt | None]:
             grace = settings.misfire_grace.total_seconds()
@@ -717,16 +652,16 @@ class Batch:
         )
 
 
-class _InBatch(_Writes):
-    """One attempt's writes through its batch. Each `_Together` of the batch waits for
-    every attempt that may still join it: an attempt that will not, or that ends, says so."""
+class _Writes:
+    """One attempt's open, start and settle, written through its batch (of one, when it was
+    dispatched alone). Each `_Together` of the batch waits for every attempt that may still
+    join it: an attempt that will not, or that ends, says so."""
 
     def __init__(self, batch: Batch) -> None:
         self.batch = batch
         self.owed: set[_Together[Any, Any]] = {batch.opens, batch.starts, batch.settles}
 
-    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
-        assert claimant == self.batch.claimant
+    def open(self, occurrence_id: str) -> OpenedAttempt:
         opened: OpenedAttempt | None = self._call(self.batch.opens, occurrence_id)
         if opened is None:
             raise NotFound(f"occurrence {occurrence_id} not found")
@@ -734,7 +669,7 @@ class _InBatch(_Writes):
             self._leave(self.batch.starts)
         return opened
 
-    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
+    def start(self, request: StartRequest) -> AttemptStart:
         started: AttemptStart = self._call(self.batch.starts, request)
         return started
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cronledger.errors import NotFound
 from cronledger.ledger import attempt_log
 from cronledger.ledger.backend import Backend
 from cronledger.ledger.misfires import misfire_due
@@ -131,12 +130,8 @@ def _retry_max_attempts() -> sa.ColumnElement[int]:
     return sa.func.coalesce(number, DEFAULT_MAX_ATTEMPTS)
 
 
-def occurrence_and_channel(
-    occurrence_id: str, row: Sequence[Any] | None
-) -> tuple[Occurrence, Channel | None]:
+def occurrence_and_channel(row: Sequence[Any]) -> tuple[Occurrence, Channel | None]:
     """An occurrence's columns, then its channel's (all NULL when the channel is gone)."""
-    if row is None:
-        raise NotFound(f"occurrence {occurrence_id} not found")
     split, end = len(occurrences.c), len(occurrences.c) + len(channels.c)
     occurrence = occurrence_of(row[:split])
     if row[split] is None:  # the channel's id: no channel
