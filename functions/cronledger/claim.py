@@ -1,27 +1,18 @@
 """Claim and dispatch: lease due occurrences and hand each to an executor.
 
-A claim is one conditional statement in the ledger (`FOR UPDATE SKIP LOCKED` on PostgreSQL),
-so any number of claimers may run at once and none shares a row. Each round mints a fresh
-claimant id, and the executor starts the attempt only under that id: a duplicate delivery
-of the same dispatch, or a dispatch that arrives after its lease was re-claimed, finds the
-occurrence no longer its own and writes nothing.
+A claim is one conditional statement (`FOR UPDATE SKIP LOCKED` on PostgreSQL), so any number
+of claimers may run at once and none shares a row. Each round mints a fresh claimant id and
+the executor starts the attempt only under it: a duplicate or late delivery finds the
+occurrence no longer its own and writes nothing. An expired lease on its last attempt comes
+back settled `failed` ("abandoned: …") and is logged.
 
-An expired lease is claimed again only while its occurrence has attempts left; one that died
-on its last attempt comes back from the claim settled `failed` ("abandoned: …") and is logged.
-
-The batch is bounded by the room under `max_in_flight` (a lease starts ticking at the claim,
-so claiming more than can run would only age leases in a queue) and sized to the backlog:
-`claim_batch_size` while claims come back short, doubled after each full one up to
-`MOST_PER_CLAIM`, so a midnight burst is claimed as fast as there is room, untuned. The
-invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.aws.invoker`); each
-occurrence it could not hand over goes straight back to `pending`.
-A failed claim (the database is down) records DB unavailability and claims nothing; the loop
-then backs off (`cronledger.pacing.Backoff`), probing for the database's return meanwhile.
+A batch is bounded by the room under `max_in_flight` (a lease ticks from the claim) and sized
+to the backlog: `claim_batch_size` while claims come back short, doubled after each full one
+up to `MOST_PER_CLAIM`. What the invoker could not hand over goes straight back to `pending`.
+A failed claim backs off (`pacing.Backoff`), probing for the database's return.
 
 On Lambda the loop runs only while something is due before the invocation's deadline
-(`while_due`) and otherwise returns, so a quiet installation pays for a query a minute, not
-for a function polling all minute. Rows exist ahead of their time (the stack's lookahead
-covers two ticks), so "nothing due before the deadline" is known, not guessed.
+(`while_due`): rows exist ahead of their time, so "nothing due" is known, not guessed.
 """
 
 from __future__ import annotations

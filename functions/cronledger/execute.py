@@ -83,13 +83,10 @@ class TargetThreads:
     """Threads that run targets, each kept for the next target once its own returns.
 
     A target runs on a thread of its own so the attempt can stop waiting for it at once;
-    starting a fresh thread for every attempt cost more than the rest of a no-op attempt's
-    Python (a new stack, its pages, and the interpreter's thread state). Each job runs in
-    a copy of the `contextvars` context it was handed over in (so the log keys its attempt
-    appended follow it; nothing it sets leaks back or to the next job), under a thread name
-    of its own. A
-    thread whose target never returns (abandoned) is simply never handed back: the next
-    attempt gets another thread. Idle threads end after `TARGET_THREAD_IDLE_SECS`."""
+    a fresh thread per attempt cost more than the rest of a no-op attempt. Each job runs in
+    a copy of the `contextvars` context it was handed over in (its attempt's log keys follow
+    it; nothing leaks to the next job). A thread whose target never returns is never handed
+    back. Idle threads end after `TARGET_THREAD_IDLE_SECS`."""
 
     def __init__(self, idle_secs: float = TARGET_THREAD_IDLE_SECS) -> None:
         self.idle_secs = idle_secs
@@ -262,8 +259,8 @@ class Executor:
         open it under the claim, resolve its channel, judge a late row, take the concurrency
         key and go `running`, run the target while renewing the lease, settle. A step that
         ends the attempt early raises `_Ended` with its report. `deadline` is the executor's
-        own monotonic end (a Lambda's time left). With `batch` (see `Executor.batch`), its
-        open, start and settle are written together with the batch's other attempts'."""
+        own monotonic end (a Lambda's time left). Its writes go with those of `batch` (see
+        `Executor.batch`), or alone, as a batch of one."""
         writes = _Writes(batch or self.batch(claimant, 1, trace_id))
         try:
             # A lease runs from when the database wrote it, which is after the call that
@@ -307,8 +304,7 @@ class Executor:
         return Batch(self, claimant, size, trace_id or uuid.uuid4().hex)
 
     def _open(self, writes: _Writes, occurrence_id: str, claimant: str) -> OpenedAttempt:
-        """Read the occurrence and its channel; a plain attempt (overlap allowed,
-        channel active, not a late row to judge) starts in this same read."""
+        """Read the occurrence and its channel (a plain attempt may start in this read)."""
         try:
             opened = writes.open(occurrence_id)
         except NotFound:
@@ -347,10 +343,9 @@ class Executor:
     def _judge_misfire(
         self, occurrence: Occurrence, claimant: str, schedule: Schedule, deadline: float | None
     ) -> None:
-        """A late cron row is judged under its channel's misfire policy before it starts:
-        it returns when the row may run. While reconcile has not yet planned the late window (its
-        cursor is behind, as after an outage) the judgment waits, a poll interval at a time,
-        as long as the claim's lease allows; then the claim is handed back, attempt and all."""
+        """Return when a late cron row may run under its channel's misfire policy. While
+        reconcile has yet to plan the late window (after an outage) it waits, a poll interval
+        at a time, as long as the lease allows; then the claim is handed back."""
         rule = misfire_rule(schedule, self.settings)
         poll = self.settings.poll_interval.total_seconds()
         wait_until = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
@@ -397,21 +392,21 @@ class Executor:
         request = StartRequest(occurrence, channel.version, singleton, schedule.retry.max_attempts)
         start = writes.start(request)
         self.annotate(fencing_token=start.fencing_token)
+        waiting = AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt)
+        if start.outcome in ("singleton_busy", "waiting"):
+            metrics.record_singleton_contention()
         if start.outcome == "singleton_busy" and occurrence.waits_for_key:
             # A backfill run one after another: its turn comes when the key frees.
-            metrics.record_singleton_contention()
             wait = self.settings.poll_interval.total_seconds()
             if self.ledger.attempts.wait_for_key(occurrence.id, claimant, wait):
-                raise _Ended(AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt))
+                raise _Ended(waiting)
             raise _Ended(_lost(occurrence, "lost the claim before waiting"))
         if start.outcome == "singleton_busy":
             assert singleton is not None
-            metrics.record_singleton_contention()
             busy = Ending(SKIPPED_SINGLETON, busy_reason(singleton))
             raise _Ended(self._settle(writes, occurrence, claimant, None, busy, leased_at))
         if start.outcome == "waiting":
-            metrics.record_singleton_contention()
-            raise _Ended(AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt))
+            raise _Ended(waiting)
         if not start.started or start.started_at is None:
             raise _Ended(_lost(occurrence, "lost the claim before starting"))
         if start.replaced is not None:
@@ -433,8 +428,7 @@ class Executor:
         leased_at: float,
     ) -> tuple[TargetOutcome, float]:
         """Deliver the envelope under the deadline while the lease (granted no earlier than
-        the monotonic `leased_at`) is renewed; answers the outcome and when the lease was
-        last renewed."""
+        `leased_at`) is renewed: the outcome, and when the lease was last renewed."""
         assert start.started_at is not None
         metrics.record_schedule_lag((start.started_at - occurrence.due_at).total_seconds())
         singleton = singleton_of(schedule)
@@ -471,9 +465,8 @@ class Executor:
         budget: float,
         last_renewed: float,
     ) -> tuple[TargetOutcome, float]:
-        """Run the target on its own thread while this one renews the lease. Answers the
-        target's outcome and the last renewal; an attempt that must stop, writing nothing,
-        ends (`_Ended`)."""
+        """Run the target on its own thread while this one renews the lease: the outcome and
+        the last renewal, or `_Ended` when the attempt must stop, writing nothing."""
         done = threading.Event()
         box: list[TargetOutcome] = []
 
@@ -597,11 +590,10 @@ class Executor:
         )
 
     def _settle_through_blips(self, settle: Callable[[], bool]) -> bool:
-        """`settle()`, tried again while the database is unavailable, for as long as an
-        attempt may go without a renewal: the settle is conditional on ownership, so trying
-        again is safe, and giving up would leave a finished run leased until a peer runs it
-        a second time. A settle whose commit was lost with its answer matches nothing when
-        tried again and reads as superseded; the row is settled all the same."""
+        """`settle()`, tried again while the database is unavailable, as long as an attempt
+        may go without a renewal: it is conditional on ownership, so trying again is safe,
+        while giving up would leave a finished run to be run again by a peer. (A commit lost
+        with its answer matches nothing when tried again: it reads as superseded.)"""
         give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
         pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
         while True:

@@ -1,15 +1,12 @@
 """The attempt log: every attempt of an occurrence on record, written with the attempt itself.
 
 - An attempt's row is inserted by the transaction that moves its occurrence to `running`,
-  from what that UPDATE returned: a start that loses (rolled back, or matching nothing)
-  leaves no row, and a row never exists for an attempt that did not start. On PostgreSQL the
-  UPDATE is a data-modifying CTE of the INSERT, so a start is still one statement.
-- Its end is written by whatever ends the attempt, in the same transaction: a settle (the
-  occurrence's status, or `failed` for a failure that will be retried), a cancel or a
-  replace (`cancelled`), a claim that finds its lease ran out (`abandoned`). Each end matches
-  only the occurrence's open row (`ended_at IS NULL`): at most one attempt of an occurrence
-  runs at a time, so that row is the attempt being ended, and a second end writes nothing.
-- Rows go with their occurrence: the foreign key cascades its delete (retention, a purge).
+  from what that UPDATE returned (on PostgreSQL, a CTE of the INSERT: one statement), so a
+  start that loses leaves no row.
+- Its end is written by whatever ends the attempt, in the same transaction (a settle, a
+  cancel or replace, a claim finding the lease ran out), matching only the occurrence's open
+  row: one attempt runs at a time, so a second end writes nothing.
+- Rows go with their occurrence: the foreign key cascades its delete.
 """
 
 from __future__ import annotations
@@ -39,16 +36,10 @@ def logged_start(sql: Backend, running: sa.Update) -> sa.Insert | sa.Update:
     """PostgreSQL: `running` (an UPDATE to `running`, without RETURNING) as a CTE of the
     INSERT of its attempt's row, answering the start time. SQLite cannot put an UPDATE in a
     CTE: `running` itself, returning what `log_start` inserts."""
-    returning = running.returning(*STARTED_COLUMNS)
     if not sql.is_postgres:
-        return returning
-    started = returning.cte("started")
-    return (
-        sa.insert(attempts)
-        .from_select(list(_LOGGED), sa.select(*started.c))
-        .add_cte(started)
-        .returning(attempts.c.started_at)
-    )
+        return running.returning(*STARTED_COLUMNS)
+    started, insert = _started_and_logged(running)
+    return insert.add_cte(started).returning(attempts.c.started_at)
 
 
 def run_logged_start(
@@ -70,9 +61,14 @@ def logged_start_cte(running: sa.Update) -> tuple[sa.CTE, sa.CTE]:
     """PostgreSQL only: `running` as a CTE (`started`, returning `started_at` last among
     `STARTED_COLUMNS`) and the CTE inserting its attempt's row, for a statement that starts an
     attempt while it reads."""
+    started, insert = _started_and_logged(running)
+    return started, insert.cte("logged")
+
+
+def _started_and_logged(running: sa.Update) -> tuple[sa.CTE, sa.Insert]:
+    """`running` as the CTE `started`, and the INSERT of its attempt's row from it."""
     started = running.returning(*STARTED_COLUMNS).cte("started")
-    logged = sa.insert(attempts).from_select(list(_LOGGED), sa.select(*started.c)).cte("logged")
-    return started, logged
+    return started, sa.insert(attempts).from_select(list(_LOGGED), sa.select(*started.c))
 
 
 def end_statement(sql: Backend) -> sa.Update:
