@@ -79,9 +79,8 @@ def claim_once(
     batch: int | None = None,
 ) -> ClaimRound:
     """One round: claim up to `batch` (default `claim_batch_size`) that there is room for and
-    dispatch each occurrence. `room` is how many more attempts this process can start right
-    now (a local pool's free workers); the instance-wide `max_in_flight` is always honoured
-    too."""
+    dispatch each occurrence. `room`: how many more attempts this process can start now (a
+    local pool's free workers); `max_in_flight` is honoured too."""
     round_ = ClaimRound()
     wanted = settings.claim_batch_size if batch is None else batch
     try:
@@ -109,11 +108,8 @@ def claim_once(
             round_.dispatched.append(occurrence.id)
             continue
         # Hand it straight back rather than leave it leased to nobody until expiry.
-        log.warning(
-            "dispatch of %s failed, returning it to pending: %s",
-            occurrence.id,
-            failed[occurrence.id],
-        )
+        why = failed[occurrence.id]
+        log.warning("dispatch of %s failed, returning it to pending: %s", occurrence.id, why)
         try:
             if ledger.attempts.release_claim(occurrence.id, round_.claimant):
                 round_.returned.append(occurrence.id)
@@ -137,14 +133,11 @@ def run_claim_loop(
     clock: Clock = SYSTEM_CLOCK,
 ) -> int:
     """Claim and dispatch until the monotonic deadline `until` (or `stop`), sleeping until the
-    next due instant or the poll interval, whichever is sooner; a full batch goes round again at
-    once. With no room to claim into, it waits rather than ask again at once: for a local
-    worker to come free (`room`), or `NO_ROOM_NAP_SECS` once `max_in_flight` is reached.
-    Setting `wake` ends a sleep early: an in-process reconciler sets it when it has just
-    materialised due rows, so they do not wait out a poll interval. With `while_due` it
-    returns as soon as nothing is due before `until`. A failed claim is retried after a
-    backoff. `clock` times and does every wait. Answers how many occurrences were
-    dispatched."""
+    next due instant or the poll interval, whichever is sooner; a full batch goes round again
+    at once, and with no room it waits for a local worker (`room`) or `NO_ROOM_NAP_SECS`.
+    Setting `wake` ends a sleep early (an in-process reconciler has just materialised due
+    rows). With `while_due` it returns once nothing is due before `until`. A failed claim is
+    retried after a backoff. Answers how many occurrences were dispatched."""
     stop = stop or threading.Event()
     nap = wake or stop
     heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS, clock)
@@ -173,8 +166,7 @@ def run_claim_loop(
         if while_due and (next_due is None or clock.monotonic() + next_due >= until):
             break  # nothing due in this invocation: the next one will see what comes
         if round_.limit <= 0:
-            # `max_in_flight` is reached. Whatever is due stays due, so sleeping "until the
-            # next due instant" would not sleep at all: wait a moment instead of spinning.
+            # `max_in_flight` is reached and what is due stays due: nap instead of spinning.
             wait = min(poll, NO_ROOM_NAP_SECS)
         else:
             wait = poll if next_due is None else min(poll, next_due)
@@ -185,10 +177,9 @@ def run_claim_loop(
 
 
 def next_batch(batch: int, round_: ClaimRound, settings: Settings) -> int:
-    """The next claim's size: twice this one's after a full claim (a backlog: up to
-    `MOST_PER_CLAIM`, the room under `max_in_flight` bounding it in any case), the same
-    after a round with no room (the backlog waits for it), and `claim_batch_size` again
-    after a short one (the backlog is gone)."""
+    """The next claim's size: twice this one's after a full claim (a backlog), up to
+    `MOST_PER_CLAIM`; the same after a round with no room; `claim_batch_size` again after a
+    short one (the backlog is gone)."""
     if round_.limit <= 0:
         return batch
     if not round_.full:

@@ -185,11 +185,9 @@ class AttemptStore(Store):
         self.events.announce(made)
         abandoned = [o for o in found if o.status != CLAIMED]
         if abandoned:
-            # Rare, so not in the claim's own statement: slots whose lease ran out with
-            # their holder's (a slot re-taken meanwhile has a live lease and is left alone).
-            # Housekeeping only, since an expired slot is free to take anyway: the claim
-            # above is committed, and a failure here must not cost the caller the rows it
-            # leased (they would wait out their lease unrun, each an attempt spent).
+            # Rare, so not in the claim's statement: free the slots whose lease ran out with
+            # their holder's. Housekeeping only (an expired slot is free to take anyway), so
+            # a failure here must not cost the caller the rows the claim leased.
             ids = [o.id for o in abandoned]
             try:
                 self._atomic(
@@ -447,26 +445,22 @@ class AttemptStore(Store):
         """Extend a running attempt's claim and (with a token) its singleton slot, both or
         neither. False: ownership is lost and the attempt must stop without writing."""
 
+        claim = (
+            sa.update(occurrences)
+            .where(occurrences.c.id == occurrence_id)
+            .where(occurrences.c.claimed_by == claimant)
+            .where(status_rechecked(RUNNING))
+            .values(claimed_until=self._sql.now_plus(lease_secs), updated_at=self._sql.now())
+        )
+
         def renew(conn: sa.Connection) -> bool:
-            if fencing_token is not None and not renew_slot(
+            slot = fencing_token is None or renew_slot(
                 conn, self._sql, occurrence_id, claimant, fencing_token, lease_secs
-            ):
-                conn.rollback()
-                return False
-            renewed = conn.execute(
-                sa.update(occurrences)
-                .where(occurrences.c.id == occurrence_id)
-                .where(occurrences.c.claimed_by == claimant)
-                .where(status_rechecked(RUNNING))
-                .values(
-                    claimed_until=self._sql.now_plus(lease_secs),
-                    updated_at=self._sql.now(),
-                )
-            ).rowcount
-            if renewed != 1:
-                conn.rollback()
-                return False
-            return True
+            )
+            if slot and conn.execute(claim).rowcount == 1:
+                return True
+            conn.rollback()
+            return False
 
         return self._atomic(renew, single=fencing_token is None)
 
@@ -778,12 +772,10 @@ def _key_of(request: StartRequest) -> str:
 
 def _releases(request: StartRequest) -> bool:
     """Whether a start must first give back what its occurrence may hold from an earlier
-    attempt (a crashed one, now re-claimed, or a queued contender back for its slot). Under
-    `allow`, an occurrence read after its claim with no `singleton_key` holds nothing (a
-    slot, or a waiting place, is only taken together with it). With a key the rows are
-    always read: a duplicate delivery that read the row before its twin started must find
-    its own slot free again, reach the conditional UPDATE and come out `lost`, not
-    `singleton_busy`."""
+    attempt (a crashed one, or a queued contender back for its slot). Under `allow`, one read
+    after its claim with no `singleton_key` holds nothing. With a key the rows are always
+    read: a duplicate delivery must find its own slot free, reach the conditional UPDATE and
+    come out `lost`, not `singleton_busy`."""
     occurrence = request.occurrence
     return (
         request.singleton is not None

@@ -120,17 +120,11 @@ class MisfireStore(Store):
                     ordered = sorted(
                         (Occurrence(*r) for r in skipped), key=lambda o: o.scheduled_for
                     )
-                    made = self.events.record(
-                        conn,
-                        [
-                            draft(
-                                alerts.SKIPPED,
-                                ordered[-1],
-                                count=dropped,
-                                oldest_scheduled_for=ordered[0].scheduled_for,
-                            )
-                        ],
+                    newest, oldest = ordered[-1], ordered[0].scheduled_for
+                    event = draft(
+                        alerts.SKIPPED, newest, count=dropped, oldest_scheduled_for=oldest
                     )
+                    made = self.events.record(conn, [event])
             mine = conn.execute(
                 sa.select(
                     occurrences.c.status, occurrences.c.claimed_by, occurrences.c.misfire_judged
