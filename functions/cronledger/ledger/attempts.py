@@ -26,7 +26,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from cronledger import alerts
-from cronledger.errors import NotFound
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ledger import attempt_log
 from cronledger.ledger.events import Draft, EventStore, draft
@@ -80,7 +79,8 @@ LEASE_RAN_OUT = "abandoned: the lease ran out before the attempt was settled"
 
 @dataclass(frozen=True, slots=True)
 class StartRequest:
-    """One attempt of a batch to start: `start_attempt`'s arguments that differ per attempt."""
+    """One attempt to start: `max_attempts`, when given, refreshes the row's from its
+    channel's policy; the start records the batch's `trace_id` in the same write."""
 
     occurrence: Occurrence | str
     executing_version: int
@@ -249,23 +249,6 @@ class AttemptStore(Store):
             arm = arm.with_for_update(skip_locked=True)
         return arm.subquery()
 
-    def open_attempt(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        lease_secs: float,
-        trace_id: str,
-        *,
-        misfire_grace_secs: float,
-    ) -> OpenedAttempt:
-        """`open_attempts` of one occurrence; NotFound when there is no such occurrence."""
-        opened = self.open_attempts(
-            [occurrence_id], claimant, lease_secs, trace_id, misfire_grace_secs=misfire_grace_secs
-        )
-        if occurrence_id not in opened:
-            raise NotFound(f"occurrence {occurrence_id} not found")
-        return opened[occurrence_id]
-
     def open_attempts(
         self,
         occurrence_ids: Sequence[str],
@@ -292,36 +275,6 @@ class AttemptStore(Store):
         opened = map(_opened, rows)
         return {attempt.occurrence.id: attempt for attempt in opened}
 
-    def start_attempt(
-        self,
-        occurrence: Occurrence | str,
-        claimant: str,
-        executing_version: int,
-        singleton: SingletonSpec | None,
-        lease_secs: float,
-        *,
-        trace_id: str | None = None,
-        max_attempts: int | None = None,
-        wait_secs: float = 1.0,
-    ) -> AttemptStart:
-        """Take a slot of the singleton key (if any) and move the occurrence to `running`,
-        in one transaction. The key's slot rows, and any this occurrence still holds from an
-        earlier attempt, are locked first in (key, slot) order; what it held is given back
-        (one occurrence never holds two), and the first slot free, expired or its own is
-        taken under the slot's next fencing token, so the earlier holder's writes stop
-        matching. When every slot is held, `singleton.policy` decides (see `AttemptStart`);
-        a `queue_one` waiter is due again `wait_secs` later. Under `allow`, an `Occurrence`
-        read after the claim showing no `singleton_key` holds nothing: one statement.
-        `trace_id` is recorded with the start; `max_attempts` refreshes the row's."""
-        [started] = self.start_attempts(
-            [StartRequest(occurrence, executing_version, singleton, max_attempts)],
-            claimant,
-            lease_secs,
-            trace_id=trace_id,
-            wait_secs=wait_secs,
-        )
-        return started
-
     def start_attempts(
         self,
         requests: Sequence[StartRequest],
@@ -331,9 +284,15 @@ class AttemptStore(Store):
         trace_id: str | None = None,
         wait_secs: float = 1.0,
     ) -> list[AttemptStart]:
-        """`start_attempt` of each request, in one transaction (a batch: each under a
-        savepoint, so a start that loses undoes its own writes only), answered in order.
-        Keyed starts go in key order, the order their slot rows are locked in."""
+        """Start each request's attempt: take a slot of its singleton key (if any) and move
+        it to `running`, answered in order. Each start locks its key's slot rows, and any its
+        occurrence holds from an earlier attempt, in (key, slot) order; gives back what it
+        held; and takes the first slot free, expired or its own under the slot's next fencing
+        token, so the earlier holder's writes stop matching. When every slot is held, the
+        key's policy decides (see `AttemptStart`); a `queue_one` waiter is due again
+        `wait_secs` later. All in one transaction, each start under a savepoint (one that
+        loses undoes its own writes only), keyed starts in key order; a lone plain start (an
+        `Occurrence` read after its claim, showing no key) is one statement."""
         start_one = partial(
             self._start_one,
             claimant=claimant,
@@ -464,42 +423,9 @@ class AttemptStore(Store):
 
         return self._atomic(renew, single=fencing_token is None)
 
-    def settle(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        status: str,
-        *,
-        fencing_token: int | None = None,
-        error_message: str | None = None,
-        error_detail: str | None = None,
-        result: str | None = None,
-        trace_id: str | None = None,
-        retry_in: float | None = None,
-        release_held: bool = False,
-        completed_is_told: bool = False,
-    ) -> bool:
-        """Write the end of one attempt (see `SettleRequest`). False: a superseded holder,
-        and nothing was written."""
-        request = SettleRequest(
-            occurrence_id,
-            claimant,
-            status,
-            fencing_token,
-            error_message,
-            error_detail,
-            result,
-            trace_id,
-            retry_in,
-            release_held,
-            completed_is_told,
-        )
-        [settled] = self.settle_many([request])
-        return settled
-
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
-        """`settle` of each request, answered in order, each conditional on its own claimant
-        and token. Quiet completions are written first, on PostgreSQL in one statement; the
+        """Write each attempt's end (see `SettleRequest`), answered in order; False: a
+        superseded holder, and nothing was written for it. Quiet completions are written first, on PostgreSQL in one statement; the
         rest, and those the quiet write did not match (their channel has failures or an
         open alert to answer), in one transaction where one that lost is undone alone."""
         quiet = [r for r in requests if r.quiet]

@@ -254,7 +254,7 @@ class SingletonSpec:
 
 @dataclass(frozen=True, slots=True)
 class AttemptStart:
-    """What `start_attempt` decided. `started`: `running` since `started_at`, holding `slot`
+    """What a start decided. `started`: `running` since `started_at`, holding `slot`
     of its key under `fencing_token` if it has one (`replaced`: the holder it cancelled).
     `singleton_busy`: every slot held by another live lease (and, under `queue_one`, a
     contender waits already); nothing written. `waiting`: the key's one waiting contender,

@@ -1,11 +1,10 @@
 """Starting an attempt: the one UPDATE that moves an occurrence `claimed → running`.
 
-Every start is `running_update`, conditional on the claimant still holding the claim, and
-writes its attempt's row in the log with it (`attempt_log`). It is sent in one of two forms:
-`start_statement`, after the slot of a concurrency key is taken (`AttemptStore.start_attempt`),
-and on PostgreSQL inside `open_statement`, the executor's first read, for a plain attempt
-that has no key to take; there the channel's version and retry policy come from the joined
-channel row, in the same statement.
+Every start is `running_update`, conditional on the claimant still holding the claim, writing
+its attempt's row in the log with it (`attempt_log`). It is sent as `start_statement` once a
+concurrency key's slot is taken (`AttemptStore.start_attempts`), or on PostgreSQL inside
+`open_statement`, the executor's first read, for a plain attempt with no key to take (the
+channel's version and retry policy then come from the joined channel row).
 """
 
 from __future__ import annotations
