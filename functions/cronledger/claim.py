@@ -65,11 +65,6 @@ class ClaimRound:
         settled = len(self.dispatched) + len(self.returned) + len(self.abandoned)
         return 0 < self.limit <= settled
 
-    @property
-    def failed(self) -> bool:
-        """The database failed: nothing was claimed."""
-        return self.error is not None
-
 
 def claim_once(
     ledger: ClaimPort,

@@ -52,6 +52,7 @@ from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import (
     AwsClients,
+    Envelope,
     TargetOutcome,
     TargetPolicy,
     build_envelope,
@@ -409,24 +410,18 @@ class _Attempt:
         return self._run_with_heartbeat(channel, envelope, budget)
 
     def _run_with_heartbeat(
-        self, channel: Channel, envelope: object, budget: float
+        self, channel: Channel, envelope: Envelope, budget: float
     ) -> TargetOutcome:
         """Run the target on its own thread while this one renews the lease: the outcome,
         or `_Ended` when the attempt must stop, writing nothing."""
         done = threading.Event()
         box: list[TargetOutcome] = []
-        executor, clock, occurrence = self.executor, self.clock, self.occurrence
+        clients, policy = self.executor.clients, self.executor.policy
+        clock, occurrence = self.clock, self.occurrence
 
         def target() -> None:
             try:
-                outcome = run_target(
-                    channel.target,
-                    envelope,  # type: ignore[arg-type]
-                    budget,
-                    executor.clients,
-                    policy=executor.policy,
-                )
-                box.append(outcome)
+                box.append(run_target(channel.target, envelope, budget, clients, policy=policy))
             except BaseException as exc:  # run_target answers for the target; this is the rest
                 box.append(TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}"))
             finally:

@@ -69,9 +69,8 @@ class ClaimPort(Clocked, Protocol):
 
 
 class AttemptWrites(Protocol):
-    """What an executor writes: every call is conditional on the claimant (and token). An
-    attempt's open, start and settle go through the batch forms (a lone attempt is a batch
-    of one), each attempt answered as it would be alone."""
+    """What an executor writes, each call conditional on the claimant (and token); a lone
+    attempt's open, start and settle are a batch of one, answered as it would be alone."""
 
     def open_attempts(
         self,

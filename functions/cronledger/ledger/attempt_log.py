@@ -71,18 +71,21 @@ def _started_and_logged(running: sa.Update) -> tuple[sa.CTE, sa.Insert]:
     return started, sa.insert(attempts).from_select(list(_LOGGED), sa.select(*started.c))
 
 
+def ending(sql: Backend, of: sa.ColumnElement[bool], **values: Any) -> sa.Update:
+    """The end of the open attempt of each occurrence `of` matches (on `attempts`), with
+    `values` (its outcome, error, detail)."""
+    open_rows = sa.and_(of, attempts.c.ended_at.is_(None))
+    return sa.update(attempts).where(open_rows).values(ended_at=sql.now(), **values)
+
+
 def end_statement(sql: Backend) -> sa.Update:
     """The end of occurrence `p_id`'s open attempt: `p_outcome`, `p_error`, `p_detail`."""
-    return (
-        sa.update(attempts)
-        .where(attempts.c.occurrence_id == sa.bindparam("p_id", type_=sa.String))
-        .where(attempts.c.ended_at.is_(None))
-        .values(
-            ended_at=sql.now(),
-            outcome=sa.bindparam("p_outcome", type_=sa.String),
-            error_message=sa.bindparam("p_error", type_=sa.Text),
-            error_detail=sa.bindparam("p_detail", type_=sa.Text),
-        )
+    return ending(
+        sql,
+        attempts.c.occurrence_id == sa.bindparam("p_id", type_=sa.String),
+        outcome=sa.bindparam("p_outcome", type_=sa.String),
+        error_message=sa.bindparam("p_error", type_=sa.Text),
+        error_detail=sa.bindparam("p_detail", type_=sa.Text),
     )
 
 
@@ -95,14 +98,9 @@ def end_open(
 ) -> None:
     """End the open attempt of each of these occurrences (a cancel, a replace, a claim that
     found their leases expired), all with the same outcome and error."""
-    if not occurrence_ids:
-        return
-    conn.execute(
-        sa.update(attempts)
-        .where(attempts.c.occurrence_id.in_(list(occurrence_ids)))
-        .where(attempts.c.ended_at.is_(None))
-        .values(ended_at=sql.now(), outcome=outcome, error_message=error)
-    )
+    if occurrence_ids:
+        of = attempts.c.occurrence_id.in_(list(occurrence_ids))
+        conn.execute(ending(sql, of, outcome=outcome, error_message=error))
 
 
 def attempts_of(conn: sa.Connection, occurrence_id: str) -> list[Attempt]:

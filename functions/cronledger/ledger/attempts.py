@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -385,18 +385,11 @@ class AttemptStore(Store):
             # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
             # taken above (and any holder replaced for it) is undone with the rest.
             raise _Undone((AttemptStart("lost"), []))
-        made = (
-            []
-            if replaced is None
-            else self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
-        )
-        return AttemptStart(
-            "started",
-            fencing_token=token,
-            slot=slot,
-            started_at=started_at,
-            replaced=None if replaced is None else replaced.id,
-        ), made
+        started = AttemptStart("started", fencing_token=token, slot=slot, started_at=started_at)
+        if replaced is None:
+            return started, []
+        made = self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
+        return replace(started, replaced=replaced.id), made
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -508,13 +501,8 @@ class AttemptStore(Store):
         statement answering how many occurrences it settled (0 or 1); with `ends` (see
         `_owned_update`), the ids of those it settled."""
         settled = self._quiet_settle_statement(ends).returning(occurrences.c.id).cte("settled")
-        ended = (
-            sa.update(attempts)
-            .where(attempts.c.occurrence_id.in_(sa.select(settled.c.id)))
-            .where(attempts.c.ended_at.is_(None))
-            .values(ended_at=self._sql.now(), outcome=_text(COMPLETED))
-            .cte("ended")
-        )
+        of = attempts.c.occurrence_id.in_(sa.select(settled.c.id))
+        ended = attempt_log.ending(self._sql, of, outcome=_text(COMPLETED)).cte("ended")
         answer = sa.select(sa.func.count()) if ends is None else sa.select(settled.c.id)
         return answer.select_from(settled).add_cte(ended)
 
