@@ -39,7 +39,6 @@ from cronledger.ledger import (
     NewOccurrence,
     Occurrence,
     OpenedAttempt,
-    SingletonSpec,
 )
 from cronledger.ledger.attempts import SettleRequest, StartRequest
 from cronledger.ledger.misfires import Judgment
@@ -166,7 +165,7 @@ class FakeLedger:
         misfire_grace_secs: float,
     ) -> OpenedAttempt:
         """As the real one reads it; the start it makes in the read (PostgreSQL's) is left
-        to `start_attempt`, which the executor then calls (SQLite's way)."""
+        to `start_attempts`, which the executor then calls (SQLite's way)."""
         self._call("open_attempt")
         found = self.rows.get(occurrence_id)
         if found is None:
@@ -204,27 +203,6 @@ class FakeLedger:
     ) -> Judgment:
         raise NotImplementedError("the fake ledger does not judge misfires")
 
-    def start_attempt(
-        self,
-        occurrence: Occurrence | str,
-        claimant: str,
-        executing_version: int,
-        singleton: SingletonSpec | None,
-        lease_secs: float,
-        *,
-        trace_id: str | None = None,
-        max_attempts: int | None = None,
-        wait_secs: float = 1.0,
-    ) -> AttemptStart:
-        [started] = self.start_attempts(
-            [StartRequest(occurrence, executing_version, singleton, max_attempts)],
-            claimant,
-            lease_secs,
-            trace_id=trace_id,
-            wait_secs=wait_secs,
-        )
-        return started
-
     def start_attempts(
         self,
         requests: Sequence[StartRequest],
@@ -257,39 +235,6 @@ class FakeLedger:
             held[3] = until
         self._write(found, claimed_until=until)
         return True
-
-    def settle(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        status: str,
-        *,
-        fencing_token: int | None = None,
-        error_message: str | None = None,
-        error_detail: str | None = None,
-        result: str | None = None,
-        retry_in: float | None = None,
-        release_held: bool = False,
-        completed_is_told: bool = False,
-    ) -> bool:
-        [settled] = self.settle_many(
-            [
-                SettleRequest(
-                    occurrence_id,
-                    claimant,
-                    status,
-                    fencing_token,
-                    error_message,
-                    error_detail,
-                    result,
-                    None,
-                    retry_in,
-                    release_held,
-                    completed_is_told,
-                )
-            ]
-        )
-        return settled
 
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
         self._call("settle_many")

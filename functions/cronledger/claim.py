@@ -1,27 +1,18 @@
 """Claim and dispatch: lease due occurrences and hand each to an executor.
 
-A claim is one conditional statement in the ledger (`FOR UPDATE SKIP LOCKED` on PostgreSQL),
-so any number of claimers may run at once and none shares a row. Each round mints a fresh
-claimant id, and the executor starts the attempt only under that id: a duplicate delivery
-of the same dispatch, or a dispatch that arrives after its lease was re-claimed, finds the
-occurrence no longer its own and writes nothing.
+A claim is one conditional statement (`FOR UPDATE SKIP LOCKED` on PostgreSQL), so any number
+of claimers may run at once and none shares a row. Each round mints a fresh claimant id and
+the executor starts the attempt only under it: a duplicate or late delivery finds the
+occurrence no longer its own and writes nothing. An expired lease on its last attempt comes
+back settled `failed` ("abandoned: …") and is logged.
 
-An expired lease is claimed again only while its occurrence has attempts left; one that died
-on its last attempt comes back from the claim settled `failed` ("abandoned: …") and is logged.
-
-The batch is bounded by the room under `max_in_flight` (a lease starts ticking at the claim,
-so claiming more than can run would only age leases in a queue) and sized to the backlog:
-`claim_batch_size` while claims come back short, doubled after each full one up to
-`MOST_PER_CLAIM`, so a midnight burst is claimed as fast as there is room, untuned. The
-invoker hands the batch over (on Lambda, on concurrent invokes: `cronledger.aws.invoker`); each
-occurrence it could not hand over goes straight back to `pending`.
-A failed claim (the database is down) records DB unavailability and claims nothing; the loop
-then backs off (`cronledger.pacing.Backoff`), probing for the database's return meanwhile.
+A batch is bounded by the room under `max_in_flight` (a lease ticks from the claim) and sized
+to the backlog: `claim_batch_size` while claims come back short, doubled after each full one
+up to `MOST_PER_CLAIM`. What the invoker could not hand over goes straight back to `pending`.
+A failed claim backs off (`pacing.Backoff`), probing for the database's return.
 
 On Lambda the loop runs only while something is due before the invocation's deadline
-(`while_due`) and otherwise returns, so a quiet installation pays for a query a minute, not
-for a function polling all minute. Rows exist ahead of their time (the stack's lookahead
-covers two ticks), so "nothing due before the deadline" is known, not guessed.
+(`while_due`): rows exist ahead of their time, so "nothing due" is known, not guessed.
 """
 
 from __future__ import annotations
@@ -74,11 +65,6 @@ class ClaimRound:
         settled = len(self.dispatched) + len(self.returned) + len(self.abandoned)
         return 0 < self.limit <= settled
 
-    @property
-    def failed(self) -> bool:
-        """The database failed: nothing was claimed."""
-        return self.error is not None
-
 
 def claim_once(
     ledger: ClaimPort,
@@ -88,9 +74,8 @@ def claim_once(
     batch: int | None = None,
 ) -> ClaimRound:
     """One round: claim up to `batch` (default `claim_batch_size`) that there is room for and
-    dispatch each occurrence. `room` is how many more attempts this process can start right
-    now (a local pool's free workers); the instance-wide `max_in_flight` is always honoured
-    too."""
+    dispatch each occurrence. `room`: how many more attempts this process can start now (a
+    local pool's free workers); `max_in_flight` is honoured too."""
     round_ = ClaimRound()
     wanted = settings.claim_batch_size if batch is None else batch
     try:
@@ -118,11 +103,8 @@ def claim_once(
             round_.dispatched.append(occurrence.id)
             continue
         # Hand it straight back rather than leave it leased to nobody until expiry.
-        log.warning(
-            "dispatch of %s failed, returning it to pending: %s",
-            occurrence.id,
-            failed[occurrence.id],
-        )
+        why = failed[occurrence.id]
+        log.warning("dispatch of %s failed, returning it to pending: %s", occurrence.id, why)
         try:
             if ledger.attempts.release_claim(occurrence.id, round_.claimant):
                 round_.returned.append(occurrence.id)
@@ -146,14 +128,11 @@ def run_claim_loop(
     clock: Clock = SYSTEM_CLOCK,
 ) -> int:
     """Claim and dispatch until the monotonic deadline `until` (or `stop`), sleeping until the
-    next due instant or the poll interval, whichever is sooner; a full batch goes round again at
-    once. With no room to claim into, it waits rather than ask again at once: for a local
-    worker to come free (`room`), or `NO_ROOM_NAP_SECS` once `max_in_flight` is reached.
-    Setting `wake` ends a sleep early: an in-process reconciler sets it when it has just
-    materialised due rows, so they do not wait out a poll interval. With `while_due` it
-    returns as soon as nothing is due before `until`. A failed claim is retried after a
-    backoff. `clock` times and does every wait. Answers how many occurrences were
-    dispatched."""
+    next due instant or the poll interval, whichever is sooner; a full batch goes round again
+    at once, and with no room it waits for a local worker (`room`) or `NO_ROOM_NAP_SECS`.
+    Setting `wake` ends a sleep early (an in-process reconciler has just materialised due
+    rows). With `while_due` it returns once nothing is due before `until`. A failed claim is
+    retried after a backoff. Answers how many occurrences were dispatched."""
     stop = stop or threading.Event()
     nap = wake or stop
     heartbeat = Every(JOB_HEARTBEAT_EVERY_SECS, clock)
@@ -182,8 +161,7 @@ def run_claim_loop(
         if while_due and (next_due is None or clock.monotonic() + next_due >= until):
             break  # nothing due in this invocation: the next one will see what comes
         if round_.limit <= 0:
-            # `max_in_flight` is reached. Whatever is due stays due, so sleeping "until the
-            # next due instant" would not sleep at all: wait a moment instead of spinning.
+            # `max_in_flight` is reached and what is due stays due: nap instead of spinning.
             wait = min(poll, NO_ROOM_NAP_SECS)
         else:
             wait = poll if next_due is None else min(poll, next_due)
@@ -194,10 +172,9 @@ def run_claim_loop(
 
 
 def next_batch(batch: int, round_: ClaimRound, settings: Settings) -> int:
-    """The next claim's size: twice this one's after a full claim (a backlog: up to
-    `MOST_PER_CLAIM`, the room under `max_in_flight` bounding it in any case), the same
-    after a round with no room (the backlog waits for it), and `claim_batch_size` again
-    after a short one (the backlog is gone)."""
+    """The next claim's size: twice this one's after a full claim (a backlog), up to
+    `MOST_PER_CLAIM`; the same after a round with no room; `claim_batch_size` again after a
+    short one (the backlog is gone)."""
     if round_.limit <= 0:
         return batch
     if not round_.full:

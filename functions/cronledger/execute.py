@@ -1,17 +1,16 @@
 """Execute one attempt: open it under its claim, start, run under a heartbeat, settle.
 
 Ownership is the rule of every step. The attempt acts only as the claimant it was dispatched
-under and, under `forbid`, only with the fencing token `start_attempt` gave it; every write is
-conditional on both, so a superseded attempt (a re-claim after its lease ran out, or an
-operator's `cancel`) matches nothing and writes nothing.
+under and, with a concurrency key, only with the fencing token its start took; every write is
+conditional on both, so a superseded attempt (re-claimed after its lease ran out, cancelled)
+matches nothing and writes nothing.
 
 While the target runs, the calling thread renews the claim and the slot every
-`heartbeat_interval_secs`. A renewal answering "not yours" stops the attempt at once. A
-renewal that *fails* (the database is unreachable) is not lost ownership, but after
-`claim_lease_secs - heartbeat_interval_secs` without a successful one the attempt stops
-itself: by then a peer may take the lease over, and the two must never run side by side.
-A stopped attempt stops *waiting*: Python cannot kill the target's thread, so the target is
-abandoned and whatever it returns later is discarded, never settled.
+`heartbeat_interval_secs`. A renewal answering "not yours" stops the attempt at once; one that
+*fails* (the database is unreachable) is not lost ownership, but after `claim_lease_secs -
+heartbeat_interval_secs` without a success the attempt stops itself, before a peer may take
+the lease over. A stopped attempt stops *waiting*: Python cannot kill the target's thread, so
+the target is abandoned and whatever it returns later is discarded, never settled.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from typing import Any, Generic, TypeVar
 
 from cronledger import alerts, metrics
 from cronledger.cron import RetryPolicy, Schedule, ScheduleInvalid, kept_misfires
-from cronledger.errors import NotFound
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
     CLAIMED,
@@ -54,6 +52,7 @@ from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
 from cronledger.targets import (
     AwsClients,
+    Envelope,
     TargetOutcome,
     TargetPolicy,
     build_envelope,
@@ -77,24 +76,22 @@ SETTLE_EVERY_SECS = 0.05
 
 R = TypeVar("R")
 A = TypeVar("A")
+#: Where an idle target thread waits for its next job: (thread name, context, job).
+_Inbox = queue.SimpleQueue[tuple[str, contextvars.Context, Callable[[], None]]]
 
 
 class TargetThreads:
     """Threads that run targets, each kept for the next target once its own returns.
 
     A target runs on a thread of its own so the attempt can stop waiting for it at once;
-    starting a fresh thread for every attempt cost more than the rest of a no-op attempt's
-    Python (a new stack, its pages, and the interpreter's thread state). Each job runs in
-    a copy of the `contextvars` context it was handed over in (so the log keys its attempt
-    appended follow it; nothing it sets leaks back or to the next job), under a thread name
-    of its own. A
-    thread whose target never returns (abandoned) is simply never handed back: the next
-    attempt gets another thread. Idle threads end after `TARGET_THREAD_IDLE_SECS`."""
+    a fresh thread per attempt cost more than the rest of a no-op attempt. Each job runs in
+    a copy of the `contextvars` context it was handed over in (its attempt's log keys follow
+    it; nothing leaks to the next job). A thread whose target never returns is never handed
+    back. Idle threads end after `TARGET_THREAD_IDLE_SECS`."""
 
     def __init__(self, idle_secs: float = TARGET_THREAD_IDLE_SECS) -> None:
         self.idle_secs = idle_secs
-        self._idle: list[queue.SimpleQueue[tuple[str, contextvars.Context, Callable[[], None]]]]
-        self._idle = []
+        self._idle: list[_Inbox] = []
         self._lock = threading.Lock()
 
     def run(self, job: Callable[[], None], name: str = "cronledger-target") -> None:
@@ -110,9 +107,7 @@ class TargetThreads:
         with self._lock:
             return len(self._idle)
 
-    def _serve(
-        self, inbox: queue.SimpleQueue[tuple[str, contextvars.Context, Callable[[], None]]]
-    ) -> None:
+    def _serve(self, inbox: _Inbox) -> None:
         thread = threading.current_thread()
         while True:
             try:
@@ -222,11 +217,6 @@ class _Ended(Exception):
         self.report = report
 
 
-def _lost(occurrence: Occurrence, why: str) -> AttemptReport:
-    """The attempt is not this dispatch's to run (any more), and wrote nothing."""
-    return AttemptReport(occurrence.id, "lost", error=why, attempt=occurrence.attempt)
-
-
 class Executor:
     """Runs attempts against one ledger; safe to share between threads."""
 
@@ -258,46 +248,12 @@ class Executor:
         trace_id: str | None = None,
         batch: Batch | None = None,
     ) -> AttemptReport:
-        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours):
-        open it under the claim, resolve its channel, judge a late row, take the concurrency
-        key and go `running`, run the target while renewing the lease, settle. A step that
-        ends the attempt early raises `_Ended` with its report. `deadline` is the executor's
-        own monotonic end (a Lambda's time left). With `batch` (see `Executor.batch`), its
-        open, start and settle are written together with the batch's other attempts'."""
-        writes: _Writes = _Alone(self) if batch is None else _InBatch(batch)
-        trace_id = batch.trace_id if batch else trace_id or uuid.uuid4().hex
+        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours).
+        `deadline` is the executor's own monotonic end (a Lambda's time left). Its writes go
+        with those of `batch` (see `Executor.batch`), or alone, as a batch of one."""
+        writes = _Writes(batch or self.batch(claimant, 1, trace_id))
         try:
-            # A lease runs from when the database wrote it, which is after the call that
-            # starts the attempt and may be well before its answer: it is timed from the call.
-            leased_at = self.clock.monotonic()
-            opened = self._open(writes, occurrence_id, claimant, trace_id)
-            occurrence = opened.occurrence
-            channel, schedule = self._resolve(
-                writes, occurrence, claimant, opened.channel, leased_at
-            )
-            if opened.misfire_due:
-                self._judge_misfire(occurrence, claimant, schedule, deadline)
-            start = opened.start
-            if start is None:
-                leased_at = self.clock.monotonic()
-                start = self._start(
-                    writes, occurrence, claimant, channel, schedule, trace_id, leased_at
-                )
-            outcome, leased_at = self._run(
-                occurrence, claimant, channel, schedule, start, deadline, leased_at
-            )
-            end = ending(outcome, occurrence.attempt, schedule.retry)
-            told = alerts.COMPLETED in schedule.alerts.on
-            return self._settle(
-                writes,
-                occurrence,
-                claimant,
-                start.fencing_token,
-                end,
-                leased_at,
-                outcome.result,
-                told,
-            )
+            return _Attempt(self, writes, claimant, deadline).run(occurrence_id)
         except _Ended as ended:
             return ended.report
         finally:
@@ -309,117 +265,114 @@ class Executor:
         their starts one transaction, their ends written in micro-batches."""
         return Batch(self, claimant, size, trace_id or uuid.uuid4().hex)
 
-    def _open(
-        self, writes: _Writes, occurrence_id: str, claimant: str, trace_id: str
-    ) -> OpenedAttempt:
-        """Read the occurrence and its channel; a plain attempt (overlap allowed,
-        channel active, not a late row to judge) starts in this same read."""
-        try:
-            opened = writes.open(occurrence_id, claimant, trace_id)
-        except NotFound:
-            raise _Ended(
-                AttemptReport(occurrence_id, "lost", error="occurrence no longer exists")
-            ) from None
-        occurrence = opened.occurrence
-        self.annotate(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
-        if occurrence.status != CLAIMED or occurrence.claimed_by != claimant:
-            raise _Ended(_lost(occurrence, "not claimed by this dispatch"))
+
+class _Attempt:
+    """One attempt of an occurrence under `claimant`: open it under the claim, resolve its
+    channel, judge a late row, take the concurrency key and go `running`, run the target
+    while renewing the lease, settle. A step that ends the attempt early raises `_Ended`
+    with its report. `leased_at` is when its lease was last granted or renewed, timed from
+    the call: the database writes a lease after the call, maybe well before its answer."""
+
+    occurrence: Occurrence
+
+    def __init__(
+        self, executor: Executor, writes: _Writes, claimant: str, deadline: float | None
+    ) -> None:
+        self.executor, self.writes = executor, writes
+        self.claimant, self.deadline = claimant, deadline
+        self.ledger, self.settings, self.clock = executor.ledger, executor.settings, executor.clock
+        self.leased_at = self.clock.monotonic()
+        self.fencing_token: int | None = None
+
+    def run(self, occurrence_id: str) -> AttemptReport:
+        opened = self._open(occurrence_id)
+        channel, schedule = self._resolve(opened.channel)
+        if opened.misfire_due:
+            self._judge_misfire(schedule)
+        start = opened.start
+        if start is None:
+            self.leased_at = self.clock.monotonic()
+            start = self._start(channel, schedule)
+        self.fencing_token = start.fencing_token
+        outcome = self._run(channel, schedule, start)
+        end = ending(outcome, self.occurrence.attempt, schedule.retry)
+        return self._settle(end, outcome.result, alerts.COMPLETED in schedule.alerts.on)
+
+    def _open(self, occurrence_id: str) -> OpenedAttempt:
+        """Read the occurrence and its channel (a plain attempt may start in this read)."""
+        opened = self.writes.open(occurrence_id)
+        if opened is None:
+            raise _Ended(AttemptReport(occurrence_id, "lost", error="occurrence no longer exists"))
+        self.occurrence = occurrence = opened.occurrence
+        self.executor.annotate(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
+        if occurrence.status != CLAIMED or occurrence.claimed_by != self.claimant:
+            raise self._lost("not claimed by this dispatch")
         return opened
 
-    def _resolve(
-        self,
-        writes: _Writes,
-        occurrence: Occurrence,
-        claimant: str,
-        channel: Channel | None,
-        leased_at: float,
-    ) -> tuple[Channel, Schedule]:
+    def _resolve(self, channel: Channel | None) -> tuple[Channel, Schedule]:
         """The channel (read by id with the occurrence, as it is now) and its compiled
         schedule; an occurrence whose channel cannot run is settled `failed`, saying why."""
         if channel is None:
-            why = f"channel_unavailable: channel {occurrence.channel_id} no longer exists"
+            why = f"channel_unavailable: channel {self.occurrence.channel_id} no longer exists"
         elif channel.status != CHANNEL_ACTIVE:
             why = f"channel_unavailable: channel {channel.name!r} is {channel.status}, not active"
         else:
             try:
-                return channel, self.schedules.get(channel)
+                return channel, self.executor.schedules.get(channel)
             except ScheduleInvalid as exc:
                 why = f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
-        raise _Ended(
-            self._settle(writes, occurrence, claimant, None, Ending(FAILED, why), leased_at)
-        )
+        raise _Ended(self._settle(Ending(FAILED, why)))
 
-    def _judge_misfire(
-        self, occurrence: Occurrence, claimant: str, schedule: Schedule, deadline: float | None
-    ) -> None:
-        """A late cron row is judged under its channel's misfire policy before it starts:
-        it returns when the row may run. While reconcile has not yet planned the late window (its
-        cursor is behind, as after an outage) the judgment waits, a poll interval at a time,
-        as long as the claim's lease allows; then the claim is handed back, attempt and all."""
-        rule = misfire_rule(schedule, self.settings)
+    def _judge_misfire(self, schedule: Schedule) -> None:
+        """Return when a late cron row may run under its channel's misfire policy. While
+        reconcile has yet to plan the late window (after an outage) it waits, a poll interval
+        at a time, as long as the lease allows; then the claim is handed back."""
+        occurrence, rule = self.occurrence, misfire_rule(schedule, self.settings)
         poll = self.settings.poll_interval.total_seconds()
         wait_until = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
-        if deadline is not None:
-            wait_until = min(wait_until, deadline - self._margin())
+        if self.deadline is not None:
+            wait_until = min(wait_until, self.deadline - self._margin())
         while True:
             judged = self.ledger.misfires.judge_misfires(
-                occurrence.id, claimant, occurrence.channel_id, rule
+                occurrence.id, self.claimant, occurrence.channel_id, rule
             )
             if judged.dropped:
                 metrics.record_occurrences(SKIPPED_MISFIRE, judged.dropped)
             if judged.verdict == "run":
                 return
             if judged.verdict == "skipped":
-                raise _Ended(
-                    AttemptReport(
-                        occurrence.id, SKIPPED_MISFIRE, SKIPPED_MISFIRE, attempt=occurrence.attempt
-                    )
-                )
+                raise _Ended(self._report(SKIPPED_MISFIRE, SKIPPED_MISFIRE))
             if judged.verdict == "lost":
-                raise _Ended(_lost(occurrence, "lost the claim before starting"))
+                raise self._lost("lost the claim before starting")
             if self.clock.monotonic() + poll > wait_until:
-                self.ledger.attempts.release_claim(occurrence.id, claimant)
-                raise _Ended(
-                    _lost(
-                        occurrence,
-                        "misfire judgment waits for reconcile to catch up; claim handed back",
-                    )
+                self.ledger.attempts.release_claim(occurrence.id, self.claimant)
+                raise self._lost(
+                    "misfire judgment waits for reconcile to catch up; claim handed back"
                 )
             self.clock.sleep(poll)
 
-    def _start(
-        self,
-        writes: _Writes,
-        occurrence: Occurrence,
-        claimant: str,
-        channel: Channel,
-        schedule: Schedule,
-        trace_id: str,
-        leased_at: float,
-    ) -> AttemptStart:
+    def _start(self, channel: Channel, schedule: Schedule) -> AttemptStart:
         """Take the concurrency key (if any) and go `running`, in one transaction; the
         overlap policy decides, in the ledger, what a contender for a held key does."""
-        singleton = singleton_of(schedule)
+        occurrence, singleton = self.occurrence, singleton_of(schedule)
         request = StartRequest(occurrence, channel.version, singleton, schedule.retry.max_attempts)
-        start = writes.start(request, claimant, trace_id)
-        self.annotate(fencing_token=start.fencing_token)
+        start = self.writes.start(request)
+        self.executor.annotate(fencing_token=start.fencing_token)
+        if start.outcome in ("singleton_busy", "waiting"):
+            metrics.record_singleton_contention()
         if start.outcome == "singleton_busy" and occurrence.waits_for_key:
             # A backfill run one after another: its turn comes when the key frees.
-            metrics.record_singleton_contention()
             wait = self.settings.poll_interval.total_seconds()
-            if self.ledger.attempts.wait_for_key(occurrence.id, claimant, wait):
-                raise _Ended(AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt))
-            raise _Ended(_lost(occurrence, "lost the claim before waiting"))
+            if not self.ledger.attempts.wait_for_key(occurrence.id, self.claimant, wait):
+                raise self._lost("lost the claim before waiting")
+            raise _Ended(self._report("waiting"))
         if start.outcome == "singleton_busy":
             assert singleton is not None
-            metrics.record_singleton_contention()
-            busy = Ending(SKIPPED_SINGLETON, busy_reason(singleton))
-            raise _Ended(self._settle(writes, occurrence, claimant, None, busy, leased_at))
+            raise _Ended(self._settle(Ending(SKIPPED_SINGLETON, busy_reason(singleton))))
         if start.outcome == "waiting":
-            metrics.record_singleton_contention()
-            raise _Ended(AttemptReport(occurrence.id, "waiting", attempt=occurrence.attempt))
+            raise _Ended(self._report("waiting"))
         if not start.started or start.started_at is None:
-            raise _Ended(_lost(occurrence, "lost the claim before starting"))
+            raise self._lost("lost the claim before starting")
         if start.replaced is not None:
             log.info(
                 'occurrence %s replaced %s (concurrency.policy "replace")',
@@ -428,19 +381,9 @@ class Executor:
             )
         return start
 
-    def _run(
-        self,
-        occurrence: Occurrence,
-        claimant: str,
-        channel: Channel,
-        schedule: Schedule,
-        start: AttemptStart,
-        deadline: float | None,
-        leased_at: float,
-    ) -> tuple[TargetOutcome, float]:
-        """Deliver the envelope under the deadline while the lease (granted no earlier than
-        the monotonic `leased_at`) is renewed; answers the outcome and when the lease was
-        last renewed."""
+    def _run(self, channel: Channel, schedule: Schedule, start: AttemptStart) -> TargetOutcome:
+        """Deliver the envelope under the deadline while the lease is renewed."""
+        occurrence = self.occurrence
         assert start.started_at is not None
         metrics.record_schedule_lag((start.started_at - occurrence.due_at).total_seconds())
         singleton = singleton_of(schedule)
@@ -458,41 +401,27 @@ class Executor:
             singleton_key=singleton.key if singleton else None,
             fencing_token=start.fencing_token,
         )
-        budget = channel.timeout_ms / 1000 if channel.timeout_ms else self._default_timeout()
-        if deadline is not None:
-            budget = min(budget, deadline - self.clock.monotonic() - self._margin())
+        default = self.settings.default_timeout.total_seconds()
+        budget = channel.timeout_ms / 1000 if channel.timeout_ms else default
+        if self.deadline is not None:
+            budget = min(budget, self.deadline - self.clock.monotonic() - self._margin())
         if budget <= 0:
-            return timed_out(0, "no time left in this executor"), leased_at
-        return self._run_with_heartbeat(
-            occurrence, claimant, start.fencing_token, channel, envelope, budget, leased_at
-        )
+            return timed_out(0, "no time left in this executor")
+        return self._run_with_heartbeat(channel, envelope, budget)
 
     def _run_with_heartbeat(
-        self,
-        occurrence: Occurrence,
-        claimant: str,
-        fencing_token: int | None,
-        channel: Channel,
-        envelope: object,
-        budget: float,
-        last_renewed: float,
-    ) -> tuple[TargetOutcome, float]:
-        """Run the target on its own thread while this one renews the lease. Answers the
-        target's outcome and the last renewal; an attempt that must stop, writing nothing,
-        ends (`_Ended`)."""
+        self, channel: Channel, envelope: Envelope, budget: float
+    ) -> TargetOutcome:
+        """Run the target on its own thread while this one renews the lease: the outcome,
+        or `_Ended` when the attempt must stop, writing nothing."""
         done = threading.Event()
         box: list[TargetOutcome] = []
+        clients, policy = self.executor.clients, self.executor.policy
+        clock, occurrence = self.clock, self.occurrence
 
         def target() -> None:
             try:
-                outcome = run_target(
-                    channel.target,
-                    envelope,  # type: ignore[arg-type]
-                    budget,
-                    self.clients,
-                    policy=self.policy,
-                )
-                box.append(outcome)
+                box.append(run_target(channel.target, envelope, budget, clients, policy=policy))
             except BaseException as exc:  # run_target answers for the target; this is the rest
                 box.append(TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}"))
             finally:
@@ -501,113 +430,63 @@ class Executor:
         TARGET_THREADS.run(target, name=f"target-{occurrence.id}")
         beat = self.settings.heartbeat_interval.total_seconds()
         give_up = self.settings.renewal_give_up.total_seconds()
-        give_up_at = self.clock.monotonic() + budget + OVERRUN_GRACE_SECS
-        while not self.clock.wait(done, max(0.0, min(beat, give_up_at - self.clock.monotonic()))):
-            if self.clock.monotonic() >= give_up_at:
-                return timed_out(budget, "the target did not return; abandoned"), last_renewed
-            asked = self.clock.monotonic()  # as the start's lease, timed from the call
+        give_up_at = clock.monotonic() + budget + OVERRUN_GRACE_SECS
+        while not clock.wait(done, max(0.0, min(beat, give_up_at - clock.monotonic()))):
+            if clock.monotonic() >= give_up_at:
+                return timed_out(budget, "the target did not return; abandoned")
+            asked = clock.monotonic()  # as the start's lease, timed from the call
             try:
                 renewed = self.ledger.attempts.renew(
-                    occurrence.id, claimant, fencing_token, self.settings.claim_lease_secs
+                    occurrence.id, self.claimant, self.fencing_token, self.settings.claim_lease_secs
                 )
             except Exception as exc:
                 metrics.record_renewal_failure()
                 log.warning("renewing %s failed: %s", occurrence.id, exc)
-                if self.clock.monotonic() - last_renewed >= give_up:
+                if clock.monotonic() - self.leased_at >= give_up:
                     raise self._stopped(
-                        occurrence,
                         "stopped",
-                        fencing_token,
                         "no successful renewal within the lease; stopped before a peer could "
                         "take over",
                     ) from None
                 continue
             if not renewed:
-                raise self._stopped(
-                    occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
-                )
-            last_renewed = asked
-        return box[0], last_renewed
-
-    def _stopped(
-        self, occurrence: Occurrence, outcome: str, fencing_token: int | None, reason: str
-    ) -> _Ended:
-        """An attempt that stops writing nothing says so, once."""
-        log.warning(
-            "occurrence %s attempt %d %s: %s", occurrence.id, occurrence.attempt, outcome, reason
-        )
-        return _Ended(
-            AttemptReport(
-                occurrence.id,
-                outcome,
-                fencing_token=fencing_token,
-                error=reason,
-                attempt=occurrence.attempt,
-            )
-        )
-
-    def _why_lost(self, occurrence: Occurrence, claimant: str) -> str:
-        """What became of an occurrence this attempt no longer owns, as a log can say it."""
-        try:
-            now = self.ledger.occurrences.get_occurrence(occurrence.id)
-        except Exception as exc:  # the reason is for a log line; not knowing it changes nothing
-            return f"ownership lost ({type(exc).__name__} reading why)"
-        if now.claimed_by != claimant and now.status in (CLAIMED, RUNNING):
-            return f"ownership lost: taken over by a later attempt ({now.attempt}) after this lease expired"
-        return f"ownership lost: the occurrence is {now.status} ({now.error_message or 'no reason given'})"
+                raise self._stopped("superseded", self._why_lost())
+            self.leased_at = asked
+        return box[0]
 
     def _settle(
-        self,
-        writes: _Writes,
-        occurrence: Occurrence,
-        claimant: str,
-        fencing_token: int | None,
-        end: Ending,
-        leased_at: float,
-        result: str | None = None,
-        completed_is_told: bool = False,
+        self, end: Ending, result: str | None = None, completed_is_told: bool = False
     ) -> AttemptReport:
         """Write the end (or the retry) under ownership, releasing the slot, before the
-        lease renewed at `leased_at` passes its margin (the heartbeat's give-up point)."""
+        lease last renewed passes its margin (the heartbeat's give-up point)."""
+        occurrence, token = self.occurrence, self.fencing_token
         request = SettleRequest(
             occurrence.id,
-            claimant,
+            self.claimant,
             end.status,
-            fencing_token=fencing_token,
+            fencing_token=token,
             error_message=end.error,
             error_detail=end.detail,
             result=result,
             retry_in=end.retry_in,
             # Not started: a place or slot it holds from before (the row shows its key)
             # is given back now, not when its lease runs out.
-            release_held=fencing_token is None and occurrence.singleton_key is not None,
+            release_held=token is None and occurrence.singleton_key is not None,
             completed_is_told=completed_is_told,
         )
-        latest = leased_at + self.settings.renewal_give_up.total_seconds()
-        settled = self._settle_through_blips(lambda: writes.settle(request, latest))
-        if not settled:
-            return self._stopped(
-                occurrence, "superseded", fencing_token, self._why_lost(occurrence, claimant)
-            ).report
+        latest = self.leased_at + self.settings.renewal_give_up.total_seconds()
+        if not self._settle_through_blips(lambda: self.writes.settle(request, latest)):
+            return self._stopped("superseded", self._why_lost()).report
         status = PENDING if end.retry_in is not None else end.status
         if end.retry_in is None:
             metrics.record_occurrences(end.status)
-        return AttemptReport(
-            occurrence.id,
-            status,
-            status,
-            fencing_token,
-            end.error,
-            attempt=occurrence.attempt,
-            retry_in=end.retry_in,
-        )
+        return self._report(status, status, end.error, end.retry_in)
 
     def _settle_through_blips(self, settle: Callable[[], bool]) -> bool:
-        """`settle()`, tried again while the database is unavailable, for as long as an
-        attempt may go without a renewal: the settle is conditional on ownership, so trying
-        again is safe, and giving up would leave a finished run leased until a peer runs it
-        a second time. A settle whose commit was lost with its answer matches nothing when
-        tried again and reads as superseded; the row is settled all the same."""
+        """`settle()`, tried again while the database is unavailable, as long as an attempt
+        may go without a renewal: it is conditional on ownership, so trying again is safe,
+        while giving up would leave a finished run to be run again by a peer. (A commit lost
+        with its answer matches nothing when tried again: it reads as superseded.)"""
         give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
         pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
         while True:
@@ -619,69 +498,42 @@ class Executor:
                 log.warning("settling failed, trying again: %s", exc)
                 self.clock.sleep(pause)
 
-    def _default_timeout(self) -> float:
-        return self.settings.default_timeout.total_seconds()
+    def _report(
+        self,
+        outcome: str,
+        status: str | None = None,
+        error: str | None = None,
+        retry_in: float | None = None,
+    ) -> AttemptReport:
+        occurrence = self.occurrence
+        return AttemptReport(
+            occurrence.id, outcome, status, self.fencing_token, error, occurrence.attempt, retry_in
+        )
+
+    def _lost(self, why: str) -> _Ended:
+        """The attempt is not this dispatch's to run (any more), and wrote nothing."""
+        return _Ended(self._report("lost", error=why))
+
+    def _stopped(self, outcome: str, reason: str) -> _Ended:
+        """An attempt that stops writing nothing says so, once."""
+        occurrence = self.occurrence
+        log.warning(
+            "occurrence %s attempt %d %s: %s", occurrence.id, occurrence.attempt, outcome, reason
+        )
+        return _Ended(self._report(outcome, error=reason))
+
+    def _why_lost(self) -> str:
+        """What became of an occurrence this attempt no longer owns, as a log can say it."""
+        try:
+            now = self.ledger.occurrences.get_occurrence(self.occurrence.id)
+        except Exception as exc:  # the reason is for a log line; not knowing it changes nothing
+            return f"ownership lost ({type(exc).__name__} reading why)"
+        if now.claimed_by != self.claimant and now.status in (CLAIMED, RUNNING):
+            return f"ownership lost: taken over by a later attempt ({now.attempt}) after this lease expired"
+        return f"ownership lost: the occurrence is {now.status} ({now.error_message or 'no reason given'})"
 
     def _margin(self) -> float:
         return self.settings.execute_margin.total_seconds()
-
-
-class _Writes:
-    """How one attempt's open, start and settle reach the ledger."""
-
-    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
-        raise NotImplementedError
-
-    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
-        raise NotImplementedError
-
-    def settle(self, request: SettleRequest, latest: float) -> bool:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """The attempt makes no more of these writes."""
-
-
-class _Alone(_Writes):
-    """An attempt dispatched on its own: each write is the ledger's own transaction."""
-
-    def __init__(self, executor: Executor) -> None:
-        self.ledger, self.settings = executor.ledger, executor.settings
-
-    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
-        return self.ledger.attempts.open_attempt(
-            occurrence_id,
-            claimant,
-            self.settings.claim_lease_secs,
-            trace_id,
-            misfire_grace_secs=self.settings.misfire_grace.total_seconds(),
-        )
-
-    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
-        return self.ledger.attempts.start_attempt(
-            request.occurrence,
-            claimant,
-            request.executing_version,
-            request.singleton,
-            self.settings.claim_lease_secs,
-            trace_id=trace_id,
-            max_attempts=request.max_attempts,
-            wait_secs=self.settings.poll_interval.total_seconds(),
-        )
-
-    def settle(self, request: SettleRequest, latest: float) -> bool:
-        return self.ledger.attempts.settle(
-            request.occurrence_id,
-            request.claimant,
-            request.status,
-            fencing_token=request.fencing_token,
-            error_message=request.error_message,
-            error_detail=request.error_detail,
-            result=request.result,
-            retry_in=request.retry_in,
-            release_held=request.release_held,
-            completed_is_told=request.completed_is_told,
-        )
 
 
 class Batch:
@@ -695,7 +547,6 @@ class Batch:
     def __init__(self, executor: Executor, claimant: str, size: int, trace_id: str) -> None:
         ledger, settings, clock = executor.ledger, executor.settings, executor.clock
         lease = settings.claim_lease_secs
-        self.claimant, self.trace_id = claimant, trace_id
 
         def open_all(ids: list[str]) -> list[OpenedAttempt | None]:
             grace = settings.misfire_grace.total_seconds()
@@ -717,32 +568,28 @@ class Batch:
         )
 
 
-class _InBatch(_Writes):
-    """One attempt's writes through its batch. Each `_Together` of the batch waits for
-    every attempt that may still join it: an attempt that will not, or that ends, says so."""
+class _Writes:
+    """One attempt's open, start and settle, written through its batch (of one, when it was
+    dispatched alone). Each `_Together` of the batch waits for every attempt that may still
+    join it: an attempt that will not, or that ends, says so."""
 
     def __init__(self, batch: Batch) -> None:
         self.batch = batch
         self.owed: set[_Together[Any, Any]] = {batch.opens, batch.starts, batch.settles}
 
-    def open(self, occurrence_id: str, claimant: str, trace_id: str) -> OpenedAttempt:
-        assert claimant == self.batch.claimant
-        opened: OpenedAttempt | None = self._call(self.batch.opens, occurrence_id)
-        if opened is None:
-            raise NotFound(f"occurrence {occurrence_id} not found")
-        if opened.start is not None:
+    def open(self, occurrence_id: str) -> OpenedAttempt | None:
+        opened = self._call(self.batch.opens, occurrence_id)
+        if opened is not None and opened.start is not None:
             self._leave(self.batch.starts)
         return opened
 
-    def start(self, request: StartRequest, claimant: str, trace_id: str) -> AttemptStart:
-        started: AttemptStart = self._call(self.batch.starts, request)
-        return started
+    def start(self, request: StartRequest) -> AttemptStart:
+        return self._call(self.batch.starts, request)
 
     def settle(self, request: SettleRequest, latest: float) -> bool:
-        settled: bool = self._call(self.batch.settles, request, latest)
-        return settled
+        return self._call(self.batch.settles, request, latest)
 
-    def _call(self, together: _Together[Any, Any], request: Any, latest: float = math.inf) -> Any:
+    def _call(self, together: _Together[R, A], request: R, latest: float = math.inf) -> A:
         if together is not self.batch.opens:
             self._leave(self.batch.opens)
         if together is self.batch.settles:
@@ -838,13 +685,12 @@ class _Together(Generic[R, A]):
         return due - self._clock.monotonic()
 
     def _write_group(self, group: _Group[R, A]) -> None:
+        answers: Sequence[A] | None = None
+        error: BaseException | None = None
         try:
             answers = self._write(group.requests)
         except BaseException as exc:
-            with self._done:
-                group.error = exc
-                self._done.notify_all()
-            return
+            error = exc
         with self._done:
-            group.answers = answers
+            group.answers, group.error = answers, error
             self._done.notify_all()

@@ -1,11 +1,10 @@
 """Invokers: how a claimed occurrence reaches an executor.
 
 A dispatch carries ids only, `(occurrence_id, claimant)`: the executor loads the rest under
-that claimant, so nothing handed over can go stale or leak. It either hands the attempt over
-or fails (`DispatchFailed`), and the claim service gives the occurrence back or its lease
-expires. The Lambda invoker lives in `cronledger.aws.invoker`, so the claim service loads no
-AWS SDK. A queued dispatch's lease is already running, so the thread pool reports its `room`
-and callers claim no more than that instead of letting claims wait in a queue.
+that claimant, so nothing handed over goes stale. It hands the attempt over or fails
+(`DispatchFailed`), and the occurrence is given back or its lease expires. The Lambda invoker
+lives in `cronledger.aws.invoker`, so the claim service loads no AWS SDK. A queued dispatch's
+lease already runs, so the thread pool reports its `room` and callers claim no more.
 """
 
 from __future__ import annotations
@@ -76,9 +75,10 @@ class ThreadPoolInvoker(OneByOne):
             return 0 if self._closed else self.max_workers - self._in_flight
 
     def dispatch(self, occurrence_id: str, claimant: str) -> None:
+        shut_down = f"invoker is shut down; {occurrence_id} was not dispatched"
         with self._idle:
             if self._closed:
-                raise DispatchFailed(f"invoker is shut down; {occurrence_id} was not dispatched")
+                raise DispatchFailed(shut_down)
             self._in_flight += 1
         try:
             future = self._pool.submit(self._run_attempt, occurrence_id, claimant)
@@ -87,9 +87,7 @@ class ThreadPoolInvoker(OneByOne):
                 self._closed = True
                 self._in_flight -= 1
                 self._idle.notify_all()
-            raise DispatchFailed(
-                f"invoker is shut down; {occurrence_id} was not dispatched"
-            ) from exc
+            raise DispatchFailed(shut_down) from exc
         future.add_done_callback(lambda done: self._finished(occurrence_id, done))
 
     def _finished(self, occurrence_id: str, done: Future[object]) -> None:

@@ -1,12 +1,10 @@
 """Pacing for the service loops: how often housekeeping runs, how long a loop sleeps, and how
 it backs off while the database is away.
 
-A loop runs until a monotonic deadline, so a Lambda invocation ends before its timeout and a
-local run stops promptly. While the database is away a loop waits longer after each failure
-(`Backoff`), logging only the outage's start and end, and probes the database every poll
-interval so it runs again within a probe of its return, not after a backoff that could
-outlast the misfire grace. Every wait and reading of the time goes through a `Clock`, so a
-test runs a loop's pacing on a fake one without sleeping.
+A loop runs until a monotonic deadline. While the database is away it waits longer after each
+failure (`Backoff`), logging only the outage's start and end, and probes the database every
+poll interval, so it resumes within a probe of its return. Every wait and reading of the time
+goes through a `Clock`, so a test runs a loop's pacing on a fake one without sleeping.
 """
 
 from __future__ import annotations
@@ -28,17 +26,13 @@ PROBE_EVERY_SECS = 1.0
 SIGNAL_LOOK_SECS = 0.5
 
 
-def _wait(event: threading.Event, secs: float) -> bool:
-    return event.wait(secs)
-
-
 @dataclass(frozen=True, slots=True)
 class Clock:
     """Where a loop reads the monotonic time and waits: `wait(event, secs)` waits up to
     `secs` for `event` and answers whether it was set (`threading.Event.wait`)."""
 
     monotonic: Callable[[], float] = time.monotonic
-    wait: Callable[[threading.Event, float], bool] = _wait
+    wait: Callable[[threading.Event, float], bool] = threading.Event.wait
 
     def sleep(self, secs: float) -> None:
         """Wait `secs`, with nothing to cut it short."""

@@ -29,7 +29,6 @@ from cronledger.ledger.models import (
     OpenedAttempt,
     Outbox,
     ScheduleWork,
-    SingletonSpec,
 )
 from cronledger.ledger.shards import WHOLE, Shard
 
@@ -70,18 +69,8 @@ class ClaimPort(Clocked, Protocol):
 
 
 class AttemptWrites(Protocol):
-    """What an executor writes: every call is conditional on the claimant (and token). The
-    plural calls write a batch's attempts together, each answered as it would be alone."""
-
-    def open_attempt(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        lease_secs: float,
-        trace_id: str,
-        *,
-        misfire_grace_secs: float,
-    ) -> OpenedAttempt: ...
+    """What an executor writes, each call conditional on the claimant (and token); a lone
+    attempt's open, start and settle are a batch of one, answered as it would be alone."""
 
     def open_attempts(
         self,
@@ -92,19 +81,6 @@ class AttemptWrites(Protocol):
         *,
         misfire_grace_secs: float,
     ) -> dict[str, OpenedAttempt]: ...
-
-    def start_attempt(
-        self,
-        occurrence: Occurrence | str,
-        claimant: str,
-        executing_version: int,
-        singleton: SingletonSpec | None,
-        lease_secs: float,
-        *,
-        trace_id: str | None = None,
-        max_attempts: int | None = None,
-        wait_secs: float = 1.0,
-    ) -> AttemptStart: ...
 
     def start_attempts(
         self,
@@ -122,21 +98,6 @@ class AttemptWrites(Protocol):
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
-    ) -> bool: ...
-
-    def settle(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        status: str,
-        *,
-        fencing_token: int | None = None,
-        error_message: str | None = None,
-        error_detail: str | None = None,
-        result: str | None = None,
-        retry_in: float | None = None,
-        release_held: bool = False,
-        completed_is_told: bool = False,
     ) -> bool: ...
 
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]: ...

@@ -18,6 +18,7 @@ from cronledger.ledger import (
     SingletonSpec,
 )
 from tests.api.helpers import CHANNELS, Api, Scheduler, create_channel
+from tests.ledger.helpers import settle, start_attempt
 
 HOURLY_FORBID = {"schedule": "0 0 * * * *", "concurrency": {"policy": "forbid"}}
 
@@ -28,7 +29,7 @@ def _holding_the_key(ledger: Ledger, channel: dict[str, Any]) -> str:
     assert ledger.occurrences.insert_occurrence(held)
     [claimed] = ledger.attempts.claim("holder", 1, 60).leased
     spec = SingletonSpec(channel["channel_id"], 1, "forbid")
-    assert ledger.attempts.start_attempt(claimed, "holder", 1, spec, 60).started
+    assert start_attempt(ledger, claimed, "holder", 1, spec, 60).started
     return held.id
 
 
@@ -60,7 +61,7 @@ def test_backfill_rows_wait_for_a_busy_key_then_all_run_one_after_another(
     assert _backfilled(ledger, channel) == [PENDING, PENDING]
 
     # And once the holder ends, both run
-    assert ledger.attempts.settle(held, "holder", COMPLETED, fencing_token=1)
+    assert settle(ledger, held, "holder", COMPLETED, fencing_token=1)
     scheduler.until(lambda: _backfilled(ledger, channel) == [COMPLETED, COMPLETED])
 
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from cronledger.ledger import FAILED, Ledger, NewOccurrence, Occurrence
 from cronledger.ledger.tables import events
-from tests.ledger.helpers import LEASE, active_channel, start
+from tests.ledger.helpers import LEASE, active_channel, settle, start
 
 INSTALLATION = "acme-prod"
 SOURCE = f"cronledger.{INSTALLATION}"
@@ -70,8 +70,13 @@ def failed_on_its_last_attempt(
     assert ledger.occurrences.insert_occurrence(new)
     (claimed,) = ledger.attempts.claim("claim-e1", 1, LEASE).leased
     started = start(ledger, claimed, "claim-e1")
-    assert ledger.attempts.settle(
-        claimed.id, "claim-e1", FAILED, fencing_token=started.fencing_token, error_message=error
+    assert settle(
+        ledger,
+        claimed.id,
+        "claim-e1",
+        FAILED,
+        fencing_token=started.fencing_token,
+        error_message=error,
     )
     return ledger.occurrences.get_occurrence(claimed.id)
 

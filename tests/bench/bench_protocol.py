@@ -47,7 +47,7 @@ from cronledger.ledger.driver import sqlstate
 from cronledger.ledger.models import ACTIVE_STATUSES, LEASED_STATUSES, PENDING, TERMINAL_STATUSES
 from cronledger.ledger.tables import occurrences, singletons
 from tests.bench.pg import scratch_database
-from tests.ledger.helpers import active_channel, release_singleton
+from tests.ledger.helpers import active_channel, release_singleton, settle, start_attempt
 
 STEPS = 100_000
 THREADS = 6
@@ -203,8 +203,8 @@ class Actor(threading.Thread):
 
     def start_attempt(self, ticket: Ticket) -> None:
         began = time.perf_counter()
-        started = self.ledger.attempts.start_attempt(
-            ticket.claimed, ticket.claimant, 1, ticket.spec, LEASE, wait_secs=0.0
+        started = start_attempt(
+            self.ledger, ticket.claimed, ticket.claimant, 1, ticket.spec, LEASE, wait_secs=0.0
         )
         ended = time.perf_counter()
         self.steps += 1
@@ -244,7 +244,8 @@ class Actor(threading.Thread):
             status = FAILED
         retry = status == FAILED and occurrence.attempt < occurrence.max_attempts
         began = time.perf_counter()
-        settled = self.ledger.attempts.settle(
+        settled = settle(
+            self.ledger,
             occurrence.id,
             ticket.claimant,
             status,
@@ -444,11 +445,10 @@ def drain(world: World) -> int:
         claimant = world.claimant()
         for occurrence in ledger.attempts.claim(claimant, len(active), LEASE).leased:
             spec = world.specs[occurrence.channel_id]
-            started = ledger.attempts.start_attempt(
-                occurrence, claimant, 1, spec, LEASE, wait_secs=0.0
-            )
+            started = start_attempt(ledger, occurrence, claimant, 1, spec, LEASE, wait_secs=0.0)
             if started.outcome in ("started", "singleton_busy"):
-                ledger.attempts.settle(
+                settle(
+                    ledger,
                     occurrence.id,
                     claimant,
                     COMPLETED if started.started else SKIPPED_SINGLETON,

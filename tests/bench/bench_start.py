@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from cronledger.ledger import Ledger, NewOccurrence, Occurrence
 from cronledger.settings import Settings
 from tests.bench.pg import scratch_database
+from tests.ledger.helpers import start_attempt
 
 STARTS = 100
 BURST = 50_000
@@ -98,9 +99,7 @@ def timed_starts(ledger: Ledger, leased: list[Occurrence]) -> list[float]:
     took = []
     for occurrence in leased:
         started = time.perf_counter()
-        outcome = ledger.attempts.start_attempt(
-            occurrence, occurrence.claimed_by or "", 1, None, 600
-        )
+        outcome = start_attempt(ledger, occurrence, occurrence.claimed_by or "", 1, None, 600)
         took.append(time.perf_counter() - started)
         assert outcome.started, outcome
     return took
@@ -123,7 +122,7 @@ def planned_starts(ledger: Ledger, leased: list[Occurrence]) -> tuple[float, str
     try:
         for occurrence in leased:
             claimant = occurrence.claimed_by or ""
-            assert ledger.attempts.start_attempt(occurrence, claimant, 1, None, 600).started
+            assert start_attempt(ledger, occurrence, claimant, 1, None, 600).started
     finally:
         sa.event.remove(ledger.engine, "before_cursor_execute", explain)
     times = [float(re.findall(r"Execution Time: ([0-9.]+) ms", plan)[0]) for plan in plans]

@@ -23,7 +23,7 @@ from cronledger.ledger import (
     SingletonSpec,
 )
 from tests.e2e.test_scheduler import FAST
-from tests.ledger.helpers import LEASE, claim_one, held_slots, reclaim
+from tests.ledger.helpers import LEASE, claim_one, held_slots, reclaim, settle, start_attempt
 
 KEY = "shared"
 QUEUE_ONE = {"policy": "queue_one", "key": KEY}
@@ -87,16 +87,14 @@ def test_a_waiter_whose_channel_changed_gives_the_waiting_place_back_when_it_end
     b = _channel(ledger, "b", QUEUE_ONE)
     spec = SingletonSpec(KEY, 1, "queue_one")
     holder = _claimed(ledger, a, 30, "node-h")
-    assert ledger.attempts.start_attempt(holder, "node-h", 1, spec, LEASE).started
+    assert start_attempt(ledger, holder, "node-h", 1, spec, LEASE).started
     waiter = _claimed(ledger, a, 20, "node-w")
-    assert ledger.attempts.start_attempt(
-        waiter, "node-w", 1, spec, LEASE, wait_secs=30
-    ).outcome == ("waiting")
+    assert start_attempt(ledger, waiter, "node-w", 1, spec, LEASE, wait_secs=30).outcome == (
+        "waiting"
+    )
     if change == "key_renamed_busy":  # the renamed key is held as well
         other = _claimed(ledger, b, 25, "node-o")
-        assert ledger.attempts.start_attempt(
-            other, "node-o", 1, SingletonSpec("k2", 1, "forbid"), LEASE
-        )
+        assert start_attempt(ledger, other, "node-o", 1, SingletonSpec("k2", 1, "forbid"), LEASE)
 
     # When A changes, and the waiter comes back for the key and runs its attempt
     CHANGES[change](ledger, a)
@@ -110,9 +108,9 @@ def test_a_waiter_whose_channel_changed_gives_the_waiting_place_back_when_it_end
     # Then, once the holder ends, a contender of B finds the key free: it starts (it is not
     # skipped on account of a waiter that is gone)
     token = ledger.occurrences.get_occurrence(holder.id).fencing_token
-    assert ledger.attempts.settle(holder.id, "node-h", COMPLETED, fencing_token=token)
+    assert settle(ledger, holder.id, "node-h", COMPLETED, fencing_token=token)
     contender = _claimed(ledger, b, 10, "node-b")
-    start = ledger.attempts.start_attempt(contender, "node-b", 1, spec, LEASE)
+    start = start_attempt(ledger, contender, "node-b", 1, spec, LEASE)
     assert start.outcome == "started"
     assert ledger.occurrences.get_occurrence(contender.id).status == RUNNING
 
@@ -126,9 +124,9 @@ def _two_holders(ledger: Ledger) -> tuple[Occurrence, Occurrence]:
     a = _channel(ledger, "a", {"policy": "forbid", "key": KEY, "slots": 2})
     two = SingletonSpec(KEY, 2, "forbid")
     first = _claimed(ledger, a, 30, "node-0")
-    assert ledger.attempts.start_attempt(first, "node-0", 1, two, LEASE).slot == 0
+    assert start_attempt(ledger, first, "node-0", 1, two, LEASE).slot == 0
     second = _claimed(ledger, a, 20, "node-1")
-    assert ledger.attempts.start_attempt(second, "node-1", 1, two, LEASE).slot == 1
+    assert start_attempt(ledger, second, "node-1", 1, two, LEASE).slot == 1
     return first, second
 
 
@@ -142,11 +140,11 @@ def test_holders_of_slots_an_edit_removed_still_renew_and_settle(ledger: Ledger)
     # slot is no one's afterwards
     token = ledger.occurrences.get_occurrence(second.id).fencing_token
     assert ledger.attempts.renew(second.id, "node-1", token, LEASE)
-    assert ledger.attempts.settle(second.id, "node-1", COMPLETED, fencing_token=token)
+    assert settle(ledger, second.id, "node-1", COMPLETED, fencing_token=token)
     assert held_slots(ledger, KEY) == 1
     # and a contender under the new spec waits for slot 0 only
     late = _claimed(ledger, _channel(ledger, "b", {"policy": "forbid", "key": KEY}), 10, "n")
-    assert ledger.attempts.start_attempt(late, "n", 1, one, LEASE).outcome == "singleton_busy"
+    assert start_attempt(ledger, late, "n", 1, one, LEASE).outcome == "singleton_busy"
 
 
 def test_a_contender_after_slots_were_cut_waits_for_the_remaining_holders(
@@ -158,9 +156,9 @@ def test_a_contender_after_slots_were_cut_waits_for_the_remaining_holders(
 
     # When the holder of slot 0 ends while slot 1's still runs
     token = ledger.occurrences.get_occurrence(first.id).fencing_token
-    assert ledger.attempts.settle(first.id, "node-0", COMPLETED, fencing_token=token)
+    assert settle(ledger, first.id, "node-0", COMPLETED, fencing_token=token)
 
     # Then a contender under the new spec is turned away: one already runs
     late = _claimed(ledger, _channel(ledger, "b", {"policy": "forbid", "key": KEY}), 10, "n")
-    assert ledger.attempts.start_attempt(late, "n", 1, one, LEASE).outcome == "singleton_busy"
+    assert start_attempt(ledger, late, "n", 1, one, LEASE).outcome == "singleton_busy"
     assert held_slots(ledger, KEY) == 1

@@ -30,7 +30,7 @@ from cronledger.ledger import (
 from cronledger.local import LocalScheduler
 from tests.e2e import targets
 from tests.e2e.test_scheduler import FAST, make_channel, rows, run_until_settled
-from tests.ledger.helpers import expire_claim, with_stores
+from tests.ledger.helpers import expire_claim, settle, with_stores
 from tests.polling import wait_until
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
@@ -204,7 +204,7 @@ class _SettleBlips:
         self.settles += 1
         if self.settles == 1:
             raise DatabaseUnavailable("ledger database unavailable: connection reset")
-        return self._ledger.attempts.settle(*args, **kwargs)
+        return settle(self._ledger, *args, **kwargs)
 
 
 def test_a_settle_that_meets_a_passing_database_blip_is_retried_not_run_again(

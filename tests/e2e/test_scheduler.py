@@ -38,7 +38,7 @@ from cronledger.reconcile import reconcile_once
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.e2e import targets
-from tests.ledger.helpers import expire_claim, held_slots, with_stores
+from tests.ledger.helpers import expire_claim, held_slots, settle, start_attempt, with_stores
 from tests.polling import wait_until
 
 FAST = Settings(
@@ -328,7 +328,7 @@ def test_an_executor_that_dies_mid_run_is_recovered_and_the_dead_one_writes_noth
         NewOccurrence(channel.channel_id, channel.name, 1, now - timedelta(seconds=1))
     )
     (first,) = ledger.attempts.claim("dead-executor", 1, FAST.claim_lease_secs).leased
-    dead = ledger.attempts.start_attempt(first, "dead-executor", 1, None, FAST.claim_lease_secs)
+    dead = start_attempt(ledger, first, "dead-executor", 1, None, FAST.claim_lease_secs)
     assert dead.started
 
     # When the lease expires (written into the past: the clock under test is the database's)
@@ -346,7 +346,7 @@ def test_an_executor_that_dies_mid_run_is_recovered_and_the_dead_one_writes_noth
     assert (row.status, row.attempt, row.claimed_by) == (COMPLETED, 2, "peer")
     assert targets.received[first.id][0]["trigger"]["attempt"] == 2
     assert not ledger.attempts.renew(first.id, "dead-executor", None, FAST.claim_lease_secs)
-    assert not ledger.attempts.settle(first.id, "dead-executor", "failed", error_message="late")
+    assert not settle(ledger, first.id, "dead-executor", "failed", error_message="late")
     assert ledger.occurrences.get_occurrence(first.id).status == COMPLETED
 
 
@@ -494,9 +494,9 @@ def test_an_attempt_that_cannot_renew_stops_itself_before_its_lease_could_be_tak
 
 class _LateAnswerThenRenewalsFail:
     """The real ledger, except that one write is made and then answered late (a slow
-    network): the attempt's start (in `open_attempt` on PostgreSQL, `start_attempt` on SQLite)
-    or its first renewal; every renewal after that write fails as if the database were
-    unreachable."""
+    network): the attempt's start (in `open_attempts` on PostgreSQL, `start_attempts` on
+    SQLite) or its first renewal; every renewal after that write fails as if the database
+    were unreachable."""
 
     def __init__(self, ledger: Ledger, late_secs: float, late: str) -> None:
         self._ledger = ledger
@@ -507,14 +507,14 @@ class _LateAnswerThenRenewalsFail:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ledger.attempts, name)
 
-    def open_attempt(self, *args: Any, **kwargs: Any) -> Any:
-        opened = self._ledger.attempts.open_attempt(*args, **kwargs)
+    def open_attempts(self, *args: Any, **kwargs: Any) -> Any:
+        opened = self._ledger.attempts.open_attempts(*args, **kwargs)
         if self.late == "start":
             time.sleep(self.late_secs)
         return opened
 
-    def start_attempt(self, *args: Any, **kwargs: Any) -> Any:
-        started = self._ledger.attempts.start_attempt(*args, **kwargs)
+    def start_attempts(self, *args: Any, **kwargs: Any) -> Any:
+        started = self._ledger.attempts.start_attempts(*args, **kwargs)
         if self.late == "start":
             time.sleep(self.late_secs)
         return started

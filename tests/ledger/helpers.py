@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
+from cronledger.errors import NotFound
 from cronledger.ledger import (
     CHANNEL_ACTIVE,
     AttemptStart,
@@ -27,8 +28,10 @@ from cronledger.ledger import (
     Ledger,
     NewOccurrence,
     Occurrence,
+    OpenedAttempt,
     SingletonSpec,
 )
+from cronledger.ledger.attempts import SettleRequest, StartRequest
 from cronledger.ledger.singletons import release_slot
 from cronledger.ledger.tables import metadata, occurrences, singletons
 
@@ -102,6 +105,52 @@ def reclaim(ledger: Ledger, occurrence_id: str, claimant: str) -> Occurrence:
     return again
 
 
+def open_attempt(
+    ledger: Any,
+    occurrence_id: str,
+    claimant: str,
+    lease_secs: float,
+    trace_id: str,
+    *,
+    misfire_grace_secs: float,
+) -> OpenedAttempt:
+    """`open_attempts` of one occurrence, as the executor opens a lone attempt; NotFound when
+    there is no such occurrence."""
+    opened = ledger.attempts.open_attempts(
+        [occurrence_id], claimant, lease_secs, trace_id, misfire_grace_secs=misfire_grace_secs
+    )
+    if occurrence_id not in opened:
+        raise NotFound(f"occurrence {occurrence_id} not found")
+    return opened[occurrence_id]
+
+
+def start_attempt(
+    ledger: Any,
+    occurrence: Occurrence | str,
+    claimant: str,
+    executing_version: int,
+    singleton: SingletonSpec | None,
+    lease_secs: float,
+    *,
+    trace_id: str | None = None,
+    max_attempts: int | None = None,
+    wait_secs: float = 1.0,
+) -> AttemptStart:
+    """`start_attempts` of one request, as the executor starts a lone attempt."""
+    request = StartRequest(occurrence, executing_version, singleton, max_attempts)
+    [started] = ledger.attempts.start_attempts(
+        [request], claimant, lease_secs, trace_id=trace_id, wait_secs=wait_secs
+    )
+    return started
+
+
+def settle(ledger: Any, occurrence_id: str, claimant: str, status: str, **end: Any) -> bool:
+    """`settle_many` of one `SettleRequest(occurrence_id, claimant, status, **end)`, as the
+    executor settles a lone attempt."""
+    [settled] = ledger.attempts.settle_many([SettleRequest(occurrence_id, claimant, status, **end)])
+    return settled
+
+
 def start(
     ledger: Ledger,
     occurrence: Occurrence,
@@ -111,7 +160,7 @@ def start(
     policy: str = "forbid",
 ) -> AttemptStart:
     spec = SingletonSpec(key, slots, policy) if key else None  # type: ignore[arg-type]
-    return ledger.attempts.start_attempt(occurrence, claimant, 1, spec, LEASE)
+    return start_attempt(ledger, occurrence, claimant, 1, spec, LEASE)
 
 
 def release_singleton(
@@ -183,8 +232,8 @@ def contend(
         try:
             gate.wait()
             claimant = occurrence.claimed_by or ""
-            started = ledger.attempts.start_attempt(
-                occurrence, claimant, 1, spec, LEASE, wait_secs=wait_secs
+            started = start_attempt(
+                ledger, occurrence, claimant, 1, spec, LEASE, wait_secs=wait_secs
             )
             outcomes.append(started.outcome)
         except BaseException as exc:  # surfaced by the caller

@@ -22,7 +22,9 @@ from tests.ledger.helpers import (
     expire_claim,
     reclaim,
     seed_due,
+    settle,
     start,
+    start_attempt,
 )
 
 
@@ -50,9 +52,9 @@ def test_a_failure_retried_then_completed_leaves_both_attempts_with_their_ends(
     # Given an attempt that failed with attempts left, and a second one that completed
     due = seed_due(ledger)
     start(ledger, claim_one(ledger, "node-a"), "node-a")
-    assert ledger.attempts.settle(due.id, "node-a", FAILED, error_message="boom", retry_in=0)
+    assert settle(ledger, due.id, "node-a", FAILED, error_message="boom", retry_in=0)
     start(ledger, reclaim(ledger, due.id, "node-b"), "node-b")
-    assert ledger.attempts.settle(due.id, "node-b", COMPLETED)
+    assert settle(ledger, due.id, "node-b", COMPLETED)
 
     # When the attempts are read back
     attempts = ledger.occurrences.attempts_of(due.id)
@@ -103,12 +105,12 @@ def test_a_replaced_holder_has_its_attempt_ended_cancelled_by_the_replacement(
     old = seed_due(ledger, ago=timedelta(seconds=60))
     new = seed_due(ledger, ago=timedelta(seconds=30))
     spec = SingletonSpec("key", 1, "replace")
-    assert ledger.attempts.start_attempt(claim_one(ledger, "a"), "a", 1, spec, LEASE).started
+    assert start_attempt(ledger, claim_one(ledger, "a"), "a", 1, spec, LEASE).started
     contender = claim_one(ledger, "b")
     assert contender.id == new.id
 
     # When the second starts, replacing the first
-    assert ledger.attempts.start_attempt(contender, "b", 1, spec, LEASE).replaced == old.id
+    assert start_attempt(ledger, contender, "b", 1, spec, LEASE).replaced == old.id
 
     # Then the first's attempt ended cancelled and the second's is open, with a newer token
     [replaced] = ledger.occurrences.attempts_of(old.id)
@@ -123,7 +125,7 @@ def test_retention_deletes_the_attempts_with_their_occurrence(ledger: Ledger) ->
     # Given a completed occurrence, with its attempt on record, long past retention
     due = seed_due(ledger)
     start(ledger, claim_one(ledger, "node-a"), "node-a")
-    assert ledger.attempts.settle(due.id, "node-a", COMPLETED)
+    assert settle(ledger, due.id, "node-a", COMPLETED)
     age_completion(ledger, due.id, timedelta(days=30))
     kept = seed_due(ledger, ago=timedelta(seconds=5))
     start(ledger, claim_one(ledger, "node-b"), "node-b")

@@ -27,7 +27,15 @@ from cronledger.ledger import (
 )
 from cronledger.ledger.attempts import SettleRequest, StartRequest
 from tests.fake_ledger import FakeLedger
-from tests.ledger.helpers import LEASE, active_channel, empty_tables, expire_claim, row
+from tests.ledger.helpers import (
+    LEASE,
+    active_channel,
+    empty_tables,
+    expire_claim,
+    row,
+    settle,
+    start_attempt,
+)
 
 FORBID = SingletonSpec("k", 1, "forbid")
 
@@ -54,7 +62,7 @@ class Backend:
         return claimed
 
     def start(self, occurrence: Occurrence, claimant: str, key: SingletonSpec | None = None) -> Any:
-        return self.ledger.attempts.start_attempt(occurrence, claimant, 1, key, LEASE)
+        return start_attempt(self.ledger, occurrence, claimant, 1, key, LEASE)
 
     def reclaim(self, occurrence: Occurrence, claimant: str) -> None:
         """The lease runs out and `claimant` claims the row again."""
@@ -102,7 +110,7 @@ def test_a_held_key_is_busy_and_each_acquisition_gets_the_next_token(backend: Ba
     assert backend.start(second, "node-b", FORBID).outcome == "singleton_busy"
     assert ledger.occurrences.get_occurrence(second.id).status == CLAIMED
 
-    assert ledger.attempts.settle(first.id, "node-a", COMPLETED, fencing_token=held.fencing_token)
+    assert settle(ledger, first.id, "node-a", COMPLETED, fencing_token=held.fencing_token)
     again = backend.start(second, "node-b", FORBID)
     assert again.started and again.fencing_token == 2
 
@@ -115,11 +123,11 @@ def test_renew_and_settle_are_conditional_on_claimant_and_token(backend: Backend
     assert not ledger.attempts.renew(claimed.id, "node-b", token, LEASE)
     assert not ledger.attempts.renew(claimed.id, "node-a", token + 1, LEASE)
     assert ledger.attempts.renew(claimed.id, "node-a", token, LEASE)
-    assert not ledger.attempts.settle(claimed.id, "node-a", COMPLETED, fencing_token=token + 1)
-    assert not ledger.attempts.settle(claimed.id, "node-b", COMPLETED, fencing_token=token)
+    assert not settle(ledger, claimed.id, "node-a", COMPLETED, fencing_token=token + 1)
+    assert not settle(ledger, claimed.id, "node-b", COMPLETED, fencing_token=token)
     assert ledger.occurrences.get_occurrence(claimed.id).status == RUNNING
 
-    assert ledger.attempts.settle(claimed.id, "node-a", COMPLETED, fencing_token=token, result="ok")
+    assert settle(ledger, claimed.id, "node-a", COMPLETED, fencing_token=token, result="ok")
     done = ledger.occurrences.get_occurrence(claimed.id)
     assert (done.status, done.result, done.claimed_until) == (COMPLETED, "ok", None)
     assert not ledger.attempts.renew(claimed.id, "node-a", token, LEASE)
@@ -132,7 +140,7 @@ def test_a_superseded_holder_writes_nothing_after_a_reclaim(backend: Backend) ->
     backend.reclaim(claimed, "node-b")
 
     assert not ledger.attempts.renew(claimed.id, "node-a", None, LEASE)
-    assert not ledger.attempts.settle(claimed.id, "node-a", COMPLETED)
+    assert not settle(ledger, claimed.id, "node-a", COMPLETED)
     now = ledger.occurrences.get_occurrence(claimed.id)
     assert (now.status, now.claimed_by, now.attempt) == (CLAIMED, "node-b", 2)
 
@@ -145,7 +153,7 @@ def test_a_failure_with_attempts_left_goes_back_to_pending_after_its_backoff(
     assert backend.start(claimed, "node-a").started
     before = ledger.db_now()
 
-    assert ledger.attempts.settle(claimed.id, "node-a", FAILED, error_message="boom", retry_in=30)
+    assert settle(ledger, claimed.id, "node-a", FAILED, error_message="boom", retry_in=30)
 
     now = ledger.occurrences.get_occurrence(claimed.id)
     assert (now.status, now.claimed_by, now.error_message) == (PENDING, None, "boom")

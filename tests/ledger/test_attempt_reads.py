@@ -18,7 +18,15 @@ from cronledger.ledger import (
     Occurrence,
 )
 from cronledger.ledger.tables import occurrences
-from tests.ledger.helpers import LEASE, claim_one, expire_claim, held_slots, row, start
+from tests.ledger.helpers import (
+    LEASE,
+    claim_one,
+    expire_claim,
+    held_slots,
+    open_attempt,
+    row,
+    start,
+)
 
 SCHEDULE = {"schedule": "0 * * * * *"}
 TARGET = {"type": "python", "callable": "cronledger.demo:hello"}
@@ -34,7 +42,7 @@ def test_an_occurrence_is_read_with_its_channel_as_the_channel_is_now(ledger: Le
     ledger.channels.new_channel_version(channel.channel_id, SCHEDULE, TARGET, 2000)
 
     # When an attempt reads it (not its claimant's: nothing starts)
-    opened = ledger.attempts.open_attempt(due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
+    opened = open_attempt(ledger, due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
     occurrence, current = opened.occurrence, opened.channel
 
     # Then it gets the row and the channel's current definition
@@ -48,13 +56,11 @@ def test_an_occurrence_whose_channel_is_gone_is_read_without_one(ledger: Ledger)
     due = row(ledger.db_now(), "deleted-long-ago")
     assert ledger.occurrences.insert_occurrence(due)
 
-    opened = ledger.attempts.open_attempt(due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
+    opened = open_attempt(ledger, due.id, "nobody", LEASE, "trace", misfire_grace_secs=60)
 
     assert (opened.occurrence.id, opened.channel) == (due.id, None)
     with pytest.raises(NotFound):
-        ledger.attempts.open_attempt(
-            "no-such-occurrence", "nobody", LEASE, "trace", misfire_grace_secs=60
-        )
+        open_attempt(ledger, "no-such-occurrence", "nobody", LEASE, "trace", misfire_grace_secs=60)
 
 
 def test_a_start_under_allow_frees_the_slot_a_crashed_forbid_attempt_left(ledger: Ledger) -> None:
@@ -109,9 +115,7 @@ def _claimed(ledger: Ledger, transport_config: dict[str, object] = SCHEDULE) -> 
 def test_a_plain_attempt_is_started_by_its_read_on_postgres(ledger: Ledger) -> None:
     claimed = _claimed(ledger)
 
-    opened = ledger.attempts.open_attempt(
-        claimed.id, "node-a", LEASE, "trace-1", misfire_grace_secs=5
-    )
+    opened = open_attempt(ledger, claimed.id, "node-a", LEASE, "trace-1", misfire_grace_secs=5)
     occurrence, channel, started = opened.occurrence, opened.channel, opened.start
 
     # The read is as it was before the statement: claimed, with the channel's current version
@@ -146,9 +150,7 @@ def test_anything_in_the_way_of_a_plain_start_leaves_the_row_as_it_was(
                 .values(singleton_key="key", singleton_slot=0, fencing_token=1)
             )
 
-    opened = ledger.attempts.open_attempt(
-        claimed.id, claimant, LEASE, "trace-1", misfire_grace_secs=5
-    )
+    opened = open_attempt(ledger, claimed.id, claimant, LEASE, "trace-1", misfire_grace_secs=5)
     occurrence, started = opened.occurrence, opened.start
 
     assert started is None

@@ -24,7 +24,9 @@ from tests.ledger.helpers import (
     release_singleton,
     row,
     seed_due,
+    settle,
     start,
+    start_attempt,
 )
 
 
@@ -48,7 +50,7 @@ def test_starting_moves_the_occurrence_to_running_under_its_lease(ledger: Ledger
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
 
-    outcome = ledger.attempts.start_attempt(mine, "node-a", 7, SingletonSpec("key"), LEASE)
+    outcome = start_attempt(ledger, mine, "node-a", 7, SingletonSpec("key"), LEASE)
 
     assert shape(outcome) == ("started", 1, 0)
     running = ledger.occurrences.get_occurrence(due.id)
@@ -152,7 +154,7 @@ def test_a_superseded_holder_cannot_renew_settle_or_release(ledger: Ledger) -> N
 
     # When node-a, still believing it holds token 1, renews, settles and releases
     renewed = ledger.attempts.renew(first.id, "node-a", 1, LEASE)
-    settled = ledger.attempts.settle(first.id, "node-a", "completed", fencing_token=1)
+    settled = settle(ledger, first.id, "node-a", "completed", fencing_token=1)
     released = release_singleton(ledger, "key", first.id, "node-a", 1)
 
     # Then every one of those matches nothing: node-a's row and node-b's slot are untouched
@@ -216,7 +218,7 @@ def test_a_superseded_claimant_cannot_release_a_later_attempts_slot_under_an_equ
 def test_a_released_slot_hands_the_next_holder_a_higher_token(ledger: Ledger) -> None:
     first, second = claimed_pair(ledger)
     assert start(ledger, first, "node-a", "key").fencing_token == 1
-    assert ledger.attempts.settle(first.id, "node-a", "completed", fencing_token=1)
+    assert settle(ledger, first.id, "node-a", "completed", fencing_token=1)
     assert held_slots(ledger, "key") == 0
 
     assert shape(start(ledger, second, "node-a", "key")) == ("started", 2, 0), (
@@ -303,7 +305,7 @@ def test_a_start_records_its_trace_and_reports_when_it_started(ledger: Ledger) -
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
 
-    outcome = ledger.attempts.start_attempt(mine, "node-a", 1, None, LEASE, trace_id="trace-1")
+    outcome = start_attempt(ledger, mine, "node-a", 1, None, LEASE, trace_id="trace-1")
 
     running = ledger.occurrences.get_occurrence(due.id)
     assert running.trace_id == "trace-1"

@@ -25,7 +25,14 @@ from cronledger.ledger import (
 from cronledger.ledger.attempts import SettleRequest, StartRequest
 from cronledger.ledger.tables import singletons
 from cronledger.settings import Settings
-from tests.ledger.helpers import LEASE, active_channel, claim_one, expire_claim, seed_due
+from tests.ledger.helpers import (
+    LEASE,
+    active_channel,
+    claim_one,
+    expire_claim,
+    seed_due,
+    start_attempt,
+)
 
 SETTINGS = Settings(claim_lease_secs=60, misfire_grace_secs=3600, python_targets=("cronledger",))
 
@@ -95,7 +102,7 @@ def test_a_batch_whose_key_is_busy_answers_that_attempt_busy_and_runs_the_rest(
     keyed = active_channel(ledger, "keyed", concurrency={"key": "k", "policy": "forbid"})
     plain = active_channel(ledger, "plain")
     [holder] = claimed(ledger, keyed.channel_id, "holder", 1)
-    assert ledger.attempts.start_attempt(holder, "holder", 1, SingletonSpec("k"), LEASE).started
+    assert start_attempt(ledger, holder, "holder", 1, SingletonSpec("k"), LEASE).started
     [contender] = claimed(ledger, keyed.channel_id, "batch-1", 1)
     first, second = claimed(ledger, plain.channel_id, "batch-1", 2)
 
@@ -158,14 +165,10 @@ def test_a_micro_batch_of_settles_with_one_stale_token_settles_the_rest_only(
     channel = active_channel(ledger)
     stale, keyed, plain = claimed(ledger, channel.channel_id, "batch-1", 3)
     tokens = [
-        ledger.attempts.start_attempt(
-            stale, "batch-1", 1, SingletonSpec("k1"), LEASE
-        ).fencing_token,
-        ledger.attempts.start_attempt(
-            keyed, "batch-1", 1, SingletonSpec("k2"), LEASE
-        ).fencing_token,
+        start_attempt(ledger, stale, "batch-1", 1, SingletonSpec("k1"), LEASE).fencing_token,
+        start_attempt(ledger, keyed, "batch-1", 1, SingletonSpec("k2"), LEASE).fencing_token,
     ]
-    assert ledger.attempts.start_attempt(plain, "batch-1", 1, None, LEASE).started
+    assert start_attempt(ledger, plain, "batch-1", 1, None, LEASE).started
     with ledger.engine.begin() as conn:
         conn.execute(
             sa.update(singletons)

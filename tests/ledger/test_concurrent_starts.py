@@ -40,6 +40,7 @@ from tests.ledger.helpers import (
     reclaim,
     row,
     start,
+    start_attempt,
 )
 
 ROUNDS = 100
@@ -87,9 +88,7 @@ def contend_by_id(
         try:
             gate.wait()
             claimant = occurrence.claimed_by or ""
-            started = ledger.attempts.start_attempt(
-                occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT
-            )
+            started = start_attempt(ledger, occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT)
             outcomes[occurrence.id] = started.outcome
         except BaseException as exc:  # surfaced by the caller
             errors.append(exc)
@@ -153,8 +152,8 @@ def test_a_queued_waiter_and_a_crashed_holder_taken_over_start_together_without_
         # waiter queued behind it; both are re-claimed, the holder as its attempt 2
         holder, waiter = seeded(pg_ledger, 2, "q")
         assert start(pg_ledger, holder, holder.claimed_by or "", "q", 1, "queue_one").started
-        outcome = pg_ledger.attempts.start_attempt(
-            waiter, waiter.claimed_by or "", 1, spec, LEASE, wait_secs=WAIT
+        outcome = start_attempt(
+            pg_ledger, waiter, waiter.claimed_by or "", 1, spec, LEASE, wait_secs=WAIT
         )
         assert outcome.outcome == "waiting"
         _expire_slot(pg_ledger, "q", 0)

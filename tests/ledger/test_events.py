@@ -23,7 +23,16 @@ from cronledger.ledger.tables import channels, events, schedule_state
 from cronledger.reconcile import reconcile_once
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
-from tests.ledger.helpers import LEASE, active_channel, claim_one, expire_claim, row, upsert_cursor
+from tests.ledger.helpers import (
+    LEASE,
+    active_channel,
+    claim_one,
+    expire_claim,
+    row,
+    settle,
+    start_attempt,
+    upsert_cursor,
+)
 
 ALERTS_OFF_COMPLETED = {"on": ["failed", "abandoned", "overdue", "stalled", "recovered"]}
 
@@ -51,10 +60,8 @@ def run_once(
     )
     assert ledger.occurrences.insert_occurrence(new)
     claimed = claim_one(ledger, "c")
-    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
-    assert ledger.attempts.settle(
-        claimed.id, "c", COMPLETED if ok else FAILED, error_message="boom"
-    )
+    assert start_attempt(ledger, claimed, "c", 1, None, LEASE).started
+    assert settle(ledger, claimed.id, "c", COMPLETED if ok else FAILED, error_message="boom")
     return claimed.id
 
 
@@ -70,10 +77,10 @@ def test_an_occurrence_makes_one_attempt_failed_per_retried_attempt_and_one_fail
     for attempt in (1, 2, 3):
         claimed = claim_one(ledger, f"c{attempt}")
         assert claimed.attempt == attempt
-        assert ledger.attempts.start_attempt(claimed, f"c{attempt}", 1, None, LEASE).started
+        assert start_attempt(ledger, claimed, f"c{attempt}", 1, None, LEASE).started
         retry = 0.0 if attempt < 3 else None
-        assert ledger.attempts.settle(
-            claimed.id, f"c{attempt}", FAILED, error_message=f"e{attempt}", retry_in=retry
+        assert settle(
+            ledger, claimed.id, f"c{attempt}", FAILED, error_message=f"e{attempt}", retry_in=retry
         )
     # Then the ledger holds two attempt_failed events and one failed, in that order
     found = all_events(ledger)
@@ -108,10 +115,10 @@ def test_a_quiet_completion_writes_no_event_and_stays_one_statement_on_postgresq
     new = row(ledger.db_now() - timedelta(seconds=5), channel.channel_id)
     assert ledger.occurrences.insert_occurrence(new)
     claimed = claim_one(ledger, "c")
-    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert start_attempt(ledger, claimed, "c", 1, None, LEASE).started
     sa.event.listen(ledger.engine, "before_cursor_execute", count)
     try:
-        assert ledger.attempts.settle(claimed.id, "c", COMPLETED)
+        assert settle(ledger, claimed.id, "c", COMPLETED)
     finally:
         sa.event.remove(ledger.engine, "before_cursor_execute", count)
     assert all_events(ledger) == []
@@ -131,7 +138,7 @@ def test_a_transaction_that_fails_after_the_change_leaves_neither_the_change_nor
         row(ledger.db_now() - timedelta(seconds=5), channel.channel_id, max_attempts=1)
     )
     claimed = claim_one(ledger, "c")
-    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert start_attempt(ledger, claimed, "c", 1, None, LEASE).started
     with ledger.engine.begin() as conn:
         if ledger.engine.dialect.name == "postgresql":
             conn.execute(
@@ -156,7 +163,7 @@ def test_a_transaction_that_fails_after_the_change_leaves_neither_the_change_nor
     try:
         # When the settle writes its change and then its event fails
         with pytest.raises(sa.exc.DBAPIError, match="no events today"):
-            ledger.attempts.settle(claimed.id, "c", FAILED, error_message="boom")
+            settle(ledger, claimed.id, "c", FAILED, error_message="boom")
     finally:
         with ledger.engine.begin() as conn:
             conn.execute(
@@ -174,7 +181,7 @@ def test_a_transaction_that_fails_after_the_change_leaves_neither_the_change_nor
     assert after.claimed_by == "c"
     assert all_events(ledger) == []
     # and the attempt can still settle it, event and all
-    assert ledger.attempts.settle(claimed.id, "c", FAILED, error_message="boom")
+    assert settle(ledger, claimed.id, "c", FAILED, error_message="boom")
     assert kinds(all_events(ledger)) == ["occurrence.failed"]
 
 
@@ -223,8 +230,8 @@ def test_completed_is_written_only_when_the_channel_asks_to_be_told(ledger: Ledg
     new = row(ledger.db_now() - timedelta(seconds=38), told.channel_id, channel_name="told")
     assert ledger.occurrences.insert_occurrence(new)
     claimed = claim_one(ledger, "c")
-    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
-    assert ledger.attempts.settle(claimed.id, "c", COMPLETED, completed_is_told=True)
+    assert start_attempt(ledger, claimed, "c", 1, None, LEASE).started
+    assert settle(ledger, claimed.id, "c", COMPLETED, completed_is_told=True)
     assert kinds(all_events(ledger, quiet.channel_id)) == []
     found = all_events(ledger, told.channel_id)
     assert kinds(found) == ["occurrence.completed"]
@@ -237,7 +244,7 @@ def test_an_abandoned_occurrence_makes_one_abandoned_event(ledger: Ledger) -> No
         row(ledger.db_now() - timedelta(seconds=5), channel.channel_id, max_attempts=1)
     )
     claimed = claim_one(ledger, "c")
-    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
+    assert start_attempt(ledger, claimed, "c", 1, None, LEASE).started
     expire_claim(ledger, claimed.id)
     result = ledger.attempts.claim("d", 10, LEASE)
     assert [o.id for o in result.abandoned] == [claimed.id]
@@ -362,7 +369,7 @@ def test_a_run_longer_than_the_limit_is_overdue_and_a_completed_one_never(ledger
     running_id = overdue_rows(ledger, channel, count=1, due_ago=30, limit=10)[0]
     claimed = claim_one(ledger, "r")
     assert claimed.id == running_id
-    assert ledger.attempts.start_attempt(claimed, "r", 1, None, LEASE).started
+    assert start_attempt(ledger, claimed, "r", 1, None, LEASE).started
     found = ledger.events.detect_overdue()
     assert [(e.occurrence_id, e.document["status"]) for e in found] == [(running_id, "running")]
     assert ledger.occurrences.get_occurrence(done).overdue_at is None
@@ -373,8 +380,8 @@ def run_once_with_overdue(ledger: Ledger, channel: Channel, *, ago: float, ok: b
     (occurrence_id,) = overdue_rows(ledger, channel, count=1, due_ago=ago, limit=10)
     claimed = claim_one(ledger, "c")
     assert claimed.id == occurrence_id
-    assert ledger.attempts.start_attempt(claimed, "c", 1, None, LEASE).started
-    assert ledger.attempts.settle(claimed.id, "c", COMPLETED if ok else FAILED)
+    assert start_attempt(ledger, claimed, "c", 1, None, LEASE).started
+    assert settle(ledger, claimed.id, "c", COMPLETED if ok else FAILED)
     return occurrence_id
 
 
@@ -460,7 +467,7 @@ def test_an_instant_waiting_behind_a_held_key_is_overdue_once(ledger: Ledger) ->
     spec = SingletonSpec("nightly-key", 1, "queue_one")
     for claimant in ("h", "w"):
         claimed = claim_one(ledger, claimant)
-        outcome = ledger.attempts.start_attempt(claimed, claimant, 1, spec, LEASE).outcome
+        outcome = start_attempt(ledger, claimed, claimant, 1, spec, LEASE).outcome
         assert outcome == ("started" if claimant == "h" else "waiting")
     # When the overdue watch runs, twice
     first = ledger.events.detect_overdue()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cronledger.ledger import DatabaseUnavailable, Ledger, SingletonSpec
-from tests.ledger.helpers import LEASE, seed_due
+from tests.ledger.helpers import LEASE, seed_due, start_attempt
 from tests.pg import drop_database, scratch_database
 
 UNREACHABLE_POSTGRES = "postgresql+pg8000://postgres@127.0.0.1:1/cronledger"
@@ -24,7 +24,7 @@ def assert_every_decision_raises(ledger: Ledger) -> None:
     calls: list[Callable[[], object]] = [
         lambda: ledger.attempts.claim("node-a", 10, LEASE).leased,
         ledger.db_now,
-        lambda: ledger.attempts.start_attempt("occ", "node-a", 1, SingletonSpec("key"), LEASE),
+        lambda: start_attempt(ledger, "occ", "node-a", 1, SingletonSpec("key"), LEASE),
         ledger.reporting.in_flight_count,
         ledger.cursors.schedule_states,
     ]

@@ -25,9 +25,12 @@ from tests.ledger.helpers import (
     LEASE,
     active_channel,
     claim_one,
+    open_attempt,
     pause_cursor,
     row,
+    settle,
     start,
+    start_attempt,
     upsert_cursor,
 )
 
@@ -50,8 +53,8 @@ def late_rows(ledger: Ledger, channel_id: str, ages: list[int]) -> list[NewOccur
 
 
 def opened(ledger: Ledger, occurrence_id: str, claimant: str) -> bool:
-    return ledger.attempts.open_attempt(
-        occurrence_id, claimant, LEASE, "trace", misfire_grace_secs=GRACE
+    return open_attempt(
+        ledger, occurrence_id, claimant, LEASE, "trace", misfire_grace_secs=GRACE
     ).misfire_due
 
 
@@ -64,7 +67,7 @@ def test_a_cron_row_later_than_the_grace_is_due_for_judgment_and_not_started_by_
 
     assert [o.id for o in mine] == [late.id, on_time.id]
     reads = {
-        o.id: ledger.attempts.open_attempt(o.id, "node-a", LEASE, "t", misfire_grace_secs=GRACE)
+        o.id: open_attempt(ledger, o.id, "node-a", LEASE, "t", misfire_grace_secs=GRACE)
         for o in mine
     }
 
@@ -93,9 +96,9 @@ def test_a_retried_occurrence_is_never_a_misfire(ledger: Ledger) -> None:
     channel = active_channel(ledger)
     [due] = late_rows(ledger, channel.channel_id, [3600])
     first = claim_one(ledger, "node-a")
-    assert ledger.attempts.start_attempt(first, "node-a", 1, None, LEASE).started
+    assert start_attempt(ledger, first, "node-a", 1, None, LEASE).started
     assert ledger.occurrences.get_occurrence(due.id).misfire_judged, "whatever starts is judged"
-    assert ledger.attempts.settle(due.id, "node-a", "failed", error_message="boom", retry_in=0)
+    assert settle(ledger, due.id, "node-a", "failed", error_message="boom", retry_in=0)
 
     # When its retry is claimed, an hour after its due time
     claim_one(ledger, "node-b")
@@ -137,10 +140,10 @@ def test_latest_keeps_only_the_newest_late_row(ledger: Ledger) -> None:
     assert statuses == [SKIPPED_MISFIRE, SKIPPED_MISFIRE, CLAIMED]
     assert ledger.occurrences.get_occurrence(newest.id).misfire_judged
     # …and a kept row is judged: it starts
-    read = ledger.attempts.open_attempt(newest.id, "node-a", LEASE, "t", misfire_grace_secs=GRACE)
+    read = open_attempt(ledger, newest.id, "node-a", LEASE, "t", misfire_grace_secs=GRACE)
     assert not read.misfire_due
     kept = next(o for o in claimed if o.id == newest.id)
-    assert read.start or ledger.attempts.start_attempt(kept, "node-a", 1, None, LEASE).started
+    assert read.start or start_attempt(ledger, kept, "node-a", 1, None, LEASE).started
     assert ledger.occurrences.get_occurrence(newest.id).status == RUNNING
 
 

@@ -33,6 +33,8 @@ from tests.ledger.helpers import (
     reclaim,
     release_singleton,
     row,
+    settle,
+    start_attempt,
 )
 
 WAIT = 30.0
@@ -52,9 +54,7 @@ def start_as(
 ) -> str:
     spec = SingletonSpec(key, slots, policy)  # type: ignore[arg-type]
     claimant = occurrence.claimed_by or ""
-    return ledger.attempts.start_attempt(
-        occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT
-    ).outcome
+    return start_attempt(ledger, occurrence, claimant, 1, spec, LEASE, wait_secs=WAIT).outcome
 
 
 # --- queue_one -----------------------------------------------------------------------------
@@ -100,7 +100,7 @@ def test_when_the_holder_ends_the_waiter_starts_and_its_place_is_free_again(
     token = ledger.occurrences.get_occurrence(holder.id).fencing_token
 
     # When the holder completes and the waiter comes back for the slot
-    assert ledger.attempts.settle(holder.id, "node-0", COMPLETED, fencing_token=token)
+    assert settle(ledger, holder.id, "node-0", COMPLETED, fencing_token=token)
     again = reclaim(ledger, waiter.id, "node-w")
     assert again.attempt == 1, "the wait was not an attempt"
 
@@ -115,7 +115,7 @@ def test_a_contender_does_not_jump_the_queue_when_a_slot_frees(ledger: Ledger) -
     assert start_as(ledger, holder, "queue_one") == "started"
     assert start_as(ledger, waiter, "queue_one") == "waiting"
     token = ledger.occurrences.get_occurrence(holder.id).fencing_token
-    assert ledger.attempts.settle(holder.id, "node-0", COMPLETED, fencing_token=token)
+    assert settle(ledger, holder.id, "node-0", COMPLETED, fencing_token=token)
 
     # A contender that arrives before the waiter is back finds it first in line
     assert start_as(ledger, late, "queue_one") == "singleton_busy"
@@ -183,7 +183,7 @@ def test_replace_cancels_the_holder_and_takes_its_slot_under_the_next_token(
 
     # When a contender arrives under `replace`
     spec = SingletonSpec("k", 1, "replace")
-    started = ledger.attempts.start_attempt(contender, "node-1", 1, spec, LEASE)
+    started = start_attempt(ledger, contender, "node-1", 1, spec, LEASE)
 
     # Then the contender runs in the holder's slot under the next token, and the holder is
     # cancelled, naming who replaced it
@@ -195,7 +195,7 @@ def test_replace_cancels_the_holder_and_takes_its_slot_under_the_next_token(
     assert held_slots(ledger, "k") == 1
     # …and the replaced attempt's renew, settle and release write nothing
     assert not ledger.attempts.renew(holder.id, "node-0", old_token, LEASE)
-    assert not ledger.attempts.settle(holder.id, "node-0", COMPLETED, fencing_token=old_token)
+    assert not settle(ledger, holder.id, "node-0", COMPLETED, fencing_token=old_token)
     assert not release_singleton(ledger, "k", holder.id, "node-0", old_token)
     assert ledger.occurrences.get_occurrence(holder.id) == replaced
     assert ledger.attempts.renew(contender.id, "node-1", old_token + 1, LEASE)
@@ -206,7 +206,7 @@ def test_replace_takes_a_free_slot_before_replacing_anyone(ledger: Ledger) -> No
     assert start_as(ledger, first, "replace", slots=2) == "started"
 
     spec = SingletonSpec("k", 2, "replace")
-    started = ledger.attempts.start_attempt(second, "node-1", 1, spec, LEASE)
+    started = start_attempt(ledger, second, "node-1", 1, spec, LEASE)
 
     assert (started.outcome, started.slot, started.replaced) == ("started", 1, None)
     assert ledger.occurrences.get_occurrence(first.id).status == RUNNING
@@ -217,9 +217,7 @@ def test_replace_cancels_the_holder_that_started_first(ledger: Ledger) -> None:
     assert start_as(ledger, first, "replace", slots=2) == "started"
     assert start_as(ledger, second, "replace", slots=2) == "started"
 
-    started = ledger.attempts.start_attempt(
-        third, "node-2", 1, SingletonSpec("k", 2, "replace"), LEASE
-    )
+    started = start_attempt(ledger, third, "node-2", 1, SingletonSpec("k", 2, "replace"), LEASE)
 
     assert started.replaced == first.id
     statuses = [ledger.occurrences.get_occurrence(o.id).status for o in (first, second, third)]
@@ -266,8 +264,8 @@ def test_eight_replace_contenders_leave_exactly_slots_holders_and_fence_the_rest
             assert (gone.error_message or "").removeprefix("replaced by ") in ids
             claimant = gone.claimed_by or ""
             assert not pg_ledger.attempts.renew(gone.id, claimant, gone.fencing_token, LEASE)
-            assert not pg_ledger.attempts.settle(
-                gone.id, claimant, COMPLETED, fencing_token=gone.fencing_token
+            assert not settle(
+                pg_ledger, gone.id, claimant, COMPLETED, fencing_token=gone.fencing_token
             )
         assert {o.singleton_slot for o in running} == set(range(slots))
 

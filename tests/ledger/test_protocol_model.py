@@ -48,7 +48,14 @@ from cronledger.ledger import (
 from cronledger.ledger.models import ACTIVE_STATUSES, LEASED_STATUSES, RETRYABLE_STATUSES
 from cronledger.ledger.singletons import WAITER_SLOT
 from cronledger.ledger.tables import occurrences, singletons
-from tests.ledger.helpers import active_channel, empty_tables, release_singleton, row
+from tests.ledger.helpers import (
+    active_channel,
+    empty_tables,
+    release_singleton,
+    row,
+    settle,
+    start_attempt,
+)
 
 LEASE = 600.0
 OCCURRENCES = 8
@@ -221,8 +228,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         )
         before = read(self.ledger)
 
-        started = self.ledger.attempts.start_attempt(
-            ticket.claimed, ticket.claimant, 1, spec, LEASE, wait_secs=0.0
+        started = start_attempt(
+            self.ledger, ticket.claimed, ticket.claimant, 1, spec, LEASE, wait_secs=0.0
         )
 
         key = spec.key if spec else ""
@@ -297,7 +304,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         expected = owner and (ticket.token is None or self._held_by(ticket) is not None)
         before = read(self.ledger)
 
-        settled = self.ledger.attempts.settle(
+        settled = settle(
+            self.ledger,
             ticket.occ,
             ticket.claimant,
             status,
@@ -473,12 +481,13 @@ class ProtocolMachine(RuleBasedStateMachine):
             for occurrence in self.ledger.attempts.claim(claimant, OCCURRENCES, LEASE).leased:
                 key = self.occs[occurrence.id].key
                 spec = self.specs.get(key) if key else None
-                started = self.ledger.attempts.start_attempt(
-                    occurrence, claimant, 1, spec, LEASE, wait_secs=0.0
+                started = start_attempt(
+                    self.ledger, occurrence, claimant, 1, spec, LEASE, wait_secs=0.0
                 )
                 if started.outcome in ("started", "singleton_busy"):
                     status = COMPLETED if started.started else SKIPPED_SINGLETON
-                    assert self.ledger.attempts.settle(
+                    assert settle(
+                        self.ledger,
                         occurrence.id,
                         claimant,
                         status,

@@ -19,6 +19,7 @@ from tests.ledger.helpers import (
     row,
     seed_due,
     sent_statements,
+    settle,
     start,
 )
 
@@ -113,7 +114,7 @@ def test_in_flight_counts_live_leases_only(ledger: Ledger) -> None:
     expire_claim(ledger, expired.id)
 
     assert ledger.reporting.in_flight_count() == 2
-    assert ledger.attempts.settle(running.id, "node-b", COMPLETED)
+    assert settle(ledger, running.id, "node-b", COMPLETED)
     assert ledger.reporting.in_flight_count() == 1
 
 
@@ -187,7 +188,7 @@ def test_retention_never_deletes_live_rows(ledger: Ledger) -> None:
     assert start(ledger, mine, "node-a").started
     failed = seed_due(ledger, channel_id="ch-2", ago=timedelta(days=30))
     claim_one(ledger, "node-b")
-    assert ledger.attempts.settle(failed.id, "node-b", FAILED)
+    assert settle(ledger, failed.id, "node-b", FAILED)
     age_completion(ledger, failed.id, timedelta(days=30))
 
     assert ledger.occurrences.delete_terminal_older_than(24) == 1

@@ -34,9 +34,12 @@ from tests.ledger.helpers import (
     expire_claim,
     expire_singleton,
     held_slots,
+    open_attempt,
     row,
     seed_due,
+    settle,
     start,
+    start_attempt,
     upsert_cursor,
 )
 
@@ -76,7 +79,7 @@ def test_an_abandoned_occurrence_keeps_its_last_error(ledger: Ledger) -> None:
     assert ledger.occurrences.insert_occurrence(due)
     first = claim_one(ledger, "node-a")
     assert start(ledger, first, "node-a").started
-    assert ledger.attempts.settle(due.id, "node-a", FAILED, error_message="HTTP 503", retry_in=0)
+    assert settle(ledger, due.id, "node-a", FAILED, error_message="HTTP 503", retry_in=0)
     second = claim_one(ledger, "node-b")
     assert (second.attempt, second.error_message) == (2, "HTTP 503")
     assert start(ledger, second, "node-b").started
@@ -132,8 +135,8 @@ def test_a_failure_with_attempts_left_waits_out_its_backoff_then_is_claimed_agai
     before = ledger.db_now()
 
     # When it fails and is settled for a retry in 30 s
-    assert ledger.attempts.settle(
-        due.id, "node-a", FAILED, fencing_token=token, error_message="boom", retry_in=30
+    assert settle(
+        ledger, due.id, "node-a", FAILED, fencing_token=token, error_message="boom", retry_in=30
     )
 
     # Then it is pending again, due after the backoff, its error kept and nothing held
@@ -145,7 +148,7 @@ def test_a_failure_with_attempts_left_waits_out_its_backoff_then_is_claimed_agai
     assert before + timedelta(seconds=29) < waiting.due_at < before + timedelta(seconds=35)
     assert held_slots(ledger, "key") == 0
     assert ledger.attempts.claim("node-b", 10, LEASE).leased == [], "not before its backoff"
-    assert not ledger.attempts.settle(due.id, "node-a", FAILED, retry_in=1), "the attempt is over"
+    assert not settle(ledger, due.id, "node-a", FAILED, retry_in=1), "the attempt is over"
 
     # …and once the backoff has passed it is the next attempt
     ledger.occurrences.insert_occurrence(
@@ -163,14 +166,14 @@ def test_a_superseded_attempt_cannot_send_its_occurrence_back_for_a_retry(ledger
     expire_claim(ledger, due.id)
     claim_one(ledger, "node-b")
 
-    assert not ledger.attempts.settle(due.id, "node-a", FAILED, error_message="late", retry_in=0)
+    assert not settle(ledger, due.id, "node-a", FAILED, error_message="late", retry_in=0)
     stored = ledger.occurrences.get_occurrence(due.id)
     assert (stored.status, stored.claimed_by, stored.attempt) == (CLAIMED, "node-b", 2)
 
 
 def test_only_a_failure_is_retried(ledger: Ledger) -> None:
     with pytest.raises(ValueError, match="only a failure"):
-        ledger.attempts.settle("x", "node-a", "completed", retry_in=1)
+        settle(ledger, "x", "node-a", "completed", retry_in=1)
 
 
 def test_a_start_refreshes_the_attempts_allowed_from_the_channel(ledger: Ledger) -> None:
@@ -178,7 +181,7 @@ def test_a_start_refreshes_the_attempts_allowed_from_the_channel(ledger: Ledger)
     assert ledger.occurrences.insert_occurrence(due)
     mine = claim_one(ledger, "node-a")
 
-    assert ledger.attempts.start_attempt(mine, "node-a", 1, None, LEASE, max_attempts=5).started
+    assert start_attempt(ledger, mine, "node-a", 1, None, LEASE, max_attempts=5).started
 
     assert ledger.occurrences.get_occurrence(due.id).max_attempts == 5
 
@@ -192,7 +195,7 @@ def test_the_read_that_starts_a_plain_attempt_takes_the_attempts_from_the_channe
     assert pg_ledger.occurrences.insert_occurrence(due)
     claimed = claim_one(pg_ledger, "node-a")
 
-    opened = pg_ledger.attempts.open_attempt(claimed.id, "node-a", LEASE, "t", misfire_grace_secs=5)
+    opened = open_attempt(pg_ledger, claimed.id, "node-a", LEASE, "t", misfire_grace_secs=5)
 
     assert opened.start is not None and opened.start.started
     assert pg_ledger.occurrences.get_occurrence(due.id).max_attempts == 7
@@ -207,7 +210,7 @@ def test_a_manual_retry_grants_one_more_attempt_to_an_exhausted_occurrence(
     assert ledger.occurrences.insert_occurrence(due)
     mine = claim_one(ledger, "node-a")
     assert start(ledger, mine, "node-a").started
-    assert ledger.attempts.settle(due.id, "node-a", FAILED, error_message="boom")
+    assert settle(ledger, due.id, "node-a", FAILED, error_message="boom")
 
     # When an operator retries it
     requeued = ledger.occurrences.requeue(due.id)
@@ -227,7 +230,7 @@ def test_a_manual_retry_keeps_the_attempts_an_occurrence_still_has(ledger: Ledge
     due = row(ledger.db_now(), channel.channel_id, max_attempts=3)
     assert ledger.occurrences.insert_occurrence(due)
     claim_one(ledger, "node-a")
-    assert ledger.attempts.settle(due.id, "node-a", SKIPPED_SINGLETON, error_message="busy")
+    assert settle(ledger, due.id, "node-a", SKIPPED_SINGLETON, error_message="busy")
 
     assert ledger.occurrences.requeue(due.id).max_attempts == 3
 
@@ -239,7 +242,7 @@ def test_an_occurrence_of_a_channel_that_is_not_active_cannot_be_retried(
     channel = active_channel(ledger)
     due = seed_due(ledger, channel.channel_id)
     claim_one(ledger, "node-a")
-    assert ledger.attempts.settle(due.id, "node-a", FAILED, error_message="boom")
+    assert settle(ledger, due.id, "node-a", FAILED, error_message="boom")
     ledger.channels.set_channel_status(channel.channel_id, status)
 
     with pytest.raises(Conflict, match=f"is {status}, not active"):
@@ -250,7 +253,7 @@ def test_an_occurrence_of_a_channel_that_is_not_active_cannot_be_retried(
 def test_an_occurrence_whose_channel_is_gone_cannot_be_retried(ledger: Ledger) -> None:
     due = seed_due(ledger, "no-such-channel")
     claim_one(ledger, "node-a")
-    assert ledger.attempts.settle(due.id, "node-a", FAILED, error_message="boom")
+    assert settle(ledger, due.id, "node-a", FAILED, error_message="boom")
 
     with pytest.raises(Conflict, match="no longer exists"):
         ledger.occurrences.requeue(due.id)
@@ -265,7 +268,7 @@ def test_pausing_a_channel_keeps_a_retry_that_waits_out_its_backoff(ledger: Ledg
     assert ledger.occurrences.insert_occurrence(ahead)
     mine = claim_one(ledger, "node-a")
     assert start(ledger, mine, "node-a").started
-    assert ledger.attempts.settle(due.id, "node-a", FAILED, error_message="boom", retry_in=60)
+    assert settle(ledger, due.id, "node-a", FAILED, error_message="boom", retry_in=60)
 
     # When the channel is paused
     ledger.channels.set_channel_status(channel.channel_id, CHANNEL_PAUSED)

@@ -15,7 +15,16 @@ from cronledger.ledger import (
     SKIPPED_SINGLETON,
     Ledger,
 )
-from tests.ledger.helpers import LEASE, active_channel, claim_one, held_slots, row, seed_due, start
+from tests.ledger.helpers import (
+    LEASE,
+    active_channel,
+    claim_one,
+    held_slots,
+    row,
+    seed_due,
+    settle,
+    start,
+)
 
 
 def test_retry_keeps_the_occurrence_identity(ledger: Ledger) -> None:
@@ -23,9 +32,7 @@ def test_retry_keeps_the_occurrence_identity(ledger: Ledger) -> None:
     due = seed_due(ledger, active_channel(ledger).channel_id)
     mine = claim_one(ledger, "node-a")
     token = start(ledger, mine, "node-a", "key").fencing_token
-    assert ledger.attempts.settle(
-        due.id, "node-a", FAILED, fencing_token=token, error_message="boom"
-    )
+    assert settle(ledger, due.id, "node-a", FAILED, fencing_token=token, error_message="boom")
 
     # When it is retried
     requeued = ledger.occurrences.requeue(due.id)
@@ -45,7 +52,7 @@ def test_a_completed_occurrence_cannot_be_retried(ledger: Ledger) -> None:
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
     assert start(ledger, mine, "node-a").started
-    assert ledger.attempts.settle(due.id, "node-a", COMPLETED)
+    assert settle(ledger, due.id, "node-a", COMPLETED)
 
     with pytest.raises(Conflict, match="trigger"):
         ledger.occurrences.requeue(due.id)
@@ -107,7 +114,7 @@ def test_cancelling_a_running_occurrence_frees_its_slot_and_fences_its_attempt(
     assert held_slots(ledger, "key") == 0
     assert ledger.reporting.in_flight_count() == 0
     assert not ledger.attempts.renew(due.id, "node-a", token, LEASE)
-    assert not ledger.attempts.settle(due.id, "node-a", COMPLETED, fencing_token=token)
+    assert not settle(ledger, due.id, "node-a", COMPLETED, fencing_token=token)
     assert ledger.occurrences.get_occurrence(due.id).status == CANCELLED
 
 
@@ -127,7 +134,7 @@ def test_a_finished_occurrence_cannot_be_cancelled_and_an_unknown_one_is_not_fou
     # Given a completed occurrence beside a running one that holds the key
     done = seed_due(ledger)
     claim_one(ledger, "node-a")
-    assert ledger.attempts.settle(done.id, "node-a", SKIPPED_SINGLETON, error_message="busy")
+    assert settle(ledger, done.id, "node-a", SKIPPED_SINGLETON, error_message="busy")
     live = seed_due(ledger, channel_id="other")
     mine = claim_one(ledger, "node-b")
     assert start(ledger, mine, "node-b", "key").started

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from cronledger.ledger import COMPLETED, FAILED, SKIPPED_SINGLETON, Ledger
-from tests.ledger.helpers import LEASE, claim_one, held_slots, seed_due, start
+from tests.ledger.helpers import (
+    LEASE,
+    claim_one,
+    held_slots,
+    seed_due,
+    settle,
+    start,
+    start_attempt,
+)
 
 
 def test_settling_requires_still_holding_the_claim(ledger: Ledger) -> None:
@@ -14,12 +22,10 @@ def test_settling_requires_still_holding_the_claim(ledger: Ledger) -> None:
     mine = claim_one(ledger, "node-a")
     assert start(ledger, mine, "node-a").started
 
-    assert not ledger.attempts.settle(due.id, "node-b", COMPLETED), "a non-holder writes nothing"
+    assert not settle(ledger, due.id, "node-b", COMPLETED), "a non-holder writes nothing"
     assert ledger.occurrences.get_occurrence(due.id).status == "running"
 
-    assert ledger.attempts.settle(
-        due.id, "node-a", COMPLETED, trace_id="trace-1", result='{"ok": true}'
-    )
+    assert settle(ledger, due.id, "node-a", COMPLETED, trace_id="trace-1", result='{"ok": true}')
     settled = ledger.occurrences.get_occurrence(due.id)
     assert settled.status == COMPLETED
     assert settled.trace_id == "trace-1"
@@ -27,9 +33,7 @@ def test_settling_requires_still_holding_the_claim(ledger: Ledger) -> None:
     assert settled.completed_at is not None
     assert settled.claimed_until is None, "a settled row holds no lease"
     assert ledger.reporting.in_flight_count() == 0
-    assert not ledger.attempts.settle(due.id, "node-a", FAILED), (
-        "a settled row cannot be settled again"
-    )
+    assert not settle(ledger, due.id, "node-a", FAILED), "a settled row cannot be settled again"
 
 
 def test_settling_releases_the_singleton_in_the_same_transaction(ledger: Ledger) -> None:
@@ -38,9 +42,7 @@ def test_settling_releases_the_singleton_in_the_same_transaction(ledger: Ledger)
     token = start(ledger, mine, "node-a", "key").fencing_token
     assert held_slots(ledger, "key") == 1
 
-    assert ledger.attempts.settle(
-        due.id, "node-a", FAILED, fencing_token=token, error_message="boom"
-    )
+    assert settle(ledger, due.id, "node-a", FAILED, fencing_token=token, error_message="boom")
 
     failed = ledger.occurrences.get_occurrence(due.id)
     assert (failed.status, failed.error_message) == (FAILED, "boom")
@@ -53,7 +55,7 @@ def test_a_wrong_token_settles_nothing_and_keeps_the_slot(ledger: Ledger) -> Non
     token = start(ledger, mine, "node-a", "key").fencing_token
     assert token is not None
 
-    assert not ledger.attempts.settle(due.id, "node-a", COMPLETED, fencing_token=token + 1)
+    assert not settle(ledger, due.id, "node-a", COMPLETED, fencing_token=token + 1)
 
     assert ledger.occurrences.get_occurrence(due.id).status == "running"
     assert held_slots(ledger, "key") == 1
@@ -65,8 +67,8 @@ def test_a_busy_key_is_recorded_as_skipped_singleton_with_the_key_in_the_message
     due = seed_due(ledger)
     claim_one(ledger, "node-a")
 
-    assert ledger.attempts.settle(
-        due.id, "node-a", SKIPPED_SINGLETON, error_message="singleton key 'nightly' is held"
+    assert settle(
+        ledger, due.id, "node-a", SKIPPED_SINGLETON, error_message="singleton key 'nightly' is held"
     )
 
     skipped = ledger.occurrences.get_occurrence(due.id)
@@ -80,8 +82,8 @@ def test_a_long_result_and_error_are_truncated(ledger: Ledger) -> None:
     mine = claim_one(ledger, "node-a")
     assert start(ledger, mine, "node-a").started
 
-    assert ledger.attempts.settle(
-        due.id, "node-a", FAILED, error_message="e" * 100_000, result="r" * 100_000
+    assert settle(
+        ledger, due.id, "node-a", FAILED, error_message="e" * 100_000, result="r" * 100_000
     )
 
     failed = ledger.occurrences.get_occurrence(due.id)
@@ -95,7 +97,7 @@ def test_only_an_end_status_can_be_settled(ledger: Ledger) -> None:
     claim_one(ledger, "node-a")
 
     with pytest.raises(ValueError, match="cannot settle"):
-        ledger.attempts.settle(due.id, "node-a", "pending")
+        settle(ledger, due.id, "node-a", "pending")
     assert ledger.occurrences.get_occurrence(due.id).status == "claimed"
 
 
@@ -103,9 +105,9 @@ def test_the_trace_id_is_recorded_only_by_the_holder(ledger: Ledger) -> None:
     due = seed_due(ledger)
     mine = claim_one(ledger, "node-a")
 
-    lost = ledger.attempts.start_attempt(mine, "node-b", 1, None, LEASE, trace_id="trace-b")
+    lost = start_attempt(ledger, mine, "node-b", 1, None, LEASE, trace_id="trace-b")
     assert lost.outcome == "lost"
-    assert ledger.attempts.start_attempt(mine, "node-a", 1, None, LEASE, trace_id="trace-a").started
-    assert not ledger.attempts.settle(due.id, "node-b", COMPLETED, trace_id="trace-b")
+    assert start_attempt(ledger, mine, "node-a", 1, None, LEASE, trace_id="trace-a").started
+    assert not settle(ledger, due.id, "node-b", COMPLETED, trace_id="trace-b")
 
     assert ledger.occurrences.get_occurrence(due.id).trace_id == "trace-a"

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from cronledger.ledger import Ledger, Occurrence
-from tests.ledger.helpers import empty_tables, row
+from tests.ledger.helpers import empty_tables, row, start_attempt
 
 
 @pytest.fixture
@@ -38,9 +38,7 @@ def claimed(ledger: Ledger, count: int, claimant: str) -> list[Occurrence]:
 
 
 def start(ledger: Ledger, occurrence: Occurrence) -> None:
-    assert ledger.attempts.start_attempt(
-        occurrence, occurrence.claimed_by or "", 1, None, 600
-    ).started
+    assert start_attempt(ledger, occurrence, occurrence.claimed_by or "", 1, None, 600).started
 
 
 def test_a_start_after_a_burst_reaches_its_row_by_primary_key(one_connection: Ledger) -> None:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from cronledger.ledger import CLAIMED, COMPLETED, DatabaseUnavailable, Ledger
 from cronledger.ledger.tables import occurrences
-from tests.ledger.helpers import claim_one, empty_tables, seed_due
+from tests.ledger.helpers import claim_one, empty_tables, seed_due, settle
 from tests.relay import Relay, SilentServer
 
 #: How long the blocking transaction holds its lock: far past the timeouts under test, so a
@@ -81,7 +81,7 @@ def test_a_write_waiting_on_a_lock_past_statement_timeout_is_cancelled_as_unavai
     # When the ledger settles it (a statement sent straight on the connection) and cancels it
     # (through SQLAlchemy), each waits for the lock
     with pytest.raises(DatabaseUnavailable, match="statement_timeout") as settling:
-        quick_ledger.attempts.settle(seed_id, "claimant-1", COMPLETED, result="done")
+        settle(quick_ledger, seed_id, "claimant-1", COMPLETED, result="done")
     with pytest.raises(DatabaseUnavailable, match="statement_timeout"):
         quick_ledger.occurrences.cancel(seed_id)
 

@@ -1,15 +1,12 @@
 """The attempt log: every attempt of an occurrence on record, written with the attempt itself.
 
 - An attempt's row is inserted by the transaction that moves its occurrence to `running`,
-  from what that UPDATE returned: a start that loses (rolled back, or matching nothing)
-  leaves no row, and a row never exists for an attempt that did not start. On PostgreSQL the
-  UPDATE is a data-modifying CTE of the INSERT, so a start is still one statement.
-- Its end is written by whatever ends the attempt, in the same transaction: a settle (the
-  occurrence's status, or `failed` for a failure that will be retried), a cancel or a
-  replace (`cancelled`), a claim that finds its lease ran out (`abandoned`). Each end matches
-  only the occurrence's open row (`ended_at IS NULL`): at most one attempt of an occurrence
-  runs at a time, so that row is the attempt being ended, and a second end writes nothing.
-- Rows go with their occurrence: the foreign key cascades its delete (retention, a purge).
+  from what that UPDATE returned (on PostgreSQL, a CTE of the INSERT: one statement), so a
+  start that loses leaves no row.
+- Its end is written by whatever ends the attempt, in the same transaction (a settle, a
+  cancel or replace, a claim finding the lease ran out), matching only the occurrence's open
+  row: one attempt runs at a time, so a second end writes nothing.
+- Rows go with their occurrence: the foreign key cascades its delete.
 """
 
 from __future__ import annotations
@@ -39,16 +36,10 @@ def logged_start(sql: Backend, running: sa.Update) -> sa.Insert | sa.Update:
     """PostgreSQL: `running` (an UPDATE to `running`, without RETURNING) as a CTE of the
     INSERT of its attempt's row, answering the start time. SQLite cannot put an UPDATE in a
     CTE: `running` itself, returning what `log_start` inserts."""
-    returning = running.returning(*STARTED_COLUMNS)
     if not sql.is_postgres:
-        return returning
-    started = returning.cte("started")
-    return (
-        sa.insert(attempts)
-        .from_select(list(_LOGGED), sa.select(*started.c))
-        .add_cte(started)
-        .returning(attempts.c.started_at)
-    )
+        return running.returning(*STARTED_COLUMNS)
+    started, insert = _started_and_logged(running)
+    return insert.add_cte(started).returning(attempts.c.started_at)
 
 
 def run_logged_start(
@@ -70,23 +61,31 @@ def logged_start_cte(running: sa.Update) -> tuple[sa.CTE, sa.CTE]:
     """PostgreSQL only: `running` as a CTE (`started`, returning `started_at` last among
     `STARTED_COLUMNS`) and the CTE inserting its attempt's row, for a statement that starts an
     attempt while it reads."""
+    started, insert = _started_and_logged(running)
+    return started, insert.cte("logged")
+
+
+def _started_and_logged(running: sa.Update) -> tuple[sa.CTE, sa.Insert]:
+    """`running` as the CTE `started`, and the INSERT of its attempt's row from it."""
     started = running.returning(*STARTED_COLUMNS).cte("started")
-    logged = sa.insert(attempts).from_select(list(_LOGGED), sa.select(*started.c)).cte("logged")
-    return started, logged
+    return started, sa.insert(attempts).from_select(list(_LOGGED), sa.select(*started.c))
+
+
+def ending(sql: Backend, of: sa.ColumnElement[bool], **values: Any) -> sa.Update:
+    """The end of the open attempt of each occurrence `of` matches (on `attempts`), with
+    `values` (its outcome, error, detail)."""
+    open_rows = sa.and_(of, attempts.c.ended_at.is_(None))
+    return sa.update(attempts).where(open_rows).values(ended_at=sql.now(), **values)
 
 
 def end_statement(sql: Backend) -> sa.Update:
     """The end of occurrence `p_id`'s open attempt: `p_outcome`, `p_error`, `p_detail`."""
-    return (
-        sa.update(attempts)
-        .where(attempts.c.occurrence_id == sa.bindparam("p_id", type_=sa.String))
-        .where(attempts.c.ended_at.is_(None))
-        .values(
-            ended_at=sql.now(),
-            outcome=sa.bindparam("p_outcome", type_=sa.String),
-            error_message=sa.bindparam("p_error", type_=sa.Text),
-            error_detail=sa.bindparam("p_detail", type_=sa.Text),
-        )
+    return ending(
+        sql,
+        attempts.c.occurrence_id == sa.bindparam("p_id", type_=sa.String),
+        outcome=sa.bindparam("p_outcome", type_=sa.String),
+        error_message=sa.bindparam("p_error", type_=sa.Text),
+        error_detail=sa.bindparam("p_detail", type_=sa.Text),
     )
 
 
@@ -99,14 +98,9 @@ def end_open(
 ) -> None:
     """End the open attempt of each of these occurrences (a cancel, a replace, a claim that
     found their leases expired), all with the same outcome and error."""
-    if not occurrence_ids:
-        return
-    conn.execute(
-        sa.update(attempts)
-        .where(attempts.c.occurrence_id.in_(list(occurrence_ids)))
-        .where(attempts.c.ended_at.is_(None))
-        .values(ended_at=sql.now(), outcome=outcome, error_message=error)
-    )
+    if occurrence_ids:
+        of = attempts.c.occurrence_id.in_(list(occurrence_ids))
+        conn.execute(ending(sql, of, outcome=outcome, error_message=error))
 
 
 def attempts_of(conn: sa.Connection, occurrence_id: str) -> list[Attempt]:

@@ -2,31 +2,23 @@
 
 Every write here is conditional on ownership and its affected-row count is the answer;
 nothing trusts an earlier read.
-- A claim leases `pending` rows whose `due_at` has come (the instant, plus jitter or a retry's
-  backoff), or `claimed`/`running` rows whose lease has expired (crash recovery), oldest due
-  first, `attempt + 1`. An expired row is leased again only while it has attempts left
-  (`attempt < max_attempts`); one whose executor died on its last allowed attempt is settled
-  `failed` ("abandoned: …") by the same statement and never leased again. PostgreSQL locks
-  the chosen rows with `FOR UPDATE SKIP LOCKED` so concurrent claimers never wait on, or
-  share, a row; SQLite runs the same `UPDATE … RETURNING` inside an immediate transaction.
-- Starting takes the singleton slot and moves the occurrence `claimed → running` in one
-  transaction: there is no instant at which an occurrence runs without holding its key.
-  It locks the key's slot rows (and any its occurrence still holds) in slot order before
-  deciding, so concurrent starts never wait on each other both ways. When every slot is
-  held, the overlap policy decides in that same transaction: `forbid` gives up, `queue_one`
-  makes the contender the key's one waiter (back to `pending`, due again shortly),
-  `replace` cancels the oldest holder and takes its slot.
+- A claim leases due `pending` rows and `claimed`/`running` rows whose lease expired (crash
+  recovery), oldest due first, `attempt + 1`; an expired row on its last allowed attempt is
+  settled `failed` ("abandoned: …") by the same statement instead. On PostgreSQL concurrent
+  claimers skip each other's rows (`FOR UPDATE SKIP LOCKED`), never waiting or sharing.
+- A start takes the singleton slot and moves the occurrence `claimed → running` in one
+  transaction, so it never runs without its key; a busy key's overlap policy decides in that
+  same transaction (`singletons.py`).
 - A slot acquisition bumps the slot's fencing token. Renew, settle and release are
   conditional on (occurrence, holder, token), so a superseded holder writes nothing.
-- A failed attempt with attempts left is settled back to `pending`, due after its backoff,
-  with its error kept while it waits: the same conditional write as any other settle.
+- A failed attempt with attempts left is settled back to `pending`, due after its backoff.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -87,7 +79,8 @@ LEASE_RAN_OUT = "abandoned: the lease ran out before the attempt was settled"
 
 @dataclass(frozen=True, slots=True)
 class StartRequest:
-    """One attempt of a batch to start: `start_attempt`'s arguments that differ per attempt."""
+    """One attempt to start: `max_attempts`, when given, refreshes the row's from its
+    channel's policy; the start records the batch's `trace_id` in the same write."""
 
     occurrence: Occurrence | str
     executing_version: int
@@ -97,7 +90,15 @@ class StartRequest:
 
 @dataclass(frozen=True, slots=True)
 class SettleRequest:
-    """One attempt's end: `settle`'s arguments (see there)."""
+    """One attempt's end (`completed`, `failed`, `skipped_singleton`): the lease dropped and
+    the slot released, in one transaction conditional on the claimant still owning the
+    occurrence and, with a token, the slot. With `retry_in` (a failure with attempts left)
+    the occurrence goes back to `pending` instead, due that many seconds from now, its error
+    kept. `release_held` (no token: an attempt that ends before it starts) also gives back
+    what the occurrence holds from before (a queued place, a crashed attempt's slot). The
+    end's event (`attempt_failed`, `failed`, `skipped`; for `completed`, an open alert's
+    recovery, and itself when `completed_is_told`) and the end of the attempt's row in the
+    log (with `error_detail`) are written in that transaction too."""
 
     occurrence_id: str
     claimant: str
@@ -184,11 +185,9 @@ class AttemptStore(Store):
         self.events.announce(made)
         abandoned = [o for o in found if o.status != CLAIMED]
         if abandoned:
-            # Rare, so not in the claim's own statement: slots whose lease ran out with
-            # their holder's (a slot re-taken meanwhile has a live lease and is left alone).
-            # Housekeeping only, since an expired slot is free to take anyway: the claim
-            # above is committed, and a failure here must not cost the caller the rows it
-            # leased (they would wait out their lease unrun, each an attempt spent).
+            # Rare, so not in the claim's statement: free the slots whose lease ran out with
+            # their holder's. Housekeeping only (an expired slot is free to take anyway), so
+            # a failure here must not cost the caller the rows the claim leased.
             ids = [o.id for o in abandoned]
             try:
                 self._atomic(
@@ -250,34 +249,6 @@ class AttemptStore(Store):
             arm = arm.with_for_update(skip_locked=True)
         return arm.subquery()
 
-    def open_attempt(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        lease_secs: float,
-        trace_id: str,
-        *,
-        misfire_grace_secs: float,
-    ) -> OpenedAttempt:
-        """The occurrence and its channel as the channel is now (None: deleted), in one read;
-        NotFound when there is no such occurrence. With them: whether it is a late cron row the
-        misfire rule has yet to judge (not started within `misfire_grace_secs` of its due
-        time), and on PostgreSQL, in the same statement, the start of a plain attempt when
-        nothing stands in its way: still claimed by `claimant`, not such a late row, no
-        singleton slot held from an earlier attempt, channel active, and
-        `concurrency.policy` absent or "allow" (so no slot to take). The start is then the
-        `AttemptStart` (`executing_version`: the channel's version; `max_attempts`: its
-        retry policy's); otherwise `None`, and the caller decides from the read, starting
-        with `start_attempt` if it should. The occurrence and channel are as they were just
-        before the statement."""
-        rows, _ = self._run(
-            ("open", lease_secs, misfire_grace_secs),
-            lambda: open_statement(self._sql, lease_secs, misfire_grace_secs),
-            {"p_id": occurrence_id, "p_claimant": claimant, "p_trace": trace_id},
-            write=self._sql.is_postgres,
-        )
-        return _opened(occurrence_id, rows[0] if rows else None)
-
     def open_attempts(
         self,
         occurrence_ids: Sequence[str],
@@ -287,50 +258,22 @@ class AttemptStore(Store):
         *,
         misfire_grace_secs: float,
     ) -> dict[str, OpenedAttempt]:
-        """`open_attempt` of each occurrence of a batch under one claimant, in one statement:
-        each row's start is conditional on that row alone. An id with no occurrence is left
-        out of the answer."""
+        """Each occurrence with its channel as it is now (None: deleted), in one read, and
+        whether it is a late cron row the misfire rule has yet to judge; an id with no
+        occurrence is left out. On PostgreSQL the same statement starts a plain attempt when
+        nothing stands in its way (still claimed by `claimant`, not late, holding no slot,
+        channel active, overlap allowed), each row on its own conditions; otherwise `start`
+        is None and the caller decides, with `start_attempts` if it should start."""
+        many = len(occurrence_ids) != 1
+        ids = {"p_ids": list(occurrence_ids)} if many else {"p_id": occurrence_ids[0]}
         rows, _ = self._run(
-            ("open-many", lease_secs, misfire_grace_secs),
-            lambda: open_statement(self._sql, lease_secs, misfire_grace_secs, many=True),
-            {"p_ids": list(occurrence_ids), "p_claimant": claimant, "p_trace": trace_id},
+            ("open", many, lease_secs, misfire_grace_secs),
+            lambda: open_statement(self._sql, lease_secs, misfire_grace_secs, many=many),
+            {**ids, "p_claimant": claimant, "p_trace": trace_id},
             write=self._sql.is_postgres,
         )
-        opened = (_opened(str(row[0]), row) for row in rows)
+        opened = map(_opened, rows)
         return {attempt.occurrence.id: attempt for attempt in opened}
-
-    def start_attempt(
-        self,
-        occurrence: Occurrence | str,
-        claimant: str,
-        executing_version: int,
-        singleton: SingletonSpec | None,
-        lease_secs: float,
-        *,
-        trace_id: str | None = None,
-        max_attempts: int | None = None,
-        wait_secs: float = 1.0,
-    ) -> AttemptStart:
-        """Take a slot of the singleton key and move the occurrence to `running`, in one
-        transaction. The key's slot rows, and any slot or waiting place this occurrence
-        still holds from an earlier attempt, are locked first, in (key, slot) order; then
-        what it held is given back (so one occurrence never holds two) and the first of
-        slots `0..slots-1` that is free, expired or its own is taken under the slot's next
-        fencing token, so the earlier holder's writes stop matching. When every slot is
-        held, `singleton.policy` decides (see `AttemptStart`); a `queue_one` waiter is due
-        again `wait_secs` later. Under `allow`, pass the `Occurrence` as read after the
-        claim: one that shows no `singleton_key` holds nothing, and the start is one
-        statement. `trace_id`, when given, is recorded in the same write, so a run that
-        dies is visible as started with its trace; `max_attempts`, when given, refreshes
-        the occurrence's from its channel's policy."""
-        [started] = self.start_attempts(
-            [StartRequest(occurrence, executing_version, singleton, max_attempts)],
-            claimant,
-            lease_secs,
-            trace_id=trace_id,
-            wait_secs=wait_secs,
-        )
-        return started
 
     def start_attempts(
         self,
@@ -341,19 +284,45 @@ class AttemptStore(Store):
         trace_id: str | None = None,
         wait_secs: float = 1.0,
     ) -> list[AttemptStart]:
-        """`start_attempt` of each request, in one transaction (a batch: each under a
-        savepoint, so a start that loses undoes its own writes only), answered in order.
-        Keyed starts go in key order, the order their slot rows are locked in."""
+        """Start each request's attempt: take a slot of its singleton key (if any) and move
+        it to `running`, answered in order. Each start locks its key's slot rows, and any its
+        occurrence holds from an earlier attempt, in (key, slot) order; gives back what it
+        held; and takes the first slot free, expired or its own under the slot's next fencing
+        token, so the earlier holder's writes stop matching. When every slot is held, the
+        key's policy decides (see `AttemptStart`); a `queue_one` waiter is due again
+        `wait_secs` later. All in one transaction, each start under a savepoint (one that
+        loses undoes its own writes only), keyed starts in key order; a lone plain start (an
+        `Occurrence` read after its claim, showing no key) is one statement."""
+        start_one = partial(
+            self._start_one,
+            claimant=claimant,
+            lease_secs=lease_secs,
+            trace_id=trace_id,
+            wait_secs=wait_secs,
+        )
+
+        def start_all(
+            todo: list[int], conn: sa.Connection
+        ) -> tuple[dict[int, AttemptStart], list[Event], list[int]]:
+            """The starts `todo`: their answers, the events they made, and those whose key
+            lacks slot rows (nothing written for them)."""
+            done: dict[int, AttemptStart] = {}
+            made: list[Event] = []
+            lacking: list[int] = []
+            for i in todo:
+                started = _undoable(conn, len(todo) == 1, start_one, conn, requests[i])
+                if started is None:
+                    lacking.append(i)
+                else:
+                    done[i], events = started
+                    made += events
+            return done, made, lacking
+
         answers: dict[int, AttemptStart] = {}
         todo = sorted(range(len(requests)), key=lambda i: _key_of(requests[i]))
         for _ in range(SLOT_ROW_TRIES):
-            alone = len(todo) == 1
-            start_all = partial(
-                self._start_all, requests, todo, claimant, lease_secs, trace_id, wait_secs
-            )
-            done, made, lacking = self._atomic(
-                start_all, single=alone and not _releases(requests[todo[0]])
-            )
+            alone = len(todo) == 1 and not _releases(requests[todo[0]])
+            done, made, lacking = self._atomic(partial(start_all, todo), single=alone)
             self.events.announce(made)
             answers |= done
             if not lacking:
@@ -366,40 +335,6 @@ class AttemptStore(Store):
         raise RuntimeError(
             f"the slot rows of {[_key_of(requests[i]) for i in todo]} keep disappearing"
         )
-
-    def _start_all(
-        self,
-        requests: Sequence[StartRequest],
-        todo: list[int],
-        claimant: str,
-        lease_secs: float,
-        trace_id: str | None,
-        wait_secs: float,
-        conn: sa.Connection,
-    ) -> tuple[dict[int, AttemptStart], list[Event], list[int]]:
-        """The starts `todo` in the caller's transaction: their answers, the events they
-        made, and those whose key lacks slot rows (nothing written for them)."""
-        done: dict[int, AttemptStart] = {}
-        made: list[Event] = []
-        lacking: list[int] = []
-        for i in todo:
-            started = _undoable(
-                conn,
-                len(todo) == 1,
-                self._start_one,
-                conn,
-                requests[i],
-                claimant,
-                lease_secs,
-                trace_id,
-                wait_secs,
-            )
-            if started is None:
-                lacking.append(i)
-            else:
-                done[i], events = started
-                made += events
-        return done, made, lacking
 
     def _start_one(
         self,
@@ -450,18 +385,11 @@ class AttemptStore(Store):
             # Our lease ran out and a peer re-claimed it, or it was cancelled: the slot
             # taken above (and any holder replaced for it) is undone with the rest.
             raise _Undone((AttemptStart("lost"), []))
-        made = (
-            []
-            if replaced is None
-            else self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
-        )
-        return AttemptStart(
-            "started",
-            fencing_token=token,
-            slot=slot,
-            started_at=started_at,
-            replaced=None if replaced is None else replaced.id,
-        ), made
+        started = AttemptStart("started", fencing_token=token, slot=slot, started_at=started_at)
+        if replaced is None:
+            return started, []
+        made = self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
+        return replace(started, replaced=replaced.id), made
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
@@ -469,115 +397,61 @@ class AttemptStore(Store):
         """Extend a running attempt's claim and (with a token) its singleton slot, both or
         neither. False: ownership is lost and the attempt must stop without writing."""
 
+        claim = (
+            sa.update(occurrences)
+            .where(occurrences.c.id == occurrence_id)
+            .where(occurrences.c.claimed_by == claimant)
+            .where(status_rechecked(RUNNING))
+            .values(claimed_until=self._sql.now_plus(lease_secs), updated_at=self._sql.now())
+        )
+
         def renew(conn: sa.Connection) -> bool:
-            if fencing_token is not None and not renew_slot(
+            slot = fencing_token is None or renew_slot(
                 conn, self._sql, occurrence_id, claimant, fencing_token, lease_secs
-            ):
-                conn.rollback()
-                return False
-            renewed = conn.execute(
-                sa.update(occurrences)
-                .where(occurrences.c.id == occurrence_id)
-                .where(occurrences.c.claimed_by == claimant)
-                .where(status_rechecked(RUNNING))
-                .values(
-                    claimed_until=self._sql.now_plus(lease_secs),
-                    updated_at=self._sql.now(),
-                )
-            ).rowcount
-            if renewed != 1:
-                conn.rollback()
-                return False
-            return True
+            )
+            if slot and conn.execute(claim).rowcount == 1:
+                return True
+            conn.rollback()
+            return False
 
         return self._atomic(renew, single=fencing_token is None)
 
-    def settle(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        status: str,
-        *,
-        fencing_token: int | None = None,
-        error_message: str | None = None,
-        error_detail: str | None = None,
-        result: str | None = None,
-        trace_id: str | None = None,
-        retry_in: float | None = None,
-        release_held: bool = False,
-        completed_is_told: bool = False,
-    ) -> bool:
-        """Write the end of an attempt (`completed`, `failed`, `skipped_singleton`) and drop
-        its lease, releasing its singleton slot in the same transaction. Conditional on the
-        claimant still owning the occurrence and, with a token, the slot. With `retry_in`
-        (a failure whose occurrence has attempts left) the occurrence goes back to
-        `pending` instead, due `retry_in` seconds from now, its error kept while it waits.
-        `release_held` (without a token: an attempt that ends before it starts) also gives
-        back whatever slot or waiting place the occurrence still holds from before (a
-        queued contender's place, a crashed attempt's slot), in the same transaction.
-        The end's event (`attempt_failed`, `failed`, `skipped`; for `completed` the
-        recovery of an open alert, and the completion itself when `completed_is_told`) is
-        written in that transaction too, and so is the end of the attempt's row in the log
-        (with `error_detail`, a Python target's last frames). False: a superseded holder, and
-        nothing was written."""
-        request = SettleRequest(
-            occurrence_id,
-            claimant,
-            status,
-            fencing_token,
-            error_message,
-            error_detail,
-            result,
-            trace_id,
-            retry_in,
-            release_held,
-            completed_is_told,
-        )
-        parameters = request.parameters()
-        # The common end: one statement, unless the channel has failures or an open alert
-        # this completion must answer (then it matches nothing and the end is written
-        # below, with its events).
-        if request.quiet and self._atomic(
-            lambda conn: self._settle_quietly(conn, parameters), single=self._sql.is_postgres
-        ):
-            return True
-        made = self._atomic(
-            lambda conn: _undoable(conn, True, self._settle_one, conn, request, parameters)
-        )
-        if made is None:
-            return False
-        self.events.announce(made)
-        return True
-
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
-        """`settle` of each request (a micro-batch of ends), in one transaction, answered in
-        order: each is conditional on its own claimant and token, and one that lost is
-        undone alone (a savepoint), writing nothing, while the others are written."""
+        """Write each attempt's end (see `SettleRequest`), answered in order; False: a
+        superseded holder, and nothing was written for it. Quiet completions are written first, on PostgreSQL in one statement; the
+        rest, and those the quiet write did not match (their channel has failures or an
+        open alert to answer), in one transaction where one that lost is undone alone."""
+        quiet = [r for r in requests if r.quiet]
+        done: set[str] = set()
+        if quiet:
+            done = self._atomic(
+                lambda conn: self._settle_all_quietly(conn, quiet), single=self._sql.is_postgres
+            )
+        rest = [r for r in requests if not (r.quiet and r.occurrence_id in done)]
+        if rest:
+            settled, made = self._atomic(partial(self._settle_all, rest))
+            self.events.announce(made)
+            done |= settled
+        return [r.occurrence_id in done for r in requests]
 
-        def settle_all(conn: sa.Connection) -> tuple[list[bool], list[Event]]:
-            settled: list[bool] = []
-            made: list[Event] = []
-            quietly = self._settle_all_quietly(conn, [r for r in requests if r.quiet])
-            for request in requests:
-                parameters = request.parameters()
-                if request.quiet and request.occurrence_id in quietly:
-                    quietly.discard(request.occurrence_id)
-                    settled.append(True)
-                    continue
-                events = _undoable(conn, False, self._settle_one, conn, request, parameters)
-                settled.append(events is not None)
-                made += events or []
-            return settled, made
+    def _settle_all(
+        self, requests: list[SettleRequest], conn: sa.Connection
+    ) -> tuple[set[str], list[Event]]:
+        """`_settle_one` of each request, in the caller's transaction: the ids it settled,
+        and the events they made."""
+        settled: set[str] = set()
+        made: list[Event] = []
+        for request in requests:
+            events = _undoable(conn, len(requests) == 1, self._settle_one, conn, request)
+            if events is not None:
+                settled.add(request.occurrence_id)
+                made += events
+        return settled, made
 
-        settled, made = self._atomic(settle_all)
-        self.events.announce(made)
-        return settled
-
-    def _settle_one(
-        self, conn: sa.Connection, request: SettleRequest, parameters: dict[str, Any]
-    ) -> list[Event]:
+    def _settle_one(self, conn: sa.Connection, request: SettleRequest) -> list[Event]:
         """An end with its slot's release and its events, in the caller's transaction;
         `_Undone` when the holder was superseded."""
+        parameters = request.parameters()
         if request.fencing_token is None:
             if request.release_held:
                 # Singleton first (the lock order); undone below if the settle loses.
@@ -595,7 +469,7 @@ class AttemptStore(Store):
         if row is None:
             raise _Undone(None)
         settled = occurrence_of(row)
-        conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
+        self._end_attempt(conn, parameters)
         retried = request.retry_in is not None
         ended = self._end_drafts(conn, settled, retried, request.completed_is_told)
         return self.events.record(conn, ended)
@@ -609,16 +483,14 @@ class AttemptStore(Store):
             return bool(conn.execute(statement, parameters).scalar_one() == 1)
         if conn.execute(self._quiet_settle_statement(), parameters).rowcount != 1:
             return False
-        conn.execute(self._statement("end-attempt", self._end_attempt_statement), parameters)
+        self._end_attempt(conn, parameters)
         return True
 
     def _settle_all_quietly(self, conn: sa.Connection, requests: list[SettleRequest]) -> set[str]:
-        """`_settle_quietly` of each request, in the caller's transaction, on PostgreSQL in
-        one statement: the ids of those it settled."""
-        if not self._sql.is_postgres:
+        """`_settle_quietly` of each request, in the caller's transaction (on PostgreSQL,
+        several in one statement): the ids of those it settled."""
+        if not self._sql.is_postgres or len(requests) == 1:
             return {r.occurrence_id for r in requests if self._settle_quietly(conn, r.parameters())}
-        if not requests:
-            return set()
         each = [r.parameters() for r in requests]
         arrays = {f"{name}s": [p[name] for p in each] for name in ENDS}
         statement = self._statement("settle-quiet-many", lambda: self._quiet_settle_logged(_ends()))
@@ -629,19 +501,15 @@ class AttemptStore(Store):
         statement answering how many occurrences it settled (0 or 1); with `ends` (see
         `_owned_update`), the ids of those it settled."""
         settled = self._quiet_settle_statement(ends).returning(occurrences.c.id).cte("settled")
-        ended = (
-            sa.update(attempts)
-            .where(attempts.c.occurrence_id.in_(sa.select(settled.c.id)))
-            .where(attempts.c.ended_at.is_(None))
-            .values(ended_at=self._sql.now(), outcome=_text(COMPLETED))
-            .cte("ended")
-        )
+        of = attempts.c.occurrence_id.in_(sa.select(settled.c.id))
+        ended = attempt_log.ending(self._sql, of, outcome=_text(COMPLETED)).cte("ended")
         answer = sa.select(sa.func.count()) if ends is None else sa.select(settled.c.id)
         return answer.select_from(settled).add_cte(ended)
 
-    def _end_attempt_statement(self) -> sa.Update:
+    def _end_attempt(self, conn: sa.Connection, parameters: dict[str, Any]) -> None:
         """The end of the settled occurrence's attempt: a retried failure is `failed`."""
-        return attempt_log.end_statement(self._sql)
+        statement = self._statement("end-attempt", partial(attempt_log.end_statement, self._sql))
+        conn.execute(statement, parameters)
 
     def _end_drafts(
         self, conn: sa.Connection, settled: Occurrence, retried: bool, completed_is_told: bool
@@ -803,11 +671,10 @@ def _ends() -> sa.CTE:
     return sa.select(*columns).cte("ends")
 
 
-def _opened(occurrence_id: str, row: Sequence[Any] | None) -> OpenedAttempt:
+def _opened(row: Sequence[Any]) -> OpenedAttempt:
     """An open statement's row: the occurrence and channel, whether it is a late row to
     judge, and the start it made."""
-    occurrence, channel = occurrence_and_channel(occurrence_id, row)
-    assert row is not None
+    occurrence, channel = occurrence_and_channel(row)
     misfire_due, started_at = row[-2:]
     start = AttemptStart("started", started_at=started_at) if started_at else None
     return OpenedAttempt(occurrence, channel, start, bool(misfire_due))
@@ -819,12 +686,10 @@ def _key_of(request: StartRequest) -> str:
 
 def _releases(request: StartRequest) -> bool:
     """Whether a start must first give back what its occurrence may hold from an earlier
-    attempt (a crashed one, now re-claimed, or a queued contender back for its slot). Under
-    `allow`, an occurrence read after its claim with no `singleton_key` holds nothing (a
-    slot, or a waiting place, is only taken together with it). With a key the rows are
-    always read: a duplicate delivery that read the row before its twin started must find
-    its own slot free again, reach the conditional UPDATE and come out `lost`, not
-    `singleton_busy`."""
+    attempt (a crashed one, or a queued contender back for its slot). Under `allow`, one read
+    after its claim with no `singleton_key` holds nothing. With a key the rows are always
+    read: a duplicate delivery must find its own slot free, reach the conditional UPDATE and
+    come out `lost`, not `singleton_busy`."""
     occurrence = request.occurrence
     return (
         request.singleton is not None

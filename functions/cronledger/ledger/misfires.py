@@ -1,15 +1,12 @@
 """Misfires judged at start (docs/guarantees.md#misfire-at-start): a late cron row runs only if
 its channel's policy would have kept it, however early it was written.
 
-A row written ahead, or one that waited out a backlog or an outage, can start long after it was
-due. It is judged first, as a reconcile pass would have: all of the channel's unjudged late
-rows at once (`catch_up` keeps the oldest N of the whole late set), under `MisfireRule.keep`.
-Kept rows are marked judged; dropped ones become `skipped_misfire`.
-
-The judgment locks the channel's cursor row, serialising it with other judgments and with
-reconcile's compare-and-set. A cursor still behind the late window means reconcile has yet to
-plan rows inside it, so the judgment waits (`behind`). Every write is conditional on the row
-still being live and unjudged.
+A late row is judged first, as a reconcile pass would have: all of the channel's unjudged late
+rows at once (`catch_up` keeps the oldest N of the whole set), under `MisfireRule.keep`; kept
+rows are marked judged, dropped ones become `skipped_misfire`. The judgment locks the channel's
+cursor row, serialising it with reconcile; a cursor still behind the late window means rows
+are yet to be planned, so it waits (`behind`). Every write is conditional on the row still
+being live and unjudged.
 """
 
 from __future__ import annotations
@@ -123,17 +120,11 @@ class MisfireStore(Store):
                     ordered = sorted(
                         (Occurrence(*r) for r in skipped), key=lambda o: o.scheduled_for
                     )
-                    made = self.events.record(
-                        conn,
-                        [
-                            draft(
-                                alerts.SKIPPED,
-                                ordered[-1],
-                                count=dropped,
-                                oldest_scheduled_for=ordered[0].scheduled_for,
-                            )
-                        ],
+                    newest, oldest = ordered[-1], ordered[0].scheduled_for
+                    event = draft(
+                        alerts.SKIPPED, newest, count=dropped, oldest_scheduled_for=oldest
                     )
+                    made = self.events.record(conn, [event])
             mine = conn.execute(
                 sa.select(
                     occurrences.c.status, occurrences.c.claimed_by, occurrences.c.misfire_judged

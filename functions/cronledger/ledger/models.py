@@ -233,7 +233,7 @@ class SingletonSpec:
 
 @dataclass(frozen=True, slots=True)
 class AttemptStart:
-    """What `start_attempt` decided. `started`: running since `started_at`, holding `slot`
+    """What a start decided. `started`: running since `started_at`, holding `slot`
     under `fencing_token` if keyed (`replaced`: the holder it cancelled). `singleton_busy`:
     every slot held (under `queue_one`, a contender waits already); nothing written.
     `waiting`: the key's one contender, pending again after `wait_secs`, its attempt given

@@ -1,26 +1,20 @@
 """Singleton keys (`cron_singletons`): slots, the one waiting contender, and replacement.
 
 A key has slot rows `0..slots-1`. A slot is held by one occurrence under a lease and a
-fencing token that climbs on every acquisition; a released or expired slot keeps its row, so
-its next holder still gets a higher token. Under `queue_one` the row at `WAITER_SLOT` holds
-the key's one waiting contender under a lease of its own.
+fencing token that climbs on every acquisition; a freed or expired slot keeps its row, so its
+next holder still gets a higher token. Under `queue_one` the row at `WAITER_SLOT` holds the
+key's one waiting contender under a lease of its own.
 
-A start locks the rows it may touch in one statement, in (key, slot) order, and only then
-decides in Python which to take and which to give back; every statement that writes several
-slot rows locks them in that same order. Rows are locked in one direction only, so two
-transactions can wait on each other's slot rows in one direction only, never both ways. Slot
-rows a key lacks are added by a statement of their own, outside any transaction that holds a
-lock, so adding them never waits while holding one.
-
-These functions run inside the caller's transaction, which writes singleton rows before any
-occurrence row (the lock order, `store.py`); each write is one conditional statement whose
-answer is what it matched. `take_key` is a start's whole decision over the locked rows: a
-free slot, the waiting place (`queue_one`), the oldest holder's slot (`replace`), or none.
+Every statement that writes slot rows locks them in (key, slot) order, so two transactions
+never wait on each other both ways; a start locks every row it may touch in one read, then
+decides in Python (`take_key`). Rows a key lacks are added by a statement of their own,
+holding no lock. These functions run in the caller's transaction, which writes singleton
+rows before occurrence rows (the lock order, `store.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +28,8 @@ from cronledger.ledger.tables import occurrence_of, occurrences, singletons, sta
 
 #: The slot row of a `queue_one` key's waiting contender (never a running holder's).
 WAITER_SLOT = -1
+#: A slot row's values once freed: it keeps its fencing token, so its next holder's is higher.
+FREE = {"occurrence_id": None, "holder": None, "lease_until": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,17 +78,6 @@ def lock_slots(conn: sa.Connection, sql: Backend, key: str, occurrence_id: str) 
     ]
 
 
-def add_slot_rows(conn: sa.Connection, sql: Backend, key: str, slots: Iterable[int]) -> None:
-    """Add the free rows `key` lacks among `slots` (token 0, so the first holder gets 1);
-    rows already there, held or not, are left alone."""
-    rows = [{"singleton_key": key, "slot": slot, "fencing_token": 0} for slot in sorted(set(slots))]
-    conn.execute(
-        sql.insert(singletons)
-        .values(rows)
-        .on_conflict_do_nothing(index_elements=[singletons.c.singleton_key, singletons.c.slot])
-    )
-
-
 def take_slot(
     conn: sa.Connection,
     sql: Backend,
@@ -128,16 +113,8 @@ def renew_slot(
     fencing_token: int,
     lease_secs: float,
 ) -> bool:
-    return (
-        conn.execute(
-            sa.update(singletons)
-            .where(singletons.c.occurrence_id == occurrence_id)
-            .where(singletons.c.holder == holder)
-            .where(singletons.c.fencing_token == fencing_token)
-            .values(lease_until=sql.now_plus(lease_secs))
-        ).rowcount
-        == 1
-    )
+    renew = sa.update(singletons).where(_held_under(occurrence_id, holder, fencing_token))
+    return conn.execute(renew.values(lease_until=sql.now_plus(lease_secs))).rowcount == 1
 
 
 def release_slot(
@@ -150,16 +127,10 @@ def release_slot(
 ) -> bool:
     """Free the slot this holder holds for this occurrence under `fencing_token` (of `key`,
     when given); a superseded holder matches nothing."""
-    stmt = (
-        sa.update(singletons)
-        .where(singletons.c.occurrence_id == occurrence_id)
-        .where(singletons.c.holder == holder)
-        .where(singletons.c.fencing_token == fencing_token)
-        .values(occurrence_id=None, holder=None, lease_until=None)
-    )
+    stmt = sa.update(singletons).where(_held_under(occurrence_id, holder, fencing_token))
     if key is not None:
         stmt = stmt.where(singletons.c.singleton_key == key)
-    return conn.execute(stmt).rowcount == 1
+    return conn.execute(stmt.values(FREE)).rowcount == 1
 
 
 def release_slots_of(
@@ -201,7 +172,7 @@ def _release_chosen(
     freed = conn.execute(
         sa.update(singletons)
         .where(sa.tuple_(singletons.c.singleton_key, singletons.c.slot).in_(chosen))
-        .values(occurrence_id=None, holder=None, lease_until=None)
+        .values(FREE)
         .returning(singletons.c.singleton_key, singletons.c.slot)
     )
     return {(str(key), int(slot)) for key, slot in freed}
@@ -211,7 +182,16 @@ def add_key_rows(conn: sa.Connection, sql: Backend, spec: SingletonSpec) -> None
     """The rows a start under `spec` may take: its slots and, under `queue_one`, the
     waiting place."""
     first = WAITER_SLOT if spec.policy == "queue_one" else 0
-    add_slot_rows(conn, sql, spec.key, range(first, spec.slots))
+    # Token 0, so the first holder gets 1; rows already there, held or not, are left alone.
+    rows = [
+        {"singleton_key": spec.key, "slot": slot, "fencing_token": 0}
+        for slot in range(first, spec.slots)
+    ]
+    conn.execute(
+        sql.insert(singletons)
+        .values(rows)
+        .on_conflict_do_nothing(index_elements=[singletons.c.singleton_key, singletons.c.slot])
+    )
 
 
 def take_key(
@@ -239,35 +219,25 @@ def take_key(
         release_slots_of(conn, sql, [occurrence_id])
     # Holders of slots an edit has since removed still run: until they end, they count
     # against the key's slots like any other holder.
-    running = sum(1 for r in of_key.values() if r.slot >= 0 and _held_by_another(r, occurrence_id))
-    free = next(
-        (
-            of_key[slot]
-            for slot in range(spec.slots)
-            if not _held_by_another(of_key[slot], occurrence_id)
-        ),
-        None,
-    )
-    if running >= spec.slots:
-        free = None
-    if free is not None:
-        token = take_slot(conn, sql, free, occurrence_id, holder, lease_secs)
-        return "busy" if token is None else (free.slot, token, None)
+    holders = [r for r in of_key.values() if r.slot >= 0 and _held_by_another(r, occurrence_id)]
+    free = [of_key[n] for n in range(spec.slots) if not _held_by_another(of_key[n], occurrence_id)]
+    if free and len(holders) < spec.slots:
+        token = take_slot(conn, sql, free[0], occurrence_id, holder, lease_secs)
+        return "busy" if token is None else (free[0].slot, token, None)
     if spec.policy == "queue_one" and waiter is not None:
         # The place outlives the wait and a claim of the waiter in between.
         place_secs = lease_secs + wait_secs
         placed = take_slot(conn, sql, waiter, occurrence_id, None, place_secs)
         return "busy" if placed is None else "wait"
     if spec.policy == "replace":
-        return _replace_oldest(conn, sql, rows, spec, occurrence_id, holder, lease_secs)
+        return _replace_oldest(conn, sql, holders, occurrence_id, holder, lease_secs)
     return "busy"
 
 
 def _replace_oldest(
     conn: sa.Connection,
     sql: Backend,
-    rows: list[SlotRow],
-    spec: SingletonSpec,
+    holders: list[SlotRow],
     occurrence_id: str,
     holder: str,
     lease_secs: float,
@@ -275,9 +245,6 @@ def _replace_oldest(
     """Cancel the key's live holder that started first ("replaced by <this id>") and take
     its slot under the next token. Its slot row is among those locked already, so it
     cannot change hands meanwhile."""
-    holders = [
-        r for r in rows if r.key == spec.key and r.slot >= 0 and _held_by_another(r, occurrence_id)
-    ]
     if not holders:
         return "busy"
     victim = min(holders, key=_start_order)
@@ -303,6 +270,15 @@ def _replace_oldest(
         return victim.slot, token, None
     attempt_log.end_open(conn, sql, [victim.occurrence_id], CANCELLED, replaced_by)
     return victim.slot, token, occurrence_of(cancelled)
+
+
+def _held_under(occurrence_id: str, holder: str, fencing_token: int) -> sa.ColumnElement[bool]:
+    """The slot row `holder` holds for the occurrence, if still under `fencing_token`."""
+    return sa.and_(
+        singletons.c.occurrence_id == occurrence_id,
+        singletons.c.holder == holder,
+        singletons.c.fencing_token == fencing_token,
+    )
 
 
 def _held_by_another(row: SlotRow | None, occurrence_id: str) -> bool:

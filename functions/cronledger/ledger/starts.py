@@ -1,11 +1,10 @@
 """Starting an attempt: the one UPDATE that moves an occurrence `claimed → running`.
 
-Every start is `running_update`, conditional on the claimant still holding the claim, and
-writes its attempt's row in the log with it (`attempt_log`). It is sent in one of two forms:
-`start_statement`, after the slot of a concurrency key is taken (`AttemptStore.start_attempt`),
-and on PostgreSQL inside `open_statement`, the executor's first read, for a plain attempt
-that has no key to take; there the channel's version and retry policy come from the joined
-channel row, in the same statement.
+Every start is `running_update`, conditional on the claimant still holding the claim, writing
+its attempt's row in the log with it (`attempt_log`). It is sent as `start_statement` once a
+concurrency key's slot is taken (`AttemptStore.start_attempts`), or on PostgreSQL inside
+`open_statement`, the executor's first read, for a plain attempt with no key to take (the
+channel's version and retry policy then come from the joined channel row).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cronledger.errors import NotFound
 from cronledger.ledger import attempt_log
 from cronledger.ledger.backend import Backend
 from cronledger.ledger.misfires import misfire_due
@@ -131,12 +129,8 @@ def _retry_max_attempts() -> sa.ColumnElement[int]:
     return sa.func.coalesce(number, DEFAULT_MAX_ATTEMPTS)
 
 
-def occurrence_and_channel(
-    occurrence_id: str, row: Sequence[Any] | None
-) -> tuple[Occurrence, Channel | None]:
+def occurrence_and_channel(row: Sequence[Any]) -> tuple[Occurrence, Channel | None]:
     """An occurrence's columns, then its channel's (all NULL when the channel is gone)."""
-    if row is None:
-        raise NotFound(f"occurrence {occurrence_id} not found")
     split, end = len(occurrences.c), len(occurrences.c) + len(channels.c)
     occurrence = occurrence_of(row[:split])
     if row[split] is None:  # the channel's id: no channel
