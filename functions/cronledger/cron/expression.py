@@ -32,6 +32,11 @@ class _Field:
     high: int
     carry: str  # the larger unit a step cannot carry over into
     names: tuple[str, ...] = ()  # names[i] is the value low + i
+    every: int | None = None  # the highest value `*` covers, when not `high`
+
+    @property
+    def top(self) -> int:
+        return self.high if self.every is None else self.every
 
     @property
     def allowed(self) -> str:
@@ -44,19 +49,12 @@ MINUTE: Final = _Field("minute", 0, 59, "hour")
 HOUR: Final = _Field("hour", 0, 23, "day")
 DAY_OF_MONTH: Final = _Field("day-of-month", 1, 31, "month")
 # Spelled out: `calendar.month_abbr` follows the process's locale.
-MONTH: Final = _Field(
-    "month",
-    1,
-    12,
-    "year",
-    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
-)
-# 0-7: both ends are Sunday (Vixie cron); the names stop at SAT, as everywhere.
-DAY_OF_WEEK: Final = _Field(
-    "day-of-week", 0, 7, "week", ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
-)
-#: `*` in day-of-week is Sunday to Saturday; 7 (Sunday again) only when written.
-DAY_OF_WEEK_LAST: Final = 6
+MONTHS: Final = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+MONTH: Final = _Field("month", 1, 12, "year", MONTHS)
+# 0-7: both ends are Sunday (Vixie cron); the names stop at SAT, as everywhere. `*` is Sunday
+# to Saturday; 7 (Sunday again) only when written.
+WEEKDAYS: Final = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+DAY_OF_WEEK: Final = _Field("day-of-week", 0, 7, "week", WEEKDAYS, every=6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,14 +83,6 @@ class DayRule:
     of_month: DaysOfMonth | None
     of_week: DaysOfWeek | None
 
-    def days_in(self, year: int, month: int) -> tuple[int, ...]:
-        """The matching days of one month, ascending."""
-        return _days_in(self, year, month)
-
-    def has_consecutive_days(self) -> bool:
-        """Whether two days in a row ever match."""
-        return _has_consecutive_days(self)
-
 
 @dataclass(frozen=True, slots=True)
 class CronSpec:
@@ -110,30 +100,25 @@ def parse_expression(fields: Sequence[str]) -> CronSpec:
     `ExpressionRefused` naming the first field that has no plain one."""
     second, minute, hour, day_of_month, month, day_of_week = fields
     months = frozenset(_values(MONTH, month))
-    dom_restricted = day_of_month not in ("*", "?")
-    dow_restricted = day_of_week not in ("*", "?")
     for field, text, other, other_text in (
         (DAY_OF_MONTH, day_of_month, DAY_OF_WEEK, day_of_week),
         (DAY_OF_WEEK, day_of_week, DAY_OF_MONTH, day_of_month),
     ):
         if text.startswith("*/") and other_text not in ("*", "?"):
-            spelled = f"{field.low}-{6 if field is DAY_OF_WEEK else field.high}{text[1:]}"
+            spelled = f"{field.low}-{field.top}{text[1:]}"
             raise ExpressionRefused(
                 f"the {field.name} field `{text}` beside a restricted {other.name} "
                 f"(`{other_text}`) is read differently by different crons (Vixie cron: both "
                 f"must match; others: either): write `{spelled}` to fire when either matches"
             )
-    of_month = _days_of_month(day_of_month) if dom_restricted else None
-    of_week = _days_of_week(day_of_week) if dow_restricted else None
-    every_month = months == frozenset(range(1, 13))
-    days = None
-    if of_month is not None or of_week is not None or not every_month:
-        days = DayRule(months, of_month, of_week)
+    of_month = None if day_of_month in ("*", "?") else _days_of_month(day_of_month)
+    of_week = None if day_of_week in ("*", "?") else _days_of_week(day_of_week)
+    every_day = of_month is None and of_week is None and len(months) == 12
     return CronSpec(
         seconds=tuple(sorted(_values(SECOND, second))),
         minutes=tuple(sorted(_values(MINUTE, minute))),
         hours=tuple(sorted(_values(HOUR, hour))),
-        days=days,
+        days=None if every_day else DayRule(months, of_month, of_week),
     )
 
 
@@ -171,7 +156,7 @@ def _item_values(field: _Field, text: str, item: str) -> set[int]:
     if slash:
         step = _step(field, text, step_text)
     if base == "*":
-        low, high = field.low, DAY_OF_WEEK_LAST if field is DAY_OF_WEEK else field.high
+        low, high = field.low, field.top
     elif "-" in base:
         start, _, end = base.partition("-")
         low = _value(field, text, start)
@@ -195,7 +180,7 @@ def _item_values(field: _Field, text: str, item: str) -> set[int]:
 
 
 def _step(field: _Field, text: str, step_text: str) -> int:
-    span = (DAY_OF_WEEK_LAST + 1 if field is DAY_OF_WEEK else field.high) - field.low
+    span = field.high - field.low
     if not step_text.isascii() or not step_text.isdigit() or int(step_text) == 0:
         raise ExpressionRefused(
             f"the {field.name} field `{text}`: a step is a whole number from 1 to {span}"
@@ -229,8 +214,7 @@ def _value(field: _Field, text: str, token: str) -> int:
 def _wrapped(field: _Field, low: int, high: int) -> str:
     if field is DAY_OF_WEEK and high == 0:  # to Sunday: 7 is Sunday too (`SAT-SUN` is `6-7`)
         return f"{low}-7"
-    top = DAY_OF_WEEK_LAST if field is DAY_OF_WEEK else field.high
-    first = f"{low}-{top}" if low < top else f"{low}"
+    first = f"{low}-{field.top}" if low < field.top else f"{low}"
     second = f"{field.low}-{high}" if high > field.low else f"{field.low}"
     return f"{first},{second}"
 
@@ -298,13 +282,13 @@ def _days_of_week(text: str) -> DaysOfWeek:
 
 
 @lru_cache(maxsize=1024)
-def _has_consecutive_days(rule: DayRule) -> bool:
-    """Looked for over 28 years from 2000: a leap century year, and every weekday on every
-    date of every month."""
+def has_consecutive_days(rule: DayRule) -> bool:
+    """Whether two days in a row ever match, looked for over 28 years from 2000: a leap century
+    year, and every weekday on every date of every month."""
     previous = 0
     for year in range(2000, 2028):
         for month in range(1, 13):
-            for day in rule.days_in(year, month):
+            for day in days_in(rule, year, month):
                 ordinal = date(year, month, day).toordinal()
                 if ordinal == previous + 1:
                     return True
@@ -313,8 +297,8 @@ def _has_consecutive_days(rule: DayRule) -> bool:
 
 
 @lru_cache(maxsize=65_536)
-def _days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
-    """The matching days of one month. Cached: a walk asks for the same months again and
+def days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
+    """The matching days of one month, ascending. Cached: a walk asks for the same months again and
     again, and thousands of channels share a handful of rules."""
     if month not in rule.months:
         return ()

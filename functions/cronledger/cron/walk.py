@@ -13,15 +13,22 @@ change bisected to the second (tzdata has no zone that changes and changes back 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cached_property, lru_cache
-from itertools import pairwise
+from itertools import islice, pairwise
 from typing import Final, Union
 from zoneinfo import ZoneInfo
 
-from cronledger.cron.expression import CronSpec, DayRule, parse_expression
+from cronledger.cron.expression import (
+    CronSpec,
+    DayRule,
+    days_in,
+    has_consecutive_days,
+    parse_expression,
+)
 
 DAY: Final = 86_400
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -142,108 +149,69 @@ class Calendar:
         if len(times) > 1:
             gap, a = min((b - a, a) for a, b in pairwise(times))
             found.append((gap, f"{_hms(a)} to {_hms(a + gap)}"))
-        if self._days is None or self._days.has_consecutive_days():
+        if self._days is None or has_consecutive_days(self._days):
             found.append((DAY - times[-1] + times[0], f"{_hms(times[-1])} to {_hms(times[0])}"))
         return found
 
     def instants(self, lo: int, hi: int, cap: int) -> list[int]:
         """The first `cap` instants in `[lo, hi]`, ascending."""
-        out: list[int] = []
-        if cap <= 0:
-            return out
-        times = self._times
-        for base, i, j in self._runs(lo, hi):
-            stop = min(j, i + cap - len(out))
-            out.extend(base + times[k] for k in range(i, stop))
-            if len(out) >= cap:
-                break
-        return out
+        return list(islice(self._walk(lo, hi), max(cap, 0)))
 
     def first(self, lo: int, hi: int) -> int | None:
-        for base, i, _j in self._runs(lo, hi):
-            return base + self._times[i]
-        return None
+        return next(self._walk(lo, hi), None)
 
     def survey(self, lo: int, hi: int, head: int) -> Survey:
         """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last three."""
         times = self._times
         count = 0
         first: list[int] = []
-        last: list[int] = []
+        last: deque[int] = deque(maxlen=3)
         for base, i, j in self._runs(lo, hi):
             count += j - i
-            if len(first) < head:
-                first.extend(base + times[k] for k in range(i, min(j, i + head - len(first))))
-            last = (last + [base + times[k] for k in range(max(i, j - 3), j)])[-3:]
-        return Survey(count, first, last)
+            first.extend(base + times[k] for k in range(i, min(j, i + head - len(first))))
+            last.extend(base + times[k] for k in range(max(i, j - 3), j))
+        return Survey(count, first, list(last))
+
+    def _walk(self, lo: int, hi: int) -> Iterator[int]:
+        times = self._times
+        return (base + times[k] for base, i, j in self._runs(lo, hi) for k in range(i, j))
 
     def _runs(self, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
         """Ascending runs `(base, i, j)`: the instants `base + _times[k]` for `i <= k < j`.
 
         One run is the part of one local day that lies in one constant-offset segment."""
         lo, hi = max(lo, FIRST_SECOND), min(hi, LAST_SECOND)
-        if lo > hi or not self._times:
+        if lo > hi:
             return
-        # Local days run at most a day past UTC ones (offsets are within -12 h and +14 h).
-        days = _DayFinder(self._days, hi // DAY + 1)
         times = self._times
         for seg_lo, seg_hi, offset in _segments(self._zone, lo, hi):
             local_lo, local_hi = seg_lo + offset, seg_hi + offset
             first_day, last_day = local_lo // DAY, local_hi // DAY
-            day = first_day
-            while True:
-                found = days.at_or_after(day)
-                if found is None or found > last_day:
-                    break  # none left in this segment (a later one may revisit this day)
-                midnight = found * DAY
-                i = bisect_left(times, local_lo - midnight) if found == first_day else 0
-                j = bisect_right(times, local_hi - midnight) if found == last_day else len(times)
+            day = _next_day(self._days, first_day, last_day)
+            while day is not None:
+                midnight = day * DAY
+                i = bisect_left(times, local_lo - midnight) if day == first_day else 0
+                j = bisect_right(times, local_hi - midnight) if day == last_day else len(times)
                 if i < j:
                     yield midnight - offset, i, j
-                day = found + 1
+                day = _next_day(self._days, day + 1, last_day)
 
 
-class _DayFinder:
-    """Matching local days (days since 1970-01-01) for one walk, up to its last day.
-
-    Remembers its last answer: any day between the last question and its answer has the same
-    answer, which lets a walk cross many short segments (or a sparse schedule's empty years)
-    with one search."""
-
-    def __init__(self, days: DayRule | None, last_day: int) -> None:
-        self._days = days
-        self._last_day = last_day
-        self._asked: int | None = None
-        self._answer: int | None = None
-
-    def at_or_after(self, day: int) -> int | None:
-        """The first matching day from `day` on, or None if none comes by the walk's end."""
-        if self._days is None:
-            return day
-        if (
-            self._asked is not None
-            and self._asked <= day
-            and (self._answer is None or day <= self._answer)
-        ):
-            return self._answer
-        self._asked = day
-        self._answer = self._search(day)
-        return self._answer
-
-    def _search(self, day: int) -> int | None:
-        assert self._days is not None
-        start = date.fromordinal(_EPOCH_ORDINAL + day)
-        year, month, day_of_month = start.year, start.month, start.day
-        while True:
-            month_start = date(year, month, 1).toordinal() - _EPOCH_ORDINAL
-            if month_start > self._last_day:
-                return None
-            matching = self._days.days_in(year, month)
-            i = bisect_left(matching, day_of_month)
-            if i < len(matching):
-                found = month_start + matching[i] - 1
-                return found if found <= self._last_day else None
-            year, month, day_of_month = year + month // 12, month % 12 + 1, 1
+def _next_day(rule: DayRule | None, day: int, last_day: int) -> int | None:
+    """The first local day (days since 1970-01-01) in `[day, last_day]` that `rule` matches.
+    Searching no further than the segment's last day keeps a walk linear in its months."""
+    if rule is None:
+        return day if day <= last_day else None
+    start = date.fromordinal(_EPOCH_ORDINAL + day)
+    year, month, day_of_month = start.year, start.month, start.day
+    while (month_start := date(year, month, 1).toordinal() - _EPOCH_ORDINAL) <= last_day:
+        matching = days_in(rule, year, month)
+        i = bisect_left(matching, day_of_month)
+        if i < len(matching):
+            found = month_start + matching[i] - 1
+            return found if found <= last_day else None
+        year, month, day_of_month = year + month // 12, month % 12 + 1, 1
+    return None
 
 
 def clock_changes(zone: str, lo: int, hi: int) -> list[int]:
@@ -301,16 +269,10 @@ def _transitions(zone: str, year: int) -> tuple[tuple[int, int], ...]:
     while t < end:
         probe = min(t + _OFFSET_PROBE, end)
         while _offset_at(zone, probe) != offset:
-            below, above = t, probe  # offset(below) == offset != offset(above)
-            while above - below > 1:
-                middle = (below + above) // 2
-                if _offset_at(zone, middle) == offset:
-                    below = middle
-                else:
-                    above = middle
-            offset = _offset_at(zone, above)
-            found.append((above, offset))
-            t = above
+            span = range(t, probe + 1)  # offset at t, another at probe: bisect to the change
+            t = span[bisect_left(span, True, key=lambda s: _offset_at(zone, s) != offset)]
+            offset = _offset_at(zone, t)
+            found.append((t, offset))
         t = probe
     return tuple(found)
 
