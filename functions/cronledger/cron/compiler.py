@@ -15,18 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from cronledger.alerts import AlertRules
-from cronledger.cron.compiled import MisfirePolicy, Schedule
+from cronledger.cron.compiled import Schedule
 from cronledger.cron.config import TRANSPORT_CONFIG, OneTime, Recurring, at_second, payload_json
-from cronledger.cron.walk import (
-    FIRST_SECOND,
-    LAST_SECOND,
-    Bounded,
-    Instants,
-    OneInstant,
-    calendar,
-    ceil_seconds,
-    floor_seconds,
-)
+from cronledger.cron.walk import Bounded, Instants, OneInstant, calendar, window
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import require_utc, to_rfc3339
 from cronledger.validation import field_errors
@@ -61,9 +52,7 @@ def compile_schedule(
     else:
         instants = calendar(config.schedule, config.timezone)
         if config.starts_at is not None or config.ends_at is not None:
-            lo = FIRST_SECOND if config.starts_at is None else ceil_seconds(config.starts_at)
-            hi = LAST_SECOND if config.ends_at is None else floor_seconds(config.ends_at)
-            instants = Bounded(instants, lo, hi)
+            instants = Bounded(instants, *window(config.starts_at, config.ends_at))
     return Schedule(
         channel_id=channel_id,
         expression=config.schedule if isinstance(config, Recurring) else None,
@@ -93,10 +82,9 @@ def _config_hash(config: Recurring | OneTime) -> str:
     instants) and `max_catch_up` except under `catch_up`. A key adds its part only when
     given, so a schedule without it hashes as before."""
     digest = hashlib.sha256()
-    policy: MisfirePolicy = config.misfire
-    bound = str(config.max_catch_up) if policy == "catch_up" else ""
+    bound = str(config.max_catch_up) if config.misfire == "catch_up" else ""
     expression = config.schedule if isinstance(config, Recurring) else ""
-    parts = ["cronledger.schedule/1", expression, config.timezone, policy, bound]
+    parts = ["cronledger.schedule/1", expression, config.timezone, config.misfire, bound]
     if isinstance(config, OneTime):
         parts += ["at", config.at]
     else:

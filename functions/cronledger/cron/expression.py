@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
+from itertools import pairwise
 from typing import Final
 
 
@@ -124,8 +125,6 @@ def parse_expression(fields: Sequence[str]) -> CronSpec:
 
 def _values(field: _Field, text: str) -> set[int]:
     """A plain field (no `L`, `W` or `#`) as its set of values."""
-    if text == "*":
-        return set(range(field.low, field.high + 1))
     if text == "?":
         raise ExpressionRefused(
             f"the {field.name} field `?`: `?` means 'no restriction' only in the day-of-month "
@@ -152,9 +151,7 @@ def _items(field: _Field, text: str) -> list[str]:
 def _item_values(field: _Field, text: str, item: str) -> set[int]:
     """One list item (`*`, `*/S`, `A`, `A-B`, `A-B/S`, `A/S`) as its values."""
     base, slash, step_text = item.partition("/")
-    step = 1
-    if slash:
-        step = _step(field, text, step_text)
+    step = _step(field, text, step_text) if slash else 1
     if base == "*":
         low, high = field.low, field.top
     elif "-" in base:
@@ -285,21 +282,19 @@ def _days_of_week(text: str) -> DaysOfWeek:
 def has_consecutive_days(rule: DayRule) -> bool:
     """Whether two days in a row ever match, looked for over 28 years from 2000: a leap century
     year, and every weekday on every date of every month."""
-    previous = 0
-    for year in range(2000, 2028):
-        for month in range(1, 13):
-            for day in days_in(rule, year, month):
-                ordinal = date(year, month, day).toordinal()
-                if ordinal == previous + 1:
-                    return True
-                previous = ordinal
-    return False
+    ordinals = (
+        date(year, month, day).toordinal()
+        for year in range(2000, 2028)
+        for month in range(1, 13)
+        for day in days_in(rule, year, month)
+    )
+    return any(b == a + 1 for a, b in pairwise(ordinals))
 
 
 @lru_cache(maxsize=65_536)
 def days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
-    """The matching days of one month, ascending. Cached: a walk asks for the same months again and
-    again, and thousands of channels share a handful of rules."""
+    """The matching days of one month, ascending. Cached: a walk asks for the same months
+    again and again, and thousands of channels share a handful of rules."""
     if month not in rule.months:
         return ()
     first_weekday, length = calendar.monthrange(year, month)  # Monday is 0 here

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cached_property, lru_cache
 from itertools import islice, pairwise
+from operator import itemgetter
 from typing import Final, Union
 from zoneinfo import ZoneInfo
 
@@ -123,12 +124,10 @@ class Calendar:
         self._zone = zone
 
     def gap_below(self, lo: int, hi: int, limit: int) -> tuple[int, str] | None:
-        """The shortest time between two consecutive instants that is under `limit` seconds,
-        with where it happens, or None when there is none; clock changes in `[lo, hi]` count.
-
-        Between two instants at one offset the gap is their wall-clock distance, in one day
-        or across midnight; only the pair that straddles a clock change is closer or further
-        apart in UTC than on the wall, so that pair is measured at each change."""
+        """The shortest time under `limit` seconds between two consecutive instants, with where
+        it happens, or None; clock changes in `[lo, hi]` count. Two instants at one offset are
+        their wall-clock distance apart (in one day or across midnight); only a pair straddling
+        a clock change differs in UTC, so that pair is measured at each change."""
         found = list(self._wall_gaps)
         for change in clock_changes(self._zone, lo, hi):
             before = self.instants(change - limit, change - 1, limit)
@@ -137,8 +136,7 @@ class Calendar:
                 found.append(
                     (after - before[-1], f"{_iso(before[-1])} to {_iso(after)}, a clock change")
                 )
-        below = [gap for gap in found if gap[0] < limit]
-        return min(below, key=lambda gap: gap[0]) if below else None
+        return min((gap for gap in found if gap[0] < limit), key=itemgetter(0), default=None)
 
     @cached_property
     def _wall_gaps(self) -> list[tuple[int, str]]:
@@ -214,6 +212,13 @@ def _next_day(rule: DayRule | None, day: int, last_day: int) -> int | None:
     return None
 
 
+def window(starts_at: datetime | None, ends_at: datetime | None) -> tuple[int, int]:
+    """The UTC seconds from `starts_at` to `ends_at`, inclusive; unbounded where None."""
+    lo = FIRST_SECOND if starts_at is None else ceil_seconds(starts_at)
+    hi = LAST_SECOND if ends_at is None else floor_seconds(ends_at)
+    return lo, hi
+
+
 def clock_changes(zone: str, lo: int, hi: int) -> list[int]:
     """Every UTC second in `[lo, hi]` at which `zone` changes its offset."""
     if zone == "UTC":
@@ -227,8 +232,7 @@ def clock_changes(zone: str, lo: int, hi: int) -> list[int]:
 
 
 def _hms(second_of_day: int) -> str:
-    hours, rest = divmod(second_of_day, 3600)
-    return f"{hours:02}:{rest // 60:02}:{rest % 60:02}"
+    return instant(second_of_day).strftime("%H:%M:%S")
 
 
 def _iso(second: int) -> str:
@@ -243,20 +247,15 @@ def _segments(zone: str, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
         yield lo, hi, 0
         return
     start, offset = lo, _offset_at(zone, lo)
-    year = _year_of(lo)
-    while start <= hi:
+    for year in range(_year_of(lo), _year_of(hi) + 1):
         for at, new_offset in _transitions(zone, year):
-            if at <= start:
-                continue
-            if at > hi:
-                break
-            yield start, at - 1, offset
-            start, offset = at, new_offset
+            if start < at <= hi:
+                yield start, at - 1, offset
+                start, offset = at, new_offset
         end = min(hi, _year_start(year + 1) - 1)
         if start <= end:
             yield start, end, offset
             start = end + 1
-        year += 1
 
 
 @lru_cache(maxsize=4096)
