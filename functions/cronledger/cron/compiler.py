@@ -50,9 +50,8 @@ def compile_schedule(
     if isinstance(config, OneTime):
         instants = OneInstant(at_second(config.at, config.timezone))
     else:
-        instants = calendar(config.schedule, config.timezone)
-        if config.starts_at is not None or config.ends_at is not None:
-            instants = Bounded(instants, *window(config.starts_at, config.ends_at))
+        bounds = window(config.starts_at, config.ends_at)
+        instants = Bounded(calendar(config.schedule, config.timezone), *bounds)
     return Schedule(
         channel_id=channel_id,
         expression=config.schedule if isinstance(config, Recurring) else None,

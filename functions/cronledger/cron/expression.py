@@ -87,12 +87,10 @@ class DayRule:
 
 @dataclass(frozen=True, slots=True)
 class CronSpec:
-    """An expression's meaning: the times of day as sorted value tuples, and the day rule
+    """An expression's meaning: its times of day in seconds, ascending, and the day rule
     (`None` when every day of every month matches)."""
 
-    seconds: tuple[int, ...]
-    minutes: tuple[int, ...]
-    hours: tuple[int, ...]
+    times: tuple[int, ...]
     days: DayRule | None
 
 
@@ -115,10 +113,11 @@ def parse_expression(fields: Sequence[str]) -> CronSpec:
     of_month = None if day_of_month in ("*", "?") else _days_of_month(day_of_month)
     of_week = None if day_of_week in ("*", "?") else _days_of_week(day_of_week)
     every_day = of_month is None and of_week is None and len(months) == 12
+    seconds = sorted(_values(SECOND, second))
+    minutes = sorted(_values(MINUTE, minute))
+    hours = sorted(_values(HOUR, hour))
     return CronSpec(
-        seconds=tuple(sorted(_values(SECOND, second))),
-        minutes=tuple(sorted(_values(MINUTE, minute))),
-        hours=tuple(sorted(_values(HOUR, hour))),
+        times=tuple(h * 3600 + m * 60 + s for h in hours for m in minutes for s in seconds),
         days=None if every_day else DayRule(months, of_month, of_week),
     )
 

@@ -116,10 +116,7 @@ class Calendar:
     Immutable once built, so schedules share them (`calendar`)."""
 
     def __init__(self, spec: CronSpec, zone: str) -> None:
-        # Ascending, as each field's values are.
-        self._times: tuple[int, ...] = tuple(
-            h * 3600 + m * 60 + s for h in spec.hours for m in spec.minutes for s in spec.seconds
-        )
+        self._times = spec.times
         self._days = spec.days
         self._zone = zone
 
@@ -223,12 +220,8 @@ def clock_changes(zone: str, lo: int, hi: int) -> list[int]:
     """Every UTC second in `[lo, hi]` at which `zone` changes its offset."""
     if zone == "UTC":
         return []
-    return [
-        at
-        for year in range(_year_of(max(lo, FIRST_SECOND)), _year_of(min(hi, LAST_SECOND)) + 1)
-        for at, _offset in _transitions(zone, year)
-        if lo <= at <= hi
-    ]
+    years = range(_year_of(max(lo, FIRST_SECOND)), _year_of(min(hi, LAST_SECOND)) + 1)
+    return [at for year in years for at, _offset in _transitions(zone, year) if lo <= at <= hi]
 
 
 def _hms(second_of_day: int) -> str:
