@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from cronledger.alerts import AlertRules
 from cronledger.cron.compiled import Schedule
 from cronledger.cron.config import TRANSPORT_CONFIG, OneTime, Recurring, at_second, payload_json
-from cronledger.cron.walk import Bounded, Instants, OneInstant, calendar, window
+from cronledger.cron.walk import EVERY_SECOND, Bounded, calendar, window
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import require_utc, to_rfc3339
 from cronledger.validation import field_errors
@@ -46,9 +46,9 @@ def compile_schedule(
         config = TRANSPORT_CONFIG.validate_python(document, context={"now": anchor})
     except ValidationError as exc:
         raise ScheduleInvalid(field_errors(exc, ("transport_config",))) from None
-    instants: Instants
     if isinstance(config, OneTime):
-        instants = OneInstant(at_second(config.at, config.timezone))
+        second = at_second(config.at, config.timezone)
+        instants = Bounded(EVERY_SECOND, second, second)
     else:
         bounds = window(config.starts_at, config.ends_at)
         instants = Bounded(calendar(config.schedule, config.timezone), *bounds)

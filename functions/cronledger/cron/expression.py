@@ -90,7 +90,7 @@ class CronSpec:
     """An expression's meaning: its times of day in seconds, ascending, and the day rule
     (`None` when every day of every month matches)."""
 
-    times: tuple[int, ...]
+    times: Sequence[int]
     days: DayRule | None
 
 

@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import cached_property, lru_cache
 from itertools import islice, pairwise
 from operator import itemgetter
-from typing import Final, Union
+from typing import Final
 from zoneinfo import ZoneInfo
 
 from cronledger.cron.expression import (
@@ -63,28 +63,12 @@ class Survey:
 
 
 @dataclass(frozen=True, slots=True)
-class OneInstant:
-    """A one-time schedule (`at`): a single instant."""
-
-    second: int
-
-    def instants(self, lo: int, hi: int, cap: int) -> list[int]:
-        return [self.second] if cap > 0 and lo <= self.second <= hi else []
-
-    def first(self, lo: int, hi: int) -> int | None:
-        return self.second if lo <= self.second <= hi else None
-
-    def survey(self, lo: int, hi: int, head: int) -> Survey:
-        inside = self.instants(lo, hi, 1)
-        return Survey(len(inside), inside[:head], inside)
-
-
-@dataclass(frozen=True, slots=True)
 class Bounded:
-    """Instants kept to `[lo, hi]` (`starts_at` and `ends_at`, inclusive): every question
-    is asked of a window clamped to the bounds, so nothing outside them is ever answered."""
+    """A schedule's instants: its calendar's, kept to `[lo, hi]` (`starts_at` and `ends_at`,
+    inclusive; a one-time `at` is `EVERY_SECOND` kept to its one second). Every question is
+    asked of a window clamped to the bounds, so nothing outside them is ever answered."""
 
-    inner: Instants
+    inner: Calendar
     lo: int
     hi: int
 
@@ -98,10 +82,8 @@ class Bounded:
         return self.inner.survey(max(lo, self.lo), min(hi, self.hi), head)
 
 
-#: What a schedule's instants answer, in integer UTC seconds, windows inclusive: `instants`
-#: (the first `cap` in `[lo, hi]`, ascending), `first` (or None) and `survey` (the count, the
-#: first `head` and the last three).
-Instants = Union["Calendar", OneInstant, Bounded]
+#: What a `Schedule` asks when it fires, in integer UTC seconds, windows inclusive.
+Instants = Bounded
 
 
 @lru_cache(maxsize=1024)
@@ -153,6 +135,7 @@ class Calendar:
         return list(islice(self._walk(lo, hi), max(cap, 0)))
 
     def first(self, lo: int, hi: int) -> int | None:
+        """The first instant in `[lo, hi]`, or None."""
         return next(self._walk(lo, hi), None)
 
     def survey(self, lo: int, hi: int, head: int) -> Survey:
@@ -190,6 +173,10 @@ class Calendar:
                 if i < j:
                     yield midnight - offset, i, j
                 day = _next_day(self._days, day + 1, last_day)
+
+
+# Every second of every day (a `range`, so it lists nothing), for one-time schedules.
+EVERY_SECOND: Final = Calendar(CronSpec(range(DAY), None), "UTC")
 
 
 def _next_day(rule: DayRule | None, day: int, last_day: int) -> int | None:
