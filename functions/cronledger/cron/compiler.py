@@ -33,11 +33,9 @@ class ScheduleInvalid(ValidationFailed):
 def compile_schedule(
     transport_config: Mapping[str, Any], channel_id: str, *, now: datetime | None = None
 ) -> Schedule:
-    """Validate `transport_config` and compile it for `channel_id`.
-
-    Raises `ScheduleInvalid` listing every problem. `now` anchors the "fires at least once in
-    the next 5 years" check and defaults to the wall clock.
-    """
+    """Validate `transport_config` and compile it for `channel_id`, or raise `ScheduleInvalid`
+    listing every problem. `now` anchors the "fires at least once in the next 5 years" check
+    and defaults to the wall clock."""
     if not isinstance(channel_id, str) or not channel_id:
         raise ValueError(f"channel_id must be a non-empty string, got {channel_id!r}")
     anchor = datetime.now(UTC) if now is None else require_utc(now, "now")

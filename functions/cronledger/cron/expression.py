@@ -2,12 +2,11 @@
 
 croniter stays the parser of record (an expression it refuses is refused), but its reading has
 quirks a schedule must not inherit (`5-5` as the whole field, `NOV-FEB` wrapping, `15W` beside
-a restricted weekday as an AND), so the fields are read here into value sets and one day rule.
-The README's table gives each form's meaning. When both day fields are restricted a day
-matches if **either** does. A form without a plain meaning is refused with how to write it:
-a backwards range (ranges never wrap), a step longer than its field, `*` in a list, `A/S` in
-day-of-week, `W` or `#` on more than one day, plain weekdays mixed with `#`/`L`, and `*/S` in
-one day field beside a restricted other (Vixie reads that pair as AND, most crons as OR).
+a restricted weekday as an AND), so the fields are read here into value sets and one day rule
+(the README's table gives each form's meaning). When both day fields are restricted a day
+matches if **either** does. A form without one plain meaning (a backwards range, a step longer
+than its field, `*/S` in one day field beside a restricted other, which Vixie reads as AND and
+most crons as OR) is refused with a message saying how to write it.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
-from itertools import pairwise
+from itertools import pairwise, permutations
 from typing import Final
 
 
@@ -99,10 +98,8 @@ def parse_expression(fields: Sequence[str]) -> CronSpec:
     `ExpressionRefused` naming the first field that has no plain one."""
     second, minute, hour, day_of_month, month, day_of_week = fields
     months = frozenset(_values(MONTH, month))
-    for field, text, other, other_text in (
-        (DAY_OF_MONTH, day_of_month, DAY_OF_WEEK, day_of_week),
-        (DAY_OF_WEEK, day_of_week, DAY_OF_MONTH, day_of_month),
-    ):
+    day_fields = ((DAY_OF_MONTH, day_of_month), (DAY_OF_WEEK, day_of_week))
+    for (field, text), (other, other_text) in permutations(day_fields):
         if text.startswith("*/") and other_text not in ("*", "?"):
             spelled = f"{field.low}-{field.top}{text[1:]}"
             raise ExpressionRefused(
@@ -297,12 +294,11 @@ def days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
     if month not in rule.months:
         return ()
     first_weekday, length = calendar.monthrange(year, month)  # Monday is 0 here
-    sunday_based = (first_weekday + 1) % 7
     nearest = _nearest_weekday(rule.of_month, year, month, length)
     of_month, of_week = rule.of_month, rule.of_week
     matching: list[int] = []
     for day in range(1, length + 1):
-        weekday = (sunday_based + day - 1) % 7
+        weekday = (first_weekday + day) % 7  # Sunday is 0
         by_month = of_month is not None and (
             day in of_month.days or (of_month.last and day == length) or day == nearest
         )
@@ -318,10 +314,8 @@ def days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
 
 def _nearest_weekday(of_month: DaysOfMonth | None, year: int, month: int, length: int) -> int:
     """The day `NW` means this month, or 0 when the month has no day N."""
-    if of_month is None or of_month.nearest_weekday is None:
-        return 0
-    day = of_month.nearest_weekday
-    if day > length:
+    day = None if of_month is None else of_month.nearest_weekday
+    if day is None or day > length:
         return 0
     weekday = date(year, month, day).weekday()  # Monday is 0
     if weekday == 5:  # Saturday: the Friday before, unless that leaves the month

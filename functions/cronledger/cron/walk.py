@@ -109,12 +109,11 @@ class Calendar:
         a clock change differs in UTC, so that pair is measured at each change."""
         found = list(self._wall_gaps)
         for change in clock_changes(self._zone, lo, hi):
-            before = self.instants(change - limit, change - 1, limit)
+            before = self.instants(change - limit, change - 1, limit)[-1:]
             after = self.first(change, change + limit)
             if before and after is not None:
-                found.append(
-                    (after - before[-1], f"{_iso(before[-1])} to {_iso(after)}, a clock change")
-                )
+                where = f"{_iso(before[0])} to {_iso(after)}, a clock change"
+                found.append((after - before[0], where))
         return min((gap for gap in found if gap[0] < limit), key=itemgetter(0), default=None)
 
     @cached_property
@@ -125,9 +124,10 @@ class Calendar:
         found: list[tuple[int, str]] = []
         if len(times) > 1:
             gap, a = min((b - a, a) for a, b in pairwise(times))
-            found.append((gap, f"{_hms(a)} to {_hms(a + gap)}"))
+            found.append((gap, f"{instant(a):%H:%M:%S} to {instant(a + gap):%H:%M:%S}"))
         if self._days is None or has_consecutive_days(self._days):
-            found.append((DAY - times[-1] + times[0], f"{_hms(times[-1])} to {_hms(times[0])}"))
+            last, first = instant(times[-1]), instant(times[0])
+            found.append((DAY - times[-1] + times[0], f"{last:%H:%M:%S} to {first:%H:%M:%S}"))
         return found
 
     def instants(self, lo: int, hi: int, cap: int) -> list[int]:
@@ -142,22 +142,19 @@ class Calendar:
         """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last three."""
         times = self._times
         count = 0
-        first: list[int] = []
         last: deque[int] = deque(maxlen=3)
         for base, i, j in self._runs(lo, hi):
             count += j - i
-            first.extend(base + times[k] for k in range(i, min(j, i + head - len(first))))
             last.extend(base + times[k] for k in range(max(i, j - 3), j))
-        return Survey(count, first, list(last))
+        return Survey(count, self.instants(lo, hi, head), list(last))
 
     def _walk(self, lo: int, hi: int) -> Iterator[int]:
         times = self._times
         return (base + times[k] for base, i, j in self._runs(lo, hi) for k in range(i, j))
 
     def _runs(self, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
-        """Ascending runs `(base, i, j)`: the instants `base + _times[k]` for `i <= k < j`.
-
-        One run is the part of one local day that lies in one constant-offset segment."""
+        """Ascending runs `(base, i, j)`, the instants `base + _times[k]` for `i <= k < j`: each
+        the part of one local day that lies in one constant-offset segment."""
         lo, hi = max(lo, FIRST_SECOND), min(hi, LAST_SECOND)
         if lo > hi:
             return
@@ -211,10 +208,6 @@ def clock_changes(zone: str, lo: int, hi: int) -> list[int]:
     return [at for year in years for at, _offset in _transitions(zone, year) if lo <= at <= hi]
 
 
-def _hms(second_of_day: int) -> str:
-    return instant(second_of_day).strftime("%H:%M:%S")
-
-
 def _iso(second: int) -> str:
     return instant(second).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -243,16 +236,15 @@ def _transitions(zone: str, year: int) -> tuple[tuple[int, int], ...]:
     """Every `(utc_second, new_offset)` at which `zone` changes offset, within
     `(start of year, start of next year]`."""
     found: list[tuple[int, int]] = []
-    t, end = _year_start(year), _year_start(year + 1)
-    offset = _offset_at(zone, t)
-    while t < end:
+    start, end = _year_start(year), _year_start(year + 1)
+    offset = _offset_at(zone, start)
+    for t in range(start, end, _OFFSET_PROBE):
         probe = min(t + _OFFSET_PROBE, end)
         while _offset_at(zone, probe) != offset:
             span = range(t, probe + 1)  # offset at t, another at probe: bisect to the change
             t = span[bisect_left(span, True, key=lambda s: _offset_at(zone, s) != offset)]
             offset = _offset_at(zone, t)
             found.append((t, offset))
-        t = probe
     return tuple(found)
 
 
