@@ -21,8 +21,7 @@ from typing import Final
 
 
 class ExpressionRefused(ValueError):
-    """A field cannot be read with a plain meaning; the message names it and says how to
-    write it instead."""
+    """A field has no plain meaning; the message names it and says how to write it instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +125,7 @@ def _values(field: _Field, text: str) -> set[int]:
             f"the {field.name} field `?`: `?` means 'no restriction' only in the day-of-month "
             "and day-of-week fields; write `*`"
         )
-    found: set[int] = set()
-    for item in _items(field, text):
-        found |= _item_values(field, text, item)
-    return found
+    return set[int]().union(*(_item_values(field, text, item) for item in _items(field, text)))
 
 
 def _items(field: _Field, text: str) -> list[str]:
@@ -168,8 +164,7 @@ def _item_values(field: _Field, text: str, item: str) -> set[int]:
                     f"agreed meaning in day-of-week; write the range, e.g. `{low}-6/{step_text}`"
                 )
             high = field.high
-    values = set(range(low, high + 1, step))
-    return {0 if v == 7 else v for v in values} if field is DAY_OF_WEEK else values
+    return {v % 7 if field is DAY_OF_WEEK else v for v in range(low, high + 1, step)}
 
 
 def _step(field: _Field, text: str, step_text: str) -> int:

@@ -112,7 +112,8 @@ class Calendar:
             before = self.instants(change - limit, change - 1, limit)[-1:]
             after = self.first(change, change + limit)
             if before and after is not None:
-                where = f"{_iso(before[0])} to {_iso(after)}, a clock change"
+                iso = "%Y-%m-%dT%H:%M:%SZ"
+                where = f"{instant(before[0]):{iso}} to {instant(after):{iso}}, a clock change"
                 found.append((after - before[0], where))
         return min((gap for gap in found if gap[0] < limit), key=itemgetter(0), default=None)
 
@@ -202,23 +203,14 @@ def window(starts_at: datetime | None, ends_at: datetime | None) -> tuple[int, i
 
 def clock_changes(zone: str, lo: int, hi: int) -> list[int]:
     """Every UTC second in `[lo, hi]` at which `zone` changes its offset."""
-    if zone == "UTC":
-        return []
     years = range(_year_of(max(lo, FIRST_SECOND)), _year_of(min(hi, LAST_SECOND)) + 1)
     return [at for year in years for at, _offset in _transitions(zone, year) if lo <= at <= hi]
-
-
-def _iso(second: int) -> str:
-    return instant(second).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _segments(zone: str, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
     """Split `[lo, hi]` (UTC seconds) into ascending `(start, end, offset)` pieces of constant
     offset. Pieces also end at every UTC new year, so a walk that stops early never computes
-    transitions for years it does not reach. UTC, which never changes, is one piece."""
-    if zone == "UTC":
-        yield lo, hi, 0
-        return
+    transitions for years it does not reach."""
     start, offset = lo, _offset_at(zone, lo)
     for year in range(_year_of(lo), _year_of(hi) + 1):
         for at, new_offset in _transitions(zone, year):
@@ -234,7 +226,9 @@ def _segments(zone: str, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
 @lru_cache(maxsize=4096)
 def _transitions(zone: str, year: int) -> tuple[tuple[int, int], ...]:
     """Every `(utc_second, new_offset)` at which `zone` changes offset, within
-    `(start of year, start of next year]`."""
+    `(start of year, start of next year]`. UTC never changes, so it is not sampled."""
+    if zone == "UTC":
+        return ()
     found: list[tuple[int, int]] = []
     start, end = _year_start(year), _year_start(year + 1)
     offset = _offset_at(zone, start)
