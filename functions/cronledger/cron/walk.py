@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cached_property, lru_cache
@@ -23,13 +23,7 @@ from operator import itemgetter
 from typing import Final
 from zoneinfo import ZoneInfo
 
-from cronledger.cron.expression import (
-    CronSpec,
-    DayRule,
-    days_in,
-    has_consecutive_days,
-    parse_expression,
-)
+from cronledger.cron.expression import DayRule, days_in, has_consecutive_days, parse_expression
 
 DAY: Final = 86_400
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -64,9 +58,8 @@ class Survey:
 
 @dataclass(frozen=True, slots=True)
 class Bounded:
-    """A schedule's instants: its calendar's, kept to `[lo, hi]` (`starts_at` and `ends_at`,
-    inclusive; a one-time `at` is `EVERY_SECOND` kept to its one second). Every question is
-    asked of a window clamped to the bounds, so nothing outside them is ever answered."""
+    """A schedule's instants: its calendar's, kept to `[lo, hi]` (`starts_at` to `ends_at`; a
+    one-time `at` is `EVERY_SECOND` kept to its one second), so nothing outside is answered."""
 
     inner: Calendar
     lo: int
@@ -90,16 +83,17 @@ Instants = Bounded
 def calendar(expression: str, zone: str) -> Calendar:
     """The calendar of a valid expression in a zone, built once per process: thousands of
     channels share a handful of expressions, and a per-second one lists 86,400 times."""
-    return Calendar(parse_expression(expression.split()), zone)
+    spec = parse_expression(expression.split())
+    return Calendar(spec.times, spec.days, zone)
 
 
 class Calendar:
-    """The instants of one six-field expression in one zone, as integer UTC seconds.
-    Immutable once built, so schedules share them (`calendar`)."""
+    """The instants of one six-field expression in one zone, as integer UTC seconds: its times
+    of day (ascending) on its days. Immutable once built, so schedules share them (`calendar`)."""
 
-    def __init__(self, spec: CronSpec, zone: str) -> None:
-        self._times = spec.times
-        self._days = spec.days
+    def __init__(self, times: Sequence[int], days: DayRule | None, zone: str) -> None:
+        self._times = times
+        self._days = days
         self._zone = zone
 
     def gap_below(self, lo: int, hi: int, limit: int) -> tuple[int, str] | None:
@@ -174,7 +168,7 @@ class Calendar:
 
 
 # Every second of every day (a `range`, so it lists nothing), for one-time schedules.
-EVERY_SECOND: Final = Calendar(CronSpec(range(DAY), None), "UTC")
+EVERY_SECOND: Final = Calendar(range(DAY), None, "UTC")
 
 
 def _next_day(rule: DayRule | None, day: int, last_day: int) -> int | None:
