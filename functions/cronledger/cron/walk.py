@@ -103,12 +103,12 @@ class Calendar:
         a clock change differs in UTC, so that pair is measured at each change."""
         found = list(self._wall_gaps)
         for change in clock_changes(self._zone, lo, hi):
-            before = self.instants(change - limit, change - 1, limit)[-1:]
+            before = self.instants(change - limit, change - 1, limit)
             after = self.first(change, change + limit)
             if before and after is not None:
                 iso = "%Y-%m-%dT%H:%M:%SZ"
-                where = f"{instant(before[0]):{iso}} to {instant(after):{iso}}, a clock change"
-                found.append((after - before[0], where))
+                where = f"{instant(before[-1]):{iso}} to {instant(after):{iso}}, a clock change"
+                found.append((after - before[-1], where))
         return min((gap for gap in found if gap[0] < limit), key=itemgetter(0), default=None)
 
     @cached_property
