@@ -4,9 +4,9 @@ croniter stays the parser of record (an expression it refuses is refused), but i
 quirks a schedule must not inherit (`5-5` as the whole field, `NOV-FEB` wrapping, `15W` beside
 a restricted weekday as an AND), so the fields are read here into value sets and one day rule
 (the README's table gives each form's meaning). When both day fields are restricted a day
-matches if **either** does. A form without one plain meaning (a backwards range, a step longer
-than its field, `*/S` in one day field beside a restricted other, which Vixie reads as AND and
-most crons as OR) is refused with a message saying how to write it.
+matches if **either** does. A form without one plain meaning (such as a backwards range, or
+`*/S` in one day field beside a restricted other, which Vixie reads as AND and most crons as
+OR) is refused with a message saying how to write it.
 """
 
 from __future__ import annotations
