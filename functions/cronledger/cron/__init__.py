@@ -5,8 +5,6 @@ Datetimes in and out are aware UTC; a naive one is refused.
 
 from cronledger.cron.compiled import (
     WALK_LIMIT,
-    ConcurrencyPolicy,
-    MisfirePolicy,
     PassPlan,
     RetryPolicy,
     Schedule,
@@ -19,9 +17,7 @@ from cronledger.errors import FieldError
 
 __all__ = [
     "WALK_LIMIT",
-    "ConcurrencyPolicy",
     "FieldError",
-    "MisfirePolicy",
     "PassPlan",
     "RetryPolicy",
     "Schedule",

@@ -15,18 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from cronledger.alerts import AlertRules
-from cronledger.cron.compiled import MisfirePolicy, Schedule
+from cronledger.cron.compiled import Schedule
 from cronledger.cron.config import TRANSPORT_CONFIG, OneTime, Recurring, at_second, payload_json
-from cronledger.cron.walk import (
-    FIRST_SECOND,
-    LAST_SECOND,
-    Bounded,
-    Instants,
-    OneInstant,
-    calendar,
-    ceil_seconds,
-    floor_seconds,
-)
+from cronledger.cron.walk import EVERY_SECOND, Bounded, calendar, window
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import require_utc, to_rfc3339
 from cronledger.validation import field_errors
@@ -42,11 +33,9 @@ class ScheduleInvalid(ValidationFailed):
 def compile_schedule(
     transport_config: Mapping[str, Any], channel_id: str, *, now: datetime | None = None
 ) -> Schedule:
-    """Validate `transport_config` and compile it for `channel_id`.
-
-    Raises `ScheduleInvalid` listing every problem. `now` anchors the "fires at least once in
-    the next 5 years" check and defaults to the wall clock.
-    """
+    """Validate `transport_config` and compile it for `channel_id`, or raise `ScheduleInvalid`
+    listing every problem. `now` anchors the "fires at least once in the next 5 years" check
+    and defaults to the wall clock."""
     if not isinstance(channel_id, str) or not channel_id:
         raise ValueError(f"channel_id must be a non-empty string, got {channel_id!r}")
     anchor = datetime.now(UTC) if now is None else require_utc(now, "now")
@@ -55,15 +44,12 @@ def compile_schedule(
         config = TRANSPORT_CONFIG.validate_python(document, context={"now": anchor})
     except ValidationError as exc:
         raise ScheduleInvalid(field_errors(exc, ("transport_config",))) from None
-    instants: Instants
     if isinstance(config, OneTime):
-        instants = OneInstant(at_second(config.at, config.timezone))
+        second = at_second(config.at, config.timezone)
+        instants = Bounded(EVERY_SECOND, second, second)
     else:
-        instants = calendar(config.schedule, config.timezone)
-        if config.starts_at is not None or config.ends_at is not None:
-            lo = FIRST_SECOND if config.starts_at is None else ceil_seconds(config.starts_at)
-            hi = LAST_SECOND if config.ends_at is None else floor_seconds(config.ends_at)
-            instants = Bounded(instants, lo, hi)
+        bounds = window(config.starts_at, config.ends_at)
+        instants = Bounded(calendar(config.schedule, config.timezone), *bounds)
     return Schedule(
         channel_id=channel_id,
         expression=config.schedule if isinstance(config, Recurring) else None,
@@ -93,10 +79,9 @@ def _config_hash(config: Recurring | OneTime) -> str:
     instants) and `max_catch_up` except under `catch_up`. A key adds its part only when
     given, so a schedule without it hashes as before."""
     digest = hashlib.sha256()
-    policy: MisfirePolicy = config.misfire
-    bound = str(config.max_catch_up) if policy == "catch_up" else ""
+    bound = str(config.max_catch_up) if config.misfire == "catch_up" else ""
     expression = config.schedule if isinstance(config, Recurring) else ""
-    parts = ["cronledger.schedule/1", expression, config.timezone, policy, bound]
+    parts = ["cronledger.schedule/1", expression, config.timezone, config.misfire, bound]
     if isinstance(config, OneTime):
         parts += ["at", config.at]
     else:

@@ -2,12 +2,11 @@
 
 croniter stays the parser of record (an expression it refuses is refused), but its reading has
 quirks a schedule must not inherit (`5-5` as the whole field, `NOV-FEB` wrapping, `15W` beside
-a restricted weekday as an AND), so the fields are read here into value sets and one day rule.
-The README's table gives each form's meaning. When both day fields are restricted a day
-matches if **either** does. A form without a plain meaning is refused with how to write it:
-a backwards range (ranges never wrap), a step longer than its field, `*` in a list, `A/S` in
-day-of-week, `W` or `#` on more than one day, plain weekdays mixed with `#`/`L`, and `*/S` in
-one day field beside a restricted other (Vixie reads that pair as AND, most crons as OR).
+a restricted weekday as an AND), so the fields are read here into value sets and one day rule
+(the README's table gives each form's meaning). When both day fields are restricted a day
+matches if **either** does. A form without one plain meaning (such as a backwards range, or
+`*/S` in one day field beside a restricted other, which Vixie reads as AND and most crons as
+OR) is refused with a message saying how to write it.
 """
 
 from __future__ import annotations
@@ -17,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
+from itertools import pairwise, permutations
 from typing import Final
 
 
 class ExpressionRefused(ValueError):
-    """A field cannot be read with a plain meaning; the message names it and says how to
-    write it instead."""
+    """A field has no plain meaning; the message names it and says how to write it instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +31,11 @@ class _Field:
     high: int
     carry: str  # the larger unit a step cannot carry over into
     names: tuple[str, ...] = ()  # names[i] is the value low + i
+    every: int | None = None  # the highest value `*` covers, when not `high`
+
+    @property
+    def top(self) -> int:
+        return self.high if self.every is None else self.every
 
     @property
     def allowed(self) -> str:
@@ -44,19 +48,12 @@ MINUTE: Final = _Field("minute", 0, 59, "hour")
 HOUR: Final = _Field("hour", 0, 23, "day")
 DAY_OF_MONTH: Final = _Field("day-of-month", 1, 31, "month")
 # Spelled out: `calendar.month_abbr` follows the process's locale.
-MONTH: Final = _Field(
-    "month",
-    1,
-    12,
-    "year",
-    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
-)
-# 0-7: both ends are Sunday (Vixie cron); the names stop at SAT, as everywhere.
-DAY_OF_WEEK: Final = _Field(
-    "day-of-week", 0, 7, "week", ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
-)
-#: `*` in day-of-week is Sunday to Saturday; 7 (Sunday again) only when written.
-DAY_OF_WEEK_LAST: Final = 6
+MONTHS: Final = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+MONTH: Final = _Field("month", 1, 12, "year", MONTHS)
+# 0-7: both ends are Sunday (Vixie cron); the names stop at SAT, as everywhere. `*` is Sunday
+# to Saturday; 7 (Sunday again) only when written.
+WEEKDAYS: Final = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+DAY_OF_WEEK: Final = _Field("day-of-week", 0, 7, "week", WEEKDAYS, every=6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,23 +82,13 @@ class DayRule:
     of_month: DaysOfMonth | None
     of_week: DaysOfWeek | None
 
-    def days_in(self, year: int, month: int) -> tuple[int, ...]:
-        """The matching days of one month, ascending."""
-        return _days_in(self, year, month)
-
-    def has_consecutive_days(self) -> bool:
-        """Whether two days in a row ever match."""
-        return _has_consecutive_days(self)
-
 
 @dataclass(frozen=True, slots=True)
 class CronSpec:
-    """An expression's meaning: the times of day as sorted value tuples, and the day rule
+    """An expression's meaning: its times of day in seconds, ascending, and the day rule
     (`None` when every day of every month matches)."""
 
-    seconds: tuple[int, ...]
-    minutes: tuple[int, ...]
-    hours: tuple[int, ...]
+    times: Sequence[int]
     days: DayRule | None
 
 
@@ -110,46 +97,35 @@ def parse_expression(fields: Sequence[str]) -> CronSpec:
     `ExpressionRefused` naming the first field that has no plain one."""
     second, minute, hour, day_of_month, month, day_of_week = fields
     months = frozenset(_values(MONTH, month))
-    dom_restricted = day_of_month not in ("*", "?")
-    dow_restricted = day_of_week not in ("*", "?")
-    for field, text, other, other_text in (
-        (DAY_OF_MONTH, day_of_month, DAY_OF_WEEK, day_of_week),
-        (DAY_OF_WEEK, day_of_week, DAY_OF_MONTH, day_of_month),
-    ):
+    day_fields = ((DAY_OF_MONTH, day_of_month), (DAY_OF_WEEK, day_of_week))
+    for (field, text), (other, other_text) in permutations(day_fields):
         if text.startswith("*/") and other_text not in ("*", "?"):
-            spelled = f"{field.low}-{6 if field is DAY_OF_WEEK else field.high}{text[1:]}"
+            spelled = f"{field.low}-{field.top}{text[1:]}"
             raise ExpressionRefused(
                 f"the {field.name} field `{text}` beside a restricted {other.name} "
                 f"(`{other_text}`) is read differently by different crons (Vixie cron: both "
                 f"must match; others: either): write `{spelled}` to fire when either matches"
             )
-    of_month = _days_of_month(day_of_month) if dom_restricted else None
-    of_week = _days_of_week(day_of_week) if dow_restricted else None
-    every_month = months == frozenset(range(1, 13))
-    days = None
-    if of_month is not None or of_week is not None or not every_month:
-        days = DayRule(months, of_month, of_week)
+    of_month = None if day_of_month in ("*", "?") else _days_of_month(day_of_month)
+    of_week = None if day_of_week in ("*", "?") else _days_of_week(day_of_week)
+    every_day = of_month is None and of_week is None and len(months) == 12
+    seconds = sorted(_values(SECOND, second))
+    minutes = sorted(_values(MINUTE, minute))
+    hours = sorted(_values(HOUR, hour))
     return CronSpec(
-        seconds=tuple(sorted(_values(SECOND, second))),
-        minutes=tuple(sorted(_values(MINUTE, minute))),
-        hours=tuple(sorted(_values(HOUR, hour))),
-        days=days,
+        times=tuple(h * 3600 + m * 60 + s for h in hours for m in minutes for s in seconds),
+        days=None if every_day else DayRule(months, of_month, of_week),
     )
 
 
 def _values(field: _Field, text: str) -> set[int]:
     """A plain field (no `L`, `W` or `#`) as its set of values."""
-    if text == "*":
-        return set(range(field.low, field.high + 1))
     if text == "?":
         raise ExpressionRefused(
             f"the {field.name} field `?`: `?` means 'no restriction' only in the day-of-month "
             "and day-of-week fields; write `*`"
         )
-    found: set[int] = set()
-    for item in _items(field, text):
-        found |= _item_values(field, text, item)
-    return found
+    return set[int]().union(*(_item_values(field, text, item) for item in _items(field, text)))
 
 
 def _items(field: _Field, text: str) -> list[str]:
@@ -167,11 +143,9 @@ def _items(field: _Field, text: str) -> list[str]:
 def _item_values(field: _Field, text: str, item: str) -> set[int]:
     """One list item (`*`, `*/S`, `A`, `A-B`, `A-B/S`, `A/S`) as its values."""
     base, slash, step_text = item.partition("/")
-    step = 1
-    if slash:
-        step = _step(field, text, step_text)
+    step = _step(field, text, step_text) if slash else 1
     if base == "*":
-        low, high = field.low, DAY_OF_WEEK_LAST if field is DAY_OF_WEEK else field.high
+        low, high = field.low, field.top
     elif "-" in base:
         start, _, end = base.partition("-")
         low = _value(field, text, start)
@@ -190,12 +164,11 @@ def _item_values(field: _Field, text: str, item: str) -> set[int]:
                     f"agreed meaning in day-of-week; write the range, e.g. `{low}-6/{step_text}`"
                 )
             high = field.high
-    values = set(range(low, high + 1, step))
-    return {0 if v == 7 else v for v in values} if field is DAY_OF_WEEK else values
+    return {v % 7 if field is DAY_OF_WEEK else v for v in range(low, high + 1, step)}
 
 
 def _step(field: _Field, text: str, step_text: str) -> int:
-    span = (DAY_OF_WEEK_LAST + 1 if field is DAY_OF_WEEK else field.high) - field.low
+    span = field.high - field.low
     if not step_text.isascii() or not step_text.isdigit() or int(step_text) == 0:
         raise ExpressionRefused(
             f"the {field.name} field `{text}`: a step is a whole number from 1 to {span}"
@@ -229,8 +202,7 @@ def _value(field: _Field, text: str, token: str) -> int:
 def _wrapped(field: _Field, low: int, high: int) -> str:
     if field is DAY_OF_WEEK and high == 0:  # to Sunday: 7 is Sunday too (`SAT-SUN` is `6-7`)
         return f"{low}-7"
-    top = DAY_OF_WEEK_LAST if field is DAY_OF_WEEK else field.high
-    first = f"{low}-{top}" if low < top else f"{low}"
+    first = f"{low}-{field.top}" if low < field.top else f"{low}"
     second = f"{field.low}-{high}" if high > field.low else f"{field.low}"
     return f"{first},{second}"
 
@@ -298,33 +270,30 @@ def _days_of_week(text: str) -> DaysOfWeek:
 
 
 @lru_cache(maxsize=1024)
-def _has_consecutive_days(rule: DayRule) -> bool:
-    """Looked for over 28 years from 2000: a leap century year, and every weekday on every
-    date of every month."""
-    previous = 0
-    for year in range(2000, 2028):
-        for month in range(1, 13):
-            for day in rule.days_in(year, month):
-                ordinal = date(year, month, day).toordinal()
-                if ordinal == previous + 1:
-                    return True
-                previous = ordinal
-    return False
+def has_consecutive_days(rule: DayRule) -> bool:
+    """Whether two days in a row ever match, looked for over 28 years from 2000: a leap century
+    year, and every weekday on every date of every month."""
+    ordinals = (
+        date(year, month, day).toordinal()
+        for year in range(2000, 2028)
+        for month in range(1, 13)
+        for day in days_in(rule, year, month)
+    )
+    return any(b == a + 1 for a, b in pairwise(ordinals))
 
 
 @lru_cache(maxsize=65_536)
-def _days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
-    """The matching days of one month. Cached: a walk asks for the same months again and
-    again, and thousands of channels share a handful of rules."""
+def days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
+    """The matching days of one month, ascending. Cached: a walk asks for the same months
+    again and again, and thousands of channels share a handful of rules."""
     if month not in rule.months:
         return ()
     first_weekday, length = calendar.monthrange(year, month)  # Monday is 0 here
-    sunday_based = (first_weekday + 1) % 7
     nearest = _nearest_weekday(rule.of_month, year, month, length)
     of_month, of_week = rule.of_month, rule.of_week
     matching: list[int] = []
     for day in range(1, length + 1):
-        weekday = (sunday_based + day - 1) % 7
+        weekday = (first_weekday + day) % 7  # Sunday is 0
         by_month = of_month is not None and (
             day in of_month.days or (of_month.last and day == length) or day == nearest
         )
@@ -340,10 +309,8 @@ def _days_in(rule: DayRule, year: int, month: int) -> tuple[int, ...]:
 
 def _nearest_weekday(of_month: DaysOfMonth | None, year: int, month: int, length: int) -> int:
     """The day `NW` means this month, or 0 when the month has no day N."""
-    if of_month is None or of_month.nearest_weekday is None:
-        return 0
-    day = of_month.nearest_weekday
-    if day > length:
+    day = None if of_month is None else of_month.nearest_weekday
+    if day is None or day > length:
         return 0
     weekday = date(year, month, day).weekday()  # Monday is 0
     if weekday == 5:  # Saturday: the Friday before, unless that leaves the month

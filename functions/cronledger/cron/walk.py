@@ -13,15 +13,17 @@ change bisected to the second (tzdata has no zone that changes and changes back 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cached_property, lru_cache
-from itertools import pairwise
-from typing import Final, Union
+from itertools import islice, pairwise
+from operator import itemgetter
+from typing import Final
 from zoneinfo import ZoneInfo
 
-from cronledger.cron.expression import CronSpec, DayRule, parse_expression
+from cronledger.cron.expression import DayRule, days_in, has_consecutive_days, parse_expression
 
 DAY: Final = 86_400
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -55,28 +57,11 @@ class Survey:
 
 
 @dataclass(frozen=True, slots=True)
-class OneInstant:
-    """A one-time schedule (`at`): a single instant."""
-
-    second: int
-
-    def instants(self, lo: int, hi: int, cap: int) -> list[int]:
-        return [self.second] if cap > 0 and lo <= self.second <= hi else []
-
-    def first(self, lo: int, hi: int) -> int | None:
-        return self.second if lo <= self.second <= hi else None
-
-    def survey(self, lo: int, hi: int, head: int) -> Survey:
-        inside = self.instants(lo, hi, 1)
-        return Survey(len(inside), inside[:head], inside)
-
-
-@dataclass(frozen=True, slots=True)
 class Bounded:
-    """Instants kept to `[lo, hi]` (`starts_at` and `ends_at`, inclusive): every question
-    is asked of a window clamped to the bounds, so nothing outside them is ever answered."""
+    """A schedule's instants: its calendar's, kept to `[lo, hi]` (`starts_at` to `ends_at`; a
+    one-time `at` is `EVERY_SECOND` kept to its one second), so nothing outside is answered."""
 
-    inner: Instants
+    inner: Calendar
     lo: int
     hi: int
 
@@ -90,48 +75,41 @@ class Bounded:
         return self.inner.survey(max(lo, self.lo), min(hi, self.hi), head)
 
 
-#: What a schedule's instants answer, in integer UTC seconds, windows inclusive: `instants`
-#: (the first `cap` in `[lo, hi]`, ascending), `first` (or None) and `survey` (the count, the
-#: first `head` and the last three).
-Instants = Union["Calendar", OneInstant, Bounded]
+#: What a `Schedule` asks when it fires, in integer UTC seconds, windows inclusive.
+Instants = Bounded
 
 
 @lru_cache(maxsize=1024)
 def calendar(expression: str, zone: str) -> Calendar:
     """The calendar of a valid expression in a zone, built once per process: thousands of
     channels share a handful of expressions, and a per-second one lists 86,400 times."""
-    return Calendar(parse_expression(expression.split()), zone)
+    spec = parse_expression(expression.split())
+    return Calendar(spec.times, spec.days, zone)
 
 
 class Calendar:
-    """The instants of one six-field expression in one zone, as integer UTC seconds.
-    Immutable once built, so schedules share them (`calendar`)."""
+    """The instants of one six-field expression in one zone, as integer UTC seconds: its times
+    of day (ascending) on its days. Immutable once built, so schedules share them (`calendar`)."""
 
-    def __init__(self, spec: CronSpec, zone: str) -> None:
-        # Ascending, as each field's values are.
-        self._times: tuple[int, ...] = tuple(
-            h * 3600 + m * 60 + s for h in spec.hours for m in spec.minutes for s in spec.seconds
-        )
-        self._days = spec.days
+    def __init__(self, times: Sequence[int], days: DayRule | None, zone: str) -> None:
+        self._times = times
+        self._days = days
         self._zone = zone
 
     def gap_below(self, lo: int, hi: int, limit: int) -> tuple[int, str] | None:
-        """The shortest time between two consecutive instants that is under `limit` seconds,
-        with where it happens, or None when there is none; clock changes in `[lo, hi]` count.
-
-        Between two instants at one offset the gap is their wall-clock distance, in one day
-        or across midnight; only the pair that straddles a clock change is closer or further
-        apart in UTC than on the wall, so that pair is measured at each change."""
+        """The shortest time under `limit` seconds between two consecutive instants, with where
+        it happens, or None; clock changes in `[lo, hi]` count. Two instants at one offset are
+        their wall-clock distance apart (in one day or across midnight); only a pair straddling
+        a clock change differs in UTC, so that pair is measured at each change."""
         found = list(self._wall_gaps)
         for change in clock_changes(self._zone, lo, hi):
             before = self.instants(change - limit, change - 1, limit)
             after = self.first(change, change + limit)
             if before and after is not None:
-                found.append(
-                    (after - before[-1], f"{_iso(before[-1])} to {_iso(after)}, a clock change")
-                )
-        below = [gap for gap in found if gap[0] < limit]
-        return min(below, key=lambda gap: gap[0]) if below else None
+                iso = "%Y-%m-%dT%H:%M:%SZ"
+                where = f"{instant(before[-1]):{iso}} to {instant(after):{iso}}, a clock change"
+                found.append((after - before[-1], where))
+        return min((gap for gap in found if gap[0] < limit), key=itemgetter(0), default=None)
 
     @cached_property
     def _wall_gaps(self) -> list[tuple[int, str]]:
@@ -141,177 +119,120 @@ class Calendar:
         found: list[tuple[int, str]] = []
         if len(times) > 1:
             gap, a = min((b - a, a) for a, b in pairwise(times))
-            found.append((gap, f"{_hms(a)} to {_hms(a + gap)}"))
-        if self._days is None or self._days.has_consecutive_days():
-            found.append((DAY - times[-1] + times[0], f"{_hms(times[-1])} to {_hms(times[0])}"))
+            found.append((gap, f"{instant(a):%H:%M:%S} to {instant(a + gap):%H:%M:%S}"))
+        if self._days is None or has_consecutive_days(self._days):
+            last, first = instant(times[-1]), instant(times[0])
+            found.append((DAY - times[-1] + times[0], f"{last:%H:%M:%S} to {first:%H:%M:%S}"))
         return found
 
     def instants(self, lo: int, hi: int, cap: int) -> list[int]:
         """The first `cap` instants in `[lo, hi]`, ascending."""
-        out: list[int] = []
-        if cap <= 0:
-            return out
-        times = self._times
-        for base, i, j in self._runs(lo, hi):
-            stop = min(j, i + cap - len(out))
-            out.extend(base + times[k] for k in range(i, stop))
-            if len(out) >= cap:
-                break
-        return out
+        return list(islice(self._walk(lo, hi), max(cap, 0)))
 
     def first(self, lo: int, hi: int) -> int | None:
-        for base, i, _j in self._runs(lo, hi):
-            return base + self._times[i]
-        return None
+        """The first instant in `[lo, hi]`, or None."""
+        return next(self._walk(lo, hi), None)
 
     def survey(self, lo: int, hi: int, head: int) -> Survey:
         """Count `[lo, hi]` exactly, keeping only its first `head` instants and its last three."""
         times = self._times
         count = 0
-        first: list[int] = []
-        last: list[int] = []
+        last: deque[int] = deque(maxlen=3)
         for base, i, j in self._runs(lo, hi):
             count += j - i
-            if len(first) < head:
-                first.extend(base + times[k] for k in range(i, min(j, i + head - len(first))))
-            last = (last + [base + times[k] for k in range(max(i, j - 3), j)])[-3:]
-        return Survey(count, first, last)
+            last.extend(base + times[k] for k in range(max(i, j - 3), j))
+        return Survey(count, self.instants(lo, hi, head), list(last))
+
+    def _walk(self, lo: int, hi: int) -> Iterator[int]:
+        times = self._times
+        return (base + times[k] for base, i, j in self._runs(lo, hi) for k in range(i, j))
 
     def _runs(self, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
-        """Ascending runs `(base, i, j)`: the instants `base + _times[k]` for `i <= k < j`.
-
-        One run is the part of one local day that lies in one constant-offset segment."""
+        """Ascending runs `(base, i, j)`, the instants `base + _times[k]` for `i <= k < j`: each
+        the part of one local day that lies in one constant-offset segment."""
         lo, hi = max(lo, FIRST_SECOND), min(hi, LAST_SECOND)
-        if lo > hi or not self._times:
+        if lo > hi:
             return
-        # Local days run at most a day past UTC ones (offsets are within -12 h and +14 h).
-        days = _DayFinder(self._days, hi // DAY + 1)
         times = self._times
         for seg_lo, seg_hi, offset in _segments(self._zone, lo, hi):
             local_lo, local_hi = seg_lo + offset, seg_hi + offset
             first_day, last_day = local_lo // DAY, local_hi // DAY
-            day = first_day
-            while True:
-                found = days.at_or_after(day)
-                if found is None or found > last_day:
-                    break  # none left in this segment (a later one may revisit this day)
-                midnight = found * DAY
-                i = bisect_left(times, local_lo - midnight) if found == first_day else 0
-                j = bisect_right(times, local_hi - midnight) if found == last_day else len(times)
+            day = _next_day(self._days, first_day, last_day)
+            while day is not None:
+                midnight = day * DAY
+                i = bisect_left(times, local_lo - midnight) if day == first_day else 0
+                j = bisect_right(times, local_hi - midnight) if day == last_day else len(times)
                 if i < j:
                     yield midnight - offset, i, j
-                day = found + 1
+                day = _next_day(self._days, day + 1, last_day)
 
 
-class _DayFinder:
-    """Matching local days (days since 1970-01-01) for one walk, up to its last day.
+# Every second of every day (a `range`, so it lists nothing), for one-time schedules.
+EVERY_SECOND: Final = Calendar(range(DAY), None, "UTC")
 
-    Remembers its last answer: any day between the last question and its answer has the same
-    answer, which lets a walk cross many short segments (or a sparse schedule's empty years)
-    with one search."""
 
-    def __init__(self, days: DayRule | None, last_day: int) -> None:
-        self._days = days
-        self._last_day = last_day
-        self._asked: int | None = None
-        self._answer: int | None = None
+def _next_day(rule: DayRule | None, day: int, last_day: int) -> int | None:
+    """The first local day (days since 1970-01-01) in `[day, last_day]` that `rule` matches.
+    Searching no further than the segment's last day keeps a walk linear in its months."""
+    if rule is None:
+        return day if day <= last_day else None
+    start = date.fromordinal(_EPOCH_ORDINAL + day)
+    year, month, day_of_month = start.year, start.month, start.day
+    while (month_start := date(year, month, 1).toordinal() - _EPOCH_ORDINAL) <= last_day:
+        matching = days_in(rule, year, month)
+        i = bisect_left(matching, day_of_month)
+        if i < len(matching):
+            found = month_start + matching[i] - 1
+            return found if found <= last_day else None
+        year, month, day_of_month = year + month // 12, month % 12 + 1, 1
+    return None
 
-    def at_or_after(self, day: int) -> int | None:
-        """The first matching day from `day` on, or None if none comes by the walk's end."""
-        if self._days is None:
-            return day
-        if (
-            self._asked is not None
-            and self._asked <= day
-            and (self._answer is None or day <= self._answer)
-        ):
-            return self._answer
-        self._asked = day
-        self._answer = self._search(day)
-        return self._answer
 
-    def _search(self, day: int) -> int | None:
-        assert self._days is not None
-        start = date.fromordinal(_EPOCH_ORDINAL + day)
-        year, month, day_of_month = start.year, start.month, start.day
-        while True:
-            month_start = date(year, month, 1).toordinal() - _EPOCH_ORDINAL
-            if month_start > self._last_day:
-                return None
-            matching = self._days.days_in(year, month)
-            i = bisect_left(matching, day_of_month)
-            if i < len(matching):
-                found = month_start + matching[i] - 1
-                return found if found <= self._last_day else None
-            year, month, day_of_month = year + month // 12, month % 12 + 1, 1
+def window(starts_at: datetime | None, ends_at: datetime | None) -> tuple[int, int]:
+    """The UTC seconds from `starts_at` to `ends_at`, inclusive; unbounded where None."""
+    lo = FIRST_SECOND if starts_at is None else ceil_seconds(starts_at)
+    hi = LAST_SECOND if ends_at is None else floor_seconds(ends_at)
+    return lo, hi
 
 
 def clock_changes(zone: str, lo: int, hi: int) -> list[int]:
     """Every UTC second in `[lo, hi]` at which `zone` changes its offset."""
-    if zone == "UTC":
-        return []
-    return [
-        at
-        for year in range(_year_of(max(lo, FIRST_SECOND)), _year_of(min(hi, LAST_SECOND)) + 1)
-        for at, _offset in _transitions(zone, year)
-        if lo <= at <= hi
-    ]
-
-
-def _hms(second_of_day: int) -> str:
-    hours, rest = divmod(second_of_day, 3600)
-    return f"{hours:02}:{rest // 60:02}:{rest % 60:02}"
-
-
-def _iso(second: int) -> str:
-    return instant(second).strftime("%Y-%m-%dT%H:%M:%SZ")
+    years = range(_year_of(max(lo, FIRST_SECOND)), _year_of(min(hi, LAST_SECOND)) + 1)
+    return [at for year in years for at, _offset in _transitions(zone, year) if lo <= at <= hi]
 
 
 def _segments(zone: str, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
     """Split `[lo, hi]` (UTC seconds) into ascending `(start, end, offset)` pieces of constant
     offset. Pieces also end at every UTC new year, so a walk that stops early never computes
-    transitions for years it does not reach. UTC, which never changes, is one piece."""
-    if zone == "UTC":
-        yield lo, hi, 0
-        return
+    transitions for years it does not reach."""
     start, offset = lo, _offset_at(zone, lo)
-    year = _year_of(lo)
-    while start <= hi:
+    for year in range(_year_of(lo), _year_of(hi) + 1):
         for at, new_offset in _transitions(zone, year):
-            if at <= start:
-                continue
-            if at > hi:
-                break
-            yield start, at - 1, offset
-            start, offset = at, new_offset
+            if start < at <= hi:
+                yield start, at - 1, offset
+                start, offset = at, new_offset
         end = min(hi, _year_start(year + 1) - 1)
         if start <= end:
             yield start, end, offset
             start = end + 1
-        year += 1
 
 
 @lru_cache(maxsize=4096)
 def _transitions(zone: str, year: int) -> tuple[tuple[int, int], ...]:
     """Every `(utc_second, new_offset)` at which `zone` changes offset, within
-    `(start of year, start of next year]`."""
+    `(start of year, start of next year]`. UTC never changes, so it is not sampled."""
+    if zone == "UTC":
+        return ()
     found: list[tuple[int, int]] = []
-    t, end = _year_start(year), _year_start(year + 1)
-    offset = _offset_at(zone, t)
-    while t < end:
+    start, end = _year_start(year), _year_start(year + 1)
+    offset = _offset_at(zone, start)
+    for t in range(start, end, _OFFSET_PROBE):
         probe = min(t + _OFFSET_PROBE, end)
         while _offset_at(zone, probe) != offset:
-            below, above = t, probe  # offset(below) == offset != offset(above)
-            while above - below > 1:
-                middle = (below + above) // 2
-                if _offset_at(zone, middle) == offset:
-                    below = middle
-                else:
-                    above = middle
-            offset = _offset_at(zone, above)
-            found.append((above, offset))
-            t = above
-        t = probe
+            span = range(t, probe + 1)  # offset at t, another at probe: bisect to the change
+            t = span[bisect_left(span, True, key=lambda s: _offset_at(zone, s) != offset)]
+            offset = _offset_at(zone, t)
+            found.append((t, offset))
     return tuple(found)
 
 
