@@ -281,7 +281,7 @@ class _Worker:
         while True:
             invoker.batch.clear()
             round_ = claim_once(self.ledger, self.settings, invoker)
-            assert not round_.failed
+            assert round_.error is None, round_.error
             if not invoker.batch:
                 return done, rounds
             rounds += 1
