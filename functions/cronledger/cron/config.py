@@ -51,6 +51,7 @@ from cronledger.cron.walk import (
     clock_changes,
     floor_seconds,
     seconds,
+    window,
 )
 from cronledger.instants import parse_rfc3339
 from cronledger.validation import UNTAGGED, Document, choice, json_type, refused, whole
@@ -461,8 +462,7 @@ def fires_within(expression: str, info: ValidationInfo) -> None:
             f"`{expression}` never fires in the next 5 years in {zone or 'UTC'}; check the "
             "day-of-month and month fields (February 30th and April 31st never happen)",
         )
-    lo = FIRST_SECOND if starts is None else ceil_seconds(starts)
-    hi = LAST_SECOND if ends is None else floor_seconds(ends)
+    lo, hi = window(starts, ends)
     found: list[InitErrorDetails] = []
     if (starts or ends) and lo <= hi and instants.first(lo, hi) is None:
         message = (
