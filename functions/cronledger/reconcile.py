@@ -84,6 +84,8 @@ from cronledger.targets import target_ref
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from cronledger.ledger.models import ScheduleWork
+
 log = logging.getLogger(__name__)
 
 JOB = "reconcile"
@@ -308,36 +310,90 @@ def _plan_due(
 ) -> Iterator[_Planned]:
     """The plan of every due cursor in the shard, a page at a time, but those `reset` this
     pass (a cursor whose channel changed since the notes were read is brought in line
-    instead, as a noted one is)."""
+    instead, as a noted one is). While a full page is planned, the next is read (`_ReadAhead`)."""
     horizon = now + settings.lookahead
     shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
-    after: tuple[datetime, str] | None = None
-    while page := ledger.cursors.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
-        full = len(page) == READ_PAGE
-        after = max((w.state.next_fire_at, w.channel_id) for w in page)  # type: ignore[union-attr,assignment]
-        writes = CursorWrites()
-        for work in page:
-            state = work.state
-            assert state is not None and state.next_fire_at is not None
-            if work.channel_id in reset:
-                continue
-            planned: _Planned | None = None
-            try:
-                schedule = _line_up(work.channel, state, cache, now, writes, report)
-                if schedule is not None:
-                    assert work.channel is not None
-                    planned = _plan(work.channel, schedule, state, now, horizon, settings, shared)
-            except DatabaseUnavailable:
-                raise  # the whole pass failed: not one channel's problem
-            except Exception as exc:  # one channel must not stop the others
-                _record_failure(report, work.channel_id, exc)
-            if planned is not None:
-                yield planned
-        ledger.cursors.write_cursors(writes)
-        del page, writes  # freed now: the collection need not walk them
-        _collect_page_cycles()
-        if not full:
+    with _ReadAhead(ledger, horizon, shard) as pages:
+        page = pages.first()
+        while page:
+            pages.read_after(page)
+            writes = CursorWrites()
+            for work in page:
+                state = work.state
+                assert state is not None and state.next_fire_at is not None
+                if work.channel_id in reset:
+                    continue
+                planned: _Planned | None = None
+                try:
+                    schedule = _line_up(work.channel, state, cache, now, writes, report)
+                    if schedule is not None:
+                        assert work.channel is not None
+                        planned = _plan(
+                            work.channel, schedule, state, now, horizon, settings, shared
+                        )
+                except DatabaseUnavailable:
+                    raise  # the whole pass failed: not one channel's problem
+                except Exception as exc:  # one channel must not stop the others
+                    _record_failure(report, work.channel_id, exc)
+                if planned is not None:
+                    yield planned
+            # The page read ahead is in: its connection is free for the page's cursor writes.
+            page = pages.next()
+            ledger.cursors.write_cursors(writes)
+            del writes  # freed now: the collection need not walk them
+            _collect_page_cycles()
+
+
+class _ReadAhead:
+    """The pages of a pass's due cursors, read one page ahead: while the pass plans a full
+    page, the next is read on a thread of its own, so the database's read overlaps the
+    planning instead of preceding it. A pass with one page never starts the thread.
+
+    The pass holds no more connections than it would without it: `next` answers only once
+    the read ahead is in, and the next read starts only when the pass asks for it
+    (`read_after`), so the pass's own writes between the two (the page's cursor writes) run
+    while no read does; the other connection is the writer's (`_Writes`). A read that fails
+    raises from `next`, in the pass."""
+
+    def __init__(self, ledger: ReconcilePort, horizon: datetime, shard: Shard) -> None:
+        self._ledger = ledger
+        self._horizon = horizon
+        self._shard = shard
+        self._reader: ThreadPoolExecutor | None = None
+        self._ahead: Future[list[ScheduleWork]] | None = None
+
+    def __enter__(self) -> _ReadAhead:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._reader is not None:
+            self._reader.shutdown(wait=True)
+
+    def first(self) -> list[ScheduleWork]:
+        return self._read(None)
+
+    def read_after(self, page: list[ScheduleWork]) -> None:
+        """Start reading the page after `page`, if there may be one (`page` is full)."""
+        if len(page) < READ_PAGE:
             return
+        after = max((w.state.next_fire_at, w.channel_id) for w in page)  # type: ignore[union-attr]
+        if self._reader is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._reader = ThreadPoolExecutor(1, thread_name_prefix="reconcile-read")
+        self._ahead = self._reader.submit(self._read, after)  # type: ignore[arg-type]
+
+    def next(self) -> list[ScheduleWork]:
+        """The page read ahead (empty when there is none)."""
+        if self._ahead is None:
+            return []
+        ahead, self._ahead = self._ahead, None
+        return ahead.result()
+
+    def _read(self, after: tuple[datetime, str] | None) -> list[ScheduleWork]:
+        return self._ledger.cursors.due_cursors(
+            self._horizon, self._shard, after=after, limit=READ_PAGE
+        )
 
 
 def _plan(
