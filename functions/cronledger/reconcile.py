@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from cronledger import metrics
@@ -311,9 +311,8 @@ def _plan_due(
     """The plan of every due cursor in the shard, a page at a time, but those `reset` this
     pass (a cursor whose channel changed since the notes were read is brought in line
     instead, as a noted one is). While a full page is planned, the next is read (`_ReadAhead`)."""
-    horizon = now + settings.lookahead
-    shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
-    with _ReadAhead(ledger, horizon, shard) as pages:
+    window = _Window.of(now, settings)
+    with _ReadAhead(ledger, window.horizon, shard) as pages:
         page = pages.first()
         while page:
             pages.read_after(page)
@@ -328,9 +327,7 @@ def _plan_due(
                     schedule = _line_up(work.channel, state, cache, now, writes, report)
                     if schedule is not None:
                         assert work.channel is not None
-                        planned = _plan(
-                            work.channel, schedule, state, now, horizon, settings, shared
-                        )
+                        planned = _plan(work.channel, schedule, state, window)
                 except DatabaseUnavailable:
                     raise  # the whole pass failed: not one channel's problem
                 except Exception as exc:  # one channel must not stop the others
@@ -396,49 +393,56 @@ class _ReadAhead:
         )
 
 
+@dataclass(frozen=True)
+class _Window:
+    """What every due channel of one pass is planned against, worked out once per pass."""
+
+    now: datetime
+    horizon: datetime
+    grace: timedelta
+    max_catch_up: int
+    #: Channels of one calendar and cursor share a plan (`Schedule.plan_pass`).
+    shared: dict[Hashable, PassPlan] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, now: datetime, settings: Settings) -> _Window:
+        return cls(now, now + settings.lookahead, settings.misfire_grace, settings.max_catch_up)
+
+
 def _plan(
-    channel: DueChannel,
-    schedule: Schedule,
-    state: ScheduleState,
-    now: datetime,
-    horizon: datetime,
-    settings: Settings,
-    shared: dict[Hashable, PassPlan],
+    channel: DueChannel, schedule: Schedule, state: ScheduleState, window: _Window
 ) -> _Planned:
     assert state.next_fire_at is not None
     plan = schedule.plan_pass(
-        state.next_fire_at, now, settings.misfire_grace, settings.max_catch_up, shared
+        state.next_fire_at, window.now, window.grace, window.max_catch_up, window.shared
     )
-    instants = list(plan.materialise)
+    instants = plan.materialise
     next_cursor = plan.next_cursor
-    if next_cursor is not None and next_cursor <= horizon:
+    if next_cursor is not None and next_cursor <= window.horizon:
         # Lookahead: rows for instants not yet due, claimable only once they are.
-        ahead = schedule.fires_in(next_cursor, horizon)
-        instants.extend(ahead)
+        ahead = schedule.fires_in(next_cursor, window.horizon)
+        instants = [*instants, *ahead]
         next_cursor = schedule.next_after(ahead[-1]) if ahead else next_cursor
 
+    channel_id, name, version = channel.channel_id, channel.name, channel.version
     ref = target_ref(channel.target)
-
     attempts = schedule.retry.max_attempts
     overdue = schedule.alerts.overdue_after_secs
     # Jitter spreads when each row is due; its identity stays the instant.
-    if schedule.jitter_secs:
-        rows = [
-            NewOccurrence.of(
-                channel,
-                at,
-                ref,
-                max_attempts=attempts,
-                due_at=schedule.due_at(at),
-                overdue_after_secs=overdue,
-            )
-            for at in instants
-        ]
-    else:
-        rows = [
-            NewOccurrence.of(channel, at, ref, max_attempts=attempts, overdue_after_secs=overdue)
-            for at in instants
-        ]
+    jittered = schedule.jitter_secs > 0
+    rows = [
+        NewOccurrence(
+            channel_id,
+            name,
+            version,
+            at,
+            target_ref=ref,
+            due_at=schedule.due_at(at) if jittered else None,
+            max_attempts=attempts,
+            overdue_after_secs=overdue,
+        )
+        for at in instants
+    ]
     skipped = 0
     if plan.skipped is not None:
         # One row for the whole gap, carried by the newest missed instant: a day of a
@@ -457,7 +461,7 @@ def _plan(
             )
         )
         skipped = plan.skipped.count
-    move = CursorMove(channel.channel_id, state.next_fire_at, next_cursor, schedule.config_hash)
+    move = CursorMove(channel_id, state.next_fire_at, next_cursor, schedule.config_hash)
     return _Planned(rows, move, skipped)
 
 
