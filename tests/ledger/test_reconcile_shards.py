@@ -243,6 +243,29 @@ def test_a_pass_reading_ahead_and_writing_behind_holds_two_connections_at_most(
     assert most <= 2
 
 
+def test_a_page_read_ahead_that_fails_fails_the_pass(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given twelve due channels, read five at a time, and a database that fails the second read
+    due_channels(ledger, 12)
+    monkeypatch.setattr(reconcile, "READ_PAGE", 5)
+    real = ledger.cursors.due_cursors
+    reads: list[int] = []
+
+    def fails_second(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        if len(reads) == 2:
+            raise DatabaseUnavailable("connection refused")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ledger.cursors, "due_cursors", fails_second)
+
+    # When a pass runs, then it fails as the database's failure, having read no further
+    with pytest.raises(DatabaseUnavailable):
+        reconcile_once(ledger, SETTINGS, ScheduleCache())
+    assert len(reads) == 2
+
+
 def test_new_channels_are_initialised_a_page_at_a_time(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
