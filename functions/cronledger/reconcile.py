@@ -16,8 +16,9 @@ SQLite). A channel gets its rows only if its cursor compare-and-set wins, so:
 No lease guards a pass: two reconcilers produce the same ledger. Planning is pure
 (`Schedule.plan_pass`); this module only does the writes, batched: the rows and cursor moves
 of up to `WRITE_BATCH` due channels go in one statement, each channel's all in the same one.
-A full batch is written on a thread of its own while the pass plans the next, so the
-database's inserts overlap the planning instead of following it. If a batch fails, the pass
+A full batch is written on a thread of its own while the pass plans the next, and the next
+page of due cursors is read on another while the pass plans this one, so the database's work
+overlaps the planning instead of alternating with it; a pass holds two connections at most. If a batch fails, the pass
 falls back to one channel at a time, so one bad channel cannot stop the others.
 
 A pass reads two things, each a page at a time through an index, so its cost follows what is
@@ -66,7 +67,7 @@ from cronledger.ledger import (
     ScheduleState,
     Shard,
 )
-from cronledger.ledger.cursors import READ_PAGE
+from cronledger.ledger.cursors import READ_PAGE, page_end
 from cronledger.outbox import Sender, sweep
 from cronledger.pacing import (
     JOB_HEARTBEAT_EVERY_SECS,
@@ -373,12 +374,11 @@ class _ReadAhead:
         """Start reading the page after `page`, if there may be one (`page` is full)."""
         if len(page) < READ_PAGE:
             return
-        after = max((w.state.next_fire_at, w.channel_id) for w in page)  # type: ignore[union-attr]
         if self._reader is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._reader = ThreadPoolExecutor(1, thread_name_prefix="reconcile-read")
-        self._ahead = self._reader.submit(self._read, after)  # type: ignore[arg-type]
+        self._ahead = self._reader.submit(self._read, page_end(page))
 
     def next(self) -> list[ScheduleWork]:
         """The page read ahead (empty when there is none)."""

@@ -528,14 +528,27 @@ def _state_of_json(values: list[Any]) -> ScheduleState:
     """A cursor `json_rows` carried: its table's columns, in the table's order (which is
     `ScheduleState`'s)."""
     channel_id, version, config_hash, next_fire_at, paused_at, updated_at = values
+    updated = _instant_of_json(updated_at)
+    assert updated is not None  # a NOT NULL column
     return ScheduleState(
         channel_id,
         version,
         config_hash,
         _instant_of_json(next_fire_at),
         _instant_of_json(paused_at),
-        _instant_of_json(updated_at),
+        updated,
     )
+
+
+def page_end(page: list[ScheduleWork]) -> tuple[datetime, str]:
+    """Where the page of due cursors after `page` starts (`due_cursors`' `after`): the
+    greatest (next instant, channel id) in it."""
+    return max(map(_due_position, page))
+
+
+def _due_position(work: ScheduleWork) -> tuple[datetime, str]:
+    assert work.state is not None and work.state.next_fire_at is not None
+    return work.state.next_fire_at, work.channel_id
 
 
 def moves_of(moves: list[CursorMove]) -> list[str]:
