@@ -18,8 +18,9 @@ No lease guards a pass: two reconcilers produce the same ledger. Planning is pur
 of up to `WRITE_BATCH` due channels go in one statement, each channel's all in the same one.
 A full batch is written on a thread of its own while the pass plans the next, and the next
 page of due cursors is read on another while the pass plans this one, so the database's work
-overlaps the planning instead of alternating with it; a pass holds two connections at most. If a batch fails, the pass
-falls back to one channel at a time, so one bad channel cannot stop the others.
+overlaps the planning instead of alternating with it; a pass holds two connections at most.
+If a batch fails, the pass falls back to one channel at a time, so one bad channel cannot
+stop the others.
 
 A pass reads two things, each a page at a time through an index, so its cost follows what is
 due and what changed, never the number of channels installed (an idle pass reads two empty
