@@ -16,9 +16,11 @@ SQLite). A channel gets its rows only if its cursor compare-and-set wins, so:
 No lease guards a pass: two reconcilers produce the same ledger. Planning is pure
 (`Schedule.plan_pass`); this module only does the writes, batched: the rows and cursor moves
 of up to `WRITE_BATCH` due channels go in one statement, each channel's all in the same one.
-A full batch is written on a thread of its own while the pass plans the next, so the
-database's inserts overlap the planning instead of following it. If a batch fails, the pass
-falls back to one channel at a time, so one bad channel cannot stop the others.
+A full batch is written on a thread of its own while the pass plans the next, and the next
+page of due cursors is read on another while the pass plans this one, so the database's work
+overlaps the planning instead of alternating with it; a pass holds two connections at most.
+If a batch fails, the pass falls back to one channel at a time, so one bad channel cannot
+stop the others.
 
 A pass reads two things, each a page at a time through an index, so its cost follows what is
 due and what changed, never the number of channels installed (an idle pass reads two empty
@@ -48,7 +50,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from cronledger import metrics
@@ -66,7 +68,7 @@ from cronledger.ledger import (
     ScheduleState,
     Shard,
 )
-from cronledger.ledger.cursors import READ_PAGE
+from cronledger.ledger.cursors import READ_PAGE, page_end
 from cronledger.outbox import Sender, sweep
 from cronledger.pacing import (
     JOB_HEARTBEAT_EVERY_SECS,
@@ -84,6 +86,8 @@ from cronledger.targets import target_ref
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from cronledger.ledger.models import ScheduleWork
+
 log = logging.getLogger(__name__)
 
 JOB = "reconcile"
@@ -91,9 +95,11 @@ JOB = "reconcile"
 RETENTION_EVERY_SECS = 600.0
 #: How long retention may hold up a loop's next pass (`after_pass`).
 RETENTION_BUDGET_SECS = 5.0
-#: Due channels a statement writes. A pass over ten thousand sends ten, each planned while
+#: Due channels a statement writes. A pass over ten thousand sends four, each planned while
 #: the one before is written; a pass over a few hundred sends one, from the pass's thread.
-WRITE_BATCH = 1_000
+#: The database's fixed cost per statement (planning it, committing) is spread over more
+#: channels than at a thousand, which the pass's wall time shows (`make bench`).
+WRITE_BATCH = 2_500
 
 
 @dataclass
@@ -308,81 +314,138 @@ def _plan_due(
 ) -> Iterator[_Planned]:
     """The plan of every due cursor in the shard, a page at a time, but those `reset` this
     pass (a cursor whose channel changed since the notes were read is brought in line
-    instead, as a noted one is)."""
-    horizon = now + settings.lookahead
-    shared: dict[Hashable, PassPlan] = {}  # channels of one calendar and cursor share a plan
-    after: tuple[datetime, str] | None = None
-    while page := ledger.cursors.due_cursors(horizon, shard, after=after, limit=READ_PAGE):
-        full = len(page) == READ_PAGE
-        after = max((w.state.next_fire_at, w.channel_id) for w in page)  # type: ignore[union-attr,assignment]
-        writes = CursorWrites()
-        for work in page:
-            state = work.state
-            assert state is not None and state.next_fire_at is not None
-            if work.channel_id in reset:
-                continue
-            planned: _Planned | None = None
-            try:
-                schedule = _line_up(work.channel, state, cache, now, writes, report)
-                if schedule is not None:
-                    assert work.channel is not None
-                    planned = _plan(work.channel, schedule, state, now, horizon, settings, shared)
-            except DatabaseUnavailable:
-                raise  # the whole pass failed: not one channel's problem
-            except Exception as exc:  # one channel must not stop the others
-                _record_failure(report, work.channel_id, exc)
-            if planned is not None:
-                yield planned
-        ledger.cursors.write_cursors(writes)
-        del page, writes  # freed now: the collection need not walk them
-        _collect_page_cycles()
-        if not full:
+    instead, as a noted one is). While a full page is planned, the next is read (`_ReadAhead`)."""
+    window = _Window.of(now, settings)
+    with _ReadAhead(ledger, window.horizon, shard) as pages:
+        page = pages.first()
+        while page:
+            pages.read_after(page)
+            writes = CursorWrites()
+            for work in page:
+                state = work.state
+                assert state is not None and state.next_fire_at is not None
+                if work.channel_id in reset:
+                    continue
+                planned: _Planned | None = None
+                try:
+                    schedule = _line_up(work.channel, state, cache, now, writes, report)
+                    if schedule is not None:
+                        assert work.channel is not None
+                        planned = _plan(work.channel, schedule, state, window)
+                except DatabaseUnavailable:
+                    raise  # the whole pass failed: not one channel's problem
+                except Exception as exc:  # one channel must not stop the others
+                    _record_failure(report, work.channel_id, exc)
+                if planned is not None:
+                    yield planned
+            # The page read ahead is in: its connection is free for the page's cursor writes.
+            page = pages.next()
+            ledger.cursors.write_cursors(writes)
+            del writes  # freed now: the collection need not walk them
+            _collect_page_cycles()
+
+
+class _ReadAhead:
+    """The pages of a pass's due cursors, read one page ahead: while the pass plans a full
+    page, the next is read on a thread of its own, so the database's read overlaps the
+    planning instead of preceding it. A pass with one page never starts the thread.
+
+    The pass holds no more connections than it would without it: `next` answers only once
+    the read ahead is in, and the next read starts only when the pass asks for it
+    (`read_after`), so the pass's own writes between the two (the page's cursor writes) run
+    while no read does; the other connection is the writer's (`_Writes`). A read that fails
+    raises from `next`, in the pass."""
+
+    def __init__(self, ledger: ReconcilePort, horizon: datetime, shard: Shard) -> None:
+        self._ledger = ledger
+        self._horizon = horizon
+        self._shard = shard
+        self._reader: ThreadPoolExecutor | None = None
+        self._ahead: Future[list[ScheduleWork]] | None = None
+
+    def __enter__(self) -> _ReadAhead:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._reader is not None:
+            self._reader.shutdown(wait=True)
+
+    def first(self) -> list[ScheduleWork]:
+        return self._read(None)
+
+    def read_after(self, page: list[ScheduleWork]) -> None:
+        """Start reading the page after `page`, if there may be one (`page` is full)."""
+        if len(page) < READ_PAGE:
             return
+        if self._reader is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._reader = ThreadPoolExecutor(1, thread_name_prefix="reconcile-read")
+        self._ahead = self._reader.submit(self._read, page_end(page))
+
+    def next(self) -> list[ScheduleWork]:
+        """The page read ahead (empty when there is none)."""
+        if self._ahead is None:
+            return []
+        ahead, self._ahead = self._ahead, None
+        return ahead.result()
+
+    def _read(self, after: tuple[datetime, str] | None) -> list[ScheduleWork]:
+        return self._ledger.cursors.due_cursors(
+            self._horizon, self._shard, after=after, limit=READ_PAGE
+        )
+
+
+@dataclass(frozen=True)
+class _Window:
+    """What every due channel of one pass is planned against, worked out once per pass."""
+
+    now: datetime
+    horizon: datetime
+    grace: timedelta
+    max_catch_up: int
+    #: Channels of one calendar and cursor share a plan (`Schedule.plan_pass`).
+    shared: dict[Hashable, PassPlan] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, now: datetime, settings: Settings) -> _Window:
+        return cls(now, now + settings.lookahead, settings.misfire_grace, settings.max_catch_up)
 
 
 def _plan(
-    channel: DueChannel,
-    schedule: Schedule,
-    state: ScheduleState,
-    now: datetime,
-    horizon: datetime,
-    settings: Settings,
-    shared: dict[Hashable, PassPlan],
+    channel: DueChannel, schedule: Schedule, state: ScheduleState, window: _Window
 ) -> _Planned:
     assert state.next_fire_at is not None
     plan = schedule.plan_pass(
-        state.next_fire_at, now, settings.misfire_grace, settings.max_catch_up, shared
+        state.next_fire_at, window.now, window.grace, window.max_catch_up, window.shared
     )
-    instants = list(plan.materialise)
+    instants = plan.materialise
     next_cursor = plan.next_cursor
-    if next_cursor is not None and next_cursor <= horizon:
+    if next_cursor is not None and next_cursor <= window.horizon:
         # Lookahead: rows for instants not yet due, claimable only once they are.
-        ahead = schedule.fires_in(next_cursor, horizon)
-        instants.extend(ahead)
+        ahead = schedule.fires_in(next_cursor, window.horizon)
+        instants = [*instants, *ahead]
         next_cursor = schedule.next_after(ahead[-1]) if ahead else next_cursor
 
+    channel_id, name, version = channel.channel_id, channel.name, channel.version
     ref = target_ref(channel.target)
-
     attempts = schedule.retry.max_attempts
     overdue = schedule.alerts.overdue_after_secs
     # Jitter spreads when each row is due; its identity stays the instant.
-    if schedule.jitter_secs:
-        rows = [
-            NewOccurrence.of(
-                channel,
-                at,
-                ref,
-                max_attempts=attempts,
-                due_at=schedule.due_at(at),
-                overdue_after_secs=overdue,
-            )
-            for at in instants
-        ]
-    else:
-        rows = [
-            NewOccurrence.of(channel, at, ref, max_attempts=attempts, overdue_after_secs=overdue)
-            for at in instants
-        ]
+    jittered = schedule.jitter_secs > 0
+    rows = [
+        NewOccurrence(
+            channel_id,
+            name,
+            version,
+            at,
+            target_ref=ref,
+            due_at=schedule.due_at(at) if jittered else None,
+            max_attempts=attempts,
+            overdue_after_secs=overdue,
+        )
+        for at in instants
+    ]
     skipped = 0
     if plan.skipped is not None:
         # One row for the whole gap, carried by the newest missed instant: a day of a
@@ -401,7 +464,7 @@ def _plan(
             )
         )
         skipped = plan.skipped.count
-    move = CursorMove(channel.channel_id, state.next_fire_at, next_cursor, schedule.config_hash)
+    move = CursorMove(channel_id, state.next_fire_at, next_cursor, schedule.config_hash)
     return _Planned(rows, move, skipped)
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from cronledger import reconcile
 from cronledger.ledger import CHANNEL_ACTIVE, DatabaseUnavailable, Ledger, OccurrenceFilter, Shard
 from cronledger.ledger.shards import KEY_SPACE, shard_key
-from cronledger.ledger.tables import schedule_state
+from cronledger.ledger.tables import channels, schedule_state
 from cronledger.reconcile import merged, reconcile_once, reconcile_sharded, shards_for
 from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
@@ -188,6 +188,82 @@ def test_a_sharded_pass_on_threads_does_what_one_pass_does(ledger: Ledger) -> No
     rows, _ = ledger_state(ledger)
     assert sorted(channel for channel, _ in rows) == sorted(ids)
     assert (report.advanced, report.failed) == (40, {})
+
+
+def test_a_pass_reading_ahead_and_writing_behind_holds_two_connections_at_most(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given forty due channels, three of them no longer active (their cursors are paused
+    # as the pass meets them, a page's cursor writes), read five and written three at a time
+    ids = due_channels(ledger, 40)
+    gone = ids[::13]
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            sa.update(channels).where(channels.c.channel_id.in_(gone)).values(status="paused")
+        )
+    monkeypatch.setattr(reconcile, "READ_PAGE", 5)
+    monkeypatch.setattr(reconcile, "WRITE_BATCH", 3)
+    held, most, readers = 0, 0, set()
+    lock = threading.Lock()
+
+    def checkout(*_: Any) -> None:
+        nonlocal held, most
+        with lock:
+            held += 1
+            most = max(most, held)
+
+    def checkin(*_: Any) -> None:
+        nonlocal held
+        with lock:
+            held -= 1
+
+    real = ledger.cursors.due_cursors
+
+    def due_cursors(*args: Any, **kwargs: Any) -> Any:
+        readers.add(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ledger.cursors, "due_cursors", due_cursors)
+    sa.event.listen(ledger.engine, "checkout", checkout)
+    sa.event.listen(ledger.engine, "checkin", checkin)
+
+    # When a pass runs
+    try:
+        report = reconcile_once(ledger, SETTINGS, ScheduleCache())
+    finally:
+        sa.event.remove(ledger.engine, "checkout", checkout)
+        sa.event.remove(ledger.engine, "checkin", checkin)
+
+    # Then it read pages ahead on a thread of its own, paused the inactive channels' cursors,
+    # wrote every other channel, and never held more than two connections at once
+    assert any(name.startswith("reconcile-read") for name in readers)
+    assert (report.paused, report.advanced, report.failed) == (len(gone), 40 - len(gone), {})
+    rows, _ = ledger_state(ledger)
+    assert sorted(channel for channel, _ in rows) == sorted(set(ids) - set(gone))
+    assert most <= 2
+
+
+def test_a_page_read_ahead_that_fails_fails_the_pass(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given twelve due channels, read five at a time, and a database that fails the second read
+    due_channels(ledger, 12)
+    monkeypatch.setattr(reconcile, "READ_PAGE", 5)
+    real = ledger.cursors.due_cursors
+    reads: list[int] = []
+
+    def fails_second(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        if len(reads) == 2:
+            raise DatabaseUnavailable("connection refused")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ledger.cursors, "due_cursors", fails_second)
+
+    # When a pass runs, then it fails as the database's failure, having read no further
+    with pytest.raises(DatabaseUnavailable):
+        reconcile_once(ledger, SETTINGS, ScheduleCache())
+    assert len(reads) == 2
 
 
 def test_new_channels_are_initialised_a_page_at_a_time(

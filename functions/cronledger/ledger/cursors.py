@@ -520,17 +520,35 @@ def _future_cron_rows(now: sa.ColumnElement[datetime]) -> sa.Delete:
     )
 
 
-#: Which of a cursor's columns are instants, by position.
-_INSTANTS = frozenset(i for i, c in enumerate(schedule_state.c) if isinstance(c.type, UtcDateTime))
-
-
 #: A page's cursors mostly share their instants: each distinct one is parsed once.
 _instant_of_json = functools.lru_cache(maxsize=1024)(instant_of_json)
 
 
 def _state_of_json(values: list[Any]) -> ScheduleState:
-    cells: list[Any] = [_instant_of_json(v) if i in _INSTANTS else v for i, v in enumerate(values)]
-    return ScheduleState(*cells)
+    """A cursor `json_rows` carried: its table's columns, in the table's order (which is
+    `ScheduleState`'s)."""
+    channel_id, version, config_hash, next_fire_at, paused_at, updated_at = values
+    updated = _instant_of_json(updated_at)
+    assert updated is not None  # a NOT NULL column
+    return ScheduleState(
+        channel_id,
+        version,
+        config_hash,
+        _instant_of_json(next_fire_at),
+        _instant_of_json(paused_at),
+        updated,
+    )
+
+
+def page_end(page: list[ScheduleWork]) -> tuple[datetime, str]:
+    """Where the page of due cursors after `page` starts (`due_cursors`' `after`): the
+    greatest (next instant, channel id) in it."""
+    return max(map(_due_position, page))
+
+
+def _due_position(work: ScheduleWork) -> tuple[datetime, str]:
+    assert work.state is not None and work.state.next_fire_at is not None
+    return work.state.next_fire_at, work.channel_id
 
 
 def moves_of(moves: list[CursorMove]) -> list[str]:
