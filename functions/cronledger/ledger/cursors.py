@@ -272,26 +272,9 @@ class CursorStore(Store):
                 ],
                 sa.select(*init.c, sa.null(), now),
             )
-            conn.execute(
-                upsert.on_conflict_do_update(
-                    index_elements=[schedule_state.c.channel_id],
-                    set_={
-                        "channel_version": upsert.excluded.channel_version,
-                        "config_hash": upsert.excluded.config_hash,
-                        "next_fire_at": upsert.excluded.next_fire_at,
-                        "paused_at": None,
-                        "updated_at": now,
-                    },
-                )
-            )
+            conn.execute(_replacing(upsert, now))
         if writes.adopts:
-            adopt = self._sql.rows(
-                "adopt",
-                {
-                    "channel_id": (sa.String(), [a[0] for a in writes.adopts]),
-                    "version": (sa.Integer(), [a[1] for a in writes.adopts]),
-                },
-            )
+            adopt = self._by_channel("adopt", "version", sa.Integer(), writes.adopts)
             conn.execute(
                 sa.update(schedule_state)
                 .where(schedule_state.c.channel_id == adopt.c.channel_id)
@@ -313,18 +296,19 @@ class CursorStore(Store):
                 )
             )
         if writes.seen:
-            seen = self._sql.rows(
-                "seen",
-                {
-                    "channel_id": (sa.String(), [c[0] for c in writes.seen]),
-                    "change": (sa.BigInteger(), [c[1] for c in writes.seen]),
-                },
-            )
+            seen = self._by_channel("seen", "change", sa.BigInteger(), writes.seen)
             conn.execute(
                 sa.delete(channel_changes)
                 .where(channel_changes.c.channel_id == seen.c.channel_id)
                 .where(channel_changes.c.change == seen.c.change)
             )
+
+    def _by_channel(
+        self, name: str, column: str, type_: sa.types.TypeEngine[Any], pairs: list[tuple[str, Any]]
+    ) -> sa.CTE:
+        """PostgreSQL: rows `name(channel_id, column)` of (channel id, value) pairs."""
+        ids, values = [p[0] for p in pairs], [p[1] for p in pairs]
+        return self._sql.rows(name, {"channel_id": (sa.String(), ids), column: (type_, values)})
 
     def _ids(self, name: str, ids: list[str]) -> sa.Select[tuple[str]]:
         """PostgreSQL: channel ids as a one-column select of one JSON parameter."""
@@ -344,16 +328,7 @@ class CursorStore(Store):
                 updated_at=now,
             )
             conn.execute(
-                upsert.on_conflict_do_update(
-                    index_elements=[schedule_state.c.channel_id],
-                    set_={
-                        "channel_version": upsert.excluded.channel_version,
-                        "config_hash": upsert.excluded.config_hash,
-                        "next_fire_at": upsert.excluded.next_fire_at,
-                        "paused_at": None,
-                        "updated_at": now,
-                    },
-                ),
+                _replacing(upsert, now),
                 [
                     {
                         "p_channel_id": i.channel_id,
@@ -522,6 +497,21 @@ def _future_cron_rows(now: sa.ColumnElement[datetime]) -> sa.Delete:
 
 #: A page's cursors mostly share their instants: each distinct one is parsed once.
 _instant_of_json = functools.lru_cache(maxsize=1024)(instant_of_json)
+
+
+def _replacing(upsert: Any, now: sa.ColumnElement[Any]) -> Any:
+    """`upsert` (PostgreSQL's or SQLite's INSERT) replacing the cursor it meets: version, hash
+    and instant, unpaused."""
+    return upsert.on_conflict_do_update(
+        index_elements=[schedule_state.c.channel_id],
+        set_={
+            "channel_version": upsert.excluded.channel_version,
+            "config_hash": upsert.excluded.config_hash,
+            "next_fire_at": upsert.excluded.next_fire_at,
+            "paused_at": None,
+            "updated_at": now,
+        },
+    )
 
 
 def _state_of_json(values: list[Any]) -> ScheduleState:
