@@ -59,6 +59,7 @@ from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     attempts,
     channel_alerts,
+    constant,
     occurrence_of,
     occurrences,
     param,
@@ -223,7 +224,7 @@ class AttemptStore(Store):
             sa.update(occurrences)
             .where(occurrences.c.id.in_(due.scalar_subquery()))
             .values(
-                status=leased_else(_text(CLAIMED), _text(FAILED)),
+                status=leased_else(constant(CLAIMED), constant(FAILED)),
                 claimed_by=leased_else(
                     param(occurrences.c.claimed_by, "p_claimant"), occurrences.c.claimed_by
                 ),
@@ -502,7 +503,7 @@ class AttemptStore(Store):
         `_owned_update`), the ids of those it settled."""
         settled = self._quiet_settle_statement(ends).returning(occurrences.c.id).cte("settled")
         of = attempts.c.occurrence_id.in_(sa.select(settled.c.id))
-        ended = attempt_log.ending(self._sql, of, outcome=_text(COMPLETED)).cte("ended")
+        ended = attempt_log.ending(self._sql, of, outcome=constant(COMPLETED)).cte("ended")
         answer = sa.select(sa.func.count()) if ends is None else sa.select(settled.c.id)
         return answer.select_from(settled).add_cte(ended)
 
@@ -591,7 +592,7 @@ class AttemptStore(Store):
                 claimed_until=None,
                 completed_at=self._sql.now(),
                 overdue_at=sa.case(
-                    (status == _text(COMPLETED), sa.null()), else_=occurrences.c.overdue_at
+                    (status == constant(COMPLETED), sa.null()), else_=occurrences.c.overdue_at
                 ),
             )
             .returning(*occurrences.c)
@@ -604,7 +605,7 @@ class AttemptStore(Store):
             self._owned_update(ends)
             .where(~_alerting(occurrences.c.channel_id).exists())
             .values(
-                status=_text(COMPLETED),
+                status=constant(COMPLETED),
                 claimed_until=None,
                 completed_at=self._sql.now(),
                 overdue_at=None,
@@ -721,14 +722,13 @@ def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:
     )
 
 
-def _text(value: str) -> sa.ColumnElement[str]:
-    """A constant string written into the statement (nothing to bind per execution)."""
-    return sa.literal_column(f"'{value}'", sa.String)
-
-
 def _abandoned_message() -> sa.ColumnElement[str]:
     """'abandoned: lease expired after N attempt(s)', then the last error, if any."""
     count = occurrences.c.attempt
-    unit = sa.case((count == 1, _text(" attempt")), else_=_text(" attempts"))
-    last_error = sa.func.coalesce(_text("; last error: ") + occurrences.c.error_message, _text(""))
-    return _text("abandoned: lease expired after ") + sa.cast(count, sa.String) + unit + last_error
+    unit = sa.case((count == 1, constant(" attempt")), else_=constant(" attempts"))
+    last_error = sa.func.coalesce(
+        constant("; last error: ") + occurrences.c.error_message, constant("")
+    )
+    return (
+        constant("abandoned: lease expired after ") + sa.cast(count, sa.String) + unit + last_error
+    )

@@ -29,7 +29,7 @@ from cronledger.ledger.models import (
     Occurrence,
 )
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import occurrences, schedule_state, status_is
+from cronledger.ledger.tables import constant, occurrences, schedule_state, status_is
 
 Verdict = Literal["run", "skipped", "behind", "lost"]
 
@@ -48,7 +48,7 @@ def misfire_due(sql: Backend, grace_secs: float) -> sa.ColumnElement[bool]:
     """A cron row the misfire rule has yet to judge, due more than the grace before the
     database's now."""
     return sa.and_(
-        occurrences.c.trigger == sa.literal_column(f"'{TRIGGER_CRON}'"),
+        occurrences.c.trigger == constant(TRIGGER_CRON),
         sa.not_(occurrences.c.misfire_judged),
         occurrences.c.due_at < sql.now_plus(-grace_secs),
     )

@@ -24,7 +24,14 @@ from cronledger.ledger.models import (
     Channel,
     Occurrence,
 )
-from cronledger.ledger.tables import channels, occurrence_of, occurrences, param, status_rechecked
+from cronledger.ledger.tables import (
+    channels,
+    constant,
+    occurrence_of,
+    occurrences,
+    param,
+    status_rechecked,
+)
 from cronledger.retry import DEFAULT_MAX_ATTEMPTS
 
 #: An occurrence's columns, then its channel's (NULL when the channel is gone).
@@ -96,7 +103,7 @@ def open_statement(
         .where(occurrences.c.singleton_key.is_(None))
         .where(sa.not_(late))
         .where(channels.c.channel_id == occurrences.c.channel_id)
-        .where(channels.c.status == sa.literal_column(f"'{CHANNEL_ACTIVE}'"))
+        .where(channels.c.status == constant(CHANNEL_ACTIVE))
         .where(sa.func.coalesce(policy, "allow") == "allow")
     )
     started, logged = attempt_log.logged_start_cte(running)

@@ -283,17 +283,23 @@ job_runs = sa.Table(
 )
 
 
+def constant(value: str) -> sa.ColumnElement[str]:
+    """A constant string written into the statement: nothing to bind per execution, and a
+    partial index's condition can match it."""
+    return sa.literal_column(f"'{value}'", sa.String)
+
+
 def status_is(*statuses: str) -> sa.ColumnElement[bool]:
     """`cron_occurrences.status` is one of these, as literals, so a generic plan can still
     use the partial indexes on `status`."""
-    return occurrences.c.status.in_([sa.literal_column(f"'{status}'") for status in statuses])
+    return occurrences.c.status.in_([constant(status) for status in statuses])
 
 
 def status_rechecked(*statuses: str) -> sa.ColumnElement[bool]:
     """`status_is` through an expression no index is built on: a statement finding its row by
     primary key is never planned through a partial index stale statistics show as empty."""
     checked = occurrences.c.status.op("||")(sa.literal_column("''", sa.String))
-    return checked.in_([sa.literal_column(f"'{status}'") for status in statuses])
+    return checked.in_([constant(status) for status in statuses])
 
 
 def occurrence_of(row: Sequence[Any]) -> Occurrence:
