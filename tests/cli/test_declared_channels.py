@@ -67,26 +67,10 @@ def test_prune_archives_only_the_selected_channels_the_input_no_longer_holds(
     assert cli("channels", "apply", "-f", other).code == 0
 
     # When the module no longer declares them: a dry run first, then the prune
-    dry = cli(
-        "channels",
-        "apply",
-        "--from-module",
-        "tests.cli.declared.empty",
-        "--prune",
-        "-l",
-        f"{MODULE_LABEL}={MODULE}",
-        "--dry-run",
-    )
+    prune = ("channels", "apply", "--from-module", "tests.cli.declared.empty", "--prune")
+    dry = cli(*prune, "-l", f"{MODULE_LABEL}={MODULE}", "--dry-run")
     after_dry = by_name(cli)
-    pruned = cli(
-        "channels",
-        "apply",
-        "--from-module",
-        "tests.cli.declared.empty",
-        "--prune",
-        "-l",
-        f"{MODULE_LABEL}={MODULE}",
-    )
+    pruned = cli(*prune, "-l", f"{MODULE_LABEL}={MODULE}")
 
     # Then the dry run wrote nothing; the prune archived the module's two and nothing else
     assert (dry.code, pruned.code) == (0, 0)
