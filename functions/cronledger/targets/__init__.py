@@ -10,7 +10,9 @@ the policy may have narrowed since the channel was saved.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Mapping
@@ -67,6 +69,8 @@ TARGET_GONE_CODES = frozenset(
 )
 #: Frames of a raising Python target's traceback kept on its attempt: where it failed.
 TRACEBACK_FRAMES = 3
+#: How many (document, policy) pairs an attempt remembers as already checked and valid.
+KNOWN_VALID_MOST = 4_096
 _log = logging.getLogger(__name__)
 
 
@@ -78,6 +82,36 @@ def target_errors(doc: Any, policy: TargetPolicy) -> list[FieldError]:
     except ValidationError as exc:
         return field_errors(exc, ("target",))
     return []
+
+
+class _KnownValid:
+    """Target documents found valid under a policy, the oldest forgotten first. A document's
+    verdict depends only on the document and the policy (its resolver and secret lookup
+    included), so one found valid is valid again; an invalid one is checked every time, so
+    a module that fails to import is tried again."""
+
+    def __init__(self, most: int = KNOWN_VALID_MOST) -> None:
+        self._most = most
+        self._keys: dict[tuple[Any, ...], None] = {}
+        self._lock = threading.Lock()
+
+    def errors(self, doc: Any, policy: TargetPolicy) -> list[FieldError]:
+        try:
+            key = (json.dumps(doc, sort_keys=True), policy, policy.resolver, policy.secret_hosts)
+        except (TypeError, ValueError):  # not a JSON document: checked, never remembered
+            return target_errors(doc, policy)
+        if key in self._keys:
+            return []
+        errors = target_errors(doc, policy)
+        if not errors:
+            with self._lock:
+                if len(self._keys) >= self._most:
+                    del self._keys[next(iter(self._keys))]
+                self._keys[key] = None
+        return errors
+
+
+_KNOWN_VALID = _KnownValid()
 
 
 def validate_target(doc: Any, policy: TargetPolicy) -> None:
@@ -104,7 +138,7 @@ def run_target(
 ) -> TargetOutcome:
     """Deliver `envelope` to the target within `timeout_secs` where the service lets a caller
     bound the wait (HTTP, Lambda, Step Functions with `wait`); see each module for its rule."""
-    errors = target_errors(doc, policy)
+    errors = _KNOWN_VALID.errors(doc, policy)
     if errors:
         # A stored document that no longer validates is refused rather than guessed at.
         detail = "; ".join(f"{e.path}: {e.message}" for e in errors)
