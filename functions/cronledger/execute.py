@@ -23,8 +23,9 @@ import random
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Final, TypeVar
 
 from cronledger import alerts, metrics
 from cronledger.cron import RetryPolicy, Schedule, ScheduleInvalid, kept_misfires
@@ -228,10 +229,12 @@ class Executor:
         schedules: ScheduleCache | None = None,
         annotate: Callable[..., object] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        finished: Callable[[AttemptReport], object] | None = None,
     ) -> None:
-        """`annotate(**keys)` is told what the attempt learns as it learns it (channel id,
-        attempt, fencing token), so a caller can put them on its log lines. `clock` times
-        the lease, the renewals and every pause."""
+        """`annotate(**keys)` is told what an attempt learns as it learns it (occurrence and
+        channel ids, attempt, fencing token), and `finished(report)` how it ended, both in
+        that attempt's own `contextvars` context, so a caller can put them on its log lines.
+        `clock` times the lease, the renewals and every pause."""
         self.ledger = ledger
         self.clock = clock
         self.settings = settings
@@ -239,6 +242,7 @@ class Executor:
         self.clients = clients
         self.schedules = schedules or SHARED_SCHEDULES
         self.annotate = annotate or (lambda **keys: None)
+        self.finished = finished or (lambda report: None)
 
     def run_attempt(
         self,
@@ -246,68 +250,73 @@ class Executor:
         claimant: str,
         deadline: float | None = None,
         trace_id: str | None = None,
-        batch: Batch | None = None,
     ) -> AttemptReport:
-        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours).
-        `deadline` is the executor's own monotonic end (a Lambda's time left). Its writes go
-        with those of `batch` (see `Executor.batch`), or alone, as a batch of one."""
-        writes = _Writes(batch or self.batch(claimant, 1, trace_id))
-        try:
-            return _Attempt(self, writes, claimant, deadline).run(occurrence_id)
-        except _Ended as ended:
-            return ended.report
-        finally:
-            writes.close()
+        """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours),
+        as a batch of one. `deadline` is the executor's own monotonic end (a Lambda's time
+        left)."""
+        return self.run_batch([occurrence_id], claimant, deadline, trace_id)[0]
 
-    def batch(self, claimant: str, size: int, trace_id: str | None = None) -> Batch:
-        """The writes of `size` attempts dispatched together under `claimant`, each run by
-        `run_attempt(..., batch=)` on a thread of its own: their opens are one statement,
-        their starts one transaction, their ends written in micro-batches."""
-        return Batch(self, claimant, size, trace_id or uuid.uuid4().hex)
+    def run_batch(
+        self,
+        occurrence_ids: Sequence[str],
+        claimant: str,
+        deadline: float | None = None,
+        trace_id: str | None = None,
+    ) -> list[AttemptReport]:
+        """Run the occurrences dispatched together under `claimant`, answering each one's
+        report in order. Their opens are one statement, the starts they need one transaction,
+        their ends micro-batches; every write stays conditional on its own attempt, so the
+        ledger answers each as it would alone. This thread waits for all their targets and
+        renews their leases; a late row's judgment, which may wait for reconcile, has a
+        thread of its own."""
+        batch = _Batch(self, claimant, deadline, trace_id or uuid.uuid4().hex)
+        return batch.run(list(occurrence_ids))
 
 
 class _Attempt:
-    """One attempt of an occurrence under `claimant`: open it under the claim, resolve its
-    channel, judge a late row, take the concurrency key and go `running`, run the target
-    while renewing the lease, settle. A step that ends the attempt early raises `_Ended`
-    with its report. `leased_at` is when its lease was last granted or renewed, timed from
-    the call: the database writes a lease after the call, maybe well before its answer."""
+    """One attempt of an occurrence under its batch's claimant, in steps: take its read of
+    the occurrence and channel, judge a late row, take the concurrency key and go `running`,
+    build what the target is sent, settle. A step that ends the attempt early raises
+    `_Ended` with its report. Steps run in the attempt's own `contextvars` context, so what
+    `annotate` adds follows the attempt, and its target, whichever thread runs them.
+    `leased_at` is when its lease was last granted or renewed, timed from the call: the
+    database writes a lease after the call, maybe well before its answer."""
 
     occurrence: Occurrence
+    channel: Channel
+    schedule: Schedule
 
-    def __init__(
-        self, executor: Executor, writes: _Writes, claimant: str, deadline: float | None
-    ) -> None:
-        self.executor, self.writes = executor, writes
-        self.claimant, self.deadline = claimant, deadline
+    def __init__(self, batch: _Batch, occurrence_id: str) -> None:
+        executor = self.executor = batch.executor
+        self.batch = batch
         self.ledger, self.settings, self.clock = executor.ledger, executor.settings, executor.clock
+        self.occurrence_id, self.claimant = occurrence_id, batch.claimant
+        self.deadline = batch.deadline
         self.leased_at = self.clock.monotonic()
         self.fencing_token: int | None = None
+        self.start: AttemptStart | None = None
+        self.context = contextvars.copy_context()
+        self.context.run(executor.annotate, occurrence_id=occurrence_id)
 
-    def run(self, occurrence_id: str) -> AttemptReport:
-        opened = self._open(occurrence_id)
-        channel, schedule = self._resolve(opened.channel)
-        if opened.misfire_due:
-            self._judge_misfire(schedule)
-        start = opened.start
-        if start is None:
-            self.leased_at = self.clock.monotonic()
-            start = self._start(channel, schedule)
-        self.fencing_token = start.fencing_token
-        outcome = self._run(channel, schedule, start)
-        end = ending(outcome, self.occurrence.attempt, schedule.retry)
-        return self._settle(end, outcome.result, alerts.COMPLETED in schedule.alerts.on)
+    def step(self, method: Callable[..., R], *args: Any) -> R:
+        """`method(*args)` in this attempt's context."""
+        return self.context.run(method, *args)
 
-    def _open(self, occurrence_id: str) -> OpenedAttempt:
-        """Read the occurrence and its channel (a plain attempt may start in this read)."""
-        opened = self.writes.open(occurrence_id)
+    def open(self, opened: OpenedAttempt | None) -> bool:
+        """Take the batch's read of the occurrence and its channel (a plain attempt may have
+        started in it); True when a late row must be judged before it may start."""
         if opened is None:
-            raise _Ended(AttemptReport(occurrence_id, "lost", error="occurrence no longer exists"))
+            raise _Ended(
+                AttemptReport(self.occurrence_id, "lost", error="occurrence no longer exists")
+            )
         self.occurrence = occurrence = opened.occurrence
         self.executor.annotate(channel_id=occurrence.channel_id, attempt=occurrence.attempt)
         if occurrence.status != CLAIMED or occurrence.claimed_by != self.claimant:
             raise self._lost("not claimed by this dispatch")
-        return opened
+        self.channel, self.schedule = self._resolve(opened.channel)
+        self.start = opened.start
+        self.fencing_token = opened.start.fencing_token if opened.start else None
+        return opened.misfire_due
 
     def _resolve(self, channel: Channel | None) -> tuple[Channel, Schedule]:
         """The channel (read by id with the occurrence, as it is now) and its compiled
@@ -323,11 +332,12 @@ class _Attempt:
                 why = f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
         raise _Ended(self._settle(Ending(FAILED, why)))
 
-    def _judge_misfire(self, schedule: Schedule) -> None:
-        """Return when a late cron row may run under its channel's misfire policy. While
-        reconcile has yet to plan the late window (after an outage) it waits, a poll interval
-        at a time, as long as the lease allows; then the claim is handed back."""
-        occurrence, rule = self.occurrence, misfire_rule(schedule, self.settings)
+    def judge_and_start(self) -> None:
+        """A late row: return once the misfire policy lets it run and it has started alone.
+        While reconcile has yet to plan the late window (after an outage) the judgment
+        waits, a poll interval at a time, as long as the lease allows; then the claim is
+        handed back."""
+        occurrence, rule = self.occurrence, misfire_rule(self.schedule, self.settings)
         poll = self.settings.poll_interval.total_seconds()
         wait_until = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
         if self.deadline is not None:
@@ -339,7 +349,7 @@ class _Attempt:
             if judged.dropped:
                 metrics.record_occurrences(SKIPPED_MISFIRE, judged.dropped)
             if judged.verdict == "run":
-                return
+                break
             if judged.verdict == "skipped":
                 raise _Ended(self._report(SKIPPED_MISFIRE, SKIPPED_MISFIRE))
             if judged.verdict == "lost":
@@ -350,13 +360,20 @@ class _Attempt:
                     "misfire judgment waits for reconcile to catch up; claim handed back"
                 )
             self.clock.sleep(poll)
+        self.leased_at = self.clock.monotonic()
+        [start] = self.batch.start_all([self.start_request()])
+        self.started(start)
 
-    def _start(self, channel: Channel, schedule: Schedule) -> AttemptStart:
-        """Take the concurrency key (if any) and go `running`, in one transaction; the
-        overlap policy decides, in the ledger, what a contender for a held key does."""
-        occurrence, singleton = self.occurrence, singleton_of(schedule)
-        request = StartRequest(occurrence, channel.version, singleton, schedule.retry.max_attempts)
-        start = self.writes.start(request)
+    def start_request(self) -> StartRequest:
+        schedule = self.schedule
+        singleton = singleton_of(schedule)
+        return StartRequest(
+            self.occurrence, self.channel.version, singleton, schedule.retry.max_attempts
+        )
+
+    def started(self, start: AttemptStart) -> None:
+        """What the start decided: running, or the attempt ends here (busy, waiting, lost)."""
+        occurrence, singleton = self.occurrence, singleton_of(self.schedule)
         self.executor.annotate(fencing_token=start.fencing_token)
         if start.outcome in ("singleton_busy", "waiting"):
             metrics.record_singleton_contention()
@@ -379,12 +396,15 @@ class _Attempt:
                 occurrence.id,
                 start.replaced,
             )
-        return start
+        self.start = start
+        self.fencing_token = start.fencing_token
 
-    def _run(self, channel: Channel, schedule: Schedule, start: AttemptStart) -> TargetOutcome:
-        """Deliver the envelope under the deadline while the lease is renewed."""
-        occurrence = self.occurrence
-        assert start.started_at is not None
+    def delivery(self) -> tuple[Envelope, float] | TargetOutcome:
+        """What the target is sent and the seconds it has, or its outcome when no time is
+        left in this executor."""
+        occurrence, channel, start = self.occurrence, self.channel, self.start
+        schedule = self.schedule
+        assert start is not None and start.started_at is not None
         metrics.record_schedule_lag((start.started_at - occurrence.due_at).total_seconds())
         singleton = singleton_of(schedule)
         envelope = build_envelope(
@@ -407,60 +427,43 @@ class _Attempt:
             budget = min(budget, self.deadline - self.clock.monotonic() - self._margin())
         if budget <= 0:
             return timed_out(0, "no time left in this executor")
-        return self._run_with_heartbeat(channel, envelope, budget)
+        return envelope, budget
 
-    def _run_with_heartbeat(
-        self, channel: Channel, envelope: Envelope, budget: float
-    ) -> TargetOutcome:
-        """Run the target on its own thread while this one renews the lease: the outcome,
-        or `_Ended` when the attempt must stop, writing nothing."""
-        done = threading.Event()
-        box: list[TargetOutcome] = []
-        clients, policy = self.executor.clients, self.executor.policy
-        clock, occurrence = self.clock, self.occurrence
+    def renew(self) -> None:
+        """Extend the claim and the slot; raises `_Ended` when the attempt must stop, writing
+        nothing: another owns it, or no renewal succeeded within the lease's give-up."""
+        asked = self.clock.monotonic()  # as the start's lease, timed from the call
+        try:
+            renewed = self.ledger.attempts.renew(
+                self.occurrence.id,
+                self.claimant,
+                self.fencing_token,
+                self.settings.claim_lease_secs,
+            )
+        except Exception as exc:
+            metrics.record_renewal_failure()
+            log.warning("renewing %s failed: %s", self.occurrence.id, exc)
+            if self.clock.monotonic() >= self.latest():
+                raise self._stopped(
+                    "stopped",
+                    "no successful renewal within the lease; stopped before a peer could take over",
+                ) from None
+            return
+        if not renewed:
+            raise self._stopped("superseded", self._why_lost())
+        self.leased_at = asked
 
-        def target() -> None:
-            try:
-                box.append(run_target(channel.target, envelope, budget, clients, policy=policy))
-            except BaseException as exc:  # run_target answers for the target; this is the rest
-                box.append(TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}"))
-            finally:
-                done.set()
+    def ending(self, outcome: TargetOutcome) -> tuple[SettleRequest, Ending]:
+        """The settle a target's outcome asks for."""
+        end = ending(outcome, self.occurrence.attempt, self.schedule.retry)
+        told = alerts.COMPLETED in self.schedule.alerts.on
+        return self._settle_request(end, outcome.result, told), end
 
-        TARGET_THREADS.run(target, name=f"target-{occurrence.id}")
-        beat = self.settings.heartbeat_interval.total_seconds()
-        give_up = self.settings.renewal_give_up.total_seconds()
-        give_up_at = clock.monotonic() + budget + OVERRUN_GRACE_SECS
-        while not clock.wait(done, max(0.0, min(beat, give_up_at - clock.monotonic()))):
-            if clock.monotonic() >= give_up_at:
-                return timed_out(budget, "the target did not return; abandoned")
-            asked = clock.monotonic()  # as the start's lease, timed from the call
-            try:
-                renewed = self.ledger.attempts.renew(
-                    occurrence.id, self.claimant, self.fencing_token, self.settings.claim_lease_secs
-                )
-            except Exception as exc:
-                metrics.record_renewal_failure()
-                log.warning("renewing %s failed: %s", occurrence.id, exc)
-                if clock.monotonic() - self.leased_at >= give_up:
-                    raise self._stopped(
-                        "stopped",
-                        "no successful renewal within the lease; stopped before a peer could "
-                        "take over",
-                    ) from None
-                continue
-            if not renewed:
-                raise self._stopped("superseded", self._why_lost())
-            self.leased_at = asked
-        return box[0]
-
-    def _settle(
+    def _settle_request(
         self, end: Ending, result: str | None = None, completed_is_told: bool = False
-    ) -> AttemptReport:
-        """Write the end (or the retry) under ownership, releasing the slot, before the
-        lease last renewed passes its margin (the heartbeat's give-up point)."""
+    ) -> SettleRequest:
         occurrence, token = self.occurrence, self.fencing_token
-        request = SettleRequest(
+        return SettleRequest(
             occurrence.id,
             self.claimant,
             end.status,
@@ -474,29 +477,28 @@ class _Attempt:
             release_held=token is None and occurrence.singleton_key is not None,
             completed_is_told=completed_is_told,
         )
-        latest = self.leased_at + self.settings.renewal_give_up.total_seconds()
-        if not self._settle_through_blips(lambda: self.writes.settle(request, latest)):
+
+    def latest(self) -> float:
+        """When its end must be written by: the lease last renewed, less its margin (the
+        heartbeat's give-up point)."""
+        return self.leased_at + self.settings.renewal_give_up.total_seconds()
+
+    def settled(self, end: Ending, written: bool) -> AttemptReport:
+        """The report of an end written (or, not written, lost to another owner)."""
+        if not written:
             return self._stopped("superseded", self._why_lost()).report
         status = PENDING if end.retry_in is not None else end.status
         if end.retry_in is None:
             metrics.record_occurrences(end.status)
         return self._report(status, status, end.error, end.retry_in)
 
-    def _settle_through_blips(self, settle: Callable[[], bool]) -> bool:
-        """`settle()`, tried again while the database is unavailable, as long as an attempt
-        may go without a renewal: it is conditional on ownership, so trying again is safe,
-        while giving up would leave a finished run to be run again by a peer. (A commit lost
-        with its answer matches nothing when tried again: it reads as superseded.)"""
-        give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
-        pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
-        while True:
-            try:
-                return settle()
-            except DatabaseUnavailable as exc:
-                if self.clock.monotonic() + pause >= give_up_at:
-                    raise
-                log.warning("settling failed, trying again: %s", exc)
-                self.clock.sleep(pause)
+    def _settle(self, end: Ending) -> AttemptReport:
+        """An end before the target ran, written alone."""
+        request = self._settle_request(end)
+        written = settle_through_blips(
+            self.executor, partial(self.ledger.attempts.settle_many, [request])
+        )
+        return self.settled(end, written[0])
 
     def _report(
         self,
@@ -536,161 +538,250 @@ class _Attempt:
         return self.settings.execute_margin.total_seconds()
 
 
-class Batch:
-    """The writes of one dispatch's attempts (one claimant, one trace): their opens in one
-    statement, their starts in one transaction, their ends in micro-batches of at most
-    `SETTLE_MOST`, each written `SETTLE_EVERY_SECS` after its first end at the latest, at
-    once when no other attempt of the batch can still join it, and never later than an
-    end's lease margin. Every write stays conditional on its own attempt's claimant and
-    token: the ledger answers each one as it would alone."""
-
-    def __init__(self, executor: Executor, claimant: str, size: int, trace_id: str) -> None:
-        ledger, settings, clock = executor.ledger, executor.settings, executor.clock
-        lease = settings.claim_lease_secs
-
-        def open_all(ids: list[str]) -> list[OpenedAttempt | None]:
-            grace = settings.misfire_grace.total_seconds()
-            found = ledger.attempts.open_attempts(
-                ids, claimant, lease, trace_id, misfire_grace_secs=grace
-            )
-            return [found.get(i) for i in ids]
-
-        def start_all(requests: list[StartRequest]) -> list[AttemptStart]:
-            wait = settings.poll_interval.total_seconds()
-            return ledger.attempts.start_attempts(
-                requests, claimant, lease, trace_id=trace_id, wait_secs=wait
-            )
-
-        self.opens = _Together(open_all, size, clock)
-        self.starts = _Together(start_all, size, clock)
-        self.settles = _Together(
-            ledger.attempts.settle_many, size, clock, SETTLE_MOST, SETTLE_EVERY_SECS
-        )
-
-
-class _Writes:
-    """One attempt's open, start and settle, written through its batch (of one, when it was
-    dispatched alone). Each `_Together` of the batch waits for every attempt that may still
-    join it: an attempt that will not, or that ends, says so."""
-
-    def __init__(self, batch: Batch) -> None:
-        self.batch = batch
-        self.owed: set[_Together[Any, Any]] = {batch.opens, batch.starts, batch.settles}
-
-    def open(self, occurrence_id: str) -> OpenedAttempt | None:
-        opened = self._call(self.batch.opens, occurrence_id)
-        if opened is not None and opened.start is not None:
-            self._leave(self.batch.starts)
-        return opened
-
-    def start(self, request: StartRequest) -> AttemptStart:
-        return self._call(self.batch.starts, request)
-
-    def settle(self, request: SettleRequest, latest: float) -> bool:
-        return self._call(self.batch.settles, request, latest)
-
-    def _call(self, together: _Together[R, A], request: R, latest: float = math.inf) -> A:
-        if together is not self.batch.opens:
-            self._leave(self.batch.opens)
-        if together is self.batch.settles:
-            self._leave(self.batch.starts)
-        self.owed.discard(together)
+def settle_through_blips(executor: Executor, settle: Callable[[], A]) -> A:
+    """`settle()`, tried again while the database is unavailable, as long as an attempt may
+    go without a renewal: it is conditional on ownership, so trying again is safe, while
+    giving up would leave a finished run to be run again by a peer. (A commit lost with its
+    answer matches nothing when tried again: it reads as superseded.)"""
+    clock, settings = executor.clock, executor.settings
+    give_up_at = clock.monotonic() + settings.renewal_give_up.total_seconds()
+    pause = min(settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
+    while True:
         try:
-            return together.call(request, latest)
-        except BaseException:
-            self.owed.add(together)
-            raise
-
-    def _leave(self, together: _Together[Any, Any]) -> None:
-        if together in self.owed:
-            self.owed.discard(together)
-            together.leave()
-
-    def close(self) -> None:
-        for together in list(self.owed):
-            self._leave(together)
+            return settle()
+        except DatabaseUnavailable as exc:
+            if clock.monotonic() + pause >= give_up_at:
+                raise
+            log.warning("settling failed, trying again: %s", exc)
+            clock.sleep(pause)
 
 
-@dataclass(eq=False)
-class _Group(Generic[R, A]):
-    requests: list[R] = field(default_factory=list)
-    first_at: float = 0.0
-    latest: float = math.inf
-    answers: Sequence[A] | None = None
-    error: BaseException | None = None
+@dataclass(eq=False, slots=True)
+class _Running:
+    """A target running for an attempt: its budget, when its lease is next renewed and when
+    it is abandoned."""
+
+    budget: float
+    beat_at: float
+    give_up_at: float
 
 
-class _Together(Generic[R, A]):
-    """Calls from the attempts of a batch, each on its own thread, written as one group by
-    `write` (a list of requests in, their answers in order out). A group is written once
-    every attempt that may still call has called, once it holds `most`, `wait_secs` after
-    its first call, or at the earliest `latest` a call names, whichever comes first, by
-    the thread that finds it due; each caller gets its own answer (or the write's error,
-    after which it may call again)."""
+#: What `_Batch._step` answers for a step that ended its attempt.
+_ENDED: Final = object()
+
+
+class _Batch:
+    """The attempts of one dispatch (one claimant, one trace), driven by the calling thread:
+    their opens in one statement, the starts they need in one transaction, each target on a
+    thread of its own while this one renews the leases, and the ends in micro-batches of at
+    most `SETTLE_MOST`, each written `SETTLE_EVERY_SECS` after its first end at the latest,
+    at once when no target of the batch can still join it, and never later than an end's
+    lease margin. A late row is judged on a thread of its own (the judgment may wait for
+    reconcile) and joins once started. A target's outcome that comes after its attempt
+    stopped is discarded, never settled."""
 
     def __init__(
-        self,
-        write: Callable[[list[R]], Sequence[A]],
-        parties: int,
-        clock: Clock,
-        most: int = 1_000,
-        wait_secs: float = SETTLE_EVERY_SECS,
+        self, executor: Executor, claimant: str, deadline: float | None, trace_id: str
     ) -> None:
-        self._write, self._clock, self._most, self._wait_secs = write, clock, most, wait_secs
-        self._to_come = parties
-        self._group: _Group[R, A] = _Group()
-        self._done = threading.Condition()
+        self.executor, self.ledger = executor, executor.ledger
+        self.settings, self.clock = executor.settings, executor.clock
+        self.claimant, self.deadline, self.trace_id = claimant, deadline, trace_id
+        #: (attempt, what it came to): a target's outcome, a judged row's start (None), its
+        #: report or its error.
+        self.inbox: queue.SimpleQueue[tuple[_Attempt, object]] = queue.SimpleQueue()
+        self.woken = threading.Event()
+        self.reports: dict[_Attempt, AttemptReport] = {}
+        self.running: dict[_Attempt, _Running] = {}
+        self.ends: list[tuple[_Attempt, SettleRequest, Ending]] = []
+        self.first_end_at = 0.0
+        self.judging = 0
+        self.failure: BaseException | None = None
 
-    def call(self, request: R, latest: float = math.inf) -> A:
-        with self._done:
-            self._to_come -= 1
-            group, index = self._group, len(self._group.requests)
-            group.requests.append(request)
-            if index == 0:
-                group.first_at = self._clock.monotonic()
-            group.latest = min(group.latest, latest)
-            mine = self._take_if_due()
-            while mine is None and group.answers is None and group.error is None:
-                self._done.wait(self._left(group) if group is self._group else None)
-                mine = self._take_if_due()
-        if mine is not None:
-            self._write_group(mine)
-        if group.error is not None:
-            with self._done:
-                self._to_come += 1
-            raise group.error
-        assert group.answers is not None
-        return group.answers[index]
+    def run(self, occurrence_ids: list[str]) -> list[AttemptReport]:
+        attempts = [_Attempt(self, i) for i in occurrence_ids]
+        found = self.ledger.attempts.open_attempts(
+            occurrence_ids,
+            self.claimant,
+            self.settings.claim_lease_secs,
+            self.trace_id,
+            misfire_grace_secs=self.settings.misfire_grace.total_seconds(),
+        )
+        to_start = []
+        for attempt in attempts:
+            late = self._step(attempt, attempt.open, found.get(attempt.occurrence_id))
+            if late is _ENDED:
+                continue
+            if late:
+                self._judge(attempt)
+            elif attempt.start is None:
+                to_start.append(attempt)
+            else:
+                self._launch(attempt)
+        self._start(to_start)
+        while self.running or self.judging or self.ends:
+            self._wait()
+            self._beat()
+            self._write_ends()
+        if self.failure is not None:
+            raise self.failure
+        return [self.reports[attempt] for attempt in attempts]
 
-    def leave(self) -> None:
-        """One attempt that will not call (again)."""
-        with self._done:
-            self._to_come -= 1
-            mine = self._take_if_due()
-        if mine is not None:
-            self._write_group(mine)
+    def start_all(self, requests: list[StartRequest]) -> list[AttemptStart]:
+        """Take the concurrency keys (if any) and go `running`, in one transaction; the
+        overlap policy decides, in the ledger, what a contender for a held key does."""
+        return self.ledger.attempts.start_attempts(
+            requests,
+            self.claimant,
+            self.settings.claim_lease_secs,
+            trace_id=self.trace_id,
+            wait_secs=self.settings.poll_interval.total_seconds(),
+        )
 
-    def _take_if_due(self) -> _Group[R, A] | None:
-        """The group being gathered, taken for this thread to write, if it is due."""
-        group = self._group
-        if not group.requests or self._left(group) > 0:
-            return None
-        self._group = _Group()
-        return group
-
-    def _left(self, group: _Group[R, A]) -> float:
-        if self._to_come <= 0 or len(group.requests) >= self._most:
-            return 0.0
-        due = min(group.first_at + self._wait_secs, group.latest)
-        return due - self._clock.monotonic()
-
-    def _write_group(self, group: _Group[R, A]) -> None:
-        answers: Sequence[A] | None = None
-        error: BaseException | None = None
+    def _start(self, attempts: list[_Attempt]) -> None:
+        if not attempts:
+            return
+        asked = self.clock.monotonic()
         try:
-            answers = self._write(group.requests)
-        except BaseException as exc:
-            error = exc
-        with self._done:
-            group.answers, group.error = answers, error
-            self._done.notify_all()
+            starts = self.start_all([a.step(a.start_request) for a in attempts])
+        except Exception as exc:  # the batch's other attempts run on; the error is raised last
+            self.failure = self.failure or exc
+            return
+        for attempt, start in zip(attempts, starts, strict=True):
+            attempt.leased_at = asked
+            if self._step(attempt, attempt.started, start) is not _ENDED:
+                self._launch(attempt)
+
+    def _step(self, attempt: _Attempt, method: Callable[..., Any], *args: Any) -> Any:
+        """`method(*args)` in the attempt's context; `_ENDED` when it ended the attempt."""
+        try:
+            return attempt.step(method, *args)
+        except _Ended as ended:
+            self._finished(attempt, ended.report)
+            return _ENDED
+
+    def _judge(self, attempt: _Attempt) -> None:
+        """Judge a late row and start it, on a thread of its own; it answers in the inbox."""
+        self.judging += 1
+
+        def judge() -> None:
+            answer: object = None
+            try:
+                attempt.judge_and_start()
+            except _Ended as ended:
+                answer = ended.report
+            except BaseException as exc:
+                answer = exc
+            self._tell(attempt, answer)
+
+        name = f"judge-{attempt.occurrence_id}"
+        threading.Thread(target=attempt.step, args=(judge,), name=name, daemon=True).start()
+
+    def _launch(self, attempt: _Attempt) -> None:
+        """Start the attempt's target on a thread of its own (its context goes with it)."""
+        delivery = self._step(attempt, attempt.delivery)
+        if isinstance(delivery, TargetOutcome):
+            self._end(attempt, delivery)
+            return
+        envelope, budget = delivery
+        clients, policy, target = (
+            self.executor.clients,
+            self.executor.policy,
+            attempt.channel.target,
+        )
+
+        def job() -> None:
+            try:
+                outcome = run_target(target, envelope, budget, clients, policy=policy)
+            except BaseException as exc:  # run_target answers for the target; this is the rest
+                outcome = TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+            self._tell(attempt, outcome)
+
+        now = self.clock.monotonic()
+        beat = self.settings.heartbeat_interval.total_seconds()
+        self.running[attempt] = _Running(budget, now + beat, now + budget + OVERRUN_GRACE_SECS)
+        attempt.step(TARGET_THREADS.run, job, f"target-{attempt.occurrence_id}")
+
+    def _tell(self, attempt: _Attempt, what: object) -> None:
+        self.inbox.put((attempt, what))
+        self.woken.set()
+
+    def _wait(self) -> None:
+        """Wait for what the batch does next: a target or judgment to answer, a renewal, an
+        abandonment or an end's write to fall due."""
+        if self.inbox.empty():
+            due = self._next_due()
+            if due is None:  # only judgments are out: they answer in the inbox
+                self._take(*self.inbox.get())
+            elif (left := due - self.clock.monotonic()) > 0:
+                self.clock.wait(self.woken, left)
+        self.woken.clear()
+        while True:
+            try:
+                self._take(*self.inbox.get_nowait())
+            except queue.Empty:
+                return
+
+    def _next_due(self) -> float | None:
+        times = [t for r in self.running.values() for t in (r.beat_at, r.give_up_at)]
+        if self.ends:
+            times.append(self._ends_due())
+        return min(times, default=None)
+
+    def _ends_due(self) -> float:
+        """When the ends gathered must be written: at once if no target can still join them."""
+        if not (self.running or self.judging):
+            return -math.inf
+        latest = min(attempt.latest() for attempt, _, _ in self.ends)
+        return min(self.first_end_at + SETTLE_EVERY_SECS, latest)
+
+    def _take(self, attempt: _Attempt, what: object) -> None:
+        if isinstance(what, TargetOutcome):
+            if self.running.pop(attempt, None) is not None:  # else it stopped: discarded
+                self._end(attempt, what)
+            return
+        self.judging -= 1
+        if isinstance(what, AttemptReport):
+            self._finished(attempt, what)
+        elif isinstance(what, BaseException):
+            self.failure = self.failure or what
+        else:
+            self._launch(attempt)
+
+    def _beat(self) -> None:
+        """Abandon the targets past their budget and renew the leases that are due."""
+        beat = self.settings.heartbeat_interval.total_seconds()
+        for attempt, running in list(self.running.items()):
+            now = self.clock.monotonic()
+            if now >= running.give_up_at:
+                del self.running[attempt]
+                abandoned = timed_out(running.budget, "the target did not return; abandoned")
+                self._end(attempt, abandoned)
+            elif now >= running.beat_at:
+                if self._step(attempt, attempt.renew) is _ENDED:
+                    del self.running[attempt]
+                else:
+                    running.beat_at = self.clock.monotonic() + beat
+
+    def _end(self, attempt: _Attempt, outcome: TargetOutcome) -> None:
+        if not self.ends:
+            self.first_end_at = self.clock.monotonic()
+        request, end = attempt.step(attempt.ending, outcome)
+        self.ends.append((attempt, request, end))
+
+    def _write_ends(self) -> None:
+        """Write the ends gathered, at most `SETTLE_MOST` at a time, once they are due."""
+        while self.ends:
+            if len(self.ends) < SETTLE_MOST and self._ends_due() > self.clock.monotonic():
+                return
+            ends, self.ends = self.ends[:SETTLE_MOST], self.ends[SETTLE_MOST:]
+            self.first_end_at = self.clock.monotonic()
+            requests = [request for _, request, _ in ends]
+            written = settle_through_blips(
+                self.executor, partial(self.ledger.attempts.settle_many, requests)
+            )
+            for (attempt, _, end), ok in zip(ends, written, strict=True):
+                self._finished(attempt, attempt.step(attempt.settled, end, ok))
+
+    def _finished(self, attempt: _Attempt, report: AttemptReport) -> None:
+        self.reports[attempt] = report
+        attempt.step(self.executor.finished, report)

@@ -8,7 +8,7 @@ measured in the same run (target at least 0.4). Measured in three shapes: 4 work
 in one process (the issue's shape; they share one interpreter lock, so one core of Python),
 4 worker processes of one thread each (the shape on AWS, where every attempt is a Lambda
 invocation of its own), and 4 worker processes that each run a claim of 25 as one batch
-(a burst's executor invocation: `Executor.batch`, a thread per attempt; target ratio 1.0).
+(a burst's executor invocation: `Executor.run_batch`; target ratio 1.0).
 CPU per occurrence is the workers' own (`time.process_time`: every thread of the process
 that runs them, kernel time included), the figure to compare two trees by (A/B, one run).
 Writing transactions are counted by the server (transaction ids it handed out, which
@@ -36,10 +36,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -256,7 +254,7 @@ def seed_due(ledger: Ledger, channel_ids: list[str], count: int) -> None:
 
 class _Worker:
     """One lifecycle worker's ledger and executor, its schedules compiled; `batched`: each
-    claim of `BATCH_SIZE` runs as one executor batch, a thread per attempt."""
+    claim of `BATCH_SIZE` runs as one executor batch."""
 
     def __init__(self, url: str, channel_ids: list[str], batched: bool = False) -> None:
         self.ledger = Ledger.connect(url)
@@ -269,7 +267,6 @@ class _Worker:
             claim_batch_size=BATCH_SIZE if batched else Settings().claim_batch_size,
         )
         self.batched = batched
-        self.lanes = ThreadPoolExecutor(BATCH_SIZE) if batched else None
         self.executor = Executor(self.ledger, self.settings)
         for channel_id in channel_ids:
             self.executor.schedules.get(self.ledger.channels.get_channel(channel_id))
@@ -290,12 +287,9 @@ class _Worker:
                 done += 1
 
     def _run(self, dispatched: list[tuple[str, str]]) -> list[AttemptReport]:
-        if self.lanes is None:
+        if not self.batched:
             return [self.executor.run_attempt(i, claimant) for i, claimant in dispatched]
-        claimant = dispatched[0][1]
-        batch = self.executor.batch(claimant, len(dispatched))
-        run = partial(self.executor.run_attempt, claimant=claimant, batch=batch)
-        return list(self.lanes.map(run, [i for i, _ in dispatched]))
+        return self.executor.run_batch([i for i, _ in dispatched], dispatched[0][1])
 
 
 class _Threads:

@@ -7,8 +7,6 @@ a busy key answers that attempt busy, and the others of the batch proceed."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import sqlalchemy as sa
 
 from cronledger.execute import Executor
@@ -44,11 +42,8 @@ def claimed(ledger: Ledger, channel_id: str, claimant: str, count: int) -> list[
 
 
 def run_batch(ledger: Ledger, ids: list[str], claimant: str) -> dict[str, str]:
-    """The batch run as the execute function runs it: one thread per attempt."""
-    executor = Executor(ledger, SETTINGS)
-    batch = executor.batch(claimant, len(ids))
-    with ThreadPoolExecutor(len(ids)) as side:
-        reports = list(side.map(lambda i: executor.run_attempt(i, claimant, batch=batch), ids))
+    """The batch run as the execute function runs it."""
+    reports = Executor(ledger, SETTINGS).run_batch(ids, claimant)
     return {r.occurrence_id: r.outcome for r in reports}
 
 

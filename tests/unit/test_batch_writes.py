@@ -1,81 +1,128 @@
-"""How a batch's writes are grouped: a group is written once every attempt that may still
-join it has joined, once it is full, or when its wait runs out, and at once when an end's
-lease margin would otherwise pass; each caller gets its own answer, or the write's error."""
+"""How a batch's ends are grouped: a group is written once no target of the batch can still
+join it, once it is full, or when its wait runs out, and at once when an end's lease margin
+would otherwise pass; a group whose write keeps failing is tried again, whole, until the
+lease's give-up, and then the batch raises the error."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
 
-from cronledger.execute import _Together
-from cronledger.pacing import Clock
+import pytest
+
+from cronledger import execute
+from cronledger.execute import Executor
+from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, DatabaseUnavailable, Ledger, NewOccurrence
+from cronledger.ledger.attempts import SettleRequest
+from cronledger.settings import Settings
+from tests.e2e import targets
+from tests.ledger.helpers import with_stores
+
+SETTINGS = Settings(misfire_grace_secs=3600, python_targets=("tests.e2e.targets",))
+#: A lease whose margin comes a second after each grant (lease less a heartbeat).
+SHORT_LEASE = SETTINGS.model_copy(update={"claim_lease_secs": 2, "heartbeat_interval_secs": 1})
 
 
-class Writes:
-    def __init__(self, fail: bool = False) -> None:
-        self.groups: list[list[int]] = []
+class Groups:
+    """The real attempt writes, recording each group of ends written (as sets of ids); the
+    first group written releases the blocked targets. With `fail`, every write of ends
+    fails as an unreachable database does."""
+
+    def __init__(self, ledger: Ledger, fail: bool = False) -> None:
+        self._attempts = ledger.attempts
         self.fail = fail
+        self.written: list[set[str]] = []
 
-    def __call__(self, requests: list[int]) -> list[int]:
-        self.groups.append(list(requests))
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._attempts, name)
+
+    def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
+        self.written.append({r.occurrence_id for r in requests})
+        targets.release.set()
         if self.fail:
-            raise ConnectionError("database away")
-        return [r * 10 for r in requests]
+            raise DatabaseUnavailable("connection refused")
+        return self._attempts.settle_many(requests)
 
 
-def test_a_group_is_written_once_every_party_has_called_or_left() -> None:
-    writes = Writes()
-    together = _Together(writes, parties=4, clock=Clock(), wait_secs=3600)
-    together.leave()  # one attempt that will never call
-    with ThreadPoolExecutor(3) as pool:
-        answers = list(pool.map(together.call, [1, 2, 3]))
-    assert answers == [10, 20, 30]
-    assert [sorted(g) for g in writes.groups] == [[1, 2, 3]]
+def claimed(ledger: Ledger, *callables: str) -> list[str]:
+    """One claimed occurrence per target callable, in order (its timeout: 10 s)."""
+    targets.reset()
+    ids = []
+    for n, name in enumerate(callables):
+        channel = ledger.channels.create_channel(
+            f"batch-{n}",
+            {"schedule": "0 0 0 1 1 *"},
+            {"type": "python", "callable": f"tests.e2e.targets:{name}"},
+            10_000,
+            CHANNEL_ACTIVE,
+        )
+        due = NewOccurrence.of(channel, ledger.db_now() - timedelta(seconds=1), None)
+        assert ledger.occurrences.insert_occurrence(due)
+        ids.append(due.id)
+    assert len(ledger.attempts.claim("node-a", len(ids), 60).leased) == len(ids)
+    return ids
 
 
-def test_a_full_group_is_written_without_waiting_for_the_rest() -> None:
-    writes = Writes()
-    together = _Together(writes, parties=10, clock=Clock(), most=2, wait_secs=3600)
-    with ThreadPoolExecutor(2) as pool:
-        assert sorted(pool.map(together.call, [1, 2])) == [10, 20]
-    assert [sorted(g) for g in writes.groups] == [[1, 2]]
+def run(ledger: Ledger, groups: Groups, ids: list[str], settings: Settings = SETTINGS) -> None:
+    reports = Executor(with_stores(ledger, attempts=groups), settings).run_batch(ids, "node-a")
+    assert [r.status for r in reports] == [COMPLETED] * len(ids), reports
 
 
-def test_a_call_whose_margin_has_come_is_written_at_once_alone() -> None:
-    now = [100.0]
-    clock = Clock(monotonic=lambda: now[0])
-    writes = Writes()
-    together = _Together(writes, parties=3, clock=clock, wait_secs=3600)
-    # Others of the batch may still call, but this end must go before monotonic 100
-    assert together.call(7, latest=100.0) == 70
-    assert writes.groups == [[7]]
+def test_a_group_is_written_once_no_target_of_the_batch_can_still_join_it(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 3600)
+    ids = claimed(sqlite_ledger, "record", "record", "record")
+    groups = Groups(sqlite_ledger)
+    run(sqlite_ledger, groups, ids)
+    assert groups.written == [set(ids)]
 
 
-def test_a_group_waits_no_longer_than_its_wait_for_parties_that_do_not_call() -> None:
-    writes = Writes()
-    together = _Together(writes, parties=3, clock=Clock(), wait_secs=0.01)
-    assert together.call(5) == 50
-    assert writes.groups == [[5]]
+def test_a_full_group_is_written_without_waiting_for_the_rest(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 3600)
+    monkeypatch.setattr(execute, "SETTLE_MOST", 2)
+    first, second, blocked = claimed(sqlite_ledger, "record", "record", "wait_for_release")
+    groups = Groups(sqlite_ledger)
+    run(sqlite_ledger, groups, [first, second, blocked])
+    assert groups.written == [{first, second}, {blocked}]
 
 
-def test_every_caller_of_a_group_whose_write_failed_gets_the_error_and_may_call_again() -> None:
-    writes = Writes(fail=True)
-    together = _Together(writes, parties=2, clock=Clock(), wait_secs=3600)
-    errors: list[BaseException] = []
+def test_a_group_waits_no_longer_than_its_wait_for_targets_that_do_not_end(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 0.01)
+    quick, blocked = claimed(sqlite_ledger, "record", "wait_for_release")
+    groups = Groups(sqlite_ledger)
+    run(sqlite_ledger, groups, [quick, blocked])
+    assert groups.written == [{quick}, {blocked}]
 
-    def call(request: int) -> None:
-        try:
-            together.call(request)
-        except ConnectionError as exc:
-            errors.append(exc)
 
-    threads = [threading.Thread(target=call, args=(r,)) for r in (1, 2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(errors) == 2 and len(writes.groups) == 1
-    writes.fail = False
-    with ThreadPoolExecutor(2) as pool:
-        assert sorted(pool.map(together.call, [1, 2])) == [10, 20]
-    assert [sorted(g) for g in writes.groups[1:]] == [[1, 2]]
+def test_an_end_whose_margin_has_come_is_written_at_once_alone(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Other targets of the batch may still end, but this end must go before its lease
+    # (granted at the start, not renewed since it ended) passes its margin
+    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 3600)
+    quick, blocked = claimed(sqlite_ledger, "record", "wait_for_release")
+    groups = Groups(sqlite_ledger)
+    run(sqlite_ledger, groups, [quick, blocked], SHORT_LEASE)
+    assert groups.written == [{quick}, {blocked}]
+
+
+def test_a_group_whose_write_keeps_failing_is_tried_whole_until_the_give_up_then_raised(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 3600)
+    ids = claimed(sqlite_ledger, "record", "record")
+    groups = Groups(sqlite_ledger, fail=True)
+    with pytest.raises(DatabaseUnavailable):
+        run(
+            sqlite_ledger,
+            groups,
+            ids,
+            SETTINGS.model_copy(update={"claim_lease_secs": 3, "heartbeat_interval_secs": 1}),
+        )
+    assert len(groups.written) >= 2 and all(group == set(ids) for group in groups.written)

@@ -1,12 +1,12 @@
 """`execute`: an asynchronous invocation of ids only (docs/guarantees.md#dispatch),
 `{"occurrence_id", "claimant"}` or, during a burst, `{"occurrence_ids": [...], "claimant"}`,
-runs each attempt under the function's own deadline. A batch's attempts run side by side, one
-thread each, so none waits for another's target; their ledger writes go together
-(`Executor.batch`), each still conditional on its own attempt. A container that dies abandons
-them all, and each is recovered when its lease expires.
+runs each attempt under the function's own deadline. A batch's targets run side by side, one
+thread each, so none waits for another's; their ledger writes go together
+(`Executor.run_batch`), each still conditional on its own attempt. A container that dies
+abandons them all, and each is recovered when its lease expires.
 
 Every log line of an attempt carries its ids: the executor's `annotate` hook appends them to the
-log context of the attempt's thread. The attempt's trace id is this invocation's X-Ray trace.
+attempt's own log context. The attempt's trace id is this invocation's X-Ray trace.
 An occurrence no longer ours is not an error (nothing is written); a malformed event or an
 unreachable database is, and lands in the dead-letter queue (the stack allows no retries).
 """
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -24,7 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from cronledger.aws import runtime
 from cronledger.aws.runtime import logger, metrics, tracer
 from cronledger.errors import CronledgerError
-from cronledger.execute import Batch, Executor
+from cronledger.execute import AttemptReport, Executor
 
 TRACE_HEADER = "_X_AMZN_TRACE_ID"
 
@@ -35,7 +33,17 @@ class MalformedDispatch(CronledgerError):
 
 @runtime.per_container
 def executor() -> Executor:
-    return Executor(runtime.ledger(), runtime.settings(), annotate=logger.thread_safe_append_keys)
+    return Executor(
+        runtime.ledger(),
+        runtime.settings(),
+        annotate=logger.thread_safe_append_keys,
+        finished=_log_finished,
+    )
+
+
+def _log_finished(report: AttemptReport) -> None:
+    answer = dataclasses.asdict(report)
+    logger.info("attempt finished", extra={k: v for k, v in answer.items() if k != "occurrence_id"})
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -46,24 +54,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(claimant=claimant)
     deadline, trace_id = runtime.deadline(context), xray_trace_id()
 
-    def attempt(occurrence_id: str, batch: Batch | None = None) -> dict[str, Any]:
-        logger.thread_safe_append_keys(occurrence_id=occurrence_id)
-        try:
-            report = executor().run_attempt(occurrence_id, claimant, deadline, trace_id, batch)
-            answer = dataclasses.asdict(report)
-            logger.info(
-                "attempt finished", extra={k: v for k, v in answer.items() if k != "occurrence_id"}
-            )
-            return answer
-        finally:
-            logger.thread_safe_clear_keys()
-
     with runtime.emf_sink.recording():
-        if len(occurrence_ids) == 1:
-            return attempt(occurrence_ids[0])
-        batch = executor().batch(claimant, len(occurrence_ids), trace_id)
-        with ThreadPoolExecutor(len(occurrence_ids), thread_name_prefix="cronledger-batch") as side:
-            return {"attempts": list(side.map(partial(attempt, batch=batch), occurrence_ids))}
+        reports = executor().run_batch(occurrence_ids, claimant, deadline, trace_id)
+    answers = [dataclasses.asdict(report) for report in reports]
+    return answers[0] if len(answers) == 1 else {"attempts": answers}
 
 
 def dispatched_ids(event: Any) -> tuple[list[str], str]:
