@@ -16,8 +16,8 @@ from urllib.request import Request
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
-from cronledger.api import PREFIX, handle_event
-from cronledger.api_client import ApiClient, ApiError, segment
+from cronledger.api import handle_event
+from cronledger.api_client import PREFIX, ApiClient, ApiError, segment
 from cronledger.local_gateway import http_answer, v2_event
 
 CREATED: Final = "created"
@@ -40,12 +40,7 @@ class InProcessApi(ApiClient):
             event = v2_event(request.get_method(), request.selector, headers, body)
             return http_answer(handle_event(app, event))
 
-        super().__init__("http://in-process", send=send)
-
-    def call(
-        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None
-    ) -> Any:
-        return super().call(method, PREFIX + path, query, body)
+        super().__init__(f"http://in-process{PREFIX}", send=send)
 
 
 def _said(exc: ApiError) -> str:
