@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Literal
 from urllib.request import Request
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
@@ -19,10 +19,6 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from cronledger.api import handle_event
 from cronledger.api_client import PREFIX, ApiClient, ApiError, segment
 from cronledger.local_gateway import http_answer, v2_event
-
-CREATED: Final = "created"
-UPDATED: Final = "updated"
-UNCHANGED: Final = "unchanged"
 
 
 class DeployRefused(Exception):
@@ -52,7 +48,7 @@ def _said(exc: ApiError) -> str:
 class Applied:
     channel_id: str
     version: int
-    outcome: str
+    outcome: Literal["created", "updated", "unchanged"]
     summary: str
 
 
@@ -72,7 +68,7 @@ def apply_declared(
         if not found:
             channel = api.call("POST", "/channels", body={**document, "status": "active"})["data"]
             summary = f"created {name} at version {channel['version']}, active"
-            return Applied(channel["channel_id"], channel["version"], CREATED, summary)
+            return Applied(channel["channel_id"], channel["version"], "created", summary)
         current = found[0]
         if current["status"] == "archived":
             raise DeployRefused(
@@ -90,13 +86,13 @@ def apply_declared(
             done.append(f"{current['status']} → active")
         if not done:
             summary = f"{name} unchanged at version {channel['version']}, {channel['status']}"
-            return Applied(channel["channel_id"], channel["version"], UNCHANGED, summary)
+            return Applied(channel["channel_id"], channel["version"], "unchanged", summary)
         overwrote = "" if changed is None else f"overwrote what was {changed}"
         said = f"{name}: {', '.join(done)}" + (f"; {overwrote}" if changed else "")
         reason = f"applied by the deploy of {deployer}" + (f": it {overwrote}" if changed else "")
         body = {"status": "active", "reason": reason}
         channel = api.call("PATCH", f"{path}/status", body=body)["data"]
-        return Applied(channel["channel_id"], channel["version"], UPDATED, said)
+        return Applied(channel["channel_id"], channel["version"], "updated", said)
     except ApiError as exc:
         raise DeployRefused(f"channel {name}: {_said(exc)}") from None
 

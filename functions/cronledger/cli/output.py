@@ -87,8 +87,7 @@ class Out:
     def data(self, value: Any) -> None:
         """`value` in the chosen machine format (JSON unless `-o yaml`)."""
         if self.format is Format.yaml:
-            text = yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=100)
-            sys.stdout.write(text)
+            sys.stdout.write(as_yaml(value))
         else:
             sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
@@ -227,6 +226,11 @@ def _fitting(
         others = total() - needed[header]
         room[header] = max(needed[header], width - others)
     return kept, room
+
+
+def as_yaml(value: Any) -> str:
+    """`value` as YAML, its keys in their own order."""
+    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=100)
 
 
 def _plain(value: Any) -> str:
