@@ -252,10 +252,5 @@ def ago(value: Any, now: datetime | None = None) -> str:
         return "-"
     at = parse_rfc3339(str(value))
     delta = (at - (now or datetime.now(UTC))).total_seconds()
-    span = duration(abs(delta) * 1000)
+    span = human_duration(abs(delta) * 1000)
     return f"in {span}" if delta >= 0 else f"{span} ago"
-
-
-def duration(millis: Any) -> str:
-    """Milliseconds as a person reads them ("6 ms", "3.2 s", "2 d")."""
-    return human_duration(None if millis is None else float(millis))
