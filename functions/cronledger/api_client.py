@@ -21,6 +21,7 @@ from cronledger import __version__
 
 DEFAULT_API_URL: Final = "http://127.0.0.1:8080"
 PREFIX: Final = "/api/v1/admin"
+"""Where every admin route lives; `/health` and `/openapi.json` sit at the root."""
 _EXECUTE_API: Final = re.compile(r"[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?")
 
 
@@ -109,7 +110,13 @@ class ApiClient:
     ) -> tuple[int, Mapping[str, str], bytes]:
         """Send `method target` (a path with its query string) with a JSON body, signed when
         the endpoint is API Gateway; the raw answer. `Unreachable` when nothing answers."""
-        request = self.prepare(method, target, data)
+        url = self.base_url + target
+        headers = {"Accept": "application/json", "User-Agent": f"cronledger/{__version__}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self._signing_region is not None:
+            headers = self._signed(method, url, data, headers, self._signing_region)
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             return self.send(request, self.timeout)
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
@@ -119,16 +126,6 @@ class ApiClient:
                 f"cannot reach the cronledger API at {self.base_url}: {reason}. Is it running "
                 "(`cronledger dev`)? Point --api-url or CRONLEDGER_API_URL at it."
             ) from None
-
-    def prepare(self, method: str, target: str, data: bytes | None) -> urllib.request.Request:
-        """The request as it will be sent, signed when the endpoint is API Gateway."""
-        url = self.base_url + target
-        headers = {"Accept": "application/json", "User-Agent": f"cronledger/{__version__}"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        if self._signing_region is not None:
-            headers = self._signed(method, url, data, headers, self._signing_region)
-        return urllib.request.Request(url, data=data, headers=headers, method=method)
 
     def _signed(
         self, method: str, url: str, data: bytes | None, headers: dict[str, str], region: str

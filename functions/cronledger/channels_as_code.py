@@ -11,18 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Literal
 from urllib.request import Request
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
-from cronledger.api import PREFIX, handle_event
-from cronledger.api_client import ApiClient, ApiError, segment
+from cronledger.api import handle_event
+from cronledger.api_client import PREFIX, ApiClient, ApiError, segment
 from cronledger.local_gateway import http_answer, v2_event
-
-CREATED: Final = "created"
-UPDATED: Final = "updated"
-UNCHANGED: Final = "unchanged"
 
 
 class DeployRefused(Exception):
@@ -40,12 +36,7 @@ class InProcessApi(ApiClient):
             event = v2_event(request.get_method(), request.selector, headers, body)
             return http_answer(handle_event(app, event))
 
-        super().__init__("http://in-process", send=send)
-
-    def call(
-        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None
-    ) -> Any:
-        return super().call(method, PREFIX + path, query, body)
+        super().__init__(f"http://in-process{PREFIX}", send=send)
 
 
 def _said(exc: ApiError) -> str:
@@ -57,7 +48,7 @@ def _said(exc: ApiError) -> str:
 class Applied:
     channel_id: str
     version: int
-    outcome: str
+    outcome: Literal["created", "updated", "unchanged"]
     summary: str
 
 
@@ -77,7 +68,7 @@ def apply_declared(
         if not found:
             channel = api.call("POST", "/channels", body={**document, "status": "active"})["data"]
             summary = f"created {name} at version {channel['version']}, active"
-            return Applied(channel["channel_id"], channel["version"], CREATED, summary)
+            return Applied(channel["channel_id"], channel["version"], "created", summary)
         current = found[0]
         if current["status"] == "archived":
             raise DeployRefused(
@@ -95,13 +86,13 @@ def apply_declared(
             done.append(f"{current['status']} → active")
         if not done:
             summary = f"{name} unchanged at version {channel['version']}, {channel['status']}"
-            return Applied(channel["channel_id"], channel["version"], UNCHANGED, summary)
+            return Applied(channel["channel_id"], channel["version"], "unchanged", summary)
         overwrote = "" if changed is None else f"overwrote what was {changed}"
         said = f"{name}: {', '.join(done)}" + (f"; {overwrote}" if changed else "")
         reason = f"applied by the deploy of {deployer}" + (f": it {overwrote}" if changed else "")
         body = {"status": "active", "reason": reason}
         channel = api.call("PATCH", f"{path}/status", body=body)["data"]
-        return Applied(channel["channel_id"], channel["version"], UPDATED, said)
+        return Applied(channel["channel_id"], channel["version"], "updated", said)
     except ApiError as exc:
         raise DeployRefused(f"channel {name}: {_said(exc)}") from None
 

@@ -25,15 +25,13 @@ from pydantic.json_schema import JsonSchemaValue
 
 from cronledger.api.documents import ChannelCreate, ChannelUpdate
 from cronledger.api.request_rules import storable_text
+from cronledger.api_client import PREFIX as PREFIX
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import parse_rfc3339, to_rfc3339
 from cronledger.labels import Labels
 from cronledger.ledger import Page as LedgerPage
 
 T = TypeVar("T")
-
-PREFIX = "/api/v1/admin"
-"""Where every admin route lives; `/health` and `/openapi.json` sit at the root."""
 
 MAX_TEXT = 512
 """The longest id, name or filter value a request may carry."""

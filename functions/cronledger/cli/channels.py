@@ -18,7 +18,7 @@ from cronledger import declare
 from cronledger.api_client import ApiError, segment
 from cronledger.cli import documents, proposed
 from cronledger.cli.documents import Document, UsageError
-from cronledger.cli.output import Column, ago, when
+from cronledger.cli.output import Column, ago, as_yaml, when
 from cronledger.cli.session import (
     EXIT_API,
     ChannelRef,
@@ -125,7 +125,7 @@ def show(s: Session, channel: ChannelRef) -> None:
         ]
     )
     s.out.say("")
-    s.out.say(documents.as_yaml(documents.document_of(c)).rstrip())
+    s.out.say(as_yaml(documents.document_of(c)).rstrip())
 
 
 @api(channels, "apply")

@@ -19,6 +19,8 @@ from typing import Any, Final
 
 import yaml
 
+from cronledger.cli.output import as_yaml
+
 DOCUMENT_KEYS: Final = ("name", "labels", "transport_config", "target", "timeout_ms", "status")
 
 #: A label selector: `key=value` pairs joined by commas, every one required.
@@ -160,10 +162,6 @@ def document_of(channel: Mapping[str, Any]) -> dict[str, Any]:
 def applied_to(before: Mapping[str, Any] | None, body: Mapping[str, Any]) -> dict[str, Any]:
     """What applying the document `body` makes of the channel document `before`."""
     return {**(before or {}), **{k: v for k, v in body.items() if k in DOCUMENT_KEYS}}
-
-
-def as_yaml(document: Mapping[str, Any]) -> str:
-    return yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True, width=100)
 
 
 def diff(

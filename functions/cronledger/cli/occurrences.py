@@ -13,7 +13,7 @@ import typer
 
 from cronledger.api_client import ApiError, segment
 from cronledger.cli.documents import UsageError
-from cronledger.cli.output import Column, duration, when
+from cronledger.cli.output import Column, when
 from cronledger.cli.session import (
     EXIT_API,
     ChannelFilter,
@@ -24,6 +24,7 @@ from cronledger.cli.session import (
     instant,
 )
 from cronledger.cli.watching import watch_rows
+from cronledger.instants import human_duration
 
 occurrences = typer.Typer(help="Read the ledger: every scheduled instant and what became of it.")
 root = typer.Typer()
@@ -45,9 +46,9 @@ COLUMNS = (
     Column("STATUS", lambda o: o["status"], 95, status=True),
     Column("TRIGGER", lambda o: o["trigger"], 60),
     Column("ATTEMPT", lambda o: o["attempt"], 40),
-    Column("LAG", lambda o: duration(o.get("lag_ms")), 30),
-    Column("LATE BY", lambda o: duration(o.get("late_by_ms")), 28, wide_only=True),
-    Column("DURATION", lambda o: duration(o.get("duration_ms")), 35),
+    Column("LAG", lambda o: human_duration(o.get("lag_ms")), 30),
+    Column("LATE BY", lambda o: human_duration(o.get("late_by_ms")), 28, wide_only=True),
+    Column("DURATION", lambda o: human_duration(o.get("duration_ms")), 35),
     Column("ID", lambda o: o["id"], 50, id=True),
     # Kept, cut to the room left, whenever a row shown has failed: what an operator looks for.
     Column("ERROR", lambda o: o.get("error_message"), 25, cut_to=24),
@@ -138,7 +139,7 @@ def _record(s: Session, o: Mapping[str, Any]) -> None:
         "status": s.out.status(o["status"]),
         "lag": _after(o.get("lag_ms"), "it was due"),
         "late_by": _after(o.get("late_by_ms"), "its instant (jitter and retries included)"),
-        "duration": duration(o.get("duration_ms")),
+        "duration": human_duration(o.get("duration_ms")),
     }
     covered = {part for parts in _SHOWN_AS.values() for part in parts} | set(RECORD)
     covered |= {"result", "attempts"}
@@ -159,7 +160,7 @@ def _record(s: Session, o: Mapping[str, Any]) -> None:
 
 
 def _after(millis: Any, what: str) -> str:
-    return "-" if millis is None else f"{duration(millis)} after {what}"
+    return "-" if millis is None else f"{human_duration(millis)} after {what}"
 
 
 #: An occurrence's attempts, first to last, as `occurrences show` lists them.
@@ -167,7 +168,7 @@ ATTEMPT_COLUMNS = (
     Column("#", lambda a: a["number"], 100),
     Column("OUTCOME", lambda a: a.get("outcome") or "running", 95, status=True),
     Column("STARTED (UTC)", lambda a: when(a["started_at"]), 90),
-    Column("DURATION", lambda a: duration(a.get("duration_ms")), 60),
+    Column("DURATION", lambda a: human_duration(a.get("duration_ms")), 60),
     Column("CLAIMANT", lambda a: a["claimant"], 30),
     Column("TOKEN", lambda a: a.get("fencing_token"), 20),
     Column("ERROR", lambda a: a.get("error_message"), 25, cut_to=24),

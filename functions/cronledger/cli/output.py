@@ -87,8 +87,7 @@ class Out:
     def data(self, value: Any) -> None:
         """`value` in the chosen machine format (JSON unless `-o yaml`)."""
         if self.format is Format.yaml:
-            text = yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=100)
-            sys.stdout.write(text)
+            sys.stdout.write(as_yaml(value))
         else:
             sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
@@ -229,6 +228,11 @@ def _fitting(
     return kept, room
 
 
+def as_yaml(value: Any) -> str:
+    """`value` as YAML, its keys in their own order."""
+    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=100)
+
+
 def _plain(value: Any) -> str:
     if value is None or value == "":
         return "-"
@@ -248,10 +252,5 @@ def ago(value: Any, now: datetime | None = None) -> str:
         return "-"
     at = parse_rfc3339(str(value))
     delta = (at - (now or datetime.now(UTC))).total_seconds()
-    span = duration(abs(delta) * 1000)
+    span = human_duration(abs(delta) * 1000)
     return f"in {span}" if delta >= 0 else f"{span} ago"
-
-
-def duration(millis: Any) -> str:
-    """Milliseconds as a person reads them ("6 ms", "3.2 s", "2 d")."""
-    return human_duration(None if millis is None else float(millis))
