@@ -20,7 +20,7 @@ from cronledger.errors import Conflict, NotFound
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.instants import require_utc
 from cronledger.ledger import attempt_log
-from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
+from cronledger.ledger.cursors import CursorStore
 from cronledger.ledger.events import EventStore, draft
 from cronledger.ledger.models import (
     ACTIVE_STATUSES,
@@ -104,18 +104,18 @@ class OccurrenceStore(Store):
                 made = self._summary_events(conn, summaries)
             self.events.announce(made)
             return count, moved_ids
-        move, moved = self.cursors._moves_statement(moves)
+        moved, lost_moves = self.cursors._moves_statement(moves)
         if rows:
             inserted = _counted(self._insert_statement(rows, only=sa.select(moved.c.channel_id)))
         else:
             inserted = sa.select(sa.literal(0))
-        lost = sa.func.array(lost_moves(move, moved).scalar_subquery())
+        lost = sa.func.array(lost_moves.scalar_subquery())
         # A pass after an outage writes misfire summaries, and their events with them.
         with self._write(single=not summaries) as conn:
             count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
             made = self._summary_events(conn, summaries)
         self.events.announce(made)
-        return int(count), set(moves_of(moves)) - set(lost_ids)
+        return int(count), {m.channel_id for m in moves} - set(lost_ids)
 
     def _summary_events(self, conn: sa.Connection, summaries: list[NewOccurrence]) -> list[Event]:
         """`occurrence.skipped` for each misfire summary this transaction inserted (a summary
