@@ -139,7 +139,7 @@ class CursorStore(Store):
                 > sa.tuple_(sa.literal(after[0], UtcDateTime()), sa.literal(after[1]))
             )
         page = due.subquery("due")
-        channel_row, joined = self._active_channel_of(page, page)
+        channel_row, joined = self._active_channel_of(page)
         stmt = sa.select(self._sql.json_rows(*_due_channel(channel_row), *page.c)).select_from(
             joined
         )
@@ -167,7 +167,7 @@ class CursorStore(Store):
         if after is not None:
             noted = noted.where(channel_changes.c.channel_id > after)
         page = noted.subquery("noted")
-        channel_row, with_channel = self._active_channel_of(page, page)
+        channel_row, with_channel = self._active_channel_of(page)
         state_row, joined = self._row_of(schedule_state, page, with_channel)
         stmt = sa.select(
             self._sql.json_rows(
@@ -184,11 +184,9 @@ class CursorStore(Store):
             changes.append(NotedChange(values[1], ScheduleWork(values[0], channel, state)))
         return changes
 
-    def _active_channel_of(
-        self, page: sa.Subquery, joined: sa.FromClause
-    ) -> tuple[sa.FromClause, sa.FromClause]:
-        """`joined` with the page's channel, if active (a NULL row if not)."""
-        return self._row_of(channels, page, joined, channels.c.status == CHANNEL_ACTIVE)
+    def _active_channel_of(self, page: sa.Subquery) -> tuple[sa.FromClause, sa.FromClause]:
+        """`page` with each of its channels, if active (a NULL row if not)."""
+        return self._row_of(channels, page, page, channels.c.status == CHANNEL_ACTIVE)
 
     def _row_of(
         self,
