@@ -331,9 +331,10 @@ class CursorStore(Store):
         )
 
     def _advance_in(self, conn: sa.Connection, moves: list[CursorMove]) -> set[str]:
-        """The moves as UPDATEs with a condition per move, inside the caller's transaction:
-        SQLite's (PostgreSQL's join a JSON parameter instead, `_moves_statement`). SQLite parses a chain of ORs as a tree as deep as the
-        chain and refuses one deeper than 1,000, so a batch goes `MOVE_CHUNK` moves at a time."""
+        """SQLite: the moves as UPDATEs with a condition per move, inside the caller's
+        transaction (PostgreSQL's join a JSON parameter instead, `_moves_statement`). SQLite
+        parses a chain of ORs as a tree as deep as the chain and refuses one deeper than 1,000,
+        so a batch goes `MOVE_CHUNK` moves at a time."""
         moved: set[str] = set()
         for start in range(0, len(moves), MOVE_CHUNK):
             chunk = moves[start : start + MOVE_CHUNK]
