@@ -89,29 +89,24 @@ class OccurrenceStore(Store):
         if not moves:
             return 0, set()
         summaries = [row for row in rows if row.status == SKIPPED_MISFIRE]
-        made: list[Event] = []
-        if not self._sql.is_postgres:
-            with self._write() as conn:
+        # A pass after an outage writes misfire summaries, and their events with them.
+        with self._write(single=not summaries) as conn:
+            if self._sql.is_postgres:
+                moved, lost_moves = self.cursors._moves_statement(moves)
+                inserted = sa.select(sa.literal(0))
+                if rows:
+                    only = sa.select(moved.c.channel_id)
+                    inserted = _counted(self._insert_statement(self._new(rows), only))
+                lost = sa.func.array(lost_moves.scalar_subquery())
+                count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
+                moved_ids = {m.channel_id for m in moves} - set(lost_ids)
+            else:
                 moved_ids = self.cursors._advance_in(conn, moves)
                 mine = [row for row in rows if row.channel_id in moved_ids]
                 count = self._insert_in(conn, mine) if mine else 0
-                made = self._summary_events(conn, summaries)
-            self.events.announce(made)
-            return count, moved_ids
-        moved, lost_moves = self.cursors._moves_statement(moves)
-        if rows:
-            inserted = _counted(
-                self._insert_statement(self._new(rows), sa.select(moved.c.channel_id))
-            )
-        else:
-            inserted = sa.select(sa.literal(0))
-        lost = sa.func.array(lost_moves.scalar_subquery())
-        # A pass after an outage writes misfire summaries, and their events with them.
-        with self._write(single=not summaries) as conn:
-            count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
             made = self._summary_events(conn, summaries)
         self.events.announce(made)
-        return int(count), {m.channel_id for m in moves} - set(lost_ids)
+        return int(count), moved_ids
 
     def _summary_events(self, conn: sa.Connection, summaries: list[NewOccurrence]) -> list[Event]:
         """`occurrence.skipped` for each misfire summary this transaction inserted (a summary
