@@ -167,14 +167,12 @@ class Backend:
         nested = (sa.func.json(c) if isinstance(c.type, sa.JSON) else c for c in columns)
         return sa.func.json_group_array(sa.func.json_array(*nested), type_=sa.Text)
 
-    def rows(
+    def _rows(
         self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
     ) -> sa.CTE:
-        """PostgreSQL: rows `name(column, …)` of the given columns (equal lengths), sent as one
-        JSON array of arrays, each cell cast back to its type. A column (but the first) whose
-        values are all the same travels once, as a parameter of its own."""
-        if not self.is_postgres:
-            raise NotImplementedError("a JSON batch is PostgreSQL's; SQLite batches use VALUES")
+        """PostgreSQL (`batch`): rows `name(column, …)` sent as one JSON array of arrays, each
+        cell cast back to its type. A column (but the first) whose values are all the same
+        travels once, as a parameter of its own."""
         shared = {
             column: values[0]
             for i, (column, (_, values)) in enumerate(columns.items())
@@ -206,9 +204,10 @@ class Backend:
     def batch(
         self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
     ) -> Batch:
-        """The rows one statement is written for (`Batch`), the first column their key."""
+        """The rows one statement is written for (`Batch`): the given columns (equal lengths),
+        the first their key."""
         if self.is_postgres:
-            rows = self.rows(name, columns)
+            rows = self._rows(name, columns)
             return Batch({column: rows.c[column] for column in columns})
         params = {
             column: sa.bindparam(
@@ -224,8 +223,8 @@ class Backend:
 @dataclass(frozen=True)
 class Batch:
     """Rows a statement is written for, a column each (`c`). On PostgreSQL they are a CTE of
-    one JSON parameter (`Backend.rows`) and the statement runs once; on SQLite they are bound
-    parameters and it runs once a row (`params`, for `Connection.execute`)."""
+    one JSON parameter and the statement runs once; on SQLite they are bound parameters and it
+    runs once a row (`params`, for `Connection.execute`)."""
 
     c: Mapping[str, sa.ColumnElement[Any]]
     params: list[dict[str, Any]] | None = None

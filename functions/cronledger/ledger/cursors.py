@@ -367,7 +367,7 @@ class CursorStore(Store):
         winner would be ten thousand rows to read. The moves are rows of one JSON parameter,
         so the statement does not grow with the batch."""
         instant = sa.DateTime(timezone=True)
-        move = self._sql.rows(
+        move = self._sql.batch(
             "move",
             {
                 "channel_id": (sa.String(), [m.channel_id for m in moves]),
@@ -378,16 +378,16 @@ class CursorStore(Store):
         )
         moved = (
             sa.update(schedule_state)
-            .where(schedule_state.c.channel_id == move.c.channel_id)
-            .where(schedule_state.c.next_fire_at == move.c.from_)
-            .where(schedule_state.c.config_hash == move.c.config_hash)
+            .where(schedule_state.c.channel_id == move.c["channel_id"])
+            .where(schedule_state.c.next_fire_at == move.c["from_"])
+            .where(schedule_state.c.config_hash == move.c["config_hash"])
             .where(schedule_state.c.paused_at.is_(None))
-            .values(next_fire_at=move.c.to_, updated_at=self._sql.now())
+            .values(next_fire_at=move.c["to_"], updated_at=self._sql.now())
             .returning(schedule_state.c.channel_id)
             .cte("moved")
         )
-        lost = sa.select(move.c.channel_id).where(
-            move.c.channel_id.not_in(sa.select(moved.c.channel_id))
+        lost = sa.select(move.c["channel_id"]).where(
+            move.c["channel_id"].not_in(sa.select(moved.c.channel_id))
         )
         return moved, lost
 
