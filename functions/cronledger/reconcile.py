@@ -122,10 +122,6 @@ class _Planned:
     move: CursorMove
     skipped: int  # missed instants the summary row stands for
 
-    @property
-    def channel_id(self) -> str:
-        return self.move.channel_id
-
 
 @dataclass
 class _Written:
@@ -258,7 +254,7 @@ def _line_up_changes(
             except DatabaseUnavailable:
                 raise
             except Exception as exc:  # one channel must not stop the others
-                _record_failure(report, work.channel_id, exc)
+                _fail(report.failed, work.channel_id, exc)
                 continue  # noted still: looked at again next pass
             writes.seen.append((work.channel_id, noted.change))
         ledger.cursors.write_cursors(writes)
@@ -315,9 +311,9 @@ def _plan_due(
     """The plan of every due cursor in the shard, a page at a time, but those `reset` this
     pass (a cursor whose channel changed since the notes were read is brought in line
     instead, as a noted one is). While a full page is planned, the next is read (`_ReadAhead`)."""
-    window = _Window.of(now, settings)
+    window = _Window(now, now + settings.lookahead, settings.misfire_grace, settings.max_catch_up)
     with _ReadAhead(ledger, window.horizon, shard) as pages:
-        page = pages.first()
+        page = pages.read()
         while page:
             pages.read_after(page)
             writes = CursorWrites()
@@ -335,7 +331,7 @@ def _plan_due(
                 except DatabaseUnavailable:
                     raise  # the whole pass failed: not one channel's problem
                 except Exception as exc:  # one channel must not stop the others
-                    _record_failure(report, work.channel_id, exc)
+                    _fail(report.failed, work.channel_id, exc)
                 if planned is not None:
                     yield planned
             # The page read ahead is in: its connection is free for the page's cursor writes.
@@ -370,9 +366,6 @@ class _ReadAhead:
         if self._reader is not None:
             self._reader.shutdown(wait=True)
 
-    def first(self) -> list[ScheduleWork]:
-        return self._read(None)
-
     def read_after(self, page: list[ScheduleWork]) -> None:
         """Start reading the page after `page`, if there may be one (`page` is full)."""
         if len(page) < READ_PAGE:
@@ -381,7 +374,7 @@ class _ReadAhead:
             from concurrent.futures import ThreadPoolExecutor
 
             self._reader = ThreadPoolExecutor(1, thread_name_prefix="reconcile-read")
-        self._ahead = self._reader.submit(self._read, page_end(page))
+        self._ahead = self._reader.submit(self.read, page_end(page))
 
     def next(self) -> list[ScheduleWork]:
         """The page read ahead (empty when there is none)."""
@@ -390,7 +383,8 @@ class _ReadAhead:
         ahead, self._ahead = self._ahead, None
         return ahead.result()
 
-    def _read(self, after: tuple[datetime, str] | None) -> list[ScheduleWork]:
+    def read(self, after: tuple[datetime, str] | None = None) -> list[ScheduleWork]:
+        """The page of due cursors after `after`, read now."""
         return self._ledger.cursors.due_cursors(
             self._horizon, self._shard, after=after, limit=READ_PAGE
         )
@@ -406,10 +400,6 @@ class _Window:
     max_catch_up: int
     #: Channels of one calendar and cursor share a plan (`Schedule.plan_pass`).
     shared: dict[Hashable, PassPlan] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, now: datetime, settings: Settings) -> _Window:
-        return cls(now, now + settings.lookahead, settings.misfire_grace, settings.max_catch_up)
 
 
 def _plan(
@@ -521,7 +511,7 @@ class _Writes:
         report.advanced += len(written.moved)
         report.failed.update(written.failed)
         # Counted for what this pass wrote: a peer that won a cursor counts its own rows.
-        mine = [p for p in batch if p.channel_id in written.moved]
+        mine = [p for p in batch if p.move.channel_id in written.moved]
         metrics.record_occurrences(
             PENDING, sum(1 for p in mine for r in p.rows if r.status == PENDING)
         )
@@ -547,22 +537,18 @@ def _write_batch(ledger: ReconcilePort, planned: list[_Planned]) -> _Written:
                 written.inserted += inserted
                 written.moved |= moved
             except Exception as channel_exc:
-                written.failed[p.channel_id] = _failure(p.channel_id, channel_exc)
+                _fail(written.failed, p.move.channel_id, channel_exc)
     return written
 
 
-def _record_failure(report: PassReport, channel_id: str, exc: Exception) -> None:
-    report.failed[channel_id] = _failure(channel_id, exc)
-
-
-def _failure(channel_id: str, exc: Exception) -> str:
-    """The message a failed channel is reported with (and logged)."""
+def _fail(failed: dict[str, str], channel_id: str, exc: Exception) -> None:
+    """Record (and log) a failed channel's message in `failed`."""
     if isinstance(exc, ScheduleInvalid):
         message = f"stored schedule is invalid: {exc}"
     else:
         message = f"{type(exc).__name__}: {exc}"
     log.warning("reconciling channel %s failed: %s", channel_id, message)
-    return message
+    failed[channel_id] = message
 
 
 def after_pass(

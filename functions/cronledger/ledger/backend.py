@@ -8,8 +8,9 @@ fractional digits its stored text has, so text comparison is instant comparison.
 
 A batch reaches PostgreSQL as one JSON parameter turned back into typed rows: one statement
 text for ten rows or ten thousand, and no giant OR or CASE for the planner. SQLite gets
-multi-row VALUES, runs in WAL mode, and a transaction that writes begins `IMMEDIATE`: it
-takes the write lock up front rather than fail upgrading a read lock.
+multi-row VALUES or runs the statement once a row (`Batch`), runs in WAL mode, and a
+transaction that writes begins `IMMEDIATE`: it takes the write lock up front rather than fail
+upgrading a read lock.
 
 A PostgreSQL connection is bounded in time by `statement_timeout` (a startup parameter, or the
 database's default behind RDS Proxy), a socket timeout and a connect timeout (`connecting`).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -165,14 +167,12 @@ class Backend:
         nested = (sa.func.json(c) if isinstance(c.type, sa.JSON) else c for c in columns)
         return sa.func.json_group_array(sa.func.json_array(*nested), type_=sa.Text)
 
-    def rows(
+    def _rows(
         self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
     ) -> sa.CTE:
-        """PostgreSQL: rows `name(column, …)` of the given columns (equal lengths), sent as one
-        JSON array of arrays, each cell cast back to its type. A column (but the first) whose
-        values are all the same travels once, as a parameter of its own."""
-        if not self.is_postgres:
-            raise NotImplementedError("a JSON batch is PostgreSQL's; SQLite batches use VALUES")
+        """PostgreSQL (`batch`): rows `name(column, …)` sent as one JSON array of arrays, each
+        cell cast back to its type. A column (but the first) whose values are all the same
+        travels once, as a parameter of its own."""
         shared = {
             column: values[0]
             for i, (column, (_, values)) in enumerate(columns.items())
@@ -200,6 +200,41 @@ class Backend:
                 for column, (type_, _) in columns.items()
             )
         ).cte(name)  # a CTE: a statement may read the rows twice, the document goes once
+
+    def batch(
+        self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
+    ) -> Batch:
+        """The rows one statement is written for (`Batch`): the given columns (equal lengths),
+        the first their key."""
+        if self.is_postgres:
+            rows = self._rows(name, columns)
+            return Batch({column: rows.c[column] for column in columns})
+        params = {
+            column: sa.bindparam(
+                f"{name}_{column}", type_=UtcDateTime() if isinstance(type_, sa.DateTime) else type_
+            )
+            for column, (type_, _) in columns.items()
+        }
+        names = [param.key for param in params.values()]
+        cells = zip(*(values for _, values in columns.values()), strict=True)
+        return Batch(params, [dict(zip(names, row, strict=True)) for row in cells])
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Rows a statement is written for, a column each (`c`). On PostgreSQL they are a CTE of
+    one JSON parameter and the statement runs once; on SQLite they are bound parameters and it
+    runs once a row (`params`, for `Connection.execute`)."""
+
+    c: Mapping[str, sa.ColumnElement[Any]]
+    params: list[dict[str, Any]] | None = None
+
+    def has(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+        """`column` holds one of the batch's keys (its first column)."""
+        key = next(iter(self.c.values()))
+        if self.params is None:
+            return column.in_(sa.select(key))
+        return column == key
 
 
 def instant_of_json(text: str | None) -> datetime | None:

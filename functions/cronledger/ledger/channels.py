@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql
 from cronledger import alerts
 from cronledger.errors import Conflict, NotFound
 from cronledger.ids import uuid7
-from cronledger.ledger.cursors import CursorStore
+from cronledger.ledger.cursors import CursorStore, CursorWrites
 from cronledger.ledger.events import Draft, EventStore
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
@@ -162,7 +162,7 @@ class ChannelStore(Store):
             row = conn.execute(stmt).one_or_none()
             if row is not None:
                 if status in (CHANNEL_PAUSED, CHANNEL_ARCHIVED):
-                    self.cursors._pause_cursor(conn, channel_id)
+                    self.cursors._write_cursors_in(conn, CursorWrites(pauses=[channel_id]))
                 self.cursors._note_change(conn, channel_id)
                 if (kind := _TURNS.get((before, status))) is not None:
                     made = self.events.record(conn, [Draft(kind, channel_id, reason=reason)])

@@ -29,10 +29,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from cronledger.instants import require_utc
-from cronledger.ledger.backend import instant_of_json
+from cronledger.ledger.backend import Batch, instant_of_json
 from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     PENDING,
@@ -140,7 +139,7 @@ class CursorStore(Store):
                 > sa.tuple_(sa.literal(after[0], UtcDateTime()), sa.literal(after[1]))
             )
         page = due.subquery("due")
-        channel_row, joined = self._active_channel_of(page, page)
+        channel_row, joined = self._active_channel_of(page)
         stmt = sa.select(self._sql.json_rows(*_due_channel(channel_row), *page.c)).select_from(
             joined
         )
@@ -168,7 +167,7 @@ class CursorStore(Store):
         if after is not None:
             noted = noted.where(channel_changes.c.channel_id > after)
         page = noted.subquery("noted")
-        channel_row, with_channel = self._active_channel_of(page, page)
+        channel_row, with_channel = self._active_channel_of(page)
         state_row, joined = self._row_of(schedule_state, page, with_channel)
         stmt = sa.select(
             self._sql.json_rows(
@@ -185,11 +184,9 @@ class CursorStore(Store):
             changes.append(NotedChange(values[1], ScheduleWork(values[0], channel, state)))
         return changes
 
-    def _active_channel_of(
-        self, page: sa.Subquery, joined: sa.FromClause
-    ) -> tuple[sa.FromClause, sa.FromClause]:
-        """`joined` with the page's channel, if active (a NULL row if not)."""
-        return self._row_of(channels, page, joined, channels.c.status == CHANNEL_ACTIVE)
+    def _active_channel_of(self, page: sa.Subquery) -> tuple[sa.FromClause, sa.FromClause]:
+        """`page` with each of its channels, if active (a NULL row if not)."""
+        return self._row_of(channels, page, page, channels.c.status == CHANNEL_ACTIVE)
 
     def _row_of(
         self,
@@ -237,138 +234,68 @@ class CursorStore(Store):
         the instant it was first paused at), and the noted changes these bring in line,
         forgotten only if no write has noted another since they were read. Resets and pauses
         drop the channel's not-yet-due cron rows."""
-        if not writes:
-            return
-        with self._write() as conn:
-            if self._sql.is_postgres:
-                self._write_cursors_pg(conn, writes)
-            else:
-                self._write_cursors_sqlite(conn, writes)
+        if writes:
+            with self._write() as conn:
+                self._write_cursors_in(conn, writes)
 
-    def _write_cursors_pg(self, conn: sa.Connection, writes: CursorWrites) -> None:
+    def _write_cursors_in(self, conn: sa.Connection, writes: CursorWrites) -> None:
+        """`write_cursors`, inside the caller's transaction."""
         now = self._sql.now()
-        instant = sa.DateTime(timezone=True)
         if writes.inits:
-            init = self._sql.rows(
+            init = self._sql.batch(
                 "init",
                 {
                     "channel_id": (sa.String(), [i.channel_id for i in writes.inits]),
                     "channel_version": (sa.Integer(), [i.channel_version for i in writes.inits]),
                     "config_hash": (sa.String(), [i.config_hash for i in writes.inits]),
                     "next_fire_at": (
-                        instant,
+                        sa.DateTime(timezone=True),
                         [_optional_utc(i.next_fire_at) for i in writes.inits],
                     ),
                 },
             )
-            upsert = postgresql.insert(schedule_state).from_select(
-                [
-                    "channel_id",
-                    "channel_version",
-                    "config_hash",
-                    "next_fire_at",
-                    "paused_at",
-                    "updated_at",
-                ],
-                sa.select(*init.c, sa.null(), now),
+            upsert = self._sql.insert(schedule_state).from_select(
+                [*init.c, "paused_at", "updated_at"], sa.select(*init.c.values(), sa.null(), now)
             )
-            conn.execute(_replacing(upsert, now))
+            conn.execute(_replacing(upsert, now), init.params)
         if writes.adopts:
             adopt = self._by_channel("adopt", "version", sa.Integer(), writes.adopts)
             conn.execute(
                 sa.update(schedule_state)
-                .where(schedule_state.c.channel_id == adopt.c.channel_id)
-                .where(schedule_state.c.channel_version < adopt.c.version)
-                .values(channel_version=adopt.c.version, updated_at=now)
+                .where(schedule_state.c.channel_id == adopt.c["channel_id"])
+                .where(schedule_state.c.channel_version < adopt.c["version"])
+                .values(channel_version=adopt.c["version"], updated_at=now),
+                adopt.params,
             )
         if writes.pauses:
+            pause = self._sql.batch("pause", {"channel_id": (sa.String(), writes.pauses)})
             conn.execute(
                 sa.update(schedule_state)
-                .where(schedule_state.c.channel_id.in_(self._ids("pause", writes.pauses)))
+                .where(pause.has(schedule_state.c.channel_id))
                 .where(schedule_state.c.paused_at.is_(None))
-                .values(paused_at=now, updated_at=now)
+                .values(paused_at=now, updated_at=now),
+                pause.params,
             )
-        dropped = [i.channel_id for i in writes.inits] + writes.pauses
-        if dropped:
+        if dropped := [i.channel_id for i in writes.inits] + writes.pauses:
+            drop = self._sql.batch("dropped", {"channel_id": (sa.String(), dropped)})
             conn.execute(
-                _future_cron_rows(now).where(
-                    occurrences.c.channel_id.in_(self._ids("dropped", dropped))
-                )
+                _future_cron_rows(now).where(drop.has(occurrences.c.channel_id)), drop.params
             )
         if writes.seen:
             seen = self._by_channel("seen", "change", sa.BigInteger(), writes.seen)
             conn.execute(
                 sa.delete(channel_changes)
-                .where(channel_changes.c.channel_id == seen.c.channel_id)
-                .where(channel_changes.c.change == seen.c.change)
+                .where(channel_changes.c.channel_id == seen.c["channel_id"])
+                .where(channel_changes.c.change == seen.c["change"]),
+                seen.params,
             )
 
     def _by_channel(
         self, name: str, column: str, type_: sa.types.TypeEngine[Any], pairs: list[tuple[str, Any]]
-    ) -> sa.CTE:
-        """PostgreSQL: rows `name(channel_id, column)` of (channel id, value) pairs."""
+    ) -> Batch:
+        """A batch `name(channel_id, column)` of (channel id, value) pairs."""
         ids, values = [p[0] for p in pairs], [p[1] for p in pairs]
-        return self._sql.rows(name, {"channel_id": (sa.String(), ids), column: (type_, values)})
-
-    def _ids(self, name: str, ids: list[str]) -> sa.Select[tuple[str]]:
-        """PostgreSQL: channel ids as a one-column select of one JSON parameter."""
-        cte = self._sql.rows(name, {"channel_id": (sa.String(), ids)})
-        return sa.select(cte.c.channel_id)
-
-    def _write_cursors_sqlite(self, conn: sa.Connection, writes: CursorWrites) -> None:
-        now = self._sql.now()
-        channel = sa.bindparam("p_channel_id", type_=sa.String())
-        if writes.inits:
-            upsert = self._sql.insert(schedule_state).values(
-                channel_id=channel,
-                channel_version=sa.bindparam("p_version", type_=sa.Integer()),
-                config_hash=sa.bindparam("p_hash", type_=sa.String()),
-                next_fire_at=sa.bindparam("p_next", type_=UtcDateTime()),
-                paused_at=None,
-                updated_at=now,
-            )
-            conn.execute(
-                _replacing(upsert, now),
-                [
-                    {
-                        "p_channel_id": i.channel_id,
-                        "p_version": i.channel_version,
-                        "p_hash": i.config_hash,
-                        "p_next": _optional_utc(i.next_fire_at),
-                    }
-                    for i in writes.inits
-                ],
-            )
-        if writes.adopts:
-            version = sa.bindparam("p_version", type_=sa.Integer())
-            conn.execute(
-                sa.update(schedule_state)
-                .where(schedule_state.c.channel_id == channel)
-                .where(schedule_state.c.channel_version < version)
-                .values(channel_version=version, updated_at=now),
-                [{"p_channel_id": i, "p_version": v} for i, v in writes.adopts],
-            )
-        if writes.pauses:
-            conn.execute(
-                sa.update(schedule_state)
-                .where(schedule_state.c.channel_id == channel)
-                .where(schedule_state.c.paused_at.is_(None))
-                .values(paused_at=now, updated_at=now),
-                [{"p_channel_id": i} for i in writes.pauses],
-            )
-        dropped = [i.channel_id for i in writes.inits] + writes.pauses
-        if dropped:
-            conn.execute(
-                _future_cron_rows(now).where(occurrences.c.channel_id == channel),
-                [{"p_channel_id": i} for i in dropped],
-            )
-        if writes.seen:
-            conn.execute(
-                sa.delete(channel_changes)
-                .where(channel_changes.c.channel_id == channel)
-                .where(channel_changes.c.change == sa.bindparam("p_change", type_=sa.BigInteger())),
-                [{"p_channel_id": i, "p_change": c} for i, c in writes.seen],
-            )
+        return self._sql.batch(name, {"channel_id": (sa.String(), ids), column: (type_, values)})
 
     def note_drifted_channels(self) -> int:
         """Note every channel whose cursor disagrees with it (active without a running cursor
@@ -393,29 +320,21 @@ class CursorStore(Store):
         note = self._sql.insert(channel_changes).from_select(
             ["channel_id", "change"], found.where(drifted)
         )
-        stmt = note.on_conflict_do_update(
-            index_elements=[channel_changes.c.channel_id],
-            set_={"change": channel_changes.c.change + 1},
-        )
         with self._write() as conn:
-            return int(conn.execute(stmt).rowcount or 0)
+            return int(conn.execute(_noting(note)).rowcount or 0)
 
     def _note_change(self, conn: sa.Connection, channel_id: str) -> None:
         """Inside a channel write's transaction: the next pass looks at this channel's
         cursor (and a pass reading an earlier note will not forget this one)."""
-        note = self._sql.insert(channel_changes).values(channel_id=channel_id, change=1)
         conn.execute(
-            note.on_conflict_do_update(
-                index_elements=[channel_changes.c.channel_id],
-                set_={"change": channel_changes.c.change + 1},
-            )
+            _noting(self._sql.insert(channel_changes).values(channel_id=channel_id, change=1))
         )
 
     def _advance_in(self, conn: sa.Connection, moves: list[CursorMove]) -> set[str]:
-        """The moves as UPDATEs with a condition per move, inside the caller's transaction:
-        SQLite's batch, and a single move anywhere (PostgreSQL's batches join a JSON parameter
-        instead, `_moves_statement`). SQLite parses a chain of ORs as a tree as deep as the
-        chain and refuses one deeper than 1,000, so a batch goes `MOVE_CHUNK` moves at a time."""
+        """SQLite: the moves as UPDATEs with a condition per move, inside the caller's
+        transaction (PostgreSQL's join a JSON parameter instead, `_moves_statement`). SQLite
+        parses a chain of ORs as a tree as deep as the chain and refuses one deeper than 1,000,
+        so a batch goes `MOVE_CHUNK` moves at a time."""
         moved: set[str] = set()
         for start in range(0, len(moves), MOVE_CHUNK):
             chunk = moves[start : start + MOVE_CHUNK]
@@ -441,15 +360,17 @@ class CursorStore(Store):
             moved.update(conn.execute(stmt).scalars())
         return moved
 
-    def _moves_statement(self, moves: list[CursorMove]) -> tuple[sa.CTE, sa.CTE]:
-        """PostgreSQL: the moves as rows (one JSON parameter, so the statement does not grow
-        with the batch), and the compare-and-set UPDATE of every cursor still where its move
-        starts, under the hash it was planned under, answering the channel ids it moved."""
+    def _moves_statement(self, moves: list[CursorMove]) -> tuple[sa.CTE, sa.Select[tuple[str]]]:
+        """PostgreSQL: the compare-and-set UPDATE of every cursor still where its move starts,
+        under the hash it was planned under, answering the channel ids it moved; and the
+        channels whose move did not happen. Only these come back: usually none, where every
+        winner would be ten thousand rows to read. The moves are rows of one JSON parameter,
+        so the statement does not grow with the batch."""
         instant = sa.DateTime(timezone=True)
-        move = self._sql.rows(
+        move = self._sql.batch(
             "move",
             {
-                "channel_id": (sa.String(), moves_of(moves)),
+                "channel_id": (sa.String(), [m.channel_id for m in moves]),
                 "from_": (instant, [require_utc(m.from_, "from_") for m in moves]),
                 "to_": (instant, [_optional_utc(m.to) for m in moves]),
                 "config_hash": (sa.String(), [m.config_hash for m in moves]),
@@ -457,29 +378,18 @@ class CursorStore(Store):
         )
         moved = (
             sa.update(schedule_state)
-            .where(schedule_state.c.channel_id == move.c.channel_id)
-            .where(schedule_state.c.next_fire_at == move.c.from_)
-            .where(schedule_state.c.config_hash == move.c.config_hash)
+            .where(schedule_state.c.channel_id == move.c["channel_id"])
+            .where(schedule_state.c.next_fire_at == move.c["from_"])
+            .where(schedule_state.c.config_hash == move.c["config_hash"])
             .where(schedule_state.c.paused_at.is_(None))
-            .values(next_fire_at=move.c.to_, updated_at=self._sql.now())
+            .values(next_fire_at=move.c["to_"], updated_at=self._sql.now())
             .returning(schedule_state.c.channel_id)
             .cte("moved")
         )
-        return move, moved
-
-    def _pause_cursor(self, conn: sa.Connection, channel_id: str) -> None:
-        conn.execute(
-            sa.update(schedule_state)
-            .where(schedule_state.c.channel_id == channel_id)
-            .where(schedule_state.c.paused_at.is_(None))
-            .values(paused_at=self._sql.now(), updated_at=self._sql.now())
+        lost = sa.select(move.c["channel_id"]).where(
+            move.c["channel_id"].not_in(sa.select(moved.c.channel_id))
         )
-        self._drop_future_cron_rows(conn, channel_id)
-
-    def _drop_future_cron_rows(self, conn: sa.Connection, channel_id: str) -> None:
-        conn.execute(
-            _future_cron_rows(self._sql.now()).where(occurrences.c.channel_id == channel_id)
-        )
+        return moved, lost
 
 
 def _future_cron_rows(now: sa.ColumnElement[datetime]) -> sa.Delete:
@@ -514,6 +424,15 @@ def _replacing(upsert: Any, now: sa.ColumnElement[Any]) -> Any:
     )
 
 
+def _noting(note: Any) -> Any:
+    """`note` (an INSERT of notes) bumping the note a channel already has, so a pass that read
+    the earlier one will not forget this one."""
+    return note.on_conflict_do_update(
+        index_elements=[channel_changes.c.channel_id],
+        set_={"change": channel_changes.c.change + 1},
+    )
+
+
 def _state_of_json(values: list[Any]) -> ScheduleState:
     """A cursor `json_rows` carried: its table's columns, in the table's order (which is
     `ScheduleState`'s)."""
@@ -539,18 +458,6 @@ def page_end(page: list[ScheduleWork]) -> tuple[datetime, str]:
 def _due_position(work: ScheduleWork) -> tuple[datetime, str]:
     assert work.state is not None and work.state.next_fire_at is not None
     return work.state.next_fire_at, work.channel_id
-
-
-def moves_of(moves: list[CursorMove]) -> list[str]:
-    return [move.channel_id for move in moves]
-
-
-def lost_moves(move: sa.CTE, moved: sa.CTE) -> sa.Select[tuple[str]]:
-    """The channels whose move did not happen. Only these come back: usually none, where
-    every winner would be ten thousand rows to read."""
-    return sa.select(move.c.channel_id).where(
-        move.c.channel_id.not_in(sa.select(moved.c.channel_id))
-    )
 
 
 def _optional_utc(value: datetime | None) -> datetime | None:

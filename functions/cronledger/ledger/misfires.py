@@ -140,12 +140,10 @@ class MisfireStore(Store):
     def _cursor_behind(self, conn: sa.Connection, channel_id: str, grace_secs: float) -> bool:
         """Lock the channel's cursor and tell whether reconcile has yet to plan instants older
         than the grace (a paused cursor never back-fills: it is not behind)."""
-        stmt = sa.select(
-            sa.and_(
-                schedule_state.c.paused_at.is_(None),
-                schedule_state.c.next_fire_at < self._sql.now_plus(-grace_secs),
-            )
-        ).where(schedule_state.c.channel_id == channel_id)
-        if self._sql.is_postgres:
-            stmt = stmt.with_for_update()
+        behind = sa.and_(
+            schedule_state.c.paused_at.is_(None),
+            schedule_state.c.next_fire_at < self._sql.now_plus(-grace_secs),
+        )
+        # SQLite renders no FOR UPDATE: its transaction already holds the one write lock.
+        stmt = sa.select(behind).where(schedule_state.c.channel_id == channel_id).with_for_update()
         return bool(conn.execute(stmt).scalar_one_or_none())

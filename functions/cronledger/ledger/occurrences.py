@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -20,7 +20,8 @@ from cronledger.errors import Conflict, NotFound
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.instants import require_utc
 from cronledger.ledger import attempt_log
-from cronledger.ledger.cursors import CursorStore, lost_moves, moves_of
+from cronledger.ledger.backend import Batch
+from cronledger.ledger.cursors import CursorStore
 from cronledger.ledger.events import EventStore, draft
 from cronledger.ledger.models import (
     ACTIVE_STATUSES,
@@ -47,6 +48,7 @@ from cronledger.ledger.tables import (
     channel_alerts,
     channel_changes,
     channels,
+    constant,
     events,
     occurrence_of,
     occurrences,
@@ -54,12 +56,7 @@ from cronledger.ledger.tables import (
     status_is,
 )
 
-if TYPE_CHECKING:
-    from sqlalchemy.dialects import sqlite
-
 RETENTION_BATCH = 10_000  # rows per retention DELETE
-#: Rows per SQLite INSERT, well inside its bound-parameter limit.
-INSERT_CHUNK = 1000
 
 
 class OccurrenceStore(Store):
@@ -78,10 +75,7 @@ class OccurrenceStore(Store):
         rows = list(rows)
         if not rows:
             return 0
-        if self._sql.is_postgres:
-            with self._write(single=True) as conn:
-                return int(conn.execute(_counted(self._insert_statement(rows))).scalar_one())
-        with self._write() as conn:
+        with self._write(single=True) as conn:
             return self._insert_in(conn, rows)
 
     def materialise(
@@ -95,27 +89,24 @@ class OccurrenceStore(Store):
         if not moves:
             return 0, set()
         summaries = [row for row in rows if row.status == SKIPPED_MISFIRE]
-        made: list[Event] = []
-        if not self._sql.is_postgres:
-            with self._write() as conn:
+        # A pass after an outage writes misfire summaries, and their events with them.
+        with self._write(single=not summaries) as conn:
+            if self._sql.is_postgres:
+                moved, lost_moves = self.cursors._moves_statement(moves)
+                inserted = sa.select(sa.literal(0))
+                if rows:
+                    only = sa.select(moved.c.channel_id)
+                    inserted = _counted(self._insert_statement(self._new(rows), only))
+                lost = sa.func.array(lost_moves.scalar_subquery())
+                count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
+                moved_ids = {m.channel_id for m in moves} - set(lost_ids)
+            else:
                 moved_ids = self.cursors._advance_in(conn, moves)
                 mine = [row for row in rows if row.channel_id in moved_ids]
                 count = self._insert_in(conn, mine) if mine else 0
-                made = self._summary_events(conn, summaries)
-            self.events.announce(made)
-            return count, moved_ids
-        move, moved = self.cursors._moves_statement(moves)
-        if rows:
-            inserted = _counted(self._insert_statement(rows, only=sa.select(moved.c.channel_id)))
-        else:
-            inserted = sa.select(sa.literal(0))
-        lost = sa.func.array(lost_moves(move, moved).scalar_subquery())
-        # A pass after an outage writes misfire summaries, and their events with them.
-        with self._write(single=not summaries) as conn:
-            count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
             made = self._summary_events(conn, summaries)
         self.events.announce(made)
-        return int(count), set(moves_of(moves)) - set(lost_ids)
+        return int(count), moved_ids
 
     def _summary_events(self, conn: sa.Connection, summaries: list[NewOccurrence]) -> list[Event]:
         """`occurrence.skipped` for each misfire summary this transaction inserted (a summary
@@ -141,43 +132,61 @@ class OccurrenceStore(Store):
         )
 
     def _insert_in(self, conn: sa.Connection, rows: list[NewOccurrence]) -> int:
-        """SQLite: multi-row INSERTs of a thousand rows, inside the caller's transaction."""
-        columns, now = _columns(rows), self._sql.now()
-        fixed = {"attempt": 0, "misfire_judged": False, "created_at": now, "updated_at": now}
-        values = []
-        for cells in zip(*(given for _, given in columns.values()), strict=True):
-            row = dict(zip(columns, cells, strict=True))
-            # A row born terminal (a misfire summary) ended when it was written.
-            ended = None if row["status"] in ACTIVE_STATUSES else now
-            values.append(row | fixed | {"completed_at": ended})
-        inserted = 0
-        for start in range(0, len(values), INSERT_CHUNK):
-            chunk = self._sql.insert(occurrences).values(values[start : start + INSERT_CHUNK])
-            inserted += len(conn.execute(_if_absent(chunk)).all())
-        return inserted
+        """The rows, insert-if-absent, inside the caller's transaction (one statement on
+        PostgreSQL); answers how many were inserted."""
+        given = self._new(rows)
+        return int(conn.execute(self._insert_statement(given), given.params).rowcount)
 
     def _insert_statement(
-        self, rows: list[NewOccurrence], only: sa.Select[tuple[str]] | None = None
-    ) -> sa.CTE:
-        """PostgreSQL: every row in one INSERT of one JSON parameter (`Backend.rows`), as a CTE
-        returning the ids it inserted. `only`: the channel ids whose rows go in."""
-        columns = _columns(rows)
-        given = self._sql.rows("new", columns)
+        self, given: Batch, only: sa.Select[tuple[str]] | None = None
+    ) -> sa.Insert:
+        """The `given` rows (`_new`), insert-if-absent. `only`: the channel ids whose rows go
+        in."""
         now = self._sql.now()
         chosen = sa.select(
-            *(given.c[name] for name in columns),
+            *given.c.values(),
             sa.literal(0),
             # A row born terminal (a misfire summary) ended when it was written.
-            sa.case((given.c.status.in_(ACTIVE_STATUSES), sa.null()), else_=now),
+            sa.case(
+                (given.c["status"].in_(list(map(constant, ACTIVE_STATUSES))), sa.null()), else_=now
+            ),
             now,
             now,
             sa.false(),
         )
         if only is not None:
-            chosen = chosen.where(given.c.channel_id.in_(only))
+            chosen = chosen.where(given.c["channel_id"].in_(only))
         fixed = ["attempt", "completed_at", "created_at", "updated_at", "misfire_judged"]
-        insert = self._sql.insert(occurrences).from_select([*columns, *fixed], chosen)
-        return _if_absent(insert).cte("inserted")
+        insert = self._sql.insert(occurrences).from_select([*given.c, *fixed], chosen)
+        identity = [occurrences.c.channel_id, occurrences.c.scheduled_for]
+        return insert.on_conflict_do_nothing(index_elements=identity)
+
+    def _new(self, rows: list[NewOccurrence]) -> Batch:
+        """The rows as a batch of the columns they give (the others are fixed on insert)."""
+        return self._sql.batch(
+            "new",
+            {
+                "id": (sa.String(), [r.id for r in rows]),
+                "channel_id": (sa.String(), [r.channel_id for r in rows]),
+                "channel_name": (sa.String(), [r.channel_name for r in rows]),
+                "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
+                "target_ref": (sa.String(), [r.target_ref for r in rows]),
+                "trigger": (sa.String(), [r.trigger for r in rows]),
+                "scheduled_for": (
+                    sa.DateTime(timezone=True),
+                    [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
+                ),
+                "status": (sa.String(), [r.status for r in rows]),
+                "error_message": (sa.Text(), [r.error_message for r in rows]),
+                "due_at": (
+                    sa.DateTime(timezone=True),
+                    [require_utc(r.due, "due_at") for r in rows],
+                ),
+                "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
+                "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
+                "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
+            },
+        )
 
     def get_occurrence(self, occurrence_id: str) -> Occurrence:
         with self._read() as conn:
@@ -400,34 +409,8 @@ class OccurrenceStore(Store):
         return occurrence_of(row)
 
 
-def _columns(rows: list[NewOccurrence]) -> dict[str, tuple[sa.types.TypeEngine[Any], list[Any]]]:
-    """The rows' given columns: each one's type, and its values in row order."""
-    return {
-        "id": (sa.String(), [r.id for r in rows]),
-        "channel_id": (sa.String(), [r.channel_id for r in rows]),
-        "channel_name": (sa.String(), [r.channel_name for r in rows]),
-        "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
-        "target_ref": (sa.String(), [r.target_ref for r in rows]),
-        "trigger": (sa.String(), [r.trigger for r in rows]),
-        "scheduled_for": (
-            sa.DateTime(timezone=True),
-            [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
-        ),
-        "status": (sa.String(), [r.status for r in rows]),
-        "error_message": (sa.Text(), [r.error_message for r in rows]),
-        "due_at": (sa.DateTime(timezone=True), [require_utc(r.due, "due_at") for r in rows]),
-        "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
-        "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
-        "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
-    }
-
-
-def _if_absent(insert: postgresql.Insert | sqlite.Insert) -> sa.Insert:
-    """Insert-if-absent on an occurrence's identity, answering the ids it inserted."""
-    identity = [occurrences.c.channel_id, occurrences.c.scheduled_for]
-    return insert.on_conflict_do_nothing(index_elements=identity).returning(occurrences.c.id)
-
-
-def _counted(inserted: sa.CTE) -> sa.Select[Any]:
-    """Counted in the database: ten thousand ids need not cross the wire to be counted."""
+def _counted(insert: sa.Insert) -> sa.Select[Any]:
+    """PostgreSQL: the rows `insert` inserted, counted in the database: ten thousand ids need
+    not cross the wire to be counted."""
+    inserted = insert.returning(occurrences.c.id).cte("inserted")
     return sa.select(sa.func.count()).select_from(inserted)

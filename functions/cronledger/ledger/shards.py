@@ -51,10 +51,6 @@ class Shard:
             raise ValueError(f"shard {self.index} of {self.count}: need 0 <= index < count")
 
     @property
-    def whole(self) -> bool:
-        return self.count == 1
-
-    @property
     def low(self) -> int:
         return self.index * KEY_SPACE // self.count
 
@@ -70,7 +66,7 @@ class Shard:
         """The channels of `column` this shard takes. On PostgreSQL the whole is a range too:
         it names the key the index on due cursors holds, so that index, already in the
         pass's order, is the one read. On SQLite the whole is every row."""
-        if self.whole and not postgres:
+        if self.count == 1 and not postgres:
             return sa.true()
         key = shard_key_sql(column, postgres=postgres)
         return sa.and_(key >= self.low, key < self.high)
