@@ -1,11 +1,11 @@
-"""Execute one attempt: open it under its claim, start, run under a heartbeat, settle.
+"""Execute attempts: open each under its claim, start, run under a heartbeat, settle.
 
 Ownership is the rule of every step. The attempt acts only as the claimant it was dispatched
 under and, with a concurrency key, only with the fencing token its start took; every write is
 conditional on both, so a superseded attempt (re-claimed after its lease ran out, cancelled)
 matches nothing and writes nothing.
 
-While the target runs, the calling thread renews the claim and the slot every
+While a target runs, the calling thread renews the claim and the slot every
 `heartbeat_interval_secs`. A renewal answering "not yours" stops the attempt at once; one that
 *fails* (the database is unreachable) is not lost ownership, but after `claim_lease_secs -
 heartbeat_interval_secs` without a success the attempt stops itself, before a peer may take
@@ -232,7 +232,8 @@ class Executor:
         finished: Callable[[AttemptReport], object] | None = None,
     ) -> None:
         """`annotate(**keys)` is told what an attempt learns as it learns it (occurrence and
-        channel ids, attempt, fencing token), and `finished(report)` how it ended, both in
+        channel ids, attempt, fencing token), and `finished(report)` how it ended (unless an
+        error struck it), both in
         that attempt's own `contextvars` context, so a caller can put them on its log lines.
         `clock` times the lease, the renewals and every pause."""
         self.ledger = ledger
@@ -268,7 +269,8 @@ class Executor:
         their ends micro-batches; every write stays conditional on its own attempt, so the
         ledger answers each as it would alone. This thread waits for all their targets and
         renews their leases; a late row's judgment, which may wait for reconcile, has a
-        thread of its own."""
+        thread of its own. An error fails only the attempts it struck: the others run to
+        their ends, and then the first error is raised."""
         batch = _Batch(self, claimant, deadline, trace_id or uuid.uuid4().hex)
         return batch.run(list(occurrence_ids))
 
@@ -277,8 +279,8 @@ class _Attempt:
     """One attempt of an occurrence under its batch's claimant, in steps: take its read of
     the occurrence and channel, judge a late row, take the concurrency key and go `running`,
     build what the target is sent, settle. A step that ends the attempt early raises
-    `_Ended` with its report. Steps run in the attempt's own `contextvars` context, so what
-    `annotate` adds follows the attempt, and its target, whichever thread runs them.
+    `_Ended` with its report. Steps run in the attempt's own `contextvars` context, on one
+    thread at a time, so what `annotate` adds follows the attempt and its target.
     `leased_at` is when its lease was last granted or renewed, timed from the call: the
     database writes a lease after the call, maybe well before its answer."""
 
@@ -339,7 +341,7 @@ class _Attempt:
         handed back."""
         occurrence, rule = self.occurrence, misfire_rule(self.schedule, self.settings)
         poll = self.settings.poll_interval.total_seconds()
-        wait_until = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
+        wait_until = self.latest()
         if self.deadline is not None:
             wait_until = min(wait_until, self.deadline - self._margin())
         while True:
@@ -566,7 +568,7 @@ class _Running:
     give_up_at: float
 
 
-#: What `_Batch._step` answers for a step that ended its attempt.
+#: What `_Batch._step` answers for a step that ended its attempt, or failed it.
 _ENDED: Final = object()
 
 
@@ -578,7 +580,8 @@ class _Batch:
     at once when no target of the batch can still join it, and never later than an end's
     lease margin. A late row is judged on a thread of its own (the judgment may wait for
     reconcile) and joins once started. A target's outcome that comes after its attempt
-    stopped is discarded, never settled."""
+    stopped is discarded, never settled. A step or write that raises fails only its own
+    attempts: the others run to their ends, and then the batch raises the first error."""
 
     def __init__(
         self, executor: Executor, claimant: str, deadline: float | None, trace_id: str
@@ -586,14 +589,14 @@ class _Batch:
         self.executor, self.ledger = executor, executor.ledger
         self.settings, self.clock = executor.settings, executor.clock
         self.claimant, self.deadline, self.trace_id = claimant, deadline, trace_id
-        #: (attempt, what it came to): a target's outcome, a judged row's start (None), its
-        #: report or its error.
-        self.inbox: queue.SimpleQueue[tuple[_Attempt, object]] = queue.SimpleQueue()
+        #: (attempt, "target", its outcome) or (attempt, "judged", None when it started, else
+        #: its report or its error).
+        self.inbox: queue.SimpleQueue[tuple[_Attempt, str, object]] = queue.SimpleQueue()
         self.woken = threading.Event()
         self.reports: dict[_Attempt, AttemptReport] = {}
         self.running: dict[_Attempt, _Running] = {}
-        self.ends: list[tuple[_Attempt, SettleRequest, Ending]] = []
-        self.first_end_at = 0.0
+        #: Ends to write, each with when it came.
+        self.ends: list[tuple[_Attempt, SettleRequest, Ending, float]] = []
         self.judging = 0
         self.failure: BaseException | None = None
 
@@ -643,8 +646,8 @@ class _Batch:
         asked = self.clock.monotonic()
         try:
             starts = self.start_all([a.step(a.start_request) for a in attempts])
-        except Exception as exc:  # the batch's other attempts run on; the error is raised last
-            self.failure = self.failure or exc
+        except Exception as exc:
+            self._failed(exc)
             return
         for attempt, start in zip(attempts, starts, strict=True):
             attempt.leased_at = asked
@@ -652,57 +655,61 @@ class _Batch:
                 self._launch(attempt)
 
     def _step(self, attempt: _Attempt, method: Callable[..., Any], *args: Any) -> Any:
-        """`method(*args)` in the attempt's context; `_ENDED` when it ended the attempt."""
+        """`method(*args)` in the attempt's context; `_ENDED` when it ended the attempt, or
+        raised (the error is kept for the end of the batch)."""
         try:
             return attempt.step(method, *args)
         except _Ended as ended:
             self._finished(attempt, ended.report)
-            return _ENDED
+        except Exception as exc:
+            self._failed(exc)
+        return _ENDED
 
     def _judge(self, attempt: _Attempt) -> None:
-        """Judge a late row and start it, on a thread of its own; it answers in the inbox."""
+        """Judge a late row and start it, on a thread of its own, which answers in the inbox
+        once out of the attempt's context (this thread enters it next)."""
         self.judging += 1
 
-        def judge() -> None:
-            answer: object = None
+        def judge() -> object:
             try:
                 attempt.judge_and_start()
             except _Ended as ended:
-                answer = ended.report
+                return ended.report
             except BaseException as exc:
-                answer = exc
-            self._tell(attempt, answer)
+                return exc
+            return None
 
-        name = f"judge-{attempt.occurrence_id}"
-        threading.Thread(target=attempt.step, args=(judge,), name=name, daemon=True).start()
+        def run() -> None:
+            self._tell(attempt, "judged", attempt.step(judge))
+
+        threading.Thread(target=run, name=f"judge-{attempt.occurrence_id}", daemon=True).start()
 
     def _launch(self, attempt: _Attempt) -> None:
         """Start the attempt's target on a thread of its own (its context goes with it)."""
         delivery = self._step(attempt, attempt.delivery)
+        if delivery is _ENDED:
+            return
         if isinstance(delivery, TargetOutcome):
             self._end(attempt, delivery)
             return
         envelope, budget = delivery
-        clients, policy, target = (
-            self.executor.clients,
-            self.executor.policy,
-            attempt.channel.target,
-        )
+        clients, policy = self.executor.clients, self.executor.policy
+        target = attempt.channel.target
 
         def job() -> None:
             try:
                 outcome = run_target(target, envelope, budget, clients, policy=policy)
             except BaseException as exc:  # run_target answers for the target; this is the rest
                 outcome = TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}")
-            self._tell(attempt, outcome)
+            self._tell(attempt, "target", outcome)
 
         now = self.clock.monotonic()
         beat = self.settings.heartbeat_interval.total_seconds()
         self.running[attempt] = _Running(budget, now + beat, now + budget + OVERRUN_GRACE_SECS)
         attempt.step(TARGET_THREADS.run, job, f"target-{attempt.occurrence_id}")
 
-    def _tell(self, attempt: _Attempt, what: object) -> None:
-        self.inbox.put((attempt, what))
+    def _tell(self, attempt: _Attempt, kind: str, what: object) -> None:
+        self.inbox.put((attempt, kind, what))
         self.woken.set()
 
     def _wait(self) -> None:
@@ -731,11 +738,12 @@ class _Batch:
         """When the ends gathered must be written: at once if no target can still join them."""
         if not (self.running or self.judging):
             return -math.inf
-        latest = min(attempt.latest() for attempt, _, _ in self.ends)
-        return min(self.first_end_at + SETTLE_EVERY_SECS, latest)
+        latest = min(attempt.latest() for attempt, *_ in self.ends)
+        return min(self.ends[0][3] + SETTLE_EVERY_SECS, latest)
 
-    def _take(self, attempt: _Attempt, what: object) -> None:
-        if isinstance(what, TargetOutcome):
+    def _take(self, attempt: _Attempt, kind: str, what: object) -> None:
+        if kind == "target":
+            assert isinstance(what, TargetOutcome)
             if self.running.pop(attempt, None) is not None:  # else it stopped: discarded
                 self._end(attempt, what)
             return
@@ -743,7 +751,7 @@ class _Batch:
         if isinstance(what, AttemptReport):
             self._finished(attempt, what)
         elif isinstance(what, BaseException):
-            self.failure = self.failure or what
+            self._failed(what)
         else:
             self._launch(attempt)
 
@@ -763,25 +771,34 @@ class _Batch:
                     running.beat_at = self.clock.monotonic() + beat
 
     def _end(self, attempt: _Attempt, outcome: TargetOutcome) -> None:
-        if not self.ends:
-            self.first_end_at = self.clock.monotonic()
-        request, end = attempt.step(attempt.ending, outcome)
-        self.ends.append((attempt, request, end))
+        ended = self._step(attempt, attempt.ending, outcome)
+        if ended is not _ENDED:
+            self.ends.append((attempt, *ended, self.clock.monotonic()))
 
     def _write_ends(self) -> None:
-        """Write the ends gathered, at most `SETTLE_MOST` at a time, once they are due."""
+        """Write the ends gathered, at most `SETTLE_MOST` at a time, once they are due; a
+        write that fails for good fails its own attempts only."""
         while self.ends:
             if len(self.ends) < SETTLE_MOST and self._ends_due() > self.clock.monotonic():
                 return
             ends, self.ends = self.ends[:SETTLE_MOST], self.ends[SETTLE_MOST:]
-            self.first_end_at = self.clock.monotonic()
-            requests = [request for _, request, _ in ends]
-            written = settle_through_blips(
-                self.executor, partial(self.ledger.attempts.settle_many, requests)
-            )
-            for (attempt, _, end), ok in zip(ends, written, strict=True):
-                self._finished(attempt, attempt.step(attempt.settled, end, ok))
+            requests = [request for _, request, _, _ in ends]
+            try:
+                written = settle_through_blips(
+                    self.executor, partial(self.ledger.attempts.settle_many, requests)
+                )
+            except Exception as exc:
+                self._failed(exc)
+                continue
+            for (attempt, _, end, _), ok in zip(ends, written, strict=True):
+                report = self._step(attempt, attempt.settled, end, ok)
+                if report is not _ENDED:
+                    self._finished(attempt, report)
 
     def _finished(self, attempt: _Attempt, report: AttemptReport) -> None:
         self.reports[attempt] = report
-        attempt.step(self.executor.finished, report)
+        self._step(attempt, self.executor.finished, report)
+
+    def _failed(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error

@@ -1,10 +1,12 @@
 """How a batch's ends are grouped: a group is written once no target of the batch can still
 join it, once it is full, or when its wait runs out, and at once when an end's lease margin
 would otherwise pass; a group whose write keeps failing is tried again, whole, until the
-lease's give-up, and then the batch raises the error."""
+lease's give-up, and then the batch raises the error; a write that fails for good fails its
+own attempts only, while the others run to their ends."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -13,7 +15,14 @@ import pytest
 
 from cronledger import execute
 from cronledger.execute import Executor
-from cronledger.ledger import CHANNEL_ACTIVE, COMPLETED, DatabaseUnavailable, Ledger, NewOccurrence
+from cronledger.ledger import (
+    CHANNEL_ACTIVE,
+    COMPLETED,
+    RUNNING,
+    DatabaseUnavailable,
+    Ledger,
+    NewOccurrence,
+)
 from cronledger.ledger.attempts import SettleRequest
 from cronledger.settings import Settings
 from tests.e2e import targets
@@ -26,12 +35,12 @@ SHORT_LEASE = SETTINGS.model_copy(update={"claim_lease_secs": 2, "heartbeat_inte
 
 class Groups:
     """The real attempt writes, recording each group of ends written (as sets of ids); the
-    first group written releases the blocked targets. With `fail`, every write of ends
-    fails as an unreachable database does."""
+    first group written releases the blocked targets. The first `failing` writes of ends
+    raise `error` instead."""
 
-    def __init__(self, ledger: Ledger, fail: bool = False) -> None:
+    def __init__(self, ledger: Ledger, failing: float = 0, error: Exception | None = None) -> None:
         self._attempts = ledger.attempts
-        self.fail = fail
+        self.failing, self.error = failing, error
         self.written: list[set[str]] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -40,8 +49,8 @@ class Groups:
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
         self.written.append({r.occurrence_id for r in requests})
         targets.release.set()
-        if self.fail:
-            raise DatabaseUnavailable("connection refused")
+        if len(self.written) <= self.failing:
+            raise self.error or DatabaseUnavailable("connection refused")
         return self._attempts.settle_many(requests)
 
 
@@ -117,7 +126,7 @@ def test_a_group_whose_write_keeps_failing_is_tried_whole_until_the_give_up_then
 ) -> None:
     monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 3600)
     ids = claimed(sqlite_ledger, "record", "record")
-    groups = Groups(sqlite_ledger, fail=True)
+    groups = Groups(sqlite_ledger, failing=math.inf)
     with pytest.raises(DatabaseUnavailable):
         run(
             sqlite_ledger,
@@ -126,3 +135,18 @@ def test_a_group_whose_write_keeps_failing_is_tried_whole_until_the_give_up_then
             SETTINGS.model_copy(update={"claim_lease_secs": 3, "heartbeat_interval_secs": 1}),
         )
     assert len(groups.written) >= 2 and all(group == set(ids) for group in groups.written)
+
+
+def test_a_write_that_fails_for_good_fails_its_own_attempts_while_the_others_end(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 0.01)
+    quick, blocked = claimed(sqlite_ledger, "record", "wait_for_release")
+    groups = Groups(sqlite_ledger, failing=1, error=RuntimeError("the write broke"))
+    executor = Executor(with_stores(sqlite_ledger, attempts=groups), SETTINGS)
+    with pytest.raises(RuntimeError, match="the write broke"):
+        executor.run_batch([quick, blocked], "node-a")
+    # The quick one's end was lost with its write; the blocked one ran on and was settled
+    assert groups.written == [{quick}, {blocked}]
+    assert sqlite_ledger.occurrences.get_occurrence(quick).status == RUNNING
+    assert sqlite_ledger.occurrences.get_occurrence(blocked).status == COMPLETED
