@@ -70,18 +70,17 @@ class ReportingStore(Store):
     def in_flight_count(self, at_most: int | None = None) -> int:
         """Leased rows whose lease is live (an expired one is reclaimable), counted only up to
         `at_most` when given: the claim asks only whether there is room."""
-        live = sa.select(sa.literal(1).label("one")).where(
-            status_is(*LEASED_STATUSES), occurrences.c.claimed_until >= self._sql.now()
-        )
-        if at_most is not None:
-            live = live.limit(sa.bindparam("p_at_most", type_=sa.Integer()))
+
+        def count() -> sa.Select[int]:
+            live = sa.select(sa.literal(1).label("one")).where(
+                status_is(*LEASED_STATUSES), occurrences.c.claimed_until >= self._sql.now()
+            )
+            if at_most is not None:
+                live = live.limit(sa.bindparam("p_at_most", type_=sa.Integer()))
+            return sa.select(sa.func.count()).select_from(live.subquery())
+
         parameters = {} if at_most is None else {"p_at_most": max(at_most, 0)}
-        rows, _ = self._run(
-            ("in_flight", at_most is not None),
-            lambda: sa.select(sa.func.count()).select_from(live.subquery()),
-            parameters,
-            write=False,
-        )
+        rows, _ = self._run(("in_flight", at_most is not None), count, parameters, write=False)
         return int(rows[0][0])
 
     def backlog(self) -> Backlog:
