@@ -218,6 +218,15 @@ class _Ended(Exception):
         self.report = report
 
 
+class _Ends(Exception):
+    """An attempt's step ended it before its target ran, with `end` to write (as a target's
+    end is written, with the batch's)."""
+
+    def __init__(self, end: Ending) -> None:
+        super().__init__(end.status)
+        self.end = end
+
+
 class Executor:
     """Runs attempts against one ledger; safe to share between threads."""
 
@@ -332,7 +341,7 @@ class _Attempt:
                 return channel, self.executor.schedules.get(channel)
             except ScheduleInvalid as exc:
                 why = f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
-        raise _Ended(self._settle(Ending(FAILED, why)))
+        raise _Ends(Ending(FAILED, why))
 
     def judge_and_start(self) -> None:
         """A late row: return once the misfire policy lets it run and it has started alone.
@@ -387,7 +396,7 @@ class _Attempt:
             raise _Ended(self._report("waiting"))
         if start.outcome == "singleton_busy":
             assert singleton is not None
-            raise _Ended(self._settle(Ending(SKIPPED_SINGLETON, busy_reason(singleton))))
+            raise _Ends(Ending(SKIPPED_SINGLETON, busy_reason(singleton)))
         if start.outcome == "waiting":
             raise _Ended(self._report("waiting"))
         if not start.started or start.started_at is None:
@@ -459,9 +468,9 @@ class _Attempt:
         """The settle a target's outcome asks for."""
         end = ending(outcome, self.occurrence.attempt, self.schedule.retry)
         told = alerts.COMPLETED in self.schedule.alerts.on
-        return self._settle_request(end, outcome.result, told), end
+        return self.settle_request(end, outcome.result, told), end
 
-    def _settle_request(
+    def settle_request(
         self, end: Ending, result: str | None = None, completed_is_told: bool = False
     ) -> SettleRequest:
         occurrence, token = self.occurrence, self.fencing_token
@@ -493,14 +502,6 @@ class _Attempt:
         if end.retry_in is None:
             metrics.record_occurrences(end.status)
         return self._report(status, status, end.error, end.retry_in)
-
-    def _settle(self, end: Ending) -> AttemptReport:
-        """An end before the target ran, written alone."""
-        request = self._settle_request(end)
-        written = settle_through_blips(
-            self.executor, partial(self.ledger.attempts.settle_many, [request])
-        )
-        return self.settled(end, written[0])
 
     def _report(
         self,
@@ -590,7 +591,7 @@ class _Batch:
         self.settings, self.clock = executor.settings, executor.clock
         self.claimant, self.deadline, self.trace_id = claimant, deadline, trace_id
         #: (attempt, "target", its outcome) or (attempt, "judged", None when it started, else
-        #: its report or its error).
+        #: how it ended, `_Ended` or `_Ends`, or its error).
         self.inbox: queue.SimpleQueue[tuple[_Attempt, str, object]] = queue.SimpleQueue()
         self.woken = threading.Event()
         self.reports: dict[_Attempt, AttemptReport] = {}
@@ -661,6 +662,8 @@ class _Batch:
             return attempt.step(method, *args)
         except _Ended as ended:
             self._finished(attempt, ended.report)
+        except _Ends as ends:
+            self._gather(attempt, attempt.settle_request(ends.end), ends.end)
         except Exception as exc:
             self._failed(exc)
         return _ENDED
@@ -673,8 +676,8 @@ class _Batch:
         def judge() -> object:
             try:
                 attempt.judge_and_start()
-            except _Ended as ended:
-                return ended.report
+            except (_Ended, _Ends) as ended:
+                return ended
             except BaseException as exc:
                 return exc
             return None
@@ -748,8 +751,10 @@ class _Batch:
                 self._end(attempt, what)
             return
         self.judging -= 1
-        if isinstance(what, AttemptReport):
-            self._finished(attempt, what)
+        if isinstance(what, _Ended):
+            self._finished(attempt, what.report)
+        elif isinstance(what, _Ends):
+            self._gather(attempt, attempt.settle_request(what.end), what.end)
         elif isinstance(what, BaseException):
             self._failed(what)
         else:
@@ -773,7 +778,10 @@ class _Batch:
     def _end(self, attempt: _Attempt, outcome: TargetOutcome) -> None:
         ended = self._step(attempt, attempt.ending, outcome)
         if ended is not _ENDED:
-            self.ends.append((attempt, *ended, self.clock.monotonic()))
+            self._gather(attempt, *ended)
+
+    def _gather(self, attempt: _Attempt, request: SettleRequest, end: Ending) -> None:
+        self.ends.append((attempt, request, end, self.clock.monotonic()))
 
     def _write_ends(self) -> None:
         """Write the ends gathered, at most `SETTLE_MOST` at a time, once they are due; a
