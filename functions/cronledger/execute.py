@@ -24,7 +24,6 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Final, TypeVar
 
 from cronledger import alerts, metrics
@@ -76,7 +75,6 @@ SETTLE_MOST = 25
 SETTLE_EVERY_SECS = 0.05
 
 R = TypeVar("R")
-A = TypeVar("A")
 #: Where an idle target thread waits for its next job: (thread name, context, job).
 _Inbox = queue.SimpleQueue[tuple[str, contextvars.Context, Callable[[], None]]]
 
@@ -242,9 +240,8 @@ class Executor:
     ) -> None:
         """`annotate(**keys)` is told what an attempt learns as it learns it (occurrence and
         channel ids, attempt, fencing token), and `finished(report)` how it ended (unless an
-        error struck it), both in
-        that attempt's own `contextvars` context, so a caller can put them on its log lines.
-        `clock` times the lease, the renewals and every pause."""
+        error struck it), both in that attempt's own `contextvars` context, so a caller can
+        put them on its log lines. `clock` times the lease, the renewals and every pause."""
         self.ledger = ledger
         self.clock = clock
         self.settings = settings
@@ -541,24 +538,6 @@ class _Attempt:
         return self.settings.execute_margin.total_seconds()
 
 
-def settle_through_blips(executor: Executor, settle: Callable[[], A]) -> A:
-    """`settle()`, tried again while the database is unavailable, as long as an attempt may
-    go without a renewal: it is conditional on ownership, so trying again is safe, while
-    giving up would leave a finished run to be run again by a peer. (A commit lost with its
-    answer matches nothing when tried again: it reads as superseded.)"""
-    clock, settings = executor.clock, executor.settings
-    give_up_at = clock.monotonic() + settings.renewal_give_up.total_seconds()
-    pause = min(settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
-    while True:
-        try:
-            return settle()
-        except DatabaseUnavailable as exc:
-            if clock.monotonic() + pause >= give_up_at:
-                raise
-            log.warning("settling failed, trying again: %s", exc)
-            clock.sleep(pause)
-
-
 @dataclass(eq=False, slots=True)
 class _Running:
     """A target running for an attempt: its budget, when its lease is next renewed and when
@@ -790,11 +769,8 @@ class _Batch:
             if len(self.ends) < SETTLE_MOST and self._ends_due() > self.clock.monotonic():
                 return
             ends, self.ends = self.ends[:SETTLE_MOST], self.ends[SETTLE_MOST:]
-            requests = [request for _, request, _, _ in ends]
             try:
-                written = settle_through_blips(
-                    self.executor, partial(self.ledger.attempts.settle_many, requests)
-                )
+                written = self._settle_through_blips([request for _, request, _, _ in ends])
             except Exception as exc:
                 self._failed(exc)
                 continue
@@ -802,6 +778,22 @@ class _Batch:
                 report = self._step(attempt, attempt.settled, end, ok)
                 if report is not _ENDED:
                     self._finished(attempt, report)
+
+    def _settle_through_blips(self, requests: list[SettleRequest]) -> list[bool]:
+        """The ends written, tried again while the database is unavailable, as long as an
+        attempt may go without a renewal: each is conditional on ownership, so trying again is
+        safe, while giving up would leave a finished run to be run again by a peer. (A commit
+        lost with its answer matches nothing when tried again: it reads as superseded.)"""
+        give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
+        pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
+        while True:
+            try:
+                return self.ledger.attempts.settle_many(requests)
+            except DatabaseUnavailable as exc:
+                if self.clock.monotonic() + pause >= give_up_at:
+                    raise
+                log.warning("settling failed, trying again: %s", exc)
+                self.clock.sleep(pause)
 
     def _finished(self, attempt: _Attempt, report: AttemptReport) -> None:
         self.reports[attempt] = report

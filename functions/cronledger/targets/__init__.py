@@ -69,7 +69,7 @@ TARGET_GONE_CODES = frozenset(
 )
 #: Frames of a raising Python target's traceback kept on its attempt: where it failed.
 TRACEBACK_FRAMES = 3
-#: How many (document, policy) pairs an attempt remembers as already checked and valid.
+#: How many (document, policy) pairs `run_target` remembers as already checked and valid.
 KNOWN_VALID_MOST = 4_096
 _log = logging.getLogger(__name__)
 
