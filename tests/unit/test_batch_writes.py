@@ -99,25 +99,22 @@ def test_a_full_group_is_written_without_waiting_for_the_rest(
     assert groups.written == [{first, second}, {blocked}]
 
 
-def test_a_group_waits_no_longer_than_its_wait_for_targets_that_do_not_end(
-    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("wait_secs", "settings"),
+    [
+        pytest.param(0.01, SETTINGS, id="its-wait-runs-out"),
+        # Other targets of the batch may still end, but this end must go before its lease
+        # (granted at the start, not renewed since it ended) passes its margin
+        pytest.param(3600, SHORT_LEASE, id="its-lease-margin-comes"),
+    ],
+)
+def test_an_end_goes_alone_when_its_wait_or_its_margin_runs_out_before_the_rest(
+    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, wait_secs: float, settings: Settings
 ) -> None:
-    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 0.01)
+    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", wait_secs)
     quick, blocked = claimed(sqlite_ledger, "record", "wait_for_release")
     groups = Groups(sqlite_ledger)
-    run(sqlite_ledger, groups, [quick, blocked])
-    assert groups.written == [{quick}, {blocked}]
-
-
-def test_an_end_whose_margin_has_come_is_written_at_once_alone(
-    sqlite_ledger: Ledger, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Other targets of the batch may still end, but this end must go before its lease
-    # (granted at the start, not renewed since it ended) passes its margin
-    monkeypatch.setattr(execute, "SETTLE_EVERY_SECS", 3600)
-    quick, blocked = claimed(sqlite_ledger, "record", "wait_for_release")
-    groups = Groups(sqlite_ledger)
-    run(sqlite_ledger, groups, [quick, blocked], SHORT_LEASE)
+    run(sqlite_ledger, groups, [quick, blocked], settings)
     assert groups.written == [{quick}, {blocked}]
 
 
