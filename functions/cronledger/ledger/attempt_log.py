@@ -38,7 +38,7 @@ def logged_start(sql: Backend, running: sa.Update) -> sa.Insert | sa.Update:
     CTE: `running` itself, returning what `log_start` inserts."""
     if not sql.is_postgres:
         return running.returning(*STARTED_COLUMNS)
-    started, insert = _started_and_logged(running)
+    started, insert = started_and_logged(running)
     return insert.add_cte(started).returning(attempts.c.started_at)
 
 
@@ -57,16 +57,9 @@ def run_logged_start(
     return row.started_at  # type: ignore[no-any-return]
 
 
-def logged_start_cte(running: sa.Update) -> tuple[sa.CTE, sa.CTE]:
-    """PostgreSQL only: `running` as a CTE (`started`, returning `started_at` last among
-    `STARTED_COLUMNS`) and the CTE inserting its attempt's row, for a statement that starts an
-    attempt while it reads."""
-    started, insert = _started_and_logged(running)
-    return started, insert.cte("logged")
-
-
-def _started_and_logged(running: sa.Update) -> tuple[sa.CTE, sa.Insert]:
-    """`running` as the CTE `started`, and the INSERT of its attempt's row from it."""
+def started_and_logged(running: sa.Update) -> tuple[sa.CTE, sa.Insert]:
+    """PostgreSQL only: `running` as the CTE `started` (returning `STARTED_COLUMNS`), and the
+    INSERT of its attempt's row from it."""
     started = running.returning(*STARTED_COLUMNS).cte("started")
     return started, sa.insert(attempts).from_select(list(_LOGGED), sa.select(*started.c))
 

@@ -12,6 +12,9 @@ nothing trusts an earlier read.
 - A slot acquisition bumps the slot's fencing token. Renew, settle and release are
   conditional on (occurrence, holder, token), so a superseded holder writes nothing.
 - A failed attempt with attempts left is settled back to `pending`, due after its backoff.
+
+`Claims`, `Starts`, `Leases` (renew, release) and `Settles` each write one of these;
+`AttemptStore`, the ledger's `attempts`, is the four in one.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from sqlalchemy.dialects import postgresql
 from cronledger import alerts
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ledger import attempt_log
-from cronledger.ledger.events import Draft, EventStore, draft
+from cronledger.ledger.backend import Backend
+from cronledger.ledger.events import EventStore, draft
 from cronledger.ledger.models import (
     ABANDONED,
     CLAIMED,
@@ -54,7 +58,7 @@ from cronledger.ledger.singletons import (
     renew_slot,
     take_key,
 )
-from cronledger.ledger.starts import occurrence_and_channel, open_statement, start_statement
+from cronledger.ledger.starts import open_statement, opened_attempt, start_statement
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     attempts,
@@ -69,13 +73,22 @@ from cronledger.ledger.tables import (
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+Item = TypeVar("Item")
 
 #: Starts tried in all when the key lacks slot rows: the first adds them, the next finds
 #: them (rows are never deleted, so a third is never needed).
 SLOT_ROW_TRIES = 3
 #: What the log says of an attempt whose lease ran out before anything settled it.
 LEASE_RAN_OUT = "abandoned: the lease ran out before the attempt was settled"
+#: What `_ends` holds of each end, by its parameter's name.
+ENDS = ("p_id", "p_claimant", "p_error", "p_result", "p_trace")
+#: The event an attempt's end makes, by the status it left (`pending`: a failure retried);
+#: any other is a completion's, made only when it is told or has an alert to answer.
+END_EVENTS = {
+    PENDING: alerts.ATTEMPT_FAILED,
+    FAILED: alerts.FAILED,
+    SKIPPED_SINGLETON: alerts.SKIPPED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +100,28 @@ class StartRequest:
     executing_version: int
     singleton: SingletonSpec | None
     max_attempts: int | None = None
+
+    @property
+    def occurrence_id(self) -> str:
+        return self.occurrence if isinstance(self.occurrence, str) else self.occurrence.id
+
+    @property
+    def key(self) -> str:
+        return self.singleton.key if self.singleton else ""
+
+    @property
+    def releases(self) -> bool:
+        """Whether the start must first give back what its occurrence may hold from an
+        earlier attempt (a crashed one, or a queued contender back for its slot). Under
+        `allow`, one read after its claim with no `singleton_key` holds nothing. With a key
+        the rows are always read: a duplicate delivery must find its own slot free, reach
+        the conditional UPDATE and come out `lost`, not `singleton_busy`."""
+        occurrence = self.occurrence
+        return (
+            self.singleton is not None
+            or isinstance(occurrence, str)
+            or occurrence.singleton_key is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,23 +178,18 @@ class SettleRequest:
         }
 
 
-class _Undone(Exception):
-    """One attempt's write lost: what it wrote is rolled back, and `answer` is its answer."""
+class _Part(Store):
+    """A part of `AttemptStore`: the ledger's base, and the event store it writes through."""
 
-    def __init__(self, answer: Any) -> None:
-        super().__init__(answer)
-        self.answer = answer
-
-
-class AttemptStore(Store):
     def __init__(self, base: Store, events: EventStore) -> None:
         super().__init__(base)
         self.events = events
 
+
+class Claims(_Part):
     def claim(self, claimant: str, limit: int, lease_secs: float) -> ClaimResult:
-        """Lease up to `limit` claimable occurrences to `claimant`, oldest due first, and
-        settle as abandoned the expired ones that have no attempt left (their slots are
-        given back too)."""
+        """Lease up to `limit` claimable occurrences to `claimant`, and settle the expired
+        ones that have no attempt left (their slots are given back too)."""
         if limit <= 0:
             return ClaimResult([], [])
         statement = self._statement(
@@ -250,6 +280,8 @@ class AttemptStore(Store):
             arm = arm.with_for_update(skip_locked=True)
         return arm.subquery()
 
+
+class Starts(_Part):
     def open_attempts(
         self,
         occurrence_ids: Sequence[str],
@@ -273,7 +305,7 @@ class AttemptStore(Store):
             {**ids, "p_claimant": claimant, "p_trace": trace_id},
             write=self._sql.is_postgres,
         )
-        opened = map(_opened, rows)
+        opened = map(opened_attempt, rows)
         return {attempt.occurrence.id: attempt for attempt in opened}
 
     def start_attempts(
@@ -294,62 +326,38 @@ class AttemptStore(Store):
         `wait_secs` later. All in one transaction, each start under a savepoint (one that
         loses undoes its own writes only), keyed starts in key order; a lone plain start (an
         `Occurrence` read after its claim, showing no key) is one statement."""
-        start_one = partial(
-            self._start_one,
-            claimant=claimant,
-            lease_secs=lease_secs,
-            trace_id=trace_id,
-            wait_secs=wait_secs,
-        )
-
-        def start_all(
-            todo: list[int], conn: sa.Connection
-        ) -> tuple[dict[int, AttemptStart], list[Event], list[int]]:
-            """The starts `todo`: their answers, the events they made, and those whose key
-            lacks slot rows (nothing written for them)."""
-            done: dict[int, AttemptStart] = {}
-            made: list[Event] = []
-            lacking: list[int] = []
-            for i in todo:
-                started = _undoable(conn, len(todo) == 1, start_one, conn, requests[i])
-                if started is None:
-                    lacking.append(i)
-                else:
-                    done[i], events = started
-                    made += events
-            return done, made, lacking
-
+        start_one = partial(self._start_one, claimant, lease_secs, trace_id, wait_secs)
         answers: dict[int, AttemptStart] = {}
-        todo = sorted(range(len(requests)), key=lambda i: _key_of(requests[i]))
+        todo = sorted(range(len(requests)), key=lambda i: requests[i].key)
         for _ in range(SLOT_ROW_TRIES):
-            alone = len(todo) == 1 and not _releases(requests[todo[0]])
-            done, made, lacking = self._atomic(partial(start_all, todo), single=alone)
-            self.events.announce(made)
-            answers |= done
-            if not lacking:
+            batch = [requests[i] for i in todo]
+            alone = len(batch) == 1 and not batch[0].releases
+            # Each start's answer and events, or None: its key lacks slot rows (nothing
+            # written for it).
+            outcomes = self._atomic(partial(_each_undoable, batch, start_one), single=alone)
+            self.events.announce([event for o in outcomes if o for event in o[1]])
+            answers |= {i: o[0] for i, o in zip(todo, outcomes, strict=True) if o}
+            todo = [i for i, o in zip(todo, outcomes, strict=True) if o is None]
+            if not todo:
                 return [answers[i] for i in range(len(requests))]
-            for spec in {requests[i].singleton for i in lacking}:
+            for spec in {requests[i].singleton for i in todo}:
                 assert spec is not None
                 # Added in a statement of its own, holding no lock: see `singletons.py`.
                 self._atomic(partial(add_key_rows, sql=self._sql, spec=spec), single=True)
-            todo = lacking
-        raise RuntimeError(
-            f"the slot rows of {[_key_of(requests[i]) for i in todo]} keep disappearing"
-        )
+        raise RuntimeError(f"the slot rows of {[requests[i].key for i in todo]} keep disappearing")
 
     def _start_one(
         self,
-        conn: sa.Connection,
-        request: StartRequest,
         claimant: str,
         lease_secs: float,
         trace_id: str | None,
         wait_secs: float,
+        conn: sa.Connection,
+        request: StartRequest,
     ) -> tuple[AttemptStart, list[Event]] | None:
         """One start in the caller's transaction: None when the key lacks slot rows (nothing
         written); `_Undone` when it lost and its writes must be undone."""
-        occurrence, singleton = request.occurrence, request.singleton
-        occurrence_id = occurrence if isinstance(occurrence, str) else occurrence.id
+        occurrence_id, singleton = request.occurrence_id, request.singleton
         key = singleton.key if singleton else None
         taken: tuple[int, int, Occurrence | None] | str | None = None
         if singleton is not None:
@@ -358,10 +366,10 @@ class AttemptStore(Store):
             )
             if taken is None:
                 return None
-        elif _releases(request):
+        elif request.releases:
             release_slots_of(conn, self._sql, [occurrence_id])
-        if taken == "wait" and self._hand_back(
-            conn, occurrence_id, claimant, wait_secs, waits_on=key
+        if taken == "wait" and _hand_back(
+            conn, self._sql, occurrence_id, claimant, wait_secs, waits_on=key
         ):
             return AttemptStart("waiting"), []
         if isinstance(taken, str):
@@ -392,6 +400,8 @@ class AttemptStore(Store):
         made = self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
         return replace(started, replaced=replaced.id), made
 
+
+class Leases(_Part):
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
     ) -> bool:
@@ -417,37 +427,39 @@ class AttemptStore(Store):
 
         return self._atomic(renew, single=fencing_token is None)
 
+    def release_claim(self, occurrence_id: str, claimant: str) -> bool:
+        """Hand a claimed, not yet started occurrence back to `pending`. The claim's attempt
+        is given back too: a deferral is not an attempt."""
+        return self._atomic(
+            lambda conn: _hand_back(conn, self._sql, occurrence_id, claimant), single=True
+        )
+
+    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
+        """Hand a claimed occurrence whose key is busy back to `pending`, due `due_in`
+        seconds from now, its attempt given back (waiting is not an attempt): a backfill row
+        run one after another takes its turn instead of being skipped."""
+        return self._atomic(
+            lambda conn: _hand_back(conn, self._sql, occurrence_id, claimant, due_in), single=True
+        )
+
+
+class Settles(_Part):
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
         """Write each attempt's end (see `SettleRequest`), answered in order; False: a
-        superseded holder, and nothing was written for it. Quiet completions are written first, on PostgreSQL in one statement; the
-        rest, and those the quiet write did not match (their channel has failures or an
-        open alert to answer), in one transaction where one that lost is undone alone."""
+        superseded holder, and nothing was written for it. Quiet completions are written
+        first; the rest, and those the quiet write did not match (their channel has failures
+        or an open alert to answer), in one transaction where one that lost is undone alone."""
         quiet = [r for r in requests if r.quiet]
         done: set[str] = set()
         if quiet:
-            done = self._atomic(
-                lambda conn: self._settle_all_quietly(conn, quiet), single=self._sql.is_postgres
-            )
+            done = self._atomic(partial(self._settle_quietly, quiet), single=self._sql.is_postgres)
         rest = [r for r in requests if not (r.quiet and r.occurrence_id in done)]
         if rest:
-            settled, made = self._atomic(partial(self._settle_all, rest))
-            self.events.announce(made)
-            done |= settled
+            # Each end's events, or None: it lost, and wrote nothing.
+            outcomes = self._atomic(partial(_each_undoable, rest, self._settle_one))
+            self.events.announce([event for o in outcomes if o is not None for event in o])
+            done |= {r.occurrence_id for r, o in zip(rest, outcomes, strict=True) if o is not None}
         return [r.occurrence_id in done for r in requests]
-
-    def _settle_all(
-        self, requests: list[SettleRequest], conn: sa.Connection
-    ) -> tuple[set[str], list[Event]]:
-        """`_settle_one` of each request, in the caller's transaction: the ids it settled,
-        and the events they made."""
-        settled: set[str] = set()
-        made: list[Event] = []
-        for request in requests:
-            events = _undoable(conn, len(requests) == 1, self._settle_one, conn, request)
-            if events is not None:
-                settled.add(request.occurrence_id)
-                made += events
-        return settled, made
 
     def _settle_one(self, conn: sa.Connection, request: SettleRequest) -> list[Event]:
         """An end with its slot's release and its events, in the caller's transaction;
@@ -471,31 +483,32 @@ class AttemptStore(Store):
             raise _Undone(None)
         settled = occurrence_of(row)
         self._end_attempt(conn, parameters)
-        retried = request.retry_in is not None
-        ended = self._end_drafts(conn, settled, retried, request.completed_is_told)
-        return self.events.record(conn, ended)
+        event = END_EVENTS.get(settled.status, alerts.COMPLETED)
+        told = request.completed_is_told or event != alerts.COMPLETED
+        if not told and conn.execute(_alerting(settled.channel_id)).first() is None:
+            return []
+        return self.events.record(conn, [draft(event, settled)])
 
-    def _settle_quietly(self, conn: sa.Connection, parameters: dict[str, Any]) -> bool:
-        """`_quiet_settle_statement` and the end of its attempt's row, in the caller's
-        transaction: on PostgreSQL one statement, the attempt's end a CTE of it; on SQLite
-        two. False: it matched nothing, and wrote nothing."""
+    def _settle_quietly(self, requests: list[SettleRequest], conn: sa.Connection) -> set[str]:
+        """Each quiet completion (`_quiet_settle_statement`) and the end of its attempt's
+        row, in the caller's transaction: the ids it settled (one not matched wrote nothing).
+        On PostgreSQL one statement, the ends a CTE of it; on SQLite two a request."""
+        each = [r.parameters() for r in requests]
+        if self._sql.is_postgres and len(each) > 1:
+            arrays = {f"{name}s": [p[name] for p in each] for name in ENDS}
+            statement = self._statement(
+                "settle-quiet-many", lambda: self._quiet_settle_logged(_ends())
+            )
+            return {str(i) for i in conn.execute(statement, arrays).scalars()}
         if self._sql.is_postgres:
             statement = self._statement("settle-quiet", self._quiet_settle_logged)
-            return bool(conn.execute(statement, parameters).scalar_one() == 1)
-        if conn.execute(self._quiet_settle_statement(), parameters).rowcount != 1:
-            return False
-        self._end_attempt(conn, parameters)
-        return True
-
-    def _settle_all_quietly(self, conn: sa.Connection, requests: list[SettleRequest]) -> set[str]:
-        """`_settle_quietly` of each request, in the caller's transaction (on PostgreSQL,
-        several in one statement): the ids of those it settled."""
-        if not self._sql.is_postgres or len(requests) == 1:
-            return {r.occurrence_id for r in requests if self._settle_quietly(conn, r.parameters())}
-        each = [r.parameters() for r in requests]
-        arrays = {f"{name}s": [p[name] for p in each] for name in ENDS}
-        statement = self._statement("settle-quiet-many", lambda: self._quiet_settle_logged(_ends()))
-        return {str(i) for i in conn.execute(statement, arrays).scalars()}
+            return {p["p_id"] for p in each if conn.execute(statement, p).scalar_one() == 1}
+        settled: set[str] = set()
+        for p in each:
+            if conn.execute(self._quiet_settle_statement(), p).rowcount == 1:
+                self._end_attempt(conn, p)
+                settled.add(p["p_id"])
+        return settled
 
     def _quiet_settle_logged(self, ends: sa.CTE | None = None) -> sa.Select[Any]:
         """PostgreSQL: `_quiet_settle_statement` and its attempt's end (`completed`), one
@@ -511,75 +524,6 @@ class AttemptStore(Store):
         """The end of the settled occurrence's attempt: a retried failure is `failed`."""
         statement = self._statement("end-attempt", partial(attempt_log.end_statement, self._sql))
         conn.execute(statement, parameters)
-
-    def _end_drafts(
-        self, conn: sa.Connection, settled: Occurrence, retried: bool, completed_is_told: bool
-    ) -> list[Draft]:
-        """The events an attempt's end makes; a completion makes one only when it is told
-        or answers failures or an alert of its channel."""
-        if retried:
-            return [draft(alerts.ATTEMPT_FAILED, settled)]
-        if settled.status == FAILED:
-            return [draft(alerts.FAILED, settled)]
-        if settled.status == SKIPPED_SINGLETON:
-            return [draft(alerts.SKIPPED, settled)]
-        if completed_is_told or conn.execute(_alerting(settled.channel_id)).first() is not None:
-            return [draft(alerts.COMPLETED, settled)]
-        return []
-
-    def release_claim(self, occurrence_id: str, claimant: str) -> bool:
-        """Hand a claimed, not yet started occurrence back to `pending`. The claim's attempt
-        is given back too: a deferral is not an attempt."""
-        return self._atomic(
-            lambda conn: self._hand_back(conn, occurrence_id, claimant), single=True
-        )
-
-    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
-        """Hand a claimed occurrence whose key is busy back to `pending`, due `due_in`
-        seconds from now, its attempt given back (waiting is not an attempt): a backfill row
-        run one after another takes its turn instead of being skipped."""
-        return self._atomic(
-            lambda conn: self._hand_back(conn, occurrence_id, claimant, due_in), single=True
-        )
-
-    def _hand_back(
-        self,
-        conn: sa.Connection,
-        occurrence_id: str,
-        claimant: str,
-        due_in: float | None = None,
-        *,
-        waits_on: str | None = None,
-    ) -> bool:
-        """claimed → pending, attempt given back; with `due_in`, due that many seconds from
-        now and exempt from the misfire rule (a queued contender was admitted already).
-        `waits_on`: the key whose waiting place it holds, recorded on the row (slot
-        `WAITER_SLOT`) like a held slot, so that whatever ends or starts it next gives the
-        place back even if its channel no longer queues on that key."""
-        values: dict[str, Any] = {}
-        if due_in is not None:
-            values = {"due_at": self._sql.now_plus(due_in), "misfire_judged": True}
-        if waits_on is not None:
-            values |= {
-                "singleton_key": waits_on,
-                "singleton_slot": WAITER_SLOT,
-                "fencing_token": None,
-            }
-        stmt = (
-            sa.update(occurrences)
-            .where(occurrences.c.id == occurrence_id)
-            .where(occurrences.c.claimed_by == claimant)
-            .where(occurrences.c.status == CLAIMED)
-            .values(
-                status=PENDING,
-                claimed_by=None,
-                claimed_until=None,
-                attempt=occurrences.c.attempt - 1,
-                updated_at=self._sql.now(),
-                **values,
-            )
-        )
-        return conn.execute(stmt).rowcount == 1
 
     def _settle_statement(self) -> sa.Update:
         """A leased occurrence's end, conditional on its claimant; drops the lease. A
@@ -656,8 +600,78 @@ class AttemptStore(Store):
         )
 
 
-#: What `_ends` holds of each end, by its parameter's name.
-ENDS = ("p_id", "p_claimant", "p_error", "p_result", "p_trace")
+class AttemptStore(Claims, Starts, Leases, Settles):
+    """Claims, starts, leases and settles in one store (see the module's header)."""
+
+
+class _Undone(Exception):
+    """One attempt's write lost: what it wrote is rolled back, and `answer` is its answer."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(answer)
+        self.answer = answer
+
+
+def _each_undoable(
+    items: Sequence[Item], write: Callable[[sa.Connection, Item], Any], conn: sa.Connection
+) -> list[Any]:
+    """`write(conn, item)` of each item in the caller's transaction, answered in order; one
+    that raised `_Undone` answers its `answer`, what it wrote undone: its savepoint, or the
+    whole transaction when it is alone in it."""
+    alone = len(items) == 1
+    answers = []
+    for item in items:
+        try:
+            if alone:
+                answers.append(write(conn, item))
+                continue
+            with conn.begin_nested():
+                answers.append(write(conn, item))
+        except _Undone as undone:
+            if alone:
+                conn.rollback()
+            answers.append(undone.answer)
+    return answers
+
+
+def _hand_back(
+    conn: sa.Connection,
+    sql: Backend,
+    occurrence_id: str,
+    claimant: str,
+    due_in: float | None = None,
+    *,
+    waits_on: str | None = None,
+) -> bool:
+    """claimed → pending, attempt given back; with `due_in`, due that many seconds from
+    now and exempt from the misfire rule (a queued contender was admitted already).
+    `waits_on`: the key whose waiting place it holds, recorded on the row (slot
+    `WAITER_SLOT`) like a held slot, so that whatever ends or starts it next gives the
+    place back even if its channel no longer queues on that key."""
+    values: dict[str, Any] = {}
+    if due_in is not None:
+        values = {"due_at": sql.now_plus(due_in), "misfire_judged": True}
+    if waits_on is not None:
+        values |= {
+            "singleton_key": waits_on,
+            "singleton_slot": WAITER_SLOT,
+            "fencing_token": None,
+        }
+    stmt = (
+        sa.update(occurrences)
+        .where(occurrences.c.id == occurrence_id)
+        .where(occurrences.c.claimed_by == claimant)
+        .where(occurrences.c.status == CLAIMED)
+        .values(
+            status=PENDING,
+            claimed_by=None,
+            claimed_until=None,
+            attempt=occurrences.c.attempt - 1,
+            updated_at=sql.now(),
+            **values,
+        )
+    )
+    return conn.execute(stmt).rowcount == 1
 
 
 def _ends() -> sa.CTE:
@@ -670,47 +684,6 @@ def _ends() -> sa.CTE:
         for name in ENDS
     ]
     return sa.select(*columns).cte("ends")
-
-
-def _opened(row: Sequence[Any]) -> OpenedAttempt:
-    """An open statement's row: the occurrence and channel, whether it is a late row to
-    judge, and the start it made."""
-    occurrence, channel = occurrence_and_channel(row)
-    misfire_due, started_at = row[-2:]
-    start = AttemptStart("started", started_at=started_at) if started_at else None
-    return OpenedAttempt(occurrence, channel, start, bool(misfire_due))
-
-
-def _key_of(request: StartRequest) -> str:
-    return request.singleton.key if request.singleton else ""
-
-
-def _releases(request: StartRequest) -> bool:
-    """Whether a start must first give back what its occurrence may hold from an earlier
-    attempt (a crashed one, or a queued contender back for its slot). Under `allow`, one read
-    after its claim with no `singleton_key` holds nothing. With a key the rows are always
-    read: a duplicate delivery must find its own slot free, reach the conditional UPDATE and
-    come out `lost`, not `singleton_busy`."""
-    occurrence = request.occurrence
-    return (
-        request.singleton is not None
-        or isinstance(occurrence, str)
-        or occurrence.singleton_key is not None
-    )
-
-
-def _undoable(conn: sa.Connection, alone: bool, write: Callable[..., T], *args: Any) -> T | Any:
-    """`write(*args)`, or the answer of the `_Undone` it raised, with what it wrote undone: the
-    whole transaction when it is `alone` in it, else its savepoint."""
-    try:
-        if alone:
-            return write(*args)
-        with conn.begin_nested():
-            return write(*args)
-    except _Undone as undone:
-        if alone:
-            conn.rollback()
-        return undone.answer
 
 
 def _alerting(channel_id: Any) -> sa.Select[tuple[str]]:

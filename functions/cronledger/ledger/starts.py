@@ -21,8 +21,9 @@ from cronledger.ledger.models import (
     CHANNEL_ACTIVE,
     CLAIMED,
     RUNNING,
+    AttemptStart,
     Channel,
-    Occurrence,
+    OpenedAttempt,
 )
 from cronledger.ledger.tables import (
     channels,
@@ -106,12 +107,12 @@ def open_statement(
         .where(channels.c.status == constant(CHANNEL_ACTIVE))
         .where(sa.func.coalesce(policy, "allow") == "allow")
     )
-    started, logged = attempt_log.logged_start_cte(running)
+    started, logged = attempt_log.started_and_logged(running)
     joined = started.c.id == occurrences.c.id if many else sa.true()
     return (
         read.add_columns(started.c.started_at)
         .outerjoin_from(occurrences, started, joined)
-        .add_cte(logged)
+        .add_cte(logged.cte("logged"))
     )
 
 
@@ -136,10 +137,12 @@ def _retry_max_attempts() -> sa.ColumnElement[int]:
     return sa.func.coalesce(number, DEFAULT_MAX_ATTEMPTS)
 
 
-def occurrence_and_channel(row: Sequence[Any]) -> tuple[Occurrence, Channel | None]:
-    """An occurrence's columns, then its channel's (all NULL when the channel is gone)."""
+def opened_attempt(row: Sequence[Any]) -> OpenedAttempt:
+    """An `open_statement` row: the occurrence, its channel (None when its columns are all
+    NULL: the channel is gone), whether it is a late row to judge, and the start it made."""
     split, end = len(occurrences.c), len(occurrences.c) + len(channels.c)
-    occurrence = occurrence_of(row[:split])
-    if row[split] is None:  # the channel's id: no channel
-        return occurrence, None
-    return occurrence, Channel(*row[split:end])  # fields in table order, as occurrence_of
+    # Fields in table order, as `occurrence_of`; the channel's id first.
+    channel = None if row[split] is None else Channel(*row[split:end])
+    misfire_due, started_at = row[-2:]
+    start = AttemptStart("started", started_at=started_at) if started_at else None
+    return OpenedAttempt(occurrence_of(row[:split]), channel, start, bool(misfire_due))
