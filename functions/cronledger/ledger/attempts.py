@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
@@ -407,7 +408,6 @@ class Leases(_Part):
     ) -> bool:
         """Extend a running attempt's claim and (with a token) its singleton slot, both or
         neither. False: ownership is lost and the attempt must stop without writing."""
-
         claim = (
             sa.update(occurrences)
             .where(occurrences.c.id == occurrence_id)
@@ -529,31 +529,21 @@ class Settles(_Part):
         """A leased occurrence's end, conditional on its claimant; drops the lease. A
         completed instant is no longer watched for being overdue."""
         status = param(occurrences.c.status, "p_status")
-        return (
-            self._owned_update()
-            .values(
-                status=status,
-                claimed_until=None,
-                completed_at=self._sql.now(),
-                overdue_at=sa.case(
-                    (status == constant(COMPLETED), sa.null()), else_=occurrences.c.overdue_at
-                ),
-            )
-            .returning(*occurrences.c)
+        overdue_at = sa.case(
+            (status == constant(COMPLETED), sa.null()), else_=occurrences.c.overdue_at
         )
+        return self._ended(status, overdue_at).returning(*occurrences.c)
 
     def _quiet_settle_statement(self, ends: sa.CTE | None = None) -> sa.Update:
         """`completed`, as `_settle_statement`, for a channel with no failures in a row and
         no open alert: such a completion makes no event."""
-        return (
-            self._owned_update(ends)
-            .where(~_alerting(occurrences.c.channel_id).exists())
-            .values(
-                status=constant(COMPLETED),
-                claimed_until=None,
-                completed_at=self._sql.now(),
-                overdue_at=None,
-            )
+        quiet = self._ended(constant(COMPLETED), None, ends)
+        return quiet.where(~_alerting(occurrences.c.channel_id).exists())
+
+    def _ended(self, status: Any, overdue_at: Any, ends: sa.CTE | None = None) -> sa.Update:
+        """`_owned_update`, ended as `status`, its lease dropped."""
+        return self._owned_update(ends).values(
+            status=status, claimed_until=None, completed_at=self._sql.now(), overdue_at=overdue_at
         )
 
     def _retry_statement(self) -> sa.Update:
@@ -622,10 +612,7 @@ def _each_undoable(
     answers = []
     for item in items:
         try:
-            if alone:
-                answers.append(write(conn, item))
-                continue
-            with conn.begin_nested():
+            with nullcontext() if alone else conn.begin_nested():
                 answers.append(write(conn, item))
         except _Undone as undone:
             if alone:

@@ -64,67 +64,34 @@ class MisfireStore(Store):
     ) -> Judgment:
         """Judge every late, unjudged cron row of `channel_id` under `rule`, in one
         transaction, and answer for `occurrence_id` (claimed by `claimant`)."""
-        live = status_is(PENDING, CLAIMED)
-        of_channel = sa.and_(
-            occurrences.c.channel_id == channel_id, misfire_due(self._sql, rule.grace_secs)
-        )
-        # One arm per status, so each reads its partial index: the channel's unjudged
-        # pending rows, and the claimed rows (the few in flight).
-        late = sa.or_(
-            sa.and_(status_is(PENDING), of_channel), sa.and_(status_is(CLAIMED), of_channel)
-        )
         made: list[Event] = []
         with self._write() as conn:
             if self._cursor_behind(conn, channel_id, rule.grace_secs):
                 return Judgment("behind")
-            ids = list(
-                conn.execute(
-                    sa.select(occurrences.c.id)
-                    .where(late)
-                    .order_by(occurrences.c.scheduled_for, occurrences.c.id)
-                ).scalars()
-            )
+            ids = self._late_rows(conn, channel_id, rule.grace_secs)
             kept = rule.keep(len(ids))
             keep_ids = [ids[i] for i in kept]
             drop_ids = [i for n, i in enumerate(ids) if n not in kept]
-            unjudged = sa.and_(live, sa.not_(occurrences.c.misfire_judged))
             if keep_ids:
                 conn.execute(
-                    sa.update(occurrences)
-                    .where(occurrences.c.id.in_(keep_ids), unjudged)
-                    .values(misfire_judged=True, updated_at=self._sql.now())
+                    _unjudged(keep_ids).values(misfire_judged=True, updated_at=self._sql.now())
                 )
-            dropped = 0
-            if drop_ids:
-                reason = (
-                    f"missed: not started within the misfire grace ({rule.grace_secs:g} s) of "
-                    f'its due time; judged at start under misfire_policy "{rule.policy}", '
-                    f"which runs {len(keep_ids)} of the channel's {len(ids)} late "
-                    "occurrence(s)"
+            reason = (
+                f"missed: not started within the misfire grace ({rule.grace_secs:g} s) of "
+                f'its due time; judged at start under misfire_policy "{rule.policy}", '
+                f"which runs {len(keep_ids)} of the channel's {len(ids)} late occurrence(s)"
+            )
+            skipped = self._skip(conn, drop_ids, reason) if drop_ids else []
+            if skipped:
+                # One event for the judgment, carried by the newest instant it dropped.
+                ordered = sorted(skipped, key=lambda o: o.scheduled_for)
+                event = draft(
+                    alerts.SKIPPED,
+                    ordered[-1],
+                    count=len(skipped),
+                    oldest_scheduled_for=ordered[0].scheduled_for,
                 )
-                skipped = conn.execute(
-                    sa.update(occurrences)
-                    .where(occurrences.c.id.in_(drop_ids), unjudged)
-                    .values(
-                        status=SKIPPED_MISFIRE,
-                        claimed_until=None,
-                        error_message=reason,
-                        completed_at=self._sql.now(),
-                        updated_at=self._sql.now(),
-                    )
-                    .returning(*occurrences.c)
-                ).all()
-                dropped = len(skipped)
-                if skipped:
-                    # One event for the judgment, carried by the newest instant it dropped.
-                    ordered = sorted(
-                        (Occurrence(*r) for r in skipped), key=lambda o: o.scheduled_for
-                    )
-                    newest, oldest = ordered[-1], ordered[0].scheduled_for
-                    event = draft(
-                        alerts.SKIPPED, newest, count=dropped, oldest_scheduled_for=oldest
-                    )
-                    made = self.events.record(conn, [event])
+                made = self.events.record(conn, [event])
             mine = conn.execute(
                 sa.select(
                     occurrences.c.status, occurrences.c.claimed_by, occurrences.c.misfire_judged
@@ -132,10 +99,38 @@ class MisfireStore(Store):
             ).one_or_none()
         self.events.announce(made)
         if mine is not None and mine.status == SKIPPED_MISFIRE:
-            return Judgment("skipped", dropped)
+            return Judgment("skipped", len(skipped))
         if mine is not None and (mine.status, mine.claimed_by) == (CLAIMED, claimant):
-            return Judgment("run" if mine.misfire_judged else "lost", dropped)
-        return Judgment("lost", dropped)
+            return Judgment("run" if mine.misfire_judged else "lost", len(skipped))
+        return Judgment("lost", len(skipped))
+
+    def _late_rows(self, conn: sa.Connection, channel_id: str, grace_secs: float) -> list[str]:
+        """The ids of the channel's late, unjudged cron rows, oldest first."""
+        of_channel = sa.and_(
+            occurrences.c.channel_id == channel_id, misfire_due(self._sql, grace_secs)
+        )
+        # One arm per status, so each reads its partial index: the channel's unjudged
+        # pending rows, and the claimed rows (the few in flight).
+        late = sa.or_(*(sa.and_(status_is(status), of_channel) for status in (PENDING, CLAIMED)))
+        oldest_first = occurrences.c.scheduled_for, occurrences.c.id
+        return list(
+            conn.execute(sa.select(occurrences.c.id).where(late).order_by(*oldest_first)).scalars()
+        )
+
+    def _skip(self, conn: sa.Connection, ids: list[str], reason: str) -> list[Occurrence]:
+        """`skipped_misfire` of each of these rows still unjudged: those it skipped."""
+        skipped = conn.execute(
+            _unjudged(ids)
+            .values(
+                status=SKIPPED_MISFIRE,
+                claimed_until=None,
+                error_message=reason,
+                completed_at=self._sql.now(),
+                updated_at=self._sql.now(),
+            )
+            .returning(*occurrences.c)
+        )
+        return [Occurrence(*row) for row in skipped]
 
     def _cursor_behind(self, conn: sa.Connection, channel_id: str, grace_secs: float) -> bool:
         """Lock the channel's cursor and tell whether reconcile has yet to plan instants older
@@ -147,3 +142,11 @@ class MisfireStore(Store):
         # SQLite renders no FOR UPDATE: its transaction already holds the one write lock.
         stmt = sa.select(behind).where(schedule_state.c.channel_id == channel_id).with_for_update()
         return bool(conn.execute(stmt).scalar_one_or_none())
+
+
+def _unjudged(ids: list[str]) -> sa.Update:
+    """An UPDATE of those of these rows still live and unjudged."""
+    live = status_is(PENDING, CLAIMED)
+    return sa.update(occurrences).where(
+        occurrences.c.id.in_(ids), sa.and_(live, sa.not_(occurrences.c.misfire_judged))
+    )
