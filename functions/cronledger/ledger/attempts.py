@@ -306,8 +306,7 @@ class Starts(_Part):
             {**ids, "p_claimant": claimant, "p_trace": trace_id},
             write=self._sql.is_postgres,
         )
-        opened = map(opened_attempt, rows)
-        return {attempt.occurrence.id: attempt for attempt in opened}
+        return {attempt.occurrence.id: attempt for attempt in map(opened_attempt, rows)}
 
     def start_attempts(
         self,
@@ -336,8 +335,8 @@ class Starts(_Part):
             # Each start's answer and events, or None: its key lacks slot rows (nothing
             # written for it).
             outcomes = self._atomic(partial(_each_undoable, batch, start_one), single=alone)
-            self.events.announce([event for o in outcomes if o for event in o[1]])
-            answers |= {i: o[0] for i, o in zip(todo, outcomes, strict=True) if o}
+            self.events.announce([event for o in outcomes if o is not None for event in o[1]])
+            answers |= {i: o[0] for i, o in zip(todo, outcomes, strict=True) if o is not None}
             todo = [i for i, o in zip(todo, outcomes, strict=True) if o is None]
             if not todo:
                 return [answers[i] for i in range(len(requests))]
