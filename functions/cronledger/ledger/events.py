@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from operator import eq, ge
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,7 +26,7 @@ from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ids import uuid7
 from cronledger.instants import to_rfc3339
 from cronledger.ledger.models import Event, EventFilter, EventPage, Occurrence, Outbox
-from cronledger.ledger.paging import keyed_rows
+from cronledger.ledger.paging import given, keyed_rows
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     channel_alerts,
@@ -229,13 +230,13 @@ class EventStore(Store):
     def list_events(self, filter: EventFilter | None = None) -> EventPage:
         """Events newest first by (`at`, `event_id`), a page at a time by key (`paging`)."""
         f = filter or EventFilter()
-        stmt = sa.select(events)
-        if f.channel_id is not None:
-            stmt = stmt.where(events.c.channel_id == f.channel_id)
-        if f.kind is not None:
-            stmt = stmt.where(events.c.kind == alerts.KINDS.get(f.kind, f.kind))
-        if f.since is not None:
-            stmt = stmt.where(events.c.at >= f.since)
+        stmt = sa.select(events).where(
+            *given(
+                (eq, events.c.channel_id, f.channel_id),
+                (eq, events.c.kind, f.kind and alerts.KINDS.get(f.kind, f.kind)),
+                (ge, events.c.at, f.since),
+            )
+        )
         order = (events.c.at, events.c.event_id)
         with self._read() as conn:
             rows, next_key = keyed_rows(conn, stmt, order, f.limit, f.after)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from operator import eq, ge, le
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,19 +41,15 @@ from cronledger.ledger.models import (
     OccurrenceFilter,
     Page,
 )
-from cronledger.ledger.paging import PageRequest, read_page
-from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
+from cronledger.ledger.paging import given, read_page
+from cronledger.ledger.singletons import release_slots_of
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     attempts,
-    channel_alerts,
-    channel_changes,
     channels,
     constant,
-    events,
     occurrence_of,
     occurrences,
-    schedule_state,
     status_is,
 )
 
@@ -201,21 +198,17 @@ class OccurrenceStore(Store):
         """Newest first by (`scheduled_for`, `id`), a page at a time by key (`paging`): what
         happened recently, whenever each row was written."""
         f = filter or OccurrenceFilter()
-        conditions: list[sa.ColumnElement[bool]] = []
-        if f.channel_id is not None:
-            conditions.append(occurrences.c.channel_id == f.channel_id)
-        if f.status is not None:
-            conditions.append(occurrences.c.status == f.status)
-        if f.trigger is not None:
-            conditions.append(occurrences.c.trigger == f.trigger)
-        if f.since is not None:
-            conditions.append(occurrences.c.scheduled_for >= require_utc(f.since, "since"))
-        if f.until is not None:
-            conditions.append(occurrences.c.scheduled_for <= require_utc(f.until, "until"))
-        request = PageRequest(f.limit, f.offset, f.after, f.exact_total)
-        order = (occurrences.c.scheduled_for, occurrences.c.id)
+        scheduled_for = occurrences.c.scheduled_for
+        conditions = given(
+            (eq, occurrences.c.channel_id, f.channel_id),
+            (eq, occurrences.c.status, f.status),
+            (eq, occurrences.c.trigger, f.trigger),
+            (ge, scheduled_for, f.since and require_utc(f.since, "since")),
+            (le, scheduled_for, f.until and require_utc(f.until, "until")),
+        )
+        order = (scheduled_for, occurrences.c.id)
         with self._read() as conn:
-            return read_page(conn, occurrences, conditions, order, request, occurrence_of)
+            return read_page(conn, occurrences, conditions, order, f, occurrence_of)
 
     def requeue(self, occurrence_id: str) -> Occurrence:
         """Put a failed, cancelled or skipped occurrence of an active channel back to
@@ -385,20 +378,6 @@ class OccurrenceStore(Store):
             )
         # SQLite's single writer: nothing changes between the read and the delete.
         return sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()))
-
-    def _purge(self, conn: sa.Connection, channel_id: str) -> None:
-        """In the caller's transaction: a deleted channel's cursor, occurrences (attempts
-        cascade), events and alert row go, and their slots are freed."""
-        ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
-        release_slots_of(conn, self._sql, ids)
-        conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
-        # A start that committed while the DELETE waited for its row took a slot the
-        # release above could not see yet; its occurrence is gone now.
-        release_orphaned_slots(conn, self._sql)
-        conn.execute(sa.delete(schedule_state).where(schedule_state.c.channel_id == channel_id))
-        conn.execute(sa.delete(channel_changes).where(channel_changes.c.channel_id == channel_id))
-        conn.execute(sa.delete(events).where(events.c.channel_id == channel_id))
-        conn.execute(sa.delete(channel_alerts).where(channel_alerts.c.channel_id == channel_id))
 
     def _fetch(self, conn: sa.Connection, occurrence_id: str) -> Occurrence:
         row = conn.execute(
