@@ -259,27 +259,7 @@ class OccurrenceStore(Store):
             channel_status = conn.execute(
                 sa.select(channels.c.status).where(channels.c.channel_id == current.channel_id)
             ).scalar_one_or_none()
-        if current.status not in RETRYABLE_STATUSES:
-            raise Conflict(
-                f"occurrence {occurrence_id} is {current.status!r} and cannot be retried; retry "
-                f"applies to {', '.join(RETRYABLE_STATUSES)}. To run the schedule again now, "
-                "trigger the channel."
-            )
-        if channel_status is None:
-            raise Conflict(
-                f"occurrence {occurrence_id} cannot be retried: its channel "
-                f"{current.channel_id} no longer exists"
-            )
-        # Archived is final: never point at re-activating it.
-        remedy = (
-            "archived is final; create a new channel to run this schedule"
-            if channel_status == CHANNEL_ARCHIVED
-            else 'activate it first (PATCH …/status with {"status": "active"})'
-        )
-        raise Conflict(
-            f"occurrence {occurrence_id} cannot be retried: its channel {current.channel_name!r} "
-            f"is {channel_status}, not active; {remedy}"
-        )
+        raise _not_retried(current, channel_status)
 
     def cancel(
         self, occurrence_id: str, *, by: str | None = None, reason: str | None = None
@@ -386,6 +366,31 @@ class OccurrenceStore(Store):
         if row is None:
             raise NotFound(f"occurrence {occurrence_id} not found")
         return occurrence_of(row)
+
+
+def _not_retried(current: Occurrence, channel_status: str | None) -> Conflict:
+    """Why a retry matched no row: the occurrence's status, or its channel's."""
+    if current.status not in RETRYABLE_STATUSES:
+        return Conflict(
+            f"occurrence {current.id} is {current.status!r} and cannot be retried; retry "
+            f"applies to {', '.join(RETRYABLE_STATUSES)}. To run the schedule again now, "
+            "trigger the channel."
+        )
+    if channel_status is None:
+        return Conflict(
+            f"occurrence {current.id} cannot be retried: its channel "
+            f"{current.channel_id} no longer exists"
+        )
+    # Archived is final: never point at re-activating it.
+    remedy = (
+        "archived is final; create a new channel to run this schedule"
+        if channel_status == CHANNEL_ARCHIVED
+        else 'activate it first (PATCH …/status with {"status": "active"})'
+    )
+    return Conflict(
+        f"occurrence {current.id} cannot be retried: its channel {current.channel_name!r} "
+        f"is {channel_status}, not active; {remedy}"
+    )
 
 
 def _counted(insert: sa.Insert) -> sa.Select[Any]:
