@@ -250,7 +250,10 @@ class ChannelStore(Store):
     ) -> Page[Channel]:
         """Newest first by (`created_at`, `channel_id`), a page at a time by key (`paging`);
         `name_prefix` is case-sensitive; `labels`: channels carrying every one of them."""
-        conditions = channel_conditions(status=status, name=name, name_prefix=name_prefix)
+        conditions = given((eq, channels.c.status, status), (eq, channels.c.name, name))
+        if name_prefix:
+            # substr, not LIKE: SQLite's LIKE ignores case, and `%` or `_` in a name are literal.
+            conditions.append(sa.func.substr(channels.c.name, 1, len(name_prefix)) == name_prefix)
         if labels:
             conditions.append(self._labelled(labels))
         request = PageRequest(limit, offset, after, exact_total)
@@ -301,17 +304,6 @@ class ChannelStore(Store):
                 return
             conn.rollback()
         raise NotFound(f"channel {channel_id} not found")
-
-
-def channel_conditions(
-    *, status: str | None = None, name: str | None = None, name_prefix: str | None = None
-) -> list[sa.ColumnElement[bool]]:
-    """The channel list's filters, one condition each (every list and the status view)."""
-    conditions = given((eq, channels.c.status, status), (eq, channels.c.name, name))
-    if name_prefix:
-        # substr, not LIKE: SQLite's LIKE ignores case, and `%` or `_` in a name are literal.
-        conditions.append(sa.func.substr(channels.c.name, 1, len(name_prefix)) == name_prefix)
-    return conditions
 
 
 def _at_version(current: Channel, version: Any) -> Channel:

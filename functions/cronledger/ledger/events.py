@@ -140,9 +140,8 @@ class EventStore(Store):
             )
             .where(channel_alerts.c.channel_id.in_(ids))
             .order_by(channel_alerts.c.channel_id)
+            .with_for_update(of=channel_alerts)  # SQLite: no FOR UPDATE, one writer anyway
         )
-        if self._sql.is_postgres:
-            read = read.with_for_update(of=channel_alerts)
         return {row.channel_id: row for row in conn.execute(read)}
 
     # --- the outbox -----------------------------------------------------------------------
@@ -159,9 +158,8 @@ class EventStore(Store):
             .where(_UNDELIVERED, events.c.send_after <= self._sql.now())
             .order_by(events.c.send_after)
             .limit(limit)
+            .with_for_update(skip_locked=True)
         )
-        if self._sql.is_postgres:
-            due = due.with_for_update(skip_locked=True)
         with self._write() as conn:
             taken = conn.execute(
                 sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), _UNDELIVERED)
@@ -266,9 +264,7 @@ class EventStore(Store):
     def _overdue_occurrences(self, limit: int) -> list[Event]:
         now = self._sql.now()
         due = sa.select(occurrences.c.id).where(occurrences.c.overdue_at <= now)
-        due = due.order_by(occurrences.c.overdue_at).limit(limit)
-        if self._sql.is_postgres:
-            due = due.with_for_update(skip_locked=True)
+        due = due.order_by(occurrences.c.overdue_at).limit(limit).with_for_update(skip_locked=True)
         with self._write() as conn:
             rows = conn.execute(
                 sa.update(occurrences)
