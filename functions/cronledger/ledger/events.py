@@ -25,6 +25,7 @@ from cronledger.alerts import AlertState, advance, rules_of
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ids import uuid7
 from cronledger.instants import to_rfc3339
+from cronledger.ledger.backend import Backend
 from cronledger.ledger.models import Event, EventFilter, EventPage, Occurrence, Outbox
 from cronledger.ledger.paging import given, keyed_rows
 from cronledger.ledger.store import Store
@@ -81,7 +82,7 @@ class EventStore(Store):
         if not drafts:
             return []
         ids = sorted({d.channel_id for d in drafts})
-        rows = self._alert_rows(conn, ids)
+        rows = _alert_rows(conn, self._sql, ids)
         if missing := [i for i in ids if i not in rows]:
             # A channel's first event creates its row (a peer may create it first).
             conn.execute(
@@ -91,7 +92,7 @@ class EventStore(Store):
                 )
                 .on_conflict_do_nothing(index_elements=[channel_alerts.c.channel_id])
             )
-            rows |= self._alert_rows(conn, missing)
+            rows |= _alert_rows(conn, self._sql, missing)
         first = {
             i: AlertState(r.sequence, r.consecutive_failures, r.open_alert) for i, r in rows.items()
         }
@@ -119,30 +120,6 @@ class EventStore(Store):
             lease = now + timedelta(seconds=SEND_LEASE_SECS)
             conn.execute(sa.insert(events), [_row_of(e, lease) for e in made])
         return made
-
-    def _alert_rows(self, conn: sa.Connection, ids: list[str]) -> dict[str, Any]:
-        """The channels' alert rows with their names and documents, locked, in channel id
-        order (the lock order)."""
-        read = (
-            sa.select(
-                channel_alerts.c.channel_id,
-                channel_alerts.c.sequence,
-                channel_alerts.c.consecutive_failures,
-                channel_alerts.c.open_alert,
-                channels.c.name,
-                channels.c.transport_config,
-                self._sql.now().label("now"),
-            )
-            .select_from(
-                channel_alerts.outerjoin(
-                    channels, channels.c.channel_id == channel_alerts.c.channel_id
-                )
-            )
-            .where(channel_alerts.c.channel_id.in_(ids))
-            .order_by(channel_alerts.c.channel_id)
-            .with_for_update(of=channel_alerts)  # SQLite: no FOR UPDATE, one writer anyway
-        )
-        return {row.channel_id: row for row in conn.execute(read)}
 
     # --- the outbox -----------------------------------------------------------------------
 
@@ -310,22 +287,46 @@ class EventStore(Store):
                 still.add(row.channel_id)
                 if row.stalled_at is None:
                     stalled.append((row.channel_id, row.next_fire_at))
-            self._flag_stalled(conn, set(conn.execute(flagged).scalars()) - still, None)
+            _flag_stalled(conn, set(conn.execute(flagged).scalars()) - still, None)
             drafts = [
                 Draft(alerts.STALLED, c, oldest_scheduled_for=at) for c, at in sorted(stalled)
             ]
             made = self.record(conn, drafts)
-            self._flag_stalled(conn, {c for c, _ in stalled}, self._sql.now())
+            _flag_stalled(conn, {c for c, _ in stalled}, self._sql.now())
             return made
 
-    def _flag_stalled(self, conn: sa.Connection, ids: set[str], since: Any) -> None:
-        """Set (or clear, with None) when the channels' cursors were found stalled."""
-        if ids:
-            conn.execute(
-                sa.update(channel_alerts)
-                .where(channel_alerts.c.channel_id.in_(sorted(ids)))
-                .values(stalled_at=since)
-            )
+
+def _alert_rows(conn: sa.Connection, sql: Backend, ids: list[str]) -> dict[str, Any]:
+    """The channels' alert rows with their names and documents, locked, in channel id
+    order (the lock order)."""
+    read = (
+        sa.select(
+            channel_alerts.c.channel_id,
+            channel_alerts.c.sequence,
+            channel_alerts.c.consecutive_failures,
+            channel_alerts.c.open_alert,
+            channels.c.name,
+            channels.c.transport_config,
+            sql.now().label("now"),
+        )
+        .select_from(
+            channel_alerts.outerjoin(channels, channels.c.channel_id == channel_alerts.c.channel_id)
+        )
+        .where(channel_alerts.c.channel_id.in_(ids))
+        .order_by(channel_alerts.c.channel_id)
+        .with_for_update(of=channel_alerts)  # SQLite: no FOR UPDATE, one writer anyway
+    )
+    return {row.channel_id: row for row in conn.execute(read)}
+
+
+def _flag_stalled(conn: sa.Connection, ids: set[str], since: Any) -> None:
+    """Set (or clear, with None) when the channels' cursors were found stalled."""
+    if ids:
+        conn.execute(
+            sa.update(channel_alerts)
+            .where(channel_alerts.c.channel_id.in_(sorted(ids)))
+            .values(stalled_at=since)
+        )
 
 
 def _event(
