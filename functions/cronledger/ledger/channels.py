@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from operator import eq
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,11 +29,20 @@ from cronledger.ledger.models import (
     Channel,
     Event,
     Page,
+    PageRequest,
 )
-from cronledger.ledger.occurrences import OccurrenceStore
-from cronledger.ledger.paging import MAX_PAGE_SIZE, PageRequest, count_matching, read_page
+from cronledger.ledger.paging import MAX_PAGE_SIZE, count_matching, given, read_page
+from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
 from cronledger.ledger.store import Store
-from cronledger.ledger.tables import channel_versions, channels
+from cronledger.ledger.tables import (
+    channel_alerts,
+    channel_changes,
+    channel_versions,
+    channels,
+    events,
+    occurrences,
+    schedule_state,
+)
 
 #: For each status, the statuses a channel may move to it from. Same-status is a no-op.
 _ALLOWED_FROM = {
@@ -45,6 +55,9 @@ _ALLOWED_FROM = {
 #: The columns a version defines beside its number (`cron_channel_versions`).
 _DEFINITION = ("transport_config", "target", "timeout_ms", "labels")
 
+#: The rows that go with a channel besides its occurrences, deleted in this order.
+_PURGED_WITH_CHANNEL = (schedule_state, channel_changes, events, channel_alerts, channel_versions)
+
 #: Moves that are events of the channel's history: a pause (with its reason) and a resume.
 _TURNS: dict[tuple[str | None, str], str] = {
     (CHANNEL_ACTIVE, CHANNEL_PAUSED): alerts.PAUSED,
@@ -53,13 +66,10 @@ _TURNS: dict[tuple[str | None, str], str] = {
 
 
 class ChannelStore(Store):
-    def __init__(
-        self, base: Store, events: EventStore, cursors: CursorStore, occurrences: OccurrenceStore
-    ) -> None:
+    def __init__(self, base: Store, events: EventStore, cursors: CursorStore) -> None:
         super().__init__(base)
         self.events = events
         self.cursors = cursors
-        self.occurrences = occurrences
 
     def create_channel(
         self,
@@ -240,7 +250,10 @@ class ChannelStore(Store):
     ) -> Page[Channel]:
         """Newest first by (`created_at`, `channel_id`), a page at a time by key (`paging`);
         `name_prefix` is case-sensitive; `labels`: channels carrying every one of them."""
-        conditions = channel_conditions(status=status, name=name, name_prefix=name_prefix)
+        conditions = given((eq, channels.c.status, status), (eq, channels.c.name, name))
+        if name_prefix:
+            # substr, not LIKE: SQLite's LIKE ignores case, and `%` or `_` in a name are literal.
+            conditions.append(sa.func.substr(channels.c.name, 1, len(name_prefix)) == name_prefix)
         if labels:
             conditions.append(self._labelled(labels))
         request = PageRequest(limit, offset, after, exact_total)
@@ -273,13 +286,17 @@ class ChannelStore(Store):
             return [Channel(**row._mapping) for row in rows]
 
     def delete_channel(self, channel_id: str) -> None:
-        """Purge a channel with its versions, cursor, occurrences and their slots, in one
-        transaction. NotFound."""
+        """Purge a channel with its versions, cursor, occurrences (attempts cascade) and their
+        slots, events and alert row, in one transaction. NotFound."""
         with self._write() as conn:
-            self.occurrences._purge(conn, channel_id)
-            conn.execute(
-                sa.delete(channel_versions).where(channel_versions.c.channel_id == channel_id)
-            )
+            ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
+            release_slots_of(conn, self._sql, ids)
+            conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
+            # A start that committed while the DELETE waited for its row took a slot the
+            # release above could not see yet; its occurrence is gone now.
+            release_orphaned_slots(conn, self._sql)
+            for table in _PURGED_WITH_CHANNEL:
+                conn.execute(sa.delete(table).where(table.c.channel_id == channel_id))
             deleted = conn.execute(
                 sa.delete(channels).where(channels.c.channel_id == channel_id)
             ).rowcount
@@ -287,21 +304,6 @@ class ChannelStore(Store):
                 return
             conn.rollback()
         raise NotFound(f"channel {channel_id} not found")
-
-
-def channel_conditions(
-    *, status: str | None = None, name: str | None = None, name_prefix: str | None = None
-) -> list[sa.ColumnElement[bool]]:
-    """The channel list's filters, one condition each (every list and the status view)."""
-    conditions: list[sa.ColumnElement[bool]] = []
-    if status is not None:
-        conditions.append(channels.c.status == status)
-    if name is not None:
-        conditions.append(channels.c.name == name)
-    if name_prefix:
-        # substr, not LIKE: SQLite's LIKE ignores case, and `%` or `_` in a name are literal.
-        conditions.append(sa.func.substr(channels.c.name, 1, len(name_prefix)) == name_prefix)
-    return conditions
 
 
 def _at_version(current: Channel, version: Any) -> Channel:

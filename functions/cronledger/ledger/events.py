@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from operator import eq, ge
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,8 +25,9 @@ from cronledger.alerts import AlertState, advance, rules_of
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.ids import uuid7
 from cronledger.instants import to_rfc3339
+from cronledger.ledger.backend import Backend
 from cronledger.ledger.models import Event, EventFilter, EventPage, Occurrence, Outbox
-from cronledger.ledger.paging import keyed_rows
+from cronledger.ledger.paging import given, keyed_rows
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     channel_alerts,
@@ -80,7 +82,7 @@ class EventStore(Store):
         if not drafts:
             return []
         ids = sorted({d.channel_id for d in drafts})
-        rows = self._alert_rows(conn, ids)
+        rows = _alert_rows(conn, self._sql, ids)
         if missing := [i for i in ids if i not in rows]:
             # A channel's first event creates its row (a peer may create it first).
             conn.execute(
@@ -90,7 +92,7 @@ class EventStore(Store):
                 )
                 .on_conflict_do_nothing(index_elements=[channel_alerts.c.channel_id])
             )
-            rows |= self._alert_rows(conn, missing)
+            rows |= _alert_rows(conn, self._sql, missing)
         first = {
             i: AlertState(r.sequence, r.consecutive_failures, r.open_alert) for i, r in rows.items()
         }
@@ -119,31 +121,6 @@ class EventStore(Store):
             conn.execute(sa.insert(events), [_row_of(e, lease) for e in made])
         return made
 
-    def _alert_rows(self, conn: sa.Connection, ids: list[str]) -> dict[str, Any]:
-        """The channels' alert rows with their names and documents, locked, in channel id
-        order (the lock order)."""
-        read = (
-            sa.select(
-                channel_alerts.c.channel_id,
-                channel_alerts.c.sequence,
-                channel_alerts.c.consecutive_failures,
-                channel_alerts.c.open_alert,
-                channels.c.name,
-                channels.c.transport_config,
-                self._sql.now().label("now"),
-            )
-            .select_from(
-                channel_alerts.outerjoin(
-                    channels, channels.c.channel_id == channel_alerts.c.channel_id
-                )
-            )
-            .where(channel_alerts.c.channel_id.in_(ids))
-            .order_by(channel_alerts.c.channel_id)
-        )
-        if self._sql.is_postgres:
-            read = read.with_for_update(of=channel_alerts)
-        return {row.channel_id: row for row in conn.execute(read)}
-
     # --- the outbox -----------------------------------------------------------------------
 
     def take_outbox(
@@ -158,9 +135,8 @@ class EventStore(Store):
             .where(_UNDELIVERED, events.c.send_after <= self._sql.now())
             .order_by(events.c.send_after)
             .limit(limit)
+            .with_for_update(skip_locked=True)
         )
-        if self._sql.is_postgres:
-            due = due.with_for_update(skip_locked=True)
         with self._write() as conn:
             taken = conn.execute(
                 sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), _UNDELIVERED)
@@ -229,13 +205,13 @@ class EventStore(Store):
     def list_events(self, filter: EventFilter | None = None) -> EventPage:
         """Events newest first by (`at`, `event_id`), a page at a time by key (`paging`)."""
         f = filter or EventFilter()
-        stmt = sa.select(events)
-        if f.channel_id is not None:
-            stmt = stmt.where(events.c.channel_id == f.channel_id)
-        if f.kind is not None:
-            stmt = stmt.where(events.c.kind == alerts.KINDS.get(f.kind, f.kind))
-        if f.since is not None:
-            stmt = stmt.where(events.c.at >= f.since)
+        stmt = sa.select(events).where(
+            *given(
+                (eq, events.c.channel_id, f.channel_id),
+                (eq, events.c.kind, f.kind and alerts.KINDS.get(f.kind, f.kind)),
+                (ge, events.c.at, f.since),
+            )
+        )
         order = (events.c.at, events.c.event_id)
         with self._read() as conn:
             rows, next_key = keyed_rows(conn, stmt, order, f.limit, f.after)
@@ -265,9 +241,7 @@ class EventStore(Store):
     def _overdue_occurrences(self, limit: int) -> list[Event]:
         now = self._sql.now()
         due = sa.select(occurrences.c.id).where(occurrences.c.overdue_at <= now)
-        due = due.order_by(occurrences.c.overdue_at).limit(limit)
-        if self._sql.is_postgres:
-            due = due.with_for_update(skip_locked=True)
+        due = due.order_by(occurrences.c.overdue_at).limit(limit).with_for_update(skip_locked=True)
         with self._write() as conn:
             rows = conn.execute(
                 sa.update(occurrences)
@@ -313,22 +287,46 @@ class EventStore(Store):
                 still.add(row.channel_id)
                 if row.stalled_at is None:
                     stalled.append((row.channel_id, row.next_fire_at))
-            self._flag_stalled(conn, set(conn.execute(flagged).scalars()) - still, None)
+            _flag_stalled(conn, set(conn.execute(flagged).scalars()) - still, None)
             drafts = [
                 Draft(alerts.STALLED, c, oldest_scheduled_for=at) for c, at in sorted(stalled)
             ]
             made = self.record(conn, drafts)
-            self._flag_stalled(conn, {c for c, _ in stalled}, self._sql.now())
+            _flag_stalled(conn, {c for c, _ in stalled}, self._sql.now())
             return made
 
-    def _flag_stalled(self, conn: sa.Connection, ids: set[str], since: Any) -> None:
-        """Set (or clear, with None) when the channels' cursors were found stalled."""
-        if ids:
-            conn.execute(
-                sa.update(channel_alerts)
-                .where(channel_alerts.c.channel_id.in_(sorted(ids)))
-                .values(stalled_at=since)
-            )
+
+def _alert_rows(conn: sa.Connection, sql: Backend, ids: list[str]) -> dict[str, Any]:
+    """The channels' alert rows with their names and documents, locked, in channel id
+    order (the lock order)."""
+    read = (
+        sa.select(
+            channel_alerts.c.channel_id,
+            channel_alerts.c.sequence,
+            channel_alerts.c.consecutive_failures,
+            channel_alerts.c.open_alert,
+            channels.c.name,
+            channels.c.transport_config,
+            sql.now().label("now"),
+        )
+        .select_from(
+            channel_alerts.outerjoin(channels, channels.c.channel_id == channel_alerts.c.channel_id)
+        )
+        .where(channel_alerts.c.channel_id.in_(ids))
+        .order_by(channel_alerts.c.channel_id)
+        .with_for_update(of=channel_alerts)  # SQLite: no FOR UPDATE, one writer anyway
+    )
+    return {row.channel_id: row for row in conn.execute(read)}
+
+
+def _flag_stalled(conn: sa.Connection, ids: set[str], since: Any) -> None:
+    """Set (or clear, with None) when the channels' cursors were found stalled."""
+    if ids:
+        conn.execute(
+            sa.update(channel_alerts)
+            .where(channel_alerts.c.channel_id.in_(sorted(ids)))
+            .values(stalled_at=since)
+        )
 
 
 def _event(

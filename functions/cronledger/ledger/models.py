@@ -295,18 +295,25 @@ class Page(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
-class OccurrenceFilter:
-    """`since` and `until` bound `scheduled_for`, inclusive; `after` is a page's `next`."""
+class PageRequest:
+    """Which page: below the key `after` (the `next` of the page before), or at `offset`
+    rows in; `exact_total` counts every matching row however many there are."""
+
+    limit: int = 50
+    offset: int = 0
+    after: str | None = None
+    exact_total: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OccurrenceFilter(PageRequest):
+    """`since` and `until` bound `scheduled_for`, inclusive."""
 
     channel_id: str | None = None
     status: str | None = None
     trigger: str | None = None
     since: datetime | None = None
     until: datetime | None = None
-    limit: int = 50
-    offset: int = 0
-    after: str | None = None
-    exact_total: bool = False
 
 
 @dataclass(frozen=True, slots=True)

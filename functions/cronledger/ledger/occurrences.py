@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from operator import eq, ge, le
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,7 +21,7 @@ from cronledger.errors import Conflict, NotFound
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.instants import require_utc
 from cronledger.ledger import attempt_log
-from cronledger.ledger.backend import Batch
+from cronledger.ledger.backend import Backend, Batch
 from cronledger.ledger.cursors import CursorStore
 from cronledger.ledger.events import EventStore, draft
 from cronledger.ledger.models import (
@@ -40,19 +41,15 @@ from cronledger.ledger.models import (
     OccurrenceFilter,
     Page,
 )
-from cronledger.ledger.paging import PageRequest, read_page
-from cronledger.ledger.singletons import release_orphaned_slots, release_slots_of
+from cronledger.ledger.paging import given, read_page
+from cronledger.ledger.singletons import release_slots_of
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import (
     attempts,
-    channel_alerts,
-    channel_changes,
     channels,
     constant,
-    events,
     occurrence_of,
     occurrences,
-    schedule_state,
     status_is,
 )
 
@@ -76,7 +73,7 @@ class OccurrenceStore(Store):
         if not rows:
             return 0
         with self._write(single=True) as conn:
-            return self._insert_in(conn, rows)
+            return _insert_in(conn, self._sql, rows)
 
     def materialise(
         self, rows: Iterable[NewOccurrence], moves: Iterable[CursorMove]
@@ -96,14 +93,14 @@ class OccurrenceStore(Store):
                 inserted = sa.select(sa.literal(0))
                 if rows:
                     only = sa.select(moved.c.channel_id)
-                    inserted = _counted(self._insert_statement(self._new(rows), only))
+                    inserted = _counted(_insert_statement(self._sql, _new(self._sql, rows), only))
                 lost = sa.func.array(lost_moves.scalar_subquery())
                 count, lost_ids = conn.execute(sa.select(inserted.scalar_subquery(), lost)).one()
                 moved_ids = {m.channel_id for m in moves} - set(lost_ids)
             else:
                 moved_ids = self.cursors._advance_in(conn, moves)
                 mine = [row for row in rows if row.channel_id in moved_ids]
-                count = self._insert_in(conn, mine) if mine else 0
+                count = _insert_in(conn, self._sql, mine) if mine else 0
             made = self._summary_events(conn, summaries)
         self.events.announce(made)
         return int(count), moved_ids
@@ -131,63 +128,6 @@ class OccurrenceStore(Store):
             ],
         )
 
-    def _insert_in(self, conn: sa.Connection, rows: list[NewOccurrence]) -> int:
-        """The rows, insert-if-absent, inside the caller's transaction (one statement on
-        PostgreSQL); answers how many were inserted."""
-        given = self._new(rows)
-        return int(conn.execute(self._insert_statement(given), given.params).rowcount)
-
-    def _insert_statement(
-        self, given: Batch, only: sa.Select[tuple[str]] | None = None
-    ) -> sa.Insert:
-        """The `given` rows (`_new`), insert-if-absent. `only`: the channel ids whose rows go
-        in."""
-        now = self._sql.now()
-        chosen = sa.select(
-            *given.c.values(),
-            sa.literal(0),
-            # A row born terminal (a misfire summary) ended when it was written.
-            sa.case(
-                (given.c["status"].in_(list(map(constant, ACTIVE_STATUSES))), sa.null()), else_=now
-            ),
-            now,
-            now,
-            sa.false(),
-        )
-        if only is not None:
-            chosen = chosen.where(given.c["channel_id"].in_(only))
-        fixed = ["attempt", "completed_at", "created_at", "updated_at", "misfire_judged"]
-        insert = self._sql.insert(occurrences).from_select([*given.c, *fixed], chosen)
-        identity = [occurrences.c.channel_id, occurrences.c.scheduled_for]
-        return insert.on_conflict_do_nothing(index_elements=identity)
-
-    def _new(self, rows: list[NewOccurrence]) -> Batch:
-        """The rows as a batch of the columns they give (the others are fixed on insert)."""
-        return self._sql.batch(
-            "new",
-            {
-                "id": (sa.String(), [r.id for r in rows]),
-                "channel_id": (sa.String(), [r.channel_id for r in rows]),
-                "channel_name": (sa.String(), [r.channel_name for r in rows]),
-                "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
-                "target_ref": (sa.String(), [r.target_ref for r in rows]),
-                "trigger": (sa.String(), [r.trigger for r in rows]),
-                "scheduled_for": (
-                    sa.DateTime(timezone=True),
-                    [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
-                ),
-                "status": (sa.String(), [r.status for r in rows]),
-                "error_message": (sa.Text(), [r.error_message for r in rows]),
-                "due_at": (
-                    sa.DateTime(timezone=True),
-                    [require_utc(r.due, "due_at") for r in rows],
-                ),
-                "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
-                "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
-                "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
-            },
-        )
-
     def get_occurrence(self, occurrence_id: str) -> Occurrence:
         with self._read() as conn:
             return self._fetch(conn, occurrence_id)
@@ -201,92 +141,32 @@ class OccurrenceStore(Store):
         """Newest first by (`scheduled_for`, `id`), a page at a time by key (`paging`): what
         happened recently, whenever each row was written."""
         f = filter or OccurrenceFilter()
-        conditions: list[sa.ColumnElement[bool]] = []
-        if f.channel_id is not None:
-            conditions.append(occurrences.c.channel_id == f.channel_id)
-        if f.status is not None:
-            conditions.append(occurrences.c.status == f.status)
-        if f.trigger is not None:
-            conditions.append(occurrences.c.trigger == f.trigger)
-        if f.since is not None:
-            conditions.append(occurrences.c.scheduled_for >= require_utc(f.since, "since"))
-        if f.until is not None:
-            conditions.append(occurrences.c.scheduled_for <= require_utc(f.until, "until"))
-        request = PageRequest(f.limit, f.offset, f.after, f.exact_total)
-        order = (occurrences.c.scheduled_for, occurrences.c.id)
+        scheduled_for = occurrences.c.scheduled_for
+        conditions = given(
+            (eq, occurrences.c.channel_id, f.channel_id),
+            (eq, occurrences.c.status, f.status),
+            (eq, occurrences.c.trigger, f.trigger),
+            (ge, scheduled_for, f.since and require_utc(f.since, "since")),
+            (le, scheduled_for, f.until and require_utc(f.until, "until")),
+        )
+        order = (scheduled_for, occurrences.c.id)
         with self._read() as conn:
-            return read_page(conn, occurrences, conditions, order, request, occurrence_of)
+            return read_page(conn, occurrences, conditions, order, f, occurrence_of)
 
     def requeue(self, occurrence_id: str) -> Occurrence:
         """Put a failed, cancelled or skipped occurrence of an active channel back to
         `pending`, due now, same id, granted one more attempt if it had used all, never a
         misfire. NotFound; Conflict for another status (`completed` too: running finished
         work again is a trigger) or a channel that is not active."""
-        channel_active = (
-            sa.select(channels.c.channel_id)
-            .where(channels.c.channel_id == occurrences.c.channel_id)
-            .where(channels.c.status == CHANNEL_ACTIVE)
-            .exists()
-        )
-        stmt = (
-            sa.update(occurrences)
-            .where(occurrences.c.id == occurrence_id)
-            .where(status_is(*RETRYABLE_STATUSES))
-            .where(channel_active)
-            .values(
-                status=PENDING,
-                claimed_by=None,
-                claimed_until=None,
-                singleton_key=None,
-                singleton_slot=None,
-                fencing_token=None,
-                trace_id=None,
-                error_message=None,
-                result=None,
-                started_at=None,
-                completed_at=None,
-                due_at=self._sql.now(),
-                max_attempts=sa.case(
-                    (
-                        occurrences.c.max_attempts > occurrences.c.attempt,
-                        occurrences.c.max_attempts,
-                    ),
-                    else_=occurrences.c.attempt + 1,
-                ),
-                misfire_judged=True,
-                updated_at=self._sql.now(),
-            )
-            .returning(*occurrences.c)
-        )
         with self._write() as conn:
-            row = conn.execute(stmt).one_or_none()
+            row = conn.execute(_requeued(self._sql, occurrence_id)).one_or_none()
             if row is not None:
                 return occurrence_of(row)
             current = self._fetch(conn, occurrence_id)
             channel_status = conn.execute(
                 sa.select(channels.c.status).where(channels.c.channel_id == current.channel_id)
             ).scalar_one_or_none()
-        if current.status not in RETRYABLE_STATUSES:
-            raise Conflict(
-                f"occurrence {occurrence_id} is {current.status!r} and cannot be retried; retry "
-                f"applies to {', '.join(RETRYABLE_STATUSES)}. To run the schedule again now, "
-                "trigger the channel."
-            )
-        if channel_status is None:
-            raise Conflict(
-                f"occurrence {occurrence_id} cannot be retried: its channel "
-                f"{current.channel_id} no longer exists"
-            )
-        # Archived is final: never point at re-activating it.
-        remedy = (
-            "archived is final; create a new channel to run this schedule"
-            if channel_status == CHANNEL_ARCHIVED
-            else 'activate it first (PATCH …/status with {"status": "active"})'
-        )
-        raise Conflict(
-            f"occurrence {occurrence_id} cannot be retried: its channel {current.channel_name!r} "
-            f"is {channel_status}, not active; {remedy}"
-        )
+        raise _not_retried(current, channel_status)
 
     def cancel(
         self, occurrence_id: str, *, by: str | None = None, reason: str | None = None
@@ -345,7 +225,7 @@ class OccurrenceStore(Store):
         a backlog is work not yet done, not history); answers how many went. Batches of
         `batch_size`, each committed on its own, so no transaction grows long; it stops at a
         short batch, or after the batch that ends past the monotonic `until`."""
-        stmt = self._retention_batch(hours, batch_size)
+        stmt = _retention_batch(self._sql, hours, batch_size)
         deleted = 0
         while True:
             with self._write(single=True) as conn:
@@ -353,52 +233,6 @@ class OccurrenceStore(Store):
             deleted += count
             if count < batch_size or (until is not None and time.monotonic() >= until):
                 return deleted
-
-    def _retention_batch(self, hours: float, batch_size: int) -> sa.Delete:
-        """The `batch_size` oldest terminal rows past the window, read from the index of
-        terminal rows (a batch costs what it deletes), deleted by primary key with their
-        attempts (on PostgreSQL by the same statement, before the cascade would)."""
-        expired = sa.and_(
-            status_is(*TERMINAL_STATUSES),
-            occurrences.c.completed_at < self._sql.now_plus(-hours * 3600),
-        )
-        batch = (
-            sa.select(occurrences.c.id)
-            .where(expired)
-            .order_by(occurrences.c.completed_at)
-            .limit(batch_size)
-        )
-        if self._sql.is_postgres:
-            # The ids as an array computed once, so the planner cannot drive the delete from
-            # the window's condition (every expired row); the lock re-checks the condition,
-            # so a row a retry made pending since the read is not chosen.
-            locked = batch.with_for_update(skip_locked=True).scalar_subquery()
-            doomed = sa.select(sa.func.array(locked).label("ids")).cte("doomed")
-            ids = sa.any_(
-                sa.cast(sa.select(doomed.c.ids).scalar_subquery(), postgresql.ARRAY(sa.String))
-            )
-            their_attempts = sa.delete(attempts).where(attempts.c.occurrence_id == ids)
-            return (
-                sa.delete(occurrences)
-                .where(occurrences.c.id == ids)
-                .add_cte(their_attempts.cte("their_attempts"))
-            )
-        # SQLite's single writer: nothing changes between the read and the delete.
-        return sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()))
-
-    def _purge(self, conn: sa.Connection, channel_id: str) -> None:
-        """In the caller's transaction: a deleted channel's cursor, occurrences (attempts
-        cascade), events and alert row go, and their slots are freed."""
-        ids = sa.select(occurrences.c.id).where(occurrences.c.channel_id == channel_id)
-        release_slots_of(conn, self._sql, ids)
-        conn.execute(sa.delete(occurrences).where(occurrences.c.channel_id == channel_id))
-        # A start that committed while the DELETE waited for its row took a slot the
-        # release above could not see yet; its occurrence is gone now.
-        release_orphaned_slots(conn, self._sql)
-        conn.execute(sa.delete(schedule_state).where(schedule_state.c.channel_id == channel_id))
-        conn.execute(sa.delete(channel_changes).where(channel_changes.c.channel_id == channel_id))
-        conn.execute(sa.delete(events).where(events.c.channel_id == channel_id))
-        conn.execute(sa.delete(channel_alerts).where(channel_alerts.c.channel_id == channel_id))
 
     def _fetch(self, conn: sa.Connection, occurrence_id: str) -> Occurrence:
         row = conn.execute(
@@ -409,8 +243,166 @@ class OccurrenceStore(Store):
         return occurrence_of(row)
 
 
+def _insert_in(conn: sa.Connection, sql: Backend, rows: list[NewOccurrence]) -> int:
+    """The rows, insert-if-absent, inside the caller's transaction (one statement on
+    PostgreSQL); answers how many were inserted."""
+    given = _new(sql, rows)
+    return int(conn.execute(_insert_statement(sql, given), given.params).rowcount)
+
+
+def _insert_statement(
+    sql: Backend, given: Batch, only: sa.Select[tuple[str]] | None = None
+) -> sa.Insert:
+    """The `given` rows (`_new`), insert-if-absent. `only`: the channel ids whose rows go
+    in."""
+    now = sql.now()
+    chosen = sa.select(
+        *given.c.values(),
+        sa.literal(0),
+        # A row born terminal (a misfire summary) ended when it was written.
+        sa.case(
+            (given.c["status"].in_(list(map(constant, ACTIVE_STATUSES))), sa.null()), else_=now
+        ),
+        now,
+        now,
+        sa.false(),
+    )
+    if only is not None:
+        chosen = chosen.where(given.c["channel_id"].in_(only))
+    fixed = ["attempt", "completed_at", "created_at", "updated_at", "misfire_judged"]
+    insert = sql.insert(occurrences).from_select([*given.c, *fixed], chosen)
+    identity = [occurrences.c.channel_id, occurrences.c.scheduled_for]
+    return insert.on_conflict_do_nothing(index_elements=identity)
+
+
+def _new(sql: Backend, rows: list[NewOccurrence]) -> Batch:
+    """The rows as a batch of the columns they give (the others are fixed on insert)."""
+    return sql.batch(
+        "new",
+        {
+            "id": (sa.String(), [r.id for r in rows]),
+            "channel_id": (sa.String(), [r.channel_id for r in rows]),
+            "channel_name": (sa.String(), [r.channel_name for r in rows]),
+            "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
+            "target_ref": (sa.String(), [r.target_ref for r in rows]),
+            "trigger": (sa.String(), [r.trigger for r in rows]),
+            "scheduled_for": (
+                sa.DateTime(timezone=True),
+                [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
+            ),
+            "status": (sa.String(), [r.status for r in rows]),
+            "error_message": (sa.Text(), [r.error_message for r in rows]),
+            "due_at": (
+                sa.DateTime(timezone=True),
+                [require_utc(r.due, "due_at") for r in rows],
+            ),
+            "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
+            "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
+            "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
+        },
+    )
+
+
 def _counted(insert: sa.Insert) -> sa.Select[Any]:
     """PostgreSQL: the rows `insert` inserted, counted in the database: ten thousand ids need
     not cross the wire to be counted."""
     inserted = insert.returning(occurrences.c.id).cte("inserted")
     return sa.select(sa.func.count()).select_from(inserted)
+
+
+def _requeued(sql: Backend, occurrence_id: str) -> sa.Update:
+    """`requeue`'s one conditional UPDATE: the row, if retryable and its channel active."""
+    channel_active = (
+        sa.select(channels.c.channel_id)
+        .where(channels.c.channel_id == occurrences.c.channel_id)
+        .where(channels.c.status == CHANNEL_ACTIVE)
+        .exists()
+    )
+    return (
+        sa.update(occurrences)
+        .where(occurrences.c.id == occurrence_id)
+        .where(status_is(*RETRYABLE_STATUSES))
+        .where(channel_active)
+        .values(
+            status=PENDING,
+            claimed_by=None,
+            claimed_until=None,
+            singleton_key=None,
+            singleton_slot=None,
+            fencing_token=None,
+            trace_id=None,
+            error_message=None,
+            result=None,
+            started_at=None,
+            completed_at=None,
+            due_at=sql.now(),
+            max_attempts=sa.case(
+                (
+                    occurrences.c.max_attempts > occurrences.c.attempt,
+                    occurrences.c.max_attempts,
+                ),
+                else_=occurrences.c.attempt + 1,
+            ),
+            misfire_judged=True,
+            updated_at=sql.now(),
+        )
+        .returning(*occurrences.c)
+    )
+
+
+def _not_retried(current: Occurrence, channel_status: str | None) -> Conflict:
+    """Why a retry matched no row: the occurrence's status, or its channel's."""
+    if current.status not in RETRYABLE_STATUSES:
+        return Conflict(
+            f"occurrence {current.id} is {current.status!r} and cannot be retried; retry "
+            f"applies to {', '.join(RETRYABLE_STATUSES)}. To run the schedule again now, "
+            "trigger the channel."
+        )
+    if channel_status is None:
+        return Conflict(
+            f"occurrence {current.id} cannot be retried: its channel "
+            f"{current.channel_id} no longer exists"
+        )
+    # Archived is final: never point at re-activating it.
+    remedy = (
+        "archived is final; create a new channel to run this schedule"
+        if channel_status == CHANNEL_ARCHIVED
+        else 'activate it first (PATCH …/status with {"status": "active"})'
+    )
+    return Conflict(
+        f"occurrence {current.id} cannot be retried: its channel {current.channel_name!r} "
+        f"is {channel_status}, not active; {remedy}"
+    )
+
+
+def _retention_batch(sql: Backend, hours: float, batch_size: int) -> sa.Delete:
+    """The `batch_size` oldest terminal rows past the window, read from the index of
+    terminal rows (a batch costs what it deletes), deleted by primary key with their
+    attempts (on PostgreSQL by the same statement, before the cascade would)."""
+    expired = sa.and_(
+        status_is(*TERMINAL_STATUSES),
+        occurrences.c.completed_at < sql.now_plus(-hours * 3600),
+    )
+    batch = (
+        sa.select(occurrences.c.id)
+        .where(expired)
+        .order_by(occurrences.c.completed_at)
+        .limit(batch_size)
+    )
+    if sql.is_postgres:
+        # The ids as an array computed once, so the planner cannot drive the delete from
+        # the window's condition (every expired row); the lock re-checks the condition,
+        # so a row a retry made pending since the read is not chosen.
+        locked = batch.with_for_update(skip_locked=True).scalar_subquery()
+        doomed = sa.select(sa.func.array(locked).label("ids")).cte("doomed")
+        ids = sa.any_(
+            sa.cast(sa.select(doomed.c.ids).scalar_subquery(), postgresql.ARRAY(sa.String))
+        )
+        their_attempts = sa.delete(attempts).where(attempts.c.occurrence_id == ids)
+        return (
+            sa.delete(occurrences)
+            .where(occurrences.c.id == ids)
+            .add_cte(their_attempts.cte("their_attempts"))
+        )
+    # SQLite's single writer: nothing changes between the read and the delete.
+    return sa.delete(occurrences).where(occurrences.c.id.in_(batch.scalar_subquery()))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -19,7 +18,7 @@ import sqlalchemy as sa
 
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.instants import require_utc
-from cronledger.ledger.models import Page
+from cronledger.ledger.models import Page, PageRequest
 
 T = TypeVar("T")
 
@@ -29,15 +28,11 @@ TOTAL_BOUND = 10_000
 MAX_PAGE_SIZE = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class PageRequest:
-    """Which page: below the key `after` (the `next` of the page before), or at `offset`
-    rows in; `exact_total` counts every matching row however many there are."""
-
-    limit: int = 50
-    offset: int = 0
-    after: str | None = None
-    exact_total: bool = False
+def given(
+    *tests: tuple[Callable[[Any, Any], sa.ColumnElement[bool]], sa.ColumnElement[Any], Any],
+) -> list[sa.ColumnElement[bool]]:
+    """A list's filters: `op(column, value)` for each test whose value is given (not None)."""
+    return [op(column, value) for op, column, value in tests if value is not None]
 
 
 def read_page(

@@ -31,7 +31,7 @@ class Ledger(Store):
         self.events = EventStore(self)
         self.cursors = CursorStore(self)
         self.occurrences = OccurrenceStore(self, self.events, self.cursors)
-        self.channels = ChannelStore(self, self.events, self.cursors, self.occurrences)
+        self.channels = ChannelStore(self, self.events, self.cursors)
         self.attempts = AttemptStore(self, self.events)
         self.misfires = MisfireStore(self, self.events)
         self.reporting = ReportingStore(self)

@@ -25,10 +25,8 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            # SQLite's DATETIME, whose storage format pads microseconds to six digits.
-            return dialect.type_descriptor(sa.DateTime())
-        return dialect.type_descriptor(sa.DateTime(timezone=True))
+        # On SQLite, its DATETIME, whose storage format pads microseconds to six digits.
+        return dialect.type_descriptor(sa.DateTime(timezone=dialect.name != "sqlite"))
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -46,6 +44,15 @@ def as_utc(value: datetime) -> datetime:
 
 
 JsonDocument = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+
+def _partial(name: str, *columns: str, where: str) -> sa.Index:
+    """An index of the rows matching `where` only, on both backends."""
+    return sa.Index(name, *columns, postgresql_where=sa.text(where), sqlite_where=sa.text(where))
+
+
+_UNJUDGED = "status = 'pending' AND NOT misfire_judged"
+_UNSENT = "send_after IS NOT NULL AND delivered_at IS NULL"
 
 metadata = sa.MetaData()
 
@@ -169,13 +176,7 @@ occurrences = sa.Table(
         postgresql_where=sa.text("status IN ('claimed', 'running')"),
     ),
     # A channel's pending rows the misfire rule has yet to judge; the claim moves a row out.
-    sa.Index(
-        "ix_cron_occurrences_unjudged",
-        "channel_id",
-        "due_at",
-        postgresql_where=sa.text("status = 'pending' AND NOT misfire_judged"),
-        sqlite_where=sa.text("status = 'pending' AND NOT misfire_judged"),
-    ),
+    _partial("ix_cron_occurrences_unjudged", "channel_id", "due_at", where=_UNJUDGED),
     # Newest-first listings (per channel: the unique constraint): a page is one index range.
     sa.Index("ix_cron_occurrences_scheduled", "scheduled_for", "id"),
     sa.Index("ix_cron_occurrences_status", "status", "scheduled_for", "id"),
@@ -189,12 +190,7 @@ occurrences = sa.Table(
         ),
     ),
     # The overdue watch: only instants that may still become overdue.
-    sa.Index(
-        "ix_cron_occurrences_overdue",
-        "overdue_at",
-        postgresql_where=sa.text("overdue_at IS NOT NULL"),
-        sqlite_where=sa.text("overdue_at IS NOT NULL"),
-    ),
+    _partial("ix_cron_occurrences_overdue", "overdue_at", where="overdue_at IS NOT NULL"),
 )
 
 attempts = sa.Table(
@@ -253,12 +249,7 @@ events = sa.Table(
     sa.Index("ix_cron_events_at", "at", "event_id"),
     sa.Index("ix_cron_events_channel", "channel_id", "at", "event_id"),
     # The outbox: events still to send, by when they may next be tried.
-    sa.Index(
-        "ix_cron_events_outbox",
-        "send_after",
-        postgresql_where=sa.text("send_after IS NOT NULL AND delivered_at IS NULL"),
-        sqlite_where=sa.text("send_after IS NOT NULL AND delivered_at IS NULL"),
-    ),
+    _partial("ix_cron_events_outbox", "send_after", where=_UNSENT),
 )
 
 channel_alerts = sa.Table(
