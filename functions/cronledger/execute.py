@@ -274,13 +274,11 @@ class Executor:
 
 
 class _Attempt:
-    """One attempt of an occurrence under its batch's claimant, in steps: take its read of
-    the occurrence and channel, judge a late row, take the concurrency key and go `running`,
-    build what the target is sent, renew, settle. A step that ends the attempt early raises
-    `_Ended`. Steps run in the attempt's own `contextvars` context, on one thread at a time,
-    so what `annotate` adds follows the attempt and its target. `leased_at` is when its lease
-    was last granted or renewed, timed from the call: the database writes a lease after the
-    call, maybe well before its answer."""
+    """One attempt of an occurrence under its batch's claimant, as steps its batch takes; a
+    step that ends it early raises `_Ended`. Steps run in the attempt's own `contextvars`
+    context, on one thread at a time, so what `annotate` adds follows the attempt and its
+    target. `leased_at` is when its lease was last granted or renewed, timed from the call:
+    the database writes a lease after the call, maybe well before its answer."""
 
     occurrence: Occurrence
     channel: Channel
@@ -359,11 +357,8 @@ class _Attempt:
             self.clock.sleep(poll)
 
     def start_request(self) -> StartRequest:
-        schedule = self.schedule
-        singleton = singleton_of(schedule)
-        return StartRequest(
-            self.occurrence, self.channel.version, singleton, schedule.retry.max_attempts
-        )
+        singleton, attempts = singleton_of(self.schedule), self.schedule.retry.max_attempts
+        return StartRequest(self.occurrence, self.channel.version, singleton, attempts)
 
     def started(self, start: AttemptStart) -> None:
         """What the start decided: running, or the attempt ends here (busy, waiting, lost)."""
@@ -539,14 +534,58 @@ _ENDED: Final = object()
 _Answer = TargetOutcome | BaseException | None
 
 
+class _Ends:
+    """A batch's ends waiting to be written together: at most `SETTLE_MOST` at a time, each
+    written `SETTLE_EVERY_SECS` after its first end at the latest, at once when no target of
+    the batch can still join it, and never later than an end's lease margin."""
+
+    def __init__(self, batch: _Batch) -> None:
+        self.ledger, self.settings, self.clock = batch.ledger, batch.settings, batch.clock
+        #: Each end with when it came.
+        self.waiting: list[tuple[_Attempt, SettleRequest, Ending, float]] = []
+
+    def add(self, attempt: _Attempt, request: SettleRequest, end: Ending) -> None:
+        self.waiting.append((attempt, request, end, self.clock.monotonic()))
+
+    def due(self, joinable: bool) -> float:
+        """When the ends waiting must be written: at once if no target can join them."""
+        if not self.waiting:
+            return math.inf
+        if not joinable:
+            return -math.inf
+        latest = min(attempt.latest() for attempt, *_ in self.waiting)
+        return min(self.waiting[0][3] + SETTLE_EVERY_SECS, latest)
+
+    def group(self, joinable: bool) -> list[tuple[_Attempt, SettleRequest, Ending, float]]:
+        """The next ends to write together, once they are due (else none)."""
+        if len(self.waiting) < SETTLE_MOST and self.due(joinable) > self.clock.monotonic():
+            return []
+        group, self.waiting = self.waiting[:SETTLE_MOST], self.waiting[SETTLE_MOST:]
+        return group
+
+    def write(self, requests: list[SettleRequest]) -> list[bool]:
+        """The ends written, tried again while the database is unavailable, as long as an
+        attempt may go without a renewal: each is conditional on ownership, so trying again is
+        safe, while giving up would leave a finished run to be run again by a peer. (A commit
+        lost with its answer matches nothing when tried again: it reads as superseded.)"""
+        give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
+        pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
+        while True:
+            try:
+                return self.ledger.attempts.settle_many(requests)
+            except DatabaseUnavailable as exc:
+                if self.clock.monotonic() + pause >= give_up_at:
+                    raise
+                log.warning("settling failed, trying again: %s", exc)
+                self.clock.sleep(pause)
+
+
 class _Batch:
     """The attempts of one dispatch (one claimant, one trace), driven by the calling thread
     as `Executor.run_batch` says: each target on a thread of its own, a late row's judgment
-    too (it may wait for reconcile), while this one renews the leases and writes the ends in
-    micro-batches of at most `SETTLE_MOST`, each written `SETTLE_EVERY_SECS` after its first
-    end at the latest, at once when no target of the batch can still join it, and never later
-    than an end's lease margin. A target's outcome that comes after its attempt stopped is
-    discarded, never settled."""
+    too (it may wait for reconcile), while this one renews the leases and writes the ends
+    (`_Ends`). A target's outcome that comes after its attempt stopped is discarded, never
+    settled."""
 
     def __init__(
         self, executor: Executor, claimant: str, deadline: float | None, trace_id: str
@@ -558,10 +597,9 @@ class _Batch:
         self.woken = threading.Event()
         self.reports: dict[_Attempt, AttemptReport] = {}
         self.running: dict[_Attempt, _Running] = {}
-        #: Ends to write, each with when it came.
-        self.ends: list[tuple[_Attempt, SettleRequest, Ending, float]] = []
         self.judging = 0
         self.failure: BaseException | None = None
+        self.ends = _Ends(self)
 
     def run(self, occurrence_ids: list[str]) -> list[AttemptReport]:
         attempts = [_Attempt(self, i) for i in occurrence_ids]
@@ -584,7 +622,7 @@ class _Batch:
             else:
                 self._launch(attempt)
         self._start(to_start)
-        while self.running or self.judging or self.ends:
+        while self.running or self.judging or self.ends.waiting:
             self._wait()
             self._beat()
             self._write_ends()
@@ -688,16 +726,9 @@ class _Batch:
 
     def _next_due(self) -> float | None:
         times = [t for r in self.running.values() for t in (r.beat_at, r.give_up_at)]
-        if self.ends:
-            times.append(self._ends_due())
+        if self.ends.waiting:
+            times.append(self.ends.due(bool(self.running or self.judging)))
         return min(times, default=None)
-
-    def _ends_due(self) -> float:
-        """When the ends gathered must be written: at once if no target can still join them."""
-        if not (self.running or self.judging):
-            return -math.inf
-        latest = min(attempt.latest() for attempt, *_ in self.ends)
-        return min(self.ends[0][3] + SETTLE_EVERY_SECS, latest)
 
     def _take(self, attempt: _Attempt, answer: _Answer) -> None:
         if isinstance(answer, TargetOutcome):
@@ -730,48 +761,25 @@ class _Batch:
     def _end(self, attempt: _Attempt, outcome: TargetOutcome) -> None:
         ended = self._step(attempt, attempt.ending, outcome)
         if ended is not _ENDED:
-            self._gather(attempt, *ended)
-
-    def _gather(self, attempt: _Attempt, request: SettleRequest, end: Ending) -> None:
-        self.ends.append((attempt, request, end, self.clock.monotonic()))
+            self.ends.add(attempt, *ended)
 
     def _write_ends(self) -> None:
-        """Write the ends gathered, at most `SETTLE_MOST` at a time, once they are due; a
-        write that fails for good fails its own attempts only."""
-        while self.ends:
-            if len(self.ends) < SETTLE_MOST and self._ends_due() > self.clock.monotonic():
-                return
-            ends, self.ends = self.ends[:SETTLE_MOST], self.ends[SETTLE_MOST:]
+        """Write the ends that are due; a write failing for good fails its own attempts only."""
+        while group := self.ends.group(bool(self.running or self.judging)):
             try:
-                written = self._settle_through_blips([request for _, request, _, _ in ends])
+                written = self.ends.write([request for _, request, _, _ in group])
             except Exception as exc:
                 self._failed(exc)
                 continue
-            for (attempt, _, end, _), ok in zip(ends, written, strict=True):
+            for (attempt, _, end, _), ok in zip(group, written, strict=True):
                 report = self._step(attempt, attempt.settled, end, ok)
                 if report is not _ENDED:
                     self._ended(attempt, report)
 
-    def _settle_through_blips(self, requests: list[SettleRequest]) -> list[bool]:
-        """The ends written, tried again while the database is unavailable, as long as an
-        attempt may go without a renewal: each is conditional on ownership, so trying again is
-        safe, while giving up would leave a finished run to be run again by a peer. (A commit
-        lost with its answer matches nothing when tried again: it reads as superseded.)"""
-        give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
-        pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
-        while True:
-            try:
-                return self.ledger.attempts.settle_many(requests)
-            except DatabaseUnavailable as exc:
-                if self.clock.monotonic() + pause >= give_up_at:
-                    raise
-                log.warning("settling failed, trying again: %s", exc)
-                self.clock.sleep(pause)
-
     def _ended(self, attempt: _Attempt, ended: AttemptReport | Ending) -> None:
         """An attempt's report (then `finished` is told), or an end to write with the batch's."""
         if isinstance(ended, Ending):
-            self._gather(attempt, attempt.settle_request(ended), ended)
+            self.ends.add(attempt, attempt.settle_request(ended), ended)
             return
         self.reports[attempt] = ended
         self._step(attempt, self.executor.finished, ended)
