@@ -209,20 +209,12 @@ def busy_reason(spec: SingletonSpec) -> str:
 
 
 class _Ended(Exception):
-    """An attempt's step ended it before its target's outcome was settled: `report` says how."""
+    """An attempt's step ended it before its target's outcome was settled: `ended` is its
+    report (it wrote nothing) or the end to write (as a target's end is, with the batch's)."""
 
-    def __init__(self, report: AttemptReport) -> None:
-        super().__init__(report.outcome)
-        self.report = report
-
-
-class _Ends(Exception):
-    """An attempt's step ended it before its target ran, with `end` to write (as a target's
-    end is written, with the batch's)."""
-
-    def __init__(self, end: Ending) -> None:
-        super().__init__(end.status)
-        self.end = end
+    def __init__(self, ended: AttemptReport | Ending) -> None:
+        super().__init__(ended)
+        self.ended = ended
 
 
 class Executor:
@@ -282,29 +274,25 @@ class Executor:
 
 
 class _Attempt:
-    """One attempt of an occurrence under its batch's claimant, in steps: take its read of
-    the occurrence and channel, judge a late row, take the concurrency key and go `running`,
-    build what the target is sent, settle. A step that ends the attempt early raises
-    `_Ended` with its report. Steps run in the attempt's own `contextvars` context, on one
-    thread at a time, so what `annotate` adds follows the attempt and its target.
-    `leased_at` is when its lease was last granted or renewed, timed from the call: the
-    database writes a lease after the call, maybe well before its answer."""
+    """One attempt of an occurrence under its batch's claimant, as steps its batch takes; a
+    step that ends it early raises `_Ended`. Steps run in the attempt's own `contextvars`
+    context, on one thread at a time, so what `annotate` adds follows the attempt and its
+    target. `leased_at` is when its lease was last granted or renewed, timed from the call:
+    the database writes a lease after the call, maybe well before its answer."""
 
     occurrence: Occurrence
     channel: Channel
     schedule: Schedule
 
     def __init__(self, batch: _Batch, occurrence_id: str) -> None:
-        executor = self.executor = batch.executor
-        self.batch = batch
-        self.ledger, self.settings, self.clock = executor.ledger, executor.settings, executor.clock
-        self.occurrence_id, self.claimant = occurrence_id, batch.claimant
-        self.deadline = batch.deadline
+        self.executor, self.ledger, self.settings = batch.executor, batch.ledger, batch.settings
+        self.clock, self.claimant, self.deadline = batch.clock, batch.claimant, batch.deadline
+        self.occurrence_id = occurrence_id
         self.leased_at = self.clock.monotonic()
         self.fencing_token: int | None = None
         self.start: AttemptStart | None = None
         self.context = contextvars.copy_context()
-        self.context.run(executor.annotate, occurrence_id=occurrence_id)
+        self.context.run(self.executor.annotate, occurrence_id=occurrence_id)
 
     def step(self, method: Callable[..., R], *args: Any) -> R:
         """`method(*args)` in this attempt's context."""
@@ -338,13 +326,12 @@ class _Attempt:
                 return channel, self.executor.schedules.get(channel)
             except ScheduleInvalid as exc:
                 why = f"channel_unavailable: stored schedule of {channel.name!r} is invalid: {exc}"
-        raise _Ends(Ending(FAILED, why))
+        raise _Ended(Ending(FAILED, why))
 
-    def judge_and_start(self) -> None:
-        """A late row: return once the misfire policy lets it run and it has started alone.
-        While reconcile has yet to plan the late window (after an outage) the judgment
-        waits, a poll interval at a time, as long as the lease allows; then the claim is
-        handed back."""
+    def judge(self) -> None:
+        """A late row: return once the misfire policy lets it run. While reconcile has yet to
+        plan the late window (after an outage) the judgment waits, a poll interval at a time,
+        as long as the lease allows; then the claim is handed back."""
         occurrence, rule = self.occurrence, misfire_rule(self.schedule, self.settings)
         poll = self.settings.poll_interval.total_seconds()
         wait_until = self.latest()
@@ -357,7 +344,7 @@ class _Attempt:
             if judged.dropped:
                 metrics.record_occurrences(SKIPPED_MISFIRE, judged.dropped)
             if judged.verdict == "run":
-                break
+                return
             if judged.verdict == "skipped":
                 raise _Ended(self._report(SKIPPED_MISFIRE, SKIPPED_MISFIRE))
             if judged.verdict == "lost":
@@ -368,16 +355,10 @@ class _Attempt:
                     "misfire judgment waits for reconcile to catch up; claim handed back"
                 )
             self.clock.sleep(poll)
-        self.leased_at = self.clock.monotonic()
-        [start] = self.batch.start_all([self.start_request()])
-        self.started(start)
 
     def start_request(self) -> StartRequest:
-        schedule = self.schedule
-        singleton = singleton_of(schedule)
-        return StartRequest(
-            self.occurrence, self.channel.version, singleton, schedule.retry.max_attempts
-        )
+        singleton, attempts = singleton_of(self.schedule), self.schedule.retry.max_attempts
+        return StartRequest(self.occurrence, self.channel.version, singleton, attempts)
 
     def started(self, start: AttemptStart) -> None:
         """What the start decided: running, or the attempt ends here (busy, waiting, lost)."""
@@ -393,7 +374,7 @@ class _Attempt:
             raise _Ended(self._report("waiting"))
         if start.outcome == "singleton_busy":
             assert singleton is not None
-            raise _Ends(Ending(SKIPPED_SINGLETON, busy_reason(singleton)))
+            raise _Ended(Ending(SKIPPED_SINGLETON, busy_reason(singleton)))
         if start.outcome == "waiting":
             raise _Ended(self._report("waiting"))
         if not start.started or start.started_at is None:
@@ -452,24 +433,22 @@ class _Attempt:
             metrics.record_renewal_failure()
             log.warning("renewing %s failed: %s", self.occurrence.id, exc)
             if self.clock.monotonic() >= self.latest():
-                raise self._stopped(
-                    "stopped",
-                    "no successful renewal within the lease; stopped before a peer could take over",
-                ) from None
+                why = (
+                    "no successful renewal within the lease; stopped before a peer could take over"
+                )
+                raise _Ended(self._stopped("stopped", why)) from None
             return
         if not renewed:
-            raise self._stopped("superseded", self._why_lost())
+            raise _Ended(self._stopped("superseded", self._why_lost()))
         self.leased_at = asked
 
     def ending(self, outcome: TargetOutcome) -> tuple[SettleRequest, Ending]:
         """The settle a target's outcome asks for."""
         end = ending(outcome, self.occurrence.attempt, self.schedule.retry)
-        told = alerts.COMPLETED in self.schedule.alerts.on
-        return self.settle_request(end, outcome.result, told), end
+        return self.settle_request(end, outcome), end
 
-    def settle_request(
-        self, end: Ending, result: str | None = None, completed_is_told: bool = False
-    ) -> SettleRequest:
+    def settle_request(self, end: Ending, outcome: TargetOutcome | None = None) -> SettleRequest:
+        """How `end` is written: a target's, with its `outcome`, or one before a target ran."""
         occurrence, token = self.occurrence, self.fencing_token
         return SettleRequest(
             occurrence.id,
@@ -478,12 +457,12 @@ class _Attempt:
             fencing_token=token,
             error_message=end.error,
             error_detail=end.detail,
-            result=result,
+            result=outcome.result if outcome else None,
             retry_in=end.retry_in,
             # Not started: a place or slot it holds from before (the row shows its key)
             # is given back now, not when its lease runs out.
             release_held=token is None and occurrence.singleton_key is not None,
-            completed_is_told=completed_is_told,
+            completed_is_told=outcome is not None and alerts.COMPLETED in self.schedule.alerts.on,
         )
 
     def latest(self) -> float:
@@ -494,7 +473,7 @@ class _Attempt:
     def settled(self, end: Ending, written: bool) -> AttemptReport:
         """The report of an end written (or, not written, lost to another owner)."""
         if not written:
-            return self._stopped("superseded", self._why_lost()).report
+            return self._stopped("superseded", self._why_lost())
         status = PENDING if end.retry_in is not None else end.status
         if end.retry_in is None:
             metrics.record_occurrences(end.status)
@@ -516,13 +495,13 @@ class _Attempt:
         """The attempt is not this dispatch's to run (any more), and wrote nothing."""
         return _Ended(self._report("lost", error=why))
 
-    def _stopped(self, outcome: str, reason: str) -> _Ended:
+    def _stopped(self, outcome: str, reason: str) -> AttemptReport:
         """An attempt that stops writing nothing says so, once."""
         occurrence = self.occurrence
         log.warning(
             "occurrence %s attempt %d %s: %s", occurrence.id, occurrence.attempt, outcome, reason
         )
-        return _Ended(self._report(outcome, error=reason))
+        return self._report(outcome, error=reason)
 
     def _why_lost(self) -> str:
         """What became of an occurrence this attempt no longer owns, as a log can say it."""
@@ -550,18 +529,63 @@ class _Running:
 
 #: What `_Batch._step` answers for a step that ended its attempt, or failed it.
 _ENDED: Final = object()
+#: What a batch's inbox hears of an attempt: its target's outcome, or its judgment's (None:
+#: it may start; else how it ended, an `_Ended`, or its error).
+_Answer = TargetOutcome | BaseException | None
+
+
+class _Ends:
+    """A batch's ends waiting to be written together: at most `SETTLE_MOST` at a time, each
+    written `SETTLE_EVERY_SECS` after its first end at the latest, at once when no target of
+    the batch can still join it, and never later than an end's lease margin."""
+
+    def __init__(self, batch: _Batch) -> None:
+        self.ledger, self.settings, self.clock = batch.ledger, batch.settings, batch.clock
+        #: Each end with when it came.
+        self.waiting: list[tuple[_Attempt, SettleRequest, Ending, float]] = []
+
+    def add(self, attempt: _Attempt, request: SettleRequest, end: Ending) -> None:
+        self.waiting.append((attempt, request, end, self.clock.monotonic()))
+
+    def due(self, joinable: bool) -> float:
+        """When the ends waiting must be written: at once if no target can join them."""
+        if not self.waiting:
+            return math.inf
+        if not joinable:
+            return -math.inf
+        latest = min(attempt.latest() for attempt, *_ in self.waiting)
+        return min(self.waiting[0][3] + SETTLE_EVERY_SECS, latest)
+
+    def group(self, joinable: bool) -> list[tuple[_Attempt, SettleRequest, Ending, float]]:
+        """The next ends to write together, once they are due (else none)."""
+        if len(self.waiting) < SETTLE_MOST and self.due(joinable) > self.clock.monotonic():
+            return []
+        group, self.waiting = self.waiting[:SETTLE_MOST], self.waiting[SETTLE_MOST:]
+        return group
+
+    def write(self, requests: list[SettleRequest]) -> list[bool]:
+        """The ends written, tried again while the database is unavailable, as long as an
+        attempt may go without a renewal: each is conditional on ownership, so trying again is
+        safe, while giving up would leave a finished run to be run again by a peer. (A commit
+        lost with its answer matches nothing when tried again: it reads as superseded.)"""
+        give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
+        pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
+        while True:
+            try:
+                return self.ledger.attempts.settle_many(requests)
+            except DatabaseUnavailable as exc:
+                if self.clock.monotonic() + pause >= give_up_at:
+                    raise
+                log.warning("settling failed, trying again: %s", exc)
+                self.clock.sleep(pause)
 
 
 class _Batch:
-    """The attempts of one dispatch (one claimant, one trace), driven by the calling thread:
-    their opens in one statement, the starts they need in one transaction, each target on a
-    thread of its own while this one renews the leases, and the ends in micro-batches of at
-    most `SETTLE_MOST`, each written `SETTLE_EVERY_SECS` after its first end at the latest,
-    at once when no target of the batch can still join it, and never later than an end's
-    lease margin. A late row is judged on a thread of its own (the judgment may wait for
-    reconcile) and joins once started. A target's outcome that comes after its attempt
-    stopped is discarded, never settled. A step or write that raises fails only its own
-    attempts: the others run to their ends, and then the batch raises the first error."""
+    """The attempts of one dispatch (one claimant, one trace), driven by the calling thread
+    as `Executor.run_batch` says: each target on a thread of its own, a late row's judgment
+    too (it may wait for reconcile), while this one renews the leases and writes the ends
+    (`_Ends`). A target's outcome that comes after its attempt stopped is discarded, never
+    settled."""
 
     def __init__(
         self, executor: Executor, claimant: str, deadline: float | None, trace_id: str
@@ -569,16 +593,13 @@ class _Batch:
         self.executor, self.ledger = executor, executor.ledger
         self.settings, self.clock = executor.settings, executor.clock
         self.claimant, self.deadline, self.trace_id = claimant, deadline, trace_id
-        #: (attempt, "target", its outcome) or (attempt, "judged", None when it started, else
-        #: how it ended, `_Ended` or `_Ends`, or its error).
-        self.inbox: queue.SimpleQueue[tuple[_Attempt, str, object]] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[tuple[_Attempt, _Answer]] = queue.SimpleQueue()
         self.woken = threading.Event()
         self.reports: dict[_Attempt, AttemptReport] = {}
         self.running: dict[_Attempt, _Running] = {}
-        #: Ends to write, each with when it came.
-        self.ends: list[tuple[_Attempt, SettleRequest, Ending, float]] = []
         self.judging = 0
         self.failure: BaseException | None = None
+        self.ends = _Ends(self)
 
     def run(self, occurrence_ids: list[str]) -> list[AttemptReport]:
         attempts = [_Attempt(self, i) for i in occurrence_ids]
@@ -601,7 +622,7 @@ class _Batch:
             else:
                 self._launch(attempt)
         self._start(to_start)
-        while self.running or self.judging or self.ends:
+        while self.running or self.judging or self.ends.waiting:
             self._wait()
             self._beat()
             self._write_ends()
@@ -609,23 +630,31 @@ class _Batch:
             raise self.failure
         return [self.reports[attempt] for attempt in attempts]
 
-    def start_all(self, requests: list[StartRequest]) -> list[AttemptStart]:
-        """Take the concurrency keys (if any) and go `running`, in one transaction; the
-        overlap policy decides, in the ledger, what a contender for a held key does."""
-        return self.ledger.attempts.start_attempts(
-            requests,
-            self.claimant,
-            self.settings.claim_lease_secs,
-            trace_id=self.trace_id,
-            wait_secs=self.settings.poll_interval.total_seconds(),
-        )
+    def _step(self, attempt: _Attempt, method: Callable[..., Any], *args: Any) -> Any:
+        """`method(*args)` in the attempt's context; `_ENDED` when it ended the attempt, or
+        raised (the error is kept for the end of the batch)."""
+        try:
+            return attempt.step(method, *args)
+        except _Ended as ended:
+            self._ended(attempt, ended.ended)
+        except Exception as exc:
+            self._failed(exc)
+        return _ENDED
 
     def _start(self, attempts: list[_Attempt]) -> None:
+        """Take the concurrency keys (if any) and go `running`, in one transaction; the
+        overlap policy decides, in the ledger, what a contender for a held key does."""
         if not attempts:
             return
         asked = self.clock.monotonic()
         try:
-            starts = self.start_all([a.step(a.start_request) for a in attempts])
+            starts = self.ledger.attempts.start_attempts(
+                [a.step(a.start_request) for a in attempts],
+                self.claimant,
+                self.settings.claim_lease_secs,
+                trace_id=self.trace_id,
+                wait_secs=self.settings.poll_interval.total_seconds(),
+            )
         except Exception as exc:
             self._failed(exc)
             return
@@ -634,37 +663,22 @@ class _Batch:
             if self._step(attempt, attempt.started, start) is not _ENDED:
                 self._launch(attempt)
 
-    def _step(self, attempt: _Attempt, method: Callable[..., Any], *args: Any) -> Any:
-        """`method(*args)` in the attempt's context; `_ENDED` when it ended the attempt, or
-        raised (the error is kept for the end of the batch)."""
-        try:
-            return attempt.step(method, *args)
-        except _Ended as ended:
-            self._finished(attempt, ended.report)
-        except _Ends as ends:
-            self._gather(attempt, attempt.settle_request(ends.end), ends.end)
-        except Exception as exc:
-            self._failed(exc)
-        return _ENDED
-
     def _judge(self, attempt: _Attempt) -> None:
-        """Judge a late row and start it, on a thread of its own, which answers in the inbox
-        once out of the attempt's context (this thread enters it next)."""
+        """Judge a late row on a thread of its own, which answers in the inbox once out of
+        the attempt's context (this thread enters it next)."""
         self.judging += 1
 
-        def judge() -> object:
+        def judge() -> BaseException | None:
             try:
-                attempt.judge_and_start()
-            except (_Ended, _Ends) as ended:
-                return ended
+                attempt.judge()
             except BaseException as exc:
                 return exc
             return None
 
-        def run() -> None:
-            self._tell(attempt, "judged", attempt.step(judge))
+        def answer() -> None:
+            self._tell(attempt, attempt.step(judge))
 
-        threading.Thread(target=run, name=f"judge-{attempt.occurrence_id}", daemon=True).start()
+        threading.Thread(target=answer, name=f"judge-{attempt.occurrence_id}", daemon=True).start()
 
     def _launch(self, attempt: _Attempt) -> None:
         """Start the attempt's target on a thread of its own (its context goes with it)."""
@@ -683,15 +697,15 @@ class _Batch:
                 outcome = run_target(target, envelope, budget, clients, policy=policy)
             except BaseException as exc:  # run_target answers for the target; this is the rest
                 outcome = TargetOutcome(ok=False, error=f"{type(exc).__name__}: {exc}")
-            self._tell(attempt, "target", outcome)
+            self._tell(attempt, outcome)
 
         now = self.clock.monotonic()
         beat = self.settings.heartbeat_interval.total_seconds()
         self.running[attempt] = _Running(budget, now + beat, now + budget + OVERRUN_GRACE_SECS)
         attempt.step(TARGET_THREADS.run, job, f"target-{attempt.occurrence_id}")
 
-    def _tell(self, attempt: _Attempt, kind: str, what: object) -> None:
-        self.inbox.put((attempt, kind, what))
+    def _tell(self, attempt: _Attempt, answer: _Answer) -> None:
+        self.inbox.put((attempt, answer))
         self.woken.set()
 
     def _wait(self) -> None:
@@ -712,32 +726,22 @@ class _Batch:
 
     def _next_due(self) -> float | None:
         times = [t for r in self.running.values() for t in (r.beat_at, r.give_up_at)]
-        if self.ends:
-            times.append(self._ends_due())
+        if self.ends.waiting:
+            times.append(self.ends.due(bool(self.running or self.judging)))
         return min(times, default=None)
 
-    def _ends_due(self) -> float:
-        """When the ends gathered must be written: at once if no target can still join them."""
-        if not (self.running or self.judging):
-            return -math.inf
-        latest = min(attempt.latest() for attempt, *_ in self.ends)
-        return min(self.ends[0][3] + SETTLE_EVERY_SECS, latest)
-
-    def _take(self, attempt: _Attempt, kind: str, what: object) -> None:
-        if kind == "target":
-            assert isinstance(what, TargetOutcome)
+    def _take(self, attempt: _Attempt, answer: _Answer) -> None:
+        if isinstance(answer, TargetOutcome):
             if self.running.pop(attempt, None) is not None:  # else it stopped: discarded
-                self._end(attempt, what)
+                self._end(attempt, answer)
             return
         self.judging -= 1
-        if isinstance(what, _Ended):
-            self._finished(attempt, what.report)
-        elif isinstance(what, _Ends):
-            self._gather(attempt, attempt.settle_request(what.end), what.end)
-        elif isinstance(what, BaseException):
-            self._failed(what)
+        if isinstance(answer, _Ended):
+            self._ended(attempt, answer.ended)
+        elif answer is not None:
+            self._failed(answer)
         else:
-            self._launch(attempt)
+            self._start([attempt])
 
     def _beat(self) -> None:
         """Abandon the targets past their budget and renew the leases that are due."""
@@ -757,47 +761,28 @@ class _Batch:
     def _end(self, attempt: _Attempt, outcome: TargetOutcome) -> None:
         ended = self._step(attempt, attempt.ending, outcome)
         if ended is not _ENDED:
-            self._gather(attempt, *ended)
-
-    def _gather(self, attempt: _Attempt, request: SettleRequest, end: Ending) -> None:
-        self.ends.append((attempt, request, end, self.clock.monotonic()))
+            self.ends.add(attempt, *ended)
 
     def _write_ends(self) -> None:
-        """Write the ends gathered, at most `SETTLE_MOST` at a time, once they are due; a
-        write that fails for good fails its own attempts only."""
-        while self.ends:
-            if len(self.ends) < SETTLE_MOST and self._ends_due() > self.clock.monotonic():
-                return
-            ends, self.ends = self.ends[:SETTLE_MOST], self.ends[SETTLE_MOST:]
+        """Write the ends that are due; a write failing for good fails its own attempts only."""
+        while group := self.ends.group(bool(self.running or self.judging)):
             try:
-                written = self._settle_through_blips([request for _, request, _, _ in ends])
+                written = self.ends.write([request for _, request, _, _ in group])
             except Exception as exc:
                 self._failed(exc)
                 continue
-            for (attempt, _, end, _), ok in zip(ends, written, strict=True):
+            for (attempt, _, end, _), ok in zip(group, written, strict=True):
                 report = self._step(attempt, attempt.settled, end, ok)
                 if report is not _ENDED:
-                    self._finished(attempt, report)
+                    self._ended(attempt, report)
 
-    def _settle_through_blips(self, requests: list[SettleRequest]) -> list[bool]:
-        """The ends written, tried again while the database is unavailable, as long as an
-        attempt may go without a renewal: each is conditional on ownership, so trying again is
-        safe, while giving up would leave a finished run to be run again by a peer. (A commit
-        lost with its answer matches nothing when tried again: it reads as superseded.)"""
-        give_up_at = self.clock.monotonic() + self.settings.renewal_give_up.total_seconds()
-        pause = min(self.settings.heartbeat_interval.total_seconds(), SETTLE_RETRY_SECS)
-        while True:
-            try:
-                return self.ledger.attempts.settle_many(requests)
-            except DatabaseUnavailable as exc:
-                if self.clock.monotonic() + pause >= give_up_at:
-                    raise
-                log.warning("settling failed, trying again: %s", exc)
-                self.clock.sleep(pause)
-
-    def _finished(self, attempt: _Attempt, report: AttemptReport) -> None:
-        self.reports[attempt] = report
-        self._step(attempt, self.executor.finished, report)
+    def _ended(self, attempt: _Attempt, ended: AttemptReport | Ending) -> None:
+        """An attempt's report (then `finished` is told), or an end to write with the batch's."""
+        if isinstance(ended, Ending):
+            self.ends.add(attempt, attempt.settle_request(ended), ended)
+            return
+        self.reports[attempt] = ended
+        self._step(attempt, self.executor.finished, ended)
 
     def _failed(self, error: BaseException) -> None:
         if self.failure is None:

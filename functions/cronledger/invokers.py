@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
@@ -101,14 +100,8 @@ class ThreadPoolInvoker(OneByOne):
 
     def drain(self, timeout_secs: float) -> bool:
         """Wait up to `timeout_secs` for every dispatched attempt to finish; True if they did."""
-        deadline = time.monotonic() + timeout_secs
         with self._idle:
-            while self._in_flight:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
-        return True
+            return self._idle.wait_for(lambda: not self._in_flight, timeout_secs)
 
     def shutdown(self, timeout_secs: float) -> bool:
         """Refuse new dispatches, then drain. Attempts still running at the deadline are left
