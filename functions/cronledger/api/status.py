@@ -7,10 +7,8 @@ latest occurrence that has fallen due, not a row materialised ahead.
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
-
 from cronledger.api.channels import channel_page
-from cronledger.api.errors import documented
+from cronledger.api.errors import Router
 from cronledger.api.models import (
     PREFIX,
     After,
@@ -34,14 +32,10 @@ from cronledger.reconcile import JOB as RECONCILE_JOB
 #: What the status view shows of a schedule: all null when the definition no longer compiles.
 _SCHEDULE_KEYS = ("schedule", "at", "timezone", "concurrency_policy", "concurrency_key", "slots")
 
-router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
+router = Router("status", "")
 
 
-@router.get(
-    f"{PREFIX}/cron/status",
-    summary="Per active channel: cursor, last run, pending count, concurrency",
-    **documented("status", 200, "a page of active channels"),
-)
+@router.answers("GET", f"{PREFIX}/cron/status", 200, "a page of active channels")
 def status(
     label: LabelSelector = None,
     name_prefix: NamePrefix = None,
@@ -50,6 +44,7 @@ def status(
     after: After = None,
     exact_total: ExactTotal = False,
 ) -> Page[ChannelStatus]:
+    """Per active channel: cursor, last run, pending count, concurrency"""
     ledger = serving().ledger
     page = channel_page(CHANNEL_ACTIVE, None, label, name_prefix, limit, offset, after, exact_total)
     ids = [channel.channel_id for channel in page.data]
@@ -71,13 +66,10 @@ def status(
     )
 
 
-@router.get(
-    "/health",
-    summary="Database reachability, backlog, the events outbox, and the last successful "
-    "reconcile and claim",
-    **documented("status", 200, "the database answered"),
-)
+@router.answers("GET", "/health", 200, "the database answered")
 def health() -> One[Health]:
+    """Database reachability, backlog, the events outbox, and the last successful reconcile
+    and claim"""
     ledger = serving().ledger
     beats = ledger.reporting.job_heartbeats()
     backlog = ledger.reporting.backlog()
