@@ -54,16 +54,7 @@ def status(
     states = cursors_of(ledger, ids)
     activity = ledger.reporting.channel_activity(ids, keys)
     alerts = ledger.events.open_alerts(ids)
-    return Page.of(
-        page,
-        lambda c: _status(
-            c,
-            schedules[c.channel_id],
-            states.get(c.channel_id),
-            activity,
-            alerts.get(c.channel_id),
-        ),
-    )
+    return Page.of(page, lambda c: _status(c, schedules[c.channel_id], states, activity, alerts))
 
 
 @router.answers("GET", "/health", 200, "the database answered")
@@ -90,9 +81,9 @@ def health() -> One[Health]:
 def _status(
     channel: Channel,
     schedule: Schedule | None,
-    state: ScheduleState | None,
+    states: dict[str, ScheduleState],
     activity: ChannelActivity,
-    open_alert: str | None,
+    alerts: dict[str, str],
 ) -> ChannelStatus:
     last = activity.latest.get(channel.channel_id)
     key = None if schedule is None else schedule.singleton_key
@@ -105,13 +96,13 @@ def _status(
         {
             **shown,
             **fields_of(channel),
-            **cursor(schedule, state),
+            **cursor(schedule, states.get(channel.channel_id)),
             "last_occurrence_id": None if last is None else last.id,
             "last_status": None if last is None else last.status,
             "last_scheduled_for": None if last is None else last.scheduled_for,
             "last_completed_at": None if last is None else last.completed_at,
             "pending": activity.pending.get(channel.channel_id, 0),
             "slots_held": None if key is None else activity.held_slots.get(key, 0),
-            "open_alert": open_alert,
+            "open_alert": alerts.get(channel.channel_id),
         }
     )
