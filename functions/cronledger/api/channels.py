@@ -47,11 +47,10 @@ from cronledger.ledger import (
     CHANNEL_ARCHIVED,
     CHANNEL_DRAFT,
     Channel,
-    Ledger,
 )
 from cronledger.ledger import Page as LedgerPage
 from cronledger.schedule_cache import SHARED_SCHEDULES
-from cronledger.targets import TargetPolicy, validate_target
+from cronledger.targets import validate_target
 
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
 AllowPastAt = Annotated[
@@ -87,7 +86,7 @@ def create_channel(
     channel = ledger.channels.create_channel(
         new.name, **fields_of(new.definition), status=new.status, dry_run=dry_run
     )
-    return _view(ledger, channel, warnings)
+    return _view(channel, warnings)
 
 
 @router.answers("GET", "", 200, "a page of channels")
@@ -134,8 +133,7 @@ def channel_page(
 @router.answers("GET", "/<channel_id>", 200, "the channel", 404)
 def get_channel(channel_id: ChannelId) -> One[ChannelView]:
     """Read a channel"""
-    ledger = serving().ledger
-    return _view(ledger, ledger.channels.get_channel(channel_id))
+    return _view(serving().ledger.channels.get_channel(channel_id))
 
 
 @router.answers("GET", "/<channel_id>/versions", 200, "a page of versions", 404)
@@ -176,9 +174,9 @@ def update_channel(
         new.transport_config, ledger.db_now(), allowed=allow_past_at, before=before
     )
     if new == Definition.of(current):
-        return _view(ledger, current)
+        return _view(current)
     written = ledger.channels.new_channel_version(channel_id, **fields_of(new), dry_run=dry_run)
-    return _view(ledger, written, warnings)
+    return _view(written, warnings)
 
 
 @router.answers("PATCH", "/<channel_id>/status", 200, "the channel", 400, 404, 409, 415)
@@ -186,9 +184,8 @@ def set_status(
     channel_id: ChannelId, body: Annotated[StatusChange, Body()], dry_run: DryRun = False
 ) -> One[ChannelView]:
     """Activate, pause or archive a channel"""
-    ledger, _, policy = serving()
-    channel = ledger.channels.get_channel(channel_id)
-    return _view(ledger, _move(ledger, policy, channel, body.status, body.reason, dry_run))
+    channel = serving().ledger.channels.get_channel(channel_id)
+    return _view(_move(channel, body.status, body.reason, dry_run))
 
 
 @router.answers("POST", "/status", 200, "each selected channel, moved or with why not", 415)
@@ -199,14 +196,13 @@ def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[lis
     that may not move is reported with its error and the others still move. Archived
     channels are final and never selected; a draft is never activated by a selector (it
     was never running, so it is not "resumed")."""
-    ledger, _, policy = serving()
     if not body.selector:
         message = 'name at least one label, e.g. {"team": "billing"}'
         raise ValidationFailed(
             [FieldError("selector", "required", message)], "invalid bulk status change"
         )
     moves = []
-    for channel in ledger.channels.labelled_channels(body.selector):
+    for channel in serving().ledger.channels.labelled_channels(body.selector):
         error = None
         try:
             if body.status == CHANNEL_ACTIVE and channel.status == CHANNEL_DRAFT:
@@ -214,7 +210,7 @@ def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[lis
                     f"channel {channel.channel_id} is a draft: a selector resumes paused "
                     "channels; activate a draft on its own"
                 )
-            after = _move(ledger, policy, channel, body.status, body.reason, False).status
+            after = _move(channel, body.status, body.reason, False).status
         except CronledgerError as exc:
             after, error = channel.status, _error_of(exc, f"PATCH {PREFIX}/channels/status")
         move = {**fields_of(channel), "before": channel.status, "status": after, "error": error}
@@ -222,20 +218,13 @@ def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[lis
     return One(data=moves)
 
 
-def _move(
-    ledger: Ledger,
-    policy: TargetPolicy,
-    channel: Channel,
-    status: str,
-    reason: str | None,
-    dry_run: bool,
-) -> Channel:
+def _move(channel: Channel, status: str, reason: str | None, dry_run: bool) -> Channel:
     """`channel` moved to `status`. Activating re-checks its schedule and its target against
     today's policy, unless it is archived (final: the ledger's 409, not a 400 inviting a fix)."""
     if status == CHANNEL_ACTIVE and channel.status != CHANNEL_ARCHIVED:
         SHARED_SCHEDULES.get(channel)
-        validate_target(channel.target, policy)
-    return ledger.channels.set_channel_status(
+        validate_target(channel.target, serving().policy)
+    return serving().ledger.channels.set_channel_status(
         channel.channel_id, status, dry_run=dry_run, reason=reason
     )
 
@@ -253,7 +242,8 @@ def delete_channel(channel_id: ChannelId) -> Response[None]:
     return Response(status_code=204, content_type=None, body=None)
 
 
-def _view(ledger: Ledger, channel: Channel, warnings: list[str] | None = None) -> One[ChannelView]:
-    view = channel_view(channel, cursors_of(ledger, [channel.channel_id]).get(channel.channel_id))
+def _view(channel: Channel, warnings: list[str] | None = None) -> One[ChannelView]:
+    states = cursors_of(serving().ledger, [channel.channel_id])
+    view = channel_view(channel, states.get(channel.channel_id))
     view.warnings = warnings or []
     return One(data=view)

@@ -206,8 +206,4 @@ class RouteMethods:
 
     def allowed(self, path: str) -> frozenset[str]:
         """The methods `path` answers; empty when no route has that path."""
-        found: set[str] = set()
-        for pattern, methods in self._routes:
-            if pattern.fullmatch(path):
-                found |= methods
-        return frozenset(found)
+        return frozenset().union(*(m for pattern, m in self._routes if pattern.fullmatch(path)))
