@@ -27,7 +27,7 @@ from cronledger.api.models import (
     invalid,
 )
 from cronledger.api.services import serving
-from cronledger.api.views import occurrence_record, preview_instant, safe_target_ref
+from cronledger.api.views import fields_of, occurrence_record, preview_instant, safe_target_ref
 from cronledger.cron import Schedule
 from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.instants import to_rfc3339
@@ -152,17 +152,9 @@ def preview(
         if at is not None:
             instants.append(preview_instant(at, schedule, before))
             before = at
-    return One(
-        data=Preview(
-            channel_id=channel.channel_id,
-            schedule=schedule.expression,
-            at=schedule.at,
-            timezone=schedule.timezone,
-            instants=instants,
-            ended=not instants,
-            note=None if at is not None else _why_no_more(schedule),
-        )
-    )
+    note = None if at is not None else _why_no_more(schedule)
+    shown = {**fields_of(schedule), "schedule": schedule.expression, "ended": not instants}
+    return One(data=Preview.model_validate({**shown, "instants": instants, "note": note}))
 
 
 def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:
