@@ -180,11 +180,26 @@ def _name(value: str, info: ValidationInfo) -> str:
 Whole = Annotated[int, BeforeValidator(_whole)]
 
 
+class _Span:
+    """A duration setting as a `timedelta`, read from its field (named `…_ms`, `…_secs` or
+    `…_hours`)."""
+
+    _UNITS: Final = {"ms": "milliseconds", "secs": "seconds", "hours": "hours"}
+
+    def __init__(self, field: str) -> None:
+        self.field, self.unit = field, self._UNITS[field.rsplit("_", 1)[1]]
+
+    def __get__(self, settings: Any, owner: type) -> timedelta:
+        return timedelta(**{self.unit: getattr(settings, self.field)})
+
+
 class Settings(BaseSettings):
     """What every process runs with; the meaning of each field is in
     docs/reference/settings-notes.yml, its range in its annotation."""
 
-    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, frozen=True, extra="forbid", ignored_types=(_Span,)
+    )
 
     database_url: Annotated[str, BeforeValidator(_database_url)] = DEFAULT_DATABASE_URL
     poll_interval_ms: Annotated[Whole, Field(ge=10, le=60_000)] = 1000
@@ -267,43 +282,20 @@ class Settings(BaseSettings):
             raise SettingsError(found)
         return settings
 
-    @property
-    def poll_interval(self) -> timedelta:
-        return timedelta(milliseconds=self.poll_interval_ms)
-
-    @property
-    def claim_lease(self) -> timedelta:
-        return timedelta(seconds=self.claim_lease_secs)
-
-    @property
-    def heartbeat_interval(self) -> timedelta:
-        return timedelta(seconds=self.heartbeat_interval_secs)
+    poll_interval = _Span("poll_interval_ms")
+    claim_lease = _Span("claim_lease_secs")
+    heartbeat_interval = _Span("heartbeat_interval_secs")
+    misfire_grace = _Span("misfire_grace_secs")
+    default_timeout = _Span("default_timeout_ms")
+    lookahead = _Span("lookahead_secs")
+    retention = _Span("retention_hours")
+    execute_margin = _Span("execute_margin_ms")
 
     @property
     def renewal_give_up(self) -> timedelta:
         """How long an attempt may go without a successful renewal before it stops itself:
         by then a peer could take the lease over at the next beat."""
         return self.claim_lease - self.heartbeat_interval
-
-    @property
-    def misfire_grace(self) -> timedelta:
-        return timedelta(seconds=self.misfire_grace_secs)
-
-    @property
-    def default_timeout(self) -> timedelta:
-        return timedelta(milliseconds=self.default_timeout_ms)
-
-    @property
-    def lookahead(self) -> timedelta:
-        return timedelta(seconds=self.lookahead_secs)
-
-    @property
-    def retention(self) -> timedelta:
-        return timedelta(hours=self.retention_hours)
-
-    @property
-    def execute_margin(self) -> timedelta:
-        return timedelta(milliseconds=self.execute_margin_ms)
 
 
 def _message(error: Any) -> str:

@@ -28,7 +28,22 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from cronledger.errors import FieldError
 
 CODES: Final = frozenset({"required", "type_mismatch", "invalid", "too_long"})
-_TOO_LONG: Final = frozenset({"string_too_long", "too_long", "dict_too_long"})
+#: pydantic's error types that are ours under another name (others: `type_mismatch` when
+#: they end `_type` or `_parsing`, else `invalid`).
+_CODE_OF: Final = {
+    "missing": "required",
+    "string_too_long": "too_long",
+    "dict_too_long": "too_long",
+}
+#: JSON's name for each kind of value, the first that matches (a boolean is an `int`).
+_JSON_TYPES: Final = (
+    (type(None), "null"),
+    (bool, "a boolean"),
+    (int | float, "a number"),
+    (str, "a string"),
+    (Mapping, "an object"),
+    (list | tuple, "an array"),
+)
 
 
 def refused(code: str, message: str, instead: str | None = None) -> PydanticCustomError:
@@ -39,19 +54,8 @@ def refused(code: str, message: str, instead: str | None = None) -> PydanticCust
 
 def json_type(value: Any) -> str:
     """How JSON names the kind of `value`, for messages (`got a string`)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list | tuple):
-        return "an array"
-    return type(value).__name__
+    named = (name for kind, name in _JSON_TYPES if isinstance(value, kind))
+    return next(named, type(value).__name__)
 
 
 def explained(explain: Callable[[Any], tuple[str, str]]) -> WrapValidator:
@@ -212,16 +216,9 @@ def field_error(error: Mapping[str, Any], prefix: Sequence[str | int] = ()) -> F
     if ctx.get("instead"):
         loc[-1] = ctx["instead"]
     kind = str(error.get("type", ""))
-    if kind in CODES:
-        code = kind
-    elif kind == "missing":
-        code = "required"
-    elif kind in _TOO_LONG:
-        code = "too_long"
-    elif kind.endswith(("_type", "_parsing")):
-        code = "type_mismatch"
-    else:
-        code = "invalid"
+    code = kind if kind in CODES else _CODE_OF.get(kind)
+    if code is None:
+        code = "type_mismatch" if kind.endswith(("_type", "_parsing")) else "invalid"
     message = str(error.get("msg", "is not valid")).removeprefix("Value error, ")
     if kind == "json_invalid":
         message = f"the body is not valid JSON: {ctx.get('error', 'cannot parse')}"

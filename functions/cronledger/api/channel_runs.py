@@ -13,9 +13,8 @@ from datetime import datetime
 from typing import Annotated, Final
 
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from cronledger.api.errors import documented
+from cronledger.api.errors import Router
 from cronledger.api.models import (
     PREFIX,
     BackfillResult,
@@ -28,7 +27,7 @@ from cronledger.api.models import (
     invalid,
 )
 from cronledger.api.services import serving
-from cronledger.api.views import occurrence_record, preview_instant, safe_target_ref
+from cronledger.api.views import fields_of, occurrence_record, preview_instant, safe_target_ref
 from cronledger.cron import Schedule
 from cronledger.errors import Conflict, FieldError, NotFound, ValidationFailed
 from cronledger.instants import to_rfc3339
@@ -47,15 +46,12 @@ MAX_BACKFILL: Final = 1000
 MAX_PREVIEW: Final = 1000
 
 
-router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
+router = Router("channels", f"{PREFIX}/channels")
 
 
-@router.post(
-    f"{PREFIX}/channels/<channel_id>/trigger",
-    summary="Run an active channel now (a manual occurrence at the database's now)",
-    **documented("channels", 202, "a pending manual occurrence", 400, 409),
-)
+@router.answers("POST", "/<channel_id>/trigger", 202, "a pending manual occurrence", 400, 409)
 def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
+    """Run an active channel now (a manual occurrence at the database's now)"""
     ledger = serving().ledger
     channel = _active_channel(ledger, channel_id, "triggered")
     (row,) = _occurrences_of(channel, [ledger.db_now()], TRIGGER_MANUAL)
@@ -67,10 +63,14 @@ def trigger(channel_id: ChannelId) -> One[OccurrenceRecord]:
     return One(data=occurrence_record(ledger.occurrences.get_occurrence(row.id)))
 
 
-@router.post(
-    f"{PREFIX}/channels/<channel_id>/backfill",
+@router.answers(
+    "POST",
+    "/<channel_id>/backfill",
+    202,
+    "backfill occurrences written",
+    400,
+    415,
     summary=f"Run an active channel's past instants in [from, to] (at most {MAX_BACKFILL})",
-    **documented("channels", 202, "backfill occurrences written", 400, 415),
 )
 def backfill(
     channel_id: ChannelId,
@@ -123,11 +123,7 @@ def backfill(
     return One(data=BackfillResult.model_validate(result))
 
 
-@router.get(
-    f"{PREFIX}/channels/<channel_id>/preview",
-    summary="The next instants, in UTC and in the channel's local wall time",
-    **documented("channels", 200, "the next instants", 400, 404),
-)
+@router.answers("GET", "/<channel_id>/preview", 200, "the next instants", 400, 404)
 def preview(
     channel_id: ChannelId,
     count: Annotated[
@@ -142,6 +138,7 @@ def preview(
         ),
     ] = None,
 ) -> One[Preview]:
+    """The next instants, in UTC and in the channel's local wall time"""
     ledger = serving().ledger
     channel = ledger.channels.get_channel(channel_id)
     schedule = SHARED_SCHEDULES.get(channel)
@@ -155,17 +152,9 @@ def preview(
         if at is not None:
             instants.append(preview_instant(at, schedule, before))
             before = at
-    return One(
-        data=Preview(
-            channel_id=channel.channel_id,
-            schedule=schedule.expression,
-            at=schedule.at,
-            timezone=schedule.timezone,
-            instants=instants,
-            ended=not instants,
-            note=None if at is not None else _why_no_more(schedule),
-        )
-    )
+    note = None if at is not None else _why_no_more(schedule)
+    shown = {**fields_of(schedule), "schedule": schedule.expression, "ended": not instants}
+    return One(data=Preview.model_validate({**shown, "instants": instants, "note": note}))
 
 
 def _active_channel(ledger: Ledger, channel_id: str, verb: str) -> Channel:

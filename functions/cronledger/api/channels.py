@@ -13,10 +13,9 @@ from typing import Annotated, Literal
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.api.documents import Definition, read_new_channel, read_new_version
-from cronledger.api.errors import documented, error_response
+from cronledger.api.errors import Router, error_response
 from cronledger.api.models import (
     PREFIX,
     After,
@@ -48,12 +47,10 @@ from cronledger.ledger import (
     CHANNEL_ARCHIVED,
     CHANNEL_DRAFT,
     Channel,
-    Ledger,
 )
 from cronledger.ledger import Page as LedgerPage
 from cronledger.schedule_cache import SHARED_SCHEDULES
-from cronledger.settings import Settings
-from cronledger.targets import TargetPolicy, validate_target
+from cronledger.targets import validate_target
 
 ChannelStatusName = Literal["draft", "active", "paused", "archived"]
 AllowPastAt = Annotated[
@@ -72,34 +69,27 @@ DryRun = Annotated[
 ]
 
 
-router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
+router = Router("channels", f"{PREFIX}/channels")
 
 
-@router.post(
-    f"{PREFIX}/channels",
-    summary="Create a channel (draft unless status is active)",
-    **documented("channels", 201, "created", 400, 409, 415),
-)
+@router.answers("POST", "", 201, "created", 400, 409, 415)
 def create_channel(
     body: Annotated[ChannelCreateBody, Body()],
     dry_run: DryRun = False,
     allow_past_at: AllowPastAt = False,
 ) -> One[ChannelView]:
-    ledger, settings, policy = _services()
+    """Create a channel (draft unless status is active)"""
+    ledger, settings, policy = serving()
     new = read_new_channel(body, settings.default_timeout_ms, policy)
     config = new.definition.transport_config
     warnings = past_at_warnings(config, ledger.db_now(), allowed=allow_past_at)
     channel = ledger.channels.create_channel(
         new.name, **fields_of(new.definition), status=new.status, dry_run=dry_run
     )
-    return _view(ledger, channel, warnings)
+    return _view(channel, warnings)
 
 
-@router.get(
-    f"{PREFIX}/channels",
-    summary="List channels, newest first, a page at a time (pass `next` as `after`)",
-    **documented("channels", 200, "a page of channels"),
-)
+@router.answers("GET", "", 200, "a page of channels")
 def list_channels(
     status: Annotated[ChannelStatusName | None, Query()] = None,
     name: Annotated[Text | None, Query(description="exact name")] = None,
@@ -110,6 +100,7 @@ def list_channels(
     after: After = None,
     exact_total: ExactTotal = False,
 ) -> Page[ChannelView]:
+    """List channels, newest first, a page at a time (pass `next` as `after`)"""
     ledger = serving().ledger
     page = channel_page(status, name, label, name_prefix, limit, offset, after, exact_total)
     states = cursors_of(ledger, [c.channel_id for c in page.data])
@@ -139,56 +130,43 @@ def channel_page(
     )
 
 
-@router.get(
-    f"{PREFIX}/channels/<channel_id>",
-    summary="Read a channel",
-    **documented("channels", 200, "the channel", 404),
-)
+@router.answers("GET", "/<channel_id>", 200, "the channel", 404)
 def get_channel(channel_id: ChannelId) -> One[ChannelView]:
-    ledger = serving().ledger
-    return _view(ledger, ledger.channels.get_channel(channel_id))
+    """Read a channel"""
+    return _view(serving().ledger.channels.get_channel(channel_id))
 
 
-@router.get(
-    f"{PREFIX}/channels/<channel_id>/versions",
-    summary="List a channel's versions, newest first",
-    **documented("channels", 200, "a page of versions", 404),
-)
+@router.answers("GET", "/<channel_id>/versions", 200, "a page of versions", 404)
 def list_versions(
     channel_id: ChannelId, limit: Limit = 50, offset: Offset = 0
 ) -> Page[ChannelVersion]:
+    """List a channel's versions, newest first"""
     ledger = serving().ledger
     page = ledger.channels.list_channel_versions(channel_id, limit=limit, offset=offset)
     current = ledger.channels.get_channel(channel_id).version
     return Page.of(page, lambda version: channel_version(version, current))
 
 
-@router.get(
-    f"{PREFIX}/channels/<channel_id>/versions/<version>",
-    summary="Read one version of a channel",
-    **documented("channels", 200, "the version", 404),
-)
+@router.answers("GET", "/<channel_id>/versions/<version>", 200, "the version", 404)
 def get_version(
     channel_id: ChannelId,
     version: Annotated[int, Path(ge=1, le=2**31 - 1, description="a version number")],
 ) -> One[ChannelVersion]:
+    """Read one version of a channel"""
     ledger = serving().ledger
     current = ledger.channels.get_channel(channel_id).version
     return One(data=channel_version(ledger.channels.get_channel(channel_id, version), current))
 
 
-@router.put(
-    f"{PREFIX}/channels/<channel_id>",
-    summary="Write the channel's next version",
-    **documented("channels", 200, "the channel at its new version", 400, 404, 409, 415),
-)
+@router.answers("PUT", "/<channel_id>", 200, "the channel at its new version", 400, 404, 409, 415)
 def update_channel(
     channel_id: ChannelId,
     body: Annotated[ChannelUpdateBody, Body()],
     dry_run: DryRun = False,
     allow_past_at: AllowPastAt = False,
 ) -> One[ChannelView]:
-    ledger, settings, policy = _services()
+    """Write the channel's next version"""
+    ledger, settings, policy = serving()
     current = ledger.channels.get_channel(channel_id)
     new = read_new_version(body, current.name, settings.default_timeout_ms, policy)
     before = current.transport_config
@@ -196,42 +174,35 @@ def update_channel(
         new.transport_config, ledger.db_now(), allowed=allow_past_at, before=before
     )
     if new == Definition.of(current):
-        return _view(ledger, current)
+        return _view(current)
     written = ledger.channels.new_channel_version(channel_id, **fields_of(new), dry_run=dry_run)
-    return _view(ledger, written, warnings)
+    return _view(written, warnings)
 
 
-@router.patch(
-    f"{PREFIX}/channels/<channel_id>/status",
-    summary="Activate, pause or archive a channel",
-    **documented("channels", 200, "the channel", 400, 404, 409, 415),
-)
+@router.answers("PATCH", "/<channel_id>/status", 200, "the channel", 400, 404, 409, 415)
 def set_status(
     channel_id: ChannelId, body: Annotated[StatusChange, Body()], dry_run: DryRun = False
 ) -> One[ChannelView]:
-    ledger, _, policy = _services()
-    channel = ledger.channels.get_channel(channel_id)
-    return _view(ledger, _move(ledger, policy, channel, body.status, body.reason, dry_run))
+    """Activate, pause or archive a channel"""
+    channel = serving().ledger.channels.get_channel(channel_id)
+    return _view(_move(channel, body.status, body.reason, dry_run))
 
 
-@router.post(
-    f"{PREFIX}/channels/status",
-    summary="Activate, pause or archive every channel carrying the selector's labels",
-    **documented("channels", 200, "each selected channel, moved or with why not", 415),
-)
+@router.answers("POST", "/status", 200, "each selected channel, moved or with why not", 415)
 def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[list[StatusMove]]:
-    """Each channel moves in its own transaction, with the checks of a single change: one
+    """Activate, pause or archive every channel carrying the selector's labels
+
+    Each channel moves in its own transaction, with the checks of a single change: one
     that may not move is reported with its error and the others still move. Archived
     channels are final and never selected; a draft is never activated by a selector (it
     was never running, so it is not "resumed")."""
-    ledger, _, policy = _services()
     if not body.selector:
         message = 'name at least one label, e.g. {"team": "billing"}'
         raise ValidationFailed(
             [FieldError("selector", "required", message)], "invalid bulk status change"
         )
     moves = []
-    for channel in ledger.channels.labelled_channels(body.selector):
+    for channel in serving().ledger.channels.labelled_channels(body.selector):
         error = None
         try:
             if body.status == CHANNEL_ACTIVE and channel.status == CHANNEL_DRAFT:
@@ -239,35 +210,21 @@ def set_status_by_selector(body: Annotated[BulkStatusChange, Body()]) -> One[lis
                     f"channel {channel.channel_id} is a draft: a selector resumes paused "
                     "channels; activate a draft on its own"
                 )
-            after = _move(ledger, policy, channel, body.status, body.reason, False).status
+            after = _move(channel, body.status, body.reason, False).status
         except CronledgerError as exc:
             after, error = channel.status, _error_of(exc, f"PATCH {PREFIX}/channels/status")
-        moves.append(
-            StatusMove(
-                channel_id=channel.channel_id,
-                name=channel.name,
-                before=channel.status,
-                status=after,
-                error=error,
-            )
-        )
+        move = {**fields_of(channel), "before": channel.status, "status": after, "error": error}
+        moves.append(StatusMove.model_validate(move))
     return One(data=moves)
 
 
-def _move(
-    ledger: Ledger,
-    policy: TargetPolicy,
-    channel: Channel,
-    status: str,
-    reason: str | None,
-    dry_run: bool,
-) -> Channel:
+def _move(channel: Channel, status: str, reason: str | None, dry_run: bool) -> Channel:
     """`channel` moved to `status`. Activating re-checks its schedule and its target against
     today's policy, unless it is archived (final: the ledger's 409, not a 400 inviting a fix)."""
     if status == CHANNEL_ACTIVE and channel.status != CHANNEL_ARCHIVED:
         SHARED_SCHEDULES.get(channel)
-        validate_target(channel.target, policy)
-    return ledger.channels.set_channel_status(
+        validate_target(channel.target, serving().policy)
+    return serving().ledger.channels.set_channel_status(
         channel.channel_id, status, dry_run=dry_run, reason=reason
     )
 
@@ -278,22 +235,15 @@ def _error_of(exc: CronledgerError, request: str) -> ErrorBody:
     return ErrorBody.model_validate(json.loads(str(answer.body))["error"])
 
 
-@router.delete(
-    f"{PREFIX}/channels/<channel_id>",
-    summary="Delete a channel with its versions, cursor and occurrences",
-    **documented("channels", 204, "deleted", 404),
-)
+@router.answers("DELETE", "/<channel_id>", 204, "deleted", 404)
 def delete_channel(channel_id: ChannelId) -> Response[None]:
+    """Delete a channel with its versions, cursor and occurrences"""
     serving().ledger.channels.delete_channel(channel_id)
     return Response(status_code=204, content_type=None, body=None)
 
 
-def _services() -> tuple[Ledger, Settings, TargetPolicy]:
-    services = serving()
-    return services.ledger, services.settings, services.policy
-
-
-def _view(ledger: Ledger, channel: Channel, warnings: list[str] | None = None) -> One[ChannelView]:
-    view = channel_view(channel, cursors_of(ledger, [channel.channel_id]).get(channel.channel_id))
+def _view(channel: Channel, warnings: list[str] | None = None) -> One[ChannelView]:
+    states = cursors_of(serving().ledger, [channel.channel_id])
+    view = channel_view(channel, states.get(channel.channel_id))
     view.warnings = warnings or []
     return One(data=view)

@@ -19,7 +19,6 @@ from typing import Annotated, Any, ClassVar, Final
 from pydantic import (
     BeforeValidator,
     Field,
-    TypeAdapter,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -168,9 +167,6 @@ def read_new_version(
     return _definition(body, document, default_timeout_ms)
 
 
-_ADAPTERS: Final = {model: TypeAdapter(model) for model in (ChannelCreate, ChannelUpdate)}
-
-
 def _read(
     model: type[ChannelUpdate], document: Mapping[str, Any], context: dict[str, Any]
 ) -> ChannelUpdate:
@@ -178,7 +174,7 @@ def _read(
     errors: list[FieldError] = []
     body = None
     try:
-        body = _ADAPTERS[model].validate_python(document, context=context)
+        body = model.model_validate(document, context=context)
     except ValidationError as exc:
         errors = field_errors(exc)
     for problem in _unstorable(document):

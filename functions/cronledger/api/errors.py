@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -22,6 +22,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     ResponseValidationError,
 )
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.api.models import ErrorEnvelope
 from cronledger.api.request_rules import (
@@ -38,26 +39,46 @@ from cronledger.validation import field_error
 log = logging.getLogger(__name__)
 
 MALFORMED = HTTPStatus.UNPROCESSABLE_ENTITY
+_Route = TypeVar("_Route", bound=Callable[..., Any])
 
 
-def documented(tag: str, status: int, description: str, *errors: int) -> dict[str, Any]:
-    """A route's keyword arguments: its tag, its success `status` (schema from the return
-    annotation), and as the error envelope the given `errors` and those any route can answer;
-    a response that breaks the document is a 500 in that envelope too."""
-    responses: dict[int, OpenAPIResponse] = {status: {"description": description}}
-    if status == HTTPStatus.NO_CONTENT:
-        responses[status]["content"] = {}
-    for error in sorted({*errors, 400, 413, 415, 422, 500, 503}):
-        responses[error] = {
-            "description": HTTPStatus(error).phrase,
-            "content": {"application/json": {"model": ErrorEnvelope}},
-        }
-    return {
-        "tags": [tag],
-        "responses": responses,
-        "status_code": status,
-        "custom_response_validation_http_code": HTTPStatus.INTERNAL_SERVER_ERROR,
-    }
+class Router(APIGatewayHttpRouter):
+    """The routes of one `tag`, at paths under `prefix`, registered and documented alike by
+    `answers`."""
+
+    def __init__(self, tag: str, prefix: str) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.tag, self.prefix = tag, prefix
+
+    def answers(
+        self, method: str, path: str, status: int, description: str, *errors: int, summary: str = ""
+    ) -> Callable[[_Route], _Route]:
+        """A route summed up by `summary` or else its docstring's first paragraph, answering
+        `status` (schema from the return annotation) and, in the error envelope, the given
+        `errors` and those any route can answer; a response that breaks the document is a 500
+        in that envelope too."""
+        responses: dict[int, OpenAPIResponse] = {status: {"description": description}}
+        if status == HTTPStatus.NO_CONTENT:
+            responses[status]["content"] = {}
+        for error in sorted({*errors, 400, 413, 415, 422, 500, 503}):
+            responses[error] = {
+                "description": HTTPStatus(error).phrase,
+                "content": {"application/json": {"model": ErrorEnvelope}},
+            }
+
+        def register(route: _Route) -> _Route:
+            said = summary or str(route.__doc__).split("\n\n")[0]
+            return self.route(
+                self.prefix + path,
+                method,
+                summary=" ".join(said.split()),
+                tags=[self.tag],
+                responses=responses,
+                status_code=status,
+                custom_response_validation_http_code=HTTPStatus.INTERNAL_SERVER_ERROR,
+            )(route)
+
+        return register
 
 
 def install_error_mapping(app: APIGatewayHttpResolver, routes: Callable[[], RouteMethods]) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Query
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from cronledger.alerts import KINDS
-from cronledger.api.errors import documented
+from cronledger.api.errors import Router
 from cronledger.api.models import PREFIX, EventView, Instant, KeysetPage, Limit, Text, known
 from cronledger.api.services import serving
 from cronledger.api.views import event_view
@@ -20,14 +19,10 @@ from cronledger.ledger import EventFilter
 _KNOWN = ", ".join(KINDS)
 
 
-router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
+router = Router("events", f"{PREFIX}/cron/events")
 
 
-@router.get(
-    f"{PREFIX}/cron/events",
-    summary="List events, newest first, a page at a time by key (pass `next` as `after`)",
-    **documented("events", 200, "a page of events"),
-)
+@router.answers("GET", "", 200, "a page of events")
 def list_events(
     channel_id: Annotated[Text | None, Query()] = None,
     kind: Annotated[Text | None, Query(description=f"short or full name: one of {_KNOWN}")] = None,
@@ -35,6 +30,7 @@ def list_events(
     after: Annotated[Text | None, Query(description="the `next` of the previous page")] = None,
     limit: Limit = 50,
 ) -> KeysetPage[EventView]:
+    """List events, newest first, a page at a time by key (pass `next` as `after`)"""
     page = serving().ledger.events.list_events(
         EventFilter(
             channel_id=channel_id,

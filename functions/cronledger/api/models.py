@@ -8,7 +8,7 @@ as a JSON object (`documents`), so a wrong type is reported beside every other p
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -194,14 +194,8 @@ class Page(BaseModel, Generic[T]):
     @classmethod
     def of(cls, page: LedgerPage[Any], view: Callable[[Any], T]) -> Page[T]:
         """The wire form of a ledger page, each row through `view`."""
-        return cls(
-            data=[view(row) for row in page.data],
-            total=page.total,
-            limit=page.limit,
-            offset=page.offset,
-            next=page.next,
-            total_is_exact=page.total_is_exact,
-        )
+        rows = replace(page, data=[view(row) for row in page.data])
+        return cls.model_validate(rows, from_attributes=True)
 
 
 class KeysetPage(BaseModel, Generic[T]):

@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from cronledger.api.errors import documented
+from cronledger.api.errors import Router
 from cronledger.api.models import (
     PREFIX,
     After,
@@ -35,15 +34,10 @@ from cronledger.ledger import OCCURRENCE_STATUSES, TRIGGERS, OccurrenceFilter
 OccurrenceId = Annotated[Text, Path(description="the occurrence's id")]
 
 
-router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
+router = Router("occurrences", f"{PREFIX}/cron/occurrences")
 
 
-@router.get(
-    f"{PREFIX}/cron/occurrences",
-    summary="List occurrences, newest scheduled_for first, a page at a time (pass `next` "
-    "as `after`)",
-    **documented("occurrences", 200, "a page of summaries", 400),
-)
+@router.answers("GET", "", 200, "a page of summaries", 400)
 def list_occurrences(
     channel_id: Annotated[Text | None, Query()] = None,
     status: Annotated[
@@ -57,6 +51,7 @@ def list_occurrences(
     after: After = None,
     exact_total: ExactTotal = False,
 ) -> Page[OccurrenceSummary]:
+    """List occurrences, newest scheduled_for first, a page at a time (pass `next` as `after`)"""
     known("status", status, OCCURRENCE_STATUSES)
     known("trigger", trigger, TRIGGERS)
     page = serving().ledger.occurrences.list_occurrences(
@@ -75,36 +70,27 @@ def list_occurrences(
     return Page.of(page, occurrence_summary)
 
 
-@router.get(
-    f"{PREFIX}/cron/occurrences/<occurrence_id>",
-    summary="Read one occurrence in full: lease, fencing token, trace id, result excerpt",
-    **documented("occurrences", 200, "the occurrence", 404),
-)
+@router.answers("GET", "/<occurrence_id>", 200, "the occurrence", 404)
 def get_occurrence(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
+    """Read one occurrence in full: lease, fencing token, trace id, result excerpt"""
     ledger = serving().ledger
     occurrence = ledger.occurrences.get_occurrence(occurrence_id)
     return One(data=occurrence_record(occurrence, ledger.occurrences.attempts_of(occurrence_id)))
 
 
-@router.post(
-    f"{PREFIX}/cron/occurrences/<occurrence_id>/retry",
-    summary="Put a failed, cancelled or skipped occurrence back to pending (same id, one "
-    "more attempt allowed); 409 for any other status or a channel that is not active",
-    **documented("occurrences", 200, "the occurrence, pending again", 404, 409),
-)
+@router.answers("POST", "/<occurrence_id>/retry", 200, "the occurrence, pending again", 404, 409)
 def retry(occurrence_id: OccurrenceId) -> One[OccurrenceRecord]:
+    """Put a failed, cancelled or skipped occurrence back to pending (same id, one more attempt
+    allowed); 409 for any other status or a channel that is not active"""
     return One(data=occurrence_record(serving().ledger.occurrences.requeue(occurrence_id)))
 
 
-@router.post(
-    f"{PREFIX}/cron/occurrences/<occurrence_id>/cancel",
-    summary="Cancel a pending, claimed or running occurrence; an optional "
-    '`{"reason": "…"}` is recorded with it, beside the IAM caller when there is one',
-    **documented("occurrences", 200, "the occurrence, cancelled", 404, 409),
-)
+@router.answers("POST", "/<occurrence_id>/cancel", 200, "the occurrence, cancelled", 404, 409)
 def cancel(
     occurrence_id: OccurrenceId, body: Annotated[CancelReason | None, Body()] = None
 ) -> One[OccurrenceRecord]:
+    """Cancel a pending, claimed or running occurrence; an optional `{"reason": "…"}` is
+    recorded with it, beside the IAM caller when there is one"""
     reason = None if body is None else body.reason
     cancelled = serving().ledger.occurrences.cancel(occurrence_id, by=_caller(), reason=reason)
     return One(data=occurrence_record(cancelled))

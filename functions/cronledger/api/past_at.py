@@ -9,10 +9,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from cronledger.api.models import invalid
 from cronledger.cron import compile_schedule
-from cronledger.errors import FieldError, ValidationFailed
 
 _PLACEHOLDER_ID = "channel-being-validated"
+#: What places the `at` in time: an edit keeping both is not judged again.
+_INSTANT = ("at", "timezone")
 
 
 def past_at_warnings(
@@ -26,29 +28,17 @@ def past_at_warnings(
     `transport_config.at` when it is past and not allowed. `before`: the current version's
     `transport_config`, whose `at` (in the same zone) is not judged again."""
     at = transport_config.get("at")
-    if at is None or _same_instant(transport_config, before):
+    kept = before is not None and all(transport_config.get(k) == before.get(k) for k in _INSTANT)
+    if at is None or kept:
         return []
     schedule = compile_schedule(transport_config, _PLACEHOLDER_ID, now=now)
     if schedule.next_after(now) is not None:
         return []
     zone = schedule.timezone
     if not allowed:
-        raise ValidationFailed(
-            [
-                FieldError(
-                    "transport_config.at",
-                    "invalid",
-                    f"{at} in {zone} is in the past, so this one-time channel would never run; "
-                    "give a later date-time, or pass allow_past_at=true (--allow-past) to save "
-                    "it anyway",
-                )
-            ]
+        raise invalid(
+            "transport_config.at",
+            f"{at} in {zone} is in the past, so this one-time channel would never run; give a "
+            "later date-time, or pass allow_past_at=true (--allow-past) to save it anyway",
         )
     return [f"transport_config.at: {at} in {zone} is in the past; this channel will never run"]
-
-
-def _same_instant(config: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
-    if before is None:
-        return False
-    keys = ("at", "timezone")
-    return all(config.get(k) == before.get(k) for k in keys)

@@ -79,7 +79,8 @@ def screen(event: Mapping[str, Any]) -> Request:
         raise BodyTooLarge(len(body))
     if body:
         headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
-        if not is_json_media_type(str(headers.get("content-type", ""))):
+        media_type = str(headers.get("content-type", "")).split(";", 1)[0].strip().lower()
+        if media_type != JSON_MEDIA_TYPE:
             raise UnsupportedMediaType
         # The resolver's own check is case-sensitive; the media type is not (RFC 9110).
         screened["headers"] = {**headers, "content-type": JSON_MEDIA_TYPE}
@@ -91,10 +92,6 @@ def screen(event: Mapping[str, Any]) -> Request:
             k: v for k, v in event["headers"].items() if str(k).lower() != "content-type"
         }
     return Request(screened, head)
-
-
-def is_json_media_type(content_type: str) -> bool:
-    return content_type.split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE
 
 
 def _body_bytes(event: Mapping[str, Any]) -> bytes:
@@ -209,8 +206,4 @@ class RouteMethods:
 
     def allowed(self, path: str) -> frozenset[str]:
         """The methods `path` answers; empty when no route has that path."""
-        found: set[str] = set()
-        for pattern, methods in self._routes:
-            if pattern.fullmatch(path):
-                found |= methods
-        return frozenset(found)
+        return frozenset().union(*(m for pattern, m in self._routes if pattern.fullmatch(path)))

@@ -7,16 +7,14 @@ routes (`serve`), for the route to read (`serving`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy
 
 
-@dataclass(frozen=True, slots=True)
-class Services:
+class Services(NamedTuple):
     ledger: Ledger
     settings: Settings
     #: What a target may name (`TargetPolicy.from_settings`, secrets' hosts included).

@@ -7,10 +7,8 @@ latest occurrence that has fallen due, not a row materialised ahead.
 
 from __future__ import annotations
 
-from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
-
 from cronledger.api.channels import channel_page
-from cronledger.api.errors import documented
+from cronledger.api.errors import Router
 from cronledger.api.models import (
     PREFIX,
     After,
@@ -34,14 +32,10 @@ from cronledger.reconcile import JOB as RECONCILE_JOB
 #: What the status view shows of a schedule: all null when the definition no longer compiles.
 _SCHEDULE_KEYS = ("schedule", "at", "timezone", "concurrency_policy", "concurrency_key", "slots")
 
-router = APIGatewayHttpRouter()  # type: ignore[no-untyped-call]
+router = Router("status", "")
 
 
-@router.get(
-    f"{PREFIX}/cron/status",
-    summary="Per active channel: cursor, last run, pending count, concurrency",
-    **documented("status", 200, "a page of active channels"),
-)
+@router.answers("GET", f"{PREFIX}/cron/status", 200, "a page of active channels")
 def status(
     label: LabelSelector = None,
     name_prefix: NamePrefix = None,
@@ -50,6 +44,7 @@ def status(
     after: After = None,
     exact_total: ExactTotal = False,
 ) -> Page[ChannelStatus]:
+    """Per active channel: cursor, last run, pending count, concurrency"""
     ledger = serving().ledger
     page = channel_page(CHANNEL_ACTIVE, None, label, name_prefix, limit, offset, after, exact_total)
     ids = [channel.channel_id for channel in page.data]
@@ -59,25 +54,13 @@ def status(
     states = cursors_of(ledger, ids)
     activity = ledger.reporting.channel_activity(ids, keys)
     alerts = ledger.events.open_alerts(ids)
-    return Page.of(
-        page,
-        lambda c: _status(
-            c,
-            schedules[c.channel_id],
-            states.get(c.channel_id),
-            activity,
-            alerts.get(c.channel_id),
-        ),
-    )
+    return Page.of(page, lambda c: _status(c, schedules[c.channel_id], states, activity, alerts))
 
 
-@router.get(
-    "/health",
-    summary="Database reachability, backlog, the events outbox, and the last successful "
-    "reconcile and claim",
-    **documented("status", 200, "the database answered"),
-)
+@router.answers("GET", "/health", 200, "the database answered")
 def health() -> One[Health]:
+    """Database reachability, backlog, the events outbox, and the last successful reconcile
+    and claim"""
     ledger = serving().ledger
     beats = ledger.reporting.job_heartbeats()
     backlog = ledger.reporting.backlog()
@@ -98,9 +81,9 @@ def health() -> One[Health]:
 def _status(
     channel: Channel,
     schedule: Schedule | None,
-    state: ScheduleState | None,
+    states: dict[str, ScheduleState],
     activity: ChannelActivity,
-    open_alert: str | None,
+    alerts: dict[str, str],
 ) -> ChannelStatus:
     last = activity.latest.get(channel.channel_id)
     key = None if schedule is None else schedule.singleton_key
@@ -113,13 +96,13 @@ def _status(
         {
             **shown,
             **fields_of(channel),
-            **cursor(schedule, state),
+            **cursor(schedule, states.get(channel.channel_id)),
             "last_occurrence_id": None if last is None else last.id,
             "last_status": None if last is None else last.status,
             "last_scheduled_for": None if last is None else last.scheduled_for,
             "last_completed_at": None if last is None else last.completed_at,
             "pending": activity.pending.get(channel.channel_id, 0),
             "slots_held": None if key is None else activity.held_slots.get(key, 0),
-            "open_alert": open_alert,
+            "open_alert": alerts.get(channel.channel_id),
         }
     )

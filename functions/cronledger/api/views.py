@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo
 from cronledger.api.models import (
     ChannelVersion,
     ChannelView,
-    CompiledView,
     EventView,
     OccurrenceRecord,
     OccurrenceSummary,
@@ -48,12 +47,11 @@ def compiled(channel: Channel) -> Schedule | None:
 
 def channel_view(channel: Channel, state: ScheduleState | None) -> ChannelView:
     schedule = compiled(channel)
+    shown = None
+    if schedule is not None:
+        shown = {**fields_of(schedule), "schedule": schedule.expression, **cursor(schedule, state)}
     return ChannelView.model_validate(
-        {
-            **_definition(channel),
-            "target_ref": safe_target_ref(channel),
-            "compiled": None if schedule is None else _compiled_view(schedule, state),
-        }
+        {**_definition(channel), "target_ref": safe_target_ref(channel), "compiled": shown}
     )
 
 
@@ -109,12 +107,6 @@ def cursor(schedule: Schedule | None, state: ScheduleState | None) -> dict[str, 
         and state.next_fire_at is None
         and state.config_hash == schedule.config_hash,
     }
-
-
-def _compiled_view(schedule: Schedule, state: ScheduleState | None) -> CompiledView:
-    return CompiledView.model_validate(
-        {**fields_of(schedule), "schedule": schedule.expression, **cursor(schedule, state)}
-    )
 
 
 def safe_target_ref(channel: Channel) -> str | None:
