@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator
 
@@ -25,8 +25,6 @@ _FUNCTION = re.compile(rf"({_ARN})?[A-Za-z0-9_-]{{1,64}}(:({_QUALIFIER}))?")
 
 
 class LambdaTarget(TargetDocument):
-    type_name: ClassVar[str] = "lambda"
-
     type: Literal["lambda"]
     function_arn: text(  # type: ignore[valid-type]
         "arn:aws:lambda:eu-west-1:123456789012:function:nightly-report",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import field_validator
 
@@ -25,8 +25,6 @@ _BUS = re.compile(r"(arn:aws[a-z-]*:events:[a-z0-9-]+:\d{12}:event-bus/)?[/.\-_A
 
 
 class EventBridgeTarget(TargetDocument):
-    type_name: ClassVar[str] = "eventbridge"
-
     type: Literal["eventbridge"]
     event_bus_name: text(  # type: ignore[valid-type]
         "ops-events", 1600, _BUS, "must be an event bus name or ARN"

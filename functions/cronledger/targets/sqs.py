@@ -19,7 +19,6 @@ _REGION = re.compile(r"https?://(?:sqs\.([a-z0-9-]+)\.amazonaws|([a-z0-9-]+)\.qu
 
 
 class SqsTarget(TargetDocument):
-    type_name: ClassVar[str] = "sqs"
     ref_format: ClassVar[str] = "sqs:{queue_url}"
 
     type: Literal["sqs"]

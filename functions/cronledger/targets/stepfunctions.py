@@ -28,7 +28,6 @@ _MAX_POLL_SECS = 2.0
 
 
 class StepFunctionsTarget(TargetDocument):
-    type_name: ClassVar[str] = "stepfunctions"
     ref_format: ClassVar[str] = "stepfunctions:{state_machine_arn}"
 
     type: Literal["stepfunctions"]
