@@ -52,7 +52,7 @@ class InMemoryMetrics:
         self._values: dict[tuple[str, Dimensions], deque[float]] = {}
 
     def record(self, name: str, value: float, unit: Unit, dimensions: Mapping[str, str]) -> None:
-        key = (name, _dimension_key(dimensions))
+        key = (name, dimension_key(dimensions))
         with self._lock:
             self._totals[key] += value
             self._values.setdefault(key, deque(maxlen=self._keep)).append(value)
@@ -60,18 +60,18 @@ class InMemoryMetrics:
     def total(self, name: str, **dimensions: str) -> float:
         """The sum of every value recorded: the reading of a counter (0 if never recorded)."""
         with self._lock:
-            return self._totals.get((name, _dimension_key(dimensions)), 0.0)
+            return self._totals.get((name, dimension_key(dimensions)), 0.0)
 
     def last(self, name: str, **dimensions: str) -> float | None:
         """The newest value: the reading of a gauge (None if never recorded)."""
         with self._lock:
-            values = self._values.get((name, _dimension_key(dimensions)))
+            values = self._values.get((name, dimension_key(dimensions)))
             return values[-1] if values else None
 
     def values(self, name: str, **dimensions: str) -> list[float]:
         """The most recent values, oldest first, e.g. to take percentiles of schedule lag."""
         with self._lock:
-            return list(self._values.get((name, _dimension_key(dimensions)), ()))
+            return list(self._values.get((name, dimension_key(dimensions)), ()))
 
     def clear(self) -> None:
         with self._lock:
@@ -79,7 +79,7 @@ class InMemoryMetrics:
             self._values.clear()
 
 
-def _dimension_key(dimensions: Mapping[str, str]) -> Dimensions:
+def dimension_key(dimensions: Mapping[str, str]) -> Dimensions:
     return tuple(sorted(dimensions.items()))
 
 

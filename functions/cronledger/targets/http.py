@@ -146,7 +146,7 @@ class HttpTarget(TargetDocument):
         else:
             body, sent = envelope_json(delivery.envelope).encode("utf-8"), {"Content-Type": JSON}
         headers = {**secrets, **sent}
-        outcome = post(doc, parts, body, delivery.timeout_secs, delivery.deadline, headers, policy)
+        outcome = post(doc, body, delivery.timeout_secs, delivery.deadline, headers, policy)
         values = list(secrets.values())
         result, error = scrub(outcome.result, values), scrub(outcome.error, values)
         return dataclasses.replace(outcome, result=result, error=error)
@@ -278,7 +278,6 @@ GONE_STATUSES = frozenset({404, 410})
 
 def post(
     doc: Mapping[str, Any],
-    parts: SplitResult,
     body: bytes | None,
     timeout_secs: float,
     deadline: float,
@@ -288,6 +287,7 @@ def post(
     """Send `body` (None: a bodyless GET or HEAD) to the document's URL with the document's
     headers and then `headers` (secrets, and the body's type or the run's identity), at an
     address the policy allows, the connection pinned to it; 2xx is success."""
+    parts = urlsplit(doc["url"])
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
