@@ -98,14 +98,14 @@ def sweep(
     return done
 
 
+@dataclass(frozen=True, slots=True)
 class WebhookSender:
     """POSTs each event's JSON to one URL, in sequence, under the address rules of `http`
     targets; a 2xx answer is acceptance."""
 
-    def __init__(self, url: str, policy: TargetPolicy, timeout_secs: float = WEBHOOK_TIMEOUT_SECS):
-        self.url = url
-        self.policy = policy
-        self.timeout_secs = timeout_secs
+    url: str
+    policy: TargetPolicy
+    timeout_secs: float = WEBHOOK_TIMEOUT_SECS
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
         from cronledger.targets import http
@@ -126,13 +126,13 @@ class WebhookSender:
         return answers
 
 
+@dataclass(frozen=True, slots=True)
 class PrintSender:
     """Events as lines for a person watching `cronledger dev`, once another sender (a
     webhook) accepted them, or as the only destination."""
 
-    def __init__(self, write: Callable[[Event], None], then: Sender | None = None) -> None:
-        self.write = write
-        self.then = then
+    write: Callable[[Event], None]
+    then: Sender | None = None
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
         alone: dict[str, str | None] = dict.fromkeys(e.event_id for e in events)
