@@ -13,6 +13,7 @@ import threading
 from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
@@ -52,7 +53,7 @@ class InMemoryMetrics:
         self._values: dict[tuple[str, Dimensions], deque[float]] = {}
 
     def record(self, name: str, value: float, unit: Unit, dimensions: Mapping[str, str]) -> None:
-        key = (name, _dimension_key(dimensions))
+        key = (name, dimension_key(dimensions))
         with self._lock:
             self._totals[key] += value
             self._values.setdefault(key, deque(maxlen=self._keep)).append(value)
@@ -60,18 +61,18 @@ class InMemoryMetrics:
     def total(self, name: str, **dimensions: str) -> float:
         """The sum of every value recorded: the reading of a counter (0 if never recorded)."""
         with self._lock:
-            return self._totals.get((name, _dimension_key(dimensions)), 0.0)
+            return self._totals.get((name, dimension_key(dimensions)), 0.0)
 
     def last(self, name: str, **dimensions: str) -> float | None:
         """The newest value: the reading of a gauge (None if never recorded)."""
         with self._lock:
-            values = self._values.get((name, _dimension_key(dimensions)))
+            values = self._values.get((name, dimension_key(dimensions)))
             return values[-1] if values else None
 
     def values(self, name: str, **dimensions: str) -> list[float]:
         """The most recent values, oldest first, e.g. to take percentiles of schedule lag."""
         with self._lock:
-            return list(self._values.get((name, _dimension_key(dimensions)), ()))
+            return list(self._values.get((name, dimension_key(dimensions)), ()))
 
     def clear(self) -> None:
         with self._lock:
@@ -79,7 +80,7 @@ class InMemoryMetrics:
             self._values.clear()
 
 
-def _dimension_key(dimensions: Mapping[str, str]) -> Dimensions:
+def dimension_key(dimensions: Mapping[str, str]) -> Dimensions:
     return tuple(sorted(dimensions.items()))
 
 
@@ -115,35 +116,32 @@ def _record(
         _log.warning("metrics sink failed to record %s", name, exc_info=True)
 
 
-def record_schedule_lag(seconds: float) -> None:
-    """How late an attempt started against its `due_at` (the instant, plus any jitter)."""
-    _record(SCHEDULE_LAG, seconds, "Seconds")
+@dataclass(frozen=True, slots=True)
+class _Metric:
+    """A metric without dimensions of its own, recorded in its unit (a counter counts 1 by
+    default)."""
+
+    name: str
+    unit: Unit
+
+    def __call__(self, value: float = 1) -> None:
+        _record(self.name, value, self.unit)
+
+
+#: How late an attempt started against its `due_at` (the instant, plus any jitter).
+record_schedule_lag = _Metric(SCHEDULE_LAG, "Seconds")
+record_singleton_contention = _Metric(SINGLETON_CONTENTION, "Count")
+record_renewal_failure = _Metric(RENEWAL_FAILURES, "Count")
+record_reconcile_duration = _Metric(RECONCILE_DURATION, "Seconds")
+#: Age of the oldest due `pending` row by the DB clock; 0 when there is none.
+record_oldest_pending_age = _Metric(OLDEST_PENDING_AGE, "Seconds")
+record_pending_count = _Metric(PENDING_COUNT, "Count")
+record_event_delivery_failures = _Metric(EVENT_DELIVERY_FAILURES, "Count")
 
 
 def record_occurrences(status: str, count: int = 1) -> None:
     """Occurrences that reached `status` (settled, skipped, cancelled…)."""
     _record(OCCURRENCES, count, "Count", {"Status": status})
-
-
-def record_singleton_contention(count: int = 1) -> None:
-    _record(SINGLETON_CONTENTION, count, "Count")
-
-
-def record_renewal_failure(count: int = 1) -> None:
-    _record(RENEWAL_FAILURES, count, "Count")
-
-
-def record_reconcile_duration(seconds: float) -> None:
-    _record(RECONCILE_DURATION, seconds, "Seconds")
-
-
-def record_oldest_pending_age(seconds: float) -> None:
-    """Age of the oldest due `pending` row by the DB clock; 0 when there is none."""
-    _record(OLDEST_PENDING_AGE, seconds, "Seconds")
-
-
-def record_pending_count(count: int) -> None:
-    _record(PENDING_COUNT, count, "Count")
 
 
 def record_db_unavailable(operation: str) -> None:
@@ -155,10 +153,6 @@ def record_event_delivered(kind: str, written_at: datetime) -> None:
     """An event its destination accepted, and how long after it was written."""
     _record(EVENTS_DELIVERED, 1, "Count", {"Kind": kind})
     _record(EVENT_DELIVERY_LAG, (datetime.now(UTC) - written_at).total_seconds(), "Seconds")
-
-
-def record_event_delivery_failures(count: int) -> None:
-    _record(EVENT_DELIVERY_FAILURES, count, "Count")
 
 
 def record_outbox(undelivered: int, oldest_age_secs: float | None) -> None:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
 
 from cronledger import metrics
 from cronledger.ledger import DatabaseUnavailable, Event, Ledger
@@ -99,26 +98,25 @@ def sweep(
     return done
 
 
+@dataclass(frozen=True, slots=True)
 class WebhookSender:
     """POSTs each event's JSON to one URL, in sequence, under the address rules of `http`
     targets; a 2xx answer is acceptance."""
 
-    def __init__(self, url: str, policy: TargetPolicy, timeout_secs: float = WEBHOOK_TIMEOUT_SECS):
-        self.url = url
-        self.policy = policy
-        self.timeout_secs = timeout_secs
+    url: str
+    policy: TargetPolicy
+    timeout_secs: float = WEBHOOK_TIMEOUT_SECS
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
         from cronledger.targets import http
 
-        parts = urlsplit(self.url)
         doc = {"type": "http", "url": self.url}
         answers: dict[str, str | None] = {}
         for event in in_sequence(events):
             body = event_json(event).encode()
             deadline = time.monotonic() + self.timeout_secs
             headers = {"Content-Type": http.JSON}
-            outcome = http.post(doc, parts, body, self.timeout_secs, deadline, headers, self.policy)
+            outcome = http.post(doc, body, self.timeout_secs, deadline, headers, self.policy)
             answers[event.event_id] = None if outcome.ok else (outcome.error or "refused")
             if not outcome.ok:
                 # The receiver is down or refusing: the rest wait for the sweep, in order.
@@ -128,13 +126,13 @@ class WebhookSender:
         return answers
 
 
+@dataclass(frozen=True, slots=True)
 class PrintSender:
     """Events as lines for a person watching `cronledger dev`, once another sender (a
     webhook) accepted them, or as the only destination."""
 
-    def __init__(self, write: Callable[[Event], None], then: Sender | None = None) -> None:
-        self.write = write
-        self.then = then
+    write: Callable[[Event], None]
+    then: Sender | None = None
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
         alone: dict[str, str | None] = dict.fromkeys(e.event_id for e in events)
@@ -176,14 +174,17 @@ class Courier:
         if self._thread.ident is not None:  # stopped before it started: nothing to wait for
             self._thread.join(timeout)
 
+    def _deliver_fresh(self) -> None:
+        with self._lock:
+            fresh, self._fresh = self._fresh, []
+        deliver(self.ledger, self.sender, fresh)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.interval)
             self._wake.clear()
-            with self._lock:
-                fresh, self._fresh = self._fresh, []
             try:
-                deliver(self.ledger, self.sender, fresh)
+                self._deliver_fresh()
                 # What the watch writes it announces (`on_events`): queued here, sent next.
                 self.ledger.events.detect_overdue()
                 sweep(self.ledger, self.sender, until=time.monotonic() + self.interval * 5)
@@ -191,10 +192,8 @@ class Courier:
                 log.warning("event delivery paused: %s", exc)
             except Exception:
                 log.exception("event delivery failed")
-        with self._lock:
-            fresh, self._fresh = self._fresh, []
         try:  # what a drained attempt just made; what fails here waits in the outbox
-            deliver(self.ledger, self.sender, fresh)
+            self._deliver_fresh()
         except Exception as exc:
             log.warning("events left for the next start's sweep: %s", exc)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cronledger.targets.stepfunctions import _execution_arn
+from cronledger.targets.aws_sdk import _execution_arn
 from cronledger_infra.target_access import executions_of
 
 MACHINE = "arn:aws:states:eu-west-1:111111111111:stateMachine:month-end"

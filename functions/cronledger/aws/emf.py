@@ -17,10 +17,7 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
     AmazonCloudWatchEMFProvider,
 )
 
-from cronledger import metrics as cronledger_metrics
-from cronledger.metrics import Unit
-
-_DimensionKey = tuple[tuple[str, str], ...]
+from cronledger.metrics import Dimensions, Unit, dimension_key, recording_to
 
 
 class EmfSink:
@@ -29,14 +26,14 @@ class EmfSink:
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
         self._lock = threading.Lock()
-        self._dimensioned: dict[_DimensionKey, AmazonCloudWatchEMFProvider] = {}
+        self._dimensioned: dict[Dimensions, AmazonCloudWatchEMFProvider] = {}
 
     def record(self, name: str, value: float, unit: Unit, dimensions: Mapping[str, str]) -> None:
         with self._lock:
             if not dimensions:
                 self._metrics.add_metric(name=name, unit=unit, value=value)
                 return
-            key = tuple(sorted(dimensions.items()))
+            key = dimension_key(dimensions)
             document = self._dimensioned.get(key)
             if document is None:
                 document = AmazonCloudWatchEMFProvider(
@@ -51,7 +48,7 @@ class EmfSink:
     def recording(self) -> Iterator[EmfSink]:
         """Be the process's metrics sink for one invocation, then print one EMF document per
         dimension set; the handler's `log_metrics` flushes the rest after it."""
-        with cronledger_metrics.recording_to(self):
+        with recording_to(self):
             try:
                 yield self
             finally:

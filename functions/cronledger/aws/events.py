@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from cronledger.ledger import Event, Ledger
 from cronledger.outbox import Sender, deliver, detail_type, event_json, in_sequence
+from cronledger.targets.aws_sdk import entry_refusal
 from cronledger.targets.clients import AwsClients, arn_region, default_clients
-from cronledger.targets.eventbridge import entry_refusal
 
 if TYPE_CHECKING:
     from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef

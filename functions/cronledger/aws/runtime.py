@@ -35,10 +35,6 @@ RECONCILE_SUCCEEDED = "ReconcileSucceeded"
 #: Occurrences a claim invocation handed to executors.
 DISPATCHED = "Dispatched"
 LOOP_MARGIN_SECS = 3.0
-#: What X-Ray patches once a function loads the module it maps to, never at import (patching
-#: imports the library, and `reconcile` loads no botocore). The http target and the ledger are
-#: traced by hooks below: X-Ray's patches miss urllib3 2 and the ledger's own connections.
-TRACED_WHEN_LOADED = {"botocore": "botocore.session"}
 HTTP_TARGET_MODULE = "cronledger.targets.pinned_http"
 
 # An invocation may record only metrics with dimensions of their own: nothing for `log_metrics`.
@@ -47,11 +43,7 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 logger = Logger()
 metrics = Metrics()
 emf_sink = EmfSink(metrics)
-tracer = Tracer(auto_patch=False)  # what is traced, and when: see TRACED_WHEN_LOADED and _trace_sql
-
-
-def _trace(library: str, _module: ModuleType) -> None:
-    tracer.patch([library])
+tracer = Tracer(auto_patch=False)  # what is traced, and when: see the hooks below and _trace_sql
 
 
 def _trace_sql(engine: sa.Engine) -> None:
@@ -108,8 +100,10 @@ def _trace_http_targets(module: ModuleType) -> None:
     vars(module)["send"] = traced
 
 
-for _library, _module in TRACED_WHEN_LOADED.items():
-    wrapt.register_post_import_hook(functools.partial(_trace, _library), _module)
+# X-Ray patches botocore once a function loads its clients, never at import (patching imports
+# the library, and `reconcile` loads no botocore). The http target and the ledger are traced by
+# hooks of their own: X-Ray's patches miss urllib3 2 and the ledger's own connections.
+wrapt.register_post_import_hook(lambda _: tracer.patch(["botocore"]), "botocore.session")
 wrapt.register_post_import_hook(_trace_http_targets, HTTP_TARGET_MODULE)
 
 # What is loaded by now lives as long as the container: the cyclic collector need not walk it.

@@ -22,17 +22,19 @@ from pydantic import TypeAdapter, ValidationError
 
 from cronledger.errors import FieldError, ValidationFailed
 from cronledger.excerpts import ERROR_MESSAGE_BYTES, RESULT_EXCERPT_BYTES, truncate_excerpt
-from cronledger.targets.aws_lambda import LambdaTarget
+from cronledger.targets.aws_sdk import (
+    EventBridgeTarget,
+    LambdaTarget,
+    SqsTarget,
+    StepFunctionsTarget,
+)
 from cronledger.targets.clients import AwsClients, default_clients
 from cronledger.targets.envelope import Envelope, build_envelope, envelope_json
-from cronledger.targets.eventbridge import EventBridgeTarget
 from cronledger.targets.fields import TargetDocument, union
 from cronledger.targets.http import HttpTarget
 from cronledger.targets.interface import Delivery, TargetOutcome, timed_out
 from cronledger.targets.policy import TargetPolicy
 from cronledger.targets.python import PythonTarget
-from cronledger.targets.sqs import SqsTarget
-from cronledger.targets.stepfunctions import StepFunctionsTarget
 from cronledger.validation import field_errors
 
 __all__ = [

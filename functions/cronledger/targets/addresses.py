@@ -93,9 +93,5 @@ def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
 def resolve(host: str, port: int) -> Sequence[Address]:
     """Every address the system resolver gives `host` for a TCP connection, in its order."""
     answers = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    found: list[Address] = []
-    for _family, _type, _proto, _name, sockaddr in answers:
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-        if address not in found:
-            found.append(address)
-    return found
+    found = (ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]) for *_, sockaddr in answers)
+    return list(dict.fromkeys(found))  # each address once

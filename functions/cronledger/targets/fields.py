@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Union
+from typing import Annotated, Any, ClassVar, Union, get_args
 
 from pydantic import (
     BeforeValidator,
@@ -33,9 +33,14 @@ class TargetDocument(Document):
     the ledger shows, and how an attempt runs it."""
 
     null_means_absent: ClassVar[bool] = True
+    #: The `type` it is read for: its `type` key's one `Literal` value.
     type_name: ClassVar[str]
     #: The ledger's `target_ref`, filled from the document's keys.
     ref_format: ClassVar[str]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        (cls.type_name,) = get_args(cls.model_fields["type"].annotation)
 
     @classmethod
     def ref(cls, doc: Mapping[str, Any]) -> str:

@@ -11,13 +11,14 @@ are not followed: a 3xx fails, naming where to.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails
 
 from cronledger import __version__
 from cronledger.targets import pinned_http
@@ -65,8 +66,6 @@ _SECRET_EXAMPLE = f'{{"Authorization": "{EXAMPLES["env"]}"}}'
 
 
 class HttpTarget(TargetDocument):
-    type_name: ClassVar[str] = "http"
-
     type: Literal["http"]
     url: text("https://example.com/hooks/nightly", 2048)  # type: ignore[valid-type]
     method: text("POST", 16) = Field(None, description=", ".join(METHODS))  # type: ignore[valid-type]
@@ -103,29 +102,16 @@ class HttpTarget(TargetDocument):
     @field_validator("secret_headers")
     @classmethod
     def _references(cls, secrets: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        policy, headers = policy_of(info), info.data.get("headers", {})
+        headers, url = info.data.get("headers", {}), info.data.get("url")
         plain = {str(name).lower() for name in headers}
-        host = _hostname(info.data.get("url"))
-        found = []
+        host = urlsplit(url).hostname if url else None  # a url in `info.data` passed its checks
+        found: list[tuple[str, tuple[str, ...]]] = [
+            (name, problem)
+            for name, reference in secrets.items()
+            if (problem := _secret_problem(name, reference, plain, host, policy_of(info)))
+        ]
         if len(headers) + len(secrets) > _MAX_HEADERS:
-            found.append(
-                ("", refused("too_long", f"at most {_MAX_HEADERS} headers in all", "headers"))
-            )
-        for name, reference in secrets.items():
-            problem = _header_name_problem(name)
-            if problem is None and name.lower() in plain:
-                problem = ("invalid", f"{name} is also in headers; give it in one place")
-            elif problem is None and not isinstance(reference, str):
-                problem = ("type_mismatch", f"the reference for {name} must be a string")
-            elif problem is None and len(reference) > 2048:
-                problem = ("too_long", "a secret reference is at most 2048 characters")
-            elif problem is None and (refusal := reference_problem(reference, policy)):
-                problem = ("invalid", f"{refusal}, e.g. {EXAMPLES[policy.secrets]!r}")
-            elif problem is None and policy.secret_hosts is not None and host:
-                refusal = host_refusal(reference, host, policy.secret_hosts(reference))
-                problem = ("invalid", refusal) if refusal is not None else None
-            if problem is not None:
-                found.append((name, refused(*problem)))
+            found.insert(0, ("", ("too_long", f"at most {_MAX_HEADERS} headers in all", "headers")))
         _raise_all(found)
         return secrets
 
@@ -160,32 +146,21 @@ class HttpTarget(TargetDocument):
         else:
             body, sent = envelope_json(delivery.envelope).encode("utf-8"), {"Content-Type": JSON}
         headers = {**secrets, **sent}
-        outcome = post(doc, parts, body, delivery.timeout_secs, delivery.deadline, headers, policy)
+        outcome = post(doc, body, delivery.timeout_secs, delivery.deadline, headers, policy)
         values = list(secrets.values())
-        return TargetOutcome(
-            outcome.ok,
-            scrub(outcome.result, values),
-            scrub(outcome.error, values),
-            permanent=outcome.permanent,
-        )
+        result, error = scrub(outcome.result, values), scrub(outcome.error, values)
+        return dataclasses.replace(outcome, result=result, error=error)
 
 
-def _raise_all(problems: Iterable[tuple[str, Any]]) -> None:
-    """Raise each `(key, problem)` at its key of the mapping being checked ("" for itself)."""
-    found: list[InitErrorDetails] = []
-    for key, problem in problems:
-        error = problem if isinstance(problem, PydanticCustomError) else refused(*problem)
-        found.append({"type": error, "loc": (key,) if key else (), "input": None})
+def _raise_all(problems: Iterable[tuple[str, tuple[str, ...]]]) -> None:
+    """Raise each `(key, problem)`, a problem being `refused`'s arguments, at its key of the
+    mapping being checked ("" for itself)."""
+    found: list[InitErrorDetails] = [
+        {"type": refused(*problem), "loc": (key,) if key else (), "input": None}
+        for key, problem in problems
+    ]
     if found:
         raise ValidationError.from_exception_data("headers", found)
-
-
-def _hostname(url: str | None) -> str | None:
-    """The URL's host, or None when there is none to read (its own check says why)."""
-    try:
-        return urlsplit(url).hostname if isinstance(url, str) else None
-    except ValueError:
-        return None
 
 
 def _url_problems(url: str, policy: TargetPolicy) -> list[str]:
@@ -255,6 +230,25 @@ def _plain_problem(name: str, value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _secret_problem(
+    name: Any, reference: Any, plain: set[str], host: str | None, policy: TargetPolicy
+) -> tuple[str, str] | None:
+    if problem := _header_name_problem(name):
+        return problem
+    if name.lower() in plain:
+        return "invalid", f"{name} is also in headers; give it in one place"
+    if not isinstance(reference, str):
+        return "type_mismatch", f"the reference for {name} must be a string"
+    if len(reference) > 2048:
+        return "too_long", "a secret reference is at most 2048 characters"
+    if refusal := reference_problem(reference, policy):
+        return "invalid", f"{refusal}, e.g. {EXAMPLES[policy.secrets]!r}"
+    if policy.secret_hosts is not None and host:
+        refusal = host_refusal(reference, host, policy.secret_hosts(reference))
+        return None if refusal is None else ("invalid", refusal)
+    return None
+
+
 def _endpoint(parts: SplitResult) -> str:
     """The URL without its query, which is for the endpoint, not for the ledger or a log."""
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
@@ -284,7 +278,6 @@ GONE_STATUSES = frozenset({404, 410})
 
 def post(
     doc: Mapping[str, Any],
-    parts: SplitResult,
     body: bytes | None,
     timeout_secs: float,
     deadline: float,
@@ -294,6 +287,7 @@ def post(
     """Send `body` (None: a bodyless GET or HEAD) to the document's URL with the document's
     headers and then `headers` (secrets, and the body's type or the run's identity), at an
     address the policy allows, the connection pinned to it; 2xx is success."""
+    parts = urlsplit(doc["url"])
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:

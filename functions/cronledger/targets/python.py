@@ -34,7 +34,6 @@ class Unresolved(Exception):
 
 
 class PythonTarget(TargetDocument):
-    type_name: ClassVar[str] = "python"
     ref_format: ClassVar[str] = "python:{callable}"
 
     type: Literal["python"]
