@@ -434,10 +434,11 @@ def _plan(
 
 class _Writes(_Worker):
     """A pass's writes, `WRITE_BATCH` channels a statement (each channel's rows and cursor
-    move in the same one). A full batch goes to the writer thread while the pass plans on; `finish` writes the rest on the caller's thread, so a
-    small pass never starts one. One batch at most is in flight: the next waits for it, so
-    a database that fails stops the pass at the next batch (`DatabaseUnavailable`), not after
-    every batch has waited out its timeout. Leaving waits for the one in flight."""
+    move in the same one). A full batch goes to the writer thread while the pass plans on;
+    `finish` writes the rest on the caller's thread, so a small pass never starts one. One
+    batch at most is in flight: the next waits for it, so a database that fails stops the
+    pass at the next batch (`DatabaseUnavailable`), not after every batch has waited out its
+    timeout. Leaving waits for the one in flight."""
 
     def __init__(self, ledger: ReconcilePort, report: PassReport) -> None:
         super().__init__("reconcile-write")

@@ -22,7 +22,7 @@ from cronledger.cron.walk import (
     EPOCH,
     FIRST_SECOND,
     LAST_SECOND,
-    Instants,
+    Bounded,
     Survey,
     ceil_seconds,
     floor_seconds,
@@ -116,7 +116,7 @@ class Schedule:
     ends_at: datetime | None
     jitter_secs: int
     config_hash: str
-    _calendar: Instants = field(repr=False)
+    _calendar: Bounded = field(repr=False)
     #: Who is told of what (not in `config_hash`: it never moves when the channel fires).
     alerts: AlertRules = field(default_factory=AlertRules)
 
