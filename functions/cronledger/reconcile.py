@@ -1,12 +1,13 @@
 """Reconcile: stored schedules in, durable occurrences out (docs/guarantees.md#reconcile).
 
-A pass writes a channel's rows and its cursor move in one statement
-(`OccurrenceStore.materialise`), and the rows land only if the cursor's compare-and-set wins:
-a pass that dies before writing leaves the cursor where the next pass plans the same; of two
-peers running one pass, one wins each cursor (and rows are UNIQUE per instant); a plan that an
-edit's reset overtook loses, even a reset onto the same instant, since the move names the
-scheduling hash it was planned under. So no lease guards a pass: two reconcilers produce the
-same ledger. Planning is pure (`Schedule.plan_pass`); this module does the writes.
+A pass writes a channel's rows and its cursor move together (`OccurrenceStore.materialise`:
+one statement on PostgreSQL, one transaction on SQLite); the rows land only if the cursor's
+compare-and-set wins. A pass that dies before writing leaves the cursor where the next pass
+plans the same; of two peers running one pass, one wins each cursor (and rows are UNIQUE per
+instant); a plan an edit's reset overtook loses, even a reset onto the same instant, since the
+move names the scheduling hash it was planned under. So no lease guards a pass: two
+reconcilers produce the same ledger. Planning is pure (`Schedule.plan_pass`); this module does
+the writes, on two connections at most (`_pages`, `_Writes`).
 
 A pass reads only index ranges, a page at a time: the changes channel writes noted
 (`CursorStore.noted_changes`) and the running cursors due by the horizon
