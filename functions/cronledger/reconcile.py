@@ -1,44 +1,20 @@
 """Reconcile: stored schedules in, durable occurrences out (docs/guarantees.md#reconcile).
 
-A pass decides where each cursor should be, plans what is due, and writes the rows and the
-cursor moves together (`OccurrenceStore.materialise`: one statement on PostgreSQL, one transaction on
-SQLite). A channel gets its rows only if its cursor compare-and-set wins, so:
+A pass writes a channel's rows and its cursor move together (`OccurrenceStore.materialise`:
+one statement on PostgreSQL, one transaction on SQLite); the rows land only if the cursor's
+compare-and-set wins. A pass that dies before writing leaves the cursor where the next pass
+plans the same; of two peers running one pass, one wins each cursor (and rows are UNIQUE per
+instant); a plan an edit's reset overtook loses, even a reset onto the same instant, since the
+move names the scheduling hash it was planned under. So no lease guards a pass: two
+reconcilers produce the same ledger. Planning is pure (`Schedule.plan_pass`); this module does
+the writes, on two connections at most (`_pages`, `_Writes`).
 
-| meanwhile…                     | outcome                                                     |
-|--------------------------------|-------------------------------------------------------------|
-| the pass dies before writing   | the cursor has not moved: the next pass plans the same      |
-| a peer runs the same pass      | one wins each cursor and inserts its rows; the other writes |
-|                                | nothing for that channel (and rows are UNIQUE per instant)  |
-| an edit resets a cursor        | the stale plan loses the compare-and-set (it also names the |
-|                                | scheduling hash it planned under, so a reset onto the same  |
-|                                | instant is still a change): none of its rows land           |
-
-No lease guards a pass: two reconcilers produce the same ledger. Planning is pure
-(`Schedule.plan_pass`); this module only does the writes, batched: the rows and cursor moves
-of up to `WRITE_BATCH` due channels go in one statement, each channel's all in the same one.
-A full batch is written on a thread of its own while the pass plans the next, and the next
-page of due cursors is read on another while the pass plans this one, so the database's work
-overlaps the planning instead of alternating with it; a pass holds two connections at most.
-If a batch fails, the pass falls back to one channel at a time, so one bad channel cannot
-stop the others.
-
-A pass reads two things, each a page at a time through an index, so its cost follows what is
-due and what changed, never the number of channels installed (an idle pass reads two empty
-index ranges): the channel changes its writes noted (`CursorStore.noted_changes`), and the running
-cursors due by the horizon (`CursorStore.due_cursors`). A cursor is (re)initialised at the first
-instant after *now* when it is new, its scheduling hash changed, or it was paused: never
-back-filled from when the channel was written; the cursor writes of a page (inits, adopted
-versions, pauses) are one statement each, and a note is forgotten with them.
-
-A pass may be split into shards by a stable hash of `channel_id` (`Shard`): each reads and
-writes only its own channels, so shards run in parallel (threads here, invocations on AWS),
-one that dies is redone by the next pass, and passes split differently still agree.
-
-A schedule bounds itself (`at`, `starts_at`, `ends_at`), so when its last instant is written
-the plan's next cursor is None and the cursor parks: the channel has ended, and an idle pass
-never looks at it again. Editing it so it has instants again (a later `ends_at`) changes its
-scheduling hash, which re-initialises the cursor from now. Each row of a jittered channel is
-due at `Schedule.due_at(instant)`; its identity stays the instant.
+A pass reads only index ranges, a page at a time: the changes channel writes noted
+(`CursorStore.noted_changes`) and the running cursors due by the horizon
+(`CursorStore.due_cursors`), so its cost follows what is due and what changed, never the
+channels installed. A schedule bounds itself (`at`, `starts_at`, `ends_at`): after its last
+instant the plan's next cursor is None and the cursor parks, never looked at again; an edit
+that gives it instants again changes its scheduling hash, which restarts the cursor from now.
 """
 
 from __future__ import annotations
@@ -51,7 +27,7 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from cronledger import metrics
 from cronledger.cron import PassPlan, Schedule, ScheduleInvalid
@@ -86,9 +62,12 @@ from cronledger.targets import target_ref
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from cronledger.ledger.cursors import NotedChange
     from cronledger.ledger.models import ScheduleWork
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_P = TypeVar("_P")
 
 JOB = "reconcile"
 #: Retention is housekeeping, not a per-pass duty.
@@ -244,9 +223,14 @@ def _line_up_changes(
     initialise or reset it, adopt a new version, or pause it; forget each note made good.
     Answers the channels whose cursor it initialised: the pass plans them no further."""
     reset: set[str] = set()
-    after: str | None = None
-    while page := ledger.cursors.noted_changes(shard, after=after, limit=READ_PAGE):
-        writes = CursorWrites()
+
+    def read(after: str | None) -> list[NotedChange]:
+        return ledger.cursors.noted_changes(shard, after=after, limit=READ_PAGE)
+
+    def last(page: list[NotedChange]) -> str:
+        return max(noted.work.channel_id for noted in page)
+
+    for page, writes in _pages(ledger, read, last):
         for noted in page:
             work = noted.work
             try:
@@ -257,12 +241,7 @@ def _line_up_changes(
                 _fail(report.failed, work.channel_id, exc)
                 continue  # noted still: looked at again next pass
             writes.seen.append((work.channel_id, noted.change))
-        ledger.cursors.write_cursors(writes)
         reset.update(init.channel_id for init in writes.inits)
-        _collect_page_cycles()
-        if len(page) < READ_PAGE:
-            break
-        after = max(noted.work.channel_id for noted in page)
     return reset
 
 
@@ -310,13 +289,14 @@ def _plan_due(
 ) -> Iterator[_Planned]:
     """The plan of every due cursor in the shard, a page at a time, but those `reset` this
     pass (a cursor whose channel changed since the notes were read is brought in line
-    instead, as a noted one is). While a full page is planned, the next is read (`_ReadAhead`)."""
+    instead, as a noted one is). While a full page is planned, the next is read."""
     window = _Window(now, now + settings.lookahead, settings.misfire_grace, settings.max_catch_up)
-    with _ReadAhead(ledger, window.horizon, shard) as pages:
-        page = pages.read()
-        while page:
-            pages.read_after(page)
-            writes = CursorWrites()
+
+    def read(after: tuple[datetime, str] | None) -> list[ScheduleWork]:
+        return ledger.cursors.due_cursors(window.horizon, shard, after=after, limit=READ_PAGE)
+
+    with _Worker("reconcile-read") as reader:
+        for page, writes in _pages(ledger, read, page_end, reader):
             for work in page:
                 state = work.state
                 assert state is not None and state.next_fire_at is not None
@@ -334,60 +314,55 @@ def _plan_due(
                     _fail(report.failed, work.channel_id, exc)
                 if planned is not None:
                     yield planned
-            # The page read ahead is in: its connection is free for the page's cursor writes.
-            page = pages.next()
-            ledger.cursors.write_cursors(writes)
-            del writes  # freed now: the collection need not walk them
-            _collect_page_cycles()
 
 
-class _ReadAhead:
-    """The pages of a pass's due cursors, read one page ahead: while the pass plans a full
-    page, the next is read on a thread of its own, so the database's read overlaps the
-    planning instead of preceding it. A pass with one page never starts the thread.
+class _Worker:
+    """A pass's thread for one kind of work, started by its first task: a pass that needs
+    none never starts it. Leaving waits for the task running."""
 
-    The pass holds no more connections than it would without it: `next` answers only once
-    the read ahead is in, and the next read starts only when the pass asks for it
-    (`read_after`), so the pass's own writes between the two (the page's cursor writes) run
-    while no read does; the other connection is the writer's (`_Writes`). A read that fails
-    raises from `next`, in the pass."""
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._pool: ThreadPoolExecutor | None = None
 
-    def __init__(self, ledger: ReconcilePort, horizon: datetime, shard: Shard) -> None:
-        self._ledger = ledger
-        self._horizon = horizon
-        self._shard = shard
-        self._reader: ThreadPoolExecutor | None = None
-        self._ahead: Future[list[ScheduleWork]] | None = None
-
-    def __enter__(self) -> _ReadAhead:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self._reader is not None:
-            self._reader.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
-    def read_after(self, page: list[ScheduleWork]) -> None:
-        """Start reading the page after `page`, if there may be one (`page` is full)."""
-        if len(page) < READ_PAGE:
-            return
-        if self._reader is None:
-            from concurrent.futures import ThreadPoolExecutor
+    def submit(self, task: Callable[..., _T], *args: object) -> Future[_T]:
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor  # most passes need no thread
 
-            self._reader = ThreadPoolExecutor(1, thread_name_prefix="reconcile-read")
-        self._ahead = self._reader.submit(self.read, page_end(page))
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+        return self._pool.submit(task, *args)
 
-    def next(self) -> list[ScheduleWork]:
-        """The page read ahead (empty when there is none)."""
-        if self._ahead is None:
-            return []
-        ahead, self._ahead = self._ahead, None
-        return ahead.result()
 
-    def read(self, after: tuple[datetime, str] | None = None) -> list[ScheduleWork]:
-        """The page of due cursors after `after`, read now."""
-        return self._ledger.cursors.due_cursors(
-            self._horizon, self._shard, after=after, limit=READ_PAGE
-        )
+def _pages(
+    ledger: ReconcilePort,
+    read: Callable[[_P | None], list[_T]],
+    after: Callable[[list[_T]], _P],
+    reader: _Worker | None = None,
+) -> Iterator[tuple[list[_T], CursorWrites]]:
+    """The pages `read` answers, each from `after` the one before, each with the cursor
+    writes the caller adds for it, written before the next page is asked for. With `reader`,
+    the page after a full one is read on it while the caller works through this one, so the
+    database's read overlaps the planning instead of preceding it. The pass holds no more
+    connections for it: the cursor writes wait for that read, and the next read waits for
+    them; the other connection is the writer's (`_Writes`). A failed read raises here."""
+    page = read(None)
+    while page:
+        position = after(page) if len(page) >= READ_PAGE else None
+        ahead = None if position is None or reader is None else reader.submit(read, position)
+        writes = CursorWrites()
+        yield page, writes
+        page.clear()  # the caller is done with it: freed before the page's collection
+        page = [] if ahead is None else ahead.result()
+        ledger.cursors.write_cursors(writes)
+        _collect_page_cycles()
+        if position is not None and ahead is None:
+            page = read(position)
 
 
 @dataclass(frozen=True)
@@ -458,39 +433,28 @@ def _plan(
     return _Planned(rows, move, skipped)
 
 
-class _Writes:
-    """A pass's writes, `WRITE_BATCH` channels a statement. A full batch goes to a writer
-    thread while the pass plans on; `finish` writes the rest on the caller's thread, so a
-    small pass never starts one. One batch at most is in flight: the next waits for it, so
-    a database that fails stops the pass at the next batch (`DatabaseUnavailable`), not after
-    every batch has waited out its timeout. Leaving waits for the one in flight."""
+class _Writes(_Worker):
+    """A pass's writes, `WRITE_BATCH` channels a statement (each channel's rows and cursor
+    move in the same one). A full batch goes to the writer thread while the pass plans on;
+    `finish` writes the rest on the caller's thread, so a small pass never starts one. One
+    batch at most is in flight: the next waits for it, so a database that fails stops the
+    pass at the next batch (`DatabaseUnavailable`), not after every batch has waited out its
+    timeout. Leaving waits for the one in flight."""
 
     def __init__(self, ledger: ReconcilePort, report: PassReport) -> None:
+        super().__init__("reconcile-write")
         self._ledger = ledger
         self._report = report
         self._batch: list[_Planned] = []
-        self._writer: ThreadPoolExecutor | None = None
         self._in_flight: tuple[list[_Planned], Future[_Written]] | None = None
-
-    def __enter__(self) -> _Writes:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self._writer is not None:
-            self._writer.shutdown(wait=True)
 
     def add(self, planned: _Planned) -> None:
         self._batch.append(planned)
         if len(self._batch) < WRITE_BATCH:
             return
         self._settle()
-        if self._writer is None:
-            # Loaded by the first pass that needs it: most passes write one batch.
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="reconcile-write")
         batch, self._batch = self._batch, []
-        self._in_flight = batch, self._writer.submit(_write_batch, self._ledger, batch)
+        self._in_flight = batch, self.submit(_write_batch, self._ledger, batch)
 
     def finish(self) -> None:
         self._settle()

@@ -1,17 +1,10 @@
 """A compiled `Schedule`: when it fires, and what one reconcile pass should write.
 
 Pure: the caller passes `now` (the database's clock) and gets a plan, so every misfire rule
-can be tested exhaustively and two reconcilers planning one pass agree row for row. Every
-answer keeps to the schedule's `starts_at`/`ends_at` bounds, so reconcile, preview, status and
-backfill agree without re-checking them. An instant's row is due `jitter` after it: a keyed
-hash of (channel, instant), the same in every process, shorter than the schedule's shortest
-gap, so due times keep the instants' order.
-
-A pass (docs/guarantees.md#misfire): instants due at or after `now - grace` are late and always
-written; older ones are misfired, and `skip` keeps none, `latest` the newest, `catch_up` the
-oldest `min(max_catch_up, instance_max_catch_up)`; the dropped ones are counted exactly in one
-`SkipSummary`. `next_cursor` is the first instant after `now` (None when none is left); when
-the late instants alone exceed `WALK_LIMIT`, it is the first one not kept, so nothing is lost.
+(docs/guarantees.md#misfire) can be tested exhaustively and two reconcilers planning one pass
+agree row for row. Every answer keeps to the schedule's `starts_at`/`ends_at` bounds, so
+reconcile, preview, status and backfill agree without re-checking them. When the late instants
+of a pass alone exceed `WALK_LIMIT`, its next cursor is the first one not kept: none is lost.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from cronledger.cron.walk import (
     EPOCH,
     FIRST_SECOND,
     LAST_SECOND,
-    Instants,
+    Bounded,
     Survey,
     ceil_seconds,
     floor_seconds,
@@ -55,7 +48,8 @@ def is_misfired(due_at: datetime, now: datetime, grace: timedelta) -> bool:
 
 def jitter(channel_id: str, scheduled_for: datetime, jitter_secs: int) -> timedelta:
     """How long after `scheduled_for` its row is due: whole milliseconds in `[0, jitter_secs)`,
-    from a hash of channel and instant (never `hash()`, which differs between processes)."""
+    from a hash of channel and instant (never `hash()`, which differs between processes).
+    It is shorter than the schedule's shortest gap (`config`), so due times keep its order."""
     if jitter_secs <= 0:
         return timedelta(0)
     if scheduled_for.tzinfo is None:
@@ -63,6 +57,12 @@ def jitter(channel_id: str, scheduled_for: datetime, jitter_secs: int) -> timede
     key = f"{channel_id}\n{int(scheduled_for.timestamp() // 1)}".encode()
     digest = hashlib.blake2b(key, digest_size=8, person=b"cronledger.jit").digest()
     return timedelta(milliseconds=int.from_bytes(digest, "big") % (jitter_secs * 1000))
+
+
+def _require_count(value: int, least: int, requirement: str) -> None:
+    """Refuse a `value` that is not an integer (a boolean is not one) of at least `least`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{requirement}, got {value!r}")
 
 
 def kept_misfires(policy: MisfirePolicy, count: int, catch_up: int) -> range:
@@ -116,7 +116,7 @@ class Schedule:
     ends_at: datetime | None
     jitter_secs: int
     config_hash: str
-    _calendar: Instants = field(repr=False)
+    _calendar: Bounded = field(repr=False)
     #: Who is told of what (not in `config_hash`: it never moves when the channel fires).
     alerts: AlertRules = field(default_factory=AlertRules)
 
@@ -141,8 +141,7 @@ class Schedule:
         `min(cap, WALK_LIMIT)` of them, earliest first. An inverted window is empty."""
         lo = ceil_seconds(require_utc(start, "start"))
         hi = floor_seconds(require_utc(end, "end"))
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-            raise ValueError(f"cap must be a non-negative integer, got {cap!r}")
+        _require_count(cap, 0, "cap must be a non-negative integer")
         return [instant(s) for s in self._calendar.instants(lo, hi, min(cap, WALK_LIMIT))]
 
     def next_after(self, t: datetime) -> datetime | None:
@@ -166,44 +165,41 @@ class Schedule:
         if shared is not None and (plan := shared.get(key)) is not None:
             return plan  # made from these very arguments, which passed every check then
         cursor_s = ceil_seconds(require_utc(cursor, "cursor"))
-        now_utc = require_utc(now, "now")
+        now = require_utc(now, "now")
         if not isinstance(grace, timedelta) or grace < timedelta(0):
             raise ValueError(f"grace must be a non-negative timedelta, got {grace!r}")
-        if (
-            isinstance(instance_max_catch_up, bool)
-            or not isinstance(instance_max_catch_up, int)
-            or instance_max_catch_up < 1
-        ):
-            raise ValueError(
-                f"instance_max_catch_up must be an integer >= 1, got {instance_max_catch_up!r}"
-            )
-        now_s = floor_seconds(now_utc)
-        late_cutoff = ceil_seconds(now_utc - grace) if grace < now_utc - EPOCH else FIRST_SECOND
+        _require_count(instance_max_catch_up, 1, "instance_max_catch_up must be an integer >= 1")
+        now_s = floor_seconds(now)
+        late_cutoff = ceil_seconds(now - grace) if grace < now - EPOCH else FIRST_SECOND
         catch_up = min(self.max_catch_up, instance_max_catch_up)
-        head = (catch_up if self.misfire_policy == "catch_up" else 0) + 1
 
         # Most passes find a few instants due: one walk lists them and the next one.
         few = self._calendar.instants(cursor_s, LAST_SECOND, FEW_DUE + 1)
         due = [s for s in few if s <= now_s]
-        if len(due) <= FEW_DUE:
-            split = bisect_left(due, late_cutoff)
-            misfired = Survey(split, due[: min(split, head)], due[max(0, split - 3) : split])
-            late = due[split:]
-            if (
-                still_late := self._late_by_jitter(misfired, late_cutoff, now_utc, grace)
-            ) is not None:
-                misfired, late = misfired.without_newest(), [still_late, *late]
-            next_cursor = few[len(due)] if len(few) > len(due) else None
-            plan = self._plan(misfired, catch_up, late, next_cursor)
-            if shared is not None and not split:  # none misfired: no policy, no jitter in it
-                shared[key] = plan
-            return plan
+        if len(due) > FEW_DUE:
+            return self._plan_outage(cursor_s, now, grace, late_cutoff, catch_up)
+        split = bisect_left(due, late_cutoff)
+        head = due[: min(split, self._listed(catch_up))]
+        misfired = Survey(split, head, due[max(0, split - 3) : split])
+        misfired, still_late = self._late_by_jitter(misfired, late_cutoff, now, grace)
+        late = due[split:] if still_late is None else [still_late, *due[split:]]
+        next_cursor = few[len(due)] if len(few) > len(due) else None
+        plan = self._plan(misfired, catch_up, late, next_cursor)
+        if shared is not None and not split:  # none misfired: no policy, no jitter in it
+            shared[key] = plan
+        return plan
 
-        # After an outage: count what was missed without listing it.
+    def _plan_outage(
+        self, cursor_s: int, now: datetime, grace: timedelta, late_cutoff: int, catch_up: int
+    ) -> PassPlan:
+        """`plan_pass` after an outage: what was missed is counted without listing it."""
+        now_s = floor_seconds(now)
         late_from = max(cursor_s, late_cutoff)
-        misfired = self._calendar.survey(cursor_s, min(late_from - 1, now_s), head)
-        if (still_late := self._late_by_jitter(misfired, late_cutoff, now_utc, grace)) is not None:
-            misfired, late_from = misfired.without_newest(), still_late
+        misfired = self._calendar.survey(
+            cursor_s, min(late_from - 1, now_s), self._listed(catch_up)
+        )
+        misfired, still_late = self._late_by_jitter(misfired, late_cutoff, now, grace)
+        late_from = late_from if still_late is None else still_late
         # Asking for one instant more than there is room for tells a truncated walk apart.
         room = WALK_LIMIT - len(kept_misfires(self.misfire_policy, misfired.count, catch_up))
         late = self._calendar.instants(late_from, now_s, room + 1)
@@ -213,17 +209,25 @@ class Schedule:
             misfired, catch_up, late, self._calendar.first(max(now_s + 1, cursor_s), LAST_SECOND)
         )
 
+    def _listed(self, catch_up: int) -> int:
+        """How many of the oldest misfired instants a plan lists: those `catch_up` keeps, and
+        the first one dropped, which the summary names."""
+        return (catch_up if self.misfire_policy == "catch_up" else 0) + 1
+
     def _late_by_jitter(
         self, misfired: Survey, late_cutoff: int, now: datetime, grace: timedelta
-    ) -> int | None:
-        """The newest instant before the cutoff if its jitter carries its row past it; only that
-        one can be, since the jitter is shorter than every gap."""
+    ) -> tuple[Survey, int | None]:
+        """`misfired` without its newest instant, and that instant, if its jitter carries its
+        row past the cutoff; only that one can be, since the jitter is shorter than every gap.
+        Else `misfired` as it is, and None."""
         if not self.jitter_secs or not misfired.count:
-            return None
+            return misfired, None
         newest = misfired.tail[-1]
         if newest < late_cutoff - self.jitter_secs:
-            return None
-        return None if is_misfired(self.due_at(instant(newest)), now, grace) else newest
+            return misfired, None
+        if is_misfired(self.due_at(instant(newest)), now, grace):
+            return misfired, None
+        return misfired.without_newest(), newest
 
     def _plan(
         self, misfired: Survey, catch_up: int, late: list[int], next_cursor: int | None

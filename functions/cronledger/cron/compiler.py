@@ -56,7 +56,7 @@ def compile_schedule(
         at=config.at if isinstance(config, OneTime) else None,
         timezone=config.timezone,
         payload_json=payload_json(config.payload),
-        misfire_policy=config.misfire,
+        misfire_policy=config.misfire_policy,
         max_catch_up=config.max_catch_up,
         concurrency_policy=config.concurrency.policy,
         concurrency_key=config.concurrency.key or channel_id,
@@ -79,9 +79,9 @@ def _config_hash(config: Recurring | OneTime) -> str:
     instants) and `max_catch_up` except under `catch_up`. A key adds its part only when
     given, so a schedule without it hashes as before."""
     digest = hashlib.sha256()
-    bound = str(config.max_catch_up) if config.misfire == "catch_up" else ""
+    bound = str(config.max_catch_up) if config.misfire_policy == "catch_up" else ""
     expression = config.schedule if isinstance(config, Recurring) else ""
-    parts = ["cronledger.schedule/1", expression, config.timezone, config.misfire, bound]
+    parts = ["cronledger.schedule/1", expression, config.timezone, config.misfire_policy, bound]
     if isinstance(config, OneTime):
         parts += ["at", config.at]
     else:

@@ -1,14 +1,10 @@
 """`transport_config` as models: the one home of its limits, its JSON schema and its checks.
 
-A document is a recurring `schedule` or a one-time `at` (told apart by which key it has). The
-calendar checks live with the keys they judge and read the keys validated before them: a
-`schedule` that never fires in the next 5 years (from the context's `now`), a `starts_at`/
-`ends_at` window holding no instant, a jitter not shorter than the shortest gap (clock changes
-included), an `at` the clocks skip. `null` for a key is a type mismatch (only leaving it out
-means the default); a zone without `/` other than `UTC` is refused as ambiguous; random and
-hashed fields (`R`, `H`) are refused, since a schedule must fire at the same instants every
-time it is compiled; an `at` or `ends_at` in the past is accepted (a channel outlives its last
-instant); bounds with `at` are refused.
+A document is a recurring `schedule` or a one-time `at`, told apart by which key it has. The
+calendar checks live with the keys they judge and read the keys validated before them. A
+schedule must fire at the same instants every time it is compiled, so random and hashed fields
+(`R`, `H`) are refused; an `at` or `ends_at` in the past is accepted (a channel outlives its
+last instant).
 """
 
 from __future__ import annotations
@@ -42,7 +38,13 @@ from pydantic_core import InitErrorDetails
 
 from cronledger.alerts import Alerts
 from cronledger.cron.compiled import ConcurrencyPolicy, MisfirePolicy, RetryPolicy
-from cronledger.cron.expression import ExpressionRefused, parse_expression
+from cronledger.cron.expression import (
+    DAY_OF_MONTH,
+    DAY_OF_WEEK,
+    FIELDS,
+    ExpressionRefused,
+    parse_expression,
+)
 from cronledger.cron.walk import (
     FIRST_SECOND,
     LAST_SECOND,
@@ -71,14 +73,8 @@ _LOCK_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _EXAMPLE: Final = "a daily 02:15 is `0 15 2 * * *`"
 _BOUND_EXAMPLE: Final = 'e.g. "2026-09-01T00:00:00Z" or "2026-09-01T02:00:00+02:00"'
 _ALERTS_EXAMPLE: Final = {"on": ["failed", "overdue", "recovered"], "overdue_after_secs": 3600}
-_FIELDS: Final = (
-    ("second", "0-59"),
-    ("minute", "0-59"),
-    ("hour", "0-23"),
-    ("day-of-month", "1-31, L or nW"),
-    ("month", "1-12 or JAN-DEC"),
-    ("day-of-week", "0-7 or SUN-SAT, with L or #n"),
-)
+#: What croniter reads in a day field beyond its plain values, for `_explain_parse_error`.
+_DAY_FORMS: Final = {DAY_OF_MONTH: ", L or nW", DAY_OF_WEEK: ", with L or #n"}
 _NICKNAMES: Final = {
     "@yearly": "0 0 0 1 1 *",
     "@annually": "0 0 0 1 1 *",
@@ -191,13 +187,13 @@ def _expression(value: Any) -> str:
             fix = f"there is no year field, drop it: `{' '.join(fields[:6])}`"
         else:
             fix = _EXAMPLE
-        shape = " ".join(name for name, _ in _FIELDS)
+        shape = " ".join(field.name for field in FIELDS)
         raise refused("invalid", f"has {len(fields)} field(s), needs six ({shape}); {fix}")
-    for (name, _), text in zip(_FIELDS, fields, strict=True):
+    for field, text in zip(FIELDS, fields, strict=True):
         if any(item[:1].upper() in ("R", "H") for item in text.split(",")):
             raise refused(
                 "invalid",
-                f"the {name} field `{text}` is random or hashed (R/H); a schedule must fire "
+                f"the {field.name} field `{text}` is random or hashed (R/H); a schedule must fire "
                 "at the same instants every time it is read: use fixed values",
             )
     try:
@@ -224,13 +220,14 @@ def _croniter_refusal(expression: str) -> str | None:
 
 def _explain_parse_error(fields: list[str], exc: Exception) -> str:
     """Name the field at fault by parsing each one alone, the others left as `*`."""
-    for i, (name, allowed) in enumerate(_FIELDS):
+    for i, field in enumerate(FIELDS):
         probe = ["*"] * 6
         probe[i] = fields[i]
         try:
             croniter(" ".join(probe), second_at_beginning=True)
         except Exception:
-            return f"the {name} field `{fields[i]}` is not valid; allowed: {allowed}"
+            allowed = field.allowed + _DAY_FORMS.get(field, "")
+            return f"the {field.name} field `{fields[i]}` is not valid; allowed: {allowed}"
     return f"`{' '.join(fields)}` does not parse ({exc}); {_EXAMPLE}"
 
 
@@ -313,6 +310,7 @@ class _Inline:
 
 Zone = Annotated[str, BeforeValidator(_zone), Field(json_schema_extra={"example": "Europe/London"})]
 Bound = Annotated[datetime | None, BeforeValidator(_bound)]
+_NoBound = _refuse_with_at("bounds a recurring `schedule`; a one-time `at` fires once: drop it")
 
 
 # --- the document -----------------------------------------------------------------------------
@@ -400,11 +398,6 @@ class _Common(Document):
             f"after an outage (1..{MAX_CATCH_UP_LIMIT})"
         )
         return [{"type": refused("required", message), "loc": ("max_catch_up",), "input": None}]
-
-    @property
-    def misfire(self) -> MisfirePolicy:
-        policy: MisfirePolicy = self.misfire_policy
-        return policy
 
 
 class Recurring(_Common):
@@ -500,12 +493,8 @@ class OneTime(_Common):
         "not both",
         instead="at",
     )
-    starts_at: _refuse_with_at(  # type: ignore[valid-type]
-        "bounds a recurring `schedule`; a one-time `at` fires once: drop it"
-    )
-    ends_at: _refuse_with_at(  # type: ignore[valid-type]
-        "bounds a recurring `schedule`; a one-time `at` fires once: drop it"
-    )
+    starts_at: _NoBound  # type: ignore[valid-type]
+    ends_at: _NoBound  # type: ignore[valid-type]
 
     @field_validator("at", mode="before")
     @classmethod

@@ -54,6 +54,7 @@ MONTH: Final = _Field("month", 1, 12, "year", MONTHS)
 # to Saturday; 7 (Sunday again) only when written.
 WEEKDAYS: Final = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 DAY_OF_WEEK: Final = _Field("day-of-week", 0, 7, "week", WEEKDAYS, every=6)
+FIELDS: Final = (SECOND, MINUTE, HOUR, DAY_OF_MONTH, MONTH, DAY_OF_WEEK)
 
 
 @dataclass(frozen=True, slots=True)

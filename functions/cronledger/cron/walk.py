@@ -58,8 +58,9 @@ class Survey:
 
 @dataclass(frozen=True, slots=True)
 class Bounded:
-    """A schedule's instants: its calendar's, kept to `[lo, hi]` (`starts_at` to `ends_at`; a
-    one-time `at` is `EVERY_SECOND` kept to its one second), so nothing outside is answered."""
+    """A schedule's instants in integer UTC seconds, windows inclusive: its calendar's, kept
+    to `[lo, hi]` (`starts_at` to `ends_at`; a one-time `at` is `EVERY_SECOND` kept to its one
+    second), so nothing outside is answered."""
 
     inner: Calendar
     lo: int
@@ -73,10 +74,6 @@ class Bounded:
 
     def survey(self, lo: int, hi: int, head: int) -> Survey:
         return self.inner.survey(max(lo, self.lo), min(hi, self.hi), head)
-
-
-#: What a `Schedule` asks when it fires, in integer UTC seconds, windows inclusive.
-Instants = Bounded
 
 
 @lru_cache(maxsize=1024)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cronledger.ledger.models import DeadlineReached
@@ -41,20 +42,14 @@ def deadline(until: float) -> Iterator[None]:
         _deadline.reset(token)
 
 
+@dataclass(frozen=True)
 class BoundedConnect:
     """A SQLAlchemy `do_connect` hook that opens the connection itself, with a fresh
     `password()` each time when one is given (an IAM token)."""
 
-    def __init__(
-        self,
-        connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
-        password: Callable[[], str] | None = None,
-        *,
-        prepared_statements: bool = True,
-    ) -> None:
-        self.connect_timeout = connect_timeout_secs
-        self.password = password
-        self.prepared_statements = prepared_statements
+    connect_timeout: float = CONNECT_TIMEOUT_SECS
+    password: Callable[[], str] | None = None
+    prepared_statements: bool = field(default=True, kw_only=True)
 
     def __call__(self, dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
         params = dict(cparams)

@@ -1,22 +1,14 @@
 """Cursors: per channel, the next instant not yet materialised (`cron_schedule_state`).
 
-A cursor only moves by compare-and-set on the value the caller planned from and the
-scheduling hash it planned under, and only while it is not paused, so of two reconcilers
-that planned the same pass exactly one advances it (and, through `materialise`, inserts its
-rows); the loser re-plans next pass and finds nothing left to do. The value alone is not
-enough: an edit's reset can land on the very instant a stale plan starts from, and only the
-hash then tells the two schedules apart. A pause keeps the cursor's value and hash: without
-the third condition a plan read before the pause would still win, and land rows (lookahead
-ones too) after it.
+A cursor only moves by compare-and-set on the value the caller planned from, the scheduling
+hash it planned under, and while it is not paused, so of two reconcilers that planned the same
+pass exactly one advances it (and, through `materialise`, inserts its rows). The value alone is
+not enough: an edit's reset can land on the very instant a stale plan starts from, and only the
+hash tells the two apart. A pause keeps value and hash: without the third condition a plan read
+before the pause would still land rows (lookahead ones too) after it.
 
-Resetting or pausing a cursor also removes the channel's not-yet-due `pending` cron rows in
-the same transaction: a lookahead pass may have materialised them under the schedule that
-is being replaced or paused, and they must not fire.
-
-A pass reads its work through indexes, never by comparing every channel with its cursor:
-each channel write notes the channel in `cron_channel_changes` in its own transaction, and a
-pass reads those notes and the running cursors due by its horizon, a page at a time, in a
-shard of the channels if it is one (`cronledger.ledger.shards`).
+A pass reads its work through indexes, never by comparing every channel with its cursor: each
+channel write notes the channel in `cron_channel_changes` in its own transaction.
 """
 
 from __future__ import annotations
@@ -233,7 +225,8 @@ class CursorStore(Store):
         never back to an older version), the cursors to pause (an already paused one keeps
         the instant it was first paused at), and the noted changes these bring in line,
         forgotten only if no write has noted another since they were read. Resets and pauses
-        drop the channel's not-yet-due cron rows."""
+        drop the channel's not-yet-due cron rows: written ahead under the schedule they end,
+        they must not fire."""
         if writes:
             with self._write() as conn:
                 self._write_cursors_in(conn, writes)
@@ -436,17 +429,10 @@ def _noting(note: Any) -> Any:
 def _state_of_json(values: list[Any]) -> ScheduleState:
     """A cursor `json_rows` carried: its table's columns, in the table's order (which is
     `ScheduleState`'s)."""
-    channel_id, version, config_hash, next_fire_at, paused_at, updated_at = values
-    updated = _instant_of_json(updated_at)
-    assert updated is not None  # a NOT NULL column
-    return ScheduleState(
-        channel_id,
-        version,
-        config_hash,
-        _instant_of_json(next_fire_at),
-        _instant_of_json(paused_at),
-        updated,
-    )
+    channel_id, version, config_hash, *instants = values
+    next_fire_at, paused_at, updated_at = map(_instant_of_json, instants)
+    assert updated_at is not None  # a NOT NULL column
+    return ScheduleState(channel_id, version, config_hash, next_fire_at, paused_at, updated_at)
 
 
 def page_end(page: list[ScheduleWork]) -> tuple[datetime, str]:
