@@ -176,9 +176,10 @@ def apply(
     """Create the channels of a file (or a module's declarations), or write a new version of
     each that exists by name; with `--prune`, archive the selected channels the input no
     longer holds."""
-    query = {"dry_run": "true"} if dry_run else {}
-    if allow_past:
-        query["allow_past_at"] = "true"
+    query = {
+        "dry_run": "true" if dry_run else None,
+        "allow_past_at": "true" if allow_past else None,
+    }
     given, labels = _input(file, from_module, prune, selector)
     outcomes = [_apply(s, d, dry_run, query) for d in given]
     if prune and not any(o["outcome"] == "refused" for o in outcomes):
@@ -230,7 +231,7 @@ def _prune(s: Session, channel: dict[str, Any], dry_run: bool) -> dict[str, Any]
     return {"name": name, "outcome": "archived", "channel_id": channel["channel_id"]}
 
 
-def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str]) -> dict[str, Any]:
+def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, Any]) -> dict[str, Any]:
     """One document applied (or compared, with `dry_run`); said as soon as it is known, so
     a failure part-way through a file still shows what was done."""
     outcome: dict[str, Any] = {"name": document.name, "where": document.where}
@@ -239,9 +240,8 @@ def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str])
             raise UsageError(document.problem)
         outcome |= _applied(s, document.body, dry_run, query)
     except (ApiError, UsageError) as exc:
-        outcome |= {"outcome": "refused", "error": str(exc)}
         details = exc.details if isinstance(exc, ApiError) else []
-        outcome["details"] = details
+        outcome |= {"outcome": "refused", "error": str(exc), "details": details}
         s.out.say(s.out.status("refused"), f"  {document.where}: {document.name}: {exc}")
         for detail in details:
             s.out.say(f"    {detail.get('path')}: {detail.get('message')}")
@@ -255,13 +255,13 @@ def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str])
 
 
 def _applied(
-    s: Session, body: dict[str, Any], dry_run: bool, query: dict[str, str]
+    s: Session, body: dict[str, Any], dry_run: bool, query: dict[str, Any]
 ) -> dict[str, Any]:
     name = body["name"]
     dry = {"dry_run": "true"} if dry_run else None
     current = s.named(name)
     if current is None:
-        channel = s.send("POST", "/channels", body, query or None)["data"]
+        channel = s.send("POST", "/channels", body, query)["data"]
         return {
             "outcome": "created",
             "summary": f"version 1, {channel['status']}",
@@ -283,7 +283,7 @@ def _applied(
     )
     path = path_of(current)
     definition = {k: v for k, v in body.items() if k != "status"}
-    channel = s.send("PUT", path, definition, query or None)["data"]
+    channel = s.send("PUT", path, definition, query)["data"]
     changes = []
     if channel["version"] != current["version"]:
         changes.append(f"version {current['version']} → {channel['version']}")
@@ -392,14 +392,12 @@ def rollback(
 ) -> None:
     """Write a new version equal to an earlier one (history is never rewritten)."""
     c = s.channel(channel)
-    old = _version(s, c, to)
-    answer = s.send("PUT", path_of(c), old)
-    now = answer["data"]
-    if now["version"] == c["version"]:
-        message = f"channel {c['name']} already equals version {to} (version {now['version']})"
+    answer = s.send("PUT", path_of(c), _version(s, c, to))
+    now = answer["data"]["version"]
+    if now == c["version"]:
+        s.out.tell(answer, f"channel {c['name']} already equals version {to} (version {now})")
     else:
-        message = f"channel {c['name']} is now version {now['version']}, equal to version {to}"
-    s.out.answer(answer, lambda: s.out.say(message))
+        s.out.tell(answer, f"channel {c['name']} is now version {now}, equal to version {to}")
 
 
 def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]:
@@ -445,10 +443,7 @@ def _lifecycle(verb: str, status: str, text: str) -> None:
         answer = s.send("PATCH", f"{path_of(s.channel(channel))}/status", body)
         c = answer["data"]
         why = f" ({c['status_reason']})" if c.get("status_reason") else ""
-        s.out.answer(
-            answer,
-            lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]), why),
-        )
+        s.out.tell(answer, f"channel {c['name']} is now ", s.out.status(c["status"]), why)
 
 
 def _bulk(s: Session, labels: Mapping[str, str], status: str, reason: str | None) -> None:
@@ -499,7 +494,7 @@ def delete(s: Session, channel: ChannelRef, yes: Yes = False) -> None:
     c = s.channel(channel)
     confirm(s.out, f"Delete channel {c['name']} and every occurrence it has?", yes)
     s.send("DELETE", path_of(c))
-    s.out.answer({"deleted": c["channel_id"]}, lambda: s.out.say(f"deleted channel {c['name']}"))
+    s.out.tell({"deleted": c["channel_id"]}, f"deleted channel {c['name']}")
 
 
 @api(root, "trigger")
@@ -507,13 +502,11 @@ def trigger(s: Session, channel: ChannelRef) -> None:
     """Run an active channel now (a `manual` occurrence at the database's now)."""
     answer = s.send("POST", f"{path_of(s.channel(channel))}/trigger")
     o = answer["data"]
-    s.out.answer(
+    s.out.tell(
         answer,
-        lambda: s.out.say(
-            f"triggered {o['channel_name']}: occurrence {o['id']} is ",
-            s.out.status(o["status"]),
-            f", scheduled for {when(o['scheduled_for'])}",
-        ),
+        f"triggered {o['channel_name']}: occurrence {o['id']} is ",
+        s.out.status(o["status"]),
+        f", scheduled for {when(o['scheduled_for'])}",
     )
 
 
@@ -633,8 +626,7 @@ def status(s: Session, name_prefix: NamePrefix = None) -> None:
     concurrency; with --watch, then each channel's row again whenever it changes."""
     query = {"name_prefix": name_prefix, **s.page}
     if s.watching:
-        fetch = lambda: s.get("/cron/status", query)["data"]  # noqa: E731
-        watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS)
+        watch_rows(s, "/cron/status", query, lambda c: str(c["channel_id"]), STATUS_COLUMNS)
         return
     page = s.get("/cron/status", query)
 

@@ -82,8 +82,9 @@ def list_occurrences(
     starting, settling, failing) as it does."""
     query = _query(s, channel, status, since, until) | {"trigger": trigger, **s.page}
     if s.watching:
-        fetch = lambda: list(reversed(s.get("/cron/occurrences", query)["data"]))  # noqa: E731
-        watch_rows(s, fetch, lambda o: str(o["id"]), COLUMNS)
+        watch_rows(
+            s, "/cron/occurrences", query, lambda o: str(o["id"]), COLUMNS, oldest_first=True
+        )
         return
     page = s.get("/cron/occurrences", query)
     s.out.answer(page, lambda: s.out.table(COLUMNS, page["data"], page))
@@ -200,7 +201,7 @@ def retry(
         # A row that failed meanwhile shifts the pages: an id may come twice, once is enough.
         ids = list(dict.fromkeys(o["id"] for o in s.each("/cron/occurrences", query)))
         if not ids:
-            s.out.answer({"done": [], "refused": []}, lambda: s.out.say("nothing matches"))
+            s.out.tell({"done": [], "refused": []}, "nothing matches")
             return
         what = f"{len(ids)} {query['status']} occurrence(s)" + (f" of {channel}" if channel else "")
         confirm(s.out, f"Retry {what}?", yes)

@@ -49,15 +49,19 @@ def every_poll(interval: float, watch_for: float | None, poll: Callable[[bool], 
 
 def watch_rows(
     s: Session,
-    fetch: Callable[[], Sequence[Mapping[str, Any]]],
+    path: str,
+    query: Mapping[str, Any],
     key: Callable[[Mapping[str, Any]], str],
     columns: Sequence[Column],
+    oldest_first: bool = False,
 ) -> None:
-    """Print `fetch()`'s rows, then at each poll those that changed (`s.watching` paces it)."""
+    """Print the listing's rows, then at each poll those that changed (`s.watching` paces it);
+    `oldest_first`: a newest-first listing's page read as a log, its newest row last."""
     shown: dict[str, Mapping[str, Any]] = {}
 
     def poll(first: bool) -> None:
-        changed = [r for r in fetch() if shown.get(key(r)) != r]
+        rows = s.get(path, query)["data"]
+        changed = [r for r in (rows[::-1] if oldest_first else rows) if shown.get(key(r)) != r]
         shown.update((key(row), row) for row in changed)
         s.out.rows(columns, changed, header=first, empty="(none yet)")
 
