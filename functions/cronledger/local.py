@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
 from typing import Any, Final, TextIO
 
 import sqlalchemy as sa
@@ -179,8 +180,6 @@ def run_dev(
     """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C. The API listens
     beyond this machine only with `allow_remote`, and then says loudly that it does."""
     warning = exposure_warning(host, allow_remote)
-    from cronledger.api import create_app, handle_event  # Powertools: only when serving
-
     settings = dev_settings(database_url, demo)
     ledger = Ledger.connect(
         database_url,
@@ -189,13 +188,7 @@ def run_dev(
     )
     ledger.migrate()
     demo_status = ensure_demo_channel(ledger).status if demo else None
-    app = create_app(ledger, settings)
-    try:
-        server = serve_api(lambda event, context: handle_event(app, event, context), host, port)
-    except OSError as exc:
-        raise OSError(
-            f"cannot serve the API on {host}:{port} ({exc.strerror}); pass --port"
-        ) from exc
+    server = _serve(ledger, settings, host, port)
     _arm_first_stop(out)
     say = line_printer(out)
     scheduler = LocalScheduler(
@@ -229,6 +222,19 @@ def run_dev(
     ledger.dispose()
     say("stopped.")
     return 0
+
+
+def _serve(ledger: Ledger, settings: Settings, host: str, port: int) -> ThreadingHTTPServer:
+    """The API over `ledger`, served on `host:port` on a thread of its own."""
+    from cronledger.api import create_app, handle_event  # Powertools: only when serving
+
+    app = create_app(ledger, settings)
+    try:
+        return serve_api(lambda event, context: handle_event(app, event, context), host, port)
+    except OSError as exc:
+        raise OSError(
+            f"cannot serve the API on {host}:{port} ({exc.strerror}); pass --port"
+        ) from exc
 
 
 def _said_at_start(settings: Settings, demo_status: str | None) -> list[str]:

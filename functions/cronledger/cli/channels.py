@@ -402,16 +402,11 @@ def rollback(
 
 def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]:
     """Version `number` of `channel` as a document (no status: versions have none)."""
-    try:
-        version = s.get(f"{path_of(channel)}/versions/{number}")["data"]
-    except ApiError as exc:
-        if exc.status == 404:
-            raise UsageError(
-                f"channel {channel['name']} has no version {number} (it is at version "
-                f"{channel['version']}; `channels history` lists them)"
-            ) from None
-        raise
-    return documents.document_of(version)
+    missing = UsageError(
+        f"channel {channel['name']} has no version {number} (it is at version "
+        f"{channel['version']}; `channels history` lists them)"
+    )
+    return documents.document_of(s.found(f"{path_of(channel)}/versions/{number}", missing))
 
 
 Reason = Annotated[

@@ -154,19 +154,21 @@ class Session:
         found: list[dict[str, Any]] = self.get("/channels", {"name": name})["data"]
         return found[0] if found else None
 
-    def channel(self, ref: str) -> dict[str, Any]:
-        """The channel named `ref`, else the one whose id it is; an error naming both."""
-        named = self.named(ref)
-        if named is not None:
-            return named
+    def found(self, path: str, missing: Exception) -> dict[str, Any]:
+        """The item at `path`; `missing` raised if the API has none (404)."""
         try:
-            channel: dict[str, Any] = self.get(f"/channels/{segment(ref)}")["data"]
+            item: dict[str, Any] = self.get(path)["data"]
         except ApiError as exc:
             if exc.status == 404:
-                message = f"no channel named {ref!r} or with that id; `channels list` shows them"
-                raise ApiError(404, {"error": {"code": "not_found", "message": message}}) from None
+                raise missing from None
             raise
-        return channel
+        return item
+
+    def channel(self, ref: str) -> dict[str, Any]:
+        """The channel named `ref`, else the one whose id it is; an error naming both."""
+        message = f"no channel named {ref!r} or with that id; `channels list` shows them"
+        missing = ApiError(404, {"error": {"code": "not_found", "message": message}})
+        return self.named(ref) or self.found(f"/channels/{segment(ref)}", missing)
 
     def channel_id(self, ref: str | None) -> str | None:
         """The id of the channel `ref` names (None: no channel given)."""

@@ -19,7 +19,6 @@ from cronledger.local_http import (
     READ_TIMEOUT_SECS,
     JsonRequestHandler,
     PeerSafeServer,
-    error_body,
     serve_in_thread,
 )
 from cronledger.pacing import wait_for_interrupt
@@ -82,7 +81,7 @@ class _Proxy(JsonRequestHandler):
     def handle_body(self, body: bytes) -> None:
         refusal = self._refusal(body)
         if refusal is not None:
-            return self._json(403, error_body("refused", refusal))
+            return self.answer_error(403, "refused", refusal)
         path = self.path.split("?", 1)[0]
         if path.startswith(_PASSED_ON):
             if self.command not in _PASSED_METHODS:
@@ -90,7 +89,7 @@ class _Proxy(JsonRequestHandler):
             return self._pass_on(body or None)
         found = asset(path)
         if found is None and path != "/":
-            return self._json(404, error_body("refused", "no such path"))
+            return self.answer_error(404, "refused", "no such path")
         if self.command not in _PAGE_METHODS:
             return self._not_allowed(_PAGE_METHODS)
         if found is None:
@@ -102,21 +101,14 @@ class _Proxy(JsonRequestHandler):
         try:
             status, headers, answer = self.api.exchange(self.command, self.path, body)
         except Unreachable as exc:
-            return self._json(502, error_body("refused", str(exc)))
+            return self.answer_error(502, "refused", str(exc))
         kept = {k.lower(): v for k, v in headers.items() if k.lower() in _ANSWER_HEADERS}
         self.answer(status, kept, answer)
 
     def _not_allowed(self, allowed: tuple[str, ...]) -> None:
         listed = ", ".join(allowed)
         message = f"{self.path.split('?', 1)[0]} answers {listed}, not {self.command}"
-        self.answer(
-            405,
-            {"content-type": "application/json", "allow": listed},
-            error_body("method_not_allowed", message),
-        )
-
-    def _json(self, status: int, body: bytes) -> None:
-        self.answer(status, {"content-type": "application/json"}, body)
+        self.answer_error(405, "method_not_allowed", message, allow=listed)
 
     def _refusal(self, body: bytes) -> str | None:
         port = self.server.server_port  # type: ignore[attr-defined]
