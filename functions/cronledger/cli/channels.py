@@ -216,7 +216,6 @@ def _input(
 
 
 def _selected(s: Session, labels: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Every channel that is not archived and carries all of `labels`."""
     found = s.each("/channels", {"label": terms(labels)})
     return [c for c in found if c["status"] != "archived"]
 

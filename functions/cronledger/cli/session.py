@@ -150,7 +150,6 @@ class Session:
             given["after"] = page["next"]
 
     def named(self, name: str) -> dict[str, Any] | None:
-        """The channel named `name`, if there is one."""
         found: list[dict[str, Any]] = self.get("/channels", {"name": name})["data"]
         return found[0] if found else None
 
@@ -171,7 +170,6 @@ class Session:
         return self.named(ref) or self.found(f"/channels/{segment(ref)}", missing)
 
     def channel_id(self, ref: str | None) -> str | None:
-        """The id of the channel `ref` names (None: no channel given)."""
         return None if ref is None else str(self.channel(ref)["channel_id"])
 
 
