@@ -21,6 +21,8 @@ from cronledger.cli.documents import Document, UsageError
 from cronledger.cli.output import Column, ago, as_yaml, when
 from cronledger.cli.session import (
     EXIT_API,
+    PAGING,
+    WATCHING,
     ChannelRef,
     Limit,
     Offset,
@@ -76,7 +78,7 @@ CHANNEL_COLUMNS = (
 )
 
 
-@api(channels, "list", paged=True)
+@api(channels, "list", paged=PAGING)
 def list_channels(
     s: Session,
     status: StatusFilter = None,
@@ -614,7 +616,7 @@ STATUS_COLUMNS = (
 )
 
 
-@api(root, "status", paged=True, watched=True)
+@api(root, "status", paged=PAGING, watched=WATCHING)
 def status(s: Session, name_prefix: NamePrefix = None) -> None:
     """Per active channel, newest first: next fire, last run and its status, pending count,
     concurrency; with --watch, then each channel's row again whenever it changes."""

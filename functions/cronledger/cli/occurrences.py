@@ -16,6 +16,8 @@ from cronledger.cli.documents import UsageError
 from cronledger.cli.output import Column, when
 from cronledger.cli.session import (
     EXIT_API,
+    PAGING,
+    WATCHING,
     ChannelFilter,
     Session,
     Yes,
@@ -66,7 +68,7 @@ def _query(
     }
 
 
-@api(occurrences, "list", paged=True, watched=True)
+@api(occurrences, "list", paged=PAGING, watched=WATCHING)
 def list_occurrences(
     s: Session,
     channel: ChannelFilter = None,

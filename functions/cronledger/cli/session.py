@@ -121,7 +121,7 @@ def instant(value: str | None) -> str | None:
 @dataclass
 class Session:
     """One command's view of the world: the API, where its answers are printed, and the paging
-    and `--watch` options of a listing (`api(paged=True, watched=True)`)."""
+    and `--watch` options of a listing (`api(paged=…, watched=…)`)."""
 
     api: ApiClient
     out: Out
@@ -175,12 +175,12 @@ class Session:
 
 #: The options `api` adds to a command, after its own: a listing's paging (`paged`), `--watch`'s
 #: (`watched`), and the global ones; each as (name, annotation, default).
-PAGING: Final = (("limit", Limit, 50), ("offset", Offset, 0), ("after", After, None))
-WATCHING: Final = (
-    ("watch", Watch, False),
-    ("interval", Interval, 2.0),
-    ("watch_for", WatchFor, None),
-)
+Added = tuple[tuple[str, Any, Any], ...]
+LIMIT: Final = ("limit", Limit, 50)
+AFTER: Final = ("after", After, None)
+PAGING: Final = (LIMIT, ("offset", Offset, 0), AFTER)
+PACING: Final = (("interval", Interval, 2.0), ("watch_for", WatchFor, None))
+WATCHING: Final = (("watch", Watch, False), *PACING)
 GLOBALS: Final = (("api_url", ApiUrl, None), ("output", Output, None), ("json_", Json, False))
 
 
@@ -188,14 +188,14 @@ def api(
     app: typer.Typer,
     name: str | None = None,
     *,
-    paged: bool = False,
-    watched: bool = False,
+    paged: Added = (),
+    watched: Added = (),
     **options: Any,
 ) -> Callable[..., Any]:
     """Register `func(session, …)` as a command of `app` that talks to the API: the paging,
     watch and global options join its own (the session holds their values), and its errors
     leave through `run`."""
-    added = [*(PAGING if paged else ()), *(WATCHING if watched else ()), *GLOBALS]
+    added = [*paged, *watched, *GLOBALS]
 
     def register(func: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(func, eval_str=True)
@@ -212,7 +212,7 @@ def api(
             fmt = given["output"] or root.get("output") or Format.table
             if given["json_"] or root.get("json_"):
                 fmt = Format.json
-            page = {n: given[n] for n, _, _ in PAGING} if paged else {}
+            page = {n: given[n] for n, _, _ in paged}
             watching = (given["interval"], given["watch_for"]) if given.get("watch") else None
             session = Session(ApiClient(api_url), Out(fmt), page, watching)
             run(session.out, lambda: func(session, **kwargs))
