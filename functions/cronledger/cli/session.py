@@ -234,12 +234,9 @@ def run(out: Out, body: Callable[[], None]) -> None:
             out.data(exc.body)  # scripts get the API's error envelope as well
         out.error(str(exc), exc.details)
         raise typer.Exit(EXIT_API) from None
-    except Unreachable as exc:
+    except (Unreachable, UsageError) as exc:
         out.error(str(exc))
-        raise typer.Exit(EXIT_UNREACHABLE) from None
-    except UsageError as exc:
-        out.error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(EXIT_USAGE if isinstance(exc, UsageError) else EXIT_UNREACHABLE) from None
 
 
 def confirm(out: Out, question: str, yes: bool) -> None:
