@@ -65,47 +65,36 @@ def apply_declared(
         raise DeployRefused("a declared channel needs a name (a string)")
     try:
         found = api.call("GET", "/channels", {"name": name})["data"]
-        if found:
-            return _update(api, found[0], document, previous, deployer)
-        channel = api.call("POST", "/channels", body={**document, "status": "active"})["data"]
-        summary = f"created {name} at version {channel['version']}, active"
-        return Applied(channel["channel_id"], channel["version"], "created", summary)
+        if not found:
+            channel = api.call("POST", "/channels", body={**document, "status": "active"})["data"]
+            summary = f"created {name} at version {channel['version']}, active"
+            return Applied(channel["channel_id"], channel["version"], "created", summary)
+        current = found[0]
+        if current["status"] == "archived":
+            raise DeployRefused(
+                f"channel {name} is archived, which is final: declare the channel under another "
+                f"name, or delete the archived one first (`cronledger channels delete {name}`)"
+            )
+        path = f"/channels/{segment(current['channel_id'])}"
+        changed = _changed_outside(api, path, current, previous)
+        definition = {k: v for k, v in document.items() if k != "status"}
+        channel = api.call("PUT", path, body=definition)["data"]
+        done = []
+        if channel["version"] != current["version"]:
+            done.append(f"version {current['version']} → {channel['version']}")
+        if current["status"] != "active":
+            done.append(f"{current['status']} → active")
+        if not done:
+            summary = f"{name} unchanged at version {channel['version']}, {channel['status']}"
+            return Applied(channel["channel_id"], channel["version"], "unchanged", summary)
+        overwrote = "" if changed is None else f"overwrote what was {changed}"
+        said = f"{name}: {', '.join(done)}" + (f"; {overwrote}" if changed else "")
+        reason = f"applied by the deploy of {deployer}" + (f": it {overwrote}" if changed else "")
+        body = {"status": "active", "reason": reason}
+        channel = api.call("PATCH", f"{path}/status", body=body)["data"]
+        return Applied(channel["channel_id"], channel["version"], "updated", said)
     except ApiError as exc:
         raise DeployRefused(f"channel {name}: {_said(exc)}") from None
-
-
-def _update(
-    api: InProcessApi,
-    current: Mapping[str, Any],
-    document: Mapping[str, Any],
-    previous: Mapping[str, Any] | None,
-    deployer: str,
-) -> Applied:
-    """The channel `current` made what `document` declares, active, if it is not already."""
-    name = current["name"]
-    if current["status"] == "archived":
-        raise DeployRefused(
-            f"channel {name} is archived, which is final: declare the channel under another "
-            f"name, or delete the archived one first (`cronledger channels delete {name}`)"
-        )
-    path = f"/channels/{segment(current['channel_id'])}"
-    changed = _changed_outside(api, path, current, previous)
-    definition = {k: v for k, v in document.items() if k != "status"}
-    channel = api.call("PUT", path, body=definition)["data"]
-    done = []
-    if channel["version"] != current["version"]:
-        done.append(f"version {current['version']} → {channel['version']}")
-    if current["status"] != "active":
-        done.append(f"{current['status']} → active")
-    if not done:
-        summary = f"{name} unchanged at version {channel['version']}, {channel['status']}"
-        return Applied(channel["channel_id"], channel["version"], "unchanged", summary)
-    overwrote = "" if changed is None else f"overwrote what was {changed}"
-    said = f"{name}: {', '.join(done)}" + (f"; {overwrote}" if changed else "")
-    reason = f"applied by the deploy of {deployer}" + (f": it {overwrote}" if changed else "")
-    body = {"status": "active", "reason": reason}
-    channel = api.call("PATCH", f"{path}/status", body=body)["data"]
-    return Applied(channel["channel_id"], channel["version"], "updated", said)
 
 
 def remove_declared(api: InProcessApi, channel_id: str, purge: bool, deployer: str) -> str:

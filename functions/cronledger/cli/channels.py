@@ -622,7 +622,7 @@ def status(s: Session, name_prefix: NamePrefix = None) -> None:
     concurrency; with --watch, then each channel's row again whenever it changes."""
     query = {"name_prefix": name_prefix, **s.page}
     if s.watching:
-        watch_rows(s, "/cron/status", query, lambda c: str(c["channel_id"]), STATUS_COLUMNS)
+        watch_rows(s, "/cron/status", query, "channel_id", STATUS_COLUMNS)
         return
     page = s.get("/cron/status", query)
 

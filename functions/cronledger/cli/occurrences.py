@@ -84,9 +84,7 @@ def list_occurrences(
     starting, settling, failing) as it does."""
     query = _query(s, channel, status, since, until) | {"trigger": trigger, **s.page}
     if s.watching:
-        watch_rows(
-            s, "/cron/occurrences", query, lambda o: str(o["id"]), COLUMNS, oldest_first=True
-        )
+        watch_rows(s, "/cron/occurrences", query, "id", COLUMNS, oldest_first=True)
         return
     page = s.get("/cron/occurrences", query)
     s.out.answer(page, lambda: s.out.table(COLUMNS, page["data"], page))

@@ -51,18 +51,18 @@ def watch_rows(
     s: Session,
     path: str,
     query: Mapping[str, Any],
-    key: Callable[[Mapping[str, Any]], str],
+    key: str,
     columns: Sequence[Column],
     oldest_first: bool = False,
 ) -> None:
-    """Print the listing's rows, then at each poll those that changed (`s.watching` paces it);
-    `oldest_first`: a newest-first listing's page read as a log, its newest row last."""
+    """Print the listing's rows, then at each poll those that changed (`s.watching` paces it),
+    each known by its field `key`; `oldest_first`: a newest-first page read as a log."""
     shown: dict[str, Mapping[str, Any]] = {}
 
     def poll(first: bool) -> None:
         rows = s.get(path, query)["data"]
-        changed = [r for r in (rows[::-1] if oldest_first else rows) if shown.get(key(r)) != r]
-        shown.update((key(row), row) for row in changed)
+        changed = [r for r in (rows[::-1] if oldest_first else rows) if shown.get(r[key]) != r]
+        shown.update((row[key], row) for row in changed)
         s.out.rows(columns, changed, header=first, empty="(none yet)")
 
     assert s.watching is not None
