@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
 from typing import Any, Final, TextIO
 
 import sqlalchemy as sa
@@ -179,8 +180,6 @@ def run_dev(
     """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C. The API listens
     beyond this machine only with `allow_remote`, and then says loudly that it does."""
     warning = exposure_warning(host, allow_remote)
-    from cronledger.api import create_app, handle_event  # Powertools: only when serving
-
     settings = dev_settings(database_url, demo)
     ledger = Ledger.connect(
         database_url,
@@ -189,17 +188,8 @@ def run_dev(
     )
     ledger.migrate()
     demo_status = ensure_demo_channel(ledger).status if demo else None
-    app = create_app(ledger, settings)
-    try:
-        server = serve_api(lambda event, context: handle_event(app, event, context), host, port)
-    except OSError as exc:
-        raise OSError(
-            f"cannot serve the API on {host}:{port} ({exc.strerror}); pass --port"
-        ) from exc
-    # The first Ctrl-C (or SIGTERM) drains; any after it ends the process on the spot.
-    first = _first_stop(out)
-    signal.signal(signal.SIGINT, first)
-    signal.signal(signal.SIGTERM, first)
+    server = _serve(ledger, settings, host, port)
+    _arm_first_stop(out)
     say = line_printer(out)
     scheduler = LocalScheduler(
         ledger,
@@ -208,21 +198,11 @@ def run_dev(
         on_event=lambda event: say(event_line(event)),
     )
     shown_url = sa.make_url(database_url).render_as_string(hide_password=True)
-    webhook = settings.events_webhook_url
     say(
         f"cronledger dev: API on http://{host}:{port}  (database {shown_url})",
         *([warning] if warning else []),
-        *describe_policy(settings),
-        f"events: printed below{f' and POSTed to {webhook}' if webhook else ''} "
-        "(CRONLEDGER_EVENTS_WEBHOOK_URL sends them to a webhook)",
+        *_said_at_start(settings, demo_status),
     )
-    if demo_status == CHANNEL_ACTIVE:
-        say("demo channel 'demo' fires every 5 seconds; settled occurrences print below.")
-    elif demo:
-        say(
-            f"demo channel 'demo' is {demo_status}, as you left it "
-            "(`cronledger channels resume demo` runs it again)."
-        )
     try:
         # Inside the try: a Ctrl-C sent as this line is read, or as the first attempt runs,
         # must still drain.
@@ -244,9 +224,40 @@ def run_dev(
     return 0
 
 
-def _first_stop(out: TextIO) -> Callable[[int, object], None]:
-    """The handler of the first Ctrl-C or SIGTERM: it re-arms both to end the process at once
-    before it interrupts the main thread to drain, so no second signal can find the default
+def _serve(ledger: Ledger, settings: Settings, host: str, port: int) -> ThreadingHTTPServer:
+    """The API over `ledger`, served on `host:port` on a thread of its own."""
+    from cronledger.api import create_app, handle_event  # Powertools: only when serving
+
+    app = create_app(ledger, settings)
+    try:
+        return serve_api(lambda event, context: handle_event(app, event, context), host, port)
+    except OSError as exc:
+        raise OSError(
+            f"cannot serve the API on {host}:{port} ({exc.strerror}); pass --port"
+        ) from exc
+
+
+def _said_at_start(settings: Settings, demo_status: str | None) -> list[str]:
+    """What targets may reach, where events go, and how the demo channel stands."""
+    webhook = settings.events_webhook_url
+    lines = [
+        *describe_policy(settings),
+        f"events: printed below{f' and POSTed to {webhook}' if webhook else ''} "
+        "(CRONLEDGER_EVENTS_WEBHOOK_URL sends them to a webhook)",
+    ]
+    if demo_status == CHANNEL_ACTIVE:
+        lines.append("demo channel 'demo' fires every 5 seconds; settled occurrences print below.")
+    elif demo_status is not None:
+        lines.append(
+            f"demo channel 'demo' is {demo_status}, as you left it "
+            "(`cronledger channels resume demo` runs it again)."
+        )
+    return lines
+
+
+def _arm_first_stop(out: TextIO) -> None:
+    """Make the first Ctrl-C or SIGTERM drain: its handler re-arms both to end the process at
+    once before it interrupts the main thread, so no second signal can find the default
     handler and escape as a KeyboardInterrupt that leaves the loops running."""
 
     def at_once(signum: int, frame: object) -> None:
@@ -257,7 +268,8 @@ def _first_stop(out: TextIO) -> Callable[[int, object], None]:
         signal.signal(signal.SIGTERM, at_once)
         raise KeyboardInterrupt
 
-    return first
+    signal.signal(signal.SIGINT, first)
+    signal.signal(signal.SIGTERM, first)
 
 
 def _stop_now(out: TextIO, code: int) -> None:

@@ -117,14 +117,15 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
             return HTTPStatus.BAD_REQUEST, message
         return body
 
-    def refuse(
-        self, status: HTTPStatus, message: str, headers: Mapping[str, str] | None = None
-    ) -> None:
+    def refuse(self, status: HTTPStatus, message: str) -> None:
         """Answer `status` in the error shape and close the connection."""
         self.close_connection = True
-        code = _CODES.get(status, "malformed_request")
-        self.answer(status, {**(headers or {}), "content-type": "application/json"},
-                    error_body(code, message))  # fmt: skip
+        self.answer_error(status, _CODES.get(status, "malformed_request"), message)
+
+    def answer_error(self, status: int, code: str, message: str, **headers: str) -> None:
+        """Answer `status` in the API's error shape, with any other `headers`."""
+        body = error_body(code, message)
+        self.answer(status, {"content-type": "application/json", **headers}, body)
 
     def answer(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
         """Send one answer; its length (and whether the connection closes) is set here."""

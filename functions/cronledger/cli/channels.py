@@ -21,6 +21,8 @@ from cronledger.cli.documents import Document, UsageError
 from cronledger.cli.output import Column, ago, as_yaml, when
 from cronledger.cli.session import (
     EXIT_API,
+    PAGING,
+    WATCHING,
     ChannelRef,
     Limit,
     Offset,
@@ -76,7 +78,7 @@ CHANNEL_COLUMNS = (
 )
 
 
-@api(channels, "list", paged=True)
+@api(channels, "list", paged=PAGING)
 def list_channels(
     s: Session,
     status: StatusFilter = None,
@@ -176,9 +178,10 @@ def apply(
     """Create the channels of a file (or a module's declarations), or write a new version of
     each that exists by name; with `--prune`, archive the selected channels the input no
     longer holds."""
-    query = {"dry_run": "true"} if dry_run else {}
-    if allow_past:
-        query["allow_past_at"] = "true"
+    query = {
+        "dry_run": "true" if dry_run else None,
+        "allow_past_at": "true" if allow_past else None,
+    }
     given, labels = _input(file, from_module, prune, selector)
     outcomes = [_apply(s, d, dry_run, query) for d in given]
     if prune and not any(o["outcome"] == "refused" for o in outcomes):
@@ -215,7 +218,6 @@ def _input(
 
 
 def _selected(s: Session, labels: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Every channel that is not archived and carries all of `labels`."""
     found = s.each("/channels", {"label": terms(labels)})
     return [c for c in found if c["status"] != "archived"]
 
@@ -230,7 +232,7 @@ def _prune(s: Session, channel: dict[str, Any], dry_run: bool) -> dict[str, Any]
     return {"name": name, "outcome": "archived", "channel_id": channel["channel_id"]}
 
 
-def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str]) -> dict[str, Any]:
+def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, Any]) -> dict[str, Any]:
     """One document applied (or compared, with `dry_run`); said as soon as it is known, so
     a failure part-way through a file still shows what was done."""
     outcome: dict[str, Any] = {"name": document.name, "where": document.where}
@@ -239,9 +241,8 @@ def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str])
             raise UsageError(document.problem)
         outcome |= _applied(s, document.body, dry_run, query)
     except (ApiError, UsageError) as exc:
-        outcome |= {"outcome": "refused", "error": str(exc)}
         details = exc.details if isinstance(exc, ApiError) else []
-        outcome["details"] = details
+        outcome |= {"outcome": "refused", "error": str(exc), "details": details}
         s.out.say(s.out.status("refused"), f"  {document.where}: {document.name}: {exc}")
         for detail in details:
             s.out.say(f"    {detail.get('path')}: {detail.get('message')}")
@@ -255,13 +256,13 @@ def _apply(s: Session, document: Document, dry_run: bool, query: dict[str, str])
 
 
 def _applied(
-    s: Session, body: dict[str, Any], dry_run: bool, query: dict[str, str]
+    s: Session, body: dict[str, Any], dry_run: bool, query: dict[str, Any]
 ) -> dict[str, Any]:
     name = body["name"]
     dry = {"dry_run": "true"} if dry_run else None
     current = s.named(name)
     if current is None:
-        channel = s.send("POST", "/channels", body, query or None)["data"]
+        channel = s.send("POST", "/channels", body, query)["data"]
         return {
             "outcome": "created",
             "summary": f"version 1, {channel['status']}",
@@ -283,7 +284,7 @@ def _applied(
     )
     path = path_of(current)
     definition = {k: v for k, v in body.items() if k != "status"}
-    channel = s.send("PUT", path, definition, query or None)["data"]
+    channel = s.send("PUT", path, definition, query)["data"]
     changes = []
     if channel["version"] != current["version"]:
         changes.append(f"version {current['version']} → {channel['version']}")
@@ -392,28 +393,21 @@ def rollback(
 ) -> None:
     """Write a new version equal to an earlier one (history is never rewritten)."""
     c = s.channel(channel)
-    old = _version(s, c, to)
-    answer = s.send("PUT", path_of(c), old)
-    now = answer["data"]
-    if now["version"] == c["version"]:
-        message = f"channel {c['name']} already equals version {to} (version {now['version']})"
+    answer = s.send("PUT", path_of(c), _version(s, c, to))
+    now = answer["data"]["version"]
+    if now == c["version"]:
+        s.out.tell(answer, f"channel {c['name']} already equals version {to} (version {now})")
     else:
-        message = f"channel {c['name']} is now version {now['version']}, equal to version {to}"
-    s.out.answer(answer, lambda: s.out.say(message))
+        s.out.tell(answer, f"channel {c['name']} is now version {now}, equal to version {to}")
 
 
 def _version(s: Session, channel: dict[str, Any], number: int) -> dict[str, Any]:
     """Version `number` of `channel` as a document (no status: versions have none)."""
-    try:
-        version = s.get(f"{path_of(channel)}/versions/{number}")["data"]
-    except ApiError as exc:
-        if exc.status == 404:
-            raise UsageError(
-                f"channel {channel['name']} has no version {number} (it is at version "
-                f"{channel['version']}; `channels history` lists them)"
-            ) from None
-        raise
-    return documents.document_of(version)
+    missing = UsageError(
+        f"channel {channel['name']} has no version {number} (it is at version "
+        f"{channel['version']}; `channels history` lists them)"
+    )
+    return documents.document_of(s.found(f"{path_of(channel)}/versions/{number}", missing))
 
 
 Reason = Annotated[
@@ -445,10 +439,7 @@ def _lifecycle(verb: str, status: str, text: str) -> None:
         answer = s.send("PATCH", f"{path_of(s.channel(channel))}/status", body)
         c = answer["data"]
         why = f" ({c['status_reason']})" if c.get("status_reason") else ""
-        s.out.answer(
-            answer,
-            lambda: s.out.say(f"channel {c['name']} is now ", s.out.status(c["status"]), why),
-        )
+        s.out.tell(answer, f"channel {c['name']} is now ", s.out.status(c["status"]), why)
 
 
 def _bulk(s: Session, labels: Mapping[str, str], status: str, reason: str | None) -> None:
@@ -499,7 +490,7 @@ def delete(s: Session, channel: ChannelRef, yes: Yes = False) -> None:
     c = s.channel(channel)
     confirm(s.out, f"Delete channel {c['name']} and every occurrence it has?", yes)
     s.send("DELETE", path_of(c))
-    s.out.answer({"deleted": c["channel_id"]}, lambda: s.out.say(f"deleted channel {c['name']}"))
+    s.out.tell({"deleted": c["channel_id"]}, f"deleted channel {c['name']}")
 
 
 @api(root, "trigger")
@@ -507,13 +498,11 @@ def trigger(s: Session, channel: ChannelRef) -> None:
     """Run an active channel now (a `manual` occurrence at the database's now)."""
     answer = s.send("POST", f"{path_of(s.channel(channel))}/trigger")
     o = answer["data"]
-    s.out.answer(
+    s.out.tell(
         answer,
-        lambda: s.out.say(
-            f"triggered {o['channel_name']}: occurrence {o['id']} is ",
-            s.out.status(o["status"]),
-            f", scheduled for {when(o['scheduled_for'])}",
-        ),
+        f"triggered {o['channel_name']}: occurrence {o['id']} is ",
+        s.out.status(o["status"]),
+        f", scheduled for {when(o['scheduled_for'])}",
     )
 
 
@@ -627,14 +616,13 @@ STATUS_COLUMNS = (
 )
 
 
-@api(root, "status", paged=True, watched=True)
+@api(root, "status", paged=PAGING, watched=WATCHING)
 def status(s: Session, name_prefix: NamePrefix = None) -> None:
     """Per active channel, newest first: next fire, last run and its status, pending count,
     concurrency; with --watch, then each channel's row again whenever it changes."""
     query = {"name_prefix": name_prefix, **s.page}
     if s.watching:
-        fetch = lambda: s.get("/cron/status", query)["data"]  # noqa: E731
-        watch_rows(s, fetch, lambda c: str(c["channel_id"]), STATUS_COLUMNS)
+        watch_rows(s, "/cron/status", query, "channel_id", STATUS_COLUMNS)
         return
     page = s.get("/cron/status", query)
 

@@ -13,7 +13,7 @@ import json
 import re
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -102,11 +102,10 @@ def _without_duplicates(documents: list[Document]) -> list[Document]:
     return [
         d
         if d.problem is not None or len(where[d.name]) == 1
-        else Document(
-            d.where,
-            d.body,
-            f"the name {d.name!r} is in {' and '.join(where[d.name])}; one input names each "
-            "channel once (remove or rename the others)",
+        else replace(
+            d,
+            problem=f"the name {d.name!r} is in {' and '.join(where[d.name])}; one input names "
+            "each channel once (remove or rename the others)",
         )
         for d in documents
     ]

@@ -15,12 +15,15 @@ from typing import Annotated, Any, Final
 import typer
 
 from cronledger.cli.output import Column, when
-from cronledger.cli.session import After, ChannelFilter, Limit, Session, api, instant
-from cronledger.cli.watching import Interval, WatchFor, every_poll
+from cronledger.cli.session import AFTER, LIMIT, PACING, ChannelFilter, Session, api, instant
+from cronledger.cli.watching import every_poll
 from cronledger.instants import parse_rfc3339, to_rfc3339
 
 root = typer.Typer()
 
+Watch = Annotated[
+    bool, typer.Option("--watch", "-w", help="then print each new event until Ctrl-C")
+]
 #: How far before the newest event seen each poll looks again.
 _LOOK_BACK: Final = timedelta(seconds=60)
 
@@ -45,7 +48,7 @@ COLUMNS = (
 )
 
 
-@api(root, "events")
+@api(root, "events", paged=(LIMIT, AFTER), watched=(("watch", Watch, False), *PACING))
 def events(
     s: Session,
     channel: ChannelFilter = None,
@@ -56,19 +59,12 @@ def events(
     since: Annotated[
         str | None, typer.Option(help="at or after: RFC 3339 or an age (24h, 30m, 7d)")
     ] = None,
-    limit: Limit = 50,
-    after: After = None,
-    watch: Annotated[
-        bool, typer.Option("--watch", "-w", help="then print each new event until Ctrl-C")
-    ] = False,
-    interval: Interval = 2.0,
-    watch_for: WatchFor = None,
 ) -> None:
     """Events newest first: failures, overdue and stalled channels, recoveries, cancels,
     skips, each with whether it was delivered."""
     query = {"channel_id": s.channel_id(channel), "kind": kind, "since": instant(since)}
-    page = s.get("/cron/events", {**query, "limit": limit, "after": after})
-    if not watch:
+    page = s.get("/cron/events", {**query, **s.page})
+    if not s.watching:
         s.out.answer(page, lambda: _listing(s, page))
         return
     seen: dict[str, Any] = {}
@@ -85,7 +81,7 @@ def events(
             for event_id in [i for i, at in seen.items() if at < horizon]:
                 del seen[event_id]
 
-    every_poll(interval, watch_for, poll)
+    every_poll(*s.watching, poll)
 
 
 def _listing(s: Session, page: Mapping[str, Any]) -> None:

@@ -16,6 +16,8 @@ from cronledger.cli.documents import UsageError
 from cronledger.cli.output import Column, when
 from cronledger.cli.session import (
     EXIT_API,
+    PAGING,
+    WATCHING,
     ChannelFilter,
     Session,
     Yes,
@@ -66,7 +68,7 @@ def _query(
     }
 
 
-@api(occurrences, "list", paged=True, watched=True)
+@api(occurrences, "list", paged=PAGING, watched=WATCHING)
 def list_occurrences(
     s: Session,
     channel: ChannelFilter = None,
@@ -82,8 +84,7 @@ def list_occurrences(
     starting, settling, failing) as it does."""
     query = _query(s, channel, status, since, until) | {"trigger": trigger, **s.page}
     if s.watching:
-        fetch = lambda: list(reversed(s.get("/cron/occurrences", query)["data"]))  # noqa: E731
-        watch_rows(s, fetch, lambda o: str(o["id"]), COLUMNS)
+        watch_rows(s, "/cron/occurrences", query, "id", COLUMNS, oldest_first=True)
         return
     page = s.get("/cron/occurrences", query)
     s.out.answer(page, lambda: s.out.table(COLUMNS, page["data"], page))
@@ -200,7 +201,7 @@ def retry(
         # A row that failed meanwhile shifts the pages: an id may come twice, once is enough.
         ids = list(dict.fromkeys(o["id"] for o in s.each("/cron/occurrences", query)))
         if not ids:
-            s.out.answer({"done": [], "refused": []}, lambda: s.out.say("nothing matches"))
+            s.out.tell({"done": [], "refused": []}, "nothing matches")
             return
         what = f"{len(ids)} {query['status']} occurrence(s)" + (f" of {channel}" if channel else "")
         confirm(s.out, f"Retry {what}?", yes)

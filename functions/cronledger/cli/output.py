@@ -61,6 +61,20 @@ class Column:
     status: bool = False
     cut_to: int = 0
 
+    def text(self, row: Mapping[str, Any], wide: bool) -> Text:
+        value = self.cell(row)
+        if self.status:
+            return status_text(value)
+        text = _plain(value)
+        if self.id and not wide and len(text) > SHORT_ID:
+            text = text[: SHORT_ID - 1] + "…"
+        return Text(text)
+
+
+def status_text(value: Any) -> Text:
+    text = "-" if value is None else str(value)
+    return Text(text, style=STYLES.get(text, ""))
+
 
 class Out:
     def __init__(self, format: Format = Format.table) -> None:
@@ -83,6 +97,10 @@ class Out:
             self.data(value)
         else:
             human()
+
+    def tell(self, value: Any, *parts: str | Text) -> None:
+        """`value` as JSON or YAML for scripts, else the line `parts` make."""
+        self.answer(value, lambda: self.say(*parts))
 
     def data(self, value: Any) -> None:
         """`value` in the chosen machine format (JSON unless `-o yaml`)."""
@@ -119,9 +137,7 @@ class Out:
         for detail in details:
             self.stderr.print(f"  {detail.get('path')}: {detail.get('message')}", soft_wrap=True)
 
-    def status(self, value: Any) -> Text:
-        text = "-" if value is None else str(value)
-        return Text(text, style=STYLES.get(text, ""))
+    status = staticmethod(status_text)
 
     def table(
         self,
@@ -136,23 +152,19 @@ class Out:
             return
         wide = self.format is Format.wide
         shown = [c for c in columns if wide or not c.wide_only]
-        cells = {c.header: [self._cell(c, row, wide) for row in rows] for c in shown}
+        cells = {c.header: [c.text(row, wide) for row in rows] for c in shown}
         room: dict[str, int] = {}
         if self.width is not None:
             shown, room = _fitting(shown, cells, self.width)
         table = Table(
             box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0), show_header=header
         )
-        for column in shown:
+        for c in shown:
             table.add_column(
-                column.header,
-                no_wrap=True,
-                overflow="ellipsis",
-                header_style="bold",
-                max_width=room.get(column.header),
+                c.header, header_style="bold", no_wrap=True, max_width=room.get(c.header)
             )
-        for index in range(len(rows)):
-            table.add_row(*(cells[c.header][index] for c in shown))
+        for row in zip(*(cells[c.header] for c in shown), strict=True):
+            table.add_row(*row)
         self._print_trimmed(table)
         if page is not None:
             self._footer(page)
@@ -177,15 +189,6 @@ class Out:
             head = "" if line.startswith(("+++", "---")) else line[:1]
             style = {"+": "green", "-": "red", "@": "cyan"}.get(head, "")
             self.console.print(Text(line.rstrip("\n"), style=style), soft_wrap=True)
-
-    def _cell(self, column: Column, row: Mapping[str, Any], wide: bool) -> Text:
-        value = column.cell(row)
-        if column.status:
-            return self.status(value)
-        text = _plain(value)
-        if column.id and not wide and len(text) > SHORT_ID:
-            text = text[: SHORT_ID - 1] + "…"
-        return Text(text)
 
     def _footer(self, page: Mapping[str, Any]) -> None:
         """How many rows of how many these are, and the key of the page after them."""

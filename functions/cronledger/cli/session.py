@@ -121,7 +121,7 @@ def instant(value: str | None) -> str | None:
 @dataclass
 class Session:
     """One command's view of the world: the API, where its answers are printed, and the paging
-    and `--watch` options of a listing (`api(paged=True, watched=True)`)."""
+    and `--watch` options of a listing (`api(paged=…, watched=…)`)."""
 
     api: ApiClient
     out: Out
@@ -150,37 +150,37 @@ class Session:
             given["after"] = page["next"]
 
     def named(self, name: str) -> dict[str, Any] | None:
-        """The channel named `name`, if there is one."""
         found: list[dict[str, Any]] = self.get("/channels", {"name": name})["data"]
         return found[0] if found else None
 
-    def channel(self, ref: str) -> dict[str, Any]:
-        """The channel named `ref`, else the one whose id it is; an error naming both."""
-        named = self.named(ref)
-        if named is not None:
-            return named
+    def found(self, path: str, missing: Exception) -> dict[str, Any]:
+        """The item at `path`; `missing` raised if the API has none (404)."""
         try:
-            channel: dict[str, Any] = self.get(f"/channels/{segment(ref)}")["data"]
+            item: dict[str, Any] = self.get(path)["data"]
         except ApiError as exc:
             if exc.status == 404:
-                message = f"no channel named {ref!r} or with that id; `channels list` shows them"
-                raise ApiError(404, {"error": {"code": "not_found", "message": message}}) from None
+                raise missing from None
             raise
-        return channel
+        return item
+
+    def channel(self, ref: str) -> dict[str, Any]:
+        """The channel named `ref`, else the one whose id it is; an error naming both."""
+        message = f"no channel named {ref!r} or with that id; `channels list` shows them"
+        missing = ApiError(404, {"error": {"code": "not_found", "message": message}})
+        return self.named(ref) or self.found(f"/channels/{segment(ref)}", missing)
 
     def channel_id(self, ref: str | None) -> str | None:
-        """The id of the channel `ref` names (None: no channel given)."""
         return None if ref is None else str(self.channel(ref)["channel_id"])
 
 
 #: The options `api` adds to a command, after its own: a listing's paging (`paged`), `--watch`'s
 #: (`watched`), and the global ones; each as (name, annotation, default).
-PAGING: Final = (("limit", Limit, 50), ("offset", Offset, 0), ("after", After, None))
-WATCHING: Final = (
-    ("watch", Watch, False),
-    ("interval", Interval, 2.0),
-    ("watch_for", WatchFor, None),
-)
+Added = tuple[tuple[str, Any, Any], ...]
+LIMIT: Final = ("limit", Limit, 50)
+AFTER: Final = ("after", After, None)
+PAGING: Final = (LIMIT, ("offset", Offset, 0), AFTER)
+PACING: Final = (("interval", Interval, 2.0), ("watch_for", WatchFor, None))
+WATCHING: Final = (("watch", Watch, False), *PACING)
 GLOBALS: Final = (("api_url", ApiUrl, None), ("output", Output, None), ("json_", Json, False))
 
 
@@ -188,14 +188,14 @@ def api(
     app: typer.Typer,
     name: str | None = None,
     *,
-    paged: bool = False,
-    watched: bool = False,
+    paged: Added = (),
+    watched: Added = (),
     **options: Any,
 ) -> Callable[..., Any]:
     """Register `func(session, …)` as a command of `app` that talks to the API: the paging,
     watch and global options join its own (the session holds their values), and its errors
     leave through `run`."""
-    added = [*(PAGING if paged else ()), *(WATCHING if watched else ()), *GLOBALS]
+    added = [*paged, *watched, *GLOBALS]
 
     def register(func: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(func, eval_str=True)
@@ -212,7 +212,7 @@ def api(
             fmt = given["output"] or root.get("output") or Format.table
             if given["json_"] or root.get("json_"):
                 fmt = Format.json
-            page = {n: given[n] for n, _, _ in PAGING} if paged else {}
+            page = {n: given[n] for n, _, _ in paged}
             watching = (given["interval"], given["watch_for"]) if given.get("watch") else None
             session = Session(ApiClient(api_url), Out(fmt), page, watching)
             run(session.out, lambda: func(session, **kwargs))
@@ -234,12 +234,9 @@ def run(out: Out, body: Callable[[], None]) -> None:
             out.data(exc.body)  # scripts get the API's error envelope as well
         out.error(str(exc), exc.details)
         raise typer.Exit(EXIT_API) from None
-    except Unreachable as exc:
+    except (Unreachable, UsageError) as exc:
         out.error(str(exc))
-        raise typer.Exit(EXIT_UNREACHABLE) from None
-    except UsageError as exc:
-        out.error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(EXIT_USAGE if isinstance(exc, UsageError) else EXIT_UNREACHABLE) from None
 
 
 def confirm(out: Out, question: str, yes: bool) -> None:

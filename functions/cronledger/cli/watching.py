@@ -49,16 +49,20 @@ def every_poll(interval: float, watch_for: float | None, poll: Callable[[bool], 
 
 def watch_rows(
     s: Session,
-    fetch: Callable[[], Sequence[Mapping[str, Any]]],
-    key: Callable[[Mapping[str, Any]], str],
+    path: str,
+    query: Mapping[str, Any],
+    key: str,
     columns: Sequence[Column],
+    oldest_first: bool = False,
 ) -> None:
-    """Print `fetch()`'s rows, then at each poll those that changed (`s.watching` paces it)."""
+    """Print the listing's rows, then at each poll those that changed (`s.watching` paces it),
+    each known by its field `key`; `oldest_first`: a newest-first page read as a log."""
     shown: dict[str, Mapping[str, Any]] = {}
 
     def poll(first: bool) -> None:
-        changed = [r for r in fetch() if shown.get(key(r)) != r]
-        shown.update((key(row), row) for row in changed)
+        rows = s.get(path, query)["data"]
+        changed = [r for r in (rows[::-1] if oldest_first else rows) if shown.get(r[key]) != r]
+        shown.update((row[key], row) for row in changed)
         s.out.rows(columns, changed, header=first, empty="(none yet)")
 
     assert s.watching is not None

@@ -19,7 +19,6 @@ from cronledger.local_http import (
     READ_TIMEOUT_SECS,
     JsonRequestHandler,
     PeerSafeServer,
-    error_body,
     serve_in_thread,
 )
 from cronledger.pacing import wait_for_interrupt
@@ -41,7 +40,8 @@ def start_proxy(
 ) -> ThreadingHTTPServer:
     """The proxy, serving on 127.0.0.1:`port` (0: any free port) on a thread of its own. A
     client that misbehaves or goes away fails only its own request (`cronledger.local_http`)."""
-    server = PeerSafeServer((LOOPBACK, port), _handler(api, read_timeout_secs))
+    handler = type("Handler", (_Proxy,), {"api": api, "timeout": read_timeout_secs})
+    server = PeerSafeServer((LOOPBACK, port), handler)
     serve_in_thread(server, "cronledger-console")
     return server
 
@@ -72,66 +72,55 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _handler(api: ApiClient, read_timeout_secs: float) -> type[JsonRequestHandler]:
-    class Handler(JsonRequestHandler):
-        timeout = read_timeout_secs
-        max_body = MAX_BODY
-        body: bytes | None = None
+class _Proxy(JsonRequestHandler):
+    """One request to the proxy: a page of the console, or an API request passed on."""
 
-        def handle_body(self, body: bytes) -> None:
-            self.body = body or None
-            refusal = self._refusal()
-            if refusal is not None:
-                return self._json(403, error_body("refused", refusal))
-            path = self.path.split("?", 1)[0]
-            if path.startswith(_PASSED_ON):
-                if self.command not in _PASSED_METHODS:
-                    return self._not_allowed(_PASSED_METHODS)
-                return self._pass_on()
-            found = asset(path)
-            if found is None and path != "/":
-                return self._json(404, error_body("refused", "no such path"))
-            if self.command not in _PAGE_METHODS:
-                return self._not_allowed(_PAGE_METHODS)
-            if found is None:
-                return self.answer(302, {"location": PAGE}, b"")
-            body, content_type = found
-            self.answer(200, {**HEADERS, "content-type": content_type}, body)
+    api: ApiClient  # the proxy's, set by `start_proxy`
+    max_body = MAX_BODY
 
-        def _pass_on(self) -> None:
-            try:
-                status, headers, body = api.exchange(self.command, self.path, self.body)
-            except Unreachable as exc:
-                return self._json(502, error_body("refused", str(exc)))
-            kept = {k.lower(): v for k, v in headers.items() if k.lower() in _ANSWER_HEADERS}
-            self.answer(status, kept, body)
+    def handle_body(self, body: bytes) -> None:
+        refusal = self._refusal(body)
+        if refusal is not None:
+            return self.answer_error(403, "refused", refusal)
+        path = self.path.split("?", 1)[0]
+        if path.startswith(_PASSED_ON):
+            if self.command not in _PASSED_METHODS:
+                return self._not_allowed(_PASSED_METHODS)
+            return self._pass_on(body or None)
+        found = asset(path)
+        if found is None and path != "/":
+            return self.answer_error(404, "refused", "no such path")
+        if self.command not in _PAGE_METHODS:
+            return self._not_allowed(_PAGE_METHODS)
+        if found is None:
+            return self.answer(302, {"location": PAGE}, b"")
+        page, content_type = found
+        self.answer(200, {**HEADERS, "content-type": content_type}, page)
 
-        def _not_allowed(self, allowed: tuple[str, ...]) -> None:
-            listed = ", ".join(allowed)
-            message = f"{self.path.split('?', 1)[0]} answers {listed}, not {self.command}"
-            self.answer(
-                405,
-                {"content-type": "application/json", "allow": listed},
-                error_body("method_not_allowed", message),
-            )
+    def _pass_on(self, body: bytes | None) -> None:
+        try:
+            status, headers, answer = self.api.exchange(self.command, self.path, body)
+        except Unreachable as exc:
+            return self.answer_error(502, "refused", str(exc))
+        kept = {k.lower(): v for k, v in headers.items() if k.lower() in _ANSWER_HEADERS}
+        self.answer(status, kept, answer)
 
-        def _json(self, status: int, body: bytes) -> None:
-            self.answer(status, {"content-type": "application/json"}, body)
+    def _not_allowed(self, allowed: tuple[str, ...]) -> None:
+        listed = ", ".join(allowed)
+        message = f"{self.path.split('?', 1)[0]} answers {listed}, not {self.command}"
+        self.answer_error(405, "method_not_allowed", message, allow=listed)
 
-        def _refusal(self) -> str | None:
-            port = self.server.server_port  # type: ignore[attr-defined]
-            own = {f"{LOOPBACK}:{port}", f"localhost:{port}"}
-            if self.headers.get("host") not in own:
-                return "the console proxy answers only requests addressed to it"
-            origin = self.headers.get("origin")
-            if origin is not None and origin.removeprefix("http://") not in own:
-                return "requests from another site's page are refused"
-            if self.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-                return "requests from another site's page are refused"
-            has_body = bool(self.body)
-            content_type = self.headers.get("content-type", "")
-            if has_body and not content_type.startswith("application/json"):
-                return "send the body as JSON with Content-Type: application/json"
-            return None
-
-    return Handler
+    def _refusal(self, body: bytes) -> str | None:
+        port = self.server.server_port  # type: ignore[attr-defined]
+        own = {f"{LOOPBACK}:{port}", f"localhost:{port}"}
+        if self.headers.get("host") not in own:
+            return "the console proxy answers only requests addressed to it"
+        origin = self.headers.get("origin")
+        if origin is not None and origin.removeprefix("http://") not in own:
+            return "requests from another site's page are refused"
+        if self.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+            return "requests from another site's page are refused"
+        content_type = self.headers.get("content-type", "")
+        if body and not content_type.startswith("application/json"):
+            return "send the body as JSON with Content-Type: application/json"
+        return None
