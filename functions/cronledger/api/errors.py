@@ -67,7 +67,9 @@ class Router(APIGatewayHttpRouter):
             }
 
         def register(route: _Route) -> _Route:
-            said = summary or str(route.__doc__).split("\n\n")[0]
+            said = summary or (route.__doc__ or "").split("\n\n")[0]
+            if not said.strip():
+                raise TypeError(f"route {route.__name__} needs a docstring: it is its summary")
             return self.route(
                 self.prefix + path,
                 method,
