@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 
 import jsii
-from aws_cdk import aws_apigateway as apigw
-from aws_cdk import aws_apigatewayv2 as apigwv2
-from aws_cdk import aws_apigatewayv2_authorizers as authorizers
-from aws_cdk import aws_apigatewayv2_integrations as integrations
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
+from aws_cdk import (
+    aws_apigateway as apigw,
+    aws_apigatewayv2 as apigwv2,
+    aws_apigatewayv2_authorizers as authorizers,
+    aws_apigatewayv2_integrations as integrations,
+    aws_lambda as lambda_,
+    aws_logs as logs,
+)
 from constructs import Construct
 
 #: The access log's fields: HTTP API context variables, every value a string, so a variable

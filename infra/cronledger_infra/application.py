@@ -15,8 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from aws_cdk import App, Validations
-from aws_cdk import aws_lambda as lambda_
+from aws_cdk import App, Validations, aws_lambda as lambda_
 from cdk_nag import AwsSolutionsChecks
 
 from cronledger_infra.props import CronledgerProps

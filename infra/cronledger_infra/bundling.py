@@ -43,8 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import jsii
-from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling
-from aws_cdk import aws_lambda as lambda_
+from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling, aws_lambda as lambda_
 
 from cronledger_infra.lockfile import LOCK_FILE, stale_reasons
 

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aws_cdk import Annotations
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import (
+    Annotations,
+    aws_events as events,
+    aws_events_targets as targets,
+    aws_iam as iam,
+    aws_kms as kms,
+    aws_lambda as lambda_,
+    aws_sns as sns,
+    aws_sns_subscriptions as subscriptions,
+)
 from constructs import Construct
 
 #: What the functions read (cronledger.settings).

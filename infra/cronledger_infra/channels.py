@@ -35,14 +35,14 @@ from aws_cdk import (
     Duration,
     RemovalPolicy,
     Stack,
+    aws_events as events,
+    aws_iam as iam,
+    aws_lambda as lambda_,
+    aws_logs as logs,
+    aws_sqs as sqs,
+    aws_stepfunctions as sfn,
+    custom_resources as cr,
 )
-from aws_cdk import aws_events as events
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
-from aws_cdk import aws_sqs as sqs
-from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import custom_resources as cr
 from constructs import Construct, IConstruct
 
 from cronledger_infra.nag import acknowledge

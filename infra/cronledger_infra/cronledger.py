@@ -18,9 +18,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack, Tags
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
+from aws_cdk import (
+    CfnOutput,
+    Duration,
+    RemovalPolicy,
+    Stack,
+    Tags,
+    aws_lambda as lambda_,
+    aws_logs as logs,
+)
 from constructs import Construct
 
 from cronledger_infra.api import Api

@@ -33,14 +33,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aws_cdk import CfnDeletionPolicy, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
-from aws_cdk import aws_rds as rds
-from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import custom_resources as cr
+from aws_cdk import (
+    CfnDeletionPolicy,
+    Duration,
+    RemovalPolicy,
+    Stack,
+    aws_ec2 as ec2,
+    aws_iam as iam,
+    aws_lambda as lambda_,
+    aws_logs as logs,
+    aws_rds as rds,
+    aws_secretsmanager as secretsmanager,
+    custom_resources as cr,
+)
 from constructs import Construct
 
 from cronledger_infra.nag import acknowledge

@@ -11,10 +11,12 @@ executor's dead-letter queue, whose depth is alarmed.
 
 from __future__ import annotations
 
-from aws_cdk import Duration
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_destinations as destinations
-from aws_cdk import aws_sqs as sqs
+from aws_cdk import (
+    Duration,
+    aws_lambda as lambda_,
+    aws_lambda_destinations as destinations,
+    aws_sqs as sqs,
+)
 from constructs import Construct
 
 from cronledger_infra.nag import acknowledge

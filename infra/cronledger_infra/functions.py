@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
+from aws_cdk import (
+    Duration,
+    aws_ec2 as ec2,
+    aws_iam as iam,
+    aws_lambda as lambda_,
+    aws_logs as logs,
+)
 from constructs import Construct
 
 from cronledger_infra.bundling import ARCHITECTURE, RUNTIME

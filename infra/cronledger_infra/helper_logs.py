@@ -10,8 +10,7 @@ as raw resources: cronledger's own and CDK's SDK-call function have a log group 
 
 from __future__ import annotations
 
-from aws_cdk import CfnResource, RemovalPolicy, Stack
-from aws_cdk import aws_logs as logs
+from aws_cdk import CfnResource, RemovalPolicy, Stack, aws_logs as logs
 from constructs import Construct
 
 LAMBDA_FUNCTION = "AWS::Lambda::Function"

@@ -24,10 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import CfnResource, Duration, triggers
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import (
+    CfnResource,
+    Duration,
+    aws_iam as iam,
+    aws_lambda as lambda_,
+    aws_secretsmanager as secretsmanager,
+    triggers,
+)
 from constructs import Construct
 
 #: The variables `cronledger.aws.migrate` reads.

@@ -60,17 +60,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import jsii
-from aws_cdk import Annotations, Duration, Stack
-from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as actions
-from aws_cdk import aws_events as events
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sns_subscriptions as subscriptions
-from aws_cdk import aws_sqs as sqs
+from aws_cdk import (
+    Annotations,
+    Duration,
+    Stack,
+    aws_cloudwatch as cloudwatch,
+    aws_cloudwatch_actions as actions,
+    aws_events as events,
+    aws_iam as iam,
+    aws_kms as kms,
+    aws_lambda as lambda_,
+    aws_secretsmanager as secretsmanager,
+    aws_sns as sns,
+    aws_sns_subscriptions as subscriptions,
+    aws_sqs as sqs,
+)
 from constructs import Construct
 
 from cronledger_infra.functions import SERVICE_NAME

@@ -14,8 +14,7 @@ flow-logged.
 
 from __future__ import annotations
 
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ec2 as ec2, aws_logs as logs
 from constructs import Construct
 
 #: The VPC's range unless the operator chooses one (`vpc_cidr`).

@@ -8,10 +8,12 @@ the "reconcile not succeeding" alarm is for.
 
 from __future__ import annotations
 
-from aws_cdk import Duration
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
-from aws_cdk import aws_lambda as lambda_
+from aws_cdk import (
+    Duration,
+    aws_events as events,
+    aws_events_targets as targets,
+    aws_lambda as lambda_,
+)
 from constructs import Construct
 
 TICK = Duration.minutes(1)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Stack, Tags
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_lambda as lambda_
+from aws_cdk import Stack, Tags, aws_ec2 as ec2, aws_lambda as lambda_
 from constructs import Construct
 
 from cronledger_infra.cronledger import INSTALLATION_TAG, PROJECT_ROOT, Cronledger

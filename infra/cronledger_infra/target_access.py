@@ -24,12 +24,15 @@ through SQS and EventBridge (`kms:ViaService`), to encrypt what it sends.
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
-from aws_cdk import aws_events as events
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_sqs as sqs
-from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import (
+    ArnFormat,
+    Stack,
+    aws_events as events,
+    aws_iam as iam,
+    aws_lambda as lambda_,
+    aws_sqs as sqs,
+    aws_stepfunctions as sfn,
+)
 from constructs import Construct
 
 from cronledger_infra.nag import acknowledge

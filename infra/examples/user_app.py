@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import App, RemovalPolicy, Stack
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_sqs as sqs
-from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import (
+    App,
+    RemovalPolicy,
+    Stack,
+    aws_lambda as lambda_,
+    aws_sqs as sqs,
+    aws_stepfunctions as sfn,
+)
 from constructs import Construct
 
 from cronledger_infra import Cronledger

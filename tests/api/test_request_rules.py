@@ -7,8 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cronledger.api import PREFIX, create_app
 from cronledger.ledger import Ledger

@@ -21,8 +21,7 @@ from cronledger.ledger import Ledger
 from cronledger.ledger.tables import metadata
 from tests.api.helpers import CHANNELS, OCCURRENCES, SETTINGS, Scheduler
 from tests.api.http import Answer, call
-from tests.unit.fixtures_targets import Answer as Endpoint
-from tests.unit.fixtures_targets import RecordingServer, forget_cached_secrets
+from tests.unit.fixtures_targets import Answer as Endpoint, RecordingServer, forget_cached_secrets
 
 SECRET = "Bearer xyzzy-7b1e-secret-4e0c"
 REFERENCE = "env:CRONLEDGER_SECRET_REPORTS_TOKEN"

@@ -11,8 +11,14 @@ from cronledger.aws.events import EventBridgeSender
 from cronledger.ledger import Event, Ledger
 from cronledger.outbox import Delivery, deliver
 from cronledger.targets.clients import AwsClients
-from tests.aws.bus import BUS, INSTALLATION, SOURCE, bus_to_queue, failed_on_its_last_attempt
-from tests.aws.bus import received as received_by
+from tests.aws.bus import (
+    BUS,
+    INSTALLATION,
+    SOURCE,
+    bus_to_queue,
+    failed_on_its_last_attempt,
+    received as received_by,
+)
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import cronledger
-from cronledger import alerts, metrics, reconcile
-from cronledger import claim as claim_loop
+from cronledger import alerts, claim as claim_loop, metrics, reconcile
 from cronledger.aws import claim, database, migrate, runtime, wake
 from cronledger.outbox import detail_type
 from cronledger.settings import Settings

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk import App, Stack
-from aws_cdk import aws_lambda as lambda_
+from aws_cdk import App, Stack, aws_lambda as lambda_
 from aws_cdk.assertions import Template
 from cfnlint.api import ManualArgs, lint  # type: ignore[import-untyped]
 

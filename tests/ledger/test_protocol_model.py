@@ -21,8 +21,7 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cronledger import reconcile
 from cronledger.ledger import CHANNEL_ACTIVE, DatabaseUnavailable, Ledger, OccurrenceFilter, Shard

@@ -4,8 +4,7 @@ to its alert state, checked over random runs of events against a plain reading o
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from cronledger.alerts import (
     ABANDONED,

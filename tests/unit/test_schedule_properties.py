@@ -20,8 +20,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from zoneinfo import ZoneInfo
 
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from cronledger.cron import Schedule, ScheduleInvalid, compile_schedule
 from cronledger.cron.compiled import FEW_DUE

@@ -47,8 +47,8 @@ from cronledger.ledger import (
     CHANNEL_ARCHIVED,
     CHANNEL_DRAFT,
     Channel,
+    Page as LedgerPage,
 )
-from cronledger.ledger import Page as LedgerPage
 from cronledger.schedule_cache import SHARED_SCHEDULES
 from cronledger.targets import validate_target
 

@@ -17,11 +17,9 @@ import sqlalchemy as sa
 import typer
 
 from cronledger import __version__
-from cronledger.cli.channels import channels
-from cronledger.cli.channels import root as channel_commands
+from cronledger.cli.channels import channels, root as channel_commands
 from cronledger.cli.events import root as event_commands
-from cronledger.cli.occurrences import occurrences
-from cronledger.cli.occurrences import root as occurrence_commands
+from cronledger.cli.occurrences import occurrences, root as occurrence_commands
 from cronledger.cli.session import Json, Output, RootApiUrl, Session, api
 from cronledger.settings import Settings
 

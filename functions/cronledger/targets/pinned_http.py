@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import urllib3
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
-from urllib3.exceptions import TimeoutError as Urllib3Timeout
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    NewConnectionError,
+    TimeoutError as Urllib3Timeout,
+)
 
 from cronledger.excerpts import RESULT_EXCERPT_BYTES
 from cronledger.targets.addresses import Address
