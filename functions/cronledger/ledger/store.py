@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -113,18 +113,14 @@ class Store:
 
         return _retried(once)
 
-    @contextmanager
-    def _write(self, *, single: bool = False) -> Iterator[sa.Connection]:
+    def _write(self, *, single: bool = False) -> AbstractContextManager[sa.Connection]:
         """A transaction that writes (SQLite: `BEGIN IMMEDIATE`), committed on exit. `single`:
         one statement, atomic by itself, run in autocommit on PostgreSQL."""
-        with self._transaction(write=True, autocommit=single) as conn:
-            yield conn
+        return self._transaction(write=True, autocommit=single)
 
-    @contextmanager
-    def _read(self) -> Iterator[sa.Connection]:
+    def _read(self) -> AbstractContextManager[sa.Connection]:
         """Reads, in autocommit on PostgreSQL (READ COMMITTED snapshots per statement anyway)."""
-        with self._transaction(write=False, autocommit=True) as conn:
-            yield conn
+        return self._transaction(write=False, autocommit=True)
 
     @contextmanager
     def _transaction(self, *, write: bool, autocommit: bool = False) -> Iterator[sa.Connection]:
