@@ -123,13 +123,11 @@ class EventStore(Store):
 
     # --- the outbox -----------------------------------------------------------------------
 
-    def take_outbox(
-        self, limit: int = OUTBOX_BATCH, lease_secs: float = SEND_LEASE_SECS
-    ) -> list[Event]:
+    def take_outbox(self, limit: int = OUTBOX_BATCH) -> list[Event]:
         """Lease up to `limit` undelivered events whose lease has run out, oldest first, to
-        this sender: each one's next try waits `lease_secs` (doubling with its tries, capped),
-        so a sender that dies with them leaves them to a later sweep, and two sweeps never
-        take the same event at once."""
+        this sender: each one's next try waits `SEND_LEASE_SECS` (doubling with its tries,
+        capped), so a sender that dies with them leaves them to a later sweep, and two sweeps
+        never take the same event at once."""
         due = (
             sa.select(events.c.event_id)
             .where(_UNDELIVERED, events.c.send_after <= self._sql.now())
@@ -142,7 +140,7 @@ class EventStore(Store):
                 sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), _UNDELIVERED)
             ).all()
             for attempts in sorted({row.send_attempts for row in taken}):
-                wait = max(lease_secs, min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2**attempts))
+                wait = max(SEND_LEASE_SECS, min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2**attempts))
                 ids = [row.event_id for row in taken if row.send_attempts == attempts]
                 conn.execute(
                     sa.update(events)
