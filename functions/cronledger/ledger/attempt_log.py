@@ -71,11 +71,11 @@ def ending(sql: Backend, of: sa.ColumnElement[bool], **values: Any) -> sa.Update
 
 
 def end_statement(sql: Backend) -> sa.Update:
-    """The end of occurrence `p_id`'s open attempt: `p_outcome`, `p_error`, `p_detail`."""
+    """The end of occurrence `p_id`'s open attempt: `p_status`, `p_error`, `p_detail`."""
     return ending(
         sql,
         attempts.c.occurrence_id == sa.bindparam("p_id", type_=sa.String),
-        outcome=sa.bindparam("p_outcome", type_=sa.String),
+        outcome=sa.bindparam("p_status", type_=sa.String),
         error_message=sa.bindparam("p_error", type_=sa.Text),
         error_detail=sa.bindparam("p_detail", type_=sa.Text),
     )
