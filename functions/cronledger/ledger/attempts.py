@@ -417,20 +417,16 @@ class AttemptStore(Store):
 
         return self._atomic(renew, single=fencing_token is None)
 
-    def release_claim(self, occurrence_id: str, claimant: str) -> bool:
-        """Hand a claimed, not yet started occurrence back to `pending`. The claim's attempt
-        is given back too: a deferral is not an attempt."""
-        return self._atomic(
-            lambda conn: _hand_back(conn, self._sql, occurrence_id, claimant), single=True
-        )
-
-    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
-        """Hand a claimed occurrence whose key is busy back to `pending`, due `due_in`
-        seconds from now, its attempt given back (waiting is not an attempt): a backfill row
-        run one after another takes its turn instead of being skipped."""
+    def release_claim(self, occurrence_id: str, claimant: str, due_in: float | None = None) -> bool:
+        """Hand a claimed, not yet started occurrence back to `pending`, its attempt given back
+        too: a deferral is not an attempt, nor is waiting. `due_in` (`wait_for_key`: its key is
+        busy): due that many seconds from now, so a backfill row run one after another takes
+        its turn instead of being skipped."""
         return self._atomic(
             lambda conn: _hand_back(conn, self._sql, occurrence_id, claimant, due_in), single=True
         )
+
+    wait_for_key = release_claim
 
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
         """Write each attempt's end (see `SettleRequest`), answered in order; False: a
