@@ -72,10 +72,7 @@ def lock_slots(conn: sa.Connection, sql: Backend, key: str, occurrence_id: str) 
     )
     if sql.is_postgres:
         stmt = stmt.with_for_update(of=singletons)
-    return [
-        SlotRow(str(k), int(slot), holder, int(token), bool(is_live), started)
-        for k, slot, holder, token, is_live, started in conn.execute(stmt)
-    ]
+    return [SlotRow(*row) for row in conn.execute(stmt)]
 
 
 def take_slot(
