@@ -57,7 +57,6 @@ class Draft:
     kind: str
     channel_id: str
     occurrence: Occurrence | None = None
-    error: str | None = None
     count: int | None = None
     oldest_scheduled_for: datetime | None = None
     reason: str | None = None
@@ -335,7 +334,6 @@ def _event(
     o = d.occurrence
     document = channel.transport_config or {}
     event_id = str(uuid7())
-    error = d.error if d.error is not None or o is None else o.error_message
     api, console = (
         (f"/api/v1/admin/cron/occurrences/{o.id}", f"/#occurrence={o.id}")
         if o is not None
@@ -357,7 +355,7 @@ def _event(
         "attempt": o and o.attempt,
         "max_attempts": o and o.allowed_attempts,
         "status": o and o.status,
-        "error": None if kind == alerts.RECOVERED else error,
+        "error": None if kind == alerts.RECOVERED else o and o.error_message,
         "count": d.count,
         "consecutive_failures": state.consecutive_failures,
         "links": {"api": api, "console": console},
