@@ -185,13 +185,13 @@ class EventStore(Store):
         age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
         return Outbox(int(count), age)
 
-    def delete_events_older_than(self, hours: float, *, batch_size: int = OUTBOX_BATCH * 10) -> int:
+    def delete_events_older_than(self, hours: float) -> int:
         """Retention: one bounded batch of events written more than `hours` ago that have
         nothing left to send (delivered, or never to be). One still waiting for its
         destination stays, however old: it is undelivered, not history."""
         done = sa.or_(events.c.send_after.is_(None), events.c.delivered_at.is_not(None))
         old = sa.and_(done, events.c.at < self._sql.now_plus(-hours * 3600))
-        batch = sa.select(events.c.event_id).where(old).limit(batch_size)
+        batch = sa.select(events.c.event_id).where(old).limit(OUTBOX_BATCH * 10)
         with self._write(single=True) as conn:
             return conn.execute(
                 sa.delete(events).where(events.c.event_id.in_(batch.scalar_subquery()))
