@@ -115,18 +115,11 @@ def renew_slot(
 
 
 def release_slot(
-    conn: sa.Connection,
-    occurrence_id: str,
-    fencing_token: int,
-    *,
-    holder: str,
-    key: str | None = None,
+    conn: sa.Connection, occurrence_id: str, fencing_token: int, *, holder: str
 ) -> bool:
-    """Free the slot this holder holds for this occurrence under `fencing_token` (of `key`,
-    when given); a superseded holder matches nothing."""
+    """Free the slot this holder holds for this occurrence under `fencing_token`; a
+    superseded holder matches nothing."""
     stmt = sa.update(singletons).where(_held_under(occurrence_id, holder, fencing_token))
-    if key is not None:
-        stmt = stmt.where(singletons.c.singleton_key == key)
     return conn.execute(stmt.values(FREE)).rowcount == 1
 
 
