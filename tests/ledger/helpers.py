@@ -169,8 +169,15 @@ def release_singleton(
     """Free the slot of `key` the claimant holds for the occurrence under `fencing_token`:
     the release every settle of a slot holder starts with, alone. Conditional on all three,
     so a superseded holder frees nothing."""
+    held = sa.select(singletons.c.singleton_key).where(
+        singletons.c.occurrence_id == occurrence_id,
+        singletons.c.holder == claimant,
+        singletons.c.fencing_token == fencing_token,
+    )
     with ledger.engine.begin() as conn:
-        return release_slot(conn, occurrence_id, fencing_token, holder=claimant, key=key)
+        if key not in conn.execute(held).scalars().all():
+            return False
+        return release_slot(conn, occurrence_id, fencing_token, holder=claimant)
 
 
 def advance_cursor(ledger: Ledger, move: CursorMove) -> bool:

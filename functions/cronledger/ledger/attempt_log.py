@@ -21,23 +21,22 @@ from cronledger.ledger.backend import Backend
 from cronledger.ledger.models import Attempt
 from cronledger.ledger.tables import attempts, occurrences
 
-#: What the running UPDATE returns for its attempt's row, in this order.
-STARTED_COLUMNS = (
-    occurrences.c.id,
-    occurrences.c.attempt,
-    occurrences.c.claimed_by,
-    occurrences.c.started_at,
-    occurrences.c.fencing_token,
-)
-_LOGGED = ("occurrence_id", "number", "claimant", "started_at", "fencing_token")
+#: Each column of an attempt's row, and what the running UPDATE returns for it, in order.
+_LOGGED = {
+    "occurrence_id": occurrences.c.id,
+    "number": occurrences.c.attempt,
+    "claimant": occurrences.c.claimed_by,
+    "started_at": occurrences.c.started_at,
+    "fencing_token": occurrences.c.fencing_token,
+}
 
 
 def logged_start(sql: Backend, running: sa.Update) -> sa.Insert | sa.Update:
     """PostgreSQL: `running` (an UPDATE to `running`, without RETURNING) as a CTE of the
     INSERT of its attempt's row, answering the start time. SQLite cannot put an UPDATE in a
-    CTE: `running` itself, returning what `log_start` inserts."""
+    CTE: `running` itself, returning what `run_logged_start` inserts."""
     if not sql.is_postgres:
-        return running.returning(*STARTED_COLUMNS)
+        return running.returning(*_LOGGED.values())
     started, insert = started_and_logged(running)
     return insert.add_cte(started).returning(attempts.c.started_at)
 
@@ -58,9 +57,9 @@ def run_logged_start(
 
 
 def started_and_logged(running: sa.Update) -> tuple[sa.CTE, sa.Insert]:
-    """PostgreSQL only: `running` as the CTE `started` (returning `STARTED_COLUMNS`), and the
-    INSERT of its attempt's row from it."""
-    started = running.returning(*STARTED_COLUMNS).cte("started")
+    """PostgreSQL only: `running` as the CTE `started` (returning `_LOGGED`), and the INSERT
+    of its attempt's row from it."""
+    started = running.returning(*_LOGGED.values()).cte("started")
     return started, sa.insert(attempts).from_select(list(_LOGGED), sa.select(*started.c))
 
 
@@ -72,11 +71,11 @@ def ending(sql: Backend, of: sa.ColumnElement[bool], **values: Any) -> sa.Update
 
 
 def end_statement(sql: Backend) -> sa.Update:
-    """The end of occurrence `p_id`'s open attempt: `p_outcome`, `p_error`, `p_detail`."""
+    """The end of occurrence `p_id`'s open attempt: `p_status`, `p_error`, `p_detail`."""
     return ending(
         sql,
         attempts.c.occurrence_id == sa.bindparam("p_id", type_=sa.String),
-        outcome=sa.bindparam("p_outcome", type_=sa.String),
+        outcome=sa.bindparam("p_status", type_=sa.String),
         error_message=sa.bindparam("p_error", type_=sa.Text),
         error_detail=sa.bindparam("p_detail", type_=sa.Text),
     )

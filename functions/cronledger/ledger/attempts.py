@@ -12,9 +12,6 @@ nothing trusts an earlier read.
 - A slot acquisition bumps the slot's fencing token. Renew, settle and release are
   conditional on (occurrence, holder, token), so a superseded holder writes nothing.
 - A failed attempt with attempts left is settled back to `pending`, due after its backoff.
-
-`Claims`, `Starts`, `Leases` (renew, release) and `Settles` each write one of these;
-`AttemptStore`, the ledger's `attempts`, is the four in one.
 """
 
 from __future__ import annotations
@@ -174,20 +171,18 @@ class SettleRequest:
             "p_result": truncate_excerpt(self.result),
             "p_trace": self.trace_id,
             "p_retry_in": self.retry_in,
-            "p_outcome": self.status,
             "p_detail": truncate_excerpt(self.error_detail, ERROR_MESSAGE_BYTES),
         }
 
 
-class _Part(Store):
-    """A part of `AttemptStore`: the ledger's base, and the event store it writes through."""
+class AttemptStore(Store):
+    """Claims, starts, leases (renew, release) and settles, on the ledger's base, writing
+    their events through `events` (see the module's header)."""
 
     def __init__(self, base: Store, events: EventStore) -> None:
         super().__init__(base)
         self.events = events
 
-
-class Claims(_Part):
     def claim(self, claimant: str, limit: int, lease_secs: float) -> ClaimResult:
         """Lease up to `limit` claimable occurrences to `claimant`, and settle the expired
         ones that have no attempt left (their slots are given back too)."""
@@ -281,8 +276,6 @@ class Claims(_Part):
             arm = arm.with_for_update(skip_locked=True)
         return arm.subquery()
 
-
-class Starts(_Part):
     def open_attempts(
         self,
         occurrence_ids: Sequence[str],
@@ -400,8 +393,6 @@ class Starts(_Part):
         made = self.events.record(conn, [draft(alerts.CANCELLED, replaced)])
         return replace(started, replaced=replaced.id), made
 
-
-class Leases(_Part):
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float
     ) -> bool:
@@ -426,23 +417,17 @@ class Leases(_Part):
 
         return self._atomic(renew, single=fencing_token is None)
 
-    def release_claim(self, occurrence_id: str, claimant: str) -> bool:
-        """Hand a claimed, not yet started occurrence back to `pending`. The claim's attempt
-        is given back too: a deferral is not an attempt."""
-        return self._atomic(
-            lambda conn: _hand_back(conn, self._sql, occurrence_id, claimant), single=True
-        )
-
-    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
-        """Hand a claimed occurrence whose key is busy back to `pending`, due `due_in`
-        seconds from now, its attempt given back (waiting is not an attempt): a backfill row
-        run one after another takes its turn instead of being skipped."""
+    def release_claim(self, occurrence_id: str, claimant: str, due_in: float | None = None) -> bool:
+        """Hand a claimed, not yet started occurrence back to `pending`, its attempt given back
+        too: a deferral is not an attempt, nor is waiting. `due_in` (`wait_for_key`: its key is
+        busy): due that many seconds from now, so a backfill row run one after another takes
+        its turn instead of being skipped."""
         return self._atomic(
             lambda conn: _hand_back(conn, self._sql, occurrence_id, claimant, due_in), single=True
         )
 
+    wait_for_key = release_claim
 
-class Settles(_Part):
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
         """Write each attempt's end (see `SettleRequest`), answered in order; False: a
         superseded holder, and nothing was written for it. Quiet completions are written
@@ -589,23 +574,15 @@ class Settles(_Part):
         )
 
 
-class AttemptStore(Claims, Starts, Leases, Settles):
-    """Claims, starts, leases and settles in one store (see the module's header)."""
-
-
 class _Undone(Exception):
-    """One attempt's write lost: what it wrote is rolled back, and `answer` is its answer."""
-
-    def __init__(self, answer: Any) -> None:
-        super().__init__(answer)
-        self.answer = answer
+    """One attempt's write lost: what it wrote is rolled back, and its argument is its answer."""
 
 
 def _each_undoable(
     items: Sequence[Item], write: Callable[[sa.Connection, Item], Any], conn: sa.Connection
 ) -> list[Any]:
     """`write(conn, item)` of each item in the caller's transaction, answered in order; one
-    that raised `_Undone` answers its `answer`, what it wrote undone: its savepoint, or the
+    that raised `_Undone` answers its argument, what it wrote undone: its savepoint, or the
     whole transaction when it is alone in it."""
     alone = len(items) == 1
     answers = []
@@ -616,7 +593,7 @@ def _each_undoable(
         except _Undone as undone:
             if alone:
                 conn.rollback()
-            answers.append(undone.answer)
+            answers.append(undone.args[0])
     return answers
 
 

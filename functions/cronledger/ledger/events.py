@@ -57,7 +57,6 @@ class Draft:
     kind: str
     channel_id: str
     occurrence: Occurrence | None = None
-    error: str | None = None
     count: int | None = None
     oldest_scheduled_for: datetime | None = None
     reason: str | None = None
@@ -123,13 +122,11 @@ class EventStore(Store):
 
     # --- the outbox -----------------------------------------------------------------------
 
-    def take_outbox(
-        self, limit: int = OUTBOX_BATCH, lease_secs: float = SEND_LEASE_SECS
-    ) -> list[Event]:
+    def take_outbox(self, limit: int = OUTBOX_BATCH) -> list[Event]:
         """Lease up to `limit` undelivered events whose lease has run out, oldest first, to
-        this sender: each one's next try waits `lease_secs` (doubling with its tries, capped),
-        so a sender that dies with them leaves them to a later sweep, and two sweeps never
-        take the same event at once."""
+        this sender: each one's next try waits `SEND_LEASE_SECS` (doubling with its tries,
+        capped), so a sender that dies with them leaves them to a later sweep, and two sweeps
+        never take the same event at once."""
         due = (
             sa.select(events.c.event_id)
             .where(_UNDELIVERED, events.c.send_after <= self._sql.now())
@@ -142,7 +139,7 @@ class EventStore(Store):
                 sa.select(events).where(events.c.event_id.in_(due.scalar_subquery()), _UNDELIVERED)
             ).all()
             for attempts in sorted({row.send_attempts for row in taken}):
-                wait = max(lease_secs, min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2**attempts))
+                wait = max(SEND_LEASE_SECS, min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2**attempts))
                 ids = [row.event_id for row in taken if row.send_attempts == attempts]
                 conn.execute(
                     sa.update(events)
@@ -188,13 +185,13 @@ class EventStore(Store):
         age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
         return Outbox(int(count), age)
 
-    def delete_events_older_than(self, hours: float, *, batch_size: int = OUTBOX_BATCH * 10) -> int:
+    def delete_events_older_than(self, hours: float) -> int:
         """Retention: one bounded batch of events written more than `hours` ago that have
         nothing left to send (delivered, or never to be). One still waiting for its
         destination stays, however old: it is undelivered, not history."""
         done = sa.or_(events.c.send_after.is_(None), events.c.delivered_at.is_not(None))
         old = sa.and_(done, events.c.at < self._sql.now_plus(-hours * 3600))
-        batch = sa.select(events.c.event_id).where(old).limit(batch_size)
+        batch = sa.select(events.c.event_id).where(old).limit(OUTBOX_BATCH * 10)
         with self._write(single=True) as conn:
             return conn.execute(
                 sa.delete(events).where(events.c.event_id.in_(batch.scalar_subquery()))
@@ -337,7 +334,6 @@ def _event(
     o = d.occurrence
     document = channel.transport_config or {}
     event_id = str(uuid7())
-    error = d.error if d.error is not None or o is None else o.error_message
     api, console = (
         (f"/api/v1/admin/cron/occurrences/{o.id}", f"/#occurrence={o.id}")
         if o is not None
@@ -359,7 +355,7 @@ def _event(
         "attempt": o and o.attempt,
         "max_attempts": o and o.allowed_attempts,
         "status": o and o.status,
-        "error": None if kind == alerts.RECOVERED else error,
+        "error": None if kind == alerts.RECOVERED else o and o.error_message,
         "count": d.count,
         "consecutive_failures": state.consecutive_failures,
         "links": {"api": api, "console": console},

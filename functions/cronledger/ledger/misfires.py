@@ -31,8 +31,6 @@ from cronledger.ledger.models import (
 from cronledger.ledger.store import Store
 from cronledger.ledger.tables import constant, occurrences, schedule_state, status_is
 
-Verdict = Literal["run", "skipped", "behind", "lost"]
-
 
 @dataclass(frozen=True, slots=True)
 class Judgment:
@@ -40,7 +38,7 @@ class Judgment:
     has not caught up with the late window; ask again shortly) or `lost` (no longer this
     claimant's). `dropped`: rows this judgment skipped, the asker's own included."""
 
-    verdict: Verdict
+    verdict: Literal["run", "skipped", "behind", "lost"]
     dropped: int = 0
 
 

@@ -72,10 +72,7 @@ def lock_slots(conn: sa.Connection, sql: Backend, key: str, occurrence_id: str) 
     )
     if sql.is_postgres:
         stmt = stmt.with_for_update(of=singletons)
-    return [
-        SlotRow(str(k), int(slot), holder, int(token), bool(is_live), started)
-        for k, slot, holder, token, is_live, started in conn.execute(stmt)
-    ]
+    return [SlotRow(*row) for row in conn.execute(stmt)]
 
 
 def take_slot(
@@ -118,18 +115,11 @@ def renew_slot(
 
 
 def release_slot(
-    conn: sa.Connection,
-    occurrence_id: str,
-    fencing_token: int,
-    *,
-    holder: str,
-    key: str | None = None,
+    conn: sa.Connection, occurrence_id: str, fencing_token: int, *, holder: str
 ) -> bool:
-    """Free the slot this holder holds for this occurrence under `fencing_token` (of `key`,
-    when given); a superseded holder matches nothing."""
+    """Free the slot this holder holds for this occurrence under `fencing_token`; a
+    superseded holder matches nothing."""
     stmt = sa.update(singletons).where(_held_under(occurrence_id, holder, fencing_token))
-    if key is not None:
-        stmt = stmt.where(singletons.c.singleton_key == key)
     return conn.execute(stmt.values(FREE)).rowcount == 1
 
 

@@ -2,7 +2,7 @@
 
 Every start is `running_update`, conditional on the claimant still holding the claim, writing
 its attempt's row in the log with it (`attempt_log`). It is sent as `start_statement` once a
-concurrency key's slot is taken (`attempts.Starts`), or on PostgreSQL inside
+concurrency key's slot is taken (`AttemptStore.start_attempts`), or on PostgreSQL inside
 `open_statement`, the executor's first read, for a plain attempt with no key to take (the
 channel's version and retry policy then come from the joined channel row).
 """

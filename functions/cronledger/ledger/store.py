@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 
 S = TypeVar("S")
 T = TypeVar("T")
-OneStatement = sa.Select[Any] | sa.Update
 #: Server errors meaning the statement was not served, not that it was wrong (and class 08).
 UNAVAILABLE_STATES = {
     "57014": "the statement ran past statement_timeout and was cancelled",
@@ -79,7 +78,7 @@ class Store:
     def _run(
         self,
         key: Hashable,
-        build: Callable[[], OneStatement],
+        build: Callable[[], sa.Select[Any] | sa.Update],
         parameters: dict[str, Any],
         *,
         write: bool = True,
@@ -87,12 +86,14 @@ class Store:
         """Run the statement `build` makes (once per `key`) on its own, as a write retried like
         `_atomic`'s, or a read: its rows and its row count."""
 
-        def once() -> tuple[Sequence[Sequence[Any]], int]:
-            with self._transaction(write=write, autocommit=True) as conn:
-                result = conn.execute(self._statement(key, build), parameters)
-                return (result.all() if result.returns_rows else []), result.rowcount
+        def run(conn: sa.Connection) -> tuple[Sequence[Sequence[Any]], int]:
+            result = conn.execute(self._statement(key, build), parameters)
+            return (result.all() if result.returns_rows else []), result.rowcount
 
-        return _retried(once) if write else once()
+        if write:
+            return self._atomic(run, single=True)
+        with self._read() as conn:
+            return run(conn)
 
     def _connect(self) -> sa.Connection:
         """A pooled connection, or `DatabaseUnavailable`."""
@@ -104,27 +105,28 @@ class Store:
             raise DatabaseUnavailable(f"no ledger connection available: {exc}") from exc
 
     def _atomic(self, body: Callable[[sa.Connection], T], *, single: bool = False) -> T:
-        """`body`'s answer, run in a write transaction, again if the database aborted it
-        (`TRANSIENT_STATES`): `body` must write through `conn` only."""
+        """`body`'s answer, run in a write transaction, again while the database aborts it
+        (`TRANSIENT_STATES`, `TRANSIENT_TRIES`): `body` must write through `conn` only."""
+        tries = 1
+        while True:
+            try:
+                with self._write(single=single) as conn:
+                    return body(conn)
+            except sa.exc.DBAPIError as exc:
+                state = sqlstate(exc)
+                if state not in TRANSIENT_STATES or tries >= TRANSIENT_TRIES:
+                    raise
+                log.info("ledger write aborted (%s), trying again: %s", state, exc.orig)
+                tries += 1
 
-        def once() -> T:
-            with self._write(single=single) as conn:
-                return body(conn)
-
-        return _retried(once)
-
-    @contextmanager
-    def _write(self, *, single: bool = False) -> Iterator[sa.Connection]:
+    def _write(self, *, single: bool = False) -> AbstractContextManager[sa.Connection]:
         """A transaction that writes (SQLite: `BEGIN IMMEDIATE`), committed on exit. `single`:
         one statement, atomic by itself, run in autocommit on PostgreSQL."""
-        with self._transaction(write=True, autocommit=single) as conn:
-            yield conn
+        return self._transaction(write=True, autocommit=single)
 
-    @contextmanager
-    def _read(self) -> Iterator[sa.Connection]:
+    def _read(self) -> AbstractContextManager[sa.Connection]:
         """Reads, in autocommit on PostgreSQL (READ COMMITTED snapshots per statement anyway)."""
-        with self._transaction(write=False, autocommit=True) as conn:
-            yield conn
+        return self._transaction(write=False, autocommit=True)
 
     @contextmanager
     def _transaction(self, *, write: bool, autocommit: bool = False) -> Iterator[sa.Connection]:
@@ -145,20 +147,6 @@ class Store:
                         yield conn
         finally:
             conn.close()
-
-
-def _retried(attempt: Callable[[], T]) -> T:
-    """`attempt()`, tried again while it fails with `TRANSIENT_STATES` (`TRANSIENT_TRIES`)."""
-    tries = 1
-    while True:
-        try:
-            return attempt()
-        except sa.exc.DBAPIError as exc:
-            state = sqlstate(exc)
-            if state not in TRANSIENT_STATES or tries >= TRANSIENT_TRIES:
-                raise
-            log.info("ledger write aborted (%s), trying again: %s", state, exc.orig)
-            tries += 1
 
 
 @contextmanager
