@@ -242,7 +242,7 @@ class CursorStore(Store):
                     "channel_version": (sa.Integer(), [i.channel_version for i in writes.inits]),
                     "config_hash": (sa.String(), [i.config_hash for i in writes.inits]),
                     "next_fire_at": (
-                        sa.DateTime(timezone=True),
+                        UtcDateTime(),
                         [_optional_utc(i.next_fire_at) for i in writes.inits],
                     ),
                 },
@@ -359,7 +359,7 @@ class CursorStore(Store):
         channels whose move did not happen. Only these come back: usually none, where every
         winner would be ten thousand rows to read. The moves are rows of one JSON parameter,
         so the statement does not grow with the batch."""
-        instant = sa.DateTime(timezone=True)
+        instant = UtcDateTime()
         move = self._sql.batch(
             "move",
             {
