@@ -87,9 +87,7 @@ def create_ledger_engine(
         )
         from cronledger.ledger.driver import tune_pg8000_engine  # pg8000, for PostgreSQL only
 
-        connect = BoundedConnect(
-            connect_timeout_secs, password, prepared_statements=prepared_statements
-        )
+        connect = BoundedConnect(connect_timeout_secs, password, prepared_statements)
         tune_pg8000_engine(engine, connect)
         return engine
     if backend == "sqlite":
