@@ -33,7 +33,7 @@ from tests.aws.bus import (
 )
 from tests.aws.conftest import NAMESPACE, SERVICE
 from tests.aws.invocations import FakeContext, emf_documents, metric_values, scheduled_event
-from tests.ledger.helpers import active_channel, seed_due, upsert_cursor
+from tests.ledger.helpers import active_channel, holds, seed_due, upsert_cursor
 
 # Pytest resets the warning filters runtime.py sets; an invocation that records only
 # dimensioned metrics (or none) is expected, and Powertools would warn about it.
@@ -267,7 +267,7 @@ def test_a_tick_with_more_due_than_a_shard_takes_starts_the_other_shards_and_run
         o.channel_id
         for o in container.occurrences.list_occurrences(OccurrenceFilter(limit=1000)).data
     }
-    assert written == {i for i in ids if Shard(0, 3).holds(i)}
+    assert written == {i for i in ids if holds(Shard(0, 3), i)}
 
     # And when the shards' invocations run, every channel has its row
     for shard in launched:

@@ -29,13 +29,20 @@ from cronledger.ledger import (
     NewOccurrence,
     Occurrence,
     OpenedAttempt,
+    Shard,
     SingletonSpec,
 )
 from cronledger.ledger.attempts import SettleRequest, StartRequest
+from cronledger.ledger.shards import shard_key
 from cronledger.ledger.singletons import release_slot
 from cronledger.ledger.tables import metadata, occurrences, singletons
 
 LEASE = 60.0
+
+
+def holds(shard: Shard, channel_id: str) -> bool:
+    """Whether `shard` takes the channel, its key computed in Python (`shard_key`)."""
+    return shard.low <= shard_key(channel_id) < shard.high
 
 
 def with_stores(ledger: Ledger, **stores: Any) -> Ledger:

@@ -87,9 +87,7 @@ def create_ledger_engine(
         )
         from cronledger.ledger.driver import tune_pg8000_engine  # pg8000, for PostgreSQL only
 
-        connect = BoundedConnect(
-            connect_timeout_secs, password, prepared_statements=prepared_statements
-        )
+        connect = BoundedConnect(connect_timeout_secs, password, prepared_statements)
         tune_pg8000_engine(engine, connect)
         return engine
     if backend == "sqlite":
@@ -179,7 +177,7 @@ class Backend:
             if i and len(values) > 1 and values.count(values[0]) == len(values)
         }
         cells = [
-            _instants_text(values) if isinstance(type_, sa.DateTime) else values
+            _instants_text(values) if isinstance(type_, UtcDateTime) else values
             for column, (type_, values) in columns.items()
             if column not in shared
         ]
@@ -204,15 +202,13 @@ class Backend:
     def batch(
         self, name: str, columns: Mapping[str, tuple[sa.types.TypeEngine[Any], Sequence[Any]]]
     ) -> Batch:
-        """The rows one statement is written for (`Batch`): the given columns (equal lengths),
-        the first their key."""
+        """The rows one statement is written for (`Batch`): the given columns (equal lengths,
+        instants typed `UtcDateTime`), the first their key."""
         if self.is_postgres:
             rows = self._rows(name, columns)
             return Batch({column: rows.c[column] for column in columns})
         params = {
-            column: sa.bindparam(
-                f"{name}_{column}", type_=UtcDateTime() if isinstance(type_, sa.DateTime) else type_
-            )
+            column: sa.bindparam(f"{name}_{column}", type_=type_)
             for column, (type_, _) in columns.items()
         }
         names = [param.key for param in params.values()]

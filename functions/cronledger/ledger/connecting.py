@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cronledger.ledger.models import DeadlineReached
@@ -47,9 +47,9 @@ class BoundedConnect:
     """A SQLAlchemy `do_connect` hook that opens the connection itself, with a fresh
     `password()` each time when one is given (an IAM token)."""
 
-    connect_timeout: float = CONNECT_TIMEOUT_SECS
-    password: Callable[[], str] | None = None
-    prepared_statements: bool = field(default=True, kw_only=True)
+    connect_timeout: float
+    password: Callable[[], str] | None
+    prepared_statements: bool
 
     def __call__(self, dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
         params = dict(cparams)

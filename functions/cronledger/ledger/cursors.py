@@ -235,18 +235,14 @@ class CursorStore(Store):
         """`write_cursors`, inside the caller's transaction."""
         now = self._sql.now()
         if writes.inits:
-            init = self._sql.batch(
-                "init",
-                {
-                    "channel_id": (sa.String(), [i.channel_id for i in writes.inits]),
-                    "channel_version": (sa.Integer(), [i.channel_version for i in writes.inits]),
-                    "config_hash": (sa.String(), [i.config_hash for i in writes.inits]),
-                    "next_fire_at": (
-                        sa.DateTime(timezone=True),
-                        [_optional_utc(i.next_fire_at) for i in writes.inits],
-                    ),
-                },
-            )
+            given: dict[str, list[Any]] = {
+                "channel_id": [i.channel_id for i in writes.inits],
+                "channel_version": [i.channel_version for i in writes.inits],
+                "config_hash": [i.config_hash for i in writes.inits],
+                "next_fire_at": [_optional_utc(i.next_fire_at) for i in writes.inits],
+            }
+            columns = {name: (schedule_state.c[name].type, v) for name, v in given.items()}
+            init = self._sql.batch("init", columns)
             upsert = self._sql.insert(schedule_state).from_select(
                 [*init.c, "paused_at", "updated_at"], sa.select(*init.c.values(), sa.null(), now)
             )
@@ -359,7 +355,7 @@ class CursorStore(Store):
         channels whose move did not happen. Only these come back: usually none, where every
         winner would be ten thousand rows to read. The moves are rows of one JSON parameter,
         so the statement does not grow with the batch."""
-        instant = sa.DateTime(timezone=True)
+        instant = UtcDateTime()
         move = self._sql.batch(
             "move",
             {

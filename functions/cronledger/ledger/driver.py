@@ -108,7 +108,7 @@ class Connection(pg8000.dbapi.Connection):  # type: ignore[misc]  # pg8000 is un
 
 
 class Cursor:
-    """A DB-API cursor over `Connection.run`; rows come whole, as pg8000's do."""
+    """As much of a DB-API cursor as SQLAlchemy uses, over `Connection.run`; rows come whole."""
 
     arraysize = 1
 
@@ -145,17 +145,8 @@ class Cursor:
     def fetchall(self) -> list[Any]:
         return list(self.rows)
 
-    def __iter__(self) -> Iterator[Any]:
-        return self.rows
-
     def close(self) -> None:
         self.rows = iter(())
-
-    def setinputsizes(self, *sizes: Any) -> None:
-        pass
-
-    def setoutputsize(self, size: int, column: int | None = None) -> None:
-        pass
 
 
 def tune_pg8000_engine(engine: sa.Engine, connect: Any) -> None:

@@ -218,9 +218,6 @@ class ScheduleWork:
     state: ScheduleState | None
 
 
-OverlapPolicy = Literal["forbid", "queue_one", "replace"]
-
-
 @dataclass(frozen=True, slots=True)
 class SingletonSpec:
     """At most `slots` holders of `key` at once; when all are held a contender gives up
@@ -228,7 +225,7 @@ class SingletonSpec:
 
     key: str
     slots: int = 1
-    policy: OverlapPolicy = "forbid"
+    policy: Literal["forbid", "queue_one", "replace"] = "forbid"
 
 
 @dataclass(frozen=True, slots=True)

@@ -276,31 +276,24 @@ def _insert_statement(
 
 
 def _new(sql: Backend, rows: list[NewOccurrence]) -> Batch:
-    """The rows as a batch of the columns they give (the others are fixed on insert)."""
-    return sql.batch(
-        "new",
-        {
-            "id": (sa.String(), [r.id for r in rows]),
-            "channel_id": (sa.String(), [r.channel_id for r in rows]),
-            "channel_name": (sa.String(), [r.channel_name for r in rows]),
-            "channel_version": (sa.Integer(), [r.channel_version for r in rows]),
-            "target_ref": (sa.String(), [r.target_ref for r in rows]),
-            "trigger": (sa.String(), [r.trigger for r in rows]),
-            "scheduled_for": (
-                sa.DateTime(timezone=True),
-                [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
-            ),
-            "status": (sa.String(), [r.status for r in rows]),
-            "error_message": (sa.Text(), [r.error_message for r in rows]),
-            "due_at": (
-                sa.DateTime(timezone=True),
-                [require_utc(r.due, "due_at") for r in rows],
-            ),
-            "max_attempts": (sa.Integer(), [r.max_attempts for r in rows]),
-            "overdue_at": (sa.DateTime(timezone=True), [r.overdue_at for r in rows]),
-            "waits_for_key": (sa.Boolean(), [r.waits_for_key for r in rows]),
-        },
-    )
+    """The rows as a batch of the columns they give, typed as the table types them (the others
+    are fixed on insert)."""
+    given: dict[str, list[Any]] = {
+        "id": [r.id for r in rows],
+        "channel_id": [r.channel_id for r in rows],
+        "channel_name": [r.channel_name for r in rows],
+        "channel_version": [r.channel_version for r in rows],
+        "target_ref": [r.target_ref for r in rows],
+        "trigger": [r.trigger for r in rows],
+        "scheduled_for": [require_utc(r.scheduled_for, "scheduled_for") for r in rows],
+        "status": [r.status for r in rows],
+        "error_message": [r.error_message for r in rows],
+        "due_at": [require_utc(r.due, "due_at") for r in rows],
+        "max_attempts": [r.max_attempts for r in rows],
+        "overdue_at": [r.overdue_at for r in rows],
+        "waits_for_key": [r.waits_for_key for r in rows],
+    }
+    return sql.batch("new", {name: (occurrences.c[name].type, v) for name, v in given.items()})
 
 
 def _counted(insert: sa.Insert) -> sa.Select[Any]:

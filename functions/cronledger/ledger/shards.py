@@ -59,9 +59,6 @@ class Shard:
         """The first key past the shard."""
         return (self.index + 1) * KEY_SPACE // self.count
 
-    def holds(self, channel_id: str) -> bool:
-        return self.low <= shard_key(channel_id) < self.high
-
     def condition(self, column: sa.ColumnElement[str], *, postgres: bool) -> sa.ColumnElement[bool]:
         """The channels of `column` this shard takes. On PostgreSQL the whole is a range too:
         it names the key the index on due cursors holds, so that index, already in the

@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from cronledger.instants import require_utc
-from cronledger.ledger.models import Occurrence
+from cronledger.ledger.models import TERMINAL_STATUSES, Occurrence
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -185,9 +185,7 @@ occurrences = sa.Table(
     sa.Index(
         "ix_cron_occurrences_retention",
         "completed_at",
-        postgresql_where=sa.text(
-            "status IN ('completed', 'failed', 'cancelled', 'skipped_misfire', 'skipped_singleton')"
-        ),
+        postgresql_where=sa.text(f"status IN ({', '.join(map(repr, TERMINAL_STATUSES))})"),
     ),
     # The overdue watch: only instants that may still become overdue.
     _partial("ix_cron_occurrences_overdue", "overdue_at", where="overdue_at IS NOT NULL"),
