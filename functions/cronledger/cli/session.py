@@ -177,8 +177,9 @@ class Session:
 #: (`watched`), and the global ones; each as (name, annotation, default).
 Added = tuple[tuple[str, Any, Any], ...]
 LIMIT: Final = ("limit", Limit, 50)
+OFFSET: Final = ("offset", Offset, 0)
 AFTER: Final = ("after", After, None)
-PAGING: Final = (LIMIT, ("offset", Offset, 0), AFTER)
+PAGING: Final = (LIMIT, OFFSET, AFTER)
 PACING: Final = (("interval", Interval, 2.0), ("watch_for", WatchFor, None))
 WATCHING: Final = (("watch", Watch, False), *PACING)
 GLOBALS: Final = (("api_url", ApiUrl, None), ("output", Output, None), ("json_", Json, False))
