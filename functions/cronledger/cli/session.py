@@ -219,7 +219,6 @@ def api(
             run(session.out, lambda: func(session, **kwargs))
 
         command.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in [*own, *extra]}
         app.command(name, **options)(command)
         return func
 
