@@ -26,7 +26,6 @@ from cronledger.cli.session import Json, Output, RootApiUrl, Session, api
 from cronledger.settings import Settings
 
 app = typer.Typer(
-    name="cronledger",
     help="cronledger: a durable cron scheduler that keeps a ledger of every scheduled instant.",
     no_args_is_help=True,
     rich_markup_mode="markdown",
