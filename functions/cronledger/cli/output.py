@@ -72,7 +72,7 @@ class Column:
 
 
 class Out:
-    def __init__(self, format: Format = Format.table) -> None:
+    def __init__(self, format: Format) -> None:
         self.format = format
         # A table fits a terminal (or $COLUMNS); piped elsewhere, its lines are never cut.
         probe = Console(file=sys.stdout)
