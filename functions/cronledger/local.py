@@ -169,7 +169,7 @@ def describe_policy(settings: Settings) -> list[str]:
     ]
 
 
-def run_dev(database_url: str, host: str, port: int, demo: bool, allow_remote: bool) -> int:
+def run_dev(database_url: str, host: str, port: int, demo: bool, allow_remote: bool) -> None:
     """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C. The API listens
     beyond this machine only with `allow_remote`, and then says loudly that it does."""
     warning = exposure_warning(host, allow_remote)
@@ -214,7 +214,6 @@ def run_dev(database_url: str, host: str, port: int, demo: bool, allow_remote: b
         _stop_now(0)
     ledger.dispose()
     say("stopped.")
-    return 0
 
 
 def _serve(ledger: Ledger, settings: Settings, host: str, port: int) -> ThreadingHTTPServer:

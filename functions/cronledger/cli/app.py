@@ -107,8 +107,7 @@ def dev(
     reconcile, claim and execute."""
     from cronledger.local import run_dev
 
-    url = _database_url(database_url)
-    raise typer.Exit(run_dev(url, host, port, demo, allow_remote))
+    run_dev(_database_url(database_url), host, port, demo, allow_remote)
 
 
 @api(app, "console")
