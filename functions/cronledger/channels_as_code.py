@@ -87,7 +87,7 @@ def apply_declared(
         if not done:
             summary = f"{name} unchanged at version {channel['version']}, {channel['status']}"
             return Applied(channel["channel_id"], channel["version"], "unchanged", summary)
-        overwrote = "" if changed is None else f"overwrote what was {changed}"
+        overwrote = f"overwrote what was {changed}"
         said = f"{name}: {', '.join(done)}" + (f"; {overwrote}" if changed else "")
         reason = f"applied by the deploy of {deployer}" + (f": it {overwrote}" if changed else "")
         body = {"status": "active", "reason": reason}

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 import sqlalchemy as sa
 
@@ -169,14 +169,7 @@ def describe_policy(settings: Settings) -> list[str]:
     ]
 
 
-def run_dev(
-    database_url: str,
-    host: str,
-    port: int,
-    demo: bool,
-    out: TextIO = sys.stdout,
-    allow_remote: bool = False,
-) -> int:
+def run_dev(database_url: str, host: str, port: int, demo: bool, allow_remote: bool) -> None:
     """`cronledger dev`: migrate, serve the API, run the scheduler until Ctrl-C. The API listens
     beyond this machine only with `allow_remote`, and then says loudly that it does."""
     warning = exposure_warning(host, allow_remote)
@@ -189,8 +182,8 @@ def run_dev(
     ledger.migrate()
     demo_status = ensure_demo_channel(ledger).status if demo else None
     server = _serve(ledger, settings, host, port)
-    _arm_first_stop(out)
-    say = line_printer(out)
+    _arm_first_stop()
+    say = line_printer(sys.stdout)
     scheduler = LocalScheduler(
         ledger,
         settings,
@@ -218,10 +211,9 @@ def run_dev(
     if not scheduler.shutdown(DRAIN_SECS):
         say("some attempts were still running; their leases will expire and be recovered.")
         # Their threads cannot be stopped, and the interpreter would wait for them at exit.
-        _stop_now(out, 0)
+        _stop_now(0)
     ledger.dispose()
     say("stopped.")
-    return 0
 
 
 def _serve(ledger: Ledger, settings: Settings, host: str, port: int) -> ThreadingHTTPServer:
@@ -255,13 +247,13 @@ def _said_at_start(settings: Settings, demo_status: str | None) -> list[str]:
     return lines
 
 
-def _arm_first_stop(out: TextIO) -> None:
+def _arm_first_stop() -> None:
     """Make the first Ctrl-C or SIGTERM drain: its handler re-arms both to end the process at
     once before it interrupts the main thread, so no second signal can find the default
     handler and escape as a KeyboardInterrupt that leaves the loops running."""
 
     def at_once(signum: int, frame: object) -> None:
-        _stop_now(out, 130)
+        _stop_now(130)
 
     def first(signum: int, frame: object) -> None:
         signal.signal(signal.SIGINT, at_once)
@@ -272,11 +264,11 @@ def _arm_first_stop(out: TextIO) -> None:
     signal.signal(signal.SIGTERM, first)
 
 
-def _stop_now(out: TextIO, code: int) -> None:
+def _stop_now(code: int) -> None:
     """End the process now, whatever its threads do (running attempts keep their leases until
-    they expire); it exits even if saying so fails (a signal mid-write finds `out` busy)."""
+    they expire); it exits even if saying so fails (a signal mid-write finds stdout busy)."""
     try:
-        print("stopped.", file=out, flush=True)
+        print("stopped.", flush=True)
         sys.stderr.flush()
     finally:
         os._exit(code)

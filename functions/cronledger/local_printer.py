@@ -4,7 +4,6 @@ complete indented below, built from the report and the row (the report alone onc
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from typing import TextIO
@@ -17,7 +16,7 @@ from cronledger.ledger import Ledger, Occurrence
 STOPPED_OUTCOMES = ("stopped", "superseded")
 
 
-def line_printer(out: TextIO = sys.stdout) -> Callable[..., None]:
+def line_printer(out: TextIO) -> Callable[..., None]:
     """`say(*lines)`: print lines on `out` from any thread, one call's lines together; the one
     way `cronledger dev` prints (its threads share the terminal)."""
     lock = threading.Lock()

@@ -24,7 +24,6 @@ from cronledger.cli.session import Json, Output, RootApiUrl, Session, api
 from cronledger.settings import Settings
 
 app = typer.Typer(
-    name="cronledger",
     help="cronledger: a durable cron scheduler that keeps a ledger of every scheduled instant.",
     no_args_is_help=True,
     rich_markup_mode="markdown",
@@ -60,12 +59,6 @@ def root(
         typer.Option("--version", callback=_version, is_eager=True, help="print the version"),
     ] = False,
 ) -> None:
-    """cronledger: a durable cron scheduler that keeps a ledger of every scheduled instant.
-
-    The operator commands talk to the HTTP API (the local runner's by default; an API Gateway
-    URL is signed with your AWS credentials). Exit codes: 0 done, 1 the API refused, 2 bad
-    usage, 3 the API could not be reached.
-    """
     if ctx.obj == _EXECUTABLE and ctx.invoked_subcommand not in SERVERS:
         # A closed pipe ends the command quietly, as it ends a C tool (exit 141).
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -112,8 +105,7 @@ def dev(
     reconcile, claim and execute."""
     from cronledger.local import run_dev
 
-    url = _database_url(database_url)
-    raise typer.Exit(run_dev(url, host, port, demo, allow_remote=allow_remote))
+    run_dev(_database_url(database_url), host, port, demo, allow_remote)
 
 
 @api(app, "console")
@@ -139,12 +131,7 @@ def main(argv: Sequence[str] | None = None, *, executable: bool = False) -> int:
     executable, running that command alone."""
     command = _command()
     try:
-        command.main(
-            args=argv,
-            prog_name="cronledger",
-            standalone_mode=True,
-            obj=_EXECUTABLE if executable else None,
-        )
+        command.main(args=argv, prog_name="cronledger", obj=_EXECUTABLE if executable else None)
     except SystemExit as exit:
         return exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
     except KeyboardInterrupt:

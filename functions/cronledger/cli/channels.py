@@ -21,11 +21,11 @@ from cronledger.cli.documents import Document, UsageError
 from cronledger.cli.output import Column, ago, as_yaml, when
 from cronledger.cli.session import (
     EXIT_API,
+    LIMIT,
+    OFFSET,
     PAGING,
     WATCHING,
     ChannelRef,
-    Limit,
-    Offset,
     Session,
     Yes,
     api,
@@ -314,11 +314,11 @@ HISTORY_COLUMNS = (
 )
 
 
-@api(channels, "history")
-def history(s: Session, channel: ChannelRef, limit: Limit = 50, offset: Offset = 0) -> None:
+@api(channels, "history", paged=(LIMIT, OFFSET))
+def history(s: Session, channel: ChannelRef) -> None:
     """A channel's versions, newest first (`channels diff` compares two)."""
     c = s.channel(channel)
-    page = s.get(f"{path_of(c)}/versions", {"limit": limit, "offset": offset})
+    page = s.get(f"{path_of(c)}/versions", s.page)
 
     def human() -> None:
         note = status_note(c)

@@ -12,7 +12,7 @@ import difflib
 import json
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
@@ -77,8 +77,7 @@ def _read_file(path: str) -> list[Document]:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not UTF-8 text") from None
-    loaded = list(_load(path, text))
-    documents = [d for item in loaded for d in _documents_in(item)]
+    documents = [d for item in _load(path, text) for d in _documents_in(item)]
     if not documents:
         raise UsageError(f"{path} holds no channel document")
     return [_checked(path, index, len(documents), d) for index, d in enumerate(documents)]
@@ -111,15 +110,14 @@ def _without_duplicates(documents: list[Document]) -> list[Document]:
     ]
 
 
-def _load(path: str, text: str) -> Iterator[Any]:
+def _load(path: str, text: str) -> list[Any]:
     if path.endswith(".json"):
         try:
-            yield json.loads(text)
+            return [json.loads(text)]
         except ValueError as exc:
             raise UsageError(f"{path} is not valid JSON: {exc}") from None
-        return
     try:
-        yield from (d for d in yaml.safe_load_all(text) if d is not None)
+        return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise UsageError(_yaml_problem(path, exc)) from None
 

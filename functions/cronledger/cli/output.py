@@ -64,20 +64,15 @@ class Column:
     def text(self, row: Mapping[str, Any], wide: bool) -> Text:
         value = self.cell(row)
         if self.status:
-            return status_text(value)
+            return Out.status(value)
         text = _plain(value)
         if self.id and not wide and len(text) > SHORT_ID:
             text = text[: SHORT_ID - 1] + "…"
         return Text(text)
 
 
-def status_text(value: Any) -> Text:
-    text = "-" if value is None else str(value)
-    return Text(text, style=STYLES.get(text, ""))
-
-
 class Out:
-    def __init__(self, format: Format = Format.table) -> None:
+    def __init__(self, format: Format) -> None:
         self.format = format
         # A table fits a terminal (or $COLUMNS); piped elsewhere, its lines are never cut.
         probe = Console(file=sys.stdout)
@@ -137,7 +132,10 @@ class Out:
         for detail in details:
             self.stderr.print(f"  {detail.get('path')}: {detail.get('message')}", soft_wrap=True)
 
-    status = staticmethod(status_text)
+    @staticmethod
+    def status(value: Any) -> Text:
+        text = "-" if value is None else str(value)
+        return Text(text, style=STYLES.get(text, ""))
 
     def table(
         self,
@@ -249,11 +247,11 @@ def when(value: Any) -> str:
     return re.sub(r"\.\d+(?=Z$)", "", str(value))
 
 
-def ago(value: Any, now: datetime | None = None) -> str:
+def ago(value: Any) -> str:
     """An instant relative to now: "in 3 s", "2 min ago"."""
     if not value:
         return "-"
     at = parse_rfc3339(str(value))
-    delta = (at - (now or datetime.now(UTC))).total_seconds()
+    delta = (at - datetime.now(UTC)).total_seconds()
     span = human_duration(abs(delta) * 1000)
     return f"in {span}" if delta >= 0 else f"{span} ago"

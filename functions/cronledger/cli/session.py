@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final
 
@@ -126,9 +126,9 @@ class Session:
     api: ApiClient
     out: Out
     #: `--limit`, `--offset` and `--after`, as the API's query terms.
-    page: dict[str, Any] = field(default_factory=dict)
+    page: dict[str, Any]
     #: With `--watch`: seconds between polls, and after which to stop (None: at Ctrl-C).
-    watching: tuple[float, float | None] | None = None
+    watching: tuple[float, float | None] | None
 
     def get(self, path: str, query: Mapping[str, Any] | None = None) -> Any:
         return self.api.call("GET", f"{PREFIX}{path}", query)
@@ -138,10 +138,10 @@ class Session:
     ) -> Any:
         return self.api.call(method, f"{PREFIX}{path}", query, body=body)
 
-    def each(self, path: str, query: Mapping[str, Any] | None = None) -> list[Any]:
+    def each(self, path: str, query: Mapping[str, Any]) -> list[Any]:
         """Every item of a list, following its pages (`next`)."""
         items: list[Any] = []
-        given = {**(query or {}), "limit": 1000}
+        given = {**query, "limit": 1000}
         while True:
             page = self.get(path, given)
             items += page["data"]
@@ -177,8 +177,9 @@ class Session:
 #: (`watched`), and the global ones; each as (name, annotation, default).
 Added = tuple[tuple[str, Any, Any], ...]
 LIMIT: Final = ("limit", Limit, 50)
+OFFSET: Final = ("offset", Offset, 0)
 AFTER: Final = ("after", After, None)
-PAGING: Final = (LIMIT, ("offset", Offset, 0), AFTER)
+PAGING: Final = (LIMIT, OFFSET, AFTER)
 PACING: Final = (("interval", Interval, 2.0), ("watch_for", WatchFor, None))
 WATCHING: Final = (("watch", Watch, False), *PACING)
 GLOBALS: Final = (("api_url", ApiUrl, None), ("output", Output, None), ("json_", Json, False))
@@ -186,7 +187,7 @@ GLOBALS: Final = (("api_url", ApiUrl, None), ("output", Output, None), ("json_",
 
 def api(
     app: typer.Typer,
-    name: str | None = None,
+    name: str,
     *,
     paged: Added = (),
     watched: Added = (),
@@ -218,7 +219,6 @@ def api(
             run(session.out, lambda: func(session, **kwargs))
 
         command.__signature__ = signature.replace(parameters=[*own, *extra])  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in [*own, *extra]}
         app.command(name, **options)(command)
         return func
 
