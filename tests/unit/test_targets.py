@@ -11,18 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cronledger.errors import ValidationFailed
+from cronledger.excerpts import RESULT_EXCERPT_BYTES, truncate_excerpt
 from cronledger.targets import (
-    RESULT_EXCERPT_BYTES,
     TARGET_TYPES,
-    Envelope,
-    TargetPolicy,
-    build_envelope,
     run_target,
     target_errors,
     target_ref,
-    truncate_excerpt,
     validate_target,
 )
+from cronledger.targets.envelope import Envelope, build_envelope
+from cronledger.targets.policy import TargetPolicy
 from tests.unit import fixtures_targets
 
 #: What these tests' operator allows: the suite's own modules as python targets.
