@@ -30,8 +30,8 @@ def makes_due_runs(method: str | None, path: str | None, status: int | None) -> 
     )
 
 
-def wake_claim(function_name: str) -> bool:
-    """Invoke the claim function asynchronously, once; answers whether Lambda accepted."""
+def wake_claim(function_name: str) -> None:
+    """Invoke the claim function asynchronously, once; a refusal is logged, never raised."""
     client = default_clients().lambda_(timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True)
     try:
         invoke_async(client, function_name, WAKE_EVENT)
@@ -41,5 +41,3 @@ def wake_claim(function_name: str) -> bool:
             function_name,
             exc.__cause__ or exc,
         )
-        return False
-    return True
