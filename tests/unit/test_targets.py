@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cronledger.errors import ValidationFailed
 from cronledger.excerpts import RESULT_EXCERPT_BYTES, truncate_excerpt
 from cronledger.targets import (
-    TARGET_TYPES,
+    KINDS,
     run_target,
     target_errors,
     target_ref,
@@ -71,7 +71,7 @@ def errors_of(doc: Any) -> list[tuple[str, str]]:
 
 
 def test_every_target_type_of_the_spec_is_offered() -> None:
-    assert sorted(TARGET_TYPES) == sorted(VALID)
+    assert sorted(KINDS) == sorted(VALID)
 
 
 @pytest.mark.parametrize("type_name", sorted(VALID))

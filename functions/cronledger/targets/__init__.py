@@ -37,7 +37,7 @@ from cronledger.targets.policy import TargetPolicy
 from cronledger.targets.python import PythonTarget
 from cronledger.validation import field_errors
 
-_KINDS: Final[dict[str, type[TargetDocument]]] = {
+KINDS: Final[dict[str, type[TargetDocument]]] = {
     kind.type_name: kind
     for kind in (
         LambdaTarget,
@@ -48,9 +48,8 @@ _KINDS: Final[dict[str, type[TargetDocument]]] = {
         PythonTarget,
     )
 }
-TARGET_TYPES = tuple(_KINDS)
 #: A target document: one of the types' models, by its `type`.
-Target = union(list(_KINDS.values()))
+Target = union(list(KINDS.values()))
 TARGET: Final = TypeAdapter[Any](Target)
 REF_MAX_CHARS = 512
 #: AWS error codes that say the target itself (function, queue, state machine, bus) is gone:
@@ -114,7 +113,7 @@ def validate_target(doc: Any, policy: TargetPolicy) -> None:
 def target_ref(doc: Mapping[str, Any]) -> str:
     """A short, secret-free description of a valid target for the ledger's `target_ref` column,
     e.g. `lambda:arn:aws:lambda:…:function:report` or `http:POST https://example.com/hook`."""
-    text = _KINDS[doc["type"]].ref(doc)
+    text = KINDS[doc["type"]].ref(doc)
     return text if len(text) <= REF_MAX_CHARS else text[: REF_MAX_CHARS - 1] + "…"
 
 
@@ -140,7 +139,7 @@ def run_target(
     # Loaded with the first target that runs, as the AWS SDK is (see clients.py).
     from botocore.exceptions import ReadTimeoutError
 
-    kind = _KINDS[doc["type"]]
+    kind = KINDS[doc["type"]]
     try:
         deadline = time.monotonic() + timeout_secs
         given = Delivery(envelope, timeout_secs, deadline, clients or default_clients(), policy)
