@@ -11,9 +11,9 @@ import pytest
 
 from cronledger.api.models import PREFIX
 from cronledger.aws import api
+from cronledger.aws.invoker import dispatch_client
 from cronledger.aws.wake import CLAIM_FUNCTION_NAME, makes_due_runs
 from cronledger.ledger import Ledger
-from cronledger.targets.clients import default_clients
 from tests.aws.invocations import FakeContext, forget_container, http_api_event, moto_function
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -28,7 +28,7 @@ def wakes(container: Ledger, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[d
     monkeypatch.setenv(CLAIM_FUNCTION_NAME, CLAIM)
     forget_container()
     made: list[dict[str, Any]] = []
-    client = default_clients().lambda_(timeout_secs=5.0, retried=True)
+    client = dispatch_client()
 
     def asked(params: dict[str, Any], **_: Any) -> None:
         made.append(dict(params))
