@@ -50,15 +50,11 @@ from cronledger.pacing import SYSTEM_CLOCK, Clock
 from cronledger.ports import AttemptPort
 from cronledger.schedule_cache import SHARED_SCHEDULES, ScheduleCache
 from cronledger.settings import Settings
-from cronledger.targets import (
-    AwsClients,
-    Envelope,
-    TargetOutcome,
-    TargetPolicy,
-    build_envelope,
-    run_target,
-)
-from cronledger.targets.interface import timed_out
+from cronledger.targets import run_target
+from cronledger.targets.clients import AwsClients
+from cronledger.targets.envelope import Envelope, build_envelope
+from cronledger.targets.interface import TargetOutcome, timed_out
+from cronledger.targets.policy import TargetPolicy
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from cronledger.api.documents import read_new_channel
 from cronledger.api.request_rules import MAX_BODY_BYTES, MAX_DEPTH, TOO_DEEP
 from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
-from cronledger.targets import TargetPolicy
+from cronledger.targets.policy import TargetPolicy
 from tests.api.helpers import CHANNELS, OK_TARGET, SETTINGS, Api, channel_document, create_channel
 
 SCHEDULE = "0 15 2 * * *"

@@ -20,10 +20,9 @@ NAMESPACE = "Cronledger"
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", SERVICE)
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", NAMESPACE)
 
-from cronledger.aws import runtime  # noqa: E402  (after the variables, as Lambda imports it)
 from cronledger.ledger import Ledger  # noqa: E402
 from tests.aws import targets  # noqa: E402
-from tests.aws.invocations import REGION  # noqa: E402
+from tests.aws.invocations import REGION, forget_container  # noqa: E402
 from tests.ledger.helpers import empty_tables  # noqa: E402
 
 
@@ -58,6 +57,6 @@ def container(aws: None, function_env: None, pg_ledger: Ledger) -> Iterator[Ledg
     """A cold container on an empty ledger; yields the ledger, to seed and to read back."""
     empty_tables(pg_ledger)
     targets.received.clear()
-    runtime.forget_container()
+    forget_container()
     yield pg_ledger
-    runtime.forget_container()
+    forget_container()

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cronledger.aws import runtime
+from cronledger.ledger import Ledger
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -160,3 +161,14 @@ def moto_function(name: str) -> str:
         Code={"ZipFile": code.getvalue()},
     )
     return name
+
+
+def forget_container() -> None:
+    """Drop everything the container built so far, closing the ledger's connections, as a
+    new container."""
+    with runtime._building:
+        built = list(runtime._built.values())
+        runtime._built.clear()
+    for thing in built:
+        if isinstance(thing, Ledger):
+            thing.dispose()

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from cronledger.api.models import PREFIX
-from cronledger.aws import api, runtime
+from cronledger.aws import api
+from cronledger.aws.invoker import dispatch_client
 from cronledger.aws.wake import CLAIM_FUNCTION_NAME, makes_due_runs
 from cronledger.ledger import Ledger
-from cronledger.targets.clients import default_clients
-from tests.aws.invocations import FakeContext, http_api_event, moto_function
+from tests.aws.invocations import FakeContext, forget_container, http_api_event, moto_function
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 
@@ -26,9 +26,9 @@ def wakes(container: Ledger, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[d
     """The claim function in moto, named where the stack names it; every invoke of it."""
     moto_function(CLAIM)
     monkeypatch.setenv(CLAIM_FUNCTION_NAME, CLAIM)
-    runtime.forget_container()
+    forget_container()
     made: list[dict[str, Any]] = []
-    client = default_clients().lambda_(timeout_secs=5.0, retried=True)
+    client = dispatch_client()
 
     def asked(params: dict[str, Any], **_: Any) -> None:
         made.append(dict(params))

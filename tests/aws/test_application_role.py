@@ -11,12 +11,12 @@ import pytest
 import sqlalchemy as sa
 
 from cronledger.api import create_app
-from cronledger.aws import migrate, runtime
+from cronledger.aws import migrate
 from cronledger.ledger import Ledger
 from cronledger.ledger.tables import metadata, singletons
 from tests.api.helpers import CHANNELS, OCCURRENCES, SETTINGS, Scheduler, channel_document
 from tests.api.http import call
-from tests.aws.invocations import FakeContext
+from tests.aws.invocations import FakeContext, forget_container
 from tests.conftest import PG_SERVER_URL
 from tests.pg import scratch_database
 
@@ -51,7 +51,7 @@ def owner_url(
     with scratch_database(pg_database_url, "approle") as url:
         monkeypatch.setenv("CRONLEDGER_DATABASE_URL", url)
         monkeypatch.setenv("CRONLEDGER_DB_APP_USER", role)
-        runtime.forget_container()
+        forget_container()
         try:
             for _ in range(2):  # every deploy runs it again: nothing changes the second time
                 assert migrate.handler({}, FakeContext("cronledger-migrate", 300_000)) == {
@@ -62,7 +62,7 @@ def owner_url(
                 conn.execute(sa.text("INSERT INTO someone_elses VALUES ('s3cr3t')"))
             yield url
         finally:
-            runtime.forget_container()
+            forget_container()
 
 
 @pytest.fixture

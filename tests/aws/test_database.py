@@ -69,7 +69,7 @@ def test_the_token_is_the_one_an_rds_client_signs_without_building_one(aws: None
     rds = boto3.client("rds")
     for _ in range(3):  # both signed within one second (X-Amz-Date) compare byte for byte
         expected = rds.generate_db_auth_token(endpoint.host, endpoint.port, endpoint.user)
-        token = database.IamAuthToken(endpoint, REGION).token()
+        token = endpoint.iam_token(REGION)
         if parse_qs(token)["X-Amz-Date"] == parse_qs(expected)["X-Amz-Date"]:
             break
     # Then the function's own signature is the same token
@@ -85,9 +85,9 @@ def test_without_a_region_or_credentials_a_token_is_refused_naming_them(
         ledger_engine(STACK_ENV)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name)
-    token = database.IamAuthToken(database.DatabaseEndpoint.from_env(STACK_ENV), REGION)
+    endpoint = database.DatabaseEndpoint.from_env(STACK_ENV)
     with pytest.raises(DatabaseConfigError, match="AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
-        token.token()
+        endpoint.iam_token(REGION)
 
 
 def test_a_database_url_wins_over_the_stacks_proxy_settings(pg_database_url: str) -> None:

@@ -12,11 +12,11 @@ import boto3
 import pytest
 import sqlalchemy as sa
 
-from cronledger.aws import migrate, runtime
+from cronledger.aws import migrate
 from cronledger.ledger import DeadlineReached
 from cronledger.ledger.connecting import CONNECT_TIMEOUT_SECS
 from cronledger.ledger.tables import metadata
-from tests.aws.invocations import FakeContext
+from tests.aws.invocations import FakeContext, forget_container
 from tests.pg import scratch_database
 from tests.relay import Relay, SilentServer
 
@@ -31,11 +31,11 @@ def fresh_database(
     """An empty database on the test server, the function's database for this test."""
     with scratch_database(pg_database_url, "migrate") as url:
         monkeypatch.setenv("CRONLEDGER_DATABASE_URL", url)
-        runtime.forget_container()
+        forget_container()
         try:
             yield url
         finally:
-            runtime.forget_container()
+            forget_container()
 
 
 def tables_and_revision(url: str) -> tuple[set[str], list[str]]:
@@ -127,12 +127,12 @@ def test_migrate_waits_out_a_database_that_refuses_connections_at_first(
     # still warming up, a password mid-rotation)
     with Relay(fresh_database) as relay:
         monkeypatch.setenv("CRONLEDGER_DATABASE_URL", relay.url)
-        runtime.forget_container()
+        forget_container()
         relay.open_after(2.5)
 
         # When the deploy's trigger runs migrate
         answer = migrate.handler({}, FakeContext("cronledger-migrate", 300_000))
-        runtime.forget_container()  # its connections go through the relay
+        forget_container()  # its connections go through the relay
 
     # Then it kept trying until the database answered, and migrated it
     tables, revisions = tables_and_revision(fresh_database)
@@ -148,7 +148,7 @@ def test_migrate_gives_up_on_a_database_that_never_answers_saying_so(
     with Relay(fresh_database) as relay:  # never opened: every connection is refused
         monkeypatch.setenv("CRONLEDGER_DATABASE_URL", relay.url)
         monkeypatch.setenv(migrate.WAIT_SECS, "2")
-        runtime.forget_container()
+        forget_container()
 
         with pytest.raises(
             migrate.DatabaseNeverAnswered, match=r"unavailable for \d+ s \(\d+ tries\)"
@@ -222,7 +222,7 @@ def test_migrate_facing_a_silent_database_stops_once_at_its_deadline_saying_so(
     silent = SilentServer()
     try:
         monkeypatch.setenv("CRONLEDGER_DATABASE_URL", silent.url(fresh_database))
-        runtime.forget_container()
+        forget_container()
         remaining_ms = int((migrate.STOP_MARGIN_SECS + 2) * 1000)
         assert remaining_ms / 1000 - migrate.STOP_MARGIN_SECS < CONNECT_TIMEOUT_SECS
 

@@ -53,10 +53,10 @@ def main() -> None:
 
 
 def hourly(ledger: Ledger) -> None:
-    from cronledger.aws import runtime
+    from tests.aws.invocations import forget_container
 
     empty(ledger)
-    runtime.forget_container()
+    forget_container()
     fire_at = ledger.db_now().replace(microsecond=0) + timedelta(seconds=5)
     schedule = f"{fire_at.second} {fire_at.minute} {fire_at.hour} * * *"
     create_channels(ledger, "hourly", 10, schedule)
@@ -82,10 +82,10 @@ def hourly(ledger: Ledger) -> None:
 
 
 def per_second(ledger: Ledger) -> None:
-    from cronledger.aws import runtime
+    from tests.aws.invocations import forget_container
 
     empty(ledger)
-    runtime.forget_container()
+    forget_container()
     create_channels(ledger, "every-second", 200, "* * * * * *")
     reconcile_tick()  # initialises the cursors
     reconcile_tick()  # writes the lookahead's rows

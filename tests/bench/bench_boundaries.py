@@ -16,7 +16,8 @@ from ipaddress import ip_network
 from typing import Any
 
 from cronledger.api.request_rules import screen
-from cronledger.targets import TargetPolicy, run_target, target_errors
+from cronledger.targets import run_target, target_errors
+from cronledger.targets.policy import TargetPolicy
 from tests.api.helpers import channel_document
 from tests.unit.fixtures_targets import RecordingServer
 from tests.unit.test_targets_http import envelope

@@ -10,7 +10,7 @@ import pytest
 from cronledger.cron import RetryPolicy, compile_schedule
 from cronledger.execute import Ending, ending, singleton_of
 from cronledger.ledger import COMPLETED, FAILED, SingletonSpec
-from cronledger.targets import TargetOutcome
+from cronledger.targets.interface import TargetOutcome
 
 POLICY = RetryPolicy(max_attempts=3, backoff_secs=10, max_backoff_secs=300)
 BOOM = TargetOutcome(ok=False, error="HTTP 503 Service Unavailable")

@@ -153,7 +153,7 @@ def test_a_lambda_dispatch_is_an_event_invocation_accepted_with_the_ids_only(
 
     client.meta.events.register("after-call.lambda.Invoke", keep)
 
-    LambdaInvoker(moto_lambda, client=client).dispatch("occ-1", "claim-abc")
+    assert LambdaInvoker(moto_lambda, client=client).dispatch_all(["occ-1"], "claim-abc") == {}
 
     assert [a["status"] for a in answers] == [202]
     assert json.loads(answers[0]["payload"]) == {"occurrence_id": "occ-1", "claimant": "claim-abc"}
@@ -164,7 +164,8 @@ def test_the_lambda_api_receives_an_asynchronous_invoke_of_the_named_function(
 ) -> None:
     with RecordingServer(Answer(status=202, body=b"")) as lambda_api:
         client = boto3.client("lambda", endpoint_url=lambda_api.url)
-        LambdaInvoker("cronledger-execute", client=client).dispatch("occ-1", "claim-abc")
+        invoker = LambdaInvoker("cronledger-execute", client=client)
+        assert invoker.dispatch_all(["occ-1"], "claim-abc") == {}
 
     (request,) = lambda_api.received
     assert request.path == "/2015-03-31/functions/cronledger-execute/invocations"
@@ -186,8 +187,10 @@ def test_the_lambda_api_receives_an_asynchronous_invoke_of_the_named_function(
 def test_anything_but_a_202_is_a_failed_dispatch(aws_env: None, answer: Answer) -> None:
     with RecordingServer(answer) as lambda_api:
         client = boto3.client("lambda", endpoint_url=lambda_api.url)
-        with pytest.raises(DispatchFailed, match="cronledger-execute"):
-            LambdaInvoker("cronledger-execute", client=client).dispatch("occ-1", "claim-abc")
+        invoker = LambdaInvoker("cronledger-execute", client=client)
+        (failed,) = invoker.dispatch_all(["occ-1"], "claim-abc").items()
+    assert failed[0] == "occ-1"
+    assert "cronledger-execute" in failed[1]
 
 
 @pytest.mark.parametrize(("retried", "requests"), [(True, 3), (False, 1)])
@@ -201,8 +204,8 @@ def test_a_dispatch_is_retried_and_a_synchronous_target_invoke_never_is(
     )
     with RecordingServer(unavailable) as lambda_api:
         client = AwsClients(endpoint_url=lambda_api.url).lambda_(timeout_secs=5, retried=retried)
-        with pytest.raises(DispatchFailed):
-            LambdaInvoker("cronledger-execute", client=client).dispatch("occ-1", "claim-abc")
+        invoker = LambdaInvoker("cronledger-execute", client=client)
+        assert list(invoker.dispatch_all(["occ-1"], "claim-abc")) == ["occ-1"]
     assert len(lambda_api.received) == requests
 
 
@@ -220,7 +223,7 @@ def test_the_claim_dispatches_through_a_retried_client_with_a_short_timeout(
             return {"StatusCode": 202}
 
     monkeypatch.setattr(lambda_invoker, "default_clients", Clients)
-    LambdaInvoker("cronledger-execute").dispatch("occ-1", "claim-abc")
+    assert LambdaInvoker("cronledger-execute").dispatch_all(["occ-1"], "claim-abc") == {}
     assert asked == [
         {
             "timeout_secs": lambda_invoker.DISPATCH_TIMEOUT_SECS,

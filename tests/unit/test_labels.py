@@ -12,7 +12,7 @@ from cronledger.api.documents import read_new_channel
 from cronledger.cron import compile_schedule
 from cronledger.errors import ValidationFailed
 from cronledger.labels import selector
-from cronledger.targets import TargetPolicy
+from cronledger.targets.policy import TargetPolicy
 
 SCHEDULE = "0 15 2 * * *"
 POLICY = TargetPolicy(python_modules=("tests",))

@@ -10,7 +10,10 @@ import pytest
 from cronledger.cron.compiled import RetryPolicy
 from cronledger.execute import ending
 from cronledger.ledger import FAILED
-from cronledger.targets import AwsClients, TargetOutcome, TargetPolicy, run_target
+from cronledger.targets import run_target
+from cronledger.targets.clients import AwsClients
+from cronledger.targets.interface import TargetOutcome
+from cronledger.targets.policy import TargetPolicy
 from tests.unit.test_targets_aws import POLICY, aws, envelope
 
 __all__ = ["aws"]  # the moto fixture

@@ -11,13 +11,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from cronledger.targets import (
-    AwsClients,
-    TargetPolicy,
-    build_envelope,
-    envelope_json,
-    run_target,
-)
+from cronledger.targets import run_target
+from cronledger.targets.clients import AwsClients
+from cronledger.targets.envelope import build_envelope, envelope_json
+from cronledger.targets.policy import TargetPolicy
 
 MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:quick"
 ENVELOPE = build_envelope(

@@ -10,18 +10,16 @@ import pytest
 from hypothesis import given, strategies as st
 
 from cronledger.errors import ValidationFailed
+from cronledger.excerpts import RESULT_EXCERPT_BYTES, truncate_excerpt
 from cronledger.targets import (
-    RESULT_EXCERPT_BYTES,
-    TARGET_TYPES,
-    Envelope,
-    TargetPolicy,
-    build_envelope,
+    KINDS,
     run_target,
     target_errors,
     target_ref,
-    truncate_excerpt,
     validate_target,
 )
+from cronledger.targets.envelope import Envelope, build_envelope
+from cronledger.targets.policy import TargetPolicy
 from tests.unit import fixtures_targets
 
 #: What these tests' operator allows: the suite's own modules as python targets.
@@ -72,7 +70,7 @@ def errors_of(doc: Any) -> list[tuple[str, str]]:
 
 
 def test_every_target_type_of_the_spec_is_offered() -> None:
-    assert sorted(TARGET_TYPES) == sorted(VALID)
+    assert sorted(KINDS) == sorted(VALID)
 
 
 @pytest.mark.parametrize("type_name", sorted(VALID))

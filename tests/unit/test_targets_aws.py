@@ -20,7 +20,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from cronledger.targets import AwsClients, Envelope, TargetPolicy, build_envelope, run_target
+from cronledger.targets import run_target
+from cronledger.targets.clients import AwsClients
+from cronledger.targets.envelope import Envelope, build_envelope
+from cronledger.targets.policy import TargetPolicy
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
 OCCURRENCE = "0190a6c3-7e2f-7c41-8b3a-2d4e5f6a7b8c"

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import trustme
 
-from cronledger.targets import Envelope, TargetPolicy, build_envelope, run_target
+from cronledger.targets import run_target
+from cronledger.targets.envelope import Envelope, build_envelope
+from cronledger.targets.policy import TargetPolicy
 from tests.unit.fixtures_targets import Answer, RecordingServer
 
 #: The operator of these tests lets http targets reach this machine, where the servers are.

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from cronledger.targets import TargetPolicy, target_errors
+from cronledger.targets import target_errors
 from cronledger.targets.addresses import literal_address
+from cronledger.targets.policy import TargetPolicy
 
 NOTHING = TargetPolicy()
 TESTS = TargetPolicy(python_modules=("tests.unit",))

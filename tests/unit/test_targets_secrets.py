@@ -12,7 +12,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from cronledger.targets import AwsClients, TargetPolicy, run_target
+from cronledger.targets import run_target
+from cronledger.targets.clients import AwsClients
+from cronledger.targets.policy import TargetPolicy
 from cronledger.targets.secrets import (
     HOSTS_TAG,
     SecretUnavailable,

@@ -31,8 +31,8 @@ from cronledger.api.services import Services, serve
 from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
-from cronledger.targets import TargetPolicy
 from cronledger.targets.clients import default_clients
+from cronledger.targets.policy import TargetPolicy
 from cronledger.targets.secrets import hosts_where_readable
 
 TITLE = "cronledger"

@@ -31,7 +31,8 @@ from cronledger.errors import FieldError, ValidationFailed
 from cronledger.labels import Labels
 from cronledger.ledger import CHANNEL_ACTIVE, CHANNEL_DRAFT, CHANNEL_PAUSED, Channel
 from cronledger.settings import TIMEOUT_MAX_MS
-from cronledger.targets import Target, TargetPolicy
+from cronledger.targets import Target
+from cronledger.targets.policy import TargetPolicy
 from cronledger.validation import Document, explained, field_errors, refused
 
 NAME_MAX: Final = 128

@@ -11,7 +11,7 @@ from typing import ClassVar, NamedTuple
 
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
-from cronledger.targets import TargetPolicy
+from cronledger.targets.policy import TargetPolicy
 
 
 class Services(NamedTuple):

@@ -13,6 +13,7 @@ the statement timeout is the database's default, which `migrate` sets. Without a
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import ssl
@@ -96,15 +97,9 @@ class DatabaseEndpoint:
             database=self.database,
         )
 
-
-@dataclass(frozen=True, slots=True)
-class IamAuthToken:
-    """Signs a token for this endpoint and user, the password each new connection presents."""
-
-    endpoint: DatabaseEndpoint
-    region: str
-
-    def token(self) -> str:
+    def iam_token(self, region: str) -> str:
+        """A token signed for this endpoint and user, the password each new connection
+        presents."""
         from botocore.auth import SigV4QueryAuth
         from botocore.awsrequest import AWSRequest
         from botocore.credentials import EnvProvider
@@ -117,10 +112,10 @@ class IamAuthToken:
             )
         request = AWSRequest(
             method="GET",
-            url=f"https://{self.endpoint.host}:{self.endpoint.port}/",
-            data={"Action": "connect", "DBUser": self.endpoint.user},
+            url=f"https://{self.host}:{self.port}/",
+            data={"Action": "connect", "DBUser": self.user},
         )
-        SigV4QueryAuth(credentials, "rds-db", self.region, expires=TOKEN_SECS).add_auth(request)
+        SigV4QueryAuth(credentials, "rds-db", region, expires=TOKEN_SECS).add_auth(request)
         return str(request.url).removeprefix("https://")
 
 
@@ -134,7 +129,7 @@ def ledger_engine(environ: Mapping[str, str] = os.environ) -> sa.Engine:
         endpoint.url(),
         environ,
         via_proxy=endpoint.via_proxy,
-        password=IamAuthToken(endpoint, function_region()).token,
+        password=functools.partial(endpoint.iam_token, function_region()),
         connect_args={"ssl_context": endpoint.tls()},
         **PROXY_POOL,
     )

@@ -38,8 +38,6 @@ class EventBridgeSender:
         self._clients = clients
 
     def send(self, events: Sequence[Event]) -> dict[str, str | None]:
-        if not events:
-            return {}
         from botocore.exceptions import BotoCoreError, ClientError
 
         clients = self._clients or default_clients()

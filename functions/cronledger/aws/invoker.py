@@ -70,9 +70,6 @@ class LambdaInvoker:
         self._client = client or dispatch_client()
         self._lanes: ThreadPoolExecutor | None = None
 
-    def dispatch(self, occurrence_id: str, claimant: str) -> None:
-        self._invoke([occurrence_id], claimant)
-
     def dispatch_all(self, occurrence_ids: Sequence[str], claimant: str) -> dict[str, str]:
         batches = invoke_batches(occurrence_ids)
         if len(batches) <= 1:
@@ -90,15 +87,13 @@ class LambdaInvoker:
         }
 
     def _attempt_invoke(self, batch: Sequence[str], claimant: str) -> str | None:
-        try:
-            self._invoke(batch, claimant)
-        except DispatchFailed as exc:
-            return str(exc)
-        return None
-
-    def _invoke(self, batch: Sequence[str], claimant: str) -> None:
+        """One invoke of `batch`: None when Lambda queued it, else why not."""
         ids: dict[str, object] = (
             {"occurrence_id": batch[0]} if len(batch) == 1 else {"occurrence_ids": list(batch)}
         )
         payload = json.dumps({**ids, "claimant": claimant}).encode("utf-8")
-        invoke_async(self._client, self.function_name, payload)
+        try:
+            invoke_async(self._client, self.function_name, payload)
+        except DispatchFailed as exc:
+            return str(exc)
+        return None

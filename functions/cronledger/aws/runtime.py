@@ -127,16 +127,6 @@ def per_container(factory: Callable[[], T]) -> Callable[[], T]:
     return get
 
 
-def forget_container() -> None:
-    """Drop everything built so far, closing the ledger's connections, as a new container."""
-    with _building:
-        built = list(_built.values())
-        _built.clear()
-    for thing in built:
-        if isinstance(thing, Ledger):
-            thing.dispose()
-
-
 @per_container
 def settings() -> Settings:
     return Settings.from_env()

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from cronledger.aws.invoker import DISPATCH_TIMEOUT_SECS, invoke_async
+from cronledger.aws.invoker import dispatch_client, invoke_async
 from cronledger.invokers import DispatchFailed
-from cronledger.targets.clients import default_clients
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +29,13 @@ def makes_due_runs(method: str | None, path: str | None, status: int | None) -> 
     )
 
 
-def wake_claim(function_name: str) -> bool:
-    """Invoke the claim function asynchronously, once; answers whether Lambda accepted."""
-    client = default_clients().lambda_(timeout_secs=DISPATCH_TIMEOUT_SECS, retried=True)
+def wake_claim(function_name: str) -> None:
+    """Invoke the claim function asynchronously, once; a refusal is logged, never raised."""
     try:
-        invoke_async(client, function_name, WAKE_EVENT)
+        invoke_async(dispatch_client(), function_name, WAKE_EVENT)
     except DispatchFailed as exc:
         log.warning(
             "could not wake %s; the next tick claims the run: %s",
             function_name,
             exc.__cause__ or exc,
         )
-        return False
-    return True

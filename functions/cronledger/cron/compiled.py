@@ -235,27 +235,25 @@ class Schedule:
         """What the policy keeps of the misfired, the one summary of the rest, and the late."""
         keep = kept_misfires(self.misfire_policy, misfired.count, catch_up)
         kept = [misfired.at(i) for i in keep]
-        dropped: tuple[int, int, int] | None = None  # oldest, newest, count
+        skipped = None
         if misfired.count > len(keep):
             # What a policy keeps is a prefix or a suffix: the rest is one contiguous run.
             first, last = (
                 (keep.stop, misfired.count - 1) if keep.start == 0 else (0, keep.start - 1)
             )
-            dropped = (misfired.at(first), misfired.at(last), misfired.count - len(keep))
+            oldest, newest = instant(misfired.at(first)), instant(misfired.at(last))
+            count = misfired.count - len(keep)
+            skipped = SkipSummary(
+                oldest=oldest,
+                newest=newest,
+                count=count,
+                reason=(
+                    f"skipped {count} missed occurrence(s) between {to_rfc3339(oldest)} and "
+                    f'{to_rfc3339(newest)} (misfire_policy "{self.misfire_policy}")'
+                ),
+            )
         return PassPlan(
             materialise=[instant(s) for s in kept + late],
-            skipped=None if dropped is None else self._summary(*dropped),
+            skipped=skipped,
             next_cursor=None if next_cursor is None else instant(next_cursor),
-        )
-
-    def _summary(self, oldest: int, newest: int, count: int) -> SkipSummary:
-        first, last = instant(oldest), instant(newest)
-        return SkipSummary(
-            oldest=first,
-            newest=last,
-            count=count,
-            reason=(
-                f"skipped {count} missed occurrence(s) between {to_rfc3339(first)} and "
-                f'{to_rfc3339(last)} (misfire_policy "{self.misfire_policy}")'
-            ),
         )

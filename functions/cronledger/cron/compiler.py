@@ -36,8 +36,6 @@ def compile_schedule(
     """Validate `transport_config` and compile it for `channel_id`, or raise `ScheduleInvalid`
     listing every problem. `now` anchors the "fires at least once in the next 5 years" check
     and defaults to the wall clock."""
-    if not isinstance(channel_id, str) or not channel_id:
-        raise ValueError(f"channel_id must be a non-empty string, got {channel_id!r}")
     anchor = datetime.now(UTC) if now is None else require_utc(now, "now")
     document = dict(transport_config) if isinstance(transport_config, Mapping) else transport_config
     try:

@@ -434,48 +434,44 @@ class Recurring(_Common):
     @field_validator("schedule", mode="before")
     @classmethod
     def _fires(cls, value: Any, info: ValidationInfo) -> str:
+        """A valid expression, checked against the keys validated before it: it fires in the
+        next 5 years (in UTC when the zone is bad), inside its bounds, and every gap between its
+        instants is longer than the jitter."""
         expression = _expression(value)
-        fires_within(expression, info)
-        return expression
-
-
-def fires_within(expression: str, info: ValidationInfo) -> None:
-    """The calendar checks of a valid expression against the keys validated before it: it fires
-    in the next 5 years (in UTC when the zone is bad), inside its bounds, and every gap between
-    its instants is longer than the jitter."""
-    data, context = info.data, info.context or {}
-    zone, starts, ends = data.get("timezone"), data.get("starts_at"), data.get("ends_at")
-    jitter_secs = data.get("jitter_secs", 0)
-    start = ceil_seconds(context.get("now") or datetime.now(UTC))
-    horizon = min(start + seconds(VALIDITY_HORIZON), LAST_SECOND)
-    instants = calendar(expression, zone or "UTC")
-    if instants.first(start, horizon) is None:
-        raise refused(
-            "invalid",
-            f"`{expression}` never fires in the next 5 years in {zone or 'UTC'}; check the "
-            "day-of-month and month fields (February 30th and April 31st never happen)",
-        )
-    lo, hi = window(starts, ends)
-    found: list[InitErrorDetails] = []
-    if (starts or ends) and lo <= hi and instants.first(lo, hi) is None:
-        message = (
-            f"no instant of `{expression}` in {zone or 'UTC'} falls between starts_at and "
-            "ends_at: the channel would never fire; widen the window"
-        )
-        where = "ends_at" if ends else "starts_at"
-        found.append({"type": refused("invalid", message, where), "loc": (), "input": None})
-    if jitter_secs and zone is not None:
-        gap = instants.gap_below(max(start, lo), min(horizon, hi), jitter_secs + 1)
-        if gap is not None:
+        data, context = info.data, info.context or {}
+        zone, starts, ends = data.get("timezone"), data.get("starts_at"), data.get("ends_at")
+        jitter_secs = data.get("jitter_secs", 0)
+        start = ceil_seconds(context.get("now") or datetime.now(UTC))
+        horizon = min(start + seconds(VALIDITY_HORIZON), LAST_SECOND)
+        instants = calendar(expression, zone or "UTC")
+        if instants.first(start, horizon) is None:
+            raise refused(
+                "invalid",
+                f"`{expression}` never fires in the next 5 years in {zone or 'UTC'}; check the "
+                "day-of-month and month fields (February 30th and April 31st never happen)",
+            )
+        lo, hi = window(starts, ends)
+        found: list[InitErrorDetails] = []
+        if (starts or ends) and lo <= hi and instants.first(lo, hi) is None:
             message = (
-                f"is {jitter_secs}, not shorter than the schedule's shortest gap, {gap[0]} s "
-                f"({gap[1]}): rows would be due out of order; use at most {gap[0] - 1}"
+                f"no instant of `{expression}` in {zone or 'UTC'} falls between starts_at and "
+                "ends_at: the channel would never fire; widen the window"
             )
-            found.append(
-                {"type": refused("invalid", message, "jitter_secs"), "loc": (), "input": None}
-            )
-    if found:
-        raise ValidationError.from_exception_data("schedule", found)
+            where = "ends_at" if ends else "starts_at"
+            found.append({"type": refused("invalid", message, where), "loc": (), "input": None})
+        if jitter_secs and zone is not None:
+            gap = instants.gap_below(max(start, lo), min(horizon, hi), jitter_secs + 1)
+            if gap is not None:
+                message = (
+                    f"is {jitter_secs}, not shorter than the schedule's shortest gap, {gap[0]} s "
+                    f"({gap[1]}): rows would be due out of order; use at most {gap[0] - 1}"
+                )
+                found.append(
+                    {"type": refused("invalid", message, "jitter_secs"), "loc": (), "input": None}
+                )
+        if found:
+            raise ValidationError.from_exception_data("schedule", found)
+        return expression
 
 
 class OneTime(_Common):

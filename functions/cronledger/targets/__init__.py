@@ -21,7 +21,7 @@ from typing import Any, Final
 from pydantic import TypeAdapter, ValidationError
 
 from cronledger.errors import FieldError, ValidationFailed
-from cronledger.excerpts import ERROR_MESSAGE_BYTES, RESULT_EXCERPT_BYTES, truncate_excerpt
+from cronledger.excerpts import ERROR_MESSAGE_BYTES, truncate_excerpt
 from cronledger.targets.aws_sdk import (
     EventBridgeTarget,
     LambdaTarget,
@@ -29,7 +29,7 @@ from cronledger.targets.aws_sdk import (
     StepFunctionsTarget,
 )
 from cronledger.targets.clients import AwsClients, default_clients
-from cronledger.targets.envelope import Envelope, build_envelope, envelope_json
+from cronledger.targets.envelope import Envelope
 from cronledger.targets.fields import TargetDocument, union
 from cronledger.targets.http import HttpTarget
 from cronledger.targets.interface import Delivery, TargetOutcome, timed_out
@@ -37,13 +37,7 @@ from cronledger.targets.policy import TargetPolicy
 from cronledger.targets.python import PythonTarget
 from cronledger.validation import field_errors
 
-__all__ = [
-    "RESULT_EXCERPT_BYTES", "TARGET_TYPES", "AwsClients", "Envelope", "Target", "TargetOutcome",
-    "TargetPolicy", "build_envelope", "envelope_json", "run_target", "target_errors",
-    "target_ref", "truncate_excerpt", "validate_target",
-]  # fmt: skip
-
-_KINDS: Final[dict[str, type[TargetDocument]]] = {
+KINDS: Final[dict[str, type[TargetDocument]]] = {
     kind.type_name: kind
     for kind in (
         LambdaTarget,
@@ -54,9 +48,8 @@ _KINDS: Final[dict[str, type[TargetDocument]]] = {
         PythonTarget,
     )
 }
-TARGET_TYPES = tuple(_KINDS)
 #: A target document: one of the types' models, by its `type`.
-Target = union(list(_KINDS.values()))
+Target = union(list(KINDS.values()))
 TARGET: Final = TypeAdapter[Any](Target)
 REF_MAX_CHARS = 512
 #: AWS error codes that say the target itself (function, queue, state machine, bus) is gone:
@@ -86,34 +79,28 @@ def target_errors(doc: Any, policy: TargetPolicy) -> list[FieldError]:
     return []
 
 
-class _KnownValid:
-    """Target documents found valid under a policy, the oldest forgotten first. A document's
-    verdict depends only on the document and the policy (its resolver and secret lookup
-    included), so one found valid is valid again; an invalid one is checked every time, so
-    a module that fails to import is tried again."""
-
-    def __init__(self, most: int = KNOWN_VALID_MOST) -> None:
-        self._most = most
-        self._keys: dict[tuple[Any, ...], None] = {}
-        self._lock = threading.Lock()
-
-    def errors(self, doc: Any, policy: TargetPolicy) -> list[FieldError]:
-        try:
-            key = (json.dumps(doc, sort_keys=True), policy, policy.resolver, policy.secret_hosts)
-        except (TypeError, ValueError):  # not a JSON document: checked, never remembered
-            return target_errors(doc, policy)
-        if key in self._keys:
-            return []
-        errors = target_errors(doc, policy)
-        if not errors:
-            with self._lock:
-                if len(self._keys) >= self._most:
-                    del self._keys[next(iter(self._keys))]
-                self._keys[key] = None
-        return errors
+_known_valid: dict[tuple[Any, ...], None] = {}
+_known_valid_lock = threading.Lock()
 
 
-_KNOWN_VALID = _KnownValid()
+def _errors_unless_known_valid(doc: Any, policy: TargetPolicy) -> list[FieldError]:
+    """`target_errors`, remembering documents found valid under a policy, the oldest forgotten
+    first. A document's verdict depends only on the document and the policy (its resolver and
+    secret lookup included), so one found valid is valid again; an invalid one is checked every
+    time, so a module that fails to import is tried again."""
+    try:
+        key = (json.dumps(doc, sort_keys=True), policy, policy.resolver, policy.secret_hosts)
+    except (TypeError, ValueError):  # not a JSON document: checked, never remembered
+        return target_errors(doc, policy)
+    if key in _known_valid:
+        return []
+    errors = target_errors(doc, policy)
+    if not errors:
+        with _known_valid_lock:
+            if len(_known_valid) >= KNOWN_VALID_MOST:
+                del _known_valid[next(iter(_known_valid))]
+            _known_valid[key] = None
+    return errors
 
 
 def validate_target(doc: Any, policy: TargetPolicy) -> None:
@@ -126,7 +113,7 @@ def validate_target(doc: Any, policy: TargetPolicy) -> None:
 def target_ref(doc: Mapping[str, Any]) -> str:
     """A short, secret-free description of a valid target for the ledger's `target_ref` column,
     e.g. `lambda:arn:aws:lambda:…:function:report` or `http:POST https://example.com/hook`."""
-    text = _KINDS[doc["type"]].ref(doc)
+    text = KINDS[doc["type"]].ref(doc)
     return text if len(text) <= REF_MAX_CHARS else text[: REF_MAX_CHARS - 1] + "…"
 
 
@@ -140,7 +127,7 @@ def run_target(
 ) -> TargetOutcome:
     """Deliver `envelope` to the target within `timeout_secs` where the service lets a caller
     bound the wait (HTTP, Lambda, Step Functions with `wait`); see each module for its rule."""
-    errors = _KNOWN_VALID.errors(doc, policy)
+    errors = _errors_unless_known_valid(doc, policy)
     if errors:
         # A stored document that no longer validates is refused rather than guessed at.
         detail = "; ".join(f"{e.path}: {e.message}" for e in errors)
@@ -152,7 +139,7 @@ def run_target(
     # Loaded with the first target that runs, as the AWS SDK is (see clients.py).
     from botocore.exceptions import ReadTimeoutError
 
-    kind = _KINDS[doc["type"]]
+    kind = KINDS[doc["type"]]
     try:
         deadline = time.monotonic() + timeout_secs
         given = Delivery(envelope, timeout_secs, deadline, clients or default_clients(), policy)

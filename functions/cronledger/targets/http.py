@@ -22,7 +22,7 @@ from pydantic_core import InitErrorDetails
 
 from cronledger import __version__
 from cronledger.targets import pinned_http
-from cronledger.targets.addresses import Address, literal_address
+from cronledger.targets.addresses import Address, literal_address, refusal
 from cronledger.targets.envelope import Envelope, envelope_json
 from cronledger.targets.fields import TargetDocument, policy_of, text
 from cronledger.targets.interface import Delivery, TargetOutcome, timed_out
@@ -188,7 +188,8 @@ def _url_problems(url: str, policy: TargetPolicy) -> list[str]:
         return ["url's port must be a number from 1 to 65535"]
     problems = []
     address = literal_address(hostname)
-    if address is not None and (refused_address := policy.address_refusal(address)) is not None:
+    refused_address = None if address is None else refusal(address, policy.http_allow_networks)
+    if refused_address is not None:
         problems.append(_refused_address(hostname, *refused_address))
     problems.extend(
         f"query parameter {name!r} looks like a credential; target settings are stored in "
@@ -295,7 +296,7 @@ def post(
     except OSError as exc:
         return TargetOutcome(ok=False, error=f"could not resolve {host}: {exc}")
     for address in addresses:
-        if (refused := policy.address_refusal(address)) is not None:
+        if (refused := refusal(address, policy.http_allow_networks)) is not None:
             judged, reason = refused
             if judged != address:
                 reason = f"{reason} ({judged})"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cronledger.settings import Network, SecretSource, Settings
-from cronledger.targets.addresses import Address, refusal, resolve
+from cronledger.targets.addresses import Address, resolve
 
 #: `resolver(host, port)`: every address `host` has, as the connection would use them.
 Resolver = Callable[[str, int], Sequence[Address]]
@@ -47,7 +47,3 @@ class TargetPolicy:
         return any(
             module == prefix or module.startswith(f"{prefix}.") for prefix in self.python_modules
         )
-
-    def address_refusal(self, address: Address) -> tuple[Address, str] | None:
-        """Why `address` may not be reached (the address judged, and what it is), or None."""
-        return refusal(address, self.http_allow_networks)
