@@ -24,9 +24,10 @@ from cronledger.schedule_cache import ScheduleCache
 from cronledger.settings import Settings
 from tests.ledger.helpers import empty_tables, holds, upsert_cursor
 
-#: A late instant is not misfired within the minute: every due channel gets its row.
-SETTINGS = Settings(misfire_grace_secs=60)
-EVERY_MINUTE = {"schedule": "0 * * * * *"}
+#: A late instant is not misfired within the hour: every due channel gets its row. Hourly, so
+#: a test crosses into the next instant (a second row per channel) only at an hour's turn.
+SETTINGS = Settings(misfire_grace_secs=3600)
+HOURLY = {"schedule": "0 0 * * * *"}
 
 channel_ids = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=40
@@ -82,11 +83,11 @@ def pages(ledger: Ledger, shard: Shard, now: Any) -> list[Any]:
 
 
 def due_channels(ledger: Ledger, count: int) -> list[str]:
-    """`count` active per-minute channels, each due at this minute's instant."""
+    """`count` active hourly channels, each due at this hour's instant."""
     ids = [
         ledger.channels.create_channel(
             f"job-{n:03d}",
-            EVERY_MINUTE,
+            HOURLY,
             {"type": "python", "callable": "cronledger.demo:hello"},
             1000,
             CHANNEL_ACTIVE,
@@ -94,9 +95,9 @@ def due_channels(ledger: Ledger, count: int) -> list[str]:
         for n in range(count)
     ]
     reconcile_once(ledger, SETTINGS, ScheduleCache())  # cursors initialised
-    minute = ledger.db_now().replace(second=0, microsecond=0)
+    hour = ledger.db_now().replace(minute=0, second=0, microsecond=0)
     with ledger.engine.begin() as conn:
-        conn.execute(sa.update(schedule_state).values(next_fire_at=minute))
+        conn.execute(sa.update(schedule_state).values(next_fire_at=hour))
     return ids
 
 
@@ -175,13 +176,13 @@ def test_two_coordinators_splitting_one_pass_differently_leave_one_passs_ledger(
 def test_a_sharded_pass_on_threads_does_what_one_pass_does(ledger: Ledger) -> None:
     # Given forty due channels, and shards of ten
     ids = due_channels(ledger, 40)
-    split = Settings(misfire_grace_secs=60, reconcile_shard_size=100, reconcile_max_shards=3)
+    split = Settings(misfire_grace_secs=3600, reconcile_shard_size=100, reconcile_max_shards=3)
     assert (
         shards_for(40, split) == 1 and shards_for(250, split) == 3 and shards_for(10**6, split) == 3
     )
 
     # When the pass sizes itself and runs
-    report = reconcile_sharded(ledger, Settings(misfire_grace_secs=60, reconcile_shard_size=100))
+    report = reconcile_sharded(ledger, Settings(misfire_grace_secs=3600, reconcile_shard_size=100))
 
     # Then every channel got its row
     rows, _ = ledger_state(ledger)
@@ -273,7 +274,7 @@ def test_new_channels_are_initialised_a_page_at_a_time(
     monkeypatch.setattr(reconcile, "READ_PAGE", 5)
     for n in range(12):
         ledger.channels.create_channel(
-            f"new-{n}", EVERY_MINUTE, {"type": "python", "callable": "x:y"}, 1000, CHANNEL_ACTIVE
+            f"new-{n}", HOURLY, {"type": "python", "callable": "x:y"}, 1000, CHANNEL_ACTIVE
         )
     statements: list[str] = []
     sa.event.listen(ledger.engine, "before_cursor_execute", record_into(statements))
