@@ -20,15 +20,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from cronledger import __version__, console
 from cronledger.api import channel_runs, channels, events, occurrences, status
 from cronledger.api.errors import as_v2, error_response, install_error_mapping
-from cronledger.api.request_rules import (
-    BodyTooLarge,
-    MalformedBody,
-    RouteMethods,
-    UnsupportedMediaType,
-    screen,
-)
+from cronledger.api.request_rules import RouteMethods, is_head, screen
 from cronledger.api.services import Services, serve
-from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
 from cronledger.targets import TargetPolicy
@@ -65,8 +58,8 @@ class ScreenedResolver(APIGatewayHttpResolver):
     def resolve(self, event: Mapping[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         http = event.get("requestContext", {}).get("http", {})
         try:
-            request = screen(event)
-        except (UnsupportedMediaType, BodyTooLarge, MalformedBody, ValidationFailed) as exc:
+            screened = screen(event)
+        except Exception as exc:  # a refusal, answered as any route's error is
             return as_v2(error_response(exc, f"{http.get('method')} {event.get('rawPath')}"))
         if event.get("rawPath") == SWAGGER and not self.swagger_enabled:
             self.enable_swagger(
@@ -74,8 +67,8 @@ class ScreenedResolver(APIGatewayHttpResolver):
             )
             self.swagger_enabled = True
         serve(self.services)
-        answer = super().resolve(request.event, context)  # type: ignore[arg-type]
-        if request.head:
+        answer = super().resolve(screened, context)  # type: ignore[arg-type]
+        if is_head(http):
             answer["body"] = ""
         return answer
 
