@@ -155,11 +155,6 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
     return _answer(status, code, text, exc.errors if isinstance(exc, _DETAILED) else ())
 
 
-def forbidden(message: str) -> dict[str, Any]:
-    """A 403 as a finished v2 response: the local server's answer to a foreign web page."""
-    return as_v2(_answer(HTTPStatus.FORBIDDEN, "forbidden", message))
-
-
 def as_v2(response: Response[Any]) -> dict[str, Any]:
     """An answer made outside the resolver, as the v2 response the resolver's own are."""
     return {
