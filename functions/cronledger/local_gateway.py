@@ -70,11 +70,7 @@ def exchange(
         response = resolve(v2_event(method, target, headers, body), None)
     except Exception:  # the resolver maps errors; this is the last line of defence
         log.exception("unhandled error answering %s %s", method, target)
-        response = {
-            "statusCode": 500,
-            "headers": {"content-type": "application/json"},
-            "body": error_body("internal", "internal error").decode(),
-        }
+        return 500, {"content-type": "application/json"}, error_body("internal", "internal error")
     return http_answer(response)
 
 
