@@ -94,16 +94,12 @@ def choice(*options: str) -> Any:
 
 
 def without_null(extra: Mapping[str, Any] | None = None) -> Callable[[dict[str, Any]], None]:
-    """A `json_schema_extra` that documents an optional key by its value alone (`null` reads
-    as "not given" there) and adds `extra`."""
+    """A `json_schema_extra` that documents an optional key (`T | None`) as `T` alone (`null`
+    reads as "not given" there) and adds `extra`."""
 
     def rewrite(schema: dict[str, Any]) -> None:
-        kept = [s for s in schema.pop("anyOf", ()) if s.get("type") != "null"]
-        if len(kept) == 1:
-            schema.update(kept[0])
-        elif kept:
-            schema["anyOf"] = kept
-        schema.update(extra or {})
+        (kept,) = [s for s in schema.pop("anyOf") if s.get("type") != "null"]
+        schema.update({**kept, **(extra or {})})
 
     return rewrite
 
