@@ -53,6 +53,7 @@ class ScreenedResolver(APIGatewayHttpResolver):
 
     def __init__(self, services: Services) -> None:
         super().__init__(enable_validation=True)
+        self.configure_openapi(title=TITLE, version=__version__, description=DESCRIPTION)
         self.services = services
 
     def resolve(self, event: Mapping[str, Any], context: LambdaContext | None) -> dict[str, Any]:
@@ -62,9 +63,7 @@ class ScreenedResolver(APIGatewayHttpResolver):
         except Exception as exc:  # a refusal, answered as any route's error is
             return as_v2(error_response(exc, f"{http.get('method')} {event.get('rawPath')}"))
         if event.get("rawPath") == SWAGGER and not self.swagger_enabled:
-            self.enable_swagger(
-                path=SWAGGER, title=TITLE, version=__version__, description=DESCRIPTION
-            )
+            self.enable_swagger(path=SWAGGER)
             self.swagger_enabled = True
         serve(self.services)
         answer = super().resolve(screened, context)  # type: ignore[arg-type]
@@ -88,9 +87,7 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
 
     @cache
     def document() -> str:
-        return app.get_openapi_json_schema(
-            title=TITLE, version=__version__, description=DESCRIPTION
-        )
+        return app.get_openapi_json_schema()
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi() -> Response[str]:
