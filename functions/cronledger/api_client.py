@@ -13,7 +13,7 @@ import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -82,12 +82,9 @@ class ApiClient:
     base_url: str
     send: Send = _urlopen
     timeout: float = 30.0
-    _signing_region: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
-        match = _EXECUTE_API.fullmatch(urlsplit(self.base_url).hostname or "")
-        self._signing_region = match.group(1) if match else None
 
     def call(
         self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None
@@ -114,8 +111,9 @@ class ApiClient:
         headers = {"Accept": "application/json", "User-Agent": f"cronledger/{__version__}"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        if self._signing_region is not None:
-            headers = self._signed(method, url, data, headers, self._signing_region)
+        gateway = _EXECUTE_API.fullmatch(urlsplit(url).hostname or "")
+        if gateway is not None:
+            headers = self._signed(method, url, data, headers, gateway.group(1))
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             return self.send(request, self.timeout)

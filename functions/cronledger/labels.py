@@ -89,9 +89,9 @@ Labels = Annotated[
 """A channel's labels (see the module header)."""
 
 
-def selector(terms: Iterable[str], path: str = "label") -> dict[str, str]:
+def selector(terms: Iterable[str]) -> dict[str, str]:
     """`key=value` terms, every one required (AND), as one map; `ValidationFailed` naming
-    each term at `path` that is not a label key and value, or that gives a key twice."""
+    each term at `label` that is not a label key and value, or that gives a key twice."""
     wanted: dict[str, str] = {}
     problems: list[FieldError] = []
     for term in terms:
@@ -103,7 +103,7 @@ def selector(terms: Iterable[str], path: str = "label") -> dict[str, str]:
             problem = f"gives {key} a second value: a channel has one value per label"
         if problem is not None:
             problems.append(
-                FieldError(path, "invalid", f"{term!r} is not a label selector: {problem}")
+                FieldError("label", "invalid", f"{term!r} is not a label selector: {problem}")
             )
         else:
             wanted[key] = value

@@ -70,11 +70,7 @@ def exchange(
         response = resolve(v2_event(method, target, headers, body), None)
     except Exception:  # the resolver maps errors; this is the last line of defence
         log.exception("unhandled error answering %s %s", method, target)
-        response = {
-            "statusCode": 500,
-            "headers": {"content-type": "application/json"},
-            "body": error_body("internal", "internal error").decode(),
-        }
+        return 500, {"content-type": "application/json"}, error_body("internal", "internal error")
     return http_answer(response)
 
 
@@ -94,8 +90,7 @@ def serve_api(
 ) -> ThreadingHTTPServer:
     """An HTTP server on `host:port`, on its own thread, answering through `resolve`, except
     a request a web page of another site may have sent (`foreign_request`): 403."""
-    from cronledger.api.errors import forbidden  # Powertools: only when serving
-    from cronledger.api.request_rules import MAX_BODY_BYTES
+    from cronledger.api.request_rules import MAX_BODY_BYTES  # Powertools: only when serving
 
     class Handler(JsonRequestHandler):
         timeout = read_timeout_secs
@@ -108,8 +103,7 @@ def serve_api(
                 self.headers.get("host"), self.headers.get("origin"), host, served_port
             )
             if refusal is not None:
-                self.answer(*http_answer(forbidden(refusal)))
-                return
+                return self.answer_error(403, "forbidden", refusal)
             self.answer(
                 *exchange(resolve, self.command, self.path, dict(self.headers.items()), body)
             )

@@ -9,7 +9,7 @@ it. A check in its own words raises `refused(code, message)`, optionally at a si
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
 from typing import Annotated, Any, ClassVar, Final, Literal
 
@@ -94,16 +94,12 @@ def choice(*options: str) -> Any:
 
 
 def without_null(extra: Mapping[str, Any] | None = None) -> Callable[[dict[str, Any]], None]:
-    """A `json_schema_extra` that documents an optional key by its value alone (`null` reads
-    as "not given" there) and adds `extra`."""
+    """A `json_schema_extra` that documents an optional key (`T | None`) as `T` alone (`null`
+    reads as "not given" there) and adds `extra`."""
 
     def rewrite(schema: dict[str, Any]) -> None:
-        kept = [s for s in schema.pop("anyOf", ()) if s.get("type") != "null"]
-        if len(kept) == 1:
-            schema.update(kept[0])
-        elif kept:
-            schema["anyOf"] = kept
-        schema.update(extra or {})
+        (kept,) = [s for s in schema.pop("anyOf") if s.get("type") != "null"]
+        schema.update({**kept, **(extra or {})})
 
     return rewrite
 
@@ -222,12 +218,8 @@ def field_error(error: Mapping[str, Any], prefix: Sequence[str | int] = ()) -> F
     message = str(error.get("msg", "is not valid")).removeprefix("Value error, ")
     if kind == "json_invalid":
         message = f"the body is not valid JSON: {ctx.get('error', 'cannot parse')}"
-    return FieldError(path(loc) or "request", code, message)
-
-
-def path(loc: Iterable[str | int]) -> str:
-    """`("a", "b", 0, "c")` as `a.b[0].c`."""
-    return reduce(child, loc, "")
+    # ("a", "b", 0, "c") is a.b[0].c
+    return FieldError(reduce(child, loc, "") or "request", code, message)
 
 
 def child(parent: str, part: str | int) -> str:

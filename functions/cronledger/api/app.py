@@ -20,15 +20,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from cronledger import __version__, console
 from cronledger.api import channel_runs, channels, events, occurrences, status
 from cronledger.api.errors import as_v2, error_response, install_error_mapping
-from cronledger.api.request_rules import (
-    BodyTooLarge,
-    MalformedBody,
-    RouteMethods,
-    UnsupportedMediaType,
-    screen,
-)
+from cronledger.api.request_rules import RouteMethods, is_head, screen
 from cronledger.api.services import Services, serve
-from cronledger.errors import ValidationFailed
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
 from cronledger.targets.clients import default_clients
@@ -60,22 +53,21 @@ class ScreenedResolver(APIGatewayHttpResolver):
 
     def __init__(self, services: Services) -> None:
         super().__init__(enable_validation=True)
+        self.configure_openapi(title=TITLE, version=__version__, description=DESCRIPTION)
         self.services = services
 
     def resolve(self, event: Mapping[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         http = event.get("requestContext", {}).get("http", {})
         try:
-            request = screen(event)
-        except (UnsupportedMediaType, BodyTooLarge, MalformedBody, ValidationFailed) as exc:
+            screened = screen(event)
+        except Exception as exc:  # a refusal, answered as any route's error is
             return as_v2(error_response(exc, f"{http.get('method')} {event.get('rawPath')}"))
         if event.get("rawPath") == SWAGGER and not self.swagger_enabled:
-            self.enable_swagger(
-                path=SWAGGER, title=TITLE, version=__version__, description=DESCRIPTION
-            )
+            self.enable_swagger(path=SWAGGER)
             self.swagger_enabled = True
         serve(self.services)
-        answer = super().resolve(request.event, context)  # type: ignore[arg-type]
-        if request.head:
+        answer = super().resolve(screened, context)  # type: ignore[arg-type]
+        if is_head(http):
             answer["body"] = ""
         return answer
 
@@ -95,9 +87,7 @@ def create_app(ledger: Ledger, settings: Settings | None = None) -> APIGatewayHt
 
     @cache
     def document() -> str:
-        return app.get_openapi_json_schema(
-            title=TITLE, version=__version__, description=DESCRIPTION
-        )
+        return app.get_openapi_json_schema()
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi() -> Response[str]:

@@ -17,7 +17,6 @@ from typing import Any, Final, TypeVar
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
-    RequestUnsupportedContentType,
     RequestValidationError,
     ResponseValidationError,
 )
@@ -102,18 +101,17 @@ def install_error_mapping(app: APIGatewayHttpResolver, routes: Callable[[], Rout
     app.exception_handler_manager.update_exception_handlers({Exception: answer})
 
 
-_Kind = type[Exception] | tuple[type[Exception], ...]
 #: What each exception answers (the first that matches): status, code, and the message when it
 #: is not the exception's own text (`{request}`: the request answered); a 422's message starts
 #: "malformed request: ".
-_ANSWERS: Final[dict[_Kind, tuple[HTTPStatus, str, str | None]]] = {
+_ANSWERS: Final[dict[type[Exception], tuple[HTTPStatus, str, str | None]]] = {
     ValidationFailed: (HTTPStatus.BAD_REQUEST, "validation_failed", None),
     NotFound: (HTTPStatus.NOT_FOUND, "not_found", None),
     NotFoundError: (HTTPStatus.NOT_FOUND, "not_found", "no route for {request}; see /openapi.json"),
     MalformedBody: (MALFORMED, "malformed_request", None),
     BodyTooLarge: (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", None),
     Conflict: (HTTPStatus.CONFLICT, "conflict", None),
-    (RequestUnsupportedContentType, UnsupportedMediaType): (
+    UnsupportedMediaType: (
         HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
         "unsupported_media_type",
         "send the body as JSON with Content-Type: application/json",
@@ -153,11 +151,6 @@ def error_response(exc: Exception, request: str) -> Response[Any]:
     if status == MALFORMED:
         text = f"malformed request: {text}"
     return _answer(status, code, text, exc.errors if isinstance(exc, _DETAILED) else ())
-
-
-def forbidden(message: str) -> dict[str, Any]:
-    """A 403 as a finished v2 response: the local server's answer to a foreign web page."""
-    return as_v2(_answer(HTTPStatus.FORBIDDEN, "forbidden", message))
 
 
 def as_v2(response: Response[Any]) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import binascii
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Final
 
@@ -57,21 +56,12 @@ class BodyTooLarge(Exception):
         self.errors = [FieldError("body", "too_long", message)]
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """The event to resolve, and whether the answer must drop its body (a `HEAD`)."""
-
-    event: dict[str, Any]
-    head: bool
-
-
-def screen(event: Mapping[str, Any]) -> Request:
-    """The event as the resolver should see it, or one of the exceptions above (or
-    `ValidationFailed` for invalid Unicode), which the error mapping answers."""
+def screen(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The event as the resolver should see it (a `HEAD` as a `GET`), or one of the exceptions
+    above (or `ValidationFailed` for invalid Unicode), which the error mapping answers."""
     screened = dict(event)
     http = dict(event.get("requestContext", {}).get("http", {}))
-    head = str(http.get("method", "")).upper() == "HEAD"
-    if head:
+    if is_head(http):
         http["method"] = "GET"
         screened["requestContext"] = {**event.get("requestContext", {}), "http": http}
     body = _body_bytes(event)
@@ -91,7 +81,12 @@ def screen(event: Mapping[str, Any]) -> Request:
         screened["headers"] = {
             k: v for k, v in event["headers"].items() if str(k).lower() != "content-type"
         }
-    return Request(screened, head)
+    return screened
+
+
+def is_head(http: Mapping[str, Any]) -> bool:
+    """Whether the request (its event's `requestContext.http`) is a `HEAD`, answered bodiless."""
+    return str(http.get("method", "")).upper() == "HEAD"
 
 
 def _body_bytes(event: Mapping[str, Any]) -> bytes:

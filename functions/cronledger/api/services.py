@@ -7,7 +7,7 @@ routes (`serve`), for the route to read (`serving`).
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 from cronledger.ledger import Ledger
 from cronledger.settings import Settings
@@ -21,18 +21,17 @@ class Services(NamedTuple):
     policy: TargetPolicy
 
 
-class _Current:
-    services: ClassVar[Services | None] = None
+_current: Services | None = None
 
 
 def serve(services: Services) -> None:
     """Make `services` what routes serve from, for the request about to be resolved."""
-    _Current.services = services
+    global _current
+    _current = services
 
 
 def serving() -> Services:
     """The services of the app answering the current request."""
-    services = _Current.services
-    if services is None:
+    if _current is None:
         raise RuntimeError("no app is answering a request")
-    return services
+    return _current

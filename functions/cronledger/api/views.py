@@ -146,9 +146,7 @@ def fields_of(row: Any) -> dict[str, Any]:
     return {f.name: getattr(row, f.name) for f in fields(row)}
 
 
-def preview_instant(
-    at: datetime, schedule: Schedule, before: datetime | None = None
-) -> PreviewInstant:
+def preview_instant(at: datetime, schedule: Schedule, before: datetime | None) -> PreviewInstant:
     """The instant in UTC and on the zone's wall clock with its offset (on a fall-back day two
     instants differ only in it), its weekday, when its row is due, and the change of offset
     since `before` (the instant shown before it), if any."""
