@@ -377,3 +377,21 @@ def test_a_schedule_instant_that_is_out_of_range_in_utc_is_a_400_naming_it(
     for answer in (created, updated):
         assert answer.status == 400, answer.body
         assert [d["path"] for d in answer.error["details"]] == [f"transport_config.{path}"]
+
+
+#: Path segments of any code point but `/`, `?` and `#`, often one no route's id matches.
+_SEGMENTS = st.text(st.characters(exclude_characters="/?#", exclude_categories=("Cs",)), min_size=1)
+
+
+@given(channel_id=_SEGMENTS)
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
+def test_a_get_or_delete_on_any_channel_id_is_answered_never_a_405(
+    api: Api, channel_id: str
+) -> None:
+    # Given no channel at all, when a channel is read and deleted by any id, then each is a
+    # 404, never a 405: GET and DELETE are both answered on a channel's path
+    for method in ("GET", "DELETE"):
+        answer = api(method, f"{CHANNELS}/{channel_id}")
+
+        assert answer.status == 404, (method, channel_id, answer.body)
+        assert answer.body["error"]["code"] == "not_found"

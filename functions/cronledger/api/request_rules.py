@@ -186,6 +186,11 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: A path parameter as the Powertools resolver matches it: a wider pattern would take a path no
+#: route matches (an id holding `"`, say) for a wrong method, a 405, where it is a 404.
+_PARAMETER = r"[-._~()'!*:@,;=+&$%<> \[\]{}|^\w]+"
+
+
 class RouteMethods:
     """Which methods each path of the API answers, from its OpenAPI document."""
 
@@ -195,7 +200,7 @@ class RouteMethods:
         for path, method in extra.items():
             paths.setdefault(path, set()).add(method)
         for path, methods in paths.items():
-            pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(path))
+            pattern = re.sub(r"\\\{[^/]+?\\\}", lambda _: _PARAMETER, re.escape(path))
             allowed = methods | ({"HEAD"} if "GET" in methods else set())
             self._routes.append((re.compile(pattern), frozenset(allowed)))
 
