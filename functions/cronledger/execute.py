@@ -102,10 +102,6 @@ class TargetThreads:
             threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
         inbox.put((name, contextvars.copy_context(), job))
 
-    def idle_count(self) -> int:
-        with self._lock:
-            return len(self._idle)
-
     def _serve(self, inbox: _Inbox) -> None:
         thread = threading.current_thread()
         while True:

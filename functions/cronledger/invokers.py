@@ -61,12 +61,6 @@ class ThreadPoolInvoker(OneByOne):
         self._closed = False
 
     @property
-    def in_flight(self) -> int:
-        """Attempts dispatched and not yet finished, queued ones included."""
-        with self._idle:
-            return self._in_flight
-
-    @property
     def room(self) -> int:
         """How many more attempts could start right now: none once the pool is shut down
         (or the interpreter is exiting), so a claim loop claims nothing it cannot hand over."""
