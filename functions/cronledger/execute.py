@@ -664,15 +664,13 @@ class _Batch:
         the attempt's context (this thread enters it next)."""
         self.judging += 1
 
-        def judge() -> BaseException | None:
-            try:
-                attempt.judge()
-            except BaseException as exc:
-                return exc
-            return None
-
         def answer() -> None:
-            self._tell(attempt, attempt.step(judge))
+            verdict: BaseException | None = None
+            try:
+                attempt.step(attempt.judge)
+            except BaseException as exc:
+                verdict = exc
+            self._tell(attempt, verdict)
 
         threading.Thread(target=answer, name=f"judge-{attempt.occurrence_id}", daemon=True).start()
 
