@@ -51,8 +51,6 @@ class ThreadPoolInvoker(OneByOne):
     """Runs each attempt on a worker thread of this process (the local runner)."""
 
     def __init__(self, run_attempt: Callable[[str, str], object], max_workers: int) -> None:
-        if max_workers < 1:
-            raise ValueError(f"max_workers must be at least 1, got {max_workers}")
         self.max_workers = max_workers
         self._run_attempt = run_attempt
         self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="cronledger-attempt")

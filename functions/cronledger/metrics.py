@@ -74,11 +74,6 @@ class InMemoryMetrics:
         with self._lock:
             return list(self._values.get((name, dimension_key(dimensions)), ()))
 
-    def clear(self) -> None:
-        with self._lock:
-            self._totals.clear()
-            self._values.clear()
-
 
 def dimension_key(dimensions: Mapping[str, str]) -> Dimensions:
     return tuple(sorted(dimensions.items()))
