@@ -15,8 +15,7 @@ from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import BeforeValidator, Field, ValidationError, WithJsonSchema
 
-from cronledger.errors import FieldError
-from cronledger.validation import Document, field_errors, refused, whole, without_null
+from cronledger.validation import Document, refused, whole, without_null
 
 FAILED: Final = "occurrence.failed"
 ATTEMPT_FAILED: Final = "occurrence.attempt_failed"
@@ -152,18 +151,13 @@ class Alerts(Document):
         )
 
 
-def alert_rules(value: Any, errors: list[FieldError]) -> AlertRules | None:
-    """Validate `transport_config.alerts`, appending every problem with its path."""
+def rules_of(transport_config: Mapping[str, Any] | None) -> AlertRules:
+    """The rules of a stored document; the defaults where it has none or no longer reads as
+    valid, so an event is never lost to an odd document."""
+    value = (transport_config or {}).get("alerts")
     if value is None:
         return AlertRules()
     try:
         return Alerts.model_validate(value).rules()
-    except ValidationError as exc:
-        errors.extend(field_errors(exc, ("transport_config", "alerts")))
-        return None
-
-
-def rules_of(transport_config: Mapping[str, Any] | None) -> AlertRules:
-    """The rules of a stored document; the defaults where it has none or no longer reads as
-    valid, so an event is never lost to an odd document."""
-    return alert_rules((transport_config or {}).get("alerts"), []) or AlertRules()
+    except ValidationError:
+        return AlertRules()

@@ -98,10 +98,6 @@ class TargetThreads:
             threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
         inbox.put((name, contextvars.copy_context(), job))
 
-    def idle_count(self) -> int:
-        with self._lock:
-            return len(self._idle)
-
     def _serve(self, inbox: _Inbox) -> None:
         thread = threading.current_thread()
         while True:
@@ -239,17 +235,10 @@ class Executor:
         self.annotate = annotate or (lambda **keys: None)
         self.finished = finished or (lambda report: None)
 
-    def run_attempt(
-        self,
-        occurrence_id: str,
-        claimant: str,
-        deadline: float | None = None,
-        trace_id: str | None = None,
-    ) -> AttemptReport:
+    def run_attempt(self, occurrence_id: str, claimant: str) -> AttemptReport:
         """Run one dispatched occurrence to a settled row (or to nothing, if it is not ours),
-        as a batch of one. `deadline` is the executor's own monotonic end (a Lambda's time
-        left)."""
-        return self.run_batch([occurrence_id], claimant, deadline, trace_id)[0]
+        as a batch of one."""
+        return self.run_batch([occurrence_id], claimant)[0]
 
     def run_batch(
         self,
@@ -264,7 +253,8 @@ class Executor:
         ledger answers each as it would alone. This thread waits for all their targets and
         renews their leases; a late row's judgment, which may wait for reconcile, has a
         thread of its own. An error fails only the attempts it struck: the others run to
-        their ends, and then the first error is raised."""
+        their ends, and then the first error is raised. `deadline` is the executor's own
+        monotonic end (a Lambda's time left)."""
         batch = _Batch(self, claimant, deadline, trace_id or uuid.uuid4().hex)
         return batch.run(list(occurrence_ids))
 
@@ -664,15 +654,13 @@ class _Batch:
         the attempt's context (this thread enters it next)."""
         self.judging += 1
 
-        def judge() -> BaseException | None:
-            try:
-                attempt.judge()
-            except BaseException as exc:
-                return exc
-            return None
-
         def answer() -> None:
-            self._tell(attempt, attempt.step(judge))
+            verdict: BaseException | None = None
+            try:
+                attempt.step(attempt.judge)
+            except BaseException as exc:
+                verdict = exc
+            self._tell(attempt, verdict)
 
         threading.Thread(target=answer, name=f"judge-{attempt.occurrence_id}", daemon=True).start()
 

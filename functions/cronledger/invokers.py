@@ -51,20 +51,12 @@ class ThreadPoolInvoker(OneByOne):
     """Runs each attempt on a worker thread of this process (the local runner)."""
 
     def __init__(self, run_attempt: Callable[[str, str], object], max_workers: int) -> None:
-        if max_workers < 1:
-            raise ValueError(f"max_workers must be at least 1, got {max_workers}")
         self.max_workers = max_workers
         self._run_attempt = run_attempt
         self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="cronledger-attempt")
         self._idle = threading.Condition()
         self._in_flight = 0
         self._closed = False
-
-    @property
-    def in_flight(self) -> int:
-        """Attempts dispatched and not yet finished, queued ones included."""
-        with self._idle:
-            return self._in_flight
 
     @property
     def room(self) -> int:

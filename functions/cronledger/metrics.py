@@ -74,24 +74,15 @@ class InMemoryMetrics:
         with self._lock:
             return list(self._values.get((name, dimension_key(dimensions)), ()))
 
-    def clear(self) -> None:
-        with self._lock:
-            self._totals.clear()
-            self._values.clear()
-
 
 def dimension_key(dimensions: Mapping[str, str]) -> Dimensions:
     return tuple(sorted(dimensions.items()))
 
 
-_default = InMemoryMetrics()
-_sink: MetricsSink = _default
+#: The process-wide in-memory recorder, the sink until another is installed.
+DEFAULT_RECORDER = InMemoryMetrics()
+_sink: MetricsSink = DEFAULT_RECORDER
 _sink_lock = threading.Lock()
-
-
-def default_recorder() -> InMemoryMetrics:
-    """The process-wide in-memory recorder, the sink until another is installed."""
-    return _default
 
 
 @contextmanager

@@ -81,13 +81,11 @@ def deliver(ledger: OutboxPort, sender: Sender, events: Sequence[Event]) -> Deli
     return Delivery(len(accepted), len(refused))
 
 
-def sweep(
-    ledger: OutboxPort, sender: Sender, *, until: float | None = None, batch: int = 100
-) -> Delivery:
+def sweep(ledger: OutboxPort, sender: Sender, *, until: float, batch: int = 100) -> Delivery:
     """Deliver the outbox's events whose lease ran out, a batch at a time, until none is
     left, a batch fails whole, or the monotonic `until` passed."""
     done = Delivery()
-    while until is None or time.monotonic() < until:
+    while time.monotonic() < until:
         taken = ledger.events.take_outbox(batch)
         if not taken:
             break
@@ -145,13 +143,12 @@ class PrintSender:
 
 class Courier:
     """Local delivery on a thread of its own: a commit's events are sent at once, and every
-    `interval` the overdue watch runs and the outbox is swept. The ledger's writers only
-    queue, so a receiver that is down never slows an attempt."""
+    `SWEEP_INTERVAL_SECS` the overdue watch runs and the outbox is swept. The ledger's
+    writers only queue, so a receiver that is down never slows an attempt."""
 
-    def __init__(self, ledger: Ledger, sender: Sender, interval: float = SWEEP_INTERVAL_SECS):
+    def __init__(self, ledger: Ledger, sender: Sender):
         self.ledger = ledger
         self.sender = sender
-        self.interval = interval
         self._fresh: list[Event] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -164,9 +161,8 @@ class Courier:
             self._fresh.extend(events)
         self._wake.set()
 
-    def start(self) -> Courier:
+    def start(self) -> None:
         self._thread.start()
-        return self
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -181,13 +177,13 @@ class Courier:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
+            self._wake.wait(SWEEP_INTERVAL_SECS)
             self._wake.clear()
             try:
                 self._deliver_fresh()
                 # What the watch writes it announces (`on_events`): queued here, sent next.
                 self.ledger.events.detect_overdue()
-                sweep(self.ledger, self.sender, until=time.monotonic() + self.interval * 5)
+                sweep(self.ledger, self.sender, until=time.monotonic() + SWEEP_INTERVAL_SECS * 5)
             except DatabaseUnavailable as exc:
                 log.warning("event delivery paused: %s", exc)
             except Exception:

@@ -51,11 +51,6 @@ class ScheduleCache:
                     self._compiled.popitem(last=False)
         return _for_channel(template, channel.channel_id)
 
-    @property
-    def documents(self) -> int:
-        """How many documents it holds now."""
-        return len(self._compiled)
-
 
 def _for_channel(template: Schedule, channel_id: str) -> Schedule:
     """The template with the channel's id (and its default concurrency key): a copy of its

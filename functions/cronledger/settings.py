@@ -288,7 +288,6 @@ class Settings(BaseSettings):
     misfire_grace = _Span("misfire_grace_secs")
     default_timeout = _Span("default_timeout_ms")
     lookahead = _Span("lookahead_secs")
-    retention = _Span("retention_hours")
     execute_margin = _Span("execute_margin_ms")
 
     @property

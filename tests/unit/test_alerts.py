@@ -21,15 +21,13 @@ from cronledger.alerts import (
     AlertRules,
     AlertState,
     advance,
-    alert_rules,
     rules_of,
 )
 from cronledger.cron import ScheduleInvalid, compile_schedule
-from cronledger.errors import FieldError
 
 
 def test_without_alerts_a_channel_is_told_of_failures_misses_and_recovery() -> None:
-    assert alert_rules(None, []) == AlertRules()
+    assert rules_of({}) == AlertRules()
     assert {FAILED, ABANDONED, OVERDUE, STALLED, RECOVERED} == DEFAULT_ON
     assert compile_schedule({"schedule": "0 * * * * *"}, "c").alerts == AlertRules()
 
@@ -68,10 +66,8 @@ def test_alerts_are_not_in_the_scheduling_hash() -> None:
 
 
 def test_kinds_may_be_written_short_or_in_full() -> None:
-    errors: list[FieldError] = []
-    rules = alert_rules({"on": ["failed", "channel.stalled"]}, errors)
-    assert errors == []
-    assert rules is not None and rules.on == {FAILED, STALLED}
+    rules = rules_of({"alerts": {"on": ["failed", "channel.stalled"]}})
+    assert rules.on == {FAILED, STALLED}
 
 
 def test_a_stored_document_that_no_longer_reads_keeps_the_defaults() -> None:

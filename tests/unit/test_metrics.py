@@ -108,7 +108,7 @@ def test_the_previous_sink_is_restored_after_a_recording_block() -> None:
 
 
 def test_the_default_sink_is_the_process_wide_in_memory_recorder() -> None:
-    default = metrics.default_recorder()
+    default = metrics.DEFAULT_RECORDER
     before = default.total(metrics.SINGLETON_CONTENTION)
 
     metrics.record_singleton_contention(2)

@@ -75,6 +75,6 @@ def test_a_full_cache_forgets_the_least_recently_used_document_only(
         cache.get(due("x", config))
 
     assert compiled == [], "the other documents stayed compiled"
-    assert cache.documents == 3
+    assert len(cache._compiled) == 3
     cache.get(due("x", documents[1]))
     assert len(compiled) == 1

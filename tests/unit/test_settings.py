@@ -186,7 +186,6 @@ def test_durations_are_offered_as_timedeltas() -> None:
     assert settings.misfire_grace == timedelta(seconds=5)
     assert settings.default_timeout == timedelta(minutes=1)
     assert settings.lookahead == timedelta(0)
-    assert settings.retention == timedelta(days=30)
     assert settings.execute_margin == timedelta(seconds=2)
 
 

@@ -30,8 +30,13 @@ def run_and_wait(threads: TargetThreads, *, fail: bool = False) -> threading.Thr
     return ran[0]
 
 
+def idle_count(threads: TargetThreads) -> int:
+    with threads._lock:
+        return len(threads._idle)
+
+
 def wait_until_idle(threads: TargetThreads, count: int) -> None:
-    wait_until(lambda: threads.idle_count() == count, timeout=WAIT, every=0.01)
+    wait_until(lambda: idle_count(threads) == count, timeout=WAIT, every=0.01)
 
 
 def test_a_thread_that_ran_a_target_runs_the_next_one() -> None:
@@ -76,7 +81,7 @@ def test_an_idle_thread_ends() -> None:
     thread = run_and_wait(threads)
     thread.join(WAIT)
     assert not thread.is_alive()
-    assert threads.idle_count() == 0
+    assert idle_count(threads) == 0
     assert run_and_wait(threads) is not thread  # a new one takes the next target
 
 
