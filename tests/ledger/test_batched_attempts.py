@@ -7,6 +7,8 @@ a busy key answers that attempt busy, and the others of the batch proceed."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import sqlalchemy as sa
 
 from cronledger.execute import Executor
@@ -36,8 +38,8 @@ SETTINGS = Settings(claim_lease_secs=60, misfire_grace_secs=3600, python_targets
 
 
 def claimed(ledger: Ledger, channel_id: str, claimant: str, count: int) -> list[Occurrence]:
-    for _ in range(count):
-        seed_due(ledger, channel_id)
+    for n in range(count):  # a second apart: SQLite's clock reads in milliseconds
+        seed_due(ledger, channel_id, timedelta(seconds=30 + n))
     return [claim_one(ledger, claimant) for _ in range(count)]
 
 
