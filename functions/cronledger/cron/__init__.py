@@ -16,6 +16,4 @@ from cronledger.cron.compiler import (
     ScheduleInvalid as ScheduleInvalid,
     compile_schedule as compile_schedule,
 )
-from cronledger.errors import (
-    FieldError as FieldError,
-)
+from cronledger.errors import FieldError as FieldError

@@ -7,13 +7,8 @@
 A database that cannot be reached raises `DatabaseUnavailable`, never an empty answer.
 """
 
-from cronledger.ledger.backend import (
-    create_ledger_engine as create_ledger_engine,
-)
-from cronledger.ledger.cursors import (
-    CursorInit as CursorInit,
-    CursorWrites as CursorWrites,
-)
+from cronledger.ledger.backend import create_ledger_engine as create_ledger_engine
+from cronledger.ledger.cursors import CursorInit as CursorInit, CursorWrites as CursorWrites
 from cronledger.ledger.models import (
     ABANDONED as ABANDONED,
     CANCELLED as CANCELLED,
@@ -53,10 +48,5 @@ from cronledger.ledger.models import (
     ScheduleState as ScheduleState,
     SingletonSpec as SingletonSpec,
 )
-from cronledger.ledger.repository import (
-    Ledger as Ledger,
-)
-from cronledger.ledger.shards import (
-    WHOLE as WHOLE,
-    Shard as Shard,
-)
+from cronledger.ledger.repository import Ledger as Ledger
+from cronledger.ledger.shards import WHOLE as WHOLE, Shard as Shard
