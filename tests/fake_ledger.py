@@ -136,9 +136,12 @@ class FakeLedger:
         )
         return ClaimResult(leased, abandoned)
 
-    def release_claim(self, occurrence_id: str, claimant: str) -> bool:
+    def release_claim(self, occurrence_id: str, claimant: str, due_in: float | None = None) -> bool:
         self._call("release_claim")
-        return self._hand_back(occurrence_id, claimant)
+        if due_in is None:
+            return self._hand_back(occurrence_id, claimant)
+        due_at = self._now() + timedelta(seconds=due_in)
+        return self._hand_back(occurrence_id, claimant, due_at=due_at, misfire_judged=True)
 
     def seconds_until_next_due(self) -> float | None:
         self._call("seconds_until_next_due")
@@ -214,11 +217,6 @@ class FakeLedger:
     ) -> list[AttemptStart]:
         self._call("start_attempts")
         return [self._start(r, claimant, lease_secs, trace_id) for r in requests]
-
-    def wait_for_key(self, occurrence_id: str, claimant: str, due_in: float) -> bool:
-        self._call("wait_for_key")
-        due_at = self._now() + timedelta(seconds=due_in)
-        return self._hand_back(occurrence_id, claimant, due_at=due_at, misfire_judged=True)
 
     def renew(
         self, occurrence_id: str, claimant: str, fencing_token: int | None, lease_secs: float

@@ -355,7 +355,7 @@ class _Attempt:
         if start.outcome == "singleton_busy" and occurrence.waits_for_key:
             # A backfill run one after another: its turn comes when the key frees.
             wait = self.settings.poll_interval.total_seconds()
-            if not self.ledger.attempts.wait_for_key(occurrence.id, self.claimant, wait):
+            if not self.ledger.attempts.release_claim(occurrence.id, self.claimant, wait):
                 raise self._lost("lost the claim before waiting")
             raise _Ended(self._report("waiting"))
         if start.outcome == "singleton_busy":

@@ -170,9 +170,9 @@ def test_only_the_holder_hands_a_claim_back_or_waits_for_its_key(backend: Backen
     back = ledger.occurrences.get_occurrence(first.id)
     assert (back.status, back.claimed_by, back.attempt) == (PENDING, None, 0)
 
-    assert not ledger.attempts.wait_for_key(second.id, "node-a", 5)
+    assert not ledger.attempts.release_claim(second.id, "node-a", due_in=5)
     before = ledger.db_now()
-    assert ledger.attempts.wait_for_key(second.id, "node-b", 5)
+    assert ledger.attempts.release_claim(second.id, "node-b", due_in=5)
     waiting = ledger.occurrences.get_occurrence(second.id)
     assert (waiting.status, waiting.attempt) == (PENDING, 0)
     assert waiting.due_at >= before + timedelta(seconds=5)

@@ -419,14 +419,12 @@ class AttemptStore(Store):
 
     def release_claim(self, occurrence_id: str, claimant: str, due_in: float | None = None) -> bool:
         """Hand a claimed, not yet started occurrence back to `pending`, its attempt given back
-        too: a deferral is not an attempt, nor is waiting. `due_in` (`wait_for_key`: its key is
-        busy): due that many seconds from now, so a backfill row run one after another takes
-        its turn instead of being skipped."""
+        too: a deferral is not an attempt, nor is waiting. `due_in` (its key is busy): due that
+        many seconds from now, so a backfill row run one after another takes its turn instead
+        of being skipped."""
         return self._atomic(
             lambda conn: _hand_back(conn, self._sql, occurrence_id, claimant, due_in), single=True
         )
-
-    wait_for_key = release_claim
 
     def settle_many(self, requests: Sequence[SettleRequest]) -> list[bool]:
         """Write each attempt's end (see `SettleRequest`), answered in order; False: a
